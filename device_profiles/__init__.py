@@ -1,0 +1,1 @@
+"""Device profiles: one TOML per board, vendor/board.toml."""

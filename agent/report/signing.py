@@ -1,0 +1,186 @@
+"""Signed reports: an in-toto Statement v1 in a DSSE envelope, signed with Ed25519.
+
+Layers (outside in):
+
+- DSSE envelope ``{"payloadType", "payload": base64(statement), "signatures":
+  [{"keyid", "sig"}]}``; the signature covers ``PAE(payloadType, payload bytes)``
+  (DSSE protocol v1.0.0), so the payload type is authenticated too.
+- in-toto Statement v1: ``_type``, ``subject`` (name + sha256 of every input: model,
+  external-data files, golden set), ``predicateType``, ``predicate``.
+- The predicate (built by the caller): plan, fingerprint, results, findings, raw
+  samples, the host's ``nonce``, ``run_id``, ``status`` and ``reason``.
+
+The statement is serialized once, canonically (sorted keys, no whitespace, UTF-8),
+and the envelope too, so signing the same statement with the same key gives the
+same bytes. Verifiers check those bytes and never re-serialize. The predicate must
+be JSON-clean: str keys, no NaN or Infinity (:func:`json_clean` maps them to None).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..keys import DeviceKey
+
+PAYLOAD_TYPE = "application/vnd.in-toto+json"
+STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
+PREDICATE_TYPE = "https://edgequal.dev/qualification/v1"
+
+STATUSES = ("passed", "degraded", "failed", "incomplete")
+REQUIRED_PREDICATE_KEYS = ("nonce", "run_id", "status")
+
+_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+
+
+def canonical_json(obj: Any) -> bytes:
+    """Serialize ``obj`` deterministically: sorted keys, no spaces, UTF-8.
+
+    Raises ValueError naming the first NaN/Infinity found (JSON has no such
+    numbers; clean them with :func:`json_clean` first) and TypeError for values
+    JSON cannot hold. Same input, same bytes; not RFC 8785 for floats, which is
+    fine because verifiers check the bytes, not a re-encoding.
+    """
+    bad = _first_non_finite(obj, "$")
+    if bad is not None:
+        raise ValueError(f"{bad} is NaN or Infinity, which JSON cannot hold; use None")
+    return json.dumps(
+        obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode("utf-8")
+
+
+def _first_non_finite(obj: Any, path: str) -> str | None:
+    """Return the JSON path of the first non-finite float in ``obj``, or None."""
+    if isinstance(obj, float):
+        return None if math.isfinite(obj) else path
+    if isinstance(obj, Mapping):
+        for k, v in obj.items():
+            found = _first_non_finite(v, f"{path}.{k}")
+            if found is not None:
+                return found
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            found = _first_non_finite(v, f"{path}[{i}]")
+            if found is not None:
+                return found
+    return None
+
+
+def json_clean(obj: Any) -> Any:
+    """Return a copy of ``obj`` JSON can hold: NaN/Inf -> None, tuples -> lists.
+
+    numpy scalars and arrays (anything with ``tolist()``) become Python values,
+    so measurement code can hand over arrays without this module importing numpy.
+    """
+    if isinstance(obj, bool) or obj is None or isinstance(obj, (str, int)):
+        return obj
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, Mapping):
+        return {str(k): json_clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_clean(v) for v in obj]
+    if hasattr(obj, "tolist"):
+        return json_clean(obj.tolist())
+    raise TypeError(f"{type(obj).__name__} cannot be written to a report")
+
+
+def pae(payload_type: str, payload: bytes) -> bytes:
+    """DSSE v1 pre-authentication encoding of a payload type and body.
+
+    ``"DSSEv1" SP LEN(type) SP type SP LEN(body) SP body`` with lengths in bytes,
+    ASCII decimal.
+    """
+    type_bytes = payload_type.encode("utf-8")
+    return b"DSSEv1 %d %b %d %b" % (len(type_bytes), type_bytes, len(payload), payload)
+
+
+def build_statement(subjects: Sequence[Mapping[str, str]], predicate: Mapping[str, Any]) -> dict:
+    """Return an in-toto Statement v1 over ``subjects`` ({name, sha256}) with ``predicate``.
+
+    Raises ValueError if a subject is malformed or the predicate lacks
+    ``nonce``, ``run_id`` or a known ``status``.
+    """
+    statement = {
+        "_type": STATEMENT_TYPE,
+        "subject": [
+            {"name": s.get("name"), "digest": {"sha256": s.get("sha256")}}
+            if isinstance(s, Mapping)
+            else s
+            for s in subjects
+        ],
+        "predicateType": PREDICATE_TYPE,
+        "predicate": dict(predicate) if isinstance(predicate, Mapping) else predicate,
+    }
+    validate_statement(statement)
+    return statement
+
+
+def validate_statement(statement: Any) -> None:
+    """Raise ValueError naming the first problem with an edgequal statement.
+
+    Checks ``_type``, ``predicateType``, the subject list (non-empty, unique
+    names, each with a lowercase hex sha256), and the predicate's required keys:
+    ``nonce`` and ``run_id`` non-empty strings, ``status`` one of STATUSES, and
+    ``reason`` (when present) a string or null, required for ``incomplete``.
+    Unknown fields are allowed, as in-toto requires of consumers.
+    """
+    if not isinstance(statement, Mapping):
+        raise ValueError("statement is not a JSON object")
+    if statement.get("_type") != STATEMENT_TYPE:
+        raise ValueError(f"_type is {statement.get('_type')!r}, expected {STATEMENT_TYPE!r}")
+    if statement.get("predicateType") != PREDICATE_TYPE:
+        raise ValueError(
+            f"predicateType is {statement.get('predicateType')!r}, expected {PREDICATE_TYPE!r}"
+        )
+    subjects = statement.get("subject")
+    if not isinstance(subjects, list) or not subjects:
+        raise ValueError("subject must be a non-empty list")
+    names = set()
+    for i, s in enumerate(subjects):
+        if not isinstance(s, Mapping):
+            raise ValueError(f"subject[{i}] is not an object")
+        name = s.get("name")
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"subject[{i}] has no name")
+        if name in names:
+            raise ValueError(f"subject name {name!r} appears twice")
+        names.add(name)
+        digest = s.get("digest")
+        sha = digest.get("sha256") if isinstance(digest, Mapping) else None
+        if not isinstance(sha, str) or not _SHA256_HEX.fullmatch(sha):
+            raise ValueError(f"subject {name!r} has no sha256 digest (64 lowercase hex digits)")
+    predicate = statement.get("predicate")
+    if not isinstance(predicate, Mapping):
+        raise ValueError("predicate is not an object")
+    for key in REQUIRED_PREDICATE_KEYS:
+        if key not in predicate:
+            raise ValueError(f"predicate has no {key!r}")
+    for key in ("nonce", "run_id"):
+        if not isinstance(predicate[key], str) or not predicate[key]:
+            raise ValueError(f"predicate {key!r} must be a non-empty string")
+    status = predicate["status"]
+    if status not in STATUSES:
+        raise ValueError(f"predicate status is {status!r}, expected one of {', '.join(STATUSES)}")
+    reason = predicate.get("reason")
+    if reason is not None and not isinstance(reason, str):
+        raise ValueError("predicate reason must be a string or null")
+    if status == "incomplete" and not reason:
+        raise ValueError("an incomplete report must say why (predicate reason)")
+
+
+def sign_envelope(key: DeviceKey, statement: Mapping[str, Any]) -> bytes:
+    """Sign ``statement`` with ``key`` and return the DSSE envelope as canonical JSON bytes."""
+    validate_statement(statement)
+    payload = canonical_json(statement)
+    signature = key.sign(pae(PAYLOAD_TYPE, payload))
+    envelope = {
+        "payloadType": PAYLOAD_TYPE,
+        "payload": base64.b64encode(payload).decode("ascii"),
+        "signatures": [{"keyid": key.keyid(), "sig": base64.b64encode(signature).decode("ascii")}],
+    }
+    return canonical_json(envelope)

@@ -1,0 +1,342 @@
+"""Latency statistics against hand-computed answers and reference/measurement.md §3.4.
+
+Expected CI ranks and binomial CDF values were computed once with
+scipy.stats.quantile_test / scipy.stats.binom (scipy 1.17) and are written here
+literally; edgequal itself does not depend on scipy.
+"""
+
+import json
+import math
+import time
+
+import numpy as np
+import pytest
+from edgequal.agent.errors import BadInput
+from edgequal.agent.measure import stats
+
+# ---------------------------------------------------------------------------
+# nearest rank
+
+
+@pytest.mark.parametrize(
+    ("percent", "expected"),
+    [(50, 50), (90, 90), (95, 95), (99, 99), (100, 100), (0, 1), (0.5, 1), (1, 1), (1.5, 2)],
+)
+def test_nearest_rank_of_1_to_100(percent, expected):
+    assert stats.nearest_rank(list(range(1, 101)), percent) == expected
+
+
+def test_nearest_rank_small_sets():
+    values = [10, 20, 30, 40]
+    assert stats.nearest_rank(values, 25) == 10  # ceil(1.0) = rank 1
+    assert stats.nearest_rank(values, 26) == 20  # ceil(1.04) = rank 2
+    assert stats.nearest_rank(values, 75) == 30
+    assert stats.nearest_rank(values, 76) == 40
+    assert stats.nearest_rank([7], 99.9) == 7
+
+
+def test_nearest_rank_is_not_fooled_by_float_rounding():
+    # 99.9 / 100 * 10000 == 9990.000000000002 in floats; the rank must still be 9990.
+    values = np.arange(1, 10001)
+    assert stats.nearest_rank(values, 99.9) == 9990
+    assert stats.nearest_rank(np.arange(1, 1001), 99.9) == 999
+    assert stats.nearest_rank_index(10000, 99.9) == 9989
+
+
+def test_nearest_rank_rejects_bad_input():
+    with pytest.raises(BadInput):
+        stats.nearest_rank([], 50)
+    with pytest.raises(BadInput):
+        stats.nearest_rank([1, 2], 101)
+    with pytest.raises(BadInput):
+        stats.nearest_rank([1, 2], -1)
+
+
+# ---------------------------------------------------------------------------
+# binomial CDF
+
+
+def test_log_factorial_matches_lgamma_in_table_and_stirling_ranges():
+    ks = [0, 1, 2, 10, 255, 256, 257, 1000, 123456, 1_000_000]
+    got = stats.log_factorial(ks)
+    for k, value in zip(ks, got, strict=True):
+        assert value == pytest.approx(math.lgamma(k + 1), rel=1e-14, abs=1e-14)
+
+
+def test_binom_cdf_small_exact_values():
+    assert stats.binom_cdf(3, 10, 0.5) == pytest.approx(176 / 1024, rel=1e-13)
+    np.testing.assert_allclose(
+        stats.binom_cdf_vector(4, 0.5), np.array([1, 5, 11, 15, 16]) / 16, rtol=1e-13
+    )
+    assert stats.binom_cdf(0, 2, 0.25) == pytest.approx(0.5625, rel=1e-13)
+
+
+def test_binom_cdf_edges():
+    assert stats.binom_cdf(-1, 10, 0.3) == 0.0
+    assert stats.binom_cdf(10, 10, 0.3) == 1.0
+    assert stats.binom_cdf(50, 10, 0.3) == 1.0
+    assert stats.binom_cdf(0, 5, 0.0) == 1.0
+    assert stats.binom_cdf(4, 5, 1.0) == 0.0
+    np.testing.assert_array_equal(stats.binom_cdf_vector(3, 1.0), [0.0, 0.0, 0.0, 1.0])
+    np.testing.assert_array_equal(stats.binom_cdf_vector(0, 0.4), [1.0])
+    with pytest.raises(BadInput):
+        stats.binom_cdf(1, 10, 1.5)
+    with pytest.raises(BadInput):
+        stats.binom_cdf(1, -1, 0.5)
+
+
+@pytest.mark.parametrize(
+    ("k", "n", "p", "expected"),
+    [
+        (9, 1000, 0.01, 0.45730059217488683),
+        (980, 1000, 0.99, 0.003288359787727489),
+        (9890, 10000, 0.99, 0.16939377362840238),
+        (989500, 1_000_000, 0.99, 3.158565879248633e-07),
+        (2, 3688, 0.001, 0.28732581782432376),
+    ],
+)
+def test_binom_cdf_matches_scipy_for_large_n(k, n, p, expected):
+    assert stats.binom_cdf(k, n, p) == pytest.approx(expected, rel=1e-8)
+
+
+def test_binom_cdf_vector_for_a_million_is_fast_and_normalised():
+    start = time.perf_counter()
+    cdf = stats.binom_cdf_vector(1_000_000, 0.99)
+    elapsed_s = time.perf_counter() - start
+    assert cdf.shape == (1_000_001,)
+    assert cdf[-1] == pytest.approx(1.0, abs=1e-12)
+    assert np.all(np.diff(cdf) >= -1e-15)  # non-decreasing
+    assert cdf[989500] == pytest.approx(3.158565879248633e-07, rel=1e-8)
+    assert elapsed_s < 5.0
+
+
+# ---------------------------------------------------------------------------
+# order-statistic confidence intervals
+
+
+@pytest.mark.parametrize(
+    ("n", "q", "expected"),
+    [
+        # First n at which a two-sided 95 % CI exists (measurement.md §3.4 table).
+        (5, 0.5, None),
+        (6, 0.5, (1, 6)),
+        (35, 0.9, None),
+        (36, 0.9, (29, 36)),
+        (367, 0.99, None),
+        (368, 0.99, (360, 368)),
+        (3687, 0.999, None),
+        (3688, 0.999, (3680, 3688)),
+        # Widths quoted in §3.4: p99 at n=1000 is [p98.3, p99.7], p50 is [p46.9, p53.2].
+        (1000, 0.99, (983, 997)),
+        (1000, 0.5, (469, 532)),
+        (1000, 0.9, (881, 919)),
+        (500, 0.99, (490, 500)),
+        (3000, 0.99, (2959, 2981)),
+        (10000, 0.99, (9880, 9920)),
+        (10000, 0.5, (4902, 5099)),
+        (100, 0.5, (40, 61)),
+        (0, 0.5, None),
+        (1, 0.5, None),
+    ],
+)
+def test_quantile_ci_ranks_match_scipy_quantile_test(n, q, expected):
+    assert stats.quantile_ci_ranks(n, q) == expected
+
+
+def test_quantile_ci_ranks_at_other_confidence():
+    # With 90 % confidence the interval narrows and exists from fewer samples.
+    assert stats.quantile_ci_ranks(5, 0.5, confidence=0.90) == (1, 5)
+    assert stats.quantile_ci_ranks(4, 0.5, confidence=0.90) is None
+
+
+def test_quantile_ci_ranks_reject_percent_instead_of_fraction():
+    with pytest.raises(BadInput):
+        stats.quantile_ci_ranks(1000, 99)
+    with pytest.raises(BadInput):
+        stats.quantile_ci_ranks(1000, 0.5, confidence=95)
+
+
+def test_quantile_ci_returns_values():
+    values = np.arange(101, 201)  # ranks 1..100 hold 101..200
+    assert stats.quantile_ci(values, 0.5) == (140, 161)
+    assert stats.quantile_ci(values, 0.99) is None
+
+
+# ---------------------------------------------------------------------------
+# latency summary
+
+
+def test_summarize_1_to_100_ms():
+    samples_ns = np.arange(1, 101, dtype=np.int64) * 1_000_000
+    summary = stats.summarize_latency(samples_ns)
+    sd_ms = math.sqrt(100 * 101 / 12)  # sample sd of 1..n is sqrt(n(n+1)/12)
+    assert summary == {
+        "count": 100,
+        "min_ms": 1.0,
+        "mean_ms": 50.5,
+        "sd_ms": round(sd_ms, 6),
+        "cv": round(sd_ms / 50.5, 6),
+        "p50_ms": 50.0,
+        "p90_ms": 90.0,
+        "p95_ms": 95.0,
+        "p99_ms": None,
+        "p99_9_ms": None,
+        "max_ms": 100.0,
+        "p50_ci_ms": [40.0, 61.0],
+        "p99_ci_ms": None,
+    }
+    assert summary["sd_ms"] == 29.011492
+    json.dumps(summary, allow_nan=False)
+
+
+def test_summarize_reports_p99_from_368_samples_and_p999_from_3688():
+    summary = stats.summarize_latency(np.arange(1, 401, dtype=np.int64) * 1_000_000)
+    assert summary["p99_ms"] == 396.0
+    assert summary["p99_ci_ms"] == [392.0, 400.0]
+    assert summary["p99_9_ms"] is None
+    assert stats.summarize_latency(np.ones(367, dtype=np.int64))["p99_ms"] is None
+    assert stats.summarize_latency(np.ones(368, dtype=np.int64))["p99_ms"] == 0.000001
+
+    big = stats.summarize_latency(np.arange(1, 3689, dtype=np.int64) * 1000)
+    assert big["p99_9_ms"] == 3.685  # rank ceil(0.999 * 3688) = 3685, in µs -> ms
+    assert big["p50_ms"] == 1.844
+
+
+def test_summarize_shuffled_input_and_ns_precision():
+    rng = np.random.default_rng(7)
+    samples_ns = rng.permutation(np.array([1_234_567, 2_000_001, 3_000_000, 999_999, 5_000_000]))
+    summary = stats.summarize_latency(samples_ns)
+    assert summary["min_ms"] == 0.999999
+    assert summary["p50_ms"] == 2.000001
+    assert summary["max_ms"] == 5.0
+    assert summary["p90_ms"] is None  # needs 10 samples
+    assert summary["p95_ms"] is None  # needs 20
+    assert summary["p50_ci_ms"] is None  # needs 6
+
+
+def test_summarize_small_counts():
+    one = stats.summarize_latency(np.array([2_500_000]))
+    assert one["count"] == 1
+    assert one["sd_ms"] is None and one["cv"] is None
+    assert one["p50_ms"] == one["min_ms"] == one["max_ms"] == 2.5
+
+    ten = stats.summarize_latency(np.arange(1, 11) * 1_000_000)
+    assert ten["p90_ms"] == 9.0
+    assert ten["p95_ms"] is None
+    twenty = stats.summarize_latency(np.arange(1, 21) * 1_000_000)
+    assert twenty["p95_ms"] == 19.0
+
+
+def test_summarize_known_cv():
+    # mean 10, sample sd sqrt(((-2)^2 + 0 + 2^2) / 2) = 2, cv 0.2
+    summary = stats.summarize_latency(np.array([8, 10, 12]) * 1_000_000)
+    assert summary["mean_ms"] == 10.0
+    assert summary["sd_ms"] == 2.0
+    assert summary["cv"] == 0.2
+
+
+def test_summarize_rejects_bad_samples():
+    with pytest.raises(BadInput):
+        stats.summarize_latency(np.array([], dtype=np.int64))
+    with pytest.raises(BadInput):
+        stats.summarize_latency(np.ones((2, 2)))
+    with pytest.raises(BadInput):
+        stats.summarize_latency(np.array([1.0, float("nan")]))
+
+
+# ---------------------------------------------------------------------------
+# steady state
+
+
+def test_steady_when_flat():
+    result = stats.steady_state(np.full(30, 1_000_000))
+    assert result == stats.SteadyState(True, None, 1.0, 0.0)
+
+
+def test_not_steady_with_too_few_samples():
+    result = stats.steady_state(np.full(19, 1_000_000))
+    assert result.steady is False
+    assert "20" in result.reason
+    assert result.median_ratio is None and result.cv is None
+
+
+def test_not_steady_when_median_still_moving():
+    samples = [1000] * 10 + [1030] * 10  # median up 3 %, limit 2 %
+    result = stats.steady_state(samples)
+    assert result.steady is False
+    assert result.median_ratio == pytest.approx(1.03)
+    assert result.cv == 0.0
+    assert "median" in result.reason
+
+
+def test_steady_when_median_within_tolerance():
+    result = stats.steady_state([1000] * 10 + [1010] * 10)
+    assert result.steady is True
+    assert result.median_ratio == pytest.approx(1.01)
+
+
+def test_not_steady_when_window_is_noisy():
+    # last window 5 x 900, 5 x 1100: median 1000 (ratio 1), sd sqrt(10*100^2/9), cv 0.1054
+    samples = [1000] * 10 + [900, 1100] * 5
+    result = stats.steady_state(samples)
+    assert result.steady is False
+    assert result.median_ratio == 1.0
+    assert result.cv == pytest.approx(math.sqrt(100_000 / 9) / 1000)
+    assert "CV" in result.reason
+
+
+def test_steady_state_uses_only_the_last_two_windows():
+    samples = [5000] * 50 + [1000] * 8
+    assert stats.steady_state(samples, window=4).steady is True
+    with pytest.raises(BadInput):
+        stats.steady_state(samples, window=1)
+
+
+# ---------------------------------------------------------------------------
+# sustained windows
+
+
+def test_stability_peak_and_sustained():
+    assert stats.stability([100, 98, 99]) == pytest.approx(0.98)
+    assert stats.stability([0, 0]) == 0.0
+    assert stats.peak_rate([95, 100, 120]) == 100.0
+    assert stats.peak_rate([95]) == 95.0
+    assert stats.sustained_rate(list(range(1, 16))) == 10.5  # median of 6..15
+    assert stats.sustained_rate([3, 1, 2]) == 2.0
+    with pytest.raises(BadInput):
+        stats.stability([])
+    with pytest.raises(BadInput):
+        stats.peak_rate([1, float("nan")])
+
+
+@pytest.mark.parametrize(
+    ("stability", "throttled", "under_voltage", "crashed", "verdict"),
+    [
+        (0.99, False, False, False, "stable"),
+        (0.97, False, False, False, "stable"),
+        (0.99, True, False, False, "degraded"),
+        (0.95, False, False, False, "degraded"),
+        (0.90, True, False, False, "degraded"),
+        (0.89, False, False, False, "failed"),
+        (1.0, False, True, False, "failed"),
+        (1.0, False, False, True, "failed"),
+    ],
+)
+def test_sustained_verdict(stability, throttled, under_voltage, crashed, verdict):
+    assert stats.sustained_verdict(stability, throttled, under_voltage, crashed) == verdict
+
+
+def test_first_drop_time():
+    starts = [0, 30, 60, 90]
+    assert stats.first_drop_time_s(starts, [100, 99, 96, 95], peak=100) == 60.0
+    assert stats.first_drop_time_s(starts, [100, 99, 98, 97.5], peak=100) is None
+    assert stats.first_drop_time_s(starts, [100, 95, 90, 85], peak=100, drop=0.12) == 90.0
+
+
+def test_first_drop_time_needing_consecutive_windows():
+    starts = [0, 30, 60, 90, 120]
+    rates = [100, 96, 99, 96, 95]
+    assert stats.first_drop_time_s(starts, rates, peak=100) == 30.0
+    assert stats.first_drop_time_s(starts, rates, peak=100, consecutive=2) == 90.0
+    with pytest.raises(BadInput):
+        stats.first_drop_time_s([0, 30], [100], peak=100)

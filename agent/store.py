@@ -1,0 +1,516 @@
+"""The device's artifact store: models and golden sets, addressed by sha256 only.
+
+Layout under ``root`` (normally ``<state>/artifacts``)::
+
+    sha256/<hex>          committed artifacts, verified against their name, read-only
+    partial/<hex>.part    uploads in progress; a resumed upload continues at its size
+
+A client never chooses a path: every name is derived from a validated digest
+(64 lowercase hex characters). An upload is appended at exactly the committed
+offset, hashed, fsync'ed, and only then renamed to its final name, so a reader
+never sees a partial or wrong file under a digest name. Bytes that do not match
+their digest are deleted, never stored.
+
+The same store serves gRPC ``Push`` (chunks over the wire), the SSH transport
+(SFTP writes ``partial/<hex>.part``, then ``edgequal-agent store commit``) and
+local imports (``import_file``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import json
+import os
+import re
+import sys
+import threading
+import time
+from pathlib import Path
+
+from .errors import AgentError, BadInput, DigestMismatch, QuotaExceeded
+
+DEFAULT_MAX_ARTIFACT_BYTES = 2 * 1024**3
+"""Largest artifact accepted by default: 2 GiB (ONNX's protobuf limit, TFLite's unverified range)."""
+
+DEFAULT_RESERVE_BYTES = 256 * 1024**2
+"""Free disk kept back from uploads so reports and run state can always be written."""
+
+DEFAULT_PARTIAL_MAX_AGE_S = 7 * 24 * 3600.0
+"""Partial uploads untouched this long are removed by ``remove_stale_partials``."""
+
+_DIGEST_RE = re.compile(r"[0-9a-f]{64}")
+_READ_BYTES = 1024 * 1024
+_LOCK_STRIPES = 64
+
+
+def validate_digest(digest: object) -> str:
+    """Return ``digest`` if it is 64 lowercase hex characters, else raise BadInput."""
+    if not isinstance(digest, str) or not _DIGEST_RE.fullmatch(digest):
+        shown = repr(digest) if not isinstance(digest, str) else repr(digest[:80])
+        raise BadInput(
+            f"not a sha256 digest: {shown}",
+            hint="a digest is 64 lowercase hex characters, without a 'sha256:' prefix",
+        )
+    return digest
+
+
+def _is_no_space(e: OSError) -> bool:
+    return e.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def _fsync_dir(path: Path) -> None:
+    """Make a rename in ``path`` durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Upload:
+    """One upload session for one digest: appends chunks and hashes them as they arrive.
+
+    Opened by :meth:`ArtifactStore.open_upload`. The running sha256 covers the
+    whole partial file (an existing prefix is hashed when the session opens), so
+    :meth:`commit` does not read the file again. Each write first checks that the
+    file still ends exactly where this session expects, so a second writer of the
+    same digest makes this session fail instead of corrupting it.
+    """
+
+    def __init__(self, store: ArtifactStore, digest: str, total_size: int):
+        self.store = store
+        self.digest = digest
+        self.total_size = total_size
+        self.bytes_received = 0
+        self._fd: int | None = None
+        self._sha = hashlib.sha256()
+        self.offset = 0
+        self.complete = False
+
+    def _open(self) -> None:
+        store, digest = self.store, self.digest
+        with store._lock(digest):
+            if store.has(digest):
+                self.complete = True
+                self.offset = store.path(digest).stat().st_size
+                return
+            part = store.partial_path(digest)
+            fd = os.open(part, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            try:
+                size = os.fstat(fd).st_size
+                if size > self.total_size:
+                    # A prefix of this artifact cannot be longer than the artifact:
+                    # this partial came from a wrong declaration; start over.
+                    os.ftruncate(fd, 0)
+                    size = 0
+                store._check_space(digest, self.total_size, size)
+                pos = 0
+                while pos < size:
+                    block = os.pread(fd, min(_READ_BYTES, size - pos), pos)
+                    if not block:
+                        break
+                    self._sha.update(block)
+                    pos += len(block)
+                self.offset = pos
+            except BaseException:
+                os.close(fd)
+                raise
+            self._fd = fd
+
+    def write(self, offset: int, data: bytes) -> int:
+        """Append ``data`` at ``offset`` (which must be the committed offset); return the new offset."""
+        if self.complete:
+            raise BadInput(f"artifact sha256:{self.digest} is already stored; nothing to upload")
+        assert self._fd is not None
+        if offset != self.offset:
+            raise BadInput(
+                f"chunk at offset {offset}, expected {self.offset} for sha256:{self.digest}",
+                hint="ask Stat for the committed offset and resume from there",
+            )
+        end = offset + len(data)
+        if end > self.total_size:
+            raise BadInput(
+                f"chunk ends at {end}, past the declared total size {self.total_size} "
+                f"of sha256:{self.digest}"
+            )
+        with self.store._lock(self.digest):
+            size = os.fstat(self._fd).st_size
+            if size != offset:
+                raise BadInput(
+                    f"chunk at offset {offset}, expected {size} for sha256:{self.digest} "
+                    "(another upload of the same artifact is writing it)",
+                    hint="ask Stat for the committed offset and resume from there",
+                )
+            _pwrite_all(self._fd, data, offset, self.digest)
+        self._sha.update(data)
+        self.offset = end
+        self.bytes_received += len(data)
+        return end
+
+    def commit(self) -> Path:
+        """Verify the digest, fsync and rename into place; return the stored path.
+
+        On a mismatch the partial is deleted and DigestMismatch raised: nothing is stored.
+        """
+        store, digest = self.store, self.digest
+        if self.complete:
+            return store.path(digest)
+        if self.offset != self.total_size:
+            raise BadInput(
+                f"upload of sha256:{digest} is incomplete: {self.offset} of {self.total_size} bytes"
+            )
+        assert self._fd is not None
+        with store._lock(digest):
+            got = self._sha.hexdigest()
+            part = store.partial_path(digest)
+            if got != digest:
+                self.close()
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(part)
+                raise DigestMismatch(
+                    f"bytes received do not match sha256:{digest} (they hash to sha256:{got}); "
+                    "nothing stored",
+                    hint="the file changed during the upload or its digest was computed from "
+                    "other bytes; push it again",
+                )
+            os.fsync(self._fd)
+            self.close()
+            path = store._publish(part, digest)
+        self.complete = True
+        return path
+
+    def close(self) -> None:
+        """Release the file; the partial stays for a later resume unless committed."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> Upload:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _pwrite_all(fd: int, data: bytes, offset: int, digest: str) -> None:
+    """Write all of ``data`` at ``offset``; on a full disk, cut the file back and raise QuotaExceeded."""
+    view = memoryview(data)
+    pos = 0
+    try:
+        while pos < len(view):
+            pos += os.pwrite(fd, view[pos:], offset + pos)
+    except OSError as e:
+        if _is_no_space(e):
+            # Keep the committed offset meaningful: drop the half-written chunk.
+            os.ftruncate(fd, offset)
+            raise QuotaExceeded(
+                f"device disk is full while storing sha256:{digest}",
+                hint="free space on the device, then push again (the upload resumes)",
+            ) from e
+        raise
+
+
+class ArtifactStore:
+    """Artifacts stored by sha256 digest under ``root`` (``<state>/artifacts``).
+
+    ``max_artifact_bytes`` caps one artifact; ``quota_bytes`` (None: no quota)
+    caps everything stored, committed and partial; ``reserve_bytes`` of free disk
+    are always kept back.
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES,
+        quota_bytes: int | None = None,
+        reserve_bytes: int = DEFAULT_RESERVE_BYTES,
+    ):
+        self.root = Path(root)
+        self.max_artifact_bytes = int(max_artifact_bytes)
+        self.quota_bytes = None if quota_bytes is None else int(quota_bytes)
+        self.reserve_bytes = int(reserve_bytes)
+        self.committed_dir = self.root / "sha256"
+        self.partial_dir = self.root / "partial"
+        for d in (self.root, self.committed_dir, self.partial_dir):
+            d.mkdir(mode=0o700, parents=True, exist_ok=True)
+        # Striped locks: bounded memory however many digests pass through.
+        self._locks = [threading.Lock() for _ in range(_LOCK_STRIPES)]
+
+    def _lock(self, digest: str) -> threading.Lock:
+        return self._locks[int(digest[:4], 16) % _LOCK_STRIPES]
+
+    # -- names ---------------------------------------------------------------
+
+    def committed_path(self, digest: str) -> Path:
+        """Where the artifact ``digest`` lives once committed (it may not exist)."""
+        return self.committed_dir / validate_digest(digest)
+
+    def partial_path(self, digest: str) -> Path:
+        """Where an upload of ``digest`` in progress is written."""
+        return self.partial_dir / f"{validate_digest(digest)}.part"
+
+    # -- queries -------------------------------------------------------------
+
+    def has(self, digest: str) -> bool:
+        """True when the artifact is committed (verified and stored)."""
+        return self.committed_path(digest).is_file()
+
+    def path(self, digest: str) -> Path:
+        """The committed artifact's path; BadInput naming the digest when it is absent."""
+        p = self.committed_path(digest)
+        if not p.is_file():
+            raise BadInput(
+                f"artifact sha256:{digest} is not on this device; push it first",
+                hint="the host pushes artifacts before it qualifies them",
+            )
+        return p
+
+    def committed_offset(self, digest: str) -> int:
+        """Bytes held for ``digest``: the full size if committed, else the partial's size (0 if none)."""
+        p = self.committed_path(digest)
+        try:
+            return p.stat().st_size
+        except FileNotFoundError:
+            pass
+        try:
+            return self.partial_path(digest).stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    def stat(self, digest: str) -> dict:
+        """``{"digest", "committed_offset", "complete", "partial_path"}`` for one digest."""
+        complete = self.has(digest)
+        return {
+            "digest": digest,
+            "committed_offset": self.committed_offset(digest),
+            "complete": complete,
+            "partial_path": str(self.partial_path(digest)),
+        }
+
+    def used_bytes(self) -> int:
+        """Bytes held by committed artifacts and partial uploads together."""
+        total = 0
+        for d in (self.committed_dir, self.partial_dir):
+            with os.scandir(d) as it:
+                for entry in it:
+                    with contextlib.suppress(FileNotFoundError):
+                        if entry.is_file(follow_symlinks=False):
+                            total += entry.stat(follow_symlinks=False).st_size
+        return total
+
+    # -- limits --------------------------------------------------------------
+
+    def _check_size(self, label: str, total_size: int) -> None:
+        """Refuse a negative size or one over the per-artifact limit; ``label`` names the artifact."""
+        if total_size < 0:
+            raise BadInput(f"negative total size {total_size} for {label}")
+        if total_size > self.max_artifact_bytes:
+            raise QuotaExceeded(
+                f"artifact {label} is {total_size} bytes, over this device's limit of "
+                f"{self.max_artifact_bytes} bytes",
+                hint="raise the agent's artifact size limit, or qualify a smaller model",
+            )
+
+    def _check_space(self, digest: str, total_size: int, have_bytes: int) -> None:
+        """Refuse an upload that the size limit, the quota or the free disk cannot hold."""
+        self._check_size(f"sha256:{digest}", total_size)
+        need = total_size - have_bytes
+        if self.quota_bytes is not None:
+            used = self.used_bytes()
+            if used + need > self.quota_bytes:
+                raise QuotaExceeded(
+                    f"storing sha256:{digest} ({total_size} bytes) would exceed the artifact "
+                    f"quota: {used} of {self.quota_bytes} bytes used",
+                    hint="remove old artifacts from the device's store or raise its quota",
+                )
+        st = os.statvfs(self.root)
+        free = st.f_bavail * st.f_frsize
+        if need > free - self.reserve_bytes:
+            raise QuotaExceeded(
+                f"not enough disk on the device for sha256:{digest}: {need} bytes needed, "
+                f"{max(free - self.reserve_bytes, 0)} available (keeping {self.reserve_bytes} "
+                "in reserve)",
+                hint="free space on the device",
+            )
+
+    # -- writing -------------------------------------------------------------
+
+    def open_upload(self, digest: str, total_size: int) -> Upload:
+        """Start (or resume) an upload session; checks the size limit, quota and free disk."""
+        validate_digest(digest)
+        self._check_size(f"sha256:{digest}", total_size)
+        upload = Upload(self, digest, int(total_size))
+        upload._open()
+        return upload
+
+    def write_chunk(self, digest: str, offset: int, data: bytes, total_size: int) -> int:
+        """Append one chunk at ``offset`` (must equal the committed offset); return the new offset.
+
+        A one-call form of :meth:`open_upload`; the gRPC server keeps a session
+        open instead so the digest is computed while bytes arrive.
+        """
+        validate_digest(digest)
+        self._check_size(f"sha256:{digest}", total_size)
+        if self.has(digest):
+            raise BadInput(f"artifact sha256:{digest} is already stored; nothing to upload")
+        end = offset + len(data)
+        if end > total_size:
+            raise BadInput(
+                f"chunk ends at {end}, past the declared total size {total_size} of sha256:{digest}"
+            )
+        with self._lock(digest):
+            part = self.partial_path(digest)
+            fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            try:
+                size = os.fstat(fd).st_size
+                if offset != size:
+                    raise BadInput(
+                        f"chunk at offset {offset}, expected {size} for sha256:{digest}",
+                        hint="ask Stat for the committed offset and resume from there",
+                    )
+                self._check_space(digest, total_size, size)
+                _pwrite_all(fd, data, offset, digest)
+            finally:
+                os.close(fd)
+        return end
+
+    def commit(self, digest: str) -> Path:
+        """Hash the partial upload; store it under its digest if it matches.
+
+        A mismatch deletes the partial and raises DigestMismatch (nothing stored);
+        a missing partial raises BadInput. Committing an artifact already stored
+        returns its path.
+        """
+        validate_digest(digest)
+        with self._lock(digest):
+            if self.has(digest):
+                return self.committed_path(digest)
+            part = self.partial_path(digest)
+            try:
+                fd = os.open(part, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            except FileNotFoundError:
+                raise BadInput(
+                    f"no upload of sha256:{digest} to commit",
+                    hint=f"upload the artifact to {part} first",
+                ) from None
+            try:
+                size = os.fstat(fd).st_size
+                if size > self.max_artifact_bytes:
+                    os.unlink(part)
+                    self._check_size(f"sha256:{digest}", size)
+                sha = hashlib.sha256()
+                while True:
+                    block = os.read(fd, _READ_BYTES)
+                    if not block:
+                        break
+                    sha.update(block)
+                got = sha.hexdigest()
+                if got != digest:
+                    os.unlink(part)
+                    raise DigestMismatch(
+                        f"uploaded bytes do not match sha256:{digest} (they hash to "
+                        f"sha256:{got}, {size} bytes); nothing stored",
+                        hint="upload the artifact again",
+                    )
+                # Another process (SFTP) may have written the partial: make it durable first.
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            return self._publish(part, digest)
+
+    def _publish(self, part: Path, digest: str) -> Path:
+        """Rename a verified partial to its digest name, durably. Caller holds the digest lock."""
+        final = self.committed_path(digest)
+        os.chmod(part, 0o444)
+        os.rename(part, final)
+        _fsync_dir(self.committed_dir)
+        return final
+
+    def import_file(self, path: Path) -> str:
+        """Copy a local file into the store; return its sha256 digest (no-op if already held)."""
+        src = Path(path)
+        try:
+            size = src.stat().st_size
+        except OSError as e:
+            raise BadInput(f"cannot read {src}: {e.strerror}") from e
+        if not src.is_file():
+            raise BadInput(f"{src} is not a regular file")
+        self._check_size(str(src), size)
+        tmp = self.partial_dir / f"import-{os.getpid()}-{os.urandom(6).hex()}.tmp"
+        sha = hashlib.sha256()
+        try:
+            with open(src, "rb") as fin:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+                with os.fdopen(fd, "wb") as fout:
+                    copied = 0
+                    while True:
+                        block = fin.read(_READ_BYTES)
+                        if not block:
+                            break
+                        copied += len(block)
+                        if copied > self.max_artifact_bytes:
+                            self._check_size(str(src), copied)
+                        sha.update(block)
+                        fout.write(block)
+                    fout.flush()
+                    os.fsync(fout.fileno())
+            digest = sha.hexdigest()
+            with self._lock(digest):
+                if self.has(digest):
+                    return digest
+                self._check_space(digest, copied, copied)
+                self._publish(tmp, digest)
+            return digest
+        except OSError as e:
+            if _is_no_space(e):
+                raise QuotaExceeded(
+                    f"device disk is full while importing {src}", hint="free space on the device"
+                ) from e
+            raise
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+
+    def remove_stale_partials(self, max_age_s: float = DEFAULT_PARTIAL_MAX_AGE_S) -> list[str]:
+        """Delete partial uploads and import leftovers untouched for ``max_age_s``; return their names."""
+        cutoff = time.time() - max_age_s
+        removed = []
+        with os.scandir(self.partial_dir) as it:
+            for entry in it:
+                with contextlib.suppress(FileNotFoundError):
+                    if entry.stat(follow_symlinks=False).st_mtime < cutoff:
+                        os.unlink(entry.path)
+                        removed.append(entry.name)
+        return removed
+
+
+def store_main(argv: list[str], state_dir: Path) -> int:
+    """``edgequal-agent store stat DIGEST`` / ``store commit DIGEST``: one JSON line on stdout.
+
+    Used by the SSH transport around an SFTP upload into the ``partial_path``
+    that ``stat`` prints. Returns the exit code: 0, or 2 with one line on stderr.
+    """
+    usage = "usage: edgequal-agent store {stat|commit} DIGEST"
+    if len(argv) != 2 or argv[0] not in ("stat", "commit"):
+        print(usage, file=sys.stderr)
+        return 2
+    command, digest = argv
+    try:
+        validate_digest(digest)
+        store = ArtifactStore(Path(state_dir) / "artifacts")
+        if command == "stat":
+            result = store.stat(digest)
+        else:
+            path = store.commit(digest)
+            result = {"digest": digest, "size": path.stat().st_size, "complete": True}
+    except AgentError as e:
+        line = str(e) + (f" ({e.hint})" if e.hint else "")
+        print(f"edgequal-agent store {command}: {line}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"edgequal-agent store {command}: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(result, sort_keys=True))
+    return 0

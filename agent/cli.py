@@ -1,0 +1,225 @@
+"""``edgequal-agent``: serve, run-plan, measure, key show, info, store, report.
+
+Errors print one line with a hint (tracebacks only with --debug). Exit codes:
+0 pass, 1 measurement failed, 2 bad usage or input, 3 device or runtime failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import logging
+import sys
+import threading
+from pathlib import Path
+
+from .config import default_state_dir, probe_root
+from .errors import AgentError, BadInput
+
+log = logging.getLogger("edgequal.agent")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="edgequal-agent", description="edgequal device agent")
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    p.add_argument("--state-dir", type=Path, default=None, help="agent state (key, artifacts, reports)")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("serve", help="serve the gRPC API")
+    s.add_argument("--listen", default="127.0.0.1:50051", help="HOST:PORT (default 127.0.0.1:50051)")
+    s.add_argument("--token-file", type=Path, help="file holding the bearer token every RPC must carry")
+    s.add_argument("--tls-cert", type=Path)
+    s.add_argument("--tls-key", type=Path)
+    s.add_argument("--client-ca", type=Path, help="require client certificates signed by this CA (mutual TLS)")
+    s.add_argument("--root", help="prefix for /sys, /proc, /etc reads (default $EDGEQUAL_ROOT or /)")
+    s.add_argument("--port-file", type=Path, help="write the bound port here once serving")
+
+    r = sub.add_parser("run-plan", help="one-shot run (SSH mode): JSON-lines events, then the signed envelope")
+    r.add_argument("plan_file", type=Path)
+    r.add_argument("--root")
+
+    m = sub.add_parser("measure", help="measure a model file here, without a host")
+    m.add_argument("model", type=Path)
+    m.add_argument("--golden", type=Path)
+    m.add_argument("--plan", default="quick", help="quick | standard | soak")
+    m.add_argument("--runtime", default="auto", help="auto | onnxruntime | litert")
+    m.add_argument("--threads", type=int)
+    m.add_argument("--shape", action="append", default=[], metavar="NAME=1x3x224x224")
+    m.add_argument("--sustain", help="sustained phase duration, e.g. 30s, 10m (0 to skip)")
+    m.add_argument("--window", help="sustained window length, e.g. 2s")
+    m.add_argument("--root")
+    m.add_argument("--json", action="store_true", help="print the full result as JSON")
+
+    k = sub.add_parser("key", help="the device key")
+    k.add_argument("action", choices=["show"])
+    k.add_argument("--json", action="store_true")
+
+    i = sub.add_parser("info", help="fingerprint, probes, runtimes")
+    i.add_argument("--root")
+    i.add_argument("--json", action="store_true")
+
+    st = sub.add_parser("store", help="artifact store (used by the SSH transport)")
+    st.add_argument("args", nargs=argparse.REMAINDER)
+
+    rp = sub.add_parser("report", help="print a stored signed report by run id")
+    rp.add_argument("run_id")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``edgequal-agent``."""
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.debug else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    state_dir = args.state_dir or default_state_dir()
+    try:
+        return COMMANDS[args.command](args, state_dir)
+    except AgentError as e:
+        if args.debug:
+            raise
+        hint = f" (hint: {e.hint})" if e.hint else ""
+        print(f"edgequal-agent: error: {e}{hint}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        return 130
+
+
+def cmd_serve(args, state_dir: Path) -> int:
+    from .server import serve
+
+    token = None
+    if args.token_file:
+        try:
+            token = args.token_file.read_text().strip()
+        except OSError as e:
+            raise BadInput(f"cannot read token file {args.token_file}: {e.strerror}") from e
+        if not token:
+            raise BadInput(f"token file {args.token_file} is empty")
+    tls = None
+    if args.tls_cert or args.tls_key:
+        if not (args.tls_cert and args.tls_key):
+            raise BadInput("--tls-cert and --tls-key go together")
+        tls = (args.tls_cert, args.tls_key, args.client_ca)
+    server = serve(args.listen, state_dir, probe_root(args.root), token=token, tls=tls, port_file=args.port_file)
+    server.wait_for_termination()
+    return 0
+
+
+def _emit_line(obj: dict) -> None:
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def cmd_run_plan(args, state_dir: Path) -> int:
+    from .keys import load_or_create_device_key
+    from .runner import RunRequest, execute_run, new_run_id
+    from .store import ArtifactStore
+
+    try:
+        spec = json.loads(args.plan_file.read_text())
+    except (OSError, ValueError) as e:
+        raise BadInput(f"cannot read plan file {args.plan_file}: {e}") from e
+    try:
+        request = RunRequest(
+            run_id=spec.get("run_id") or new_run_id(),
+            model_digest=spec["model_digest"],
+            golden_digest=spec.get("golden_digest"),
+            plan=spec.get("plan", {}),
+            nonce=spec["nonce"],
+            model_name=spec.get("model_name", "model"),
+            golden_name=spec.get("golden_name"),
+        )
+    except KeyError as e:
+        raise BadInput(f"plan file {args.plan_file} lacks '{e.args[0]}'") from None
+    key = load_or_create_device_key(state_dir)
+    store = ArtifactStore(Path(state_dir) / "artifacts")
+    _emit_line({"event": {"type": "run", "run_id": request.run_id}})
+    envelope = execute_run(state_dir=state_dir, key=key, store=store, request=request,
+                           root=probe_root(args.root), on_event=lambda e: _emit_line({"event": e}),
+                           cancel=threading.Event())
+    _emit_line({"envelope": base64.b64encode(envelope).decode(), "run_id": request.run_id})
+    return 0
+
+
+def cmd_measure(args, state_dir: Path) -> int:
+    from .plan import make_plan, parse_duration_s, parse_shape_args
+    from .qualification import run_measurement
+    from .report.signing import json_clean
+    from .report.summary import format_summary
+
+    plan = make_plan(
+        args.plan, runtime=args.runtime, threads=args.threads, shapes=parse_shape_args(args.shape) or None,
+        sustain_s=parse_duration_s(args.sustain) if args.sustain else None,
+        window_s=parse_duration_s(args.window) if args.window else None,
+    )
+
+    def progress(event: dict) -> None:
+        if not args.json and event.get("type") == "phase" and event.get("state") == "started":
+            print(f"... {event['phase']}", file=sys.stderr)
+
+    outcome = run_measurement(args.model, args.golden, plan, root=probe_root(args.root), on_event=progress)
+    if args.json:
+        print(json.dumps(json_clean(outcome), indent=1))
+    else:
+        print(format_summary(outcome))
+    if outcome["findings"] and outcome["findings"][0].get("kind") in ("golden_mismatch",):
+        return 2
+    return 0 if outcome["status"] in ("passed", "degraded") else 1
+
+
+def cmd_key(args, state_dir: Path) -> int:
+    from .keys import load_or_create_device_key
+
+    key = load_or_create_device_key(state_dir)
+    if args.json:
+        print(json.dumps({"public_key_b64": key.public_key_b64(), "fingerprint": key.fingerprint(), "keyid": key.keyid()}))
+    else:
+        print(f"ed25519 {key.public_key_b64()}\nfingerprint {key.fingerprint()}")
+    return 0
+
+
+def cmd_info(args, state_dir: Path) -> int:
+    from . import __version__
+    from .runtimes import available_runtimes
+
+    root = probe_root(args.root)
+    try:
+        from .probes import read_all
+
+        readings = read_all(root)
+    except ImportError:
+        readings = {}
+    info = {"agent_version": __version__, "root": str(root), "probes": readings, "runtimes": available_runtimes()}
+    if args.json:
+        print(json.dumps(info, indent=1, default=str))
+    else:
+        print(f"edgequal-agent {__version__} (root {root})")
+        for name, r in info["runtimes"].items():
+            print(f"  {name}: {r['version'] if r['available'] else 'missing: ' + r['reason']}")
+        for section, value in readings.items():
+            print(f"  {section}: {json.dumps(value, default=str)[:300]}")
+    return 0
+
+
+def cmd_store(args, state_dir: Path) -> int:
+    from .store import store_main
+
+    return store_main(args.args, state_dir)
+
+
+def cmd_report(args, state_dir: Path) -> int:
+    from .runner import read_report
+
+    sys.stdout.buffer.write(read_report(state_dir, args.run_id))
+    sys.stdout.flush()
+    return 0
+
+
+COMMANDS = {
+    "serve": cmd_serve, "run-plan": cmd_run_plan, "measure": cmd_measure, "key": cmd_key,
+    "info": cmd_info, "store": cmd_store, "report": cmd_report,
+}
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,693 @@
+"""Output drift: how far the device's outputs moved from the golden reference outputs,
+whether that is within tolerance, and whether any product decision flipped.
+
+Pure functions over numpy arrays, computed in float64. Metrics and default gates follow
+DESIGN.md "Drift" and reference/measurement.md §4 and §6.5:
+
+- elementwise closeness uses numpy ``allclose`` semantics: |a - r| <= atol + rtol * |r|;
+- PSNR is AI Hub's 20 log10((max|r| + 1e-5) / (RMSE + 1e-10)), so numbers compare;
+- a decision flip is a golden case whose decision (argmax, top-k set or threshold) on the
+  device differs from the decision on the reference; cases whose reference sits within
+  NEAR_THRESHOLD_BAND of the decision boundary are the "fragile set".
+
+Every function returns plain Python values that ``json.dumps(..., allow_nan=False)``
+accepts: infinities and NaN are reported as None next to a flag saying why.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+from edgequal.agent.errors import BadInput
+
+# A reference value closer than this to the decision boundary (threshold distance, or
+# top-1/top-2 gap for argmax) makes the case "near threshold". 0.02 is meant for
+# probabilities (measurement.md §4, §6.5); logits deserve a wider band.
+NEAR_THRESHOLD_BAND = 0.02
+
+# Default decision gates (measurement.md §6.5): at most 0.5 % of all cases may flip,
+# and at most 10 % of the near-threshold (fragile) cases.
+MAX_FLIP_RATE = 0.005
+MAX_NEAR_THRESHOLD_FLIP_RATE = 0.10
+
+# top-k width for classification-like outputs in the drift report.
+DEFAULT_TOPK = 5
+
+_TOLERANCE_CLASSES: dict[str, dict[str, Any]] = {
+    # Same math on another runtime, EP or thread count: elementwise gate.
+    "fp32": {"atol": 1e-4, "rtol": 1e-3, "elementwise": True},
+    # Reduced precision: gated on PSNR; atol/rtol (measurement.md §6.5 FP16 row) only
+    # fill within_fraction for the report.
+    "fp16": {"atol": 1e-2, "rtol": 1e-2, "elementwise": False, "min_psnr_db": 40.0},
+    "int8": {
+        "atol": 1e-2,
+        "rtol": 1e-2,
+        "elementwise": False,
+        "min_psnr_db": 30.0,
+        "min_top1": 0.95,
+    },
+}
+
+
+# ---------------------------------------------------------------------------
+# Elementwise metrics
+
+
+def _float64(values, what: str) -> np.ndarray:
+    try:
+        array = np.asarray(values)
+    except (TypeError, ValueError) as e:
+        raise BadInput(f"{what} is not an array: {e}") from e
+    if not (np.issubdtype(array.dtype, np.number) or array.dtype == np.bool_) or np.issubdtype(
+        array.dtype, np.complexfloating
+    ):
+        raise BadInput(f"{what} must hold real numbers, got dtype {array.dtype}")
+    return array.astype(np.float64, copy=False)
+
+
+def _finite_or_none(value: float) -> float | None:
+    return float(value) if math.isfinite(value) else None
+
+
+def compare_arrays(actual, reference, atol: float, rtol: float) -> dict:
+    """Drift metrics of one output array against its reference (JSON-ready dict).
+
+    Keys: size, max_abs, mean_abs, max_rel (|a-r| / (|r| + eps), eps = 1e-6 * max|r|
+    or 1e-12 for an all-zero reference), within_fraction (share with |a-r| <= atol +
+    rtol*|r|), cosine (flattened; 1.0 when both are all zero), snr_db (None when exact,
+    i.e. infinite, or when the reference is all zero), psnr_db, exact, nan_count and
+    inf_count (in actual), reference_nonfinite_count.
+
+    Non-finite positions never count as within tolerance unless both sides hold the
+    same NaN/Inf, and are left out of the numeric metrics (which then describe the
+    finite part only); nan_count and inf_count say how many there were.
+    """
+    a = _float64(actual, "actual output")
+    r = _float64(reference, "reference output")
+    if a.shape != r.shape:
+        raise BadInput(
+            f"output shape {list(a.shape)} differs from reference shape {list(r.shape)}",
+            hint="the model and the golden set disagree on this output",
+        )
+    a = a.ravel()
+    r = r.ravel()
+    size = int(a.size)
+    nan_count = int(np.count_nonzero(np.isnan(a)))
+    inf_count = int(np.count_nonzero(np.isinf(a)))
+    finite = np.isfinite(a) & np.isfinite(r)
+    same_nonfinite = ~finite & ((np.isnan(a) & np.isnan(r)) | (a == r))
+    af = a[finite]
+    rf = r[finite]
+
+    diff = np.abs(af - rf)
+    abs_ref = np.abs(rf)
+    within = np.count_nonzero(diff <= atol + rtol * abs_ref) + np.count_nonzero(same_nonfinite)
+    max_ref = float(abs_ref.max()) if abs_ref.size else 0.0
+    eps = 1e-6 * max_ref if max_ref > 0 else 1e-12
+
+    if diff.size:
+        max_abs = float(diff.max())
+        mean_abs = float(diff.mean())
+        max_rel = float((diff / (abs_ref + eps)).max())
+        rmse = math.sqrt(float(np.mean(diff * diff)))
+    else:
+        max_abs = mean_abs = max_rel = rmse = 0.0
+
+    norm_a = float(np.linalg.norm(af))
+    norm_r = float(np.linalg.norm(rf))
+    if norm_a == 0.0 and norm_r == 0.0:
+        cosine = 1.0
+    elif norm_a == 0.0 or norm_r == 0.0:
+        cosine = 0.0
+    else:
+        cosine = min(1.0, max(-1.0, float(np.dot(af, rf)) / (norm_a * norm_r)))
+
+    signal = float(np.sum(rf * rf))
+    noise = float(np.sum(diff * diff))
+    exact = noise == 0.0 and bool(np.all(finite | same_nonfinite))
+    snr_db = 10.0 * math.log10(signal / noise) if noise > 0.0 and signal > 0.0 else None
+    psnr_db = 20.0 * math.log10((max_ref + 1e-5) / (rmse + 1e-10))
+
+    return {
+        "size": size,
+        "max_abs": max_abs,
+        "mean_abs": mean_abs,
+        "max_rel": max_rel,
+        "within_fraction": within / size if size else 1.0,
+        "cosine": cosine,
+        "snr_db": _finite_or_none(snr_db) if snr_db is not None else None,
+        "psnr_db": psnr_db,
+        "exact": exact,
+        "nan_count": nan_count,
+        "inf_count": inf_count,
+        "reference_nonfinite_count": int(np.count_nonzero(~np.isfinite(r))),
+    }
+
+
+def _rows(array: np.ndarray, what: str) -> np.ndarray:
+    """View an output as (rows, classes) over its last axis; a 0-d value is one class."""
+    if array.ndim == 0:
+        return array.reshape(1, 1)
+    if array.shape[-1] == 0:
+        raise BadInput(f"{what} has an empty last axis, shape {list(array.shape)}")
+    return array.reshape(-1, array.shape[-1])
+
+
+def _topk_indices(rows: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the k largest values per row, largest first; ties keep the lower index."""
+    return np.argsort(-rows, axis=1, kind="stable")[:, :k]
+
+
+def topk_agreement(actual, reference, k: int) -> dict:
+    """Top-1 and top-k agreement over the last axis, per row, of two score arrays.
+
+    Returns rows, k (clamped to the number of classes), top1_agreement (share of rows
+    whose argmax matches) and topk_overlap (mean share of the reference top-k found in
+    the actual top-k).
+    """
+    if k < 1:
+        raise BadInput(f"top-k needs k >= 1, got {k}")
+    a = _float64(actual, "actual output")
+    r = _float64(reference, "reference output")
+    if a.shape != r.shape:
+        raise BadInput(f"output shape {list(a.shape)} differs from reference shape {list(r.shape)}")
+    a_rows = _rows(a, "actual output")
+    r_rows = _rows(r, "reference output")
+    k = min(k, r_rows.shape[1])
+    # NaN scores sort last so a NaN output loses its class instead of winning it.
+    a_rows = np.where(np.isnan(a_rows), -np.inf, a_rows)
+    top_a = _topk_indices(a_rows, k)
+    top_r = _topk_indices(r_rows, k)
+    top1 = float(np.mean(top_a[:, 0] == top_r[:, 0]))
+    overlap = [
+        len(set(ta.tolist()) & set(tr.tolist())) / k for ta, tr in zip(top_a, top_r, strict=True)
+    ]
+    return {
+        "rows": int(a_rows.shape[0]),
+        "k": int(k),
+        "top1_agreement": top1,
+        "topk_overlap": float(np.mean(overlap)),
+    }
+
+
+# ---------------------------------------------------------------------------
+# Tolerances
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """What counts as acceptable drift for one output.
+
+    ``elementwise`` gates on every element being within atol + rtol*|ref|; otherwise
+    atol/rtol only fill the within_fraction metric. ``min_psnr_db`` gates the worst
+    case's PSNR, ``min_top1`` the pooled top-1 agreement over all cases. NaN or Inf in
+    an actual output always fails.
+    """
+
+    atol: float
+    rtol: float
+    min_psnr_db: float | None = None
+    min_top1: float | None = None
+    cls: str = "custom"
+    elementwise: bool = True
+
+    @classmethod
+    def for_class(cls, name: str) -> Tolerance:
+        """The default tolerance of a precision class: fp32, fp16 or int8."""
+        try:
+            values = _TOLERANCE_CLASSES[name]
+        except KeyError:
+            raise BadInput(
+                f"unknown tolerance class {name!r}",
+                hint=f"use one of {', '.join(_TOLERANCE_CLASSES)}",
+            ) from None
+        return cls(cls=name, **values)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Tolerance:
+        """Tolerance from a golden manifest entry: {"class": "fp16"}, {"atol": .., "rtol": ..}
+        or both (explicit numbers override the class; naming atol or rtol turns on the
+        elementwise gate unless "elementwise" says otherwise; min_psnr_db or min_top1 set
+        to null switch that gate off). Missing numbers come from fp32.
+        """
+        if not isinstance(d, dict):
+            raise BadInput(f"a tolerance must be a mapping, got {type(d).__name__}")
+        allowed = {"class", "atol", "rtol", "min_psnr_db", "min_top1", "elementwise"}
+        unknown = sorted(set(d) - allowed)
+        if unknown:
+            raise BadInput(
+                f"unknown tolerance keys {unknown}",
+                hint=f"accepted keys: {', '.join(sorted(allowed))}",
+            )
+        name = d.get("class", "fp32")
+        if not isinstance(name, str):
+            raise BadInput(f"tolerance class must be a string, got {name!r}")
+        values = asdict(cls.for_class(name))
+        for key in ("atol", "rtol", "min_psnr_db", "min_top1"):
+            if key not in d:
+                continue
+            value = d[key]
+            if value is None and key in ("min_psnr_db", "min_top1"):
+                values[key] = None  # null switches a class's gate off
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise BadInput(f"tolerance {key} must be a number, got {value!r}")
+            if not math.isfinite(value) or value < 0:
+                raise BadInput(f"tolerance {key} must be finite and >= 0, got {value!r}")
+            if key == "min_top1" and value > 1:
+                raise BadInput(f"tolerance min_top1 is a fraction within 0..1, got {value!r}")
+            values[key] = float(value)
+        if "atol" in d or "rtol" in d:
+            values["elementwise"] = True
+            if "class" not in d:
+                values["cls"] = "custom"
+        if "elementwise" in d:
+            if not isinstance(d["elementwise"], bool):
+                raise BadInput(
+                    f"tolerance elementwise must be true or false, got {d['elementwise']!r}"
+                )
+            values["elementwise"] = d["elementwise"]
+        return cls(**values)
+
+    def to_dict(self) -> dict:
+        """JSON-ready form, with the class under "class"."""
+        values = asdict(self)
+        values["class"] = values.pop("cls")
+        return values
+
+
+def smallest_passing_tolerance(actual, reference, rtol: float) -> float:
+    """Smallest atol for which every element passes at this rtol: max(|a-r| - rtol*|r|),
+    floored at 0. math.inf when the actual output holds NaN/Inf where the reference
+    does not (no tolerance passes).
+    """
+    a = _float64(actual, "actual output").ravel()
+    r = _float64(reference, "reference output").ravel()
+    finite = np.isfinite(a) & np.isfinite(r)
+    if not np.all(finite | (np.isnan(a) & np.isnan(r)) | (a == r)):
+        return math.inf
+    if not np.any(finite):
+        return 0.0
+    af, rf = a[finite], r[finite]
+    return max(0.0, float(np.max(np.abs(af - rf) - rtol * np.abs(rf))))
+
+
+def smallest_passing_rtol(actual, reference) -> float | None:
+    """Smallest rtol for which every element passes with atol = 0: max(|a-r| / |r|).
+
+    None when undefined: some element differs where the reference is zero, or the
+    actual output holds NaN/Inf the reference does not.
+    """
+    a = _float64(actual, "actual output").ravel()
+    r = _float64(reference, "reference output").ravel()
+    finite = np.isfinite(a) & np.isfinite(r)
+    if not np.all(finite | (np.isnan(a) & np.isnan(r)) | (a == r)):
+        return None
+    af, rf = a[finite], r[finite]
+    diff = np.abs(af - rf)
+    if np.any((rf == 0) & (diff > 0)):
+        return None
+    nonzero = rf != 0
+    if not np.any(nonzero):
+        return 0.0
+    return float(np.max(diff[nonzero] / np.abs(rf[nonzero])))
+
+
+# ---------------------------------------------------------------------------
+# Decision rules
+
+_DECISION_FORMS = (
+    "argmax, argmax:OUTPUT, topk:K, topk:K:OUTPUT, threshold:OUTPUT>VALUE (or >=, <, <=)"
+)
+_THRESHOLD_RE = re.compile(r"^(?P<output>.*?)\s*(?P<op>>=|<=|>|<)\s*(?P<value>[^<>=]+)$")
+_COMPARE = {
+    ">": np.greater,
+    ">=": np.greater_equal,
+    "<": np.less,
+    "<=": np.less_equal,
+}
+
+
+@dataclass(frozen=True)
+class DecisionRule:
+    """The product decision taken from a model's outputs (golden manifest "decision").
+
+    kind is "argmax", "topk" or "threshold"; output None means the first output.
+    """
+
+    kind: str
+    output: str | None = None
+    k: int | None = None
+    op: str | None = None
+    threshold: float | None = None
+
+    def __str__(self) -> str:
+        if self.kind == "threshold":
+            return f"threshold:{self.output or ''}{self.op}{self.threshold}"
+        parts = [self.kind]
+        if self.kind == "topk":
+            parts.append(str(self.k))
+        if self.output is not None:
+            parts.append(self.output)
+        return ":".join(parts)
+
+    def output_name(self, outputs: dict) -> str:
+        """The output this rule reads: its own, or the first of ``outputs``."""
+        if self.output is not None:
+            if self.output not in outputs:
+                raise BadInput(
+                    f"decision rule {self} names output {self.output!r}, "
+                    f"outputs are {list(outputs)}"
+                )
+            return self.output
+        if not outputs:
+            raise BadInput(f"decision rule {self} has no output to read")
+        return next(iter(outputs))
+
+    def decide(self, outputs: dict) -> dict:
+        """The decision on one case's outputs, per row (leading axes flattened).
+
+        argmax: per row, the winning index; margin = top-1 minus top-2 score.
+        topk: per row, the k indices, best first; margin = k-th minus (k+1)-th score.
+        threshold: per element, true/false; margin = |value - threshold|.
+        Margins are None where undefined (one class, k >= classes, NaN).
+        """
+        name = self.output_name(outputs)
+        values = _float64(outputs[name], f"output {name!r}")
+        if self.kind == "threshold":
+            decisions = _COMPARE[self.op](values, self.threshold)
+            margins = np.abs(values - self.threshold)
+            return {
+                "rule": str(self),
+                "output": name,
+                "decisions": np.asarray(decisions).tolist(),
+                "margins": _nested_margins(margins),
+            }
+        rows = _rows(values, f"output {name!r}")
+        # NaN scores sort last: a NaN output loses its class instead of winning it.
+        ranked_scores = np.where(np.isnan(rows), -np.inf, rows)
+        k = 1 if self.kind == "argmax" else self.k
+        order = np.argsort(-ranked_scores, axis=1, kind="stable")
+        classes = rows.shape[1]
+        if k < classes:
+            picked = np.take_along_axis(ranked_scores, order[:, k - 1 : k + 1], axis=1)
+            margins = picked[:, 0] - picked[:, 1]
+            margin_list = [_finite_or_none(float(m)) for m in margins]
+        else:
+            margin_list = [None] * rows.shape[0]
+        decisions = order[:, 0].tolist() if self.kind == "argmax" else order[:, :k].tolist()
+        return {"rule": str(self), "output": name, "decisions": decisions, "margins": margin_list}
+
+
+def _nested_margins(margins: np.ndarray):
+    """Margins as nested lists with NaN turned into None."""
+    if margins.ndim == 0:
+        return _finite_or_none(float(margins))
+    return [_nested_margins(m) for m in margins]
+
+
+def parse_decision_rule(text: str) -> DecisionRule:
+    """Parse a decision rule: argmax, argmax:OUTPUT, topk:K, topk:K:OUTPUT,
+    threshold:OUTPUT>VALUE (also >=, <, <=; OUTPUT may be empty for the first output).
+
+    Output names may contain ':' (TensorFlow-style "logits:0").
+    """
+    if not isinstance(text, str):
+        raise BadInput(
+            f"decision rule must be text, got {text!r}", hint=f"accepted: {_DECISION_FORMS}"
+        )
+    rule = text.strip()
+    kind, _, rest = rule.partition(":")
+
+    def bad(why: str) -> BadInput:
+        return BadInput(f"bad decision rule {text!r}: {why}", hint=f"accepted: {_DECISION_FORMS}")
+
+    if kind == "argmax":
+        if ":" in rule and not rest:
+            raise bad("empty output name")
+        return DecisionRule("argmax", output=rest or None)
+    if kind == "topk":
+        k_text, _, output = rest.partition(":")
+        if not re.fullmatch(r"[0-9]+", k_text) or int(k_text) < 1:
+            raise bad("K must be a positive integer")
+        if rest.endswith(":") and not output:
+            raise bad("empty output name")
+        return DecisionRule("topk", output=output or None, k=int(k_text))
+    if kind == "threshold":
+        match = _THRESHOLD_RE.match(rest)
+        if match is None:
+            raise bad("expected OUTPUT followed by >, >=, < or <= and a number")
+        try:
+            value = float(match["value"])
+        except ValueError:
+            raise bad(f"{match['value'].strip()!r} is not a number") from None
+        if not math.isfinite(value):
+            raise bad("the threshold must be a finite number")
+        return DecisionRule(
+            "threshold", output=match["output"].strip() or None, op=match["op"], threshold=value
+        )
+    raise bad(f"unknown kind {kind!r}")
+
+
+def _decisions_differ(rule: DecisionRule, actual: list, reference: list) -> bool:
+    """True when any row's decision differs; top-k compares sets, not order."""
+    if rule.kind == "topk":
+        if len(actual) != len(reference):
+            return True
+        return any(set(a) != set(r) for a, r in zip(actual, reference, strict=True))
+    return actual != reference
+
+
+def _min_margin(margins) -> float | None:
+    """Smallest margin anywhere in a (nested) margin list, ignoring None."""
+    if margins is None:
+        return None
+    if isinstance(margins, list):
+        found = [m for m in (_min_margin(x) for x in margins) if m is not None]
+        return min(found) if found else None
+    return margins
+
+
+# ---------------------------------------------------------------------------
+# Drift report over a golden set
+
+
+def _median(values: list) -> float | None:
+    present = [v for v in values if v is not None]
+    return float(statistics.median(present)) if present else None
+
+
+def _worst(values: list, worst=max) -> float | None:
+    present = [v for v in values if v is not None]
+    return float(worst(present)) if present else None
+
+
+def _case_failures(metrics: dict, tolerance: Tolerance) -> list[str]:
+    """Why one case fails its tolerance (empty when it passes); top-1 is gated per set."""
+    reasons = []
+    if metrics["nan_count"] or metrics["inf_count"]:
+        reasons.append(f"{metrics['nan_count']} NaN and {metrics['inf_count']} Inf in the output")
+    if tolerance.elementwise and metrics["within_fraction"] < 1.0:
+        reasons.append(
+            f"{1 - metrics['within_fraction']:.2%} of elements outside "
+            f"atol {tolerance.atol:g} + rtol {tolerance.rtol:g}*|ref|"
+        )
+    if tolerance.min_psnr_db is not None and metrics["psnr_db"] < tolerance.min_psnr_db:
+        reasons.append(f"PSNR {metrics['psnr_db']:.1f} dB < {tolerance.min_psnr_db:g} dB")
+    return reasons
+
+
+def _tolerance_for(tolerances, name: str) -> Tolerance:
+    if isinstance(tolerances, Tolerance):
+        return tolerances
+    if tolerances is None:
+        return Tolerance.for_class("fp32")
+    tolerance = tolerances.get(name)
+    if tolerance is None:
+        return Tolerance.for_class("fp32")
+    if isinstance(tolerance, dict):
+        return Tolerance.from_dict(tolerance)
+    return tolerance
+
+
+def drift_report(
+    cases,
+    tolerances: dict[str, Tolerance] | Tolerance | None,
+    decision_rule: DecisionRule | None,
+    topk: int = DEFAULT_TOPK,
+) -> dict:
+    """Drift of a whole golden set, JSON-ready.
+
+    ``cases`` is a list of (case_name, actual_outputs, reference_outputs), outputs being
+    dicts of name -> array; every reference output must be present in actual (extra
+    actual outputs are ignored). ``tolerances`` is one Tolerance for all outputs or a
+    per-output mapping (missing outputs get fp32).
+
+    Returns {"passed", "outputs": {name: worst case, medians, pass/fail and reason,
+    smallest passing atol/rtol}, "cases": [{case, output, metrics, passed}],
+    "decisions": flips and near-threshold cases, or None without a rule}.
+    """
+    cases = list(cases)
+    if not cases:
+        raise BadInput("the golden set has no cases to compare")
+    if topk < 1:
+        raise BadInput(f"top-k needs k >= 1, got {topk}")
+
+    output_names: list[str] = []
+    for _, _, reference in cases:
+        output_names.extend(n for n in reference if n not in output_names)
+
+    rows = []
+    per_output: dict[str, list[dict]] = {name: [] for name in output_names}
+    for case_name, actual, reference in cases:
+        for name in reference:
+            if name not in actual:
+                raise BadInput(
+                    f"case {case_name!r}: output {name!r} is missing from the device's outputs",
+                    hint=f"the device returned {sorted(actual)}",
+                )
+            tolerance = _tolerance_for(tolerances, name)
+            try:
+                metrics = compare_arrays(
+                    actual[name], reference[name], tolerance.atol, tolerance.rtol
+                )
+            except BadInput as e:
+                raise BadInput(f"case {case_name!r}, output {name!r}: {e}", hint=e.hint) from e
+            ref = np.asarray(reference[name])
+            if ref.ndim >= 1 and ref.size and ref.shape[-1] >= 2:
+                metrics["topk"] = topk_agreement(actual[name], reference[name], topk)
+            smallest_atol = smallest_passing_tolerance(
+                actual[name], reference[name], tolerance.rtol
+            )
+            metrics["smallest_passing_atol"] = _finite_or_none(smallest_atol)
+            metrics["smallest_passing_rtol"] = smallest_passing_rtol(actual[name], reference[name])
+            failures = _case_failures(metrics, tolerance)
+            row = {"case": case_name, "output": name, "metrics": metrics, "passed": not failures}
+            if failures:
+                row["reason"] = "; ".join(failures)
+            rows.append(row)
+            per_output[name].append(row)
+
+    outputs = {
+        name: _aggregate_output(per_output[name], _tolerance_for(tolerances, name))
+        for name in output_names
+    }
+    decisions = None
+    if decision_rule is not None:
+        decisions = _decision_summary(cases, decision_rule)
+    passed = all(o["passed"] for o in outputs.values()) and (
+        decisions is None or decisions["passed"]
+    )
+    return {"passed": passed, "outputs": outputs, "cases": rows, "decisions": decisions}
+
+
+def _aggregate_output(rows: list[dict], tolerance: Tolerance) -> dict:
+    """Worst case and median over cases for one output, with its pass/fail reason."""
+    metrics = [row["metrics"] for row in rows]
+
+    def column(key):
+        return [m[key] for m in metrics]
+
+    worst_psnr_row = min(rows, key=lambda row: row["metrics"]["psnr_db"])
+    summary: dict[str, Any] = {
+        "cases": len(rows),
+        "tolerance": tolerance.to_dict(),
+        "max_abs": _worst(column("max_abs")),
+        "median_max_abs": _median(column("max_abs")),
+        "mean_abs": _worst(column("mean_abs")),
+        "median_mean_abs": _median(column("mean_abs")),
+        "max_rel": _worst(column("max_rel")),
+        "within_fraction": _worst(column("within_fraction"), min),
+        "median_within_fraction": _median(column("within_fraction")),
+        "cosine": _worst(column("cosine"), min),
+        "median_cosine": _median(column("cosine")),
+        # Exact cases have infinite SNR and are left out of the minimum.
+        "snr_db": _worst(column("snr_db"), min),
+        "median_snr_db": _median(column("snr_db")),
+        "psnr_db": worst_psnr_row["metrics"]["psnr_db"],
+        "median_psnr_db": _median(column("psnr_db")),
+        "worst_psnr_case": worst_psnr_row["case"],
+        "exact": all(column("exact")),
+        "nan_count": sum(column("nan_count")),
+        "inf_count": sum(column("inf_count")),
+    }
+    # The smallest tolerance that passes every case is the largest per-case one.
+    atols = column("smallest_passing_atol")
+    summary["smallest_passing_atol"] = None if None in atols else max(atols)
+    rtols = column("smallest_passing_rtol")
+    summary["smallest_passing_rtol"] = None if None in rtols else max(rtols)
+
+    topk_rows = [m["topk"] for m in metrics if "topk" in m]
+    top1 = None
+    if topk_rows:
+        total = sum(t["rows"] for t in topk_rows)
+        top1 = sum(t["top1_agreement"] * t["rows"] for t in topk_rows) / total
+        summary["top1_agreement"] = top1
+        summary["topk_overlap"] = sum(t["topk_overlap"] * t["rows"] for t in topk_rows) / total
+        summary["topk_k"] = min(t["k"] for t in topk_rows)
+
+    reasons = []
+    failed_cases = [row for row in rows if not row["passed"]]
+    if failed_cases:
+        first = failed_cases[0]
+        reasons.append(
+            f"{len(failed_cases)} of {len(rows)} cases out of tolerance "
+            f"(first {first['case']!r}: {first['reason']})"
+        )
+    # The top-1 gate only means something for an output with a class axis; scalar or
+    # single-value outputs are judged on PSNR alone.
+    summary["top1_gated"] = tolerance.min_top1 is not None and top1 is not None
+    if summary["top1_gated"] and top1 < tolerance.min_top1:
+        reasons.append(f"top-1 agreement {top1:.1%} < {tolerance.min_top1:.0%}")
+    summary["passed"] = not reasons
+    summary["reason"] = "; ".join(reasons) or None
+    return summary
+
+
+def _decision_summary(cases: list, rule: DecisionRule) -> dict:
+    """Decision flips between reference and actual outputs over all cases."""
+    flips, near, flips_near = [], [], []
+    for case_name, actual, reference in cases:
+        name = rule.output_name(reference)
+        if name not in actual:
+            raise BadInput(
+                f"case {case_name!r}: output {name!r} is missing from the device's outputs"
+            )
+        ref_decision = rule.decide({name: reference[name]})
+        act_decision = rule.decide({name: actual[name]})
+        flipped = _decisions_differ(rule, act_decision["decisions"], ref_decision["decisions"])
+        margin = _min_margin(ref_decision["margins"])
+        is_near = margin is not None and margin < NEAR_THRESHOLD_BAND
+        if flipped:
+            flips.append(case_name)
+        if is_near:
+            near.append(case_name)
+        if flipped and is_near:
+            flips_near.append(case_name)
+    total = len(cases)
+    flip_rate = len(flips) / total
+    near_flip_rate = len(flips_near) / len(near) if near else 0.0
+    # Flips outside the fragile set count against the overall rate too.
+    passed = flip_rate <= MAX_FLIP_RATE and near_flip_rate <= MAX_NEAR_THRESHOLD_FLIP_RATE
+    return {
+        "rule": str(rule),
+        "output": rule.output_name(cases[0][2]),
+        "total_cases": total,
+        "flip_count": len(flips),
+        "flips": flips,
+        "flip_rate": flip_rate,
+        "near_threshold_band": NEAR_THRESHOLD_BAND,
+        "near_threshold_cases": near,
+        "near_threshold_count": len(near),
+        "flips_near_threshold": flips_near,
+        "flips_near_threshold_count": len(flips_near),
+        "near_threshold_flip_rate": near_flip_rate,
+        "max_flip_rate": MAX_FLIP_RATE,
+        "max_near_threshold_flip_rate": MAX_NEAR_THRESHOLD_FLIP_RATE,
+        "passed": passed,
+    }

@@ -1,0 +1,65 @@
+"""A plain-text summary of a measurement, for the agent's terminal (the host renders with rich)."""
+
+from __future__ import annotations
+
+
+def _ms(value) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:.3f} ms" if value < 100 else f"{value:.1f} ms"
+
+
+def _mb(value) -> str:
+    return "n/a" if value is None else f"{value / (1 << 20):.1f} MB"
+
+
+def format_summary(outcome: dict) -> str:
+    """The lines a person reads first: status, load, latency, drift, memory, findings."""
+    results = outcome.get("results", {})
+    lines = [f"status: {outcome['status']}" + (f" ({outcome['reason']})" if outcome.get("reason") else "")]
+    runtime = results.get("runtime") or (results.get("cold_load") or {}).get("runtime")
+    if runtime:
+        extra = runtime.get("providers") or runtime.get("delegates") or []
+        lines.append(f"runtime: {runtime['runtime']} {runtime['version']} {' '.join(extra)} threads={runtime.get('threads') or 'default'}")
+    cold = results.get("cold_load")
+    if cold:
+        lines.append(
+            f"cold load (median of {len(cold['runs'])}): import {_ms(cold['import_ms']['median'])}, "
+            f"load {_ms(cold['load_ms']['median'])}, first inference {_ms(cold['first_inference_ms']['median'])}, "
+            f"total {_ms(cold['total_ms']['median'])}; page cache evicted: {'yes' if cold['page_cache_evicted'] else 'no'}"
+        )
+    for entry in (results.get("latency") or {}).get("per_shape", []):
+        s = entry["summary"]
+        ci = s.get("p50_ci_ms")
+        ci_text = f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""
+        steady = "" if entry["warmup"]["steady"] else " (not steady)"
+        lines.append(
+            f"latency {entry['shape']}: n={s['count']} p50 {_ms(s['p50_ms'])}{ci_text} p90 {_ms(s['p90_ms'])} "
+            f"p99 {_ms(s['p99_ms'])} max {_ms(s['max_ms'])} cv {s['cv']:.3f}{steady}"
+        )
+    drift = results.get("drift")
+    if drift:
+        for name, out in drift.get("outputs", {}).items():
+            lines.append(
+                f"drift {name}: max abs {out.get('max_abs')} cosine {out.get('min_cosine', out.get('cosine'))} "
+                f"{'pass' if out.get('passed') else 'FAIL'}"
+            )
+        decisions = drift.get("decisions")
+        if decisions:
+            lines.append(
+                f"decisions ({decisions.get('rule')}): {decisions.get('flip_count', 0)} flips in "
+                f"{decisions.get('total_cases', 0)} cases, {decisions.get('flips_near_threshold', 0)} near the threshold"
+            )
+    memory = results.get("memory")
+    if memory:
+        lines.append(f"memory: peak RSS {_mb(memory['peak_rss_bytes'])}, added by load {_mb(memory['rss_added_by_load_bytes'])}")
+    sustained = results.get("sustained")
+    if sustained and "peak_per_s" in sustained:
+        lines.append(
+            f"sustained {sustained['duration_s']:g} s: peak {sustained['peak_per_s']:.1f}/s, sustained "
+            f"{sustained['sustained_per_s']:.1f}/s, stability {sustained['stability']:.3f}, verdict {sustained['verdict']}"
+        )
+    for f in outcome.get("findings", []):
+        op = f" (operator {f['operator']})" if f.get("operator") else ""
+        lines.append(f"finding [{f.get('kind')}] {f.get('message')}{op}")
+    return "\n".join(lines)

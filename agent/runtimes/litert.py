@@ -1,0 +1,177 @@
+"""LiteRT adapter: ``ai_edge_litert``, falling back to ``tflite_runtime`` on older device images.
+
+XNNPACK (LiteRT's default CPU delegate) is on unless the options turn it off.
+Custom-op libraries and delegates are never loaded from pushed content.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import ModelRejected, RuntimeUnavailable
+from .base import Runtime, TensorSpec
+
+_MODULES = ("ai_edge_litert.interpreter", "tflite_runtime.interpreter")
+
+
+def _numpy_major() -> int:
+    return int(np.__version__.split(".")[0])
+
+
+def tflite_runtime_numpy_problem(tflite_version: str, numpy_version: str) -> str | None:
+    """The message for tflite-runtime builds that cannot work with the installed numpy.
+
+    tflite-runtime 2.14 and older were compiled against numpy 1.x; with numpy 2 they
+    fail to import or to read tensors.
+    """
+    try:
+        major, minor = (int(x) for x in tflite_version.split(".")[:2])
+    except ValueError:
+        return None
+    if int(numpy_version.split(".")[0]) >= 2 and (major, minor) <= (2, 14):
+        return (
+            f"tflite-runtime {tflite_version} was built for numpy 1.x and cannot load models "
+            f"with numpy {numpy_version}"
+        )
+    return None
+
+
+_FIX_HINT = "install ai-edge-litert (pip install ai-edge-litert), or pin numpy<2 for tflite-runtime"
+
+
+class LiteRtRuntime(Runtime):
+    """TFLite models through LiteRT's Interpreter (or tflite-runtime's)."""
+
+    name = "litert"
+
+    @classmethod
+    def import_module(cls):
+        errors = []
+        for name in _MODULES:
+            try:
+                module = importlib.import_module(name)
+            except Exception as e:  # an ABI mismatch raises ImportError, AttributeError or worse
+                errors.append((name, e))
+                continue
+            if name.startswith("tflite_runtime"):
+                version = _tflite_runtime_version()
+                problem = tflite_runtime_numpy_problem(version, np.__version__)
+                if problem:
+                    raise RuntimeUnavailable(problem, hint=_FIX_HINT)
+            return module
+        if any(n.startswith("tflite_runtime") and not isinstance(e, ModuleNotFoundError) for n, e in errors):
+            name, e = errors[-1]
+            if _numpy_major() >= 2:
+                raise RuntimeUnavailable(
+                    f"tflite-runtime cannot be imported with numpy {np.__version__} "
+                    f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})",
+                    hint=_FIX_HINT,
+                ) from e
+        raise RuntimeUnavailable(
+            "no LiteRT runtime installed (neither ai_edge_litert nor tflite_runtime)",
+            hint="pip install 'edgequal[litert]'",
+        )
+
+    @classmethod
+    def module_name(cls) -> str:
+        """Which package provides the interpreter: ai_edge_litert or tflite_runtime."""
+        return cls.import_module().__name__.split(".")[0]
+
+    @classmethod
+    def version(cls) -> str:
+        module = cls.import_module().__name__.split(".")[0]
+        if module == "tflite_runtime":
+            return f"tflite-runtime {_tflite_runtime_version()}"
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return version("ai-edge-litert")
+        except PackageNotFoundError:
+            return "unknown"
+
+    def _load_impl(self, model_path: Path) -> None:
+        module = self.import_module()
+        resolver = module.OpResolverType.AUTO
+        if not self.options.xnnpack:
+            resolver = module.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
+        try:
+            self._interp = module.Interpreter(
+                model_path=str(model_path),
+                num_threads=self.options.threads,
+                experimental_op_resolver_type=resolver,
+            )
+            self._interp.allocate_tensors()
+        except Exception as e:
+            message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            err = ModelRejected(f"LiteRT {self.version()} rejected the model: {message}")
+            err.operator = _unsupported_tflite_op(str(e))
+            raise err from e
+        self._input_index = {d["name"]: d["index"] for d in self._interp.get_input_details()}
+        self._output_index = {d["name"]: d["index"] for d in self._interp.get_output_details()}
+        self._allocated_shapes: dict[str, tuple] = {}
+
+    def _describe_impl(self, inputs: bool) -> list[TensorSpec]:
+        details = self._interp.get_input_details() if inputs else self._interp.get_output_details()
+        specs = []
+        for d in details:
+            signature = d.get("shape_signature", d["shape"])
+            shape = [int(s) if s >= 0 else None for s in signature]
+            scale, zero_point = d.get("quantization", (0.0, 0))
+            quant = {"scale": float(scale), "zero_point": int(zero_point)} if scale else None
+            specs.append(TensorSpec(d["name"], np.dtype(d["dtype"]).name, shape, quant))
+        return specs
+
+    def _set_inputs(self, feeds: dict[str, np.ndarray]) -> None:
+        resized = False
+        for name, array in feeds.items():
+            if self._allocated_shapes.get(name) != array.shape:
+                self._interp.resize_tensor_input(self._input_index[name], list(array.shape))
+                self._allocated_shapes[name] = array.shape
+                resized = True
+        if resized:
+            self._interp.allocate_tensors()
+        for name, array in feeds.items():
+            self._interp.set_tensor(self._input_index[name], np.ascontiguousarray(array))
+
+    def _run_impl(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        self._set_inputs(feeds)
+        self._interp.invoke()
+        return {name: self._interp.get_tensor(i).copy() for name, i in self._output_index.items()}
+
+    def _bind_impl(self, feeds: dict[str, np.ndarray]) -> Callable[[], object]:
+        # Inputs stay in the interpreter's tensors between invokes, as benchmark_model does.
+        self._set_inputs(feeds)
+        return self._interp.invoke
+
+    def _describe_runtime_impl(self) -> dict:
+        return {
+            "module": self.module_name(),
+            "threads": self.options.threads,
+            "delegates": ["XNNPACK"] if self.options.xnnpack else [],
+        }
+
+    def _close_impl(self) -> None:
+        self._interp = None
+
+
+def _tflite_runtime_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("tflite-runtime")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _unsupported_tflite_op(message: str) -> str | None:
+    """The op a LiteRT load error names ("Encountered unresolved custom op: X")."""
+    import re
+
+    m = re.search(r"unresolved custom op: ([\w.]+)", message) or re.search(
+        r"Didn't find op for builtin opcode '(\w+)'", message
+    )
+    return m.group(1) if m else None

@@ -1,0 +1,129 @@
+"""onnxruntime adapter: execution providers, intra-op threads, graph optimization level."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import BadInput, ModelRejected
+from .base import Runtime, TensorSpec
+
+_ORT_DTYPES = {
+    "tensor(float)": "float32",
+    "tensor(float16)": "float16",
+    "tensor(double)": "float64",
+    "tensor(int8)": "int8",
+    "tensor(uint8)": "uint8",
+    "tensor(int16)": "int16",
+    "tensor(int32)": "int32",
+    "tensor(int64)": "int64",
+    "tensor(bool)": "bool",
+}
+
+_OPT_LEVELS = {
+    "disabled": "ORT_DISABLE_ALL",
+    "basic": "ORT_ENABLE_BASIC",
+    "extended": "ORT_ENABLE_EXTENDED",
+    "all": "ORT_ENABLE_ALL",
+}
+
+# onnxruntime names the operator it cannot resolve in one of these shapes.
+_UNSUPPORTED_PATTERNS = [
+    re.compile(r"([\w.]*:?\w+)\(-?\d+\) is not a registered function/op"),
+    re.compile(r"Could not find an implementation for (\w+)\(\d+\)"),
+    re.compile(r"No Op registered for (\w+) with domain_version"),
+    re.compile(r"Unrecognized attribute: .* for operator (\w+)"),
+]
+
+
+def unsupported_operator(message: str) -> str | None:
+    """The operator an onnxruntime load error names, if it names one."""
+    for pattern in _UNSUPPORTED_PATTERNS:
+        m = pattern.search(message)
+        if m:
+            return m.group(1)
+    return None
+
+
+def clean_ort_message(error: Exception) -> str:
+    """onnxruntime's first error line without its status prefix and file path."""
+    text = str(error).strip()
+    if not text:
+        return type(error).__name__
+    line = text.splitlines()[0]
+    line = re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", line)
+    line = re.sub(r"^Load model from .* failed:\s*", "", line)
+    return line.removeprefix("Fatal error: ").strip() or type(error).__name__
+
+
+class OnnxRuntime(Runtime):
+    """ONNX models through onnxruntime's InferenceSession."""
+
+    name = "onnxruntime"
+
+    @classmethod
+    def import_module(cls):
+        import onnxruntime
+
+        return onnxruntime
+
+    @classmethod
+    def version(cls) -> str:
+        return cls.import_module().__version__
+
+    def _load_impl(self, model_path: Path) -> None:
+        ort = self.import_module()
+        so = ort.SessionOptions()
+        if self.options.threads:
+            so.intra_op_num_threads = self.options.threads
+            so.inter_op_num_threads = 1
+        level = self.options.graph_optimization
+        if level not in _OPT_LEVELS:
+            raise BadInput(f"unknown graph optimization level '{level}'", hint=", ".join(_OPT_LEVELS))
+        so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _OPT_LEVELS[level])
+        so.log_severity_level = 3
+        available = ort.get_available_providers()
+        providers = self.options.providers or ["CPUExecutionProvider"]
+        missing = [p for p in providers if p not in available]
+        if missing:
+            raise ModelRejected(
+                f"execution provider {missing[0]} is not available in onnxruntime {ort.__version__}",
+                hint=f"available: {', '.join(available)}",
+            )
+        try:
+            self._session = ort.InferenceSession(str(model_path), sess_options=so, providers=providers)
+        except Exception as e:  # onnxruntime raises several unrelated exception types
+            err = ModelRejected(f"onnxruntime {ort.__version__} rejected the model: {clean_ort_message(e)}")
+            err.operator = unsupported_operator(str(e))
+            raise err from e
+        self._requested_providers = providers
+
+    def _describe_impl(self, inputs: bool) -> list[TensorSpec]:
+        args = self._session.get_inputs() if inputs else self._session.get_outputs()
+        specs = []
+        for a in args:
+            shape = [d if isinstance(d, int) else (d or None) for d in (a.shape or [])]
+            specs.append(TensorSpec(a.name, _ORT_DTYPES.get(a.type, a.type), shape))
+        return specs
+
+    def _run_impl(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        names = [o.name for o in self._outputs]
+        return dict(zip(names, self._session.run(names, feeds)))
+
+    def _bind_impl(self, feeds: dict[str, np.ndarray]) -> Callable[[], object]:
+        run = self._session.run
+        return lambda: run(None, feeds)
+
+    def _describe_runtime_impl(self) -> dict:
+        return {
+            "providers_requested": self._requested_providers,
+            "providers": self._session.get_providers(),
+            "threads": self.options.threads,
+            "graph_optimization": self.options.graph_optimization,
+        }
+
+    def _close_impl(self) -> None:
+        self._session = None

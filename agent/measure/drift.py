@@ -106,7 +106,9 @@ def compare_arrays(actual, reference, atol: float, rtol: float) -> dict:
 
     diff = np.abs(af - rf)
     abs_ref = np.abs(rf)
-    within = np.count_nonzero(diff <= atol + rtol * abs_ref) + np.count_nonzero(same_nonfinite)
+    within = int(np.count_nonzero(diff <= atol + rtol * abs_ref)) + int(
+        np.count_nonzero(same_nonfinite)
+    )
     max_ref = float(abs_ref.max()) if abs_ref.size else 0.0
     eps = 1e-6 * max_ref if max_ref > 0 else 1e-12
 
@@ -138,7 +140,7 @@ def compare_arrays(actual, reference, atol: float, rtol: float) -> dict:
         "max_abs": max_abs,
         "mean_abs": mean_abs,
         "max_rel": max_rel,
-        "within_fraction": within / size if size else 1.0,
+        "within_fraction": float(within) / size if size else 1.0,
         "cosine": cosine,
         "snr_db": _finite_or_none(snr_db) if snr_db is not None else None,
         "psnr_db": psnr_db,

@@ -126,14 +126,19 @@ def read_raspberry_pi(root: str | os.PathLike, timeout_s: float = 2.0) -> dict:
     ``None`` with a ``*_source`` reason when it cannot be read.
     """
     if not is_raspberry_pi(root) and shutil.which(VCGENCMD) is None:
-        return {"available": False, "reason": "not a Raspberry Pi (device-tree model, firmware, vcgencmd)"}
+        return {
+            "available": False,
+            "reason": "not a Raspberry Pi (device-tree model, firmware, vcgencmd)",
+        }
 
     throttled, throttled_source = read_throttled(root, timeout_s)
 
     clock_hz, clock_reason = _vcgencmd(["measure_clock", "arm"], parse_measure_clock, timeout_s)
     clock_source = "vcgencmd"
     if clock_hz is None:
-        khz = parse_int(read_value(under(root, "/sys/devices/system/cpu/cpufreq/policy0/scaling_cur_freq")))
+        khz = parse_int(
+            read_value(under(root, "/sys/devices/system/cpu/cpufreq/policy0/scaling_cur_freq"))
+        )
         if khz is not None:
             clock_hz, clock_source = khz * 1000, "cpufreq (requested only)"
         else:

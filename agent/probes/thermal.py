@@ -62,7 +62,8 @@ def parse_trip_points(files: Mapping[str, str | None]) -> list[dict]:
         if not m:
             continue
         trip = trips.setdefault(
-            int(m.group(1)), {"index": int(m.group(1)), "temp_c": None, "type": None, "hyst_c": None}
+            int(m.group(1)),
+            {"index": int(m.group(1)), "temp_c": None, "type": None, "hyst_c": None},
         )
         kind = m.group(2)
         if kind == "temp":

@@ -1,0 +1,185 @@
+"""The board fingerprint recorded before every run (DESIGN.md, measurement.md §6.0).
+
+Board model, SoC, kernel, OS, boot id, CPU count, memory, governors, and the Pi or
+Jetson state when the board is one. Every file is read under the probe root; what
+describes the running interpreter (architecture, Python version) comes from the
+process itself. Cheap: a handful of small reads plus, on a Pi or Jetson, the board
+commands.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+from pathlib import Path
+
+from edgequal.agent.config import probe_root
+from edgequal.agent.probes import cpufreq as cpufreq_probe
+from edgequal.agent.probes import jetson as jetson_probe
+from edgequal.agent.probes import raspberry_pi as pi_probe
+from edgequal.agent.probes.sysfs import parse_cpu_list, read_text, read_value, under
+
+DT_MODEL = "/proc/device-tree/model"
+DT_COMPATIBLE = "/proc/device-tree/compatible"
+DMI_PRODUCT = "/sys/class/dmi/id/product_name"
+DMI_VENDOR = "/sys/class/dmi/id/sys_vendor"
+OSRELEASE = "/proc/sys/kernel/osrelease"
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
+OS_RELEASE = "/etc/os-release"
+MEMINFO = "/proc/meminfo"
+
+
+def parse_compatible(raw: str | None) -> list[str]:
+    """Device-tree ``compatible`` (NUL-separated, most specific first) as a list."""
+    if not raw:
+        return []
+    return [s.strip() for s in raw.split("\x00") if s.strip()]
+
+
+def parse_os_release(text: str | None) -> dict[str, str]:
+    """``/etc/os-release`` as a dict (quotes removed)."""
+    out: dict[str, str] = {}
+    for line in (text or "").splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, value = line.split("=", 1)
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+            value = value[1:-1]
+        out[key.strip()] = value
+    return out
+
+
+def parse_meminfo_kb(text: str | None, key: str = "MemTotal") -> int | None:
+    """One ``/proc/meminfo`` field in kB (``"MemTotal:  3884360 kB"`` -> 3884360)."""
+    for line in (text or "").splitlines():
+        name, _, rest = line.partition(":")
+        if name.strip() == key:
+            parts = rest.split()
+            if parts and parts[0].isdigit():
+                return int(parts[0])
+    return None
+
+
+def _is_host_root(root: Path) -> bool:
+    return root.resolve() == Path("/")
+
+
+def fingerprint(
+    root: str | os.PathLike | None = None,
+    *,
+    cpufreq: dict | None = None,
+    raspberry_pi: dict | None = None,
+    jetson: dict | None = None,
+    timeout_s: float = 2.0,
+) -> dict:
+    """The fingerprint of the board under ``root`` (default: ``probe_root()``).
+
+    Keys: ``board_model``, ``board_model_source`` (``device-tree`` or ``dmi``), ``soc``,
+    ``compatible``, ``kernel``, ``os_release``, ``boot_id``, ``cpu_count``,
+    ``memory_total_kb``, ``memory_mb``, ``architecture``, ``python``, ``cpu_governors``,
+    ``online_cpus``, and when the board is one, ``raspberry_pi`` (``get_throttled``) and
+    ``jetson`` (``nvpmodel``, ``jetson_clocks``, ``l4t``). A value that cannot be read
+    is ``None`` and ``absent[key]`` says why; nothing is guessed. ``cpufreq``,
+    ``raspberry_pi`` and ``jetson`` may pass readings already taken by those probes so
+    that board commands run once.
+    """
+    root = probe_root(root)
+    host_root = _is_host_root(root)
+    absent: dict[str, str] = {}
+    fp: dict = {}
+
+    model = read_value(under(root, DT_MODEL))
+    source = "device-tree" if model else None
+    if model is None:
+        model = read_value(under(root, DMI_PRODUCT))
+        source = "dmi" if model else None
+        vendor = read_value(under(root, DMI_VENDOR))
+        if model and vendor and not model.startswith(vendor):
+            model = f"{vendor} {model}"
+    if model is None:
+        absent["board_model"] = f"no {DT_MODEL} and no {DMI_PRODUCT}"
+    fp["board_model"] = model
+    fp["board_model_source"] = source
+
+    compatible = parse_compatible(read_text(under(root, DT_COMPATIBLE)))
+    fp["compatible"] = compatible
+    # By device-tree convention the SoC is the last, least specific entry ("brcm,bcm2712").
+    fp["soc"] = compatible[-1] if compatible else None
+    if not compatible:
+        absent["soc"] = f"no {DT_COMPATIBLE}"
+
+    if host_root:
+        fp["kernel"] = os.uname().release
+    else:
+        fp["kernel"] = read_value(under(root, OSRELEASE))
+        if fp["kernel"] is None:
+            absent["kernel"] = f"no {OSRELEASE}"
+
+    osr = parse_os_release(read_text(under(root, OS_RELEASE)))
+    fp["os_release"] = osr.get("PRETTY_NAME")
+    if fp["os_release"] is None:
+        absent["os_release"] = f"no PRETTY_NAME in {OS_RELEASE}"
+
+    fp["boot_id"] = read_value(under(root, BOOT_ID))
+    if fp["boot_id"] is None:
+        absent["boot_id"] = f"no {BOOT_ID}"
+
+    present = parse_cpu_list(read_value(under(root, "/sys/devices/system/cpu/present")))
+    if present:
+        fp["cpu_count"] = len(present)
+    elif host_root:
+        fp["cpu_count"] = os.cpu_count()
+    else:
+        fp["cpu_count"] = None
+        absent["cpu_count"] = "no /sys/devices/system/cpu/present"
+
+    mem_kb = parse_meminfo_kb(read_text(under(root, MEMINFO)))
+    fp["memory_total_kb"] = mem_kb
+    fp["memory_mb"] = mem_kb // 1024 if mem_kb is not None else None
+    if mem_kb is None:
+        absent["memory_mb"] = f"no MemTotal in {MEMINFO}"
+
+    fp["architecture"] = platform.machine()
+    fp["python"] = platform.python_version()
+
+    freq = cpufreq if cpufreq is not None else cpufreq_probe.read_cpufreq(root)
+    fp["cpu_governors"] = cpufreq_probe.governors(freq)
+    fp["online_cpus"] = freq.get("online")
+    if not freq.get("policies"):
+        absent["cpu_governors"] = freq.get("reason") or "no cpufreq policies"
+
+    pi = raspberry_pi
+    if pi is None and (pi_probe.is_raspberry_pi(root) or shutil.which(pi_probe.VCGENCMD)):
+        flags, src = pi_probe.read_throttled(root, timeout_s)
+        pi = {"available": True, "throttled": flags, "throttled_source": src}
+    if pi is not None and pi.get("available"):
+        flags, src = pi["throttled"], pi["throttled_source"]
+        fp["raspberry_pi"] = {
+            "get_throttled": flags,
+            "get_throttled_source": src if flags is not None else None,
+        }
+        if flags is None:
+            absent["raspberry_pi.get_throttled"] = src
+
+    jet = jetson
+    if jet is None and (jetson_probe.is_jetson(root) or shutil.which("nvpmodel")):
+        jet = {"available": True, "absent": {}}
+        for key, reader in (
+            ("l4t", lambda: jetson_probe.read_l4t(root)),
+            ("nvpmodel", lambda: jetson_probe.read_nvpmodel(timeout_s)),
+            ("jetson_clocks", lambda: jetson_probe.read_jetson_clocks(timeout_s)),
+        ):
+            jet[key], why = reader()
+            if why:
+                jet["absent"][key] = why
+    if jet is not None and jet.get("available"):
+        fp["jetson"] = {k: jet[k] for k in ("l4t", "nvpmodel", "jetson_clocks")}
+        for key in fp["jetson"]:
+            if key in jet["absent"]:
+                absent[f"jetson.{key}"] = jet["absent"][key]
+
+    fp["absent"] = absent
+    return fp

@@ -1,0 +1,322 @@
+"""Telemetry sampled at 1 Hz by the agent process while a worker runs the model.
+
+The sampler is a daemon thread in the agent, never in the worker: a worker stopped
+or slowed by throttling must not stop its own measurement (DESIGN.md, measurement.md
+§6.4). Each tick reads a handful of small files found once at construction: the
+temperature of every reliable thermal zone, each cpufreq policy's current clock, the
+state of CPU-throttling cooling devices, and on a Raspberry Pi the firmware's
+throttle flags and measured ARM clock through ``vcgencmd``.
+
+Files are opened for every read rather than kept open: sysfs regenerates an
+attribute on each open, and a tree written by replacing files (the device emulator,
+a recorded tree being updated) stays correct.
+
+The pure helpers below (:func:`slope_c_per_min`, :func:`idle_cooldown_ok`,
+:func:`throttle_reasons`) work on the sample dicts and are what the measurement code
+scores with.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+import time
+from collections.abc import Iterable, Mapping
+
+from edgequal.agent.config import probe_root
+from edgequal.agent.probes import raspberry_pi as pi_probe
+from edgequal.agent.probes.cpufreq import policy_dirs
+from edgequal.agent.probes.sysfs import parse_int, read_value, run_command, under
+from edgequal.agent.probes.thermal import (
+    MAX_PLAUSIBLE_C,
+    is_junction_zone,
+    is_unreliable_zone,
+    list_entries,
+    parse_millidegrees,
+)
+
+log = logging.getLogger(__name__)
+
+# Throttle indicator names (measurement.md §6.4); device profiles list the ones that apply.
+INDICATOR_PI_FLAGS = "get_throttled"
+INDICATOR_CLOCK_DROP = "clock_drop"
+INDICATOR_COOLING = "cooling_device"
+INDICATOR_PASSIVE_TRIP = "passive_trip"
+THROTTLE_INDICATORS = (
+    INDICATOR_PI_FLAGS,
+    INDICATOR_CLOCK_DROP,
+    INDICATOR_COOLING,
+    INDICATOR_PASSIVE_TRIP,
+)
+
+
+def is_throttle_cooling_device(device_type: str | None) -> bool:
+    """True for a cooling device that slows the chip (cpufreq, devfreq, "*-throttle"); False for fans."""
+    if not device_type:
+        return False
+    t = device_type.lower()
+    if "fan" in t:
+        return False
+    return any(k in t for k in ("cpufreq", "devfreq", "throttle", "cpu", "gpu"))
+
+
+def _temp_c(path) -> float | None:
+    temp_c = parse_millidegrees(read_value(path))
+    if temp_c is None or temp_c <= 0 or temp_c > MAX_PLAUSIBLE_C:
+        return None
+    return temp_c
+
+
+class TelemetrySampler:
+    """Samples temperature, clocks and throttle state every ``interval_s`` on a daemon thread.
+
+    A sample is ``{"t_s", "temp_c", "max_temp_c", "clocks_khz", "arm_clock_khz",
+    "cooling_states", "throttled"}``: ``t_s`` seconds (monotonic) since :meth:`start`;
+    ``temp_c`` the authoritative temperature (the junction zone when there is one, else
+    the hottest reliable zone) and ``max_temp_c`` the hottest reliable zone, both °C or
+    ``None``; ``clocks_khz`` per cpufreq policy (``cpuinfo_cur_freq`` when readable, else
+    the requested ``scaling_cur_freq``); ``arm_clock_khz`` the Pi's measured clock or
+    ``None``; ``cooling_states`` the ``cur_state`` of CPU-throttling cooling devices;
+    ``throttled`` the decoded Pi ``get_throttled`` flags or ``None``.
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike | None = None,
+        interval_s: float = 1.0,
+        *,
+        use_vcgencmd: bool = True,
+        measure_arm_clock: bool = True,
+        command_timeout_s: float = 1.0,
+    ):
+        self.root = probe_root(root)
+        self.interval_s = float(interval_s)
+        self.command_timeout_s = command_timeout_s
+        # Discovery happens once: which zones to read is fixed for the run.
+        self._zones: list[tuple[str, object, bool]] = []
+        for path in list_entries(self.root, "thermal_zone"):
+            zone_type = read_value(path / "type")
+            if is_unreliable_zone(zone_type):
+                continue
+            self._zones.append((zone_type or path.name, path / "temp", is_junction_zone(zone_type)))
+        self._policies = [
+            (p.name, p / "cpuinfo_cur_freq", p / "scaling_cur_freq") for p in policy_dirs(self.root)
+        ]
+        self._cooling = [
+            (p.name, p / "cur_state")
+            for p in list_entries(self.root, "cooling_device")
+            if is_throttle_cooling_device(read_value(p / "type"))
+        ]
+        self._vcgencmd = use_vcgencmd and shutil.which(pi_probe.VCGENCMD) is not None
+        self._measure_arm = self._vcgencmd and measure_arm_clock
+        self._sysfs_throttled = under(self.root, pi_probe.SYSFS_THROTTLED)
+        if not self._vcgencmd and not self._sysfs_throttled.exists():
+            self._sysfs_throttled = None
+        self._samples: list[dict] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.start_monotonic: float | None = None
+
+    @property
+    def has_temperature(self) -> bool:
+        """True when at least one reliable thermal zone was found."""
+        return bool(self._zones)
+
+    @property
+    def zone_types(self) -> list[str]:
+        """Types of the zones sampled (unreliable zones excluded)."""
+        return [z[0] for z in self._zones]
+
+    def _read_throttled(self) -> dict | None:
+        if self._vcgencmd:
+            text, _ = run_command([pi_probe.VCGENCMD, "get_throttled"], self.command_timeout_s)
+            if text is not None:
+                try:
+                    return pi_probe.parse_throttled(text)
+                except ValueError:
+                    pass
+        if self._sysfs_throttled is not None:
+            text = read_value(self._sysfs_throttled)
+            if text is not None:
+                try:
+                    return pi_probe.parse_throttled(text)
+                except ValueError:
+                    return None
+        return None
+
+    def _read_arm_clock_khz(self) -> int | None:
+        if not self._measure_arm:
+            return None
+        text, _ = run_command([pi_probe.VCGENCMD, "measure_clock", "arm"], self.command_timeout_s)
+        if text is None:
+            return None
+        try:
+            return pi_probe.parse_measure_clock(text) // 1000
+        except ValueError:
+            return None
+
+    def sample_once(self) -> dict:
+        """Take one sample now (``t_s`` relative to :meth:`start`, or 0 before it)."""
+        now = time.monotonic()
+        temps = [(name, _temp_c(path), tj) for name, path, tj in self._zones]
+        readable = [t for _, t, _ in temps if t is not None]
+        junction = next((t for _, t, tj in temps if tj and t is not None), None)
+        max_c = max(readable) if readable else None
+        clocks: dict[str, int | None] = {}
+        for name, hw_path, req_path in self._policies:
+            khz = parse_int(read_value(hw_path))
+            clocks[name] = khz if khz is not None else parse_int(read_value(req_path))
+        return {
+            "t_s": round(now - self.start_monotonic, 3)
+            if self.start_monotonic is not None
+            else 0.0,
+            "temp_c": junction if junction is not None else max_c,
+            "max_temp_c": max_c,
+            "clocks_khz": clocks,
+            "arm_clock_khz": self._read_arm_clock_khz(),
+            "cooling_states": {n: parse_int(read_value(p)) for n, p in self._cooling},
+            "throttled": self._read_throttled(),
+        }
+
+    def _run(self) -> None:
+        deadline = self.start_monotonic
+        while True:
+            try:
+                sample = self.sample_once()
+            except Exception:  # a sampler must outlive any one bad read
+                log.exception("telemetry sample failed")
+            else:
+                with self._lock:
+                    self._samples.append(sample)
+            deadline += self.interval_s
+            now = time.monotonic()
+            if deadline < now:  # fell behind (slow command): skip, don't burst
+                deadline = now + self.interval_s
+            if self._stop.wait(deadline - now):
+                return
+
+    def start(self) -> None:
+        """Start sampling; the first sample is taken at once (``t_s`` ≈ 0)."""
+        if self._thread is not None:
+            raise RuntimeError("TelemetrySampler already started")
+        self.start_monotonic = time.monotonic()
+        self._thread = threading.Thread(target=self._run, name="edgequal-telemetry", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> list[dict]:
+        """Stop sampling and return every sample taken."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.interval_s + 3 * self.command_timeout_s + 1.0)
+        return self.samples()
+
+    def samples(self) -> list[dict]:
+        """A copy of the samples so far, oldest first."""
+        with self._lock:
+            return list(self._samples)
+
+    def samples_between(self, t0_s: float, t1_s: float) -> list[dict]:
+        """Samples with ``t0_s <= t_s < t1_s`` (seconds since start)."""
+        return [s for s in self.samples() if t0_s <= s["t_s"] < t1_s]
+
+    def t_s(self, monotonic_s: float) -> float:
+        """A ``time.monotonic()`` reading expressed on this sampler's ``t_s`` axis."""
+        if self.start_monotonic is None:
+            raise RuntimeError("TelemetrySampler not started")
+        return monotonic_s - self.start_monotonic
+
+    def __enter__(self) -> TelemetrySampler:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def linear_slope(xs: list[float], ys: list[float]) -> float | None:
+    """Least-squares slope dy/dx; ``None`` with fewer than two distinct x."""
+    n = len(xs)
+    if n < 2:
+        return None
+    mx = sum(xs) / n
+    my = sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    if sxx == 0:
+        return None
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
+
+
+def slope_c_per_min(samples: Iterable[Mapping], key: str = "temp_c") -> float | None:
+    """Least-squares temperature slope over the samples, in °C per minute (samples without a reading skipped)."""
+    pts = [(s["t_s"], s[key]) for s in samples if s.get(key) is not None]
+    slope = linear_slope([p[0] for p in pts], [p[1] for p in pts])
+    return None if slope is None else slope * 60.0
+
+
+def idle_cooldown_ok(
+    samples: list[Mapping],
+    idle_c: float,
+    within_c: float = 5.0,
+    max_slope_c_per_min: float = 0.5,
+) -> bool:
+    """True when the device has cooled down enough to start a phase (measurement.md §6.0).
+
+    ``samples`` are the recent window to judge (the caller passes e.g. the last 2 min).
+    True when the latest temperature is at most ``idle_c + within_c`` and the slope over
+    the window is below ``max_slope_c_per_min`` (a falling temperature passes). False
+    with fewer than two temperature readings: no sensor, no evidence of cooling.
+    """
+    temps = [s for s in samples if s.get("temp_c") is not None]
+    if len(temps) < 2:
+        return False
+    slope = slope_c_per_min(temps)
+    if slope is None:
+        return False
+    return temps[-1]["temp_c"] <= idle_c + within_c and slope < max_slope_c_per_min
+
+
+def throttle_reasons(
+    sample: Mapping,
+    *,
+    trip_c: float | None = None,
+    nominal_khz: Mapping[str, int] | int | None = None,
+    clock_ratio: float = 0.97,
+) -> list[str]:
+    """The throttle indicators that fire in one sample (measurement.md §6.4). Pure.
+
+    - ``get_throttled``: a Pi firmware bit 1, 2 or 3 is set now;
+    - ``clock_drop``: a measured clock is below ``clock_ratio`` x nominal (per policy when
+      ``nominal_khz`` is a mapping; the Pi's ``arm_clock_khz`` is compared with the
+      smallest nominal when given one);
+    - ``cooling_device``: a CPU-throttling cooling device has ``cur_state > 0``;
+    - ``passive_trip``: ``temp_c`` has reached ``trip_c``.
+
+    Under-voltage is not a throttle indicator here; read ``throttled["now"]["under_voltage"]``.
+    """
+    reasons = []
+    if pi_probe.throttle_active(sample.get("throttled")):
+        reasons.append(INDICATOR_PI_FLAGS)
+    if nominal_khz is not None:
+        clocks = dict(sample.get("clocks_khz") or {})
+        if isinstance(nominal_khz, Mapping):
+            nominal = dict(nominal_khz)
+        else:
+            nominal = {name: int(nominal_khz) for name in clocks}
+        dropped = any(
+            clocks.get(name) is not None and clocks[name] < clock_ratio * khz
+            for name, khz in nominal.items()
+        )
+        arm = sample.get("arm_clock_khz")
+        if arm is not None and nominal and arm < clock_ratio * min(nominal.values()):
+            dropped = True
+        if dropped:
+            reasons.append(INDICATOR_CLOCK_DROP)
+    if any(v for v in (sample.get("cooling_states") or {}).values()):
+        reasons.append(INDICATOR_COOLING)
+    temp = sample.get("temp_c")
+    if trip_c is not None and temp is not None and temp >= trip_c:
+        reasons.append(INDICATOR_PASSIVE_TRIP)
+    return reasons

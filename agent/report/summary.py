@@ -48,7 +48,7 @@ def format_summary(outcome: dict) -> str:
         if decisions:
             lines.append(
                 f"decisions ({decisions.get('rule')}): {decisions.get('flip_count', 0)} flips in "
-                f"{decisions.get('total_cases', 0)} cases, {decisions.get('flips_near_threshold', 0)} near the threshold"
+                f"{decisions.get('total_cases', 0)} cases, {decisions.get('flips_near_threshold_count', 0)} of {decisions.get('near_threshold_count', 0)} near the threshold"
             )
     memory = results.get("memory")
     if memory:

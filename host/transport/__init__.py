@@ -1,0 +1,55 @@
+"""Transports to a device's agent: gRPC, SSH and local, behind one interface (base.Transport)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..errors import UsageError
+from .base import PushResult, QualifyRequest, Transport
+
+
+def resolve_token(token_file: Path | None, entry_token_file: str | None) -> str | None:
+    """The device token: ``--token-file``, then ``$EDGEQUAL_TOKEN``, then the device's config entry."""
+    if token_file:
+        return _read_token(Path(token_file))
+    if os.environ.get("EDGEQUAL_TOKEN"):
+        return os.environ["EDGEQUAL_TOKEN"].strip()
+    if entry_token_file:
+        return _read_token(Path(entry_token_file).expanduser())
+    return None
+
+
+def _read_token(path: Path) -> str:
+    try:
+        token = path.read_text().strip()
+    except OSError as e:
+        raise UsageError(f"cannot read token file {path}: {e.strerror}") from e
+    if not token:
+        raise UsageError(f"token file {path} is empty")
+    return token
+
+
+def open_transport(address: str, *, token: str | None = None, known_hosts: Path | None = None,
+                   local_root: str | None = None, ssh_agent_cmd: str | None = None) -> Transport:
+    """A transport for ``local``, ``grpc://HOST:PORT`` or ``ssh://USER@HOST[:PORT]``."""
+    if address == "local":
+        from .local import LocalTransport
+
+        return LocalTransport(root=local_root)
+    if address.startswith("grpc://"):
+        from .grpc import GrpcTransport
+
+        return GrpcTransport(address.removeprefix("grpc://"), token=token)
+    if address.startswith("ssh://"):
+        from .ssh import SSHTransport
+
+        kwargs = {"known_hosts": known_hosts}
+        if ssh_agent_cmd:
+            kwargs["agent_cmd"] = ssh_agent_cmd
+        return SSHTransport(address, **kwargs)
+    raise UsageError(f"cannot use device address '{address}'",
+                     hint="use local, a trusted device name, grpc://HOST:PORT or ssh://USER@HOST")
+
+
+__all__ = ["PushResult", "QualifyRequest", "Transport", "open_transport", "resolve_token"]

@@ -1,0 +1,108 @@
+"""Making golden sets on the host: raw inputs in, reference outputs from the reference runtime.
+
+``--inputs`` is an ``.npz`` whose array names are the model's input names (one
+case), or ``CASE/INPUT`` names (several cases), or a directory of such files (one
+case per file, named after the file). ``--outputs`` follows the same naming with
+output names. When outputs are not given they come from onnxruntime (ONNX) or
+LiteRT (TFLite) run here on the host, and the manifest records which and its version.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from edgequal.agent.errors import AgentError
+from edgequal.agent.golden import GoldenCase, file_sha256, load_npz_arrays, split_case_arrays, write_golden
+from edgequal.agent.measure.drift import Tolerance, parse_decision_rule
+from edgequal.agent.runtimes import RuntimeOptions, runtime_class, runtime_for
+
+from .errors import UsageError
+
+
+def read_case_inputs(source: Path) -> dict[str, dict[str, np.ndarray]]:
+    """Cases from an ``.npz`` (``NAME`` or ``CASE/NAME`` arrays) or a directory of ``.npz`` files."""
+    source = Path(source)
+    if source.is_dir():
+        files = sorted(source.glob("*.npz"))
+        if not files:
+            raise UsageError(f"{source} holds no .npz files", hint="one .npz per case, arrays named by input")
+        cases = {}
+        for f in files:
+            for case, arrays in split_case_arrays(_load(f), default_case=f.stem).items():
+                cases[case] = arrays
+        return cases
+    return split_case_arrays(_load(source))
+
+
+def _load(path: Path) -> dict[str, np.ndarray]:
+    try:
+        return load_npz_arrays(path)
+    except AgentError as e:
+        raise UsageError(str(e), hint=e.hint) from e
+
+
+def make_golden(
+    model: Path,
+    inputs: Path | dict[str, dict[str, np.ndarray]],
+    out: Path,
+    *,
+    outputs: Path | None = None,
+    decision: str | None = None,
+    tolerances: dict | None = None,
+    preprocessing: dict | None = None,
+    runtime: str = "auto",
+) -> str:
+    """Write a golden set for ``model``; returns its sha256.
+
+    Inputs are checked against the model first: a mismatch raises UsageError naming
+    the input, what the model expects and what the file holds.
+    """
+    model = Path(model)
+    if not model.is_file():
+        raise UsageError(f"model file not found: {model}")
+    case_inputs = read_case_inputs(inputs) if isinstance(inputs, (str, Path)) else inputs
+    if decision:
+        try:
+            parse_decision_rule(decision)
+        except AgentError as e:
+            raise UsageError(str(e), hint=e.hint) from e
+    try:
+        name = runtime_for(model, runtime)
+        cls = runtime_class(name)
+        rt = cls(RuntimeOptions(threads=1))
+        rt.load(model)
+        cases = []
+        for case_name, feeds in case_inputs.items():
+            from edgequal.agent.runtimes.base import check_feeds
+
+            check_feeds(rt.inputs(), feeds, where=f"case '{case_name}' input")
+            cases.append(GoldenCase(case_name, dict(feeds)))
+        if outputs is not None:
+            given = split_case_arrays(_load(Path(outputs)))
+            for case in cases:
+                if case.name not in given:
+                    raise UsageError(f"--outputs has no outputs for case '{case.name}'")
+                check_feeds(rt.outputs(), given[case.name], where=f"case '{case.name}' output")
+                case.outputs = given[case.name]
+            reference = {"runtime": "given", "source": Path(outputs).name}
+        else:
+            for case in cases:
+                case.outputs = rt.run(case.inputs)
+            reference = rt.describe()
+    except AgentError as e:
+        raise UsageError(str(e), hint=e.hint) from e
+    for tol in (tolerances or {}).values():
+        Tolerance.from_dict(tol)  # validates
+    manifest = {
+        "model": {"name": model.name, "sha256": file_sha256(model)},
+        "inputs": [s.to_dict() for s in rt.inputs()],
+        "outputs": [s.to_dict() for s in rt.outputs()],
+        "preprocessing": preprocessing,
+        "reference": reference,
+        "tolerances": tolerances or {},
+        "decision": decision,
+    }
+    rt.close()
+    return write_golden(Path(out), manifest, cases)

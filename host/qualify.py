@@ -1,0 +1,84 @@
+"""One qualification from the host's side: push, run, verify, save.
+
+The host makes a fresh nonce, pushes the model and golden set by digest (skipped
+when the agent holds them), streams progress, and verifies the signed envelope
+against the device's pinned key before it reads a single result from it.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from edgequal.agent.golden import file_sha256
+
+from .errors import UntrustedDevice
+from .transport import QualifyRequest, Transport
+from .trust import KnownDevices
+from .verify import VerifiedReport, verify_envelope
+
+
+@dataclass
+class QualifyOutcome:
+    """The verified report and where its bytes were written."""
+
+    report: VerifiedReport
+    envelope: bytes
+    path: Path | None
+    bytes_sent: int
+
+
+def pin_device_key(transport: Transport, known: KnownDevices, name: str, address: str) -> None:
+    """Trust on first use, for the local agent only; a changed key stays a hard failure."""
+    info = transport.info()
+    import base64
+
+    raw = base64.b64decode(info["public_key_b64"])
+    entry = known.get(name)
+    if entry is None:
+        known.trust(name, address, raw)
+    elif entry.public_key_raw != raw:
+        raise UntrustedDevice(
+            f"the key of device '{name}' changed (pinned {entry.fingerprint})",
+            hint=f"if the device was reset on purpose: edgequal devices forget {name}",
+        )
+
+
+def qualify(
+    transport: Transport,
+    model: Path,
+    golden: Path | None,
+    plan: dict,
+    *,
+    known: KnownDevices,
+    device_name: str,
+    on_event: Callable[[dict], None] = lambda e: None,
+    out: Path | None = None,
+    holder: str = "",
+) -> QualifyOutcome:
+    """Push, qualify, verify against the pinned key and write the envelope to ``out``."""
+    model, golden = Path(model), Path(golden) if golden else None
+    model_digest = file_sha256(model)
+    golden_digest = file_sha256(golden) if golden else None
+    on_event({"type": "phase", "phase": "upload", "state": "started"})
+    sent = transport.push(model, model_digest).bytes_sent
+    if golden:
+        sent += transport.push(golden, golden_digest).bytes_sent
+    on_event({"type": "progress", "phase": "upload", "message": f"{sent} bytes sent" if sent else "already on the device"})
+    on_event({"type": "phase", "phase": "upload", "state": "done"})
+    nonce = secrets.token_hex(16)
+    request = QualifyRequest(
+        model_digest=model_digest, golden_digest=golden_digest, plan=plan, nonce=nonce,
+        model_name=model.name, golden_name=golden.name if golden else None, holder=holder,
+    )
+    envelope = transport.qualify(request, on_event)
+    on_event({"type": "phase", "phase": "signing", "state": "done"})
+    artifacts = [model] + ([golden] if golden else [])
+    report = verify_envelope(envelope, known=known, device=device_name, expected_nonce=nonce, artifacts=artifacts)
+    if out is not None:
+        out = Path(out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_bytes(envelope)
+    return QualifyOutcome(report, envelope, out, sent)

@@ -1,0 +1,124 @@
+"""Shared fixtures: a real OpenSSH sshd on 127.0.0.1, and small generic helpers.
+
+Keep this file to fixtures many test folders need; folder-specific fixtures go
+in that folder's own conftest.py.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+TESTS_DIR = Path(__file__).resolve().parent
+
+
+def load_test_helper(name: str):
+    """Import ``tests/<name>.py`` under a private module name (tests/ is not a package)."""
+    module_name = f"_edgequal_tests_{name}"
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    spec = importlib.util.spec_from_file_location(module_name, TESTS_DIR / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def sshd_helpers():
+    """The tests/sshd.py module (start_sshd, known_hosts_line, make_ed25519_key...)."""
+    return load_test_helper("sshd")
+
+
+@pytest.fixture(scope="session")
+def sshd_server(tmp_path_factory, sshd_helpers):
+    """A real sshd on 127.0.0.1 (tests/sshd.py): one per test session, stopped at the end.
+
+    Outside CI a machine without sshd skips the SSH tests with that reason; in CI
+    (``$CI`` set) a missing sshd fails them, because .ci/run installs it.
+    """
+    sshd = sshd_helpers.find_sshd()
+    if sshd is None:
+        reason = "sshd not found: install openssh-server to run the SSH tests"
+        if os.environ.get("CI"):
+            pytest.fail(reason + " ($CI is set, so this is an error)")
+        pytest.skip(reason)
+    server = sshd_helpers.start_sshd(tmp_path_factory.mktemp("sshd"), sshd)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def agent_cmd() -> str:
+    """The ``edgequal-agent`` console script of the interpreter running the tests."""
+    script = Path(sys.executable).parent / "edgequal-agent"
+    if script.exists():
+        return str(script)
+    return f"{sys.executable} -m edgequal.agent.cli"
+
+
+@pytest.fixture(autouse=True)
+def isolated_config(tmp_path_factory, monkeypatch):
+    """Every test gets its own host config, agent state and local-agent state dirs."""
+    base = tmp_path_factory.mktemp("edgequal-home")
+    monkeypatch.setenv("EDGEQUAL_CONFIG_DIR", str(base / "config"))
+    monkeypatch.setenv("EDGEQUAL_AGENT_STATE", str(base / "agent-state"))
+    monkeypatch.setenv("EDGEQUAL_LOCAL_STATE", str(base / "local-agent"))
+    monkeypatch.delenv("EDGEQUAL_TOKEN", raising=False)
+    monkeypatch.delenv("EDGEQUAL_ROOT", raising=False)
+    return base
+
+
+@pytest.fixture(scope="session")
+def example_models(tmp_path_factory) -> dict[str, Path]:
+    """Every example model (host/examples.py), built once per session."""
+    from edgequal.host.examples import build_all
+
+    return build_all(tmp_path_factory.mktemp("models"))
+
+
+@pytest.fixture(scope="session")
+def golden_sets(tmp_path_factory, example_models) -> dict[str, Path]:
+    """A golden set per runnable example model, reference outputs from the host runtime."""
+    from edgequal.host.examples import EXAMPLES, example_inputs
+    from edgequal.host.golden import make_golden
+
+    out = tmp_path_factory.mktemp("golden")
+    sets = {}
+    for name in (
+        "classifier",
+        "dynamic",
+        "multi_input",
+        "classifier_fp16",
+        "classifier_tflite",
+        "classifier_int8",
+    ):
+        cases = {f"c{i}": feeds for i, feeds in enumerate(example_inputs(name, 12))}
+        sets[name] = out / f"{name}.npz"
+        make_golden(example_models[name], cases, sets[name], decision=EXAMPLES[name].decision_rule)
+    return sets
+
+
+QUICK_TEST_PLAN = {
+    "cold_runs": 1,
+    "warmup_min_runs": 5,
+    "warmup_min_s": 0.05,
+    "warmup_max_s": 0.5,
+    "latency_min_runs": 50,
+    "latency_min_s": 0.1,
+    "sustain_s": 0.0,
+}
+
+
+@pytest.fixture
+def fast_plan() -> dict:
+    """A plan dict short enough for tests (still every phase, real runtimes)."""
+    from edgequal.agent.plan import make_plan
+
+    return make_plan("quick", **QUICK_TEST_PLAN)

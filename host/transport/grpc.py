@@ -1,0 +1,413 @@
+"""The gRPC transport: talks ``edgequal.v1.Agent`` to an agent at ``HOST:PORT``.
+
+Every call has a deadline; gRPC statuses are mapped back to HostError
+subclasses in one place (:func:`host_error`), using the agent's
+``edgequal-error`` trailing metadata to tell a busy device from a full one.
+Pushes are content-addressed and resumable: Stat first, skip what the agent
+already holds, stream the rest from the committed offset, and on a broken
+connection Stat again and continue.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import re
+import socket
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+from ...protos import edgequal_v1_pb2 as pb
+from ...protos import edgequal_v1_pb2_grpc as pb_grpc
+from ..errors import HostError, TransportError, UsageError
+from .base import ProgressEvent, PushResult, QualifyRequest, Transport
+
+CHUNK_BYTES = 1024 * 1024
+"""Push chunk size: far below the agent's 4 MiB receive limit, large enough to keep per-message cost low."""
+MAX_RECEIVE_MESSAGE_BYTES = 64 * 1024 * 1024
+"""Largest message accepted from the agent (a signed report with raw samples)."""
+MIN_PUSH_RATE_BYTES_PER_S = 256 * 1024
+"""A push slower than this overall is given up on (the deadline scales with the size)."""
+PUSH_RETRIES = 3
+ERROR_CLASS_KEY = "edgequal-error"
+ERROR_HINT_KEY = "edgequal-hint"
+_DIGEST_RE = re.compile(r"[0-9a-f]{64}")
+
+
+@dataclass(frozen=True)
+class TlsClientConfig:
+    """TLS for the channel: the CA that signed the agent's certificate, and for mutual TLS
+    this host's certificate and key (PEM files). ``server_name`` overrides the name checked
+    against the agent's certificate (for agents addressed by IP)."""
+
+    ca_cert: Path | None = None
+    client_cert: Path | None = None
+    client_key: Path | None = None
+    server_name: str | None = None
+
+    @classmethod
+    def coerce(cls, tls: TlsClientConfig | tuple | None) -> TlsClientConfig | None:
+        """Accept a config, a ``(ca_cert[, client_cert, client_key])`` tuple, or None."""
+        if tls is None or isinstance(tls, cls):
+            return tls
+        parts = [None if p is None else Path(p) for p in tls]
+        if len(parts) not in (1, 3):
+            raise UsageError("TLS takes a CA certificate, optionally with a client cert and key")
+        return cls(*parts)
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        """Channel credentials from the PEM files."""
+
+        def read(p: Path | None) -> bytes | None:
+            if p is None:
+                return None
+            try:
+                return Path(p).read_bytes()
+            except OSError as e:
+                raise UsageError(f"cannot read TLS file {p}: {e.strerror}") from e
+
+        if (self.client_cert is None) != (self.client_key is None):
+            raise UsageError("mutual TLS needs both a client certificate and its key")
+        return grpc.ssl_channel_credentials(
+            root_certificates=read(self.ca_cert),
+            private_key=read(self.client_key),
+            certificate_chain=read(self.client_cert),
+        )
+
+
+def normalize_address(address: str) -> str:
+    """``grpc://HOST:PORT`` or ``HOST:PORT`` -> ``HOST:PORT``; UsageError when there is no port."""
+    addr = address.strip()
+    if addr.startswith("grpc://"):
+        addr = addr[len("grpc://") :]
+    addr = addr.rstrip("/")
+    host, sep, port = addr.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise UsageError(
+            f"not a device address: {address!r}", hint="use grpc://HOST:PORT, e.g. grpc://pi5:7441"
+        )
+    return addr
+
+
+def _default_holder() -> str:
+    try:
+        user = getpass.getuser()
+    except Exception:  # no login name in some containers
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
+
+
+def host_error(error: grpc.RpcError, address: str, timeout_s: float | None = None) -> HostError:
+    """The HostError for a failed call to the agent at ``address`` (one place for all RPCs)."""
+    code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
+    details = (error.details() if hasattr(error, "details") else "") or ""
+    trailing = {}
+    if hasattr(error, "trailing_metadata"):
+        trailing = {k: v for k, v in (error.trailing_metadata() or ())}
+    kind = trailing.get(ERROR_CLASS_KEY, "")
+    hint = trailing.get(ERROR_HINT_KEY)
+    if code == grpc.StatusCode.UNAUTHENTICATED:
+        return TransportError(
+            f"device at {address}: token rejected ({details})",
+            hint="give the device's token with --token-file, $EDGEQUAL_TOKEN or its config entry",
+        )
+    if code == grpc.StatusCode.PERMISSION_DENIED:
+        return TransportError(f"device at {address}: permission denied ({details})", hint=hint)
+    if code == grpc.StatusCode.UNAVAILABLE:
+        return TransportError(
+            f"device at {address} does not answer ({details})",
+            hint="check the address, that `edgequal-agent serve` runs there, and that TLS "
+            "settings match on both sides",
+        )
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        within = f" within {timeout_s:g} s" if timeout_s else ""
+        return TransportError(
+            f"device at {address} did not answer{within}",
+            hint="check the address and the network; a slow link needs a longer --timeout",
+        )
+    if kind == "DeviceBusy":
+        msg = details if details.startswith("device busy") else f"device busy: {details}"
+        return TransportError(msg, hint=hint)
+    if code == grpc.StatusCode.INVALID_ARGUMENT or kind == "QuotaExceeded":
+        return UsageError(details, hint=hint)
+    if code == grpc.StatusCode.CANCELLED:
+        return TransportError(f"call to device at {address} was cancelled ({details})", hint=hint)
+    return TransportError(f"device at {address}: {code.name}: {details}", hint=hint)
+
+
+class GrpcTransport(Transport):
+    """A connection to one agent over gRPC (insecure on loopback, else token and/or TLS)."""
+
+    def __init__(
+        self,
+        address: str,
+        token: str | None = None,
+        tls: TlsClientConfig | tuple | None = None,
+        timeout_s: float = 10,
+        *,
+        chunk_bytes: int = CHUNK_BYTES,
+        qualify_timeout_s: float | None = None,
+        holder: str | None = None,
+    ):
+        self.address = normalize_address(address)
+        self.timeout_s = float(timeout_s)
+        self.chunk_bytes = int(chunk_bytes)
+        self.qualify_timeout_s = qualify_timeout_s
+        self.holder = holder or _default_holder()
+        self.last_run_id: str | None = None
+        """The run id of the latest qualify, known as soon as the agent accepts it."""
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        options = [
+            ("grpc.max_receive_message_length", MAX_RECEIVE_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", 4 * 1024 * 1024),
+            # Notice a dead link in tens of seconds; the agent permits 30 s pings.
+            ("grpc.keepalive_time_ms", 30_000),
+            ("grpc.keepalive_timeout_ms", 10_000),
+            ("grpc.keepalive_permit_without_calls", 1),
+        ]
+        tls = TlsClientConfig.coerce(tls)
+        if tls is not None:
+            if tls.server_name:
+                options.append(("grpc.ssl_target_name_override", tls.server_name))
+            self._channel = grpc.secure_channel(self.address, tls.credentials(), options=options)
+        else:
+            self._channel = grpc.insecure_channel(self.address, options=options)
+        self._stub = pb_grpc.AgentStub(self._channel)
+
+    # -- helpers --------------------------------------------------------------
+
+    def _unary(self, method, request, timeout_s: float | None = None):
+        timeout_s = self.timeout_s if timeout_s is None else timeout_s
+        try:
+            return method(request, timeout=timeout_s, metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise host_error(e, self.address, timeout_s) from None
+
+    def _check_digest(self, digest: str) -> str:
+        d = digest[len("sha256:") :] if digest.startswith("sha256:") else digest
+        if not _DIGEST_RE.fullmatch(d):
+            raise UsageError(f"not a sha256 digest: {digest!r}")
+        return d
+
+    # -- Transport ------------------------------------------------------------
+
+    def info(self) -> dict:
+        """The agent's Info as a JSON-ready dict (fingerprint parsed, key in base64)."""
+        import base64
+
+        r = self._unary(self._stub.Info, pb.InfoRequest())
+        try:
+            fingerprint = json.loads(r.fingerprint_json) if r.fingerprint_json else {}
+        except json.JSONDecodeError:
+            fingerprint = {"error": "agent sent a fingerprint that is not JSON"}
+        lease = None
+        if r.busy:
+            lease = {
+                "run_id": r.lease.run_id,
+                "holder": r.lease.holder,
+                "started_unix_ms": r.lease.started_unix_ms,
+                "expires_unix_ms": r.lease.expires_unix_ms,
+            }
+        return {
+            "address": self.address,
+            "agent_version": r.agent_version,
+            "protocol": r.protocol,
+            "fingerprint": fingerprint,
+            "runtimes": [
+                {
+                    "name": rt.name,
+                    "available": rt.available,
+                    "version": rt.version,
+                    "reason": rt.reason,
+                    "distribution": rt.distribution,
+                }
+                for rt in r.runtimes
+            ],
+            "public_key_b64": base64.b64encode(r.public_key_raw).decode("ascii"),
+            "key_fingerprint": r.key_fingerprint,
+            "busy": r.busy,
+            "lease": lease,
+            "limits": {
+                "max_artifact_bytes": r.limits.max_artifact_bytes,
+                "chunk_bytes": r.limits.chunk_bytes,
+                "max_receive_message_bytes": r.limits.max_receive_message_bytes,
+                "quota_bytes": r.limits.quota_bytes,
+            },
+        }
+
+    def stat(self, digest: str) -> tuple[int, bool]:
+        """``(committed_size, complete)`` of an artifact on the agent."""
+        r = self._unary(self._stub.Stat, pb.StatRequest(digest=self._check_digest(digest)))
+        return r.committed_size, r.complete
+
+    def push(
+        self, path: Path, digest: str, on_progress: Callable[[int, int], None] | None = None
+    ) -> PushResult:
+        """Upload ``path`` unless the agent holds it; resume from the agent's committed offset."""
+        digest = self._check_digest(digest)
+        path = Path(path)
+        try:
+            size = path.stat().st_size
+        except OSError as e:
+            raise UsageError(f"cannot read {path}: {e.strerror}") from e
+        committed, complete = self.stat(digest)
+        if complete:
+            if on_progress:
+                on_progress(size, size)
+            return PushResult(digest=digest, size=size, bytes_sent=0)
+        sent_total = 0
+        for attempt in range(PUSH_RETRIES + 1):
+            # A partial longer than the file cannot be its prefix; the agent restarts it at 0.
+            offset = committed if committed <= size else 0
+            counter = _SentCounter()
+            remaining = size - offset
+            timeout_s = self.timeout_s + remaining / MIN_PUSH_RATE_BYTES_PER_S
+            try:
+                response = self._stub.Push(
+                    self._chunks(path, digest, size, offset, counter, on_progress),
+                    timeout=timeout_s,
+                    metadata=self._metadata,
+                )
+            except grpc.RpcError as e:
+                sent_total += counter.bytes
+                if e.code() == grpc.StatusCode.UNAVAILABLE and attempt < PUSH_RETRIES:
+                    time.sleep(0.5 * 2**attempt)
+                    committed, complete = self.stat(digest)
+                    if complete:
+                        return PushResult(digest=digest, size=size, bytes_sent=sent_total)
+                    continue
+                raise host_error(e, self.address, timeout_s) from None
+            sent_total += counter.bytes
+            if response.complete:
+                return PushResult(digest=digest, size=size, bytes_sent=sent_total)
+            raise TransportError(
+                f"device at {self.address} holds {response.committed_size} of {size} bytes of "
+                f"sha256:{digest} after the upload ended",
+                hint="push again; it resumes from there",
+            )
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _chunks(
+        self,
+        path: Path,
+        digest: str,
+        size: int,
+        offset: int,
+        counter: _SentCounter,
+        on_progress: Callable[[int, int], None] | None,
+    ) -> Iterator[pb.PushChunk]:
+        """The chunks of ``path`` from ``offset``; the first carries digest and total size."""
+        with open(path, "rb") as f:
+            f.seek(offset)
+            first = True
+            while first or offset < size:
+                data = f.read(min(self.chunk_bytes, size - offset))
+                if not data and offset < size:
+                    raise UsageError(f"{path} shrank while it was being pushed")
+                if first:
+                    chunk = pb.PushChunk(digest=digest, offset=offset, data=data, total_size=size)
+                    first = False
+                else:
+                    chunk = pb.PushChunk(offset=offset, data=data)
+                yield chunk
+                offset += len(data)
+                counter.bytes += len(data)
+                if on_progress:
+                    on_progress(offset, size)
+
+    def qualify(self, request: QualifyRequest, on_event: Callable[[ProgressEvent], None]) -> bytes:
+        """Run a qualification, passing each progress event to ``on_event``; return the envelope.
+
+        If the connection breaks, the run goes on on the device and its report is
+        kept there: ``last_run_id`` names it for :meth:`get_report`.
+        """
+        self.last_run_id = None
+        message = pb.QualifyRequest(
+            model_digest=self._check_digest(request.model_digest),
+            golden_digest=self._check_digest(request.golden_digest)
+            if request.golden_digest
+            else "",
+            plan_json=json.dumps(request.plan, sort_keys=True),
+            nonce=request.nonce,
+            model_name=request.model_name,
+            golden_name=request.golden_name or "",
+            holder=request.holder or self.holder,
+            extra_subjects_json=json.dumps(request.extra_subjects)
+            if request.extra_subjects
+            else "",
+        )
+        stream = self._stub.Qualify(
+            message, timeout=self.qualify_timeout_s, metadata=self._metadata
+        )
+        envelope = None
+        try:
+            for msg in stream:
+                if msg.run_id:
+                    self.last_run_id = msg.run_id
+                body = msg.WhichOneof("body")
+                if body == "event_json":
+                    on_event(json.loads(msg.event_json))
+                elif body == "envelope":
+                    envelope = bytes(msg.envelope)
+        except grpc.RpcError as e:
+            err = host_error(e, self.address, self.qualify_timeout_s)
+            if (
+                self.last_run_id
+                and isinstance(err, TransportError)
+                and e.code()
+                in (
+                    grpc.StatusCode.UNAVAILABLE,
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                    grpc.StatusCode.CANCELLED,
+                )
+            ):
+                err.hint = (
+                    f"the device keeps run {self.last_run_id} going and stores its report; "
+                    "fetch it later by run id"
+                )
+            raise err from None
+        finally:
+            # On an exception from on_event (or Ctrl-C) stop listening; the run goes on.
+            stream.cancel()
+        if envelope is None:
+            raise TransportError(
+                f"device at {self.address} ended run {self.last_run_id} without a signed report",
+                hint="fetch it by run id, or look at the agent's log",
+            )
+        return envelope
+
+    def get_report(self, run_id: str) -> bytes:
+        """A stored signed envelope by run id."""
+        return bytes(self._unary(self._stub.GetReport, pb.GetReportRequest(run_id=run_id)).envelope)
+
+    def cancel(self, run_id: str) -> None:
+        """Ask the agent to stop ``run_id``; UsageError when it is not in progress."""
+        r = self._unary(self._stub.Cancel, pb.CancelRequest(run_id=run_id))
+        if not r.cancelled:
+            raise UsageError(r.message)
+
+    def health(self) -> str:
+        """The standard health service's status name for the whole agent (e.g. ``SERVING``)."""
+        from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+        stub = health_pb2_grpc.HealthStub(self._channel)
+        try:
+            r = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=self.timeout_s)
+        except grpc.RpcError as e:
+            raise host_error(e, self.address, self.timeout_s) from None
+        return health_pb2.HealthCheckResponse.ServingStatus.Name(r.status)
+
+    def close(self) -> None:
+        """Close the channel."""
+        self._channel.close()
+
+
+class _SentCounter:
+    """Bytes of artifact data handed to gRPC during one Push call."""
+
+    def __init__(self):
+        self.bytes = 0

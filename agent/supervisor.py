@@ -58,8 +58,9 @@ class Worker:
     """One worker child process running one job.
 
     ``phase_timeout_s`` bounds each phase (the clock restarts at every phase event);
-    ``memory_limit_mb`` is enforced from outside by polling the child's RSS, and also
-    inside by RLIMIT_AS; ``on_event`` sees every event as it arrives.
+    ``memory_limit_mb`` is enforced from outside by polling the child's RSS every
+    0.1 s (RLIMIT_AS would also count the address space runtimes reserve but never
+    touch, and fails their imports); ``on_event`` sees every event as it arrives.
     """
 
     def __init__(
@@ -72,8 +73,6 @@ class Worker:
         env: dict | None = None,
     ):
         self.job = dict(job)
-        if memory_limit_mb:
-            self.job["memory_limit_mb"] = memory_limit_mb
         self.phase_timeout_s = phase_timeout_s
         self.memory_limit_mb = memory_limit_mb
         self.on_event = on_event or (lambda e: None)
@@ -148,14 +147,14 @@ class Worker:
             if self.cancel.is_set() and cause is None:
                 cause = "cancelled"
                 self.kill()
+            if cause is None and self.memory_limit_mb and self._rss_mb() > self.memory_limit_mb:
+                cause = "memory"
+                self.kill()
             try:
-                event = self._events.get(timeout=0.2)
+                event = self._events.get(timeout=0.1)
             except queue.Empty:
                 if cause is None and time.monotonic() > deadline:
                     cause = "timeout"
-                    self.kill()
-                if cause is None and self.memory_limit_mb and self._rss_mb() > self.memory_limit_mb:
-                    cause = "memory"
                     self.kill()
                 continue
             if event is None:

@@ -382,9 +382,6 @@ def main() -> int:
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     job = json.loads(sys.stdin.readline())
-    limit_mb = job.get("memory_limit_mb")
-    if limit_mb:
-        resource.setrlimit(resource.RLIMIT_AS, (int(limit_mb) << 20, int(limit_mb) << 20))
     from .errors import AgentError
 
     try:

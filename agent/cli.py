@@ -101,7 +101,14 @@ def cmd_serve(args, state_dir: Path) -> int:
         if not (args.tls_cert and args.tls_key):
             raise BadInput("--tls-cert and --tls-key go together")
         tls = (args.tls_cert, args.tls_key, args.client_ca)
-    server = serve(args.listen, state_dir, probe_root(args.root), token=token, tls=tls, port_file=args.port_file)
+    import signal
+
+    server = serve(args.listen, state_dir, probe_root(args.root), token=token, tls=tls)
+    if args.port_file:
+        tmp = args.port_file.with_name(args.port_file.name + ".tmp")
+        tmp.write_text(str(server.port))
+        tmp.replace(args.port_file)
+    signal.signal(signal.SIGTERM, lambda *_: server.stop())
     server.wait_for_termination()
     return 0
 

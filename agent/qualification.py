@@ -133,67 +133,65 @@ def measure_warm(model, golden, plan, runtime, emit: EventSink, cancel, findings
 
 def measure_sustained(model, golden, plan, runtime, root: Path, emit: EventSink, cancel, findings) -> dict:
     """Closed-loop inference in windows, with telemetry sampled at 1 Hz by this process."""
-    from .measure.sustained import score_windows, wait_for_cooldown, window_telemetry
+    from .measure.sustained import AgentTelemetry, score_windows, wait_for_cooldown, window_telemetry
 
-    sampler = _telemetry(root)
-    cooldown = {"waited_s": 0.0, "reached": None, "reason": "not asked"}
-    if sampler is not None and plan["cooldown"]:
+    telemetry = AgentTelemetry.open(root)
+    cooldown = {"waited_s": 0.0, "reached": None, "reason": "no temperature sensor"}
+    if telemetry.has_temperature and plan["cooldown"]:
         emit({"type": "progress", "phase": "sustained", "message": "waiting for cooldown"})
-        cooldown = wait_for_cooldown(sampler.read_temp_c, None, plan["cooldown_timeout_s"], cancel=cancel)
+        cooldown = wait_for_cooldown(telemetry.read_temp_c, telemetry.idle_c, plan["cooldown_timeout_s"], cancel=cancel)
     duration = plan["sustain_s"]
     window_s = sustain_window_s(plan)
-    trip_c = sampler.trip_c() if sampler else None
+    trip_c = telemetry.trip_c
     max_c = plan["max_temp_c"]
     windows: list[dict] = []
     stop_reason = None
-    worker_ref: dict = {}
+    t_begin = time.monotonic()
 
     def on_event(event: dict) -> None:
         if event.get("event") != "window":
             return
         w = {k: event[k] for k in ("index", "t0", "t1", "count", "rate_per_s", "p50_ms", "p90_ms")}
-        if sampler:
-            w.update(window_telemetry(w, sampler.samples(), trip_c))
+        w.update(window_telemetry(w, telemetry.samples(), trip_c))
         windows.append(w)
-        emit({"type": "progress", "phase": "sustained", "done": round(w["t1"] - worker_ref.get("t0", w["t0"]), 1),
-              "total": duration, "rate_per_s": round(w["rate_per_s"], 2), "temp_c": w.get("max_temp_c")})
+        emit({"type": "progress", "phase": "sustained", "done": round(w["t1"] - t_begin, 1), "total": duration,
+              "rate_per_s": round(w["rate_per_s"], 2), "temp_c": w.get("max_temp_c")})
 
-    if sampler:
-        sampler.start()
+    telemetry.start()
     worker = Worker(
         _job("sustain", model, golden, plan, runtime, sustain={"duration_s": duration, "window_s": window_s}),
         phase_timeout_s=plan["phase_timeout_s"] + duration, memory_limit_mb=plan["memory_limit_mb"],
         on_event=on_event, cancel=cancel,
     )
     worker.start()
-    worker_ref["t0"] = time.monotonic()
     watcher_done = threading.Event()
 
     def watch_temperature() -> None:
         nonlocal stop_reason
         while not watcher_done.wait(1.0):
-            temp = sampler.read_temp_c() if sampler else None
+            temp = telemetry.latest_temp_c()
             if max_c is not None and temp is not None and temp >= max_c:
                 stop_reason = f"stopped early: {temp:.1f} °C reached the maximum {max_c:g} °C"
                 worker.request_stop()
                 return
 
-    watcher = threading.Thread(target=watch_temperature, daemon=True)
-    watcher.start()
-    outcome = worker.wait()
-    watcher_done.set()
-    samples = sampler.stop() if sampler else []
+    threading.Thread(target=watch_temperature, daemon=True).start()
+    try:
+        outcome = worker.wait()
+    finally:
+        watcher_done.set()
+        samples = telemetry.stop()
     result: dict = {
         "duration_s": duration,
         "window_s": window_s,
         "cooldown": cooldown,
         "trip_c": trip_c,
         "max_temp_c_limit": max_c,
-        "telemetry": "absent" if sampler is None else sampler.describe(),
+        "telemetry": telemetry.describe(),
     }
     if not outcome.ok:
         findings.append(_finding_from(outcome, "sustained", runtime))
-        result.update({"windows": windows, "verdict": "failed", "reason": outcome.describe()})
+        result.update({"windows_detail": windows, "verdict": "failed", "reason": outcome.describe()})
         return result
     started_at = outcome.result["started_at"]
     score = score_windows(windows, started_at)
@@ -205,16 +203,6 @@ def measure_sustained(model, golden, plan, runtime, root: Path, emit: EventSink,
     if stop_reason:
         result["stopped_early"] = stop_reason
     return result
-
-
-def _telemetry(root: Path):
-    """The agent-side telemetry sampler, or None when the board exposes no sensors."""
-    try:
-        from .probes.telemetry import TelemetrySampler
-    except ImportError:
-        return None
-    sampler = TelemetrySampler(root, interval_s=1.0)
-    return sampler if sampler.has_sensors() else None
 
 
 def decide_status(results: dict, findings: list[dict]) -> tuple[str, str | None]:
@@ -251,6 +239,7 @@ def run_measurement(
     root: Path = Path("/"),
     on_event: EventSink | None = None,
     cancel: threading.Event | None = None,
+    model_name: str | None = None,
 ) -> dict:
     """Run every planned phase and return ``{plan, fingerprint, results, findings, status, reason}``."""
     emit = on_event or (lambda e: None)
@@ -261,7 +250,7 @@ def run_measurement(
         raise BadInput(f"model file not found: {model_path}")
     if golden_path is not None and not Path(golden_path).is_file():
         raise BadInput(f"golden set not found: {golden_path}")
-    runtime = runtime_for(model_path, plan["runtime"])
+    runtime = runtime_for(model_path, plan["runtime"], model_name)
     findings: list[dict] = []
     results: dict = {"schema": RESULTS_SCHEMA}
     t_start = time.time()

@@ -120,7 +120,8 @@ def execute_run(
     run_dir = Path(state_dir) / "runs" / request.run_id
     _write_atomic(run_dir / "request.json", json.dumps(asdict(request)).encode())
     try:
-        outcome = run_measurement(model_path, golden_path, request.plan, root=root, on_event=on_event, cancel=cancel)
+        outcome = run_measurement(model_path, golden_path, request.plan, root=root, on_event=on_event,
+                                  cancel=cancel, model_name=request.model_name)
     except AgentError as e:
         if isinstance(e, BadInput):
             _forget_run(run_dir)

@@ -20,7 +20,7 @@ def _parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("demo", help="qualify example models on a local agent (no device needed)")
     d.add_argument("--out", type=Path, default=Path("edgequal-demo"), help="where models and reports go (default ./edgequal-demo)")
-    d.add_argument("--sustain", default="6s", help="sustained phase of the ONNX run (default 6s; 0 to skip)")
+    d.add_argument("--sustain", default="0", help="also run a sustained phase on the ONNX model, e.g. 30s (default: skip)")
 
     q = sub.add_parser("qualify", help="qualify MODEL on a device")
     q.add_argument("model", type=Path)

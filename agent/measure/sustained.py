@@ -13,10 +13,75 @@ from collections.abc import Callable, Sequence
 from .stats import first_drop_time_s, peak_rate, stability, sustained_rate, sustained_verdict
 
 
+class AgentTelemetry:
+    """The agent-side view of the board's sensors for one sustained run.
+
+    Wraps the 1 Hz ``TelemetrySampler`` and flattens its samples to
+    ``{"t": monotonic s, "temp_c", "clock_khz", "throttled", "cooling"}`` so windows
+    (timed by the worker on the same clock) can be scored against them. With no
+    sensors at all it still runs and reports ``absent``.
+    """
+
+    def __init__(self, sampler, thermal: dict):
+        self._sampler = sampler
+        self.trip_c = thermal.get("trip_c")
+        self.has_temperature = bool(sampler.has_temperature)
+        self.idle_c = None
+
+    @classmethod
+    def open(cls, root) -> AgentTelemetry:
+        """Discover sensors under ``root`` (the configurable probe root)."""
+        from ..probes.telemetry import TelemetrySampler
+        from ..probes.thermal import read_thermal
+
+        return cls(TelemetrySampler(root, interval_s=1.0), read_thermal(root))
+
+    def read_temp_c(self) -> float | None:
+        """Read the authoritative temperature now."""
+        return self._sampler.sample_once()["temp_c"]
+
+    def latest_temp_c(self) -> float | None:
+        """The temperature of the newest 1 Hz sample."""
+        samples = self._sampler.samples()
+        return samples[-1]["temp_c"] if samples else None
+
+    def _flat(self, s: dict) -> dict:
+        clocks = [c for c in (s.get("clocks_khz") or {}).values() if c]
+        if s.get("arm_clock_khz"):
+            clocks.append(s["arm_clock_khz"])  # the Pi's measured clock beats cpufreq's requested one
+        return {
+            "t": self._sampler.start_monotonic + s["t_s"],
+            "temp_c": s.get("temp_c"),
+            "clock_khz": min(clocks) if clocks else None,
+            "throttled": s.get("throttled"),
+            "cooling": s.get("cooling_states") or {},
+        }
+
+    def start(self) -> None:
+        """Start the 1 Hz sampling thread."""
+        self._sampler.start()
+
+    def samples(self) -> list[dict]:
+        """Samples so far, flattened."""
+        return [self._flat(s) for s in self._sampler.samples()]
+
+    def stop(self) -> list[dict]:
+        """Stop sampling; every sample, flattened."""
+        self._sampler.stop()
+        return self.samples()
+
+    def describe(self) -> str | dict:
+        """``absent`` when the board exposes no temperature sensor, else which zones were read."""
+        if not self.has_temperature:
+            return "absent"
+        return {"zones": self._sampler.zone_types}
+
+
 def _throttle_now(sample: dict) -> bool:
     flags = sample.get("throttled") or {}
     now = flags.get("now", flags) if isinstance(flags, dict) else {}
-    return bool(now.get("throttled") or now.get("freq_capped") or now.get("soft_temp_limit"))
+    cooling = any((v or 0) > 0 for v in (sample.get("cooling") or {}).values())
+    return bool(now.get("throttled") or now.get("freq_capped") or now.get("soft_temp_limit") or cooling)
 
 
 def _under_voltage(sample: dict) -> bool:

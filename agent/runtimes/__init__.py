@@ -23,18 +23,34 @@ def runtime_class(name: str) -> type[Runtime]:
     raise BadInput(f"unknown runtime '{name}'", hint=f"use one of: auto, {', '.join(RUNTIME_NAMES)}")
 
 
-def runtime_for(model_path: Path, requested: str = "auto") -> str:
-    """The runtime name to use for a model: by file extension when ``auto``."""
+def runtime_for(model_path: Path, requested: str = "auto", name_hint: str | None = None) -> str:
+    """The runtime name to use for a model: when ``auto``, by extension, else by content.
+
+    Artifacts on the device are stored by digest, without an extension, so the
+    host's file name (``name_hint``) is tried first and then the bytes themselves:
+    a TFLite flatbuffer carries ``TFL3`` at offset 4; an ONNX ModelProto starts
+    with field 1 (``ir_version``, tag 0x08).
+    """
     if requested != "auto":
         runtime_class(requested)  # validates the name
         return requested
-    suffix = Path(model_path).suffix.lower()
-    if suffix == ".onnx":
-        return "onnxruntime"
-    if suffix in (".tflite", ".lite"):
+    for name in (name_hint, str(model_path)):
+        suffix = Path(name).suffix.lower() if name else ""
+        if suffix == ".onnx":
+            return "onnxruntime"
+        if suffix in (".tflite", ".lite"):
+            return "litert"
+    try:
+        with open(model_path, "rb") as f:
+            head = f.read(8)
+    except OSError as e:
+        raise BadInput(f"cannot read model {model_path}: {e.strerror}") from e
+    if head[4:8] == b"TFL3":
         return "litert"
+    if head[:1] == b"\x08":
+        return "onnxruntime"
     raise BadInput(
-        f"cannot tell the runtime of '{Path(model_path).name}' from its extension",
+        f"cannot tell the runtime of '{name_hint or Path(model_path).name}' from its name or content",
         hint="use a .onnx or .tflite file, or pass --runtime onnxruntime|litert",
     )
 

@@ -54,7 +54,8 @@ class LocalTransport(GrpcTransport):
         port = int(port_file.read_text().strip())
         port_file.unlink()
         port_file.parent.rmdir()
-        super().__init__(f"127.0.0.1:{port}")
+        self.target = f"127.0.0.1:{port}"
+        super().__init__(self.target)
         self.address = "local"
 
     def close(self) -> None:

@@ -689,6 +689,13 @@ class SSHTransport(Transport):
             f.chmod(mode)
             f.write(data)
 
+    def read_file(self, path: str, limit_bytes: int = 1 << 20) -> bytes:
+        """Read a small remote file (at most ``limit_bytes``)."""
+        sftp = self._sftp()
+        path = self.expand(path)
+        with self._watch(f"read {path}"), sftp.open(path, "r") as f:
+            return f.read(limit_bytes)
+
     def put_file(
         self, local: Path, remote: str, on_progress: Callable[[int, int], None] | None = None
     ) -> int:
@@ -739,12 +746,38 @@ class SSHTransport(Transport):
     # ----- Transport ---------------------------------------------------------------
 
     def info(self) -> dict:
-        """The agent's ``info --json``, with ``key`` = ``key show --json`` (public_key_b64, fingerprint)."""
-        info = self.agent_json(["info", "--json"], "read the agent's info")
+        """The agent's info in the gRPC transport's shape, from ``info --json`` and ``key show --json``.
+
+        Keys: address, agent_version, fingerprint (the board), runtimes (list of
+        {name, available, version, reason}), public_key_b64, key_fingerprint,
+        busy (None: not known over SSH), key (``key show --json`` as printed),
+        probes (every probe reading).
+        """
+        raw = self.agent_json(["info", "--json"], "read the agent's info")
         key = self.agent_json(["key", "show", "--json"], "read the device key")
-        info = dict(info)
-        info["key"] = key
-        return info
+        probes = raw.get("probes") or {}
+        runtimes = raw.get("runtimes") or {}
+        if isinstance(runtimes, dict):
+            runtimes = [
+                {
+                    "name": name,
+                    "available": bool(r.get("available")),
+                    "version": r.get("version") or "",
+                    "reason": r.get("reason") or "",
+                }
+                for name, r in runtimes.items()
+            ]
+        return {
+            "address": self.address,
+            "agent_version": raw.get("agent_version", ""),
+            "fingerprint": probes.get("fingerprint", raw.get("fingerprint", {})),
+            "runtimes": runtimes,
+            "public_key_b64": key.get("public_key_b64", ""),
+            "key_fingerprint": key.get("fingerprint", ""),
+            "busy": None,
+            "key": key,
+            "probes": probes,
+        }
 
     def store_stat(self, digest: str) -> dict:
         """``store stat DIGEST``: {"digest", "committed_offset", "complete", "partial_path"}."""

@@ -166,6 +166,27 @@ def test_ssh_config_alias_and_identity_file(sshd_server, tmp_path):
         assert t.run_remote("echo $((6 * 7))").stdout == "42\n"
 
 
+def test_authenticates_with_a_key_held_by_ssh_agent(sshd_server, tmp_path, monkeypatch):
+    sock = tmp_path / "agent.sock"
+    agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while not sock.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        env = {**os.environ, "SSH_AUTH_SOCK": str(sock)}
+        subprocess.run(
+            ["ssh-add", str(sshd_server.client_key)], env=env, check=True, capture_output=True
+        )
+        monkeypatch.setenv("SSH_AUTH_SOCK", str(sock))
+        with SSHTransport(
+            sshd_server.url, known_hosts=sshd_server.known_hosts, look_for_keys=False
+        ) as t:
+            assert t.run_remote("echo via-agent").stdout == "via-agent\n"
+    finally:
+        agent.terminate()
+        agent.wait(timeout=10)
+
+
 def test_authentication_failure_is_one_error_without_prompting(sshd_server, sshd_helpers, tmp_path):
     stranger = tmp_path / "stranger"
     sshd_helpers.make_ed25519_key(stranger, "not-authorized")
@@ -347,7 +368,12 @@ def test_qualify_over_ssh_end_to_end_and_verify(ssh, tmp_path):
     digest = hashlib.sha256(model.read_bytes()).hexdigest()
     assert ssh.push(model, digest).bytes_sent == model.stat().st_size
 
-    key = ssh.info()["key"]
+    info = ssh.info()
+    key = info["key"]
+    assert info["public_key_b64"] == key["public_key_b64"]
+    assert info["key_fingerprint"] == key["fingerprint"].strip()
+    assert info["agent_version"]
+    assert {r["name"] for r in info["runtimes"]} >= {"onnxruntime"}
     known = KnownDevices(tmp_path / "known_devices")
     known.trust("sshboard", ssh.address, base64.b64decode(key["public_key_b64"]))
 

@@ -199,6 +199,7 @@ def measure_sustained(model, golden, plan, runtime, root: Path, emit: EventSink,
         score["headroom_c"] = round(trip_c - score["peak_temp_c"], 2)
     result.update(score)
     result["windows_detail"] = windows
+    result["loop_started_monotonic_s"] = started_at  # CLOCK_MONOTONIC: aligns with the board's own logs
     result["telemetry_samples"] = [{**s, "t": round(s["t"] - started_at, 3)} for s in samples]
     if stop_reason:
         result["stopped_early"] = stop_reason

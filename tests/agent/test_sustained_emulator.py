@@ -1,0 +1,79 @@
+"""The sustained phase on the device emulator: a sysfs tree that heats with the worker's CPU
+use and, past its trip point, throttles the worker from outside (SIGSTOP/SIGCONT).
+
+The agent code is the production path: it reads the tree through its probe root.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+
+from edgequal.agent.plan import make_plan
+from edgequal.agent.qualification import measure_sustained
+
+DURATION_S = 16.0
+WINDOW_S = 2.0
+
+
+@pytest.fixture(scope="module")
+def emulator_module():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "scripts" / "device_emulator.py"
+    spec = importlib.util.spec_from_file_location("_edgequal_device_emulator", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run(emulator, example_models, root):
+    plan = make_plan("quick", threads=1, sustain_s=DURATION_S, window_s=WINDOW_S, cooldown=False)
+    findings: list = []
+    events: list = []
+    result = measure_sustained(example_models["mid"], None, plan, "onnxruntime", root, events.append,
+                               threading.Event(), findings)
+    assert not findings, findings
+    return result, events
+
+
+def test_throttling_past_the_trip_point_is_detected(emulator_module, example_models, tmp_path):
+    root = tmp_path / "board"
+    # ~1 CPU of inference heats 40 -> 60 °C in about 5-6 s; then half of every 0.1 s is stopped.
+    emu = emulator_module.DeviceEmulator(root, watch_pid=os.getpid(), ambient_c=40.0, trip_c=60.0,
+                                         heat_c_per_cpu_s=4.0, cool_rate=0.05, throttle_duty=0.5)
+    with emu:
+        result, events = _run(emu, example_models, root)
+    assert emu.trip_time_s is not None, "the emulator never reached its trip point"
+    assert result["telemetry"] == {"zones": ["cpu-thermal"]}
+    assert result["trip_c"] == 60.0
+    assert result["throttled"] is True
+    emulator_trip_s = emu.start_monotonic + emu.trip_time_s - result["loop_started_monotonic_s"]
+    assert abs(result["time_to_first_throttle_s"] - emulator_trip_s) <= WINDOW_S + 1.0  # one window (+ the 1 Hz sample)
+    # A 50 % duty cycle halves throughput: worst/best window near 0.5, verdict failed (< 0.90).
+    assert 0.3 <= result["stability"] <= 0.7, [(round(w["rate_per_s"]), w["max_temp_c"], w["throttle_flags"]) for w in result["windows_detail"]]
+    assert result["verdict"] == "failed"
+    assert result["peak_temp_c"] >= 60.0
+    assert result["headroom_c"] <= 0.0
+    assert result["windows"] == len(result["windows_detail"]) >= DURATION_S / WINDOW_S - 1
+    live = [e for e in events if e.get("phase") == "sustained" and e.get("rate_per_s")]
+    assert live and all(e.get("temp_c") is not None for e in live)
+
+
+def test_trip_point_out_of_reach_is_not_throttled(emulator_module, example_models, tmp_path):
+    root = tmp_path / "board"
+    emu = emulator_module.DeviceEmulator(root, watch_pid=os.getpid(), ambient_c=40.0, trip_c=150.0,
+                                         heat_c_per_cpu_s=4.0, cool_rate=0.05, throttle_duty=0.5)
+    with emu:
+        result, _ = _run(emu, example_models, root)
+    assert emu.trip_time_s is None
+    assert result["throttled"] is False
+    assert result["time_to_first_throttle_s"] is None
+    assert result["peak_temp_c"] > 45.0  # it did heat
+    # Without throttling, windows differ only by machine noise (the verdict needs >= 0.97;
+    # a shared CI machine can exceed 3 % window to window, so the bound here is looser).
+    assert result["stability"] >= 0.85
+    assert result["verdict"] in ("stable", "degraded", "failed") and (result["verdict"] == "stable") == (result["stability"] >= 0.97)

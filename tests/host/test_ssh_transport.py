@@ -29,7 +29,6 @@ from edgequal.host.verify import verify_envelope
 # A plan that still runs every phase but finishes in a couple of seconds.
 FAST_PLAN = make_plan(
     "quick",
-    runtime="onnxruntime",
     cold_runs=1,
     warmup_min_runs=5,
     warmup_min_s=0.05,

@@ -83,6 +83,11 @@ def main(argv: list[str] | None = None) -> int:
         return e.exit_code
     except KeyboardInterrupt:
         return 130
+    except Exception as e:  # a bug, not a user error: still one line unless --debug
+        if args.debug:
+            raise
+        print(f"edgequal-agent: internal error: {type(e).__name__}: {e} (hint: --debug shows the traceback)", file=sys.stderr)
+        return 3
 
 
 def cmd_serve(args, state_dir: Path) -> int:
@@ -151,7 +156,7 @@ def cmd_run_plan(args, state_dir: Path) -> int:
 
 def cmd_measure(args, state_dir: Path) -> int:
     from .plan import make_plan, parse_duration_s, parse_shape_args
-    from .qualification import run_measurement
+    from .qualification import exit_code_for, run_measurement
     from .report.signing import json_clean
     from .report.summary import format_summary
 
@@ -170,9 +175,7 @@ def cmd_measure(args, state_dir: Path) -> int:
         print(json.dumps(json_clean(outcome), indent=1))
     else:
         print(format_summary(outcome))
-    if outcome["findings"] and outcome["findings"][0].get("kind") in ("golden_mismatch",):
-        return 2
-    return 0 if outcome["status"] in ("passed", "degraded") else 1
+    return exit_code_for(outcome["status"], outcome["findings"])
 
 
 def cmd_key(args, state_dir: Path) -> int:

@@ -55,6 +55,7 @@ DEFAULTS = {
     "memory_limit_mb": None,
     "evict_page_cache": True,
     "seed": 0,
+    "profile": None,  # the device profile whose durations and limits the host applied
 }
 
 _NUMBERS = {

@@ -232,6 +232,21 @@ def decide_status(results: dict, findings: list[dict]) -> tuple[str, str | None]
     return "passed", None
 
 
+def exit_code_for(status: str, findings: list[dict]) -> int:
+    """The CLI exit code of a finished measurement.
+
+    0 passed or degraded; 2 when the model file itself was rejected (a bad input
+    file); 3 when the run could not finish (incomplete); 1 for any other failure.
+    """
+    if status in ("passed", "degraded"):
+        return 0
+    if status == "incomplete":
+        return 3
+    if findings and findings[0].get("kind") == "model_rejected":
+        return 2
+    return 1
+
+
 def run_measurement(
     model_path: Path,
     golden_path: Path | None,

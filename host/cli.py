@@ -101,6 +101,13 @@ def main(argv: list[str] | None = None) -> int:
         return e.exit_code
     except KeyboardInterrupt:
         return 130
+    except Exception as e:  # a bug, not a user error: still one line unless --debug
+        if args.debug:
+            raise
+        from .render import print_error
+
+        print_error(f"internal error: {type(e).__name__}: {e}", "run again with --debug for the traceback")
+        return 3
 
 
 def _dispatch(args) -> int:
@@ -119,24 +126,45 @@ def _dispatch(args) -> int:
     raise AssertionError(args.command)
 
 
-def _plan_from_args(args) -> dict:
+def _plan_from_args(args, profile=None) -> dict:
+    """The plan: the preset, then the device profile's durations and limits, then explicit flags."""
     from edgequal.agent.plan import make_plan, parse_duration_s, parse_shape_args
 
-    overrides = {}
-    if getattr(args, "profile", None):
-        from .profiles import load_profile
+    base = {}
+    if profile is not None:
+        durations = profile.plan(args.plan)
+        base = {
+            "cold_runs": durations.cold_runs,
+            "latency_min_runs": durations.latency_min_runs,
+            "latency_min_s": durations.latency_min_s,
+            "sustain_s": durations.sustain_s,
+            "window_s": durations.window_s,
+            "max_temp_c": profile.max_c,
+            "profile": profile.name,
+        }
+    flags = {
+        "runtime": args.runtime,
+        "threads": args.threads,
+        "shapes": parse_shape_args(args.shape) or None,
+        "sustain_s": parse_duration_s(args.sustain) if args.sustain else None,
+        "window_s": parse_duration_s(args.window) if args.window else None,
+    }
+    return make_plan(args.plan, **{**base, **{k: v for k, v in flags.items() if v is not None}})
 
-        profile = load_profile(args.profile)
-        overrides.update(profile.plan_overrides(args.plan))
-    return make_plan(
-        args.plan,
-        runtime=args.runtime,
-        threads=args.threads,
-        shapes=parse_shape_args(args.shape) or None,
-        sustain_s=parse_duration_s(args.sustain) if args.sustain else overrides.get("sustain_s"),
-        window_s=parse_duration_s(args.window) if args.window else overrides.get("window_s"),
-        max_temp_c=overrides.get("max_temp_c"),
-    )
+
+def _pick_profile(args, transport, name: str):
+    """``--profile``, else the profile the device's fingerprint matches; none for the local agent.
+
+    The local agent is the machine you are sitting at, not a target board: its plan is
+    the preset alone unless a profile is asked for.
+    """
+    from .profiles import load_profile, match_profile
+
+    if args.profile:
+        return load_profile(args.profile)
+    if name == "local":
+        return None
+    return match_profile(transport.info().get("fingerprint") or {})
 
 
 def _open_device(device: str, token_file: Path | None, known_hosts: Path | None = None, agent_cmd: str | None = None):
@@ -180,11 +208,12 @@ def cmd_qualify(args) -> int:
         from .errors import UsageError
 
         raise UsageError(f"model file not found: {model}")
-    plan = _plan_from_args(args)
+    _plan_from_args(args)  # refuse bad flags before connecting
     transport, name, address, known = _open_device(args.device, args.token_file, args.known_hosts, args.agent_cmd)
     with transport:
         if name == "local":
             pin_device_key(transport, known, "local", "local")
+        plan = _plan_from_args(args, _pick_profile(args, transport, name))
         with ProgressDisplay(f"qualifying {model.name} on {address}", enabled=not args.json) as display:
             outcome = qualify(transport, model, args.golden, plan, known=known, device_name=name,
                               on_event=display.on_event, out=args.output or _default_report_path(model))
@@ -196,7 +225,9 @@ def cmd_qualify(args) -> int:
         write_json(json.dumps(predicate, indent=1))
     else:
         print_summary(predicate, address, str(outcome.path))
-    return 0 if predicate["status"] in ("passed", "degraded") else 1
+    from edgequal.agent.qualification import exit_code_for
+
+    return exit_code_for(predicate["status"], predicate.get("findings", []))
 
 
 def _default_report_path(model: Path) -> Path:

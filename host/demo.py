@@ -60,5 +60,5 @@ def run_demo(out: Path, sustain: str = "6s") -> int:
             statuses.append(outcome.report.status)
     print_line("signed reports (verify with: edgequal verify REPORT --device local):")
     for path, status in zip(reports, statuses):
-        print_line(f"  {path}  [{status}]")
+        print_line(f"  {path}  ({status})")
     return 0 if all(s in ("passed", "degraded") for s in statuses) else 1

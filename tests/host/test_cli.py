@@ -1,0 +1,123 @@
+"""The host and agent CLIs: one-line errors, exit codes, golden make input forms, profiles."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from edgequal.agent.cli import main as agent_main
+from edgequal.agent.golden import read_golden
+from edgequal.host.cli import main as edgequal_main
+from edgequal.host.examples import corrupt_model_bytes, example_inputs
+
+FAST_FLAGS = ["--plan", "quick"]
+
+
+def test_golden_make_from_one_case_npz(example_models, tmp_path, capsys):
+    inputs = tmp_path / "in.npz"
+    np.savez(inputs, **example_inputs("classifier", 1)[0])
+    out = tmp_path / "g.npz"
+    assert edgequal_main(["golden", "make", str(example_models["classifier"]), "--inputs", str(inputs),
+                          "--decision", "threshold:score>0.5", "-o", str(out)]) == 0
+    g = read_golden(out)
+    assert [c.name for c in g.cases] == ["case0"]
+    assert set(g.cases[0].outputs) == {"probs", "score"}
+    assert g.decision == "threshold:score>0.5"
+    import onnxruntime
+
+    assert g.manifest["reference"]["runtime"] == "onnxruntime"
+    assert g.manifest["reference"]["version"] == onnxruntime.__version__
+    assert np.isclose(g.cases[0].outputs["probs"].sum(), 1.0, atol=1e-5)
+    assert "sha256" in capsys.readouterr().out
+
+
+def test_golden_make_from_case_slash_input_names_and_a_dir(example_models, tmp_path):
+    cases = example_inputs("multi_input", 3)
+    many = tmp_path / "many.npz"
+    np.savez(many, **{f"c{i}/{k}": v for i, feeds in enumerate(cases) for k, v in feeds.items()})
+    out = tmp_path / "g1.npz"
+    assert edgequal_main(["golden", "make", str(example_models["multi_input"]), "--inputs", str(many), "-o", str(out)]) == 0
+    assert [c.name for c in read_golden(out).cases] == ["c0", "c1", "c2"]
+    d = tmp_path / "cases"
+    d.mkdir()
+    for i, feeds in enumerate(cases):
+        np.savez(d / f"sample{i}.npz", **feeds)
+    out2 = tmp_path / "g2.npz"
+    assert edgequal_main(["golden", "make", str(example_models["multi_input"]), "--inputs", str(d), "-o", str(out2)]) == 0
+    g2 = read_golden(out2)
+    assert [c.name for c in g2.cases] == ["sample0", "sample1", "sample2"]
+    # Same inputs, same reference outputs, whichever form they came in.
+    np.testing.assert_array_equal(g2.cases[1].outputs["out"], read_golden(out).cases[1].outputs["out"])
+
+
+def test_golden_make_with_given_outputs(example_models, tmp_path):
+    feeds = example_inputs("micro", 1)[0]
+    inputs, outputs = tmp_path / "in.npz", tmp_path / "out.npz"
+    np.savez(inputs, **feeds)
+    np.savez(outputs, y=np.ones((1, 4), np.float32))
+    out = tmp_path / "g.npz"
+    assert edgequal_main(["golden", "make", str(example_models["micro"]), "--inputs", str(inputs),
+                          "--outputs", str(outputs), "-o", str(out)]) == 0
+    g = read_golden(out)
+    assert g.manifest["reference"]["runtime"] == "given"
+    np.testing.assert_array_equal(g.cases[0].outputs["y"], np.ones((1, 4), np.float32))
+
+
+def test_golden_make_mismatch_is_one_line_exit_2(example_models, tmp_path, capsys):
+    inputs = tmp_path / "in.npz"
+    np.savez(inputs, image=np.zeros((1, 3, 30, 32), np.float32))
+    rc = edgequal_main(["golden", "make", str(example_models["classifier"]), "--inputs", str(inputs), "-o", str(tmp_path / "g.npz")])
+    assert rc == 2
+    err = capsys.readouterr().err.strip()
+    assert "input 'image': model expects float32 [1,3,32,32], file holds float32 [1,3,30,32]" in " ".join(err.split())
+    assert "Traceback" not in err
+    assert not (tmp_path / "g.npz").exists()
+
+
+def test_golden_make_bad_decision_rule(example_models, tmp_path, capsys):
+    inputs = tmp_path / "in.npz"
+    np.savez(inputs, **example_inputs("classifier", 1)[0])
+    rc = edgequal_main(["golden", "make", str(example_models["classifier"]), "--inputs", str(inputs),
+                        "--decision", "threshold:score", "-o", str(tmp_path / "g.npz")])
+    assert rc == 2
+    assert "decision rule" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", ["empty", "truncated", "random"])
+def test_agent_measure_broken_model_exit_2_and_a_finding(kind, example_models, tmp_path, capsys):
+    bad = corrupt_model_bytes(kind, example_models["classifier"], tmp_path / "bad.onnx")
+    rc = agent_main(["measure", str(bad), "--json"])
+    assert rc == 2
+    out = json.loads(capsys.readouterr().out)
+    assert out["status"] == "failed"
+    assert out["findings"][0]["kind"] == "model_rejected"
+
+
+def test_agent_measure_unknown_runtime_and_negative_duration(example_models, capsys):
+    assert agent_main(["measure", str(example_models["micro"]), "--runtime", "tensorrt"]) == 2
+    assert "unknown runtime 'tensorrt'" in capsys.readouterr().err
+    assert agent_main(["measure", str(example_models["micro"]), "--sustain=-3s"]) == 2
+    assert "must not be negative" in capsys.readouterr().err
+
+
+def test_agent_measure_missing_model_file(tmp_path, capsys):
+    assert agent_main(["measure", str(tmp_path / "nope.onnx")]) == 2
+    assert "model file not found" in capsys.readouterr().err
+
+
+def test_qualify_applies_the_named_profile(example_models, tmp_path, capsys):
+    rc = edgequal_main(["qualify", str(example_models["micro"]), "--profile", "raspberry-pi/5", "--sustain", "0",
+                        "-o", str(tmp_path / "r.json"), "--json"])
+    assert rc == 0
+    predicate = json.loads(capsys.readouterr().out)
+    assert predicate["plan"]["profile"] == "raspberry-pi/5"
+    assert predicate["plan"]["max_temp_c"] == 85.0
+    assert predicate["plan"]["sustain_s"] == 0.0
+    assert (tmp_path / "r.json").exists()
+
+
+def test_qualify_unknown_device_is_untrusted(example_models, capsys):
+    assert edgequal_main(["qualify", str(example_models["micro"]), "--device", "nosuchboard"]) == 1
+    assert "unknown device 'nosuchboard'" in capsys.readouterr().err

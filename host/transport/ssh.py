@@ -60,6 +60,7 @@ DEFAULT_AGENT_CMD = "edgequal-agent"
 # agent command is not on the non-interactive login PATH.
 DEFAULT_INSTALL_PREFIX = "~/.local/share/edgequal"
 DEFAULT_SSH_PORT = 22
+GLOBAL_KNOWN_HOSTS = Path("/etc/ssh/ssh_known_hosts")
 DEFAULT_STEP_TIMEOUT_S = 60.0
 DEFAULT_RUN_IDLE_TIMEOUT_S = 900.0
 DEFAULT_RUN_TIMEOUT_S = 4 * 3600.0
@@ -305,12 +306,15 @@ class SSHTransport(Transport):
         if self.known_hosts:
             return [self.known_hosts]
         if self.target.known_hosts_files:
-            return [Path(p) for p in self.target.known_hosts_files]
-        return [Path.home() / ".ssh" / "known_hosts"]
+            files = [Path(p) for p in self.target.known_hosts_files]
+        else:
+            files = [Path.home() / ".ssh" / "known_hosts"]
+        # OpenSSH's GlobalKnownHostsFile; the user's file stays first (the hint names it).
+        return files + [GLOBAL_KNOWN_HOSTS]
 
     def _host_key_error(self, e: Exception, files: list[Path]) -> TransportError:
         t = self.target
-        shown = " ".join(str(f) for f in files)
+        shown = " or ".join(str(f) for f in files if f == files[0] or f.is_file())
         first = files[0]
         port_opt = "" if t.port == DEFAULT_SSH_PORT else f"-p {t.port} "
         if isinstance(e, _UnknownHostKey):

@@ -23,19 +23,31 @@ log = logging.getLogger("edgequal.agent")
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="edgequal-agent", description="edgequal device agent")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
-    p.add_argument("--state-dir", type=Path, default=None, help="agent state (key, artifacts, reports)")
+    p.add_argument(
+        "--state-dir", type=Path, default=None, help="agent state (key, artifacts, reports)"
+    )
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("serve", help="serve the gRPC API")
-    s.add_argument("--listen", default="127.0.0.1:50051", help="HOST:PORT (default 127.0.0.1:50051)")
-    s.add_argument("--token-file", type=Path, help="file holding the bearer token every RPC must carry")
+    s.add_argument(
+        "--listen", default="127.0.0.1:50051", help="HOST:PORT (default 127.0.0.1:50051)"
+    )
+    s.add_argument(
+        "--token-file", type=Path, help="file holding the bearer token every RPC must carry"
+    )
     s.add_argument("--tls-cert", type=Path)
     s.add_argument("--tls-key", type=Path)
-    s.add_argument("--client-ca", type=Path, help="require client certificates signed by this CA (mutual TLS)")
-    s.add_argument("--root", help="prefix for /sys, /proc, /etc reads (default $EDGEQUAL_ROOT or /)")
+    s.add_argument(
+        "--client-ca", type=Path, help="require client certificates signed by this CA (mutual TLS)"
+    )
+    s.add_argument(
+        "--root", help="prefix for /sys, /proc, /etc reads (default $EDGEQUAL_ROOT or /)"
+    )
     s.add_argument("--port-file", type=Path, help="write the bound port here once serving")
 
-    r = sub.add_parser("run-plan", help="one-shot run (SSH mode): JSON-lines events, then the signed envelope")
+    r = sub.add_parser(
+        "run-plan", help="one-shot run (SSH mode): JSON-lines events, then the signed envelope"
+    )
     r.add_argument("plan_file", type=Path)
     r.add_argument("--root")
 
@@ -70,8 +82,11 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``edgequal-agent``."""
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.debug else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    logging.basicConfig(
+        level=logging.DEBUG if args.debug else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
     state_dir = args.state_dir or default_state_dir()
     try:
         return COMMANDS[args.command](args, state_dir)
@@ -86,7 +101,10 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # a bug, not a user error: still one line unless --debug
         if args.debug:
             raise
-        print(f"edgequal-agent: internal error: {type(e).__name__}: {e} (hint: --debug shows the traceback)", file=sys.stderr)
+        print(
+            f"edgequal-agent: internal error: {type(e).__name__}: {e} (hint: --debug shows the traceback)",
+            file=sys.stderr,
+        )
         return 3
 
 
@@ -147,9 +165,15 @@ def cmd_run_plan(args, state_dir: Path) -> int:
     key = load_or_create_device_key(state_dir)
     store = ArtifactStore(Path(state_dir) / "artifacts")
     _emit_line({"event": {"type": "run", "run_id": request.run_id}})
-    envelope = execute_run(state_dir=state_dir, key=key, store=store, request=request,
-                           root=probe_root(args.root), on_event=lambda e: _emit_line({"event": e}),
-                           cancel=threading.Event())
+    envelope = execute_run(
+        state_dir=state_dir,
+        key=key,
+        store=store,
+        request=request,
+        root=probe_root(args.root),
+        on_event=lambda e: _emit_line({"event": e}),
+        cancel=threading.Event(),
+    )
     _emit_line({"envelope": base64.b64encode(envelope).decode(), "run_id": request.run_id})
     return 0
 
@@ -161,7 +185,10 @@ def cmd_measure(args, state_dir: Path) -> int:
     from .report.summary import format_summary
 
     plan = make_plan(
-        args.plan, runtime=args.runtime, threads=args.threads, shapes=parse_shape_args(args.shape) or None,
+        args.plan,
+        runtime=args.runtime,
+        threads=args.threads,
+        shapes=parse_shape_args(args.shape) or None,
         sustain_s=parse_duration_s(args.sustain) if args.sustain else None,
         window_s=parse_duration_s(args.window) if args.window else None,
     )
@@ -170,7 +197,9 @@ def cmd_measure(args, state_dir: Path) -> int:
         if not args.json and event.get("type") == "phase" and event.get("state") == "started":
             print(f"... {event['phase']}", file=sys.stderr)
 
-    outcome = run_measurement(args.model, args.golden, plan, root=probe_root(args.root), on_event=progress)
+    outcome = run_measurement(
+        args.model, args.golden, plan, root=probe_root(args.root), on_event=progress
+    )
     if args.json:
         print(json.dumps(json_clean(outcome), indent=1))
     else:
@@ -183,7 +212,15 @@ def cmd_key(args, state_dir: Path) -> int:
 
     key = load_or_create_device_key(state_dir)
     if args.json:
-        print(json.dumps({"public_key_b64": key.public_key_b64(), "fingerprint": key.fingerprint(), "keyid": key.keyid()}))
+        print(
+            json.dumps(
+                {
+                    "public_key_b64": key.public_key_b64(),
+                    "fingerprint": key.fingerprint(),
+                    "keyid": key.keyid(),
+                }
+            )
+        )
     else:
         print(f"ed25519 {key.public_key_b64()}\nfingerprint {key.fingerprint()}")
     return 0
@@ -200,7 +237,12 @@ def cmd_info(args, state_dir: Path) -> int:
         readings = read_all(root)
     except ImportError:
         readings = {}
-    info = {"agent_version": __version__, "root": str(root), "probes": readings, "runtimes": available_runtimes()}
+    info = {
+        "agent_version": __version__,
+        "root": str(root),
+        "probes": readings,
+        "runtimes": available_runtimes(),
+    }
     if args.json:
         print(json.dumps(info, indent=1, default=str))
     else:
@@ -227,8 +269,13 @@ def cmd_report(args, state_dir: Path) -> int:
 
 
 COMMANDS = {
-    "serve": cmd_serve, "run-plan": cmd_run_plan, "measure": cmd_measure, "key": cmd_key,
-    "info": cmd_info, "store": cmd_store, "report": cmd_report,
+    "serve": cmd_serve,
+    "run-plan": cmd_run_plan,
+    "measure": cmd_measure,
+    "key": cmd_key,
+    "info": cmd_info,
+    "store": cmd_store,
+    "report": cmd_report,
 }
 
 if __name__ == "__main__":

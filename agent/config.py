@@ -11,7 +11,9 @@ def default_state_dir() -> Path:
     env = os.environ.get("EDGEQUAL_AGENT_STATE")
     if env:
         return Path(env)
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "state"
+    )
     return Path(base) / "edgequal-agent"
 
 

@@ -77,7 +77,8 @@ class GoldenSet:
         groups: dict[str, list[GoldenCase]] = {}
         for case in self.cases:
             key = ";".join(
-                f"{n}={'x'.join(str(s) for s in a.shape) or 'scalar'}" for n, a in sorted(case.inputs.items())
+                f"{n}={'x'.join(str(s) for s in a.shape) or 'scalar'}"
+                for n, a in sorted(case.inputs.items())
             )
             groups.setdefault(key, []).append(case)
         return groups
@@ -91,7 +92,9 @@ def write_golden(path: Path, manifest: Mapping, cases: list[GoldenCase]) -> str:
     for c in cases:
         if "/" in c.name or not c.name:
             raise BadInput(f"golden case name '{c.name}' must be non-empty and contain no '/'")
-    arrays = {_MANIFEST: np.frombuffer(json.dumps(manifest, sort_keys=True).encode(), dtype=np.uint8)}
+    arrays = {
+        _MANIFEST: np.frombuffer(json.dumps(manifest, sort_keys=True).encode(), dtype=np.uint8)
+    }
     for c in cases:
         for name, a in c.inputs.items():
             arrays[f"inputs/{c.name}/{name}"] = np.asarray(a)
@@ -119,14 +122,20 @@ def read_golden(path: Path) -> GoldenSet:
             hint="make one with: edgequal golden make MODEL --inputs NPZ -o G.npz",
         ) from e
     if _MANIFEST not in arrays:
-        raise BadInput(f"{path} has no manifest: not an edgequal golden set", hint="edgequal golden make")
+        raise BadInput(
+            f"{path} has no manifest: not an edgequal golden set", hint="edgequal golden make"
+        )
     try:
         manifest = json.loads(arrays.pop(_MANIFEST).tobytes().decode())
     except ValueError as e:
         raise BadInput(f"{path}: the manifest is not valid JSON ({e})") from e
     if manifest.get("format") != FORMAT:
-        raise BadInput(f"{path}: unknown golden format {manifest.get('format')!r}, expected {FORMAT}")
-    cases: dict[str, GoldenCase] = {name: GoldenCase(name, {}, {}) for name in manifest.get("cases", [])}
+        raise BadInput(
+            f"{path}: unknown golden format {manifest.get('format')!r}, expected {FORMAT}"
+        )
+    cases: dict[str, GoldenCase] = {
+        name: GoldenCase(name, {}, {}) for name in manifest.get("cases", [])
+    }
     for key, a in arrays.items():
         kind, _, rest = key.partition("/")
         case_name, _, tensor = rest.partition("/")
@@ -139,7 +148,9 @@ def read_golden(path: Path) -> GoldenSet:
     return GoldenSet(manifest, list(cases.values()))
 
 
-def split_case_arrays(arrays: Mapping[str, np.ndarray], default_case: str = "case0") -> dict[str, dict]:
+def split_case_arrays(
+    arrays: Mapping[str, np.ndarray], default_case: str = "case0"
+) -> dict[str, dict]:
     """Group ``CASE/NAME`` arrays by case; plain ``NAME`` arrays form one case named ``default_case``."""
     cases: dict[str, dict] = {}
     for key, a in arrays.items():

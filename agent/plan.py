@@ -15,23 +15,33 @@ PRESETS: dict[str, dict] = {
     # CI: a few cold starts, 200 runs and 3 s of warm latency, no sustained phase.
     "quick": {
         "cold_runs": 3,
-        "warmup_min_runs": 10, "warmup_min_s": 1.0, "warmup_max_s": 10.0,
-        "latency_min_runs": 200, "latency_min_s": 3.0,
+        "warmup_min_runs": 10,
+        "warmup_min_s": 1.0,
+        "warmup_max_s": 10.0,
+        "latency_min_runs": 200,
+        "latency_min_s": 3.0,
         "sustain_s": 0.0,
     },
     # DESIGN.md defaults: 7 cold starts, >= 1,000 runs and 60 s, 10 minutes sustained.
     "standard": {
         "cold_runs": 7,
-        "warmup_min_runs": 10, "warmup_min_s": 2.0, "warmup_max_s": 30.0,
-        "latency_min_runs": 1000, "latency_min_s": 60.0,
+        "warmup_min_runs": 10,
+        "warmup_min_s": 2.0,
+        "warmup_max_s": 30.0,
+        "latency_min_runs": 1000,
+        "latency_min_s": 60.0,
         "sustain_s": 600.0,
     },
     # 30 minutes sustained, extended to 60 while the temperature still rises > 0.5 °C/min.
     "soak": {
         "cold_runs": 7,
-        "warmup_min_runs": 10, "warmup_min_s": 2.0, "warmup_max_s": 30.0,
-        "latency_min_runs": 1000, "latency_min_s": 60.0,
-        "sustain_s": 1800.0, "sustain_extend_to_s": 3600.0,
+        "warmup_min_runs": 10,
+        "warmup_min_s": 2.0,
+        "warmup_max_s": 30.0,
+        "latency_min_runs": 1000,
+        "latency_min_s": 60.0,
+        "sustain_s": 1800.0,
+        "sustain_extend_to_s": 3600.0,
     },
 }
 
@@ -59,10 +69,23 @@ DEFAULTS = {
 }
 
 _NUMBERS = {
-    "cold_runs": int, "warmup_min_runs": int, "latency_min_runs": int, "latency_max_runs": int,
-    "warmup_min_s": float, "warmup_max_s": float, "latency_min_s": float, "latency_max_s": float,
-    "sustain_s": float, "sustain_extend_to_s": float, "window_s": float, "cooldown_timeout_s": float,
-    "phase_timeout_s": float, "memory_limit_mb": int, "threads": int, "max_temp_c": float, "seed": int,
+    "cold_runs": int,
+    "warmup_min_runs": int,
+    "latency_min_runs": int,
+    "latency_max_runs": int,
+    "warmup_min_s": float,
+    "warmup_max_s": float,
+    "latency_min_s": float,
+    "latency_max_s": float,
+    "sustain_s": float,
+    "sustain_extend_to_s": float,
+    "window_s": float,
+    "cooldown_timeout_s": float,
+    "phase_timeout_s": float,
+    "memory_limit_mb": int,
+    "threads": int,
+    "max_temp_c": float,
+    "seed": int,
 }
 
 
@@ -103,7 +126,8 @@ def validate_plan(plan: Mapping) -> dict:
         raise BadInput("plan field 'phase_timeout_s' must be positive")
     shapes = full.get("shapes") or {}
     if not isinstance(shapes, Mapping) or not all(
-        isinstance(v, list) and all(isinstance(d, int) and d > 0 for d in v) for v in shapes.values()
+        isinstance(v, list) and all(isinstance(d, int) and d > 0 for d in v)
+        for v in shapes.values()
     ):
         raise BadInput("plan field 'shapes' must map input names to lists of positive ints")
     return full

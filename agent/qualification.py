@@ -64,8 +64,11 @@ def _finding_from(outcome: WorkerOutcome, phase: str, runtime: str) -> dict:
     finding = {
         "phase": phase,
         "cause": outcome.cause,
-        "kind": {"ModelRejected": "model_rejected", "GoldenMismatch": "golden_mismatch",
-                 "RuntimeUnavailable": "runtime_unavailable"}.get(error.get("type"), "worker_failure"),
+        "kind": {
+            "ModelRejected": "model_rejected",
+            "GoldenMismatch": "golden_mismatch",
+            "RuntimeUnavailable": "runtime_unavailable",
+        }.get(error.get("type"), "worker_failure"),
         "message": error.get("message", outcome.describe()),
         "worker_phase": outcome.phase,
         "runtime": runtime,
@@ -82,16 +85,27 @@ def _summary(values: list[float]) -> dict:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
-def measure_cold_load(model, golden, plan, runtime, emit: EventSink, cancel, findings) -> dict | None:
+def measure_cold_load(
+    model, golden, plan, runtime, emit: EventSink, cancel, findings
+) -> dict | None:
     """N fresh worker processes, each timing import, load, first inference and the total."""
     runs = []
     total = plan["cold_runs"]
     for i in range(total):
-        emit({"type": "progress", "phase": "cold_load", "done": i, "total": total,
-              "message": f"cold start {i + 1}/{total}"})
+        emit(
+            {
+                "type": "progress",
+                "phase": "cold_load",
+                "done": i,
+                "total": total,
+                "message": f"cold start {i + 1}/{total}",
+            }
+        )
         outcome = run_job(
             _job("cold", model, golden, plan, runtime, evict=plan["evict_page_cache"]),
-            phase_timeout_s=plan["phase_timeout_s"], memory_limit_mb=plan["memory_limit_mb"], cancel=cancel,
+            phase_timeout_s=plan["phase_timeout_s"],
+            memory_limit_mb=plan["memory_limit_mb"],
+            cancel=cancel,
         )
         if not outcome.ok:
             findings.append(_finding_from(outcome, "cold_load", runtime))
@@ -111,9 +125,13 @@ def measure_cold_load(model, golden, plan, runtime, emit: EventSink, cancel, fin
 def measure_warm(model, golden, plan, runtime, emit: EventSink, cancel, findings) -> dict | None:
     """One worker: warm-up, latency per input shape, drift over the golden set, memory."""
     latency_plan = {
-        "warmup_min_runs": plan["warmup_min_runs"], "warmup_min_s": plan["warmup_min_s"],
-        "warmup_max_s": plan["warmup_max_s"], "min_runs": plan["latency_min_runs"],
-        "min_s": plan["latency_min_s"], "max_runs": plan["latency_max_runs"], "max_s": plan["latency_max_s"],
+        "warmup_min_runs": plan["warmup_min_runs"],
+        "warmup_min_s": plan["warmup_min_s"],
+        "warmup_max_s": plan["warmup_max_s"],
+        "min_runs": plan["latency_min_runs"],
+        "min_s": plan["latency_min_s"],
+        "max_runs": plan["latency_max_runs"],
+        "max_s": plan["latency_max_s"],
     }
 
     def forward(event: dict) -> None:
@@ -123,7 +141,9 @@ def measure_warm(model, golden, plan, runtime, emit: EventSink, cancel, findings
     outcome = run_job(
         _job("measure", model, golden, plan, runtime, latency=latency_plan),
         phase_timeout_s=plan["phase_timeout_s"] + plan["latency_min_s"] + plan["warmup_max_s"],
-        memory_limit_mb=plan["memory_limit_mb"], on_event=forward, cancel=cancel,
+        memory_limit_mb=plan["memory_limit_mb"],
+        on_event=forward,
+        cancel=cancel,
     )
     if not outcome.ok:
         findings.append(_finding_from(outcome, "latency", runtime))
@@ -131,15 +151,24 @@ def measure_warm(model, golden, plan, runtime, emit: EventSink, cancel, findings
     return outcome.result
 
 
-def measure_sustained(model, golden, plan, runtime, root: Path, emit: EventSink, cancel, findings) -> dict:
+def measure_sustained(
+    model, golden, plan, runtime, root: Path, emit: EventSink, cancel, findings
+) -> dict:
     """Closed-loop inference in windows, with telemetry sampled at 1 Hz by this process."""
-    from .measure.sustained import AgentTelemetry, score_windows, wait_for_cooldown, window_telemetry
+    from .measure.sustained import (
+        AgentTelemetry,
+        score_windows,
+        wait_for_cooldown,
+        window_telemetry,
+    )
 
     telemetry = AgentTelemetry.open(root)
     cooldown = {"waited_s": 0.0, "reached": None, "reason": "no temperature sensor"}
     if telemetry.has_temperature and plan["cooldown"]:
         emit({"type": "progress", "phase": "sustained", "message": "waiting for cooldown"})
-        cooldown = wait_for_cooldown(telemetry.read_temp_c, telemetry.idle_c, plan["cooldown_timeout_s"], cancel=cancel)
+        cooldown = wait_for_cooldown(
+            telemetry.read_temp_c, telemetry.idle_c, plan["cooldown_timeout_s"], cancel=cancel
+        )
     duration = plan["sustain_s"]
     window_s = sustain_window_s(plan)
     trip_c = telemetry.trip_c
@@ -154,14 +183,31 @@ def measure_sustained(model, golden, plan, runtime, root: Path, emit: EventSink,
         w = {k: event[k] for k in ("index", "t0", "t1", "count", "rate_per_s", "p50_ms", "p90_ms")}
         w.update(window_telemetry(w, telemetry.samples(), trip_c))
         windows.append(w)
-        emit({"type": "progress", "phase": "sustained", "done": round(w["t1"] - t_begin, 1), "total": duration,
-              "rate_per_s": round(w["rate_per_s"], 2), "temp_c": w.get("max_temp_c")})
+        emit(
+            {
+                "type": "progress",
+                "phase": "sustained",
+                "done": round(w["t1"] - t_begin, 1),
+                "total": duration,
+                "rate_per_s": round(w["rate_per_s"], 2),
+                "temp_c": w.get("max_temp_c"),
+            }
+        )
 
     telemetry.start()
     worker = Worker(
-        _job("sustain", model, golden, plan, runtime, sustain={"duration_s": duration, "window_s": window_s}),
-        phase_timeout_s=plan["phase_timeout_s"] + duration, memory_limit_mb=plan["memory_limit_mb"],
-        on_event=on_event, cancel=cancel,
+        _job(
+            "sustain",
+            model,
+            golden,
+            plan,
+            runtime,
+            sustain={"duration_s": duration, "window_s": window_s},
+        ),
+        phase_timeout_s=plan["phase_timeout_s"] + duration,
+        memory_limit_mb=plan["memory_limit_mb"],
+        on_event=on_event,
+        cancel=cancel,
     )
     worker.start()
     watcher_done = threading.Event()
@@ -191,7 +237,9 @@ def measure_sustained(model, golden, plan, runtime, root: Path, emit: EventSink,
     }
     if not outcome.ok:
         findings.append(_finding_from(outcome, "sustained", runtime))
-        result.update({"windows_detail": windows, "verdict": "failed", "reason": outcome.describe()})
+        result.update(
+            {"windows_detail": windows, "verdict": "failed", "reason": outcome.describe()}
+        )
         return result
     started_at = outcome.result["started_at"]
     score = score_windows(windows, started_at)
@@ -199,7 +247,9 @@ def measure_sustained(model, golden, plan, runtime, root: Path, emit: EventSink,
         score["headroom_c"] = round(trip_c - score["peak_temp_c"], 2)
     result.update(score)
     result["windows_detail"] = windows
-    result["loop_started_monotonic_s"] = started_at  # CLOCK_MONOTONIC: aligns with the board's own logs
+    result["loop_started_monotonic_s"] = (
+        started_at  # CLOCK_MONOTONIC: aligns with the board's own logs
+    )
     result["telemetry_samples"] = [{**s, "t": round(s["t"] - started_at, 3)} for s in samples]
     if stop_reason:
         result["stopped_early"] = stop_reason
@@ -220,7 +270,10 @@ def decide_status(results: dict, findings: list[dict]) -> tuple[str, str | None]
         return "failed", drift.get("reason") or "outputs drifted beyond tolerance"
     sustained = results.get("sustained")
     if sustained and sustained.get("verdict") == "failed":
-        return "failed", f"sustained verdict failed: {sustained.get('reason') or 'stability below 0.90'}"
+        return (
+            "failed",
+            f"sustained verdict failed: {sustained.get('reason') or 'stability below 0.90'}",
+        )
     reasons = []
     for entry in (results.get("latency") or {}).get("per_shape", []):
         if not entry["warmup"]["steady"]:
@@ -278,10 +331,27 @@ def run_measurement(
     fingerprint.setdefault("python_executable", sys.executable)
     emit({"type": "phase", "phase": "fingerprint", "state": "done"})
 
-    phases = [("cold_load", lambda: measure_cold_load(model_path, golden_path, plan, runtime, emit, cancel, findings)),
-              ("latency", lambda: measure_warm(model_path, golden_path, plan, runtime, emit, cancel, findings))]
+    phases = [
+        (
+            "cold_load",
+            lambda: measure_cold_load(
+                model_path, golden_path, plan, runtime, emit, cancel, findings
+            ),
+        ),
+        (
+            "latency",
+            lambda: measure_warm(model_path, golden_path, plan, runtime, emit, cancel, findings),
+        ),
+    ]
     if plan["sustain_s"] > 0:
-        phases.append(("sustained", lambda: measure_sustained(model_path, golden_path, plan, runtime, root, emit, cancel, findings)))
+        phases.append(
+            (
+                "sustained",
+                lambda: measure_sustained(
+                    model_path, golden_path, plan, runtime, root, emit, cancel, findings
+                ),
+            )
+        )
     for name, run in phases:
         if findings or cancel.is_set():
             break
@@ -304,5 +374,11 @@ def run_measurement(
         status, reason = "incomplete", "cancelled"
     else:
         status, reason = decide_status(results, findings)
-    return {"plan": plan, "fingerprint": fingerprint, "results": results, "findings": findings,
-            "status": status, "reason": reason}
+    return {
+        "plan": plan,
+        "fingerprint": fingerprint,
+        "results": results,
+        "findings": findings,
+        "status": status,
+        "reason": reason,
+    }

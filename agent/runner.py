@@ -79,7 +79,9 @@ def sign_report(key: DeviceKey, request: RunRequest, outcome: dict) -> bytes:
     """Build the in-toto statement for a run and sign it into DSSE envelope bytes."""
     subjects = [{"name": request.model_name, "sha256": request.model_digest}]
     if request.golden_digest:
-        subjects.append({"name": request.golden_name or "golden.npz", "sha256": request.golden_digest})
+        subjects.append(
+            {"name": request.golden_name or "golden.npz", "sha256": request.golden_digest}
+        )
     predicate = json_clean(
         {
             "run_id": request.run_id,
@@ -120,16 +122,30 @@ def execute_run(
     run_dir = Path(state_dir) / "runs" / request.run_id
     _write_atomic(run_dir / "request.json", json.dumps(asdict(request)).encode())
     try:
-        outcome = run_measurement(model_path, golden_path, request.plan, root=root, on_event=on_event,
-                                  cancel=cancel, model_name=request.model_name)
+        outcome = run_measurement(
+            model_path,
+            golden_path,
+            request.plan,
+            root=root,
+            on_event=on_event,
+            cancel=cancel,
+            model_name=request.model_name,
+        )
     except AgentError as e:
         if isinstance(e, BadInput):
             _forget_run(run_dir)
             raise
-        outcome = {"status": "failed", "reason": str(e), "findings": [{"kind": "agent_error", "message": str(e)}]}
+        outcome = {
+            "status": "failed",
+            "reason": str(e),
+            "findings": [{"kind": "agent_error", "message": str(e)}],
+        }
     except Exception as e:  # the report must still be signed; the agent keeps serving
-        outcome = {"status": "failed", "reason": f"internal error: {type(e).__name__}: {e}",
-                   "findings": [{"kind": "internal_error", "message": f"{type(e).__name__}: {e}"}]}
+        outcome = {
+            "status": "failed",
+            "reason": f"internal error: {type(e).__name__}: {e}",
+            "findings": [{"kind": "internal_error", "message": f"{type(e).__name__}: {e}"}],
+        }
     envelope = sign_report(key, request, outcome)
     _write_atomic(report_path(state_dir, request.run_id), envelope)
     _forget_run(run_dir)
@@ -154,9 +170,16 @@ def recover_interrupted_runs(state_dir: Path, key: DeviceKey) -> list[str]:
         except (ValueError, TypeError):
             continue
         if not report_path(state_dir, request.run_id).exists():
-            outcome = {"status": "incomplete", "reason": "the agent stopped during the run",
-                       "findings": [{"kind": "interrupted", "message": "the agent stopped during the run"}]}
-            _write_atomic(report_path(state_dir, request.run_id), sign_report(key, request, outcome))
+            outcome = {
+                "status": "incomplete",
+                "reason": "the agent stopped during the run",
+                "findings": [
+                    {"kind": "interrupted", "message": "the agent stopped during the run"}
+                ],
+            }
+            _write_atomic(
+                report_path(state_dir, request.run_id), sign_report(key, request, outcome)
+            )
             recovered.append(request.run_id)
         _forget_run(request_file.parent)
     return recovered

@@ -174,8 +174,13 @@ class Worker:
         self.kill()  # leftovers in the group (helpers a runtime spawned)
         wall_ms = (time.perf_counter() - self._t_start) * 1e3
         outcome = WorkerOutcome(
-            ok=False, phase=phase, returncode=returncode, wall_ms=wall_ms,
-            first_event_ms=first_event_ms, stderr_tail=list(self._stderr), pid=self.proc.pid,
+            ok=False,
+            phase=phase,
+            returncode=returncode,
+            wall_ms=wall_ms,
+            first_event_ms=first_event_ms,
+            stderr_tail=list(self._stderr),
+            pid=self.proc.pid,
         )
         if result is not None and cause is None:
             outcome.ok, outcome.result, outcome.phase = True, result, None
@@ -183,22 +188,39 @@ class Worker:
             outcome.cause, outcome.error = "error", error
         elif cause == "timeout":
             outcome.cause = "timeout"
-            outcome.error = {"type": "Timeout", "message": f"no progress for {self.phase_timeout_s:g} s in phase {phase}; worker killed"}
+            outcome.error = {
+                "type": "Timeout",
+                "message": f"no progress for {self.phase_timeout_s:g} s in phase {phase}; worker killed",
+            }
         elif cause == "memory":
             outcome.cause = "memory"
-            outcome.error = {"type": "MemoryLimit", "message": f"worker exceeded the {self.memory_limit_mb} MB memory limit; killed"}
+            outcome.error = {
+                "type": "MemoryLimit",
+                "message": f"worker exceeded the {self.memory_limit_mb} MB memory limit; killed",
+            }
         elif cause == "cancelled":
             outcome.cause = "cancelled"
             outcome.error = {"type": "Cancelled", "message": "run cancelled"}
         elif returncode < 0:
             name = _signal_name(-returncode)
-            note = " (possibly the kernel's out-of-memory killer)" if returncode == -signal.SIGKILL else ""
+            note = (
+                " (possibly the kernel's out-of-memory killer)"
+                if returncode == -signal.SIGKILL
+                else ""
+            )
             outcome.cause = "signal"
-            outcome.error = {"type": "Crash", "message": f"worker killed by {name}{note}", "signal": name}
+            outcome.error = {
+                "type": "Crash",
+                "message": f"worker killed by {name}{note}",
+                "signal": name,
+            }
         else:
             last = self._stderr[-1] if self._stderr else "no output"
             outcome.cause = "exit"
-            outcome.error = {"type": "Crash", "message": f"worker exited with code {returncode}: {last}"}
+            outcome.error = {
+                "type": "Crash",
+                "message": f"worker exited with code {returncode}: {last}",
+            }
         return outcome
 
     def _rss_mb(self) -> float:

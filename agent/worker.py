@@ -89,7 +89,9 @@ def synthesize_inputs(specs, shapes: dict, seed: int = 0) -> dict[str, np.ndarra
         if spec.name in shapes:
             shape = [int(d) for d in shapes[spec.name]]
         elif spec.is_dynamic:
-            example = "x".join(str(d) if isinstance(d, int) and d > 0 else f"<{d or '?'}>" for d in spec.shape)
+            example = "x".join(
+                str(d) if isinstance(d, int) and d > 0 else f"<{d or '?'}>" for d in spec.shape
+            )
             raise BadInput(
                 f"input '{spec.name}' has dynamic dimensions {spec.describe()}",
                 hint=f"pass --shape {spec.name}={example} with numbers, or a golden set",
@@ -106,7 +108,10 @@ def synthesize_inputs(specs, shapes: dict, seed: int = 0) -> dict[str, np.ndarra
         elif dtype.kind == "b":
             a = rng.random(shape) < 0.5
         else:
-            raise BadInput(f"cannot synthesize input '{spec.name}' of type {spec.dtype}", hint="use a golden set")
+            raise BadInput(
+                f"cannot synthesize input '{spec.name}' of type {spec.dtype}",
+                hint="use a golden set",
+            )
         feeds[spec.name] = a
     return feeds
 
@@ -118,7 +123,9 @@ def make_runtime(job: dict):
     return runtime_class(job["runtime"]), RuntimeOptions(**job.get("options", {}))
 
 
-def time_loop_ns(call, samples: np.ndarray, min_runs: int, min_s: float, max_s: float | None = None) -> int:
+def time_loop_ns(
+    call, samples: np.ndarray, min_runs: int, min_s: float, max_s: float | None = None
+) -> int:
     """Time ``call`` with perf_counter_ns around the call only, into a preallocated array.
 
     Stops when both ``min_runs`` runs and ``min_s`` seconds are done (or at ``max_s``,
@@ -193,7 +200,11 @@ def run_cold(job: dict) -> dict:
     """Cold load: runtime import, session creation, first inference, all in this fresh process."""
     t_start = time.perf_counter_ns()
     model = Path(job["model"])
-    eviction = evict_page_cache(model) if job.get("evict", True) else {"evicted": False, "reason": "not asked"}
+    eviction = (
+        evict_page_cache(model)
+        if job.get("evict", True)
+        else {"evicted": False, "reason": "not asked"}
+    )
     phase("import")
     cls, options = make_runtime(job)
     t0 = time.perf_counter_ns()
@@ -253,7 +264,9 @@ def run_measure(job: dict) -> dict:
         groups = {key: cases[0].inputs for key, cases in golden.shape_groups().items()}
     else:
         feeds = synthesize_inputs(rt.inputs(), job.get("shapes", {}), job.get("seed", 0))
-        key = ";".join(f"{n}={'x'.join(map(str, a.shape)) or 'scalar'}" for n, a in sorted(feeds.items()))
+        key = ";".join(
+            f"{n}={'x'.join(map(str, a.shape)) or 'scalar'}" for n, a in sorted(feeds.items())
+        )
         groups = {key: feeds}
     plan = job["latency"]
     latency = []
@@ -274,8 +287,12 @@ def run_measure(job: dict) -> dict:
                 "samples_ns_b64": encode_samples(taken),
             }
         )
-    result = {"runtime": rt.describe(), "inputs": [s.to_dict() for s in rt.inputs()],
-              "outputs": [s.to_dict() for s in rt.outputs()], "latency": latency}
+    result = {
+        "runtime": rt.describe(),
+        "inputs": [s.to_dict() for s in rt.inputs()],
+        "outputs": [s.to_dict() for s in rt.outputs()],
+        "latency": latency,
+    }
     if golden is not None:
         phase("drift")
         result["drift"] = measure_drift(rt, golden)
@@ -298,7 +315,9 @@ def measure_drift(rt, golden) -> dict:
     for spec in rt.outputs():
         override = golden.tolerances.get(spec.name)
         tolerances[spec.name] = (
-            Tolerance.from_dict(override) if override else Tolerance.for_class(default_tolerance_class(spec.dtype))
+            Tolerance.from_dict(override)
+            if override
+            else Tolerance.for_class(default_tolerance_class(spec.dtype))
         )
     rule = parse_decision_rule(golden.decision) if golden.decision else None
     return drift_report(cases, tolerances, rule)
@@ -387,11 +406,25 @@ def main() -> int:
     try:
         result = JOBS[job["kind"]](job)
     except AgentError as e:
-        emit({"event": "error", "error": {"type": type(e).__name__, "message": str(e), "hint": e.hint,
-                                          "operator": getattr(e, "operator", None)}})
+        emit(
+            {
+                "event": "error",
+                "error": {
+                    "type": type(e).__name__,
+                    "message": str(e),
+                    "hint": e.hint,
+                    "operator": getattr(e, "operator", None),
+                },
+            }
+        )
         return 0
     except MemoryError:
-        emit({"event": "error", "error": {"type": "MemoryError", "message": "out of memory (memory limit reached)"}})
+        emit(
+            {
+                "event": "error",
+                "error": {"type": "MemoryError", "message": "out of memory (memory limit reached)"},
+            }
+        )
         return 0
     emit({"event": "result", "result": result})
     return 0

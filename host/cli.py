@@ -14,27 +14,49 @@ from pathlib import Path
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="edgequal", description="Qualify an exported model on the device that will run it.")
+    p = argparse.ArgumentParser(
+        prog="edgequal", description="Qualify an exported model on the device that will run it."
+    )
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     d = sub.add_parser("demo", help="qualify example models on a local agent (no device needed)")
-    d.add_argument("--out", type=Path, default=Path("edgequal-demo"), help="where models and reports go (default ./edgequal-demo)")
-    d.add_argument("--sustain", default="0", help="also run a sustained phase on the ONNX model, e.g. 30s (default: skip)")
+    d.add_argument(
+        "--out",
+        type=Path,
+        default=Path("edgequal-demo"),
+        help="where models and reports go (default ./edgequal-demo)",
+    )
+    d.add_argument(
+        "--sustain",
+        default="0",
+        help="also run a sustained phase on the ONNX model, e.g. 30s (default: skip)",
+    )
 
     q = sub.add_parser("qualify", help="qualify MODEL on a device")
     q.add_argument("model", type=Path)
     q.add_argument("--golden", type=Path, help="golden set (.npz from 'edgequal golden make')")
-    q.add_argument("--device", default="local", help="local (default), a trusted NAME, grpc://HOST:PORT or ssh://USER@HOST[:PORT]")
-    q.add_argument("--profile", help="device profile, e.g. raspberry-pi/5 (default: matched from the fingerprint)")
+    q.add_argument(
+        "--device",
+        default="local",
+        help="local (default), a trusted NAME, grpc://HOST:PORT or ssh://USER@HOST[:PORT]",
+    )
+    q.add_argument(
+        "--profile",
+        help="device profile, e.g. raspberry-pi/5 (default: matched from the fingerprint)",
+    )
     q.add_argument("--plan", default="quick", choices=["quick", "standard", "soak"])
     q.add_argument("--sustain", help="sustained phase duration, e.g. 90s, 10m (0 to skip)")
-    q.add_argument("--window", help="sustained window length (default 30 s, or a tenth of runs under 5 min)")
+    q.add_argument(
+        "--window", help="sustained window length (default 30 s, or a tenth of runs under 5 min)"
+    )
     q.add_argument("--runtime", default="auto", help="auto | onnxruntime | litert")
     q.add_argument("--threads", type=int)
     q.add_argument("--shape", action="append", default=[], metavar="NAME=1x3x224x224")
     q.add_argument("--token-file", type=Path, help="bearer token for a grpc:// device")
-    q.add_argument("--known-hosts", type=Path, help="known_hosts for ssh:// (default ~/.ssh/known_hosts)")
+    q.add_argument(
+        "--known-hosts", type=Path, help="known_hosts for ssh:// (default ~/.ssh/known_hosts)"
+    )
     q.add_argument("--agent-cmd", help="edgequal-agent command on an ssh:// device")
     q.add_argument("-o", "--output", type=Path, help="write the signed report here")
     q.add_argument("--json", action="store_true", help="print the verified predicate as JSON")
@@ -43,15 +65,28 @@ def _parser() -> argparse.ArgumentParser:
     gsub = g.add_subparsers(dest="golden_command", required=True)
     gm = gsub.add_parser("make", help="make a golden set: inputs plus reference outputs")
     gm.add_argument("model", type=Path)
-    gm.add_argument("--inputs", type=Path, required=True, help="NPZ (NAME or CASE/NAME arrays) or a DIR of NPZ files")
-    gm.add_argument("--outputs", type=Path, help="reference outputs, same naming; default: run the model here")
+    gm.add_argument(
+        "--inputs",
+        type=Path,
+        required=True,
+        help="NPZ (NAME or CASE/NAME arrays) or a DIR of NPZ files",
+    )
+    gm.add_argument(
+        "--outputs", type=Path, help="reference outputs, same naming; default: run the model here"
+    )
     gm.add_argument("--decision", help="argmax | topk:K | threshold:OUTPUT>VALUE")
     gm.add_argument("-o", "--output", type=Path, required=True)
 
     v = sub.add_parser("verify", help="verify a signed report")
     v.add_argument("report", type=Path)
     v.add_argument("--device", help="the device that must have signed it")
-    v.add_argument("--artifact", type=Path, action="append", default=[], help="a file whose sha256 must be a subject")
+    v.add_argument(
+        "--artifact",
+        type=Path,
+        action="append",
+        default=[],
+        help="a file whose sha256 must be a subject",
+    )
 
     dv = sub.add_parser("devices", help="trusted devices")
     dsub = dv.add_subparsers(dest="devices_command", required=True)
@@ -62,7 +97,9 @@ def _parser() -> argparse.ArgumentParser:
     dt.add_argument("name")
     dt.add_argument("address", help="grpc://HOST:PORT")
     dt.add_argument("--token-file", type=Path)
-    dt.add_argument("--fingerprint", help="expected key fingerprint (SHA256:...); refuse if different")
+    dt.add_argument(
+        "--fingerprint", help="expected key fingerprint (SHA256:...); refuse if different"
+    )
     df = dsub.add_parser("forget", help="forget a device")
     df.add_argument("name")
     dsub.add_parser("profiles", help="list device profiles")
@@ -72,7 +109,9 @@ def _parser() -> argparse.ArgumentParser:
     ai = asub.add_parser("install", help="install the agent over SSH")
     ai.add_argument("url", help="ssh://USER@HOST[:PORT]")
     ai.add_argument("--extras", default="onnx,litert")
-    ai.add_argument("--wheelhouse", type=Path, help="install only from this directory (labs without internet)")
+    ai.add_argument(
+        "--wheelhouse", type=Path, help="install only from this directory (labs without internet)"
+    )
     ai.add_argument("--service", default="systemd", choices=["systemd", "none"])
     ai.add_argument("--listen", default="0.0.0.0:50051")
     ai.add_argument("--name", help="device name to pin (default: the host name)")
@@ -106,7 +145,9 @@ def main(argv: list[str] | None = None) -> int:
             raise
         from .render import print_error
 
-        print_error(f"internal error: {type(e).__name__}: {e}", "run again with --debug for the traceback")
+        print_error(
+            f"internal error: {type(e).__name__}: {e}", "run again with --debug for the traceback"
+        )
         return 3
 
 
@@ -167,7 +208,12 @@ def _pick_profile(args, transport, name: str):
     return match_profile(transport.info().get("fingerprint") or {})
 
 
-def _open_device(device: str, token_file: Path | None, known_hosts: Path | None = None, agent_cmd: str | None = None):
+def _open_device(
+    device: str,
+    token_file: Path | None,
+    known_hosts: Path | None = None,
+    agent_cmd: str | None = None,
+):
     """(transport, device name for the trust store, display address)."""
     from .errors import UntrustedDevice
     from .transport import open_transport, resolve_token
@@ -178,12 +224,16 @@ def _open_device(device: str, token_file: Path | None, known_hosts: Path | None 
         return open_transport("local"), "local", "local", known
     entry = known.get(device)
     if entry is None and "://" not in device:
-        raise UntrustedDevice(f"unknown device '{device}'", hint=f"edgequal devices trust {device} grpc://HOST:PORT")
+        raise UntrustedDevice(
+            f"unknown device '{device}'", hint=f"edgequal devices trust {device} grpc://HOST:PORT"
+        )
     if entry is None:
         entry = next((e for e in known.list() if e.address == device), None)
     address = entry.address if entry else device
     token = resolve_token(token_file, entry.token_file if entry else None)
-    transport = open_transport(address, token=token, known_hosts=known_hosts, ssh_agent_cmd=agent_cmd)
+    transport = open_transport(
+        address, token=token, known_hosts=known_hosts, ssh_agent_cmd=agent_cmd
+    )
     if entry is None:
         if address.startswith("ssh://"):
             # The SSH host key was checked against known_hosts; the device key is read over that channel.
@@ -193,7 +243,9 @@ def _open_device(device: str, token_file: Path | None, known_hosts: Path | None 
             pin_device_key(transport, known, name, address)
             return transport, name, address, known
         transport.close()
-        raise UntrustedDevice(f"device {device} is not trusted", hint=f"edgequal devices trust NAME {device}")
+        raise UntrustedDevice(
+            f"device {device} is not trusted", hint=f"edgequal devices trust NAME {device}"
+        )
     return transport, entry.name, address, known
 
 
@@ -209,14 +261,26 @@ def cmd_qualify(args) -> int:
 
         raise UsageError(f"model file not found: {model}")
     _plan_from_args(args)  # refuse bad flags before connecting
-    transport, name, address, known = _open_device(args.device, args.token_file, args.known_hosts, args.agent_cmd)
+    transport, name, address, known = _open_device(
+        args.device, args.token_file, args.known_hosts, args.agent_cmd
+    )
     with transport:
         if name == "local":
             pin_device_key(transport, known, "local", "local")
         plan = _plan_from_args(args, _pick_profile(args, transport, name))
-        with ProgressDisplay(f"qualifying {model.name} on {address}", enabled=not args.json) as display:
-            outcome = qualify(transport, model, args.golden, plan, known=known, device_name=name,
-                              on_event=display.on_event, out=args.output or _default_report_path(model))
+        with ProgressDisplay(
+            f"qualifying {model.name} on {address}", enabled=not args.json
+        ) as display:
+            outcome = qualify(
+                transport,
+                model,
+                args.golden,
+                plan,
+                known=known,
+                device_name=name,
+                on_event=display.on_event,
+                out=args.output or _default_report_path(model),
+            )
     from .nonces import NonceLedger
 
     NonceLedger().record(outcome.report.nonce, outcome.report.run_id, outcome.envelope)
@@ -240,7 +304,9 @@ def cmd_golden_make(args) -> int:
     from .golden import make_golden
     from .render import print_line
 
-    digest = make_golden(args.model, args.inputs, args.output, outputs=args.outputs, decision=args.decision)
+    digest = make_golden(
+        args.model, args.inputs, args.output, outputs=args.outputs, decision=args.decision
+    )
     print_line(f"golden set {args.output} sha256 {digest}")
     return 0
 
@@ -256,7 +322,9 @@ def cmd_verify(args) -> int:
         envelope = args.report.read_bytes()
     except OSError as e:
         raise UsageError(f"cannot read report {args.report}: {e.strerror}") from e
-    report = verify_envelope(envelope, known=KnownDevices(), device=args.device, artifacts=args.artifact)
+    report = verify_envelope(
+        envelope, known=KnownDevices(), device=args.device, artifacts=args.artifact
+    )
     issued_here = NonceLedger().check(report.nonce, report.run_id, envelope)
     print_line(
         f"verified: run {report.run_id} signed by device '{report.device_name}' ({report.fingerprint}), "
@@ -282,8 +350,10 @@ def cmd_devices(args) -> int:
         entry = known.get(args.name)
         if entry is None:
             raise UsageError(f"unknown device '{args.name}'", hint="edgequal devices list")
-        print_line(f"{entry.name}\n  address {entry.address}\n  key ed25519 {entry.public_key_b64()}\n  fingerprint {entry.fingerprint}"
-                   + (f"\n  token file {entry.token_file}" if entry.token_file else ""))
+        print_line(
+            f"{entry.name}\n  address {entry.address}\n  key ed25519 {entry.public_key_b64()}\n  fingerprint {entry.fingerprint}"
+            + (f"\n  token file {entry.token_file}" if entry.token_file else "")
+        )
         return 0
     if args.devices_command == "forget":
         known.forget(args.name)
@@ -308,8 +378,15 @@ def cmd_devices(args) -> int:
         raw = base64.b64decode(info["public_key_b64"])
         fingerprint = fingerprint_of(raw)
         if args.fingerprint and args.fingerprint != fingerprint:
-            raise UsageError(f"device key fingerprint is {fingerprint}, not the expected {args.fingerprint}")
-        known.trust(args.name, args.address, raw, token_file=str(args.token_file.resolve()) if args.token_file else None)
+            raise UsageError(
+                f"device key fingerprint is {fingerprint}, not the expected {args.fingerprint}"
+            )
+        known.trust(
+            args.name,
+            args.address,
+            raw,
+            token_file=str(args.token_file.resolve()) if args.token_file else None,
+        )
         print_line(f"trusted '{args.name}' at {args.address}: ed25519 key {fingerprint}")
         return 0
     raise AssertionError(args.devices_command)
@@ -323,9 +400,15 @@ def cmd_agent(args) -> int:
     if args.agent_command == "install":
         from .install import install_agent
 
-        result = install_agent(args.url, extras=tuple(x for x in args.extras.split(",") if x),
-                               wheelhouse=args.wheelhouse, service=args.service, listen=args.listen,
-                               device_name=args.name, known_hosts=args.known_hosts)
+        result = install_agent(
+            args.url,
+            extras=tuple(x for x in args.extras.split(",") if x),
+            wheelhouse=args.wheelhouse,
+            service=args.service,
+            listen=args.listen,
+            device_name=args.name,
+            known_hosts=args.known_hosts,
+        )
         print_line(str(result))
         return 0
     from .install import agent_status

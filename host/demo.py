@@ -28,7 +28,9 @@ def prepare(out: Path) -> list[tuple[Path, Path]]:
     pairs = []
     for name in DEMO_MODELS:
         model = build_example(name, models)
-        cases = {f"case{i:02d}": feeds for i, feeds in enumerate(example_inputs(name, GOLDEN_CASES))}
+        cases = {
+            f"case{i:02d}": feeds for i, feeds in enumerate(example_inputs(name, GOLDEN_CASES))
+        }
         golden = out / "golden" / f"{name}.golden.npz"
         golden.parent.mkdir(parents=True, exist_ok=True)
         make_golden(model, cases, golden, decision=EXAMPLES[name].decision_rule)
@@ -48,11 +50,23 @@ def run_demo(out: Path, sustain: str = "6s") -> int:
     with LocalTransport() as transport:
         pin_device_key(transport, known, "local", "local")
         for i, (model, golden) in enumerate(pairs):
-            plan = make_plan("quick", sustain_s=sustain_s if i == 0 else 0.0, window_s=max(1.0, sustain_s / 6) if sustain_s else None)
+            plan = make_plan(
+                "quick",
+                sustain_s=sustain_s if i == 0 else 0.0,
+                window_s=max(1.0, sustain_s / 6) if sustain_s else None,
+            )
             path = out / "reports" / f"{model.name}.report.json"
             with ProgressDisplay(f"qualifying {model.name} on the local agent") as display:
-                outcome = qualify(transport, model, golden, plan, known=known, device_name="local",
-                                  on_event=display.on_event, out=path)
+                outcome = qualify(
+                    transport,
+                    model,
+                    golden,
+                    plan,
+                    known=known,
+                    device_name="local",
+                    on_event=display.on_event,
+                    out=path,
+                )
             NonceLedger().record(outcome.report.nonce, outcome.report.run_id, outcome.envelope)
             print_summary(outcome.report.predicate, "local", str(path))
             print_line("")

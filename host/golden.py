@@ -12,9 +12,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-
 from edgequal.agent.errors import AgentError
-from edgequal.agent.golden import GoldenCase, file_sha256, load_npz_arrays, split_case_arrays, write_golden
+from edgequal.agent.golden import (
+    GoldenCase,
+    file_sha256,
+    load_npz_arrays,
+    split_case_arrays,
+    write_golden,
+)
 from edgequal.agent.measure.drift import Tolerance, parse_decision_rule
 from edgequal.agent.runtimes import RuntimeOptions, runtime_class, runtime_for
 
@@ -27,7 +32,9 @@ def read_case_inputs(source: Path) -> dict[str, dict[str, np.ndarray]]:
     if source.is_dir():
         files = sorted(source.glob("*.npz"))
         if not files:
-            raise UsageError(f"{source} holds no .npz files", hint="one .npz per case, arrays named by input")
+            raise UsageError(
+                f"{source} holds no .npz files", hint="one .npz per case, arrays named by input"
+            )
         cases = {}
         for f in files:
             for case, arrays in split_case_arrays(_load(f), default_case=f.stem).items():

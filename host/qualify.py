@@ -66,17 +66,30 @@ def qualify(
     sent = transport.push(model, model_digest).bytes_sent
     if golden:
         sent += transport.push(golden, golden_digest).bytes_sent
-    on_event({"type": "progress", "phase": "upload", "message": f"{sent} bytes sent" if sent else "already on the device"})
+    on_event(
+        {
+            "type": "progress",
+            "phase": "upload",
+            "message": f"{sent} bytes sent" if sent else "already on the device",
+        }
+    )
     on_event({"type": "phase", "phase": "upload", "state": "done"})
     nonce = secrets.token_hex(16)
     request = QualifyRequest(
-        model_digest=model_digest, golden_digest=golden_digest, plan=plan, nonce=nonce,
-        model_name=model.name, golden_name=golden.name if golden else None, holder=holder,
+        model_digest=model_digest,
+        golden_digest=golden_digest,
+        plan=plan,
+        nonce=nonce,
+        model_name=model.name,
+        golden_name=golden.name if golden else None,
+        holder=holder,
     )
     envelope = transport.qualify(request, on_event)
     on_event({"type": "phase", "phase": "signing", "state": "done"})
     artifacts = [model] + ([golden] if golden else [])
-    report = verify_envelope(envelope, known=known, device=device_name, expected_nonce=nonce, artifacts=artifacts)
+    report = verify_envelope(
+        envelope, known=known, device=device_name, expected_nonce=nonce, artifacts=artifacts
+    )
     if out is not None:
         out = Path(out)
         out.parent.mkdir(parents=True, exist_ok=True)

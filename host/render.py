@@ -14,7 +14,12 @@ console = Console(stderr=False, highlight=False)
 err_console = Console(stderr=True, highlight=False)
 
 PHASES = ("upload", "fingerprint", "cold_load", "latency", "sustained", "signing")
-_STATUS_STYLE = {"passed": "bold green", "degraded": "bold yellow", "failed": "bold red", "incomplete": "bold magenta"}
+_STATUS_STYLE = {
+    "passed": "bold green",
+    "degraded": "bold yellow",
+    "failed": "bold red",
+    "incomplete": "bold magenta",
+}
 
 
 def _ms(value) -> str:
@@ -44,10 +49,17 @@ class ProgressDisplay:
 
     def _table(self) -> Table:
         table = Table(title=self.title, show_header=False, box=None, padding=(0, 1))
-        icons = {"pending": "[dim]·[/]", "running": "[cyan]…[/]", "done": "[green]✓[/]", "skipped": "[dim]–[/]"}
+        icons = {
+            "pending": "[dim]·[/]",
+            "running": "[cyan]…[/]",
+            "done": "[green]✓[/]",
+            "skipped": "[dim]–[/]",
+        }
         for phase in PHASES:
             state, detail = self.state[phase]
-            table.add_row(Text.from_markup(icons.get(state, state)), phase.replace("_", " "), detail)
+            table.add_row(
+                Text.from_markup(icons.get(state, state)), phase.replace("_", " "), detail
+            )
         return table
 
     def __enter__(self) -> ProgressDisplay:
@@ -79,7 +91,11 @@ class ProgressDisplay:
         elif kind == "progress" and phase:
             parts = []
             if event.get("total"):
-                parts.append(f"{event.get('done', 0)}/{event['total']:g}" if isinstance(event["total"], float) else f"{event.get('done', 0)}/{event['total']}")
+                parts.append(
+                    f"{event.get('done', 0)}/{event['total']:g}"
+                    if isinstance(event["total"], float)
+                    else f"{event.get('done', 0)}/{event['total']}"
+                )
             if event.get("rate_per_s") is not None:
                 parts.append(f"{event['rate_per_s']:.1f}/s")
             if event.get("temp_c") is not None:
@@ -93,23 +109,32 @@ def print_summary(predicate: dict, device: str, report_path: str | None = None) 
     """The one screen: status, load, latency with intervals, drift and flips, memory, findings."""
     status = predicate["status"]
     results = predicate.get("results", {})
-    head = Text.assemble(("edgequal ", "bold"), (f"{status.upper()}", _STATUS_STYLE.get(status, "bold")),
-                         f"  device {device}  run {predicate['run_id']}")
+    head = Text.assemble(
+        ("edgequal ", "bold"),
+        (f"{status.upper()}", _STATUS_STYLE.get(status, "bold")),
+        f"  device {device}  run {predicate['run_id']}",
+    )
     console.print(head)
     if predicate.get("reason"):
         console.print(f"  reason: {predicate['reason']}")
     runtime = results.get("runtime") or (results.get("cold_load") or {}).get("runtime")
     if runtime:
         accel = ", ".join(runtime.get("providers") or runtime.get("delegates") or []) or "default"
-        console.print(f"  runtime {runtime['runtime']} {runtime['version']} · {accel} · threads {runtime.get('threads') or 'default'}")
+        console.print(
+            f"  runtime {runtime['runtime']} {runtime['version']} · {accel} · threads {runtime.get('threads') or 'default'}"
+        )
 
     cold = results.get("cold_load")
     if cold:
         t = Table(title=f"Cold load ({len(cold['runs'])} fresh processes)", title_justify="left")
         for col in ("", "median", "min", "max"):
             t.add_column(col, justify="right" if col else "left")
-        for key, label in (("import_ms", "runtime import"), ("load_ms", "session create"),
-                           ("first_inference_ms", "first inference"), ("total_ms", "total to first result")):
+        for key, label in (
+            ("import_ms", "runtime import"),
+            ("load_ms", "session create"),
+            ("first_inference_ms", "first inference"),
+            ("total_ms", "total to first result"),
+        ):
             s = cold[key]
             t.add_row(label, _ms(s["median"]), _ms(s["min"]), _ms(s["max"]))
         t.caption = f"page cache {'evicted' if cold['page_cache_evicted'] else 'not evicted'} before each load"
@@ -118,57 +143,134 @@ def print_summary(predicate: dict, device: str, report_path: str | None = None) 
     per_shape = (results.get("latency") or {}).get("per_shape", [])
     if per_shape:
         t = Table(title="Warm latency", title_justify="left")
-        for col in ("shape", "n", "p50 [95% CI]", "p90", "p99 [95% CI]", "p99.9", "max", "CV", "steady"):
+        for col in (
+            "shape",
+            "n",
+            "p50 [95% CI]",
+            "p90",
+            "p99 [95% CI]",
+            "p99.9",
+            "max",
+            "CV",
+            "steady",
+        ):
             t.add_column(col, justify="left" if col == "shape" else "right")
         for entry in per_shape:
             s = entry["summary"]
-            p50 = _ms(s["p50_ms"]) + (f" [{_ms(s['p50_ci_ms'][0])}, {_ms(s['p50_ci_ms'][1])}]" if s.get("p50_ci_ms") else "")
-            p99 = _ms(s["p99_ms"]) + (f" [{_ms(s['p99_ci_ms'][0])}, {_ms(s['p99_ci_ms'][1])}]" if s.get("p99_ci_ms") else "")
-            t.add_row(entry["shape"], str(s["count"]), p50, _ms(s["p90_ms"]), p99, _ms(s["p99_9_ms"]),
-                      _ms(s["max_ms"]), _num(s["cv"], "{:.3f}"), "yes" if entry["warmup"]["steady"] else "[yellow]no[/]")
+            p50 = _ms(s["p50_ms"]) + (
+                f" [{_ms(s['p50_ci_ms'][0])}, {_ms(s['p50_ci_ms'][1])}]"
+                if s.get("p50_ci_ms")
+                else ""
+            )
+            p99 = _ms(s["p99_ms"]) + (
+                f" [{_ms(s['p99_ci_ms'][0])}, {_ms(s['p99_ci_ms'][1])}]"
+                if s.get("p99_ci_ms")
+                else ""
+            )
+            t.add_row(
+                entry["shape"],
+                str(s["count"]),
+                p50,
+                _ms(s["p90_ms"]),
+                p99,
+                _ms(s["p99_9_ms"]),
+                _ms(s["max_ms"]),
+                _num(s["cv"], "{:.3f}"),
+                "yes" if entry["warmup"]["steady"] else "[yellow]no[/]",
+            )
         console.print(t)
 
     drift = results.get("drift")
     if drift:
         t = Table(title="Output drift (worst case over the golden set)", title_justify="left")
-        for col in ("output", "tolerance", "max abs", "max rel", "cosine", "PSNR dB", "top-1", "NaN/Inf", "smallest atol", "result"):
+        for col in (
+            "output",
+            "tolerance",
+            "max abs",
+            "max rel",
+            "cosine",
+            "PSNR dB",
+            "top-1",
+            "NaN/Inf",
+            "smallest atol",
+            "result",
+        ):
             t.add_column(col, justify="left" if col in ("output", "tolerance") else "right")
         for name, o in drift["outputs"].items():
             tol = o.get("tolerance", {})
             tol_text = tol.get("cls") or tol.get("class") or ""
-            t.add_row(name, str(tol_text), _num(o.get("max_abs")), _num(o.get("max_rel")), _num(o.get("cosine"), "{:.6f}"),
-                      "exact" if o.get("exact") else _num(o.get("psnr_db"), "{:.1f}"),
-                      _num(o.get("top1_agreement"), "{:.1%}"), f"{o.get('nan_count', 0)}/{o.get('inf_count', 0)}",
-                      _num(o.get("smallest_passing_atol")),
-                      "[green]pass[/]" if o.get("passed") else f"[red]FAIL[/] {o.get('reason') or ''}")
+            t.add_row(
+                name,
+                str(tol_text),
+                _num(o.get("max_abs")),
+                _num(o.get("max_rel")),
+                _num(o.get("cosine"), "{:.6f}"),
+                "exact" if o.get("exact") else _num(o.get("psnr_db"), "{:.1f}"),
+                _num(o.get("top1_agreement"), "{:.1%}"),
+                f"{o.get('nan_count', 0)}/{o.get('inf_count', 0)}",
+                _num(o.get("smallest_passing_atol")),
+                "[green]pass[/]" if o.get("passed") else f"[red]FAIL[/] {o.get('reason') or ''}",
+            )
         console.print(t)
         d = drift.get("decisions")
         if d:
             style = "green" if d["passed"] else "red"
-            console.print(f"  decisions [{style}]{d['flip_count']} flips[/] in {d['total_cases']} cases ({d['rule']}); "
-                          f"{d['flips_near_threshold_count']} of {d['near_threshold_count']} cases near the threshold flipped"
-                          + (f": {', '.join(d['flips'][:8])}" if d["flips"] else ""))
+            console.print(
+                f"  decisions [{style}]{d['flip_count']} flips[/] in {d['total_cases']} cases ({d['rule']}); "
+                f"{d['flips_near_threshold_count']} of {d['near_threshold_count']} cases near the threshold flipped"
+                + (f": {', '.join(d['flips'][:8])}" if d["flips"] else "")
+            )
 
     sustained = results.get("sustained")
     if sustained and "peak_per_s" in sustained:
-        t = Table(title=f"Sustained ({sustained['duration_s']:g} s, {sustained['window_s']:g} s windows)", title_justify="left")
-        for col in ("peak /s", "sustained /s", "stability", "first throttle", "3% drop", "peak temp", "headroom", "verdict"):
+        t = Table(
+            title=f"Sustained ({sustained['duration_s']:g} s, {sustained['window_s']:g} s windows)",
+            title_justify="left",
+        )
+        for col in (
+            "peak /s",
+            "sustained /s",
+            "stability",
+            "first throttle",
+            "3% drop",
+            "peak temp",
+            "headroom",
+            "verdict",
+        ):
             t.add_column(col, justify="right")
+
         def secs(v):
             return "never" if v is None else f"{v:.0f} s"
-        temp = "absent" if sustained.get("peak_temp_c") is None else f"{sustained['peak_temp_c']:.1f} °C"
-        verdict_style = {"stable": "green", "degraded": "yellow", "failed": "red"}.get(sustained["verdict"], "")
-        t.add_row(f"{sustained['peak_per_s']:.1f}", f"{sustained['sustained_per_s']:.1f}", f"{sustained['stability']:.3f}",
-                  secs(sustained.get("time_to_first_throttle_s")), secs(sustained.get("time_to_3pct_drop_s")), temp,
-                  "—" if sustained.get("headroom_c") is None else f"{sustained['headroom_c']:.1f} °C",
-                  f"[{verdict_style}]{sustained['verdict']}[/]")
+
+        temp = (
+            "absent"
+            if sustained.get("peak_temp_c") is None
+            else f"{sustained['peak_temp_c']:.1f} °C"
+        )
+        verdict_style = {"stable": "green", "degraded": "yellow", "failed": "red"}.get(
+            sustained["verdict"], ""
+        )
+        t.add_row(
+            f"{sustained['peak_per_s']:.1f}",
+            f"{sustained['sustained_per_s']:.1f}",
+            f"{sustained['stability']:.3f}",
+            secs(sustained.get("time_to_first_throttle_s")),
+            secs(sustained.get("time_to_3pct_drop_s")),
+            temp,
+            "—" if sustained.get("headroom_c") is None else f"{sustained['headroom_c']:.1f} °C",
+            f"[{verdict_style}]{sustained['verdict']}[/]",
+        )
         console.print(t)
         if sustained.get("telemetry") == "absent":
-            console.print("  [dim]no thermal sensors on this device: temperatures are absent, not estimated[/]")
+            console.print(
+                "  [dim]no thermal sensors on this device: temperatures are absent, not estimated[/]"
+            )
 
     memory = results.get("memory")
     if memory:
-        console.print(f"  memory: worker peak RSS {_mb(memory['peak_rss_bytes'])}, added by loading the model {_mb(memory['rss_added_by_load_bytes'])}")
+        console.print(
+            f"  memory: worker peak RSS {_mb(memory['peak_rss_bytes'])}, added by loading the model {_mb(memory['rss_added_by_load_bytes'])}"
+        )
     for f in predicate.get("findings", []):
         op = f" · operator {f['operator']}" if f.get("operator") else ""
         console.print(f"  [red]finding[/] [{f.get('kind')}] {f.get('message')}{op}")
@@ -178,7 +280,10 @@ def print_summary(predicate: dict, device: str, report_path: str | None = None) 
 
 def print_error(message: str, hint: str | None = None) -> None:
     """One line, with the hint after it."""
-    err_console.print(f"[red]edgequal: error:[/] {message}" + (f" [dim](hint: {hint})[/]" if hint else ""), soft_wrap=True)
+    err_console.print(
+        f"[red]edgequal: error:[/] {message}" + (f" [dim](hint: {hint})[/]" if hint else ""),
+        soft_wrap=True,
+    )
 
 
 def print_table(title: str, columns: list[str], rows: list[list[str]]) -> None:

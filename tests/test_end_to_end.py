@@ -14,7 +14,6 @@ import time
 
 import psutil
 import pytest
-
 from edgequal.agent.plan import make_plan
 from edgequal.host.cli import main as edgequal_main
 from edgequal.host.errors import TransportError, UsageError
@@ -23,7 +22,14 @@ from edgequal.host.transport import QualifyRequest
 from edgequal.host.transport.local import LocalTransport
 from edgequal.host.trust import KnownDevices
 
-FAST = dict(cold_runs=1, warmup_min_runs=5, warmup_min_s=0.05, warmup_max_s=0.5, latency_min_runs=50, latency_min_s=0.1)
+FAST = dict(
+    cold_runs=1,
+    warmup_min_runs=5,
+    warmup_min_s=0.05,
+    warmup_max_s=0.5,
+    latency_min_runs=50,
+    latency_min_s=0.1,
+)
 
 
 @pytest.fixture
@@ -36,38 +42,76 @@ def local_agent():
 
 
 @pytest.mark.parametrize("name", ["classifier", "classifier_tflite"])
-def test_qualify_over_grpc_gives_a_verified_signed_report(name, local_agent, example_models, golden_sets, tmp_path):
+def test_qualify_over_grpc_gives_a_verified_signed_report(
+    name, local_agent, example_models, golden_sets, tmp_path
+):
     transport, known = local_agent
     out = tmp_path / "r.json"
     events = []
-    result = qualify(transport, example_models[name], golden_sets[name], make_plan("quick", **FAST),
-                     known=known, device_name="local", on_event=events.append, out=out)
+    result = qualify(
+        transport,
+        example_models[name],
+        golden_sets[name],
+        make_plan("quick", **FAST),
+        known=known,
+        device_name="local",
+        on_event=events.append,
+        out=out,
+    )
     p = result.report.predicate
     assert p["status"] in ("passed", "degraded")
     assert result.report.device_name == "local"
-    assert {s["name"] for s in result.report.subjects} == {example_models[name].name, golden_sets[name].name}
+    assert {s["name"] for s in result.report.subjects} == {
+        example_models[name].name,
+        golden_sets[name].name,
+    }
     assert p["results"]["drift"]["passed"] is True
     assert p["results"]["latency"]["per_shape"][0]["summary"]["count"] >= 50
-    phases = [e["phase"] for e in events if e.get("type") == "phase" and e.get("state") == "started"]
+    phases = [
+        e["phase"] for e in events if e.get("type") == "phase" and e.get("state") == "started"
+    ]
     assert phases[:4] == ["upload", "fingerprint", "cold_load", "latency"]
-    assert result.bytes_sent == example_models[name].stat().st_size + golden_sets[name].stat().st_size
+    assert (
+        result.bytes_sent == example_models[name].stat().st_size + golden_sets[name].stat().st_size
+    )
     # The stored report is the same bytes, fetched by run id.
     assert transport.get_report(p["run_id"]) == out.read_bytes()
     # Pushing again transfers nothing: the agent holds both digests.
-    again = qualify(transport, example_models[name], golden_sets[name], make_plan("quick", **FAST),
-                    known=known, device_name="local")
+    again = qualify(
+        transport,
+        example_models[name],
+        golden_sets[name],
+        make_plan("quick", **FAST),
+        known=known,
+        device_name="local",
+    )
     assert again.bytes_sent == 0
     # The bytes verify anywhere: copied to another directory, through the CLI.
     elsewhere = tmp_path / "copied" / "report.json"
     elsewhere.parent.mkdir()
     shutil.copy(out, elsewhere)
-    assert edgequal_main(["verify", str(elsewhere), "--device", "local", "--artifact", str(example_models[name])]) == 0
+    assert (
+        edgequal_main(
+            ["verify", str(elsewhere), "--device", "local", "--artifact", str(example_models[name])]
+        )
+        == 0
+    )
 
 
-def test_a_changed_byte_or_another_key_fails_verify(local_agent, example_models, golden_sets, tmp_path, capsys):
+def test_a_changed_byte_or_another_key_fails_verify(
+    local_agent, example_models, golden_sets, tmp_path, capsys
+):
     transport, known = local_agent
     out = tmp_path / "r.json"
-    qualify(transport, example_models["micro"], None, make_plan("quick", **FAST), known=known, device_name="local", out=out)
+    qualify(
+        transport,
+        example_models["micro"],
+        None,
+        make_plan("quick", **FAST),
+        known=known,
+        device_name="local",
+        out=out,
+    )
     data = bytearray(out.read_bytes())
     i = data.index(b'"payload":"') + 40
     data[i] = ord("A") if data[i] != ord("A") else ord("B")
@@ -76,10 +120,17 @@ def test_a_changed_byte_or_another_key_fails_verify(local_agent, example_models,
     assert edgequal_main(["verify", str(bad), "--device", "local"]) == 1
     assert "signature" in capsys.readouterr().err
     # An artifact that is not a subject of the report.
-    assert edgequal_main(["verify", str(out), "--device", "local", "--artifact", str(example_models["mid"])]) == 1
+    assert (
+        edgequal_main(
+            ["verify", str(out), "--device", "local", "--artifact", str(example_models["mid"])]
+        )
+        == 1
+    )
 
 
-def test_worker_crash_is_a_signed_failed_report_and_the_agent_keeps_serving(local_agent, example_models, tmp_path):
+def test_worker_crash_is_a_signed_failed_report_and_the_agent_keeps_serving(
+    local_agent, example_models, tmp_path
+):
     transport, known = local_agent
     agent = psutil.Process(transport._proc.pid)
     plan = make_plan("quick", **{**FAST, "latency_min_s": 20.0, "latency_min_runs": 10})
@@ -109,7 +160,14 @@ def test_worker_crash_is_a_signed_failed_report_and_the_agent_keeps_serving(loca
     assert "SIGKILL" in p["reason"]
     assert p["findings"][0]["cause"] == "signal"
     # The same agent qualifies the next model.
-    ok = qualify(transport, example_models["micro"], None, make_plan("quick", **FAST), known=known, device_name="local")
+    ok = qualify(
+        transport,
+        example_models["micro"],
+        None,
+        make_plan("quick", **FAST),
+        known=known,
+        device_name="local",
+    )
     assert ok.report.status in ("passed", "degraded")
 
 
@@ -122,7 +180,9 @@ def test_two_hosts_at_once_one_is_told_the_device_is_busy(local_agent, example_m
     first_result = {}
 
     def first():
-        first_result["r"] = qualify(transport, example_models["micro"], None, long_plan, known=known, device_name="local")
+        first_result["r"] = qualify(
+            transport, example_models["micro"], None, long_plan, known=known, device_name="local"
+        )
 
     t = threading.Thread(target=first)
     t.start()
@@ -133,7 +193,12 @@ def test_two_hosts_at_once_one_is_told_the_device_is_busy(local_agent, example_m
 
     digest = file_sha256(example_models["micro"])
     with pytest.raises(TransportError, match="device busy") as e:
-        second.qualify(QualifyRequest(model_digest=digest, plan=long_plan, nonce="n" * 32, holder="ci-runner-2"), lambda e: None)
+        second.qualify(
+            QualifyRequest(
+                model_digest=digest, plan=long_plan, nonce="n" * 32, holder="ci-runner-2"
+            ),
+            lambda e: None,
+        )
     assert "run" in str(e.value)
     t.join()
     second.close()
@@ -143,7 +208,10 @@ def test_two_hosts_at_once_one_is_told_the_device_is_busy(local_agent, example_m
 def test_qualify_for_a_digest_never_pushed_is_bad_input(local_agent):
     transport, _ = local_agent
     with pytest.raises(UsageError, match="0" * 64):
-        transport.qualify(QualifyRequest(model_digest="0" * 64, plan=make_plan("quick"), nonce="ab" * 16), lambda e: None)
+        transport.qualify(
+            QualifyRequest(model_digest="0" * 64, plan=make_plan("quick"), nonce="ab" * 16),
+            lambda e: None,
+        )
 
 
 def test_a_device_that_does_not_answer_is_exit_3_with_its_address(capsys):
@@ -156,14 +224,27 @@ def test_a_device_that_does_not_answer_is_exit_3_with_its_address(capsys):
 
 def test_demo_command_writes_verifiable_reports(tmp_path):
     env = {**os.environ}
-    proc = subprocess.run([sys.executable, "-m", "edgequal.host.cli", "demo", "--out", str(tmp_path / "demo")],
-                          capture_output=True, text=True, timeout=300, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "edgequal.host.cli", "demo", "--out", str(tmp_path / "demo")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     reports = sorted((tmp_path / "demo" / "reports").glob("*.report.json"))
-    assert [r.name for r in reports] == ["classifier.onnx.report.json", "classifier.tflite.report.json",
-                                         "classifier_int8.tflite.report.json"]
+    assert [r.name for r in reports] == [
+        "classifier.onnx.report.json",
+        "classifier.tflite.report.json",
+        "classifier_int8.tflite.report.json",
+    ]
     for r in reports:
-        v = subprocess.run([sys.executable, "-m", "edgequal.host.cli", "verify", str(r), "--device", "local"],
-                           capture_output=True, text=True, timeout=60, env=env)
+        v = subprocess.run(
+            [sys.executable, "-m", "edgequal.host.cli", "verify", str(r), "--device", "local"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
         assert v.returncode == 0, v.stderr
         assert "verified" in v.stdout

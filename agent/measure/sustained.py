@@ -48,7 +48,9 @@ class AgentTelemetry:
     def _flat(self, s: dict) -> dict:
         clocks = [c for c in (s.get("clocks_khz") or {}).values() if c]
         if s.get("arm_clock_khz"):
-            clocks.append(s["arm_clock_khz"])  # the Pi's measured clock beats cpufreq's requested one
+            clocks.append(
+                s["arm_clock_khz"]
+            )  # the Pi's measured clock beats cpufreq's requested one
         return {
             "t": self._sampler.start_monotonic + s["t_s"],
             "temp_c": s.get("temp_c"),
@@ -81,7 +83,9 @@ def _throttle_now(sample: dict) -> bool:
     flags = sample.get("throttled") or {}
     now = flags.get("now", flags) if isinstance(flags, dict) else {}
     cooling = any((v or 0) > 0 for v in (sample.get("cooling") or {}).values())
-    return bool(now.get("throttled") or now.get("freq_capped") or now.get("soft_temp_limit") or cooling)
+    return bool(
+        now.get("throttled") or now.get("freq_capped") or now.get("soft_temp_limit") or cooling
+    )
 
 
 def _under_voltage(sample: dict) -> bool:
@@ -108,7 +112,9 @@ def window_telemetry(window: dict, samples: Sequence[dict], trip_c: float | None
     }
 
 
-def score_windows(windows: Sequence[dict], started_at: float, max_clock_khz: float | None = None) -> dict:
+def score_windows(
+    windows: Sequence[dict], started_at: float, max_clock_khz: float | None = None
+) -> dict:
     """Peak, sustained, stability, first throttle, 3 % drop and the verdict, from scored windows.
 
     A window counts as throttled when a throttle flag was set, its temperature reached
@@ -175,9 +181,24 @@ def wait_for_cooldown(
         if len(recent) >= 2 and recent[-1][0] > recent[0][0]:
             slope = (recent[-1][1] - recent[0][1]) / (recent[-1][0] - recent[0][0]) * 60.0
         long_enough = now - start >= min(10.0, timeout_s) or len(recent) >= 10
-        if temp is not None and temp - idle <= within_c and abs(slope) < max_slope_c_per_min and (long_enough or temp <= idle):
-            return {"waited_s": round(now - start, 1), "reached": True, "temp_c": temp, "idle_c": idle}
+        if (
+            temp is not None
+            and temp - idle <= within_c
+            and abs(slope) < max_slope_c_per_min
+            and (long_enough or temp <= idle)
+        ):
+            return {
+                "waited_s": round(now - start, 1),
+                "reached": True,
+                "temp_c": temp,
+                "idle_c": idle,
+            }
         if now - start >= timeout_s or (cancel is not None and cancel.is_set()):
-            return {"waited_s": round(now - start, 1), "reached": False, "temp_c": temp, "idle_c": idle,
-                    "reason": f"cooldown timeout after {timeout_s:g} s"}
+            return {
+                "waited_s": round(now - start, 1),
+                "reached": False,
+                "temp_c": temp,
+                "idle_c": idle,
+                "reason": f"cooldown timeout after {timeout_s:g} s",
+            }
         time.sleep(interval_s)

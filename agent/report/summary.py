@@ -16,11 +16,16 @@ def _mb(value) -> str:
 def format_summary(outcome: dict) -> str:
     """The lines a person reads first: status, load, latency, drift, memory, findings."""
     results = outcome.get("results", {})
-    lines = [f"status: {outcome['status']}" + (f" ({outcome['reason']})" if outcome.get("reason") else "")]
+    lines = [
+        f"status: {outcome['status']}"
+        + (f" ({outcome['reason']})" if outcome.get("reason") else "")
+    ]
     runtime = results.get("runtime") or (results.get("cold_load") or {}).get("runtime")
     if runtime:
         extra = runtime.get("providers") or runtime.get("delegates") or []
-        lines.append(f"runtime: {runtime['runtime']} {runtime['version']} {' '.join(extra)} threads={runtime.get('threads') or 'default'}")
+        lines.append(
+            f"runtime: {runtime['runtime']} {runtime['version']} {' '.join(extra)} threads={runtime.get('threads') or 'default'}"
+        )
     cold = results.get("cold_load")
     if cold:
         lines.append(
@@ -52,7 +57,9 @@ def format_summary(outcome: dict) -> str:
             )
     memory = results.get("memory")
     if memory:
-        lines.append(f"memory: peak RSS {_mb(memory['peak_rss_bytes'])}, added by load {_mb(memory['rss_added_by_load_bytes'])}")
+        lines.append(
+            f"memory: peak RSS {_mb(memory['peak_rss_bytes'])}, added by load {_mb(memory['rss_added_by_load_bytes'])}"
+        )
     sustained = results.get("sustained")
     if sustained and "peak_per_s" in sustained:
         lines.append(

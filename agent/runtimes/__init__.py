@@ -20,7 +20,9 @@ def runtime_class(name: str) -> type[Runtime]:
         from .litert import LiteRtRuntime
 
         return LiteRtRuntime
-    raise BadInput(f"unknown runtime '{name}'", hint=f"use one of: auto, {', '.join(RUNTIME_NAMES)}")
+    raise BadInput(
+        f"unknown runtime '{name}'", hint=f"use one of: auto, {', '.join(RUNTIME_NAMES)}"
+    )
 
 
 def runtime_for(model_path: Path, requested: str = "auto", name_hint: str | None = None) -> str:

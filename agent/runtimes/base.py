@@ -58,7 +58,9 @@ def describe_array(a: np.ndarray) -> str:
     return f"{a.dtype} [{','.join(str(s) for s in a.shape)}]"
 
 
-def check_feeds(specs: list[TensorSpec], feeds: Mapping[str, np.ndarray], where: str = "input") -> None:
+def check_feeds(
+    specs: list[TensorSpec], feeds: Mapping[str, np.ndarray], where: str = "input"
+) -> None:
     """Raise GoldenMismatch naming the input, what the model expects and what was given."""
     names = {s.name for s in specs}
     for spec in specs:

@@ -63,7 +63,10 @@ class LiteRtRuntime(Runtime):
                 if problem:
                     raise RuntimeUnavailable(problem, hint=_FIX_HINT)
             return module
-        if any(n.startswith("tflite_runtime") and not isinstance(e, ModuleNotFoundError) for n, e in errors):
+        if any(
+            n.startswith("tflite_runtime") and not isinstance(e, ModuleNotFoundError)
+            for n, e in errors
+        ):
             name, e = errors[-1]
             if _numpy_major() >= 2:
                 raise RuntimeUnavailable(

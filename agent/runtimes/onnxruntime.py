@@ -82,7 +82,9 @@ class OnnxRuntime(Runtime):
             so.inter_op_num_threads = 1
         level = self.options.graph_optimization
         if level not in _OPT_LEVELS:
-            raise BadInput(f"unknown graph optimization level '{level}'", hint=", ".join(_OPT_LEVELS))
+            raise BadInput(
+                f"unknown graph optimization level '{level}'", hint=", ".join(_OPT_LEVELS)
+            )
         so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _OPT_LEVELS[level])
         so.log_severity_level = 3
         available = ort.get_available_providers()
@@ -94,9 +96,13 @@ class OnnxRuntime(Runtime):
                 hint=f"available: {', '.join(available)}",
             )
         try:
-            self._session = ort.InferenceSession(str(model_path), sess_options=so, providers=providers)
+            self._session = ort.InferenceSession(
+                str(model_path), sess_options=so, providers=providers
+            )
         except Exception as e:  # onnxruntime raises several unrelated exception types
-            err = ModelRejected(f"onnxruntime {ort.__version__} rejected the model: {clean_ort_message(e)}")
+            err = ModelRejected(
+                f"onnxruntime {ort.__version__} rejected the model: {clean_ort_message(e)}"
+            )
             err.operator = unsupported_operator(str(e))
             raise err from e
         self._requested_providers = providers

@@ -30,8 +30,14 @@ def _read_token(path: Path) -> str:
     return token
 
 
-def open_transport(address: str, *, token: str | None = None, known_hosts: Path | None = None,
-                   local_root: str | None = None, ssh_agent_cmd: str | None = None) -> Transport:
+def open_transport(
+    address: str,
+    *,
+    token: str | None = None,
+    known_hosts: Path | None = None,
+    local_root: str | None = None,
+    ssh_agent_cmd: str | None = None,
+) -> Transport:
     """A transport for ``local``, ``grpc://HOST:PORT`` or ``ssh://USER@HOST[:PORT]``."""
     if address == "local":
         from .local import LocalTransport
@@ -48,8 +54,10 @@ def open_transport(address: str, *, token: str | None = None, known_hosts: Path 
         if ssh_agent_cmd:
             kwargs["agent_cmd"] = ssh_agent_cmd
         return SSHTransport(address, **kwargs)
-    raise UsageError(f"cannot use device address '{address}'",
-                     hint="use local, a trusted device name, grpc://HOST:PORT or ssh://USER@HOST")
+    raise UsageError(
+        f"cannot use device address '{address}'",
+        hint="use local, a trusted device name, grpc://HOST:PORT or ssh://USER@HOST",
+    )
 
 
 __all__ = ["PushResult", "QualifyRequest", "Transport", "open_transport", "resolve_token"]

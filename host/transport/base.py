@@ -52,7 +52,9 @@ class Transport(ABC):
         """The agent's Info: fingerprint, runtimes, key (raw base64 and fingerprint), busy state."""
 
     @abstractmethod
-    def push(self, path: Path, digest: str, on_progress: Callable[[int, int], None] | None = None) -> PushResult:
+    def push(
+        self, path: Path, digest: str, on_progress: Callable[[int, int], None] | None = None
+    ) -> PushResult:
         """Upload ``path`` (sha256 ``digest``) unless the agent holds it; resume a partial upload."""
 
     @abstractmethod

@@ -23,33 +23,57 @@ def local_state_dir() -> Path:
     env = os.environ.get("EDGEQUAL_LOCAL_STATE")
     if env:
         return Path(env)
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "state"
+    )
     return Path(base) / "edgequal" / "local-agent"
 
 
 class LocalTransport(GrpcTransport):
     """Starts ``edgequal-agent serve`` on loopback and talks to it over gRPC; stops it on close."""
 
-    def __init__(self, state_dir: Path | None = None, root: str | None = None, start_timeout_s: float = 30.0):
+    def __init__(
+        self, state_dir: Path | None = None, root: str | None = None, start_timeout_s: float = 30.0
+    ):
         self.state_dir = Path(state_dir or local_state_dir())
         self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         port_file = Path(tempfile.mkdtemp(prefix="edgequal-local-")) / "port"
-        cmd = [sys.executable, "-m", "edgequal.agent.cli", "--state-dir", str(self.state_dir),
-               "serve", "--listen", "127.0.0.1:0", "--port-file", str(port_file)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "edgequal.agent.cli",
+            "--state-dir",
+            str(self.state_dir),
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--port-file",
+            str(port_file),
+        ]
         if root:
             cmd += ["--root", root]
         log_path = self.state_dir / "agent.log"
         self._log = open(log_path, "ab")
-        self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log,
-                                      start_new_session=True)
+        self._proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=self._log,
+            start_new_session=True,
+        )
         deadline = time.monotonic() + start_timeout_s
         while not (port_file.exists() and port_file.read_text().strip()):
             if self._proc.poll() is not None:
-                raise TransportError(f"the local agent exited with code {self._proc.returncode}",
-                                     hint=f"see {log_path}")
+                raise TransportError(
+                    f"the local agent exited with code {self._proc.returncode}",
+                    hint=f"see {log_path}",
+                )
             if time.monotonic() > deadline:
                 self._proc.kill()
-                raise TransportError(f"the local agent did not start within {start_timeout_s:g} s", hint=f"see {log_path}")
+                raise TransportError(
+                    f"the local agent did not start within {start_timeout_s:g} s",
+                    hint=f"see {log_path}",
+                )
             time.sleep(0.05)
         port = int(port_file.read_text().strip())
         port_file.unlink()

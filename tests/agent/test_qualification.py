@@ -8,7 +8,6 @@ import threading
 import time
 
 import pytest
-
 from edgequal.agent.errors import BadInput, GoldenMismatch
 from edgequal.agent.golden import GoldenCase, read_golden, write_golden
 from edgequal.agent.plan import make_plan
@@ -16,16 +15,29 @@ from edgequal.agent.qualification import run_measurement
 from edgequal.agent.supervisor import Worker
 from edgequal.host.examples import corrupt_model_bytes
 
-RUNNABLE = ["classifier", "dynamic", "multi_input", "classifier_fp16", "classifier_tflite", "classifier_int8"]
+RUNNABLE = [
+    "classifier",
+    "dynamic",
+    "multi_input",
+    "classifier_fp16",
+    "classifier_tflite",
+    "classifier_int8",
+]
 
 
 @pytest.mark.parametrize("name", RUNNABLE)
-def test_every_example_model_qualifies_through_the_worker(name, example_models, golden_sets, fast_plan):
+def test_every_example_model_qualifies_through_the_worker(
+    name, example_models, golden_sets, fast_plan
+):
     out = run_measurement(example_models[name], golden_sets[name], fast_plan)
     # On a shared machine a 0.5 s warm-up may not settle; that is "degraded", never "failed".
-    assert out["status"] == "passed" or (out["status"] == "degraded" and "steady" in out["reason"]), out["reason"]
+    assert out["status"] == "passed" or (
+        out["status"] == "degraded" and "steady" in out["reason"]
+    ), out["reason"]
     results = out["results"]
-    expected_runtime = "litert" if name in ("classifier_tflite", "classifier_int8") else "onnxruntime"
+    expected_runtime = (
+        "litert" if name in ("classifier_tflite", "classifier_int8") else "onnxruntime"
+    )
     assert results["runtime"]["runtime"] == expected_runtime
     cold = results["cold_load"]
     assert len(cold["runs"]) == 1
@@ -63,8 +75,15 @@ def test_raw_samples_are_kept_and_match_the_summary(example_models, fast_plan):
 
 
 def test_latency_stop_rule_needs_both_runs_and_seconds(example_models):
-    plan = make_plan("quick", cold_runs=1, warmup_min_runs=5, warmup_min_s=0.05, warmup_max_s=0.5,
-                     latency_min_runs=20, latency_min_s=0.5)
+    plan = make_plan(
+        "quick",
+        cold_runs=1,
+        warmup_min_runs=5,
+        warmup_min_s=0.05,
+        warmup_max_s=0.5,
+        latency_min_runs=20,
+        latency_min_s=0.5,
+    )
     out = run_measurement(example_models["micro"], None, plan)
     s = out["results"]["latency"]["per_shape"][0]["summary"]
     # micro runs in microseconds: 0.5 s of it is far more than 20 runs.
@@ -102,10 +121,14 @@ def test_nan_output_fails_drift(example_models, tmp_path, fast_plan):
     model = example_models["nan_output"]
     # A reference that a healthy model would produce; the device gives NaN.
     x = np.full((1, 4), 14.0, dtype=np.float32)
-    manifest = {"inputs": [{"name": "x", "dtype": "float32", "shape": [1, 4]}],
-                "outputs": [{"name": "y", "dtype": "float32", "shape": [1, 4]}]}
+    manifest = {
+        "inputs": [{"name": "x", "dtype": "float32", "shape": [1, 4]}],
+        "outputs": [{"name": "y", "dtype": "float32", "shape": [1, 4]}],
+    }
     golden = tmp_path / "g.npz"
-    write_golden(golden, manifest, [GoldenCase("c0", {"x": np.zeros((1, 4), np.float32)}, {"y": x})])
+    write_golden(
+        golden, manifest, [GoldenCase("c0", {"x": np.zeros((1, 4), np.float32)}, {"y": x})]
+    )
     out = run_measurement(model, golden, fast_plan)
     assert out["status"] == "failed"
     y = out["results"]["drift"]["outputs"]["y"]
@@ -122,14 +145,28 @@ def _golden_with(tmp_path, golden_path, mutate):
 
 
 def test_golden_with_wrong_dtype_names_the_input(example_models, golden_sets, tmp_path, fast_plan):
-    path = _golden_with(tmp_path, golden_sets["classifier"], lambda c: c.inputs.update(image=c.inputs["image"].astype("float64")))
-    with pytest.raises(GoldenMismatch, match=r"input 'image': model expects float32 \[1,3,32,32\], file holds float64 \[1,3,32,32\]"):
+    path = _golden_with(
+        tmp_path,
+        golden_sets["classifier"],
+        lambda c: c.inputs.update(image=c.inputs["image"].astype("float64")),
+    )
+    with pytest.raises(
+        GoldenMismatch,
+        match=r"input 'image': model expects float32 \[1,3,32,32\], file holds float64 \[1,3,32,32\]",
+    ):
         run_measurement(example_models["classifier"], path, fast_plan)
 
 
 def test_golden_with_wrong_shape_names_the_input(example_models, golden_sets, tmp_path, fast_plan):
-    path = _golden_with(tmp_path, golden_sets["classifier"], lambda c: c.inputs.update(image=c.inputs["image"][:, :, :16]))
-    with pytest.raises(GoldenMismatch, match=r"model expects float32 \[1,3,32,32\], file holds float32 \[1,3,16,32\]"):
+    path = _golden_with(
+        tmp_path,
+        golden_sets["classifier"],
+        lambda c: c.inputs.update(image=c.inputs["image"][:, :, :16]),
+    )
+    with pytest.raises(
+        GoldenMismatch,
+        match=r"model expects float32 \[1,3,32,32\], file holds float32 \[1,3,16,32\]",
+    ):
         run_measurement(example_models["classifier"], path, fast_plan)
 
 
@@ -146,8 +183,14 @@ def test_dynamic_model_without_shape_asks_for_one(example_models, fast_plan):
 
 
 def test_dynamic_model_with_shape(example_models):
-    plan = make_plan("quick", cold_runs=1, warmup_min_s=0.05, latency_min_runs=20, latency_min_s=0.05,
-                     shapes={"image": [2, 3, 20, 24]})
+    plan = make_plan(
+        "quick",
+        cold_runs=1,
+        warmup_min_s=0.05,
+        latency_min_runs=20,
+        latency_min_s=0.05,
+        shapes={"image": [2, 3, 20, 24]},
+    )
     out = run_measurement(example_models["dynamic"], None, plan)
     assert out["status"] in ("passed", "degraded")
     assert out["results"]["latency"]["per_shape"][0]["shape"] == "image=2x3x20x24"
@@ -156,7 +199,8 @@ def test_dynamic_model_with_shape(example_models):
 def test_unknown_runtime_is_bad_input(example_models):
     with pytest.raises(BadInput, match="unknown runtime 'tensorrt'"):
         make_plan("quick", runtime="tensorrt") and run_measurement(
-            example_models["classifier"], None, make_plan("quick", runtime="tensorrt"))
+            example_models["classifier"], None, make_plan("quick", runtime="tensorrt")
+        )
 
 
 def test_negative_duration_is_bad_input():
@@ -169,10 +213,24 @@ def test_negative_duration_is_bad_input():
 
 
 def test_worker_killed_by_a_signal_mid_latency_is_reported(example_models):
-    job = {"kind": "measure", "model": str(example_models["mid"]), "golden": None, "runtime": "onnxruntime",
-           "options": {"threads": 1}, "shapes": {}, "seed": 0,
-           "latency": {"warmup_min_runs": 5, "warmup_min_s": 0.05, "warmup_max_s": 1.0,
-                       "min_runs": 100000, "min_s": 30.0, "max_runs": 100000, "max_s": None}}
+    job = {
+        "kind": "measure",
+        "model": str(example_models["mid"]),
+        "golden": None,
+        "runtime": "onnxruntime",
+        "options": {"threads": 1},
+        "shapes": {},
+        "seed": 0,
+        "latency": {
+            "warmup_min_runs": 5,
+            "warmup_min_s": 0.05,
+            "warmup_max_s": 1.0,
+            "min_runs": 100000,
+            "min_s": 30.0,
+            "max_runs": 100000,
+            "max_s": None,
+        },
+    }
     seen = []
     worker = Worker(job, phase_timeout_s=60, on_event=seen.append)
     worker.start()
@@ -195,10 +253,24 @@ def test_worker_killed_by_a_signal_mid_latency_is_reported(example_models):
 
 
 def test_hang_is_killed_at_the_phase_timeout(example_models):
-    job = {"kind": "measure", "model": str(example_models["micro"]), "golden": None, "runtime": "onnxruntime",
-           "options": {}, "shapes": {}, "seed": 0,
-           "latency": {"warmup_min_runs": 5, "warmup_min_s": 0.01, "warmup_max_s": 0.1,
-                       "min_runs": 10, "min_s": 60.0, "max_runs": 10_000_000, "max_s": None}}
+    job = {
+        "kind": "measure",
+        "model": str(example_models["micro"]),
+        "golden": None,
+        "runtime": "onnxruntime",
+        "options": {},
+        "shapes": {},
+        "seed": 0,
+        "latency": {
+            "warmup_min_runs": 5,
+            "warmup_min_s": 0.01,
+            "warmup_max_s": 0.1,
+            "min_runs": 10,
+            "min_s": 60.0,
+            "max_runs": 10_000_000,
+            "max_s": None,
+        },
+    }
     worker = Worker(job, phase_timeout_s=1.5)
     worker.start()
     t0 = time.monotonic()
@@ -210,8 +282,15 @@ def test_hang_is_killed_at_the_phase_timeout(example_models):
 
 
 def test_memory_limit_kills_the_worker(example_models):
-    job = {"kind": "cold", "model": str(example_models["mid"]), "golden": None, "runtime": "onnxruntime",
-           "options": {}, "shapes": {}, "seed": 0}
+    job = {
+        "kind": "cold",
+        "model": str(example_models["mid"]),
+        "golden": None,
+        "runtime": "onnxruntime",
+        "options": {},
+        "shapes": {},
+        "seed": 0,
+    }
     # The worker's interpreter, numpy and onnxruntime alone take more than 30 MB.
     worker = Worker(job, memory_limit_mb=30)
     worker.start()

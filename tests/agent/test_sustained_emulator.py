@@ -10,7 +10,6 @@ import os
 import threading
 
 import pytest
-
 from edgequal.agent.plan import make_plan
 from edgequal.agent.qualification import measure_sustained
 
@@ -34,8 +33,16 @@ def _run(emulator, example_models, root):
     plan = make_plan("quick", threads=1, sustain_s=DURATION_S, window_s=WINDOW_S, cooldown=False)
     findings: list = []
     events: list = []
-    result = measure_sustained(example_models["mid"], None, plan, "onnxruntime", root, events.append,
-                               threading.Event(), findings)
+    result = measure_sustained(
+        example_models["mid"],
+        None,
+        plan,
+        "onnxruntime",
+        root,
+        events.append,
+        threading.Event(),
+        findings,
+    )
     assert not findings, findings
     return result, events
 
@@ -43,8 +50,15 @@ def _run(emulator, example_models, root):
 def test_throttling_past_the_trip_point_is_detected(emulator_module, example_models, tmp_path):
     root = tmp_path / "board"
     # ~1 CPU of inference heats 40 -> 60 °C in about 5-6 s; then half of every 0.1 s is stopped.
-    emu = emulator_module.DeviceEmulator(root, watch_pid=os.getpid(), ambient_c=40.0, trip_c=60.0,
-                                         heat_c_per_cpu_s=4.0, cool_rate=0.05, throttle_duty=0.5)
+    emu = emulator_module.DeviceEmulator(
+        root,
+        watch_pid=os.getpid(),
+        ambient_c=40.0,
+        trip_c=60.0,
+        heat_c_per_cpu_s=4.0,
+        cool_rate=0.05,
+        throttle_duty=0.5,
+    )
     with emu:
         result, events = _run(emu, example_models, root)
     assert emu.trip_time_s is not None, "the emulator never reached its trip point"
@@ -52,9 +66,14 @@ def test_throttling_past_the_trip_point_is_detected(emulator_module, example_mod
     assert result["trip_c"] == 60.0
     assert result["throttled"] is True
     emulator_trip_s = emu.start_monotonic + emu.trip_time_s - result["loop_started_monotonic_s"]
-    assert abs(result["time_to_first_throttle_s"] - emulator_trip_s) <= WINDOW_S + 1.0  # one window (+ the 1 Hz sample)
+    assert (
+        abs(result["time_to_first_throttle_s"] - emulator_trip_s) <= WINDOW_S + 1.0
+    )  # one window (+ the 1 Hz sample)
     # A 50 % duty cycle halves throughput: worst/best window near 0.5, verdict failed (< 0.90).
-    assert 0.3 <= result["stability"] <= 0.7, [(round(w["rate_per_s"]), w["max_temp_c"], w["throttle_flags"]) for w in result["windows_detail"]]
+    assert 0.3 <= result["stability"] <= 0.7, [
+        (round(w["rate_per_s"]), w["max_temp_c"], w["throttle_flags"])
+        for w in result["windows_detail"]
+    ]
     assert result["verdict"] == "failed"
     assert result["peak_temp_c"] >= 60.0
     assert result["headroom_c"] <= 0.0
@@ -65,8 +84,15 @@ def test_throttling_past_the_trip_point_is_detected(emulator_module, example_mod
 
 def test_trip_point_out_of_reach_is_not_throttled(emulator_module, example_models, tmp_path):
     root = tmp_path / "board"
-    emu = emulator_module.DeviceEmulator(root, watch_pid=os.getpid(), ambient_c=40.0, trip_c=150.0,
-                                         heat_c_per_cpu_s=4.0, cool_rate=0.05, throttle_duty=0.5)
+    emu = emulator_module.DeviceEmulator(
+        root,
+        watch_pid=os.getpid(),
+        ambient_c=40.0,
+        trip_c=150.0,
+        heat_c_per_cpu_s=4.0,
+        cool_rate=0.05,
+        throttle_duty=0.5,
+    )
     with emu:
         result, _ = _run(emu, example_models, root)
     assert emu.trip_time_s is None
@@ -76,4 +102,6 @@ def test_trip_point_out_of_reach_is_not_throttled(emulator_module, example_model
     # Without throttling, windows differ only by machine noise (the verdict needs >= 0.97;
     # a shared CI machine can exceed 3 % window to window, so the bound here is looser).
     assert result["stability"] >= 0.85
-    assert result["verdict"] in ("stable", "degraded", "failed") and (result["verdict"] == "stable") == (result["stability"] >= 0.97)
+    assert result["verdict"] in ("stable", "degraded", "failed") and (
+        result["verdict"] == "stable"
+    ) == (result["stability"] >= 0.97)

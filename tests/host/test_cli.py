@@ -6,7 +6,6 @@ import json
 
 import numpy as np
 import pytest
-
 from edgequal.agent.cli import main as agent_main
 from edgequal.agent.golden import read_golden
 from edgequal.host.cli import main as edgequal_main
@@ -19,8 +18,22 @@ def test_golden_make_from_one_case_npz(example_models, tmp_path, capsys):
     inputs = tmp_path / "in.npz"
     np.savez(inputs, **example_inputs("classifier", 1)[0])
     out = tmp_path / "g.npz"
-    assert edgequal_main(["golden", "make", str(example_models["classifier"]), "--inputs", str(inputs),
-                          "--decision", "threshold:score>0.5", "-o", str(out)]) == 0
+    assert (
+        edgequal_main(
+            [
+                "golden",
+                "make",
+                str(example_models["classifier"]),
+                "--inputs",
+                str(inputs),
+                "--decision",
+                "threshold:score>0.5",
+                "-o",
+                str(out),
+            ]
+        )
+        == 0
+    )
     g = read_golden(out)
     assert [c.name for c in g.cases] == ["case0"]
     assert set(g.cases[0].outputs) == {"probs", "score"}
@@ -38,18 +51,46 @@ def test_golden_make_from_case_slash_input_names_and_a_dir(example_models, tmp_p
     many = tmp_path / "many.npz"
     np.savez(many, **{f"c{i}/{k}": v for i, feeds in enumerate(cases) for k, v in feeds.items()})
     out = tmp_path / "g1.npz"
-    assert edgequal_main(["golden", "make", str(example_models["multi_input"]), "--inputs", str(many), "-o", str(out)]) == 0
+    assert (
+        edgequal_main(
+            [
+                "golden",
+                "make",
+                str(example_models["multi_input"]),
+                "--inputs",
+                str(many),
+                "-o",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert [c.name for c in read_golden(out).cases] == ["c0", "c1", "c2"]
     d = tmp_path / "cases"
     d.mkdir()
     for i, feeds in enumerate(cases):
         np.savez(d / f"sample{i}.npz", **feeds)
     out2 = tmp_path / "g2.npz"
-    assert edgequal_main(["golden", "make", str(example_models["multi_input"]), "--inputs", str(d), "-o", str(out2)]) == 0
+    assert (
+        edgequal_main(
+            [
+                "golden",
+                "make",
+                str(example_models["multi_input"]),
+                "--inputs",
+                str(d),
+                "-o",
+                str(out2),
+            ]
+        )
+        == 0
+    )
     g2 = read_golden(out2)
     assert [c.name for c in g2.cases] == ["sample0", "sample1", "sample2"]
     # Same inputs, same reference outputs, whichever form they came in.
-    np.testing.assert_array_equal(g2.cases[1].outputs["out"], read_golden(out).cases[1].outputs["out"])
+    np.testing.assert_array_equal(
+        g2.cases[1].outputs["out"], read_golden(out).cases[1].outputs["out"]
+    )
 
 
 def test_golden_make_with_given_outputs(example_models, tmp_path):
@@ -58,8 +99,22 @@ def test_golden_make_with_given_outputs(example_models, tmp_path):
     np.savez(inputs, **feeds)
     np.savez(outputs, y=np.ones((1, 4), np.float32))
     out = tmp_path / "g.npz"
-    assert edgequal_main(["golden", "make", str(example_models["micro"]), "--inputs", str(inputs),
-                          "--outputs", str(outputs), "-o", str(out)]) == 0
+    assert (
+        edgequal_main(
+            [
+                "golden",
+                "make",
+                str(example_models["micro"]),
+                "--inputs",
+                str(inputs),
+                "--outputs",
+                str(outputs),
+                "-o",
+                str(out),
+            ]
+        )
+        == 0
+    )
     g = read_golden(out)
     assert g.manifest["reference"]["runtime"] == "given"
     np.testing.assert_array_equal(g.cases[0].outputs["y"], np.ones((1, 4), np.float32))
@@ -68,10 +123,23 @@ def test_golden_make_with_given_outputs(example_models, tmp_path):
 def test_golden_make_mismatch_is_one_line_exit_2(example_models, tmp_path, capsys):
     inputs = tmp_path / "in.npz"
     np.savez(inputs, image=np.zeros((1, 3, 30, 32), np.float32))
-    rc = edgequal_main(["golden", "make", str(example_models["classifier"]), "--inputs", str(inputs), "-o", str(tmp_path / "g.npz")])
+    rc = edgequal_main(
+        [
+            "golden",
+            "make",
+            str(example_models["classifier"]),
+            "--inputs",
+            str(inputs),
+            "-o",
+            str(tmp_path / "g.npz"),
+        ]
+    )
     assert rc == 2
     err = capsys.readouterr().err.strip()
-    assert "input 'image': model expects float32 [1,3,32,32], file holds float32 [1,3,30,32]" in " ".join(err.split())
+    assert (
+        "input 'image': model expects float32 [1,3,32,32], file holds float32 [1,3,30,32]"
+        in " ".join(err.split())
+    )
     assert "Traceback" not in err
     assert not (tmp_path / "g.npz").exists()
 
@@ -79,8 +147,19 @@ def test_golden_make_mismatch_is_one_line_exit_2(example_models, tmp_path, capsy
 def test_golden_make_bad_decision_rule(example_models, tmp_path, capsys):
     inputs = tmp_path / "in.npz"
     np.savez(inputs, **example_inputs("classifier", 1)[0])
-    rc = edgequal_main(["golden", "make", str(example_models["classifier"]), "--inputs", str(inputs),
-                        "--decision", "threshold:score", "-o", str(tmp_path / "g.npz")])
+    rc = edgequal_main(
+        [
+            "golden",
+            "make",
+            str(example_models["classifier"]),
+            "--inputs",
+            str(inputs),
+            "--decision",
+            "threshold:score",
+            "-o",
+            str(tmp_path / "g.npz"),
+        ]
+    )
     assert rc == 2
     assert "decision rule" in capsys.readouterr().err
 
@@ -108,8 +187,19 @@ def test_agent_measure_missing_model_file(tmp_path, capsys):
 
 
 def test_qualify_applies_the_named_profile(example_models, tmp_path, capsys):
-    rc = edgequal_main(["qualify", str(example_models["micro"]), "--profile", "raspberry-pi/5", "--sustain", "0",
-                        "-o", str(tmp_path / "r.json"), "--json"])
+    rc = edgequal_main(
+        [
+            "qualify",
+            str(example_models["micro"]),
+            "--profile",
+            "raspberry-pi/5",
+            "--sustain",
+            "0",
+            "-o",
+            str(tmp_path / "r.json"),
+            "--json",
+        ]
+    )
     assert rc == 0
     predicate = json.loads(capsys.readouterr().out)
     assert predicate["plan"]["profile"] == "raspberry-pi/5"

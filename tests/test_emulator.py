@@ -1,0 +1,192 @@
+"""The device emulator: heats with a real child's CPU use, throttles it from outside, cools at rest."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from edgequal.agent.probes.cpufreq import read_cpufreq
+from edgequal.agent.probes.fingerprint import fingerprint
+from edgequal.agent.probes.telemetry import TelemetrySampler, throttle_reasons
+from edgequal.agent.probes.thermal import read_thermal
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "device_emulator.py"
+
+# Busy until the flag file exists, then idle: a worker under load, then at rest.
+CHILD = (
+    "import os, sys, time\n"
+    "flag = sys.argv[1]\n"
+    "while not os.path.exists(flag):\n"
+    "    pass\n"
+    "while True:\n"
+    "    time.sleep(0.05)\n"
+)
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("device_emulator", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["device_emulator"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+emulator = _load()
+
+
+def _cpu_s(proc: psutil.Process) -> float:
+    t = proc.cpu_times()
+    return t.user + t.system
+
+
+def _wait_for(pred, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.02)
+    return pred()
+
+
+def test_newton_step_hand_computed():
+    # 40 + 20 * e^-1 = 47.3576
+    assert emulator.newton_step(60.0, 40.0, 0.1, 10.0, 0.0) == pytest.approx(47.35759, abs=1e-4)
+    assert emulator.newton_step(60.0, 40.0, 0.1, 10.0, 2.0) == pytest.approx(49.35759, abs=1e-4)
+    assert emulator.newton_step(40.0, 40.0, 0.1, 1.0, 0.8) == pytest.approx(40.8)
+
+
+@pytest.mark.slow
+def test_heats_trips_throttles_cools_and_releases(tmp_path):
+    root = tmp_path / "board"
+    flag = tmp_path / "rest"
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(flag)])
+    proc = psutil.Process(child.pid)
+    emu = emulator.DeviceEmulator(
+        root,
+        os.getpid(),
+        ambient_c=40.0,
+        trip_c=52.0,
+        heat_c_per_cpu_s=20.0,
+        cool_rate=0.1,
+        throttle_duty=0.5,
+        period_s=0.1,
+    )
+    try:
+        # The tree exists before start and the agent's probes read it as a board.
+        t = read_thermal(root)
+        assert t["authoritative_temp_c"] == 40.0
+        assert (t["trip_c"], t["critical_c"]) == (52.0, 77.0)
+        assert fingerprint(root)["board_model"] == "edgequal emulated board"
+        assert read_cpufreq(root)["policies"]["policy0"]["cur_khz"] == 1_500_000
+
+        emu.start()
+        c0 = _cpu_s(proc)
+        assert _wait_for(lambda: emu.trip_time_s is not None, 10.0), emu.log[-1]
+        # CPU rate while free: from start to the trip (the machine may be shared, so
+        # the child's share of a core is measured, not assumed).
+        free_rate = (_cpu_s(proc) - c0) / (time.monotonic() - emu.start_monotonic)
+        assert free_rate > 0.05, free_rate
+        temps = [e["temp_c"] for e in emu.log]
+        first_hot = next(e["t_s"] for e in emu.log if e["temp_c"] >= 52.0)
+        assert emu.trip_time_s == pytest.approx(first_hot, abs=0.001)
+        assert temps[0] < 41.0 and temps[-1] >= 52.0
+
+        # Throttled: the child is stopped from outside for about half of each period,
+        # so it is found stopped about half the time and its CPU time grows slower.
+        c1, t1 = _cpu_s(proc), time.monotonic()
+        states = []
+        while time.monotonic() - t1 < 1.5:
+            states.append(proc.status() == psutil.STATUS_STOPPED)
+            time.sleep(0.007)
+        throttled_rate = (_cpu_s(proc) - c1) / (time.monotonic() - t1)
+        stopped_share = sum(states) / len(states)
+        assert 0.2 < stopped_share < 0.8, stopped_share
+        assert throttled_rate < 0.8 * free_rate, (throttled_rate, free_rate)
+
+        # What the agent's probes see: temperature past the trip, the effective clock
+        # lowered while the requested one is not, the cpufreq cooling device engaged.
+        assert emu.throttling
+        assert read_thermal(root)["authoritative_temp_c"] >= 50.0
+        policy = read_cpufreq(root)["policies"]["policy0"]
+        assert policy["cur_khz"] == 750_000 and policy["scaling_cur_khz"] == 1_500_000
+        sample = TelemetrySampler(root).sample_once()
+        assert sample["clocks_khz"] == {"policy0": 750_000}
+        assert sample["cooling_states"] == {"cooling_device0": 1}
+        reasons = throttle_reasons(sample, trip_c=52.0, nominal_khz=1_500_000)
+        assert {"clock_drop", "cooling_device"} <= set(reasons)
+
+        # At rest it cools toward ambient (Newton).
+        flag.touch()
+        time.sleep(0.3)
+        peak_c, c2 = emu.temp_c, _cpu_s(proc)
+        time.sleep(1.2)
+        assert _cpu_s(proc) - c2 < 0.1  # the child is idle
+        assert emu.temp_c < peak_c - 1.0, (peak_c, emu.log[-3:])
+
+        # stop() leaves nothing stopped, even mid duty cycle.
+        emu.stop()
+        assert not emu._stopped
+        time.sleep(0.05)
+        assert all(proc.status() != psutil.STATUS_STOPPED for _ in range(5))
+    finally:
+        emu.stop()
+        child.kill()
+        child.wait(timeout=5)
+
+
+def test_cools_from_a_hot_start_without_load(tmp_path):
+    with emulator.DeviceEmulator(
+        tmp_path,
+        os.getpid(),
+        ambient_c=30.0,
+        trip_c=60.0,
+        start_c=61.0,
+        cool_rate=1.0,
+        period_s=0.05,
+    ) as emu:
+        assert _wait_for(lambda: emu.trip_time_s is not None, 2.0)
+        assert emu.trip_time_s < 0.2
+        # Cools below trip - hysteresis (58 °C) within a second at rate 1/s, then stops throttling.
+        assert _wait_for(lambda: not emu.throttling, 2.0)
+    assert emu.temp_c < 58.0
+    assert read_thermal(tmp_path)["authoritative_temp_c"] == pytest.approx(emu.temp_c, abs=0.001)
+    assert read_cpufreq(tmp_path)["policies"]["policy0"]["cur_khz"] == 1_500_000
+
+
+def test_cli_runs_for_a_duration(tmp_path):
+    idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        out = subprocess.run(
+            [
+                sys.executable,
+                str(SCRIPT),
+                "--root",
+                str(tmp_path / "b"),
+                "--watch-pid",
+                str(idle.pid),
+                "--duration-s",
+                "1",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
+    finally:
+        idle.kill()
+        idle.wait(timeout=5)
+    assert out.returncode == 0, out.stderr
+    assert "temp= 40.0C" in out.stdout
+    assert (tmp_path / "b/sys/class/thermal/thermal_zone0/temp").read_text() == "40000\n"
+    bad = subprocess.run(
+        [sys.executable, str(SCRIPT), "--root", str(tmp_path / "c"), "--watch-pid", "999999999"],
+        capture_output=True,
+        text=True,
+        timeout=20,
+    )
+    assert bad.returncode == 2 and "no process" in bad.stderr

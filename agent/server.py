@@ -14,6 +14,7 @@ run starts, which keeps an idle agent small.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import importlib.metadata
@@ -305,6 +306,50 @@ def _check_run_id(run_id: str) -> str:
     return run_id
 
 
+class _WriteBehind:
+    """Writes an upload's chunks in a second thread.
+
+    Receiving the next chunk then overlaps writing, hashing and syncing this
+    one; the bounded queue (``depth`` chunks) pushes back on the sender when
+    the disk is slower than the network. An error from a write is raised by the
+    next ``put`` or by ``finish``.
+    """
+
+    def __init__(self, upload, depth: int = 4):
+        self.upload = upload
+        self.error: BaseException | None = None
+        self._queue: queue.Queue = queue.Queue(maxsize=depth)
+        self._thread = threading.Thread(
+            target=self._loop, name=f"push-{upload.digest[:12]}", daemon=True
+        )
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            if self.error is not None:
+                continue  # drain without writing past a failed chunk
+            try:
+                self.upload.write(*item)
+            except BaseException as e:
+                self.error = e
+
+    def put(self, offset: int, data: bytes) -> None:
+        """Queue one chunk (blocks while ``depth`` chunks wait)."""
+        if self.error is not None:
+            raise self.error
+        self._queue.put((offset, data))
+
+    def finish(self) -> None:
+        """Write what is queued, stop the thread, raise the first write error if any."""
+        self._queue.put(None)
+        self._thread.join()
+        if self.error is not None:
+            raise self.error
+
+
 class AgentService(pb_grpc.AgentServicer):
     """Handlers for ``edgequal.v1.Agent``; protobuf in, protobuf out, plain values inside."""
 
@@ -386,12 +431,13 @@ class AgentService(pb_grpc.AgentServicer):
         """Append chunks at the committed offset; verify and store once all bytes arrived."""
         with self._pushes_lock:
             self.pushes_in_flight += 1
-        upload = None
+        upload = writer = None
         try:
             for chunk in request_iterator:
                 if upload is None:
                     digest = validate_digest(chunk.digest)
                     upload = self.store.open_upload(digest, chunk.total_size)
+                    writer = _WriteBehind(upload)
                     if upload.complete:
                         # Already stored: answer at once; the rest of the stream is dropped.
                         return pb.PushResponse(
@@ -407,9 +453,10 @@ class AgentService(pb_grpc.AgentServicer):
                         "a Push carries one artifact: digest and total_size must not change "
                         f"(started as sha256:{upload.digest}, {upload.total_size} bytes)"
                     )
-                upload.write(chunk.offset, chunk.data)
+                writer.put(chunk.offset, chunk.data)
             if upload is None:
                 raise BadInput("empty Push: the first chunk must carry digest and total_size")
+            writer.finish()
             if upload.offset == upload.total_size:
                 upload.commit()
             else:
@@ -426,6 +473,10 @@ class AgentService(pb_grpc.AgentServicer):
                 complete=upload.complete,
             )
         finally:
+            if writer is not None:
+                # Keep what arrived before a client vanished: it is where the resume starts.
+                with contextlib.suppress(BaseException):
+                    writer.finish()
             if upload is not None:
                 upload.close()
             with self._pushes_lock:

@@ -252,3 +252,39 @@ def test_store_main_errors_are_one_line_exit_2(tmp_path, capsys):
     assert err.count("\n") == 1 and f"do not match sha256:{DIGEST}" in err
     assert store_main(["frobnicate", DIGEST], state) == 2
     assert "usage" in capsys.readouterr().err
+
+
+def test_aligned_chunks_and_unaligned_tail_are_stored_exactly(store):
+    # Whole 64 KiB chunks take the O_DIRECT path where the file system has it;
+    # the 1,000-byte tail and a resumed session go through the page cache.
+    data = os.urandom(5 * 65536 + 1000)
+    digest = hashlib.sha256(data).hexdigest()
+    with store.open_upload(digest, len(data)) as up:
+        for off in range(0, 3 * 65536, 65536):
+            up.write(off, data[off : off + 65536])
+    assert store.committed_offset(digest) == 3 * 65536
+    with store.open_upload(digest, len(data)) as up:
+        assert up.offset == 3 * 65536
+        off = up.offset
+        while off < len(data):
+            off = up.write(off, data[off : off + 65536])
+        path = up.commit()
+    assert path.read_bytes() == data
+    assert _files(store) == ([digest], [])
+
+
+def test_periodic_sync_keeps_unsynced_bytes_bounded(store, monkeypatch):
+    import edgequal.agent.store as store_mod
+
+    monkeypatch.setattr(store_mod, "SYNC_INTERVAL_BYTES", 4096)
+    synced = []
+    real = os.fdatasync
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (synced.append(fd), real(fd)))
+    data = os.urandom(12_004)  # 3,001-byte pieces are unaligned: all through the page cache
+    digest = hashlib.sha256(data).hexdigest()
+    with store.open_upload(digest, len(data)) as up:
+        for off in range(0, len(data), 3001):
+            up.write(off, data[off : off + 3001])
+        up.commit()
+    assert len(synced) == 2  # after the 2nd and the 4th piece (6,002 unsynced bytes each)
+    assert store.path(digest).read_bytes() == data

@@ -400,3 +400,8 @@ def test_qualify_with_unknown_artifact_is_one_clear_error(ssh):
         ssh.qualify(QualifyRequest(model_digest=missing, plan=FAST_PLAN, nonce="n1"), print)
     assert "qualification (run-plan) failed" in str(info.value)
     assert missing in str(info.value)
+
+
+def test_cancel_without_a_run_on_this_connection_is_refused(ssh):
+    with pytest.raises(TransportError, match="no run in progress"):
+        ssh.cancel("20260101T000000Z-abcdef01")

@@ -300,6 +300,17 @@ def _parse_json(text: str, what: str, kind: type):
     return value
 
 
+def _runtime_status(entry: dict) -> pb.RuntimeStatus:
+    """One runtime dict (name, available, version, reason, distribution) as protobuf."""
+    return pb.RuntimeStatus(
+        name=str(entry.get("name", "")),
+        available=bool(entry.get("available", False)),
+        version=str(entry.get("version") or ""),
+        reason=str(entry.get("reason") or ""),
+        distribution=str(entry.get("distribution") or ""),
+    )
+
+
 def _check_run_id(run_id: str) -> str:
     if not _RUN_ID_RE.fullmatch(run_id or ""):
         raise BadInput(f"not a run id: {run_id[:80]!r}")
@@ -390,7 +401,7 @@ class AgentService(pb_grpc.AgentServicer):
             agent_version=__version__,
             protocol=PROTOCOL,
             fingerprint_json=json.dumps(fingerprint, sort_keys=True, default=str),
-            runtimes=[pb.RuntimeStatus(**r) for r in self.runtimes_fn()],
+            runtimes=[_runtime_status(r) for r in self.runtimes_fn()],
             public_key_raw=self.key.public_key_raw(),
             key_fingerprint=self.key.fingerprint(),
             limits=pb.Limits(

@@ -101,13 +101,18 @@ def _default_holder() -> str:
     return f"{user}@{socket.gethostname()}"
 
 
+def _error_class(error: grpc.RpcError) -> str:
+    """The agent's exception class name from trailing metadata ('' when absent)."""
+    if not hasattr(error, "trailing_metadata"):
+        return ""
+    return dict(error.trailing_metadata() or ()).get(ERROR_CLASS_KEY, "")
+
+
 def host_error(error: grpc.RpcError, address: str, timeout_s: float | None = None) -> HostError:
     """The HostError for a failed call to the agent at ``address`` (one place for all RPCs)."""
     code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
     details = (error.details() if hasattr(error, "details") else "") or ""
-    trailing = {}
-    if hasattr(error, "trailing_metadata"):
-        trailing = {k: v for k, v in (error.trailing_metadata() or ())}
+    trailing = dict(error.trailing_metadata() or ()) if hasattr(error, "trailing_metadata") else {}
     kind = trailing.get(ERROR_CLASS_KEY, "")
     hint = trailing.get(ERROR_HINT_KEY)
     if code == grpc.StatusCode.UNAUTHENTICATED:
@@ -260,6 +265,7 @@ class GrpcTransport(Transport):
                 on_progress(size, size)
             return PushResult(digest=digest, size=size, bytes_sent=0)
         sent_total = 0
+        restarted = False
         for attempt in range(PUSH_RETRIES + 1):
             # A partial longer than the file cannot be its prefix; the agent restarts it at 0.
             offset = committed if committed <= size else 0
@@ -274,6 +280,12 @@ class GrpcTransport(Transport):
                 )
             except grpc.RpcError as e:
                 sent_total += counter.bytes
+                if offset > 0 and not restarted and _error_class(e) == "DigestMismatch":
+                    # The partial we resumed was not a prefix of this file (say, a tail
+                    # torn by a power cut); the agent deleted it, so send it all once more.
+                    restarted = True
+                    committed = 0
+                    continue
                 if e.code() == grpc.StatusCode.UNAVAILABLE and attempt < PUSH_RETRIES:
                     time.sleep(0.5 * 2**attempt)
                     committed, complete = self.stat(digest)

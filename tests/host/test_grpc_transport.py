@@ -336,3 +336,12 @@ def test_qualify_digest_never_pushed_is_usage_error(runner, transport):
 def test_get_report_unknown_run(runner, transport):
     with pytest.raises(UsageError, match="no report for run run-404"):
         transport.get_report("run-404")
+
+
+def test_resume_onto_a_torn_partial_starts_over_once(agent, transport, tmp_path):
+    path, digest = _artifact(tmp_path, 3_000_000)
+    # A partial whose bytes are not this file's prefix (a tail torn by a power cut).
+    agent.service.store.partial_path(digest).write_bytes(os.urandom(1_048_576))
+    r = transport.push(path, digest)
+    assert r.bytes_sent == (3_000_000 - 1_048_576) + 3_000_000
+    assert (_store_dir(agent) / digest).read_bytes() == path.read_bytes()

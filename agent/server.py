@@ -448,7 +448,6 @@ class AgentService(pb_grpc.AgentServicer):
                 if upload is None:
                     digest = validate_digest(chunk.digest)
                     upload = self.store.open_upload(digest, chunk.total_size)
-                    writer = _WriteBehind(upload)
                     if upload.complete:
                         # Already stored: answer at once; the rest of the stream is dropped.
                         return pb.PushResponse(
@@ -457,6 +456,7 @@ class AgentService(pb_grpc.AgentServicer):
                             bytes_received=0,
                             complete=True,
                         )
+                    writer = _WriteBehind(upload)
                 elif (chunk.digest and chunk.digest != upload.digest) or (
                     chunk.total_size and chunk.total_size != upload.total_size
                 ):

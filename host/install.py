@@ -245,7 +245,9 @@ def pip_install_command(
     """The two pip commands: install/upgrade with extras, then force this exact wheel in.
 
     The second one matters when the version number did not change (a rebuilt
-    checkout): pip would otherwise keep the old files.
+    checkout): pip would otherwise keep the old files. With ``find_links`` (the
+    wheelhouse) pip reads no configuration file, so a board's own index or
+    find-links settings cannot add packages from elsewhere.
     """
     pip = [
         f"{venv}/bin/python",
@@ -255,12 +257,14 @@ def pip_install_command(
         "--disable-pip-version-check",
         "--no-input",
     ]
+    env = ""
     if find_links:
         pip += ["--no-index", "--find-links", find_links]
+        env = "PIP_CONFIG_FILE=/dev/null "
     spec = f"{wheel}[{','.join(extras)}]" if extras else wheel
     first = pip + ["--upgrade", spec]
     second = pip + ["--no-deps", "--force-reinstall", wheel]
-    return _join(first), _join(second)
+    return env + _join(first), env + _join(second)
 
 
 def _join(argv: Sequence[str]) -> str:

@@ -108,11 +108,12 @@ def test_pip_install_commands():
         "/p/venv", "/p/wheels/edgequal-0.1.0-py3-none-any.whl", ("onnx", "litert"), "/p/wh"
     )
     assert first == (
-        "/p/venv/bin/python -m pip install --disable-pip-version-check --no-input --no-index "
+        "PIP_CONFIG_FILE=/dev/null /p/venv/bin/python -m pip install --disable-pip-version-check --no-input --no-index "
         "--find-links /p/wh --upgrade '/p/wheels/edgequal-0.1.0-py3-none-any.whl[onnx,litert]'"
     )
     assert second.endswith("--no-deps --force-reinstall /p/wheels/edgequal-0.1.0-py3-none-any.whl")
     first, _ = pip_install_command("/p/venv", "/w.whl", (), None)
+    assert first.startswith("/p/venv/bin/python -m pip install")
     assert "--no-index" not in first and first.endswith("--upgrade /w.whl")
 
 

@@ -69,12 +69,16 @@ def test_throttling_past_the_trip_point_is_detected(emulator_module, example_mod
     assert (
         abs(result["time_to_first_throttle_s"] - emulator_trip_s) <= WINDOW_S + 1.0
     )  # one window (+ the 1 Hz sample)
-    # A 50 % duty cycle halves throughput: worst/best window near 0.5, verdict failed (< 0.90).
-    assert 0.3 <= result["stability"] <= 0.7, [
-        (round(w["rate_per_s"]), w["max_temp_c"], w["throttle_flags"])
-        for w in result["windows_detail"]
-    ]
-    assert result["verdict"] == "failed"
+    # A 50 % duty cycle halves throughput: windows after the trip run at about half the
+    # rate of windows before it (compared within the run, so machine load cancels out).
+    t_trip = emu.start_monotonic + emu.trip_time_s
+    before = [w["rate_per_s"] for w in result["windows_detail"] if w["t1"] <= t_trip]
+    after = [w["rate_per_s"] for w in result["windows_detail"] if w["t0"] >= t_trip + 0.5]
+    assert before and after
+    ratio = (sum(after) / len(after)) / (sum(before) / len(before))
+    assert 0.3 <= ratio <= 0.7, ratio
+    assert result["stability"] <= 0.7
+    assert result["verdict"] == "failed"  # stability < 0.90
     assert result["peak_temp_c"] >= 60.0
     assert result["headroom_c"] <= 0.0
     assert result["windows"] == len(result["windows_detail"]) >= DURATION_S / WINDOW_S - 1
@@ -101,7 +105,7 @@ def test_trip_point_out_of_reach_is_not_throttled(emulator_module, example_model
     assert result["peak_temp_c"] > 45.0  # it did heat
     # Without throttling, windows differ only by machine noise (the verdict needs >= 0.97;
     # a shared CI machine can exceed 3 % window to window, so the bound here is looser).
-    assert result["stability"] >= 0.85
+    assert result["stability"] >= 0.8
     assert result["verdict"] in ("stable", "degraded", "failed") and (
         result["verdict"] == "stable"
     ) == (result["stability"] >= 0.97)

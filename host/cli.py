@@ -58,6 +58,7 @@ def _parser() -> argparse.ArgumentParser:
         "--known-hosts", type=Path, help="known_hosts for ssh:// (default ~/.ssh/known_hosts)"
     )
     q.add_argument("--agent-cmd", help="edgequal-agent command on an ssh:// device")
+    q.add_argument("--ssh-key", type=Path, help="private key file for an ssh:// device")
     q.add_argument("-o", "--output", type=Path, help="write the signed report here")
     q.add_argument("--json", action="store_true", help="print the verified predicate as JSON")
 
@@ -112,7 +113,22 @@ def _parser() -> argparse.ArgumentParser:
     ai.add_argument(
         "--wheelhouse", type=Path, help="install only from this directory (labs without internet)"
     )
-    ai.add_argument("--service", default="systemd", choices=["systemd", "none"])
+    ai.add_argument(
+        "--service",
+        default="systemd",
+        choices=["systemd", "background", "none"],
+        help="systemd unit (default), a background process, or install only",
+    )
+    ai.add_argument("--ssh-key", type=Path, help="private key file for SSH")
+    ai.add_argument(
+        "--prefix", default="~/.local/share/edgequal", help="install prefix on the board"
+    )
+    ai.add_argument("--python", default="python3", help="the board's Python 3.10+")
+    ai.add_argument(
+        "--system-site-packages",
+        action="store_true",
+        help="let the venv see the board's system packages (e.g. a vendor onnxruntime-gpu)",
+    )
     ai.add_argument("--listen", default="0.0.0.0:50051")
     ai.add_argument("--name", help="device name to pin (default: the host name)")
     ai.add_argument("--known-hosts", type=Path)
@@ -213,8 +229,9 @@ def _open_device(
     token_file: Path | None,
     known_hosts: Path | None = None,
     agent_cmd: str | None = None,
+    ssh_key: Path | None = None,
 ):
-    """(transport, device name for the trust store, display address)."""
+    """(transport, device name for the trust store, display address, known devices)."""
     from .errors import UntrustedDevice
     from .transport import open_transport, resolve_token
     from .trust import KnownDevices
@@ -232,13 +249,15 @@ def _open_device(
     address = entry.address if entry else device
     token = resolve_token(token_file, entry.token_file if entry else None)
     transport = open_transport(
-        address, token=token, known_hosts=known_hosts, ssh_agent_cmd=agent_cmd
+        address, token=token, known_hosts=known_hosts, ssh_agent_cmd=agent_cmd, ssh_key=ssh_key
     )
     if entry is None:
         if address.startswith("ssh://"):
             # The SSH host key was checked against known_hosts; the device key is read over that channel.
-            name = address.removeprefix("ssh://")
+            from .install import default_device_name
             from .qualify import pin_device_key
+
+            name = default_device_name(address.removeprefix("ssh://"))
 
             pin_device_key(transport, known, name, address)
             return transport, name, address, known
@@ -262,7 +281,7 @@ def cmd_qualify(args) -> int:
         raise UsageError(f"model file not found: {model}")
     _plan_from_args(args)  # refuse bad flags before connecting
     transport, name, address, known = _open_device(
-        args.device, args.token_file, args.known_hosts, args.agent_cmd
+        args.device, args.token_file, args.known_hosts, args.agent_cmd, args.ssh_key
     )
     with transport:
         if name == "local":

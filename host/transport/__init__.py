@@ -37,6 +37,7 @@ def open_transport(
     known_hosts: Path | None = None,
     local_root: str | None = None,
     ssh_agent_cmd: str | None = None,
+    ssh_key: Path | None = None,
 ) -> Transport:
     """A transport for ``local``, ``grpc://HOST:PORT`` or ``ssh://USER@HOST[:PORT]``."""
     if address == "local":
@@ -50,7 +51,7 @@ def open_transport(
     if address.startswith("ssh://"):
         from .ssh import SSHTransport
 
-        kwargs = {"known_hosts": known_hosts}
+        kwargs = {"known_hosts": known_hosts, "key_file": ssh_key}
         if ssh_agent_cmd:
             kwargs["agent_cmd"] = ssh_agent_cmd
         return SSHTransport(address, **kwargs)

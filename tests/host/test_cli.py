@@ -211,3 +211,37 @@ def test_qualify_applies_the_named_profile(example_models, tmp_path, capsys):
 def test_qualify_unknown_device_is_untrusted(example_models, capsys):
     assert edgequal_main(["qualify", str(example_models["micro"]), "--device", "nosuchboard"]) == 1
     assert "unknown device 'nosuchboard'" in capsys.readouterr().err
+
+
+def test_qualify_over_ssh_from_the_cli_pins_on_first_use(
+    sshd_server, agent_cmd, example_models, tmp_path, capsys
+):
+    args = [
+        "qualify",
+        str(example_models["micro"]),
+        "--device",
+        sshd_server.url,
+        "--known-hosts",
+        str(sshd_server.known_hosts),
+        "--ssh-key",
+        str(sshd_server.client_key),
+        "--agent-cmd",
+        agent_cmd,
+        "--sustain",
+        "0",
+        "-o",
+        str(tmp_path / "r.json"),
+        "--json",
+    ]
+    assert edgequal_main(args) == 0, capsys.readouterr().err
+    predicate = json.loads(capsys.readouterr().out)
+    assert predicate["status"] in ("passed", "degraded")
+    # Same envelope format as over gRPC: it verifies by device name through the CLI.
+    from edgequal.host.install import default_device_name
+    from edgequal.host.trust import KnownDevices
+
+    name = default_device_name(sshd_server.url.removeprefix("ssh://"))
+    assert KnownDevices().get(name).address == sshd_server.url
+    assert edgequal_main(["verify", str(tmp_path / "r.json"), "--device", name]) == 0
+    # Second use finds the pinned entry by its address.
+    assert edgequal_main(args) == 0

@@ -126,7 +126,16 @@ def cmd_serve(args, state_dir: Path) -> int:
         tls = (args.tls_cert, args.tls_key, args.client_ca)
     import signal
 
-    server = serve(args.listen, state_dir, probe_root(args.root), token=token, tls=tls)
+    from .probes.fingerprint import fingerprint
+
+    server = serve(
+        args.listen,
+        state_dir,
+        probe_root(args.root),
+        token=token,
+        tls=tls,
+        fingerprint_fn=fingerprint,
+    )
     if args.port_file:
         tmp = args.port_file.with_name(args.port_file.name + ".tmp")
         tmp.write_text(str(server.port))

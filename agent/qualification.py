@@ -170,6 +170,10 @@ def measure_sustained(
             telemetry.read_temp_c, telemetry.idle_c, plan["cooldown_timeout_s"], cancel=cancel
         )
     duration = plan["sustain_s"]
+    # soak: keep going past the planned duration (up to sustain_extend_to_s) while the
+    # temperature still rises faster than 0.5 °C/min; the worker runs until told to stop.
+    hard_limit_s = max(duration, plan["sustain_extend_to_s"] or 0.0)
+    extended = False
     window_s = sustain_window_s(plan)
     trip_c = telemetry.trip_c
     max_c = plan["max_temp_c"]
@@ -202,9 +206,9 @@ def measure_sustained(
             golden,
             plan,
             runtime,
-            sustain={"duration_s": duration, "window_s": window_s},
+            sustain={"duration_s": hard_limit_s, "window_s": window_s},
         ),
-        phase_timeout_s=plan["phase_timeout_s"] + duration,
+        phase_timeout_s=plan["phase_timeout_s"] + hard_limit_s,
         memory_limit_mb=plan["memory_limit_mb"],
         on_event=on_event,
         cancel=cancel,
@@ -213,13 +217,19 @@ def measure_sustained(
     watcher_done = threading.Event()
 
     def watch_temperature() -> None:
-        nonlocal stop_reason
+        nonlocal stop_reason, extended
         while not watcher_done.wait(1.0):
             temp = telemetry.latest_temp_c()
             if max_c is not None and temp is not None and temp >= max_c:
                 stop_reason = f"stopped early: {temp:.1f} °C reached the maximum {max_c:g} °C"
                 worker.request_stop()
                 return
+            if hard_limit_s > duration and time.monotonic() - t_begin >= duration:
+                slope = telemetry.slope_c_per_min(last_s=60.0)
+                if slope is None or slope <= 0.5:
+                    worker.request_stop()
+                    return
+                extended = True
 
     threading.Thread(target=watch_temperature, daemon=True).start()
     try:
@@ -253,6 +263,8 @@ def measure_sustained(
     result["telemetry_samples"] = [{**s, "t": round(s["t"] - started_at, 3)} for s in samples]
     if stop_reason:
         result["stopped_early"] = stop_reason
+    if extended:
+        result["extended_to_s"] = round(windows[-1]["t1"] - started_at, 1) if windows else None
     return result
 
 

@@ -45,6 +45,16 @@ class AgentTelemetry:
         samples = self._sampler.samples()
         return samples[-1]["temp_c"] if samples else None
 
+    def slope_c_per_min(self, last_s: float) -> float | None:
+        """Temperature slope over the last ``last_s`` seconds of samples (°C/min), None without readings."""
+        from ..probes.telemetry import slope_c_per_min
+
+        samples = self._sampler.samples()
+        if not samples:
+            return None
+        recent = [x for x in samples if x["t_s"] >= samples[-1]["t_s"] - last_s]
+        return slope_c_per_min(recent)
+
     def _flat(self, s: dict) -> dict:
         clocks = [c for c in (s.get("clocks_khz") or {}).values() if c]
         if s.get("arm_clock_khz"):

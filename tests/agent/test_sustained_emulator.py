@@ -109,3 +109,54 @@ def test_trip_point_out_of_reach_is_not_throttled(emulator_module, example_model
     assert result["verdict"] in ("stable", "degraded", "failed") and (
         result["verdict"] == "stable"
     ) == (result["stability"] >= 0.97)
+
+
+def test_soak_extends_while_the_temperature_still_rises(emulator_module, example_models, tmp_path):
+    root = tmp_path / "board"
+    # Slow cooling: the board is still heating well past the planned 4 s.
+    emu = emulator_module.DeviceEmulator(
+        root,
+        watch_pid=os.getpid(),
+        ambient_c=30.0,
+        trip_c=150.0,
+        heat_c_per_cpu_s=3.0,
+        cool_rate=0.005,
+    )
+    plan = make_plan(
+        "soak", threads=1, sustain_s=4.0, sustain_extend_to_s=8.0, window_s=1.0, cooldown=False
+    )
+    findings: list = []
+    with emu:
+        result = measure_sustained(
+            example_models["mid"],
+            None,
+            plan,
+            "onnxruntime",
+            root,
+            lambda e: None,
+            threading.Event(),
+            findings,
+        )
+    assert not findings
+    assert result["extended_to_s"] is not None and result["extended_to_s"] >= 7.0
+    assert result["windows"] >= 7
+
+
+def test_without_sensors_the_phase_runs_and_temperatures_are_absent(example_models, tmp_path):
+    plan = make_plan("quick", threads=1, sustain_s=3.0, window_s=1.0)
+    findings: list = []
+    result = measure_sustained(
+        example_models["micro"],
+        None,
+        plan,
+        "onnxruntime",
+        tmp_path / "bare",
+        lambda e: None,
+        threading.Event(),
+        findings,
+    )
+    assert not findings
+    assert result["telemetry"] == "absent"
+    assert result["peak_temp_c"] is None and result["trip_c"] is None
+    assert result["cooldown"]["reason"] == "no temperature sensor"
+    assert result["peak_per_s"] > 0 and result["windows"] >= 2

@@ -10,7 +10,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-console = Console(stderr=False, highlight=False)
+# A terminal gets its own width; logs (CI) get 120 columns rather than rich's 80.
+console = Console(stderr=False, highlight=False, width=None if sys.stdout.isatty() else 120)
 err_console = Console(stderr=True, highlight=False)
 
 PHASES = ("upload", "fingerprint", "cold_load", "latency", "sustained", "signing")
@@ -142,41 +143,38 @@ def print_summary(predicate: dict, device: str, report_path: str | None = None) 
 
     per_shape = (results.get("latency") or {}).get("per_shape", [])
     if per_shape:
-        t = Table(title="Warm latency", title_justify="left")
-        for col in (
-            "shape",
-            "n",
-            "p50 [95% CI]",
-            "p90",
-            "p99 [95% CI]",
-            "p99.9",
-            "max",
-            "CV",
-            "steady",
-        ):
+        # One unit per table keeps the columns narrow enough for an 80-column CI log.
+        micro = max(e["summary"]["p50_ms"] or 0 for e in per_shape) < 1.0
+        unit, scale = ("µs", 1000.0) if micro else ("ms", 1.0)
+
+        def v(x):
+            if x is None:
+                return "—"
+            x *= scale
+            return f"{x:.2f}" if x < 10 else f"{x:.1f}" if x < 100 else f"{x:.0f}"
+
+        def ci(pair):
+            return "—" if not pair else f"{v(pair[0])}–{v(pair[1])}"
+
+        t = Table(
+            title=f"Warm latency ({unit}; 95 % CIs are order-statistic)", title_justify="left"
+        )
+        for col in ("shape", "n", "p50", "p50 CI", "p90", "p99", "p99 CI", "max", "CV"):
             t.add_column(col, justify="left" if col == "shape" else "right")
         for entry in per_shape:
             s = entry["summary"]
-            p50 = _ms(s["p50_ms"]) + (
-                f" [{_ms(s['p50_ci_ms'][0])}, {_ms(s['p50_ci_ms'][1])}]"
-                if s.get("p50_ci_ms")
-                else ""
-            )
-            p99 = _ms(s["p99_ms"]) + (
-                f" [{_ms(s['p99_ci_ms'][0])}, {_ms(s['p99_ci_ms'][1])}]"
-                if s.get("p99_ci_ms")
-                else ""
-            )
+            shape = entry["shape"] if ";" in entry["shape"] else entry["shape"].split("=")[-1]
+            steady = "" if entry["warmup"]["steady"] else " [yellow](unsteady)[/]"
             t.add_row(
-                entry["shape"],
+                shape + steady,
                 str(s["count"]),
-                p50,
-                _ms(s["p90_ms"]),
-                p99,
-                _ms(s["p99_9_ms"]),
-                _ms(s["max_ms"]),
-                _num(s["cv"], "{:.3f}"),
-                "yes" if entry["warmup"]["steady"] else "[yellow]no[/]",
+                v(s["p50_ms"]),
+                ci(s.get("p50_ci_ms")),
+                v(s["p90_ms"]),
+                v(s["p99_ms"]),
+                ci(s.get("p99_ci_ms")),
+                v(s["max_ms"]),
+                _num(s["cv"], "{:.2f}"),
             )
         console.print(t)
 
@@ -185,33 +183,35 @@ def print_summary(predicate: dict, device: str, report_path: str | None = None) 
         t = Table(title="Output drift (worst case over the golden set)", title_justify="left")
         for col in (
             "output",
-            "tolerance",
+            "tol",
             "max abs",
-            "max rel",
             "cosine",
             "PSNR dB",
             "top-1",
             "NaN/Inf",
-            "smallest atol",
+            "min atol",
             "result",
         ):
-            t.add_column(col, justify="left" if col in ("output", "tolerance") else "right")
+            t.add_column(col, justify="left" if col in ("output", "tol") else "right")
+        failures = []
         for name, o in drift["outputs"].items():
             tol = o.get("tolerance", {})
-            tol_text = tol.get("cls") or tol.get("class") or ""
             t.add_row(
                 name,
-                str(tol_text),
-                _num(o.get("max_abs")),
-                _num(o.get("max_rel")),
-                _num(o.get("cosine"), "{:.6f}"),
+                str(tol.get("class") or tol.get("cls") or ""),
+                _num(o.get("max_abs"), "{:.3g}"),
+                _num(o.get("cosine"), "{:.5f}"),
                 "exact" if o.get("exact") else _num(o.get("psnr_db"), "{:.1f}"),
-                _num(o.get("top1_agreement"), "{:.1%}"),
+                _num(o.get("top1_agreement"), "{:.0%}"),
                 f"{o.get('nan_count', 0)}/{o.get('inf_count', 0)}",
-                _num(o.get("smallest_passing_atol")),
-                "[green]pass[/]" if o.get("passed") else f"[red]FAIL[/] {o.get('reason') or ''}",
+                _num(o.get("smallest_passing_atol"), "{:.2g}"),
+                "[green]pass[/]" if o.get("passed") else "[red]FAIL[/]",
             )
+            if not o.get("passed"):
+                failures.append(f"{name}: {o.get('reason')}")
         console.print(t)
+        for line in failures:
+            console.print(f"  [red]drift[/] {line}")
         d = drift.get("decisions")
         if d:
             style = "green" if d["passed"] else "red"

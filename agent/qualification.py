@@ -184,7 +184,10 @@ def measure_sustained(
     def on_event(event: dict) -> None:
         if event.get("event") != "window":
             return
-        w = {k: event[k] for k in ("index", "t0", "t1", "count", "rate_per_s", "p50_ms", "p90_ms")}
+        w = {
+            k: event[k]
+            for k in ("index", "t0", "t1", "count", "rate_per_s", "p50_ms", "p90_ms", "partial")
+        }
         w.update(window_telemetry(w, telemetry.samples(), trip_c))
         windows.append(w)
         emit(

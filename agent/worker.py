@@ -363,6 +363,22 @@ def run_sustain(job: dict) -> dict:
     w_start = start
     n = 0
     gc.disable()
+
+    def close_window(now: float, partial: bool) -> None:
+        taken = buf[: min(n, len(buf))]
+        window = {
+            "index": len(windows),
+            "t0": w_start,
+            "t1": now,
+            "count": n,
+            "rate_per_s": n / (now - w_start),
+            "p50_ms": float(np.percentile(taken, 50)) / 1e6,
+            "p90_ms": float(np.percentile(taken, 90)) / 1e6,
+            "partial": partial,
+        }
+        windows.append(window)
+        emit({"event": "window", **window})
+
     while not _stop_requested:
         t0 = clock()
         call()
@@ -370,21 +386,13 @@ def run_sustain(job: dict) -> dict:
         n += 1
         now = time.monotonic()
         if now - w_start >= window_s or now >= end:
-            taken = buf[: min(n, len(buf))]
-            window = {
-                "index": len(windows),
-                "t0": w_start,
-                "t1": now,
-                "count": n,
-                "rate_per_s": n / (now - w_start),
-                "p50_ms": float(np.percentile(taken, 50)) / 1e6,
-                "p90_ms": float(np.percentile(taken, 90)) / 1e6,
-            }
-            windows.append(window)
-            emit({"event": "window", **window})
+            close_window(now, partial=False)
             w_start, n = now, 0
             if now >= end:
                 break
+    if _stop_requested and n > 0:
+        # The window in progress when the agent stopped the run holds its hottest sample.
+        close_window(time.monotonic(), partial=True)
     gc.enable()
     return {"windows": windows, "stopped_early": _stop_requested, "started_at": start}
 

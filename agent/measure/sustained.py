@@ -132,8 +132,11 @@ def score_windows(
     """
     if not windows:
         return {"windows": 0, "verdict": "failed", "reason": "no complete window"}
-    rates = [w["rate_per_s"] for w in windows]
-    starts = [w["t0"] - started_at for w in windows]
+    # A partial window (the run was stopped inside it) counts for temperature and
+    # throttling, not for throughput: its rate over a fraction of a window is noise.
+    full = [w for w in windows if not w.get("partial")] or list(windows)
+    rates = [w["rate_per_s"] for w in full]
+    starts = [w["t0"] - started_at for w in full]
     peak = peak_rate(rates)
     sustained = sustained_rate(rates)
     clock_ref = max_clock_khz or max((w.get("max_clock_khz") or 0) for w in windows) or None
@@ -142,12 +145,12 @@ def score_windows(
         low_clock = clock_ref and w.get("min_clock_khz") and w["min_clock_khz"] < 0.95 * clock_ref
         return bool(w.get("throttle_flags") or w.get("over_trip") or low_clock)
 
-    first_throttle = next((s for w, s in zip(windows, starts) if throttled(w)), None)
+    first_throttle = next((w["t0"] - started_at for w in windows if throttled(w)), None)
     temps = [w["max_temp_c"] for w in windows if w.get("max_temp_c") is not None]
     stab = stability(rates)
     under_voltage = any(w.get("under_voltage") for w in windows)
     return {
-        "windows": len(windows),
+        "windows": len(full),
         "peak_per_s": peak,
         "sustained_per_s": sustained,
         "stability": stab,

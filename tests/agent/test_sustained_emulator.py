@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 import pytest
 from edgequal.agent.plan import make_plan
@@ -160,3 +161,36 @@ def test_without_sensors_the_phase_runs_and_temperatures_are_absent(example_mode
     assert result["peak_temp_c"] is None and result["trip_c"] is None
     assert result["cooldown"]["reason"] == "no temperature sensor"
     assert result["peak_per_s"] > 0 and result["windows"] >= 2
+
+
+def test_run_stops_early_at_the_maximum_temperature(emulator_module, example_models, tmp_path):
+    root = tmp_path / "board"
+    emu = emulator_module.DeviceEmulator(
+        root,
+        watch_pid=os.getpid(),
+        ambient_c=40.0,
+        trip_c=150.0,
+        heat_c_per_cpu_s=6.0,
+        cool_rate=0.01,
+    )
+    plan = make_plan(
+        "quick", threads=1, sustain_s=30.0, window_s=1.0, cooldown=False, max_temp_c=50.0
+    )
+    findings: list = []
+    t0 = time.monotonic()
+    with emu:
+        result = measure_sustained(
+            example_models["mid"],
+            None,
+            plan,
+            "onnxruntime",
+            root,
+            lambda e: None,
+            threading.Event(),
+            findings,
+        )
+    assert not findings
+    assert time.monotonic() - t0 < 20  # far short of the planned 30 s
+    assert result["stopped_early"].startswith("stopped early: ")
+    assert "reached the maximum 50 °C" in result["stopped_early"]
+    assert result["peak_temp_c"] >= 50.0

@@ -1,0 +1,170 @@
+"""Trusting a real token-protected agent on 127.0.0.1, qualifying it by name, tokens, replays."""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from edgequal.host.cli import main as edgequal_main
+from edgequal.host.errors import UsageError
+from edgequal.host.transport import resolve_token
+from edgequal.host.trust import KnownDevices
+
+
+@pytest.fixture
+def token_agent(tmp_path):
+    """``edgequal-agent serve`` with a bearer token, on an ephemeral loopback port."""
+    token_file = tmp_path / "agent.token"
+    token_file.write_text("s3cret-token\n")
+    port_file = tmp_path / "port"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "edgequal.agent.cli",
+            "--state-dir",
+            str(tmp_path / "state"),
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--token-file",
+            str(token_file),
+            "--port-file",
+            str(port_file),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 30
+    while not port_file.exists():
+        assert proc.poll() is None, proc.stderr.read().decode()
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    yield f"grpc://127.0.0.1:{port_file.read_text()}", token_file, tmp_path / "state"
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def test_trust_list_show_qualify_by_name_forget(token_agent, example_models, tmp_path, capsys):
+    address, token_file, state = token_agent
+    assert (
+        edgequal_main(["devices", "trust", "bench1", address, "--token-file", str(token_file)]) == 0
+    )
+    out = capsys.readouterr().out
+    pub = (state / "device_key.pub").read_text().strip()
+    entry = KnownDevices().get("bench1")
+    assert entry.public_key_raw == base64.b64decode(pub)
+    assert entry.fingerprint in out
+    assert edgequal_main(["devices", "list"]) == 0
+    assert "bench1" in capsys.readouterr().out
+    assert edgequal_main(["devices", "show", "bench1"]) == 0
+    assert entry.fingerprint in capsys.readouterr().out
+    # The token comes from the device entry: no flag needed.
+    report = tmp_path / "r.json"
+    assert (
+        edgequal_main(
+            [
+                "qualify",
+                str(example_models["micro"]),
+                "--device",
+                "bench1",
+                "--sustain",
+                "0",
+                "-o",
+                str(report),
+                "--json",
+            ]
+        )
+        == 0
+    )
+    predicate = json.loads(capsys.readouterr().out)
+    assert predicate["status"] in ("passed", "degraded")
+    assert predicate["plan"]["profile"].startswith("generic/")  # matched from the fingerprint
+    assert edgequal_main(["verify", str(report), "--device", "bench1"]) == 0
+    assert edgequal_main(["devices", "forget", "bench1"]) == 0
+    assert KnownDevices().get("bench1") is None
+    assert edgequal_main(["verify", str(report)]) == 1  # unknown device now
+
+
+def test_wrong_token_and_no_token_are_refused(token_agent, tmp_path, capsys):
+    address, _, _ = token_agent
+    wrong = tmp_path / "wrong.token"
+    wrong.write_text("nope")
+    assert edgequal_main(["devices", "trust", "bench2", address, "--token-file", str(wrong)]) == 3
+    assert "token" in capsys.readouterr().err
+    assert edgequal_main(["devices", "trust", "bench2", address]) == 3
+    assert KnownDevices().get("bench2") is None
+
+
+def test_trust_refuses_an_unexpected_fingerprint(token_agent, capsys):
+    address, token_file, _ = token_agent
+    rc = edgequal_main(
+        [
+            "devices",
+            "trust",
+            "bench3",
+            address,
+            "--token-file",
+            str(token_file),
+            "--fingerprint",
+            "SHA256:AAAA",
+        ]
+    )
+    assert rc == 2
+    assert "not the expected SHA256:AAAA" in capsys.readouterr().err
+    assert KnownDevices().get("bench3") is None
+
+
+def test_a_report_replayed_for_another_run_is_refused(
+    token_agent, example_models, tmp_path, capsys
+):
+    address, token_file, _ = token_agent
+    assert (
+        edgequal_main(["devices", "trust", "bench4", address, "--token-file", str(token_file)]) == 0
+    )
+    report = tmp_path / "r.json"
+    assert (
+        edgequal_main(
+            [
+                "qualify",
+                str(example_models["micro"]),
+                "--device",
+                "bench4",
+                "--sustain",
+                "0",
+                "-o",
+                str(report),
+            ]
+        )
+        == 0
+    )
+    capsys.readouterr()
+    from edgequal.host.nonces import NonceLedger
+    from edgequal.host.verify import verify_envelope
+
+    verified = verify_envelope(report.read_bytes(), known=KnownDevices(), device="bench4")
+    # The ledger says this host's nonce was answered by another run: presenting this report again is a replay.
+    ledger = NonceLedger()
+    ledger.path.write_text(f"{verified.nonce} 20260101T000000Z-00000000 {'0' * 64}\n")
+    assert edgequal_main(["verify", str(report), "--device", "bench4"]) == 1
+    assert "replayed nonce" in capsys.readouterr().err
+
+
+def test_token_precedence(tmp_path, monkeypatch):
+    flag, entry = tmp_path / "flag", tmp_path / "entry"
+    flag.write_text("from-flag\n")
+    entry.write_text("from-entry\n")
+    monkeypatch.setenv("EDGEQUAL_TOKEN", "from-env")
+    assert resolve_token(flag, str(entry)) == "from-flag"
+    assert resolve_token(None, str(entry)) == "from-env"
+    monkeypatch.delenv("EDGEQUAL_TOKEN")
+    assert resolve_token(None, str(entry)) == "from-entry"
+    assert resolve_token(None, None) is None
+    (tmp_path / "empty").write_text("")
+    with pytest.raises(UsageError, match="is empty"):
+        resolve_token(tmp_path / "empty", None)

@@ -9,7 +9,6 @@ import sys
 import time
 
 import pytest
-
 from edgequal.host.cli import main as edgequal_main
 from edgequal.host.errors import UsageError
 from edgequal.host.transport import resolve_token

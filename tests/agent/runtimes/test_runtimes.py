@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from edgequal.agent.errors import BadInput, ModelRejected
 from edgequal.agent.runtimes import runtime_class, runtime_for
 from edgequal.agent.runtimes.base import RuntimeOptions, TensorSpec, shape_fits

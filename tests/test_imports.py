@@ -1,0 +1,48 @@
+"""Import boundaries: the agent stays small (no host, rich, paramiko, runtimes at import),
+and ``edgequal --help`` imports no third-party package."""
+
+from __future__ import annotations
+
+import json
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
+
+import edgequal.agent
+
+AGENT_DIR = Path(edgequal.agent.__file__).parent
+HEAVY = ["onnxruntime", "ai_edge_litert", "tflite_runtime", "rich", "paramiko", "onnx"]
+
+
+def _modules_after(code: str) -> set[str]:
+    out = subprocess.run(
+        [sys.executable, "-c", code + "\nimport sys, json; print(json.dumps(sorted(sys.modules)))"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    return set(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def test_every_agent_module_imports_without_host_or_heavy_packages():
+    names = [m.name for m in pkgutil.walk_packages([str(AGENT_DIR)], prefix="edgequal.agent.")]
+    assert "edgequal.agent.worker" in names and "edgequal.agent.server" in names
+    loaded = _modules_after("\n".join(f"import {n}" for n in names))
+    assert not [m for m in loaded if m.startswith("edgequal.host")]
+    for heavy in HEAVY:
+        assert heavy not in loaded, f"importing the agent pulled in {heavy}"
+
+
+def test_help_imports_no_third_party_package():
+    loaded = _modules_after("import edgequal.host.cli")
+    for name in ["numpy", "grpc", *HEAVY]:
+        assert name not in loaded, f"edgequal --help would import {name}"
+    out = subprocess.run(
+        [sys.executable, "-m", "edgequal.host.cli", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0 and "qualify" in out.stdout

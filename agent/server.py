@@ -743,16 +743,10 @@ def serve(
     service = agent.service
     for name in service.store.remove_stale_partials():
         log.info("removed stale partial upload %s", name)
-    try:
-        runner = importlib.import_module("edgequal.agent.runner")
-    except ModuleNotFoundError as e:
-        if e.name != "edgequal.agent.runner":
-            raise
-        runner = None
-    recover = getattr(runner, "recover_interrupted_runs", None)
-    if recover is not None:
-        for run_id in recover(service.state_dir, service.key):
-            log.warning("run %s was interrupted by an agent restart; signed as incomplete", run_id)
+    from .runner import recover_interrupted_runs
+
+    for run_id in recover_interrupted_runs(service.state_dir, service.key):
+        log.warning("run %s was interrupted by an agent restart; signed as incomplete", run_id)
     agent.start()
     log.info(
         "edgequal agent %s listening on %s (port %d), key %s",

@@ -248,3 +248,42 @@ def test_demo_command_writes_verifiable_reports(tmp_path):
         )
         assert v.returncode == 0, v.stderr
         assert "verified" in v.stdout
+
+
+def test_agent_killed_mid_run_signs_it_incomplete_on_restart(example_models, tmp_path):
+    from edgequal.host.verify import verify_envelope
+
+    known = KnownDevices()
+    transport = LocalTransport()
+    pin_device_key(transport, known, "local", "local")
+    plan = make_plan("quick", **{**FAST, "latency_min_s": 30.0})
+    errors = []
+
+    def run():
+        try:
+            qualify(
+                transport, example_models["micro"], None, plan, known=known, device_name="local"
+            )
+        except TransportError as e:
+            errors.append(e)
+
+    t = threading.Thread(target=run)
+    t.start()
+    deadline = time.monotonic() + 30
+    while not transport.last_run_id and time.monotonic() < deadline:
+        time.sleep(0.05)
+    run_id = transport.last_run_id
+    assert run_id
+    time.sleep(1.0)
+    workers = psutil.Process(transport._proc.pid).children(recursive=True)
+    transport._proc.kill()  # the agent dies with the run in progress
+    t.join(timeout=60)
+    assert errors, "the host must be told the stream broke"
+    for worker in workers:  # its orphaned worker would otherwise run out its 30 s
+        worker.kill()
+    transport.close()
+    with LocalTransport() as restarted:
+        envelope = restarted.get_report(run_id)
+    report = verify_envelope(envelope, known=known, device="local", expected_run_id=run_id)
+    assert report.status == "incomplete"
+    assert report.predicate["reason"] == "the agent stopped during the run"

@@ -400,9 +400,29 @@ def run_sustain(job: dict) -> dict:
 JOBS = {"cold": run_cold, "measure": run_measure, "sustain": run_sustain}
 
 
+def die_with_parent() -> None:
+    """Ask Linux to SIGKILL this worker when the agent dies (PR_SET_PDEATHSIG).
+
+    The worker lives in its own session so the agent can kill its whole group; without
+    this, a worker of a killed agent would run on and disturb the next measurement.
+    The supervisor's thread waits for the worker, so the parent thread outlives it.
+    """
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return  # not Linux: the supervisor's own kill is all there is
+
+
 def main() -> int:
     """Read the job from stdin, run it, emit a result or a structured error."""
     global _out
+    parent = os.getppid()
+    die_with_parent()
+    if os.getppid() != parent:  # the agent died before the request took effect
+        return 1
     # Keep the event stream on a private descriptor; anything else printing to
     # stdout (a runtime's C++ logging) goes to stderr instead.
     _out = os.fdopen(os.dup(1), "w", buffering=1)

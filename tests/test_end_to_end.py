@@ -279,8 +279,10 @@ def test_agent_killed_mid_run_signs_it_incomplete_on_restart(example_models, tmp
     transport._proc.kill()  # the agent dies with the run in progress
     t.join(timeout=60)
     assert errors, "the host must be told the stream broke"
-    for worker in workers:  # its orphaned worker would otherwise run out its 30 s
-        worker.kill()
+    # The worker dies with the agent (PR_SET_PDEATHSIG): nothing is left running to
+    # disturb the next measurement.
+    gone, alive = psutil.wait_procs(workers, timeout=10)
+    assert workers and not alive
     transport.close()
     with LocalTransport() as restarted:
         envelope = restarted.get_report(run_id)

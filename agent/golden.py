@@ -15,7 +15,6 @@ the host writes them (``edgequal golden make``).
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import zipfile
 from collections.abc import Mapping
@@ -177,13 +176,6 @@ def file_sha256(path: Path, chunk: int = 1 << 20) -> str:
         while block := f.read(chunk):
             h.update(block)
     return h.hexdigest()
-
-
-def bytes_npz(arrays: Mapping[str, np.ndarray]) -> bytes:
-    """An in-memory ``.npz`` (used by tests and by ``golden make`` for DIR inputs)."""
-    buf = io.BytesIO()
-    np.savez(buf, **arrays)
-    return buf.getvalue()
 
 
 __all__ = [

@@ -81,8 +81,6 @@ class ProgressDisplay:
         self.state[phase] = (state or old_state, old_detail if detail is None else detail)
         if self._live:
             self._live.update(self._table())
-        elif state == "done" and not self.enabled and not console.is_terminal:
-            pass
 
     def on_event(self, event: dict) -> None:
         """Feed one agent event."""

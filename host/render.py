@@ -45,6 +45,8 @@ class ProgressDisplay:
     def __init__(self, title: str, enabled: bool = True):
         self.title = title
         self.enabled = enabled and console.is_terminal
+        # In a log (CI), a line per phase and per sustained window instead of a live view.
+        self.log_lines = enabled and not console.is_terminal
         self.state = {p: ("pending", "") for p in PHASES}
         self._live: Live | None = None
 
@@ -81,6 +83,10 @@ class ProgressDisplay:
         self.state[phase] = (state or old_state, old_detail if detail is None else detail)
         if self._live:
             self._live.update(self._table())
+        elif self.log_lines and (state != old_state or (phase == "sustained" and detail)):
+            err_console.print(
+                f"{phase.replace('_', ' ')}: {state or old_state} {detail or ''}".rstrip()
+            )
 
     def on_event(self, event: dict) -> None:
         """Feed one agent event."""
@@ -259,6 +265,19 @@ def print_summary(predicate: dict, device: str, report_path: str | None = None) 
             f"[{verdict_style}]{sustained['verdict']}[/]",
         )
         console.print(t)
+        rates = [
+            w["rate_per_s"] for w in sustained.get("windows_detail", []) if not w.get("partial")
+        ]
+        if rates:
+            console.print(
+                f"  throughput per window: {sparkline(rates)}  ({min(rates):.1f}–{max(rates):.1f}/s)"
+            )
+        temps = [w.get("max_temp_c") for w in sustained.get("windows_detail", [])]
+        if any(t is not None for t in temps):
+            known = [t for t in temps if t is not None]
+            console.print(
+                f"  temperature per window: {sparkline(known)}  ({min(known):.1f}–{max(known):.1f} °C)"
+            )
         if sustained.get("telemetry") == "absent":
             console.print(
                 "  [dim]no thermal sensors on this device: temperatures are absent, not estimated[/]"
@@ -274,6 +293,15 @@ def print_summary(predicate: dict, device: str, report_path: str | None = None) 
         console.print(f"  [red]finding[/] [{f.get('kind')}] {f.get('message')}{op}")
     if report_path:
         console.print(f"  signed report: {report_path}")
+
+
+def sparkline(values: list[float]) -> str:
+    """Values as a row of block characters, lowest to highest (a curve in one line)."""
+    blocks = "▁▂▃▄▅▆▇█"
+    lo, hi = min(values), max(values)
+    if hi == lo:
+        return blocks[-1] * len(values)
+    return "".join(blocks[round((v - lo) / (hi - lo) * (len(blocks) - 1))] for v in values)
 
 
 def print_error(message: str, hint: str | None = None) -> None:

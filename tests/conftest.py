@@ -63,6 +63,15 @@ def agent_cmd() -> str:
     return f"{sys.executable} -m edgequal.agent.cli"
 
 
+@pytest.fixture
+def runner(monkeypatch):
+    """A stand-in ``edgequal.agent.runner`` (tests/stand_in_runner.py) for Qualify plumbing tests."""
+    fake = load_test_helper("stand_in_runner").StandInRunner()
+    monkeypatch.setitem(sys.modules, "edgequal.agent.runner", fake)
+    yield fake
+    fake.release.set()
+
+
 @pytest.fixture(autouse=True)
 def isolated_config(tmp_path_factory, monkeypatch):
     """Every test gets its own host config, agent state and local-agent state dirs."""

@@ -16,11 +16,7 @@ import os
 import re
 import subprocess
 import sys
-import threading
 import time
-import types
-import uuid
-from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
@@ -486,70 +482,6 @@ def test_status_mapping_is_one_table():
 # -- Qualify plumbing, with a stand-in runner -------------------------------------
 
 
-class StandInRunner(types.ModuleType):
-    """Just enough of edgequal.agent.runner to drive the Qualify handler.
-
-    A run emits one event, then waits until the test releases it or it is
-    cancelled, writes ``<state>/reports/<run_id>.dsse.json`` and returns those bytes.
-    """
-
-    def __init__(self):
-        super().__init__("edgequal.agent.runner")
-
-        @dataclass
-        class RunRequest:
-            run_id: str
-            model_digest: str
-            golden_digest: str | None
-            plan: dict
-            nonce: str
-            model_name: str
-            golden_name: str | None
-
-        self.RunRequest = RunRequest
-        self.release = threading.Event()
-        self.started = threading.Event()
-        self.requests: list = []
-        self.raise_error: BaseException | None = None
-
-    def new_run_id(self) -> str:
-        return "run-" + uuid.uuid4().hex[:12]
-
-    def execute_run(self, *, state_dir, key, store, request, root, on_event, cancel):
-        self.requests.append(request)
-        if self.raise_error is not None:
-            raise self.raise_error
-        store.path(request.model_digest)
-        on_event({"type": "phase", "phase": "load", "state": "started"})
-        self.started.set()
-        while not (self.release.is_set() or cancel.is_set()):
-            time.sleep(0.01)
-        on_event({"type": "phase", "phase": "load", "state": "done"})
-        status = "incomplete" if cancel.is_set() else "passed"
-        envelope = json.dumps(
-            {"run_id": request.run_id, "nonce": request.nonce, "status": status},
-            sort_keys=True,
-        ).encode()
-        reports = Path(state_dir) / "reports"
-        reports.mkdir(parents=True, exist_ok=True)
-        (reports / f"{request.run_id}.dsse.json").write_bytes(envelope)
-        return envelope
-
-    def read_report(self, state_dir, run_id):
-        path = Path(state_dir) / "reports" / f"{run_id}.dsse.json"
-        if not path.is_file():
-            raise BadInput(f"no report for run {run_id}")
-        return path.read_bytes()
-
-
-@pytest.fixture
-def runner(monkeypatch):
-    fake = StandInRunner()
-    monkeypatch.setitem(sys.modules, "edgequal.agent.runner", fake)
-    yield fake
-    fake.release.set()
-
-
 @pytest.fixture
 def pushed(stub):
     stub.Push(_chunks(DATA, DIGEST), metadata=AUTH, timeout=10)
@@ -586,7 +518,12 @@ def test_qualify_streams_events_then_envelope(runner, stub, pushed):
     ]
     assert all(m.run_id == run_id for m in messages)
     envelope = messages[-1].envelope
-    assert json.loads(envelope) == {"run_id": run_id, "nonce": "nonce-1", "status": "passed"}
+    assert json.loads(envelope) == {
+        "run_id": run_id,
+        "nonce": "nonce-1",
+        "plan": {"preset": "quick"},
+        "status": "passed",
+    }
     req = runner.requests[0]
     assert (req.model_digest, req.golden_digest, req.plan, req.model_name) == (
         DIGEST,
@@ -665,6 +602,7 @@ def test_run_outlives_a_disconnected_host_and_keeps_its_report(runner, agent, pu
         assert json.loads(got.envelope) == {
             "run_id": run_id,
             "nonce": "nonce-1",
+            "plan": {"preset": "quick"},
             "status": "passed",
         }
         assert not stub.Info(pb.InfoRequest(), metadata=AUTH, timeout=5).busy

@@ -16,8 +16,6 @@ import subprocess
 import sys
 import threading
 import time
-import types
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -213,68 +211,6 @@ def test_upload_cut_off_by_killing_the_client_resumes_with_only_the_rest(
 # -- qualify -------------------------------------------------------------------
 
 
-class StandInRunner(types.ModuleType):
-    """Enough of edgequal.agent.runner for the transport: one event, wait, an envelope."""
-
-    def __init__(self):
-        super().__init__("edgequal.agent.runner")
-
-        @dataclass
-        class RunRequest:
-            run_id: str
-            model_digest: str
-            golden_digest: str | None
-            plan: dict
-            nonce: str
-            model_name: str
-            golden_name: str | None
-
-        self.RunRequest = RunRequest
-        self.release = threading.Event()
-        self.started = threading.Event()
-        self.count = 0
-
-    def new_run_id(self):
-        self.count += 1
-        return f"run-{self.count}"
-
-    def execute_run(self, *, state_dir, key, store, request, root, on_event, cancel):
-        store.path(request.model_digest)
-        if request.golden_digest:
-            store.path(request.golden_digest)
-        on_event({"type": "progress", "phase": "latency", "done": 1, "total": 2, "message": ""})
-        self.started.set()
-        while not (self.release.is_set() or cancel.is_set()):
-            time.sleep(0.01)
-        body = {
-            "run_id": request.run_id,
-            "nonce": request.nonce,
-            "plan": request.plan,
-            "cancelled": cancel.is_set(),
-        }
-        envelope = json.dumps(body, sort_keys=True).encode()
-        reports = Path(state_dir) / "reports"
-        reports.mkdir(parents=True, exist_ok=True)
-        (reports / f"{request.run_id}.dsse.json").write_bytes(envelope)
-        return envelope
-
-    def read_report(self, state_dir, run_id):
-        from edgequal.agent.errors import BadInput
-
-        path = Path(state_dir) / "reports" / f"{run_id}.dsse.json"
-        if not path.is_file():
-            raise BadInput(f"no report for run {run_id}")
-        return path.read_bytes()
-
-
-@pytest.fixture
-def runner(monkeypatch):
-    fake = StandInRunner()
-    monkeypatch.setitem(sys.modules, "edgequal.agent.runner", fake)
-    yield fake
-    fake.release.set()
-
-
 def test_qualify_passes_events_and_returns_envelope(runner, transport, tmp_path):
     path, digest = _artifact(tmp_path, 50_000)
     golden, golden_digest = _artifact(tmp_path, 1_000, "g.npz")
@@ -292,13 +228,14 @@ def test_qualify_passes_events_and_returns_envelope(runner, transport, tmp_path)
     )
     envelope = transport.qualify(request, events.append)
     assert events == [
-        {"type": "progress", "phase": "latency", "done": 1, "total": 2, "message": ""}
+        {"type": "phase", "phase": "load", "state": "started"},
+        {"type": "phase", "phase": "load", "state": "done"},
     ]
     assert json.loads(envelope) == {
         "run_id": "run-1",
         "nonce": "n-123",
         "plan": {"preset": "quick", "threads": 2},
-        "cancelled": False,
+        "status": "passed",
     }
     assert transport.last_run_id == "run-1"
     assert transport.get_report("run-1") == envelope
@@ -320,7 +257,7 @@ def test_busy_device_and_cancel(agent, runner, transport, tmp_path):
             other.qualify(QualifyRequest(model_digest=digest, plan={}, nonce="m"), print)
         other.cancel("run-1")
     first.join(10)
-    assert json.loads(result["envelope"])["cancelled"] is True
+    assert json.loads(result["envelope"])["status"] == "incomplete"
     with pytest.raises(UsageError, match="not in progress"):
         transport.cancel("run-1")
 

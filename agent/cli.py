@@ -237,15 +237,11 @@ def cmd_key(args, state_dir: Path) -> int:
 
 def cmd_info(args, state_dir: Path) -> int:
     from . import __version__
+    from .probes import read_all
     from .runtimes import available_runtimes
 
     root = probe_root(args.root)
-    try:
-        from .probes import read_all
-
-        readings = read_all(root)
-    except ImportError:
-        readings = {}
+    readings = read_all(root)
     info = {
         "agent_version": __version__,
         "root": str(root),

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import BadInput, GoldenMismatch
-from .runtimes.base import TensorSpec, check_feeds
+from .runtimes.base import TensorSpec, check_feeds, shape_key
 
 FORMAT = "edgequal.golden/v1"
 _MANIFEST = "__manifest__"
@@ -75,11 +75,7 @@ class GoldenSet:
         """Cases grouped by their input shapes, e.g. ``image=1x3x32x32``: latency is per shape."""
         groups: dict[str, list[GoldenCase]] = {}
         for case in self.cases:
-            key = ";".join(
-                f"{n}={'x'.join(str(s) for s in a.shape) or 'scalar'}"
-                for n, a in sorted(case.inputs.items())
-            )
-            groups.setdefault(key, []).append(case)
+            groups.setdefault(shape_key(case.inputs), []).append(case)
         return groups
 
 

@@ -116,6 +116,10 @@ def validate_plan(plan: Mapping) -> dict:
         if value < 0:
             raise BadInput(f"plan field '{key}' must not be negative, got {value:g}")
         full[key] = kind(value)
+    if full["runtime"] != "auto":
+        from .runtimes import runtime_class
+
+        runtime_class(full["runtime"])  # BadInput naming the accepted names
     if full["threads"] == 0:
         full["threads"] = None
     if full["cold_runs"] < 1:

@@ -19,20 +19,14 @@ from pathlib import Path
 from . import __version__
 from .errors import BadInput, GoldenMismatch
 from .plan import sustain_window_s, validate_plan
+from .probes.fingerprint import fingerprint as probe_fingerprint
+from .probes.thermal import read_thermal
 from .runtimes import runtime_for
 from .supervisor import Worker, WorkerOutcome, run_job
 
 RESULTS_SCHEMA = "edgequal.results/v1"
 
 EventSink = Callable[[dict], None]
-
-
-def _fingerprint(root: Path) -> dict:
-    try:
-        from .probes.fingerprint import fingerprint
-    except ImportError:  # probes not installed in a stripped-down agent
-        return {"python": platform.python_version(), "machine": platform.machine()}
-    return fingerprint(root)
 
 
 def _job(kind: str, model: Path, golden: Path | None, plan: dict, runtime: str, **extra) -> dict:
@@ -152,9 +146,13 @@ def measure_warm(model, golden, plan, runtime, emit: EventSink, cancel, findings
 
 
 def measure_sustained(
-    model, golden, plan, runtime, root: Path, emit: EventSink, cancel, findings
+    model, golden, plan, runtime, root: Path, emit: EventSink, cancel, findings, idle_c=None
 ) -> dict:
-    """Closed-loop inference in windows, with telemetry sampled at 1 Hz by this process."""
+    """Closed-loop inference in windows, with telemetry sampled at 1 Hz by this process.
+
+    ``idle_c`` is the temperature before the run loaded the board: the cooldown waits
+    to get back within 5 °C of it.
+    """
     from .measure.sustained import (
         AgentTelemetry,
         score_windows,
@@ -167,7 +165,7 @@ def measure_sustained(
     if telemetry.has_temperature and plan["cooldown"]:
         emit({"type": "progress", "phase": "sustained", "message": "waiting for cooldown"})
         cooldown = wait_for_cooldown(
-            telemetry.read_temp_c, telemetry.idle_c, plan["cooldown_timeout_s"], cancel=cancel
+            telemetry.read_temp_c, idle_c, plan["cooldown_timeout_s"], cancel=cancel
         )
     duration = plan["sustain_s"]
     # soak: keep going past the planned duration (up to sustain_extend_to_s) while the
@@ -340,7 +338,9 @@ def run_measurement(
     t_start = time.time()
 
     emit({"type": "phase", "phase": "fingerprint", "state": "started"})
-    fingerprint = _fingerprint(root)
+    fingerprint = probe_fingerprint(root)
+    # The board's temperature before this run loaded it: the sustained phase's cooldown target.
+    idle_c = read_thermal(root)["authoritative_temp_c"] if plan["sustain_s"] > 0 else None
     fingerprint.setdefault("agent_version", __version__)
     fingerprint.setdefault("python", platform.python_version())
     fingerprint.setdefault("python_executable", sys.executable)
@@ -363,7 +363,7 @@ def run_measurement(
             (
                 "sustained",
                 lambda: measure_sustained(
-                    model_path, golden_path, plan, runtime, root, emit, cancel, findings
+                    model_path, golden_path, plan, runtime, root, emit, cancel, findings, idle_c
                 ),
             )
         )

@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent import futures
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
@@ -506,29 +506,22 @@ class AgentService(pb_grpc.AgentServicer):
             self.store.path(validate_digest(golden_digest))
         if not request.nonce:
             raise BadInput("a qualification needs the host's nonce (QualifyRequest.nonce)")
-        extra = (
-            _parse_json(request.extra_subjects_json, "extra_subjects_json", list)
-            if request.extra_subjects_json
-            else []
-        )
+        if request.extra_subjects_json:
+            # Reserved for external-data files; until the host pushes them, refuse plainly.
+            raise BadInput("this agent does not take extra report subjects yet")
         holder = request.holder or context.peer() or "unknown"
 
         runner = importlib.import_module("edgequal.agent.runner")
         run_id = runner.new_run_id()
-        values = {
-            "run_id": run_id,
-            "model_digest": model_digest,
-            "golden_digest": golden_digest,
-            "plan": plan,
-            "nonce": request.nonce,
-            "model_name": request.model_name or "model",
-            "golden_name": request.golden_name or None,
-        }
-        if extra:
-            if "extra_subjects" not in {f.name for f in fields(runner.RunRequest)}:
-                raise BadInput("this agent does not take extra report subjects")
-            values["extra_subjects"] = extra
-        run_request = runner.RunRequest(**values)
+        run_request = runner.RunRequest(
+            run_id=run_id,
+            model_digest=model_digest,
+            golden_digest=golden_digest,
+            plan=plan,
+            nonce=request.nonce,
+            model_name=request.model_name or "model",
+            golden_name=request.golden_name or None,
+        )
 
         run = self.slot.start(run_id, holder, self.max_run_s)
         try:

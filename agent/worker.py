@@ -264,10 +264,9 @@ def run_measure(job: dict) -> dict:
         groups = {key: cases[0].inputs for key, cases in golden.shape_groups().items()}
     else:
         feeds = synthesize_inputs(rt.inputs(), job.get("shapes", {}), job.get("seed", 0))
-        key = ";".join(
-            f"{n}={'x'.join(map(str, a.shape)) or 'scalar'}" for n, a in sorted(feeds.items())
-        )
-        groups = {key: feeds}
+        from .runtimes.base import shape_key
+
+        groups = {shape_key(feeds): feeds}
     plan = job["latency"]
     latency = []
     for shape_key, feeds in groups.items():

@@ -7,6 +7,7 @@ against the device's pinned key before it reads a single result from it.
 
 from __future__ import annotations
 
+import base64
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,10 +33,7 @@ class QualifyOutcome:
 
 def pin_device_key(transport: Transport, known: KnownDevices, name: str, address: str) -> None:
     """Trust on first use, for the local agent only; a changed key stays a hard failure."""
-    info = transport.info()
-    import base64
-
-    raw = base64.b64decode(info["public_key_b64"])
+    raw = base64.b64decode(transport.info()["public_key_b64"])
     entry = known.get(name)
     if entry is None:
         known.trust(name, address, raw)

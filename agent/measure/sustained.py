@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
+from ..probes.raspberry_pi import throttle_active
 from .stats import first_drop_time_s, peak_rate, stability, sustained_rate, sustained_verdict
 
 
@@ -26,7 +27,6 @@ class AgentTelemetry:
         self._sampler = sampler
         self.trip_c = thermal.get("trip_c")
         self.has_temperature = bool(sampler.has_temperature)
-        self.idle_c = None
 
     @classmethod
     def open(cls, root) -> AgentTelemetry:
@@ -90,18 +90,14 @@ class AgentTelemetry:
 
 
 def _throttle_now(sample: dict) -> bool:
-    flags = sample.get("throttled") or {}
-    now = flags.get("now", flags) if isinstance(flags, dict) else {}
+    """A firmware throttle bit set now, or a CPU cooling device engaged."""
     cooling = any((v or 0) > 0 for v in (sample.get("cooling") or {}).values())
-    return bool(
-        now.get("throttled") or now.get("freq_capped") or now.get("soft_temp_limit") or cooling
-    )
+    return throttle_active(sample.get("throttled")) or cooling
 
 
 def _under_voltage(sample: dict) -> bool:
-    flags = sample.get("throttled") or {}
-    now = flags.get("now", flags) if isinstance(flags, dict) else {}
-    return bool(now.get("under_voltage"))
+    flags = sample.get("throttled")
+    return bool(flags and flags["now"]["under_voltage"])
 
 
 def window_telemetry(window: dict, samples: Sequence[dict], trip_c: float | None) -> dict:
@@ -122,9 +118,7 @@ def window_telemetry(window: dict, samples: Sequence[dict], trip_c: float | None
     }
 
 
-def score_windows(
-    windows: Sequence[dict], started_at: float, max_clock_khz: float | None = None
-) -> dict:
+def score_windows(windows: Sequence[dict], started_at: float) -> dict:
     """Peak, sustained, stability, first throttle, 3 % drop and the verdict, from scored windows.
 
     A window counts as throttled when a throttle flag was set, its temperature reached
@@ -139,7 +133,7 @@ def score_windows(
     starts = [w["t0"] - started_at for w in full]
     peak = peak_rate(rates)
     sustained = sustained_rate(rates)
-    clock_ref = max_clock_khz or max((w.get("max_clock_khz") or 0) for w in windows) or None
+    clock_ref = max((w.get("max_clock_khz") or 0) for w in windows) or None
 
     def throttled(w: dict) -> bool:
         low_clock = clock_ref and w.get("min_clock_khz") and w["min_clock_khz"] < 0.95 * clock_ref
@@ -168,50 +162,42 @@ def wait_for_cooldown(
     read_temp_c: Callable[[], float | None],
     idle_c: float | None,
     timeout_s: float,
-    within_c: float = 5.0,
-    max_slope_c_per_min: float = 0.5,
     interval_s: float = 1.0,
     cancel=None,
+    min_span_s: float = 10.0,
 ) -> dict:
-    """Wait until the temperature is within ``within_c`` of idle and its slope < 0.5 °C/min.
+    """Wait until the temperature is within 5 °C of idle and its slope is < 0.5 °C/min.
 
-    With no temperature sensor there is nothing to wait for: that is recorded as such.
-    Gives up at ``timeout_s`` and records that it did.
+    ``idle_c`` is the temperature before the run loaded the board (None: the first
+    reading here). The slope is judged over the last 30 s, after at least ``min_span_s``
+    of readings (``idle_cooldown_ok``). With no sensor there is nothing to wait for, and
+    that is recorded; at ``timeout_s`` it gives up and records that it did.
     """
+    from ..probes.telemetry import idle_cooldown_ok
+
     first = read_temp_c()
     if first is None:
         return {"waited_s": 0.0, "reached": None, "reason": "no temperature sensor"}
     idle = idle_c if idle_c is not None else first
     start = time.monotonic()
-    history = [(start, first)]
+    samples = [{"t_s": 0.0, "temp_c": first}]
     while True:
-        now = time.monotonic()
-        temp = read_temp_c()
-        if temp is not None:
-            history.append((now, temp))
-        recent = [h for h in history if now - h[0] <= 30.0]
-        slope = 0.0
-        if len(recent) >= 2 and recent[-1][0] > recent[0][0]:
-            slope = (recent[-1][1] - recent[0][1]) / (recent[-1][0] - recent[0][0]) * 60.0
-        long_enough = now - start >= min(10.0, timeout_s) or len(recent) >= 10
-        if (
-            temp is not None
-            and temp - idle <= within_c
-            and abs(slope) < max_slope_c_per_min
-            and (long_enough or temp <= idle)
-        ):
+        time.sleep(interval_s)
+        elapsed = time.monotonic() - start
+        samples.append({"t_s": elapsed, "temp_c": read_temp_c()})
+        recent = [x for x in samples if elapsed - x["t_s"] <= 30.0]
+        if elapsed >= min(min_span_s, timeout_s) and idle_cooldown_ok(recent, idle):
             return {
-                "waited_s": round(now - start, 1),
+                "waited_s": round(elapsed, 1),
                 "reached": True,
-                "temp_c": temp,
+                "temp_c": samples[-1]["temp_c"],
                 "idle_c": idle,
             }
-        if now - start >= timeout_s or (cancel is not None and cancel.is_set()):
+        if elapsed >= timeout_s or (cancel is not None and cancel.is_set()):
             return {
-                "waited_s": round(now - start, 1),
+                "waited_s": round(elapsed, 1),
                 "reached": False,
-                "temp_c": temp,
+                "temp_c": samples[-1]["temp_c"],
                 "idle_c": idle,
                 "reason": f"cooldown timeout after {timeout_s:g} s",
             }
-        time.sleep(interval_s)

@@ -58,6 +58,14 @@ def describe_array(a: np.ndarray) -> str:
     return f"{a.dtype} [{','.join(str(s) for s in a.shape)}]"
 
 
+def shape_key(feeds: Mapping[str, np.ndarray]) -> str:
+    """``image=1x3x32x32;scale=scalar``: the name latency results are grouped under."""
+    return ";".join(
+        f"{name}={'x'.join(str(d) for d in a.shape) or 'scalar'}"
+        for name, a in sorted(feeds.items())
+    )
+
+
 def check_feeds(
     specs: list[TensorSpec], feeds: Mapping[str, np.ndarray], where: str = "input"
 ) -> None:

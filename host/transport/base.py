@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 ProgressEvent = dict
@@ -39,7 +39,6 @@ class QualifyRequest:
     model_name: str = "model"
     golden_name: str | None = None
     holder: str = ""
-    extra_subjects: list[dict] = field(default_factory=list)
 
 
 class Transport(ABC):

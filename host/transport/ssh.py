@@ -838,8 +838,6 @@ class SSHTransport(Transport):
         }
         if request.holder:
             doc["holder"] = request.holder
-        if request.extra_subjects:
-            doc["extra_subjects"] = request.extra_subjects
         plan_path = self.check_remote(
             'mktemp "${TMPDIR:-/tmp}/edgequal-plan.XXXXXXXX"', "create the plan file"
         ).strip()

@@ -126,8 +126,17 @@ QUICK_TEST_PLAN = {
 
 
 @pytest.fixture
-def fast_plan() -> dict:
-    """A plan dict short enough for tests (still every phase, real runtimes)."""
+def quick_plan():
+    """``make_plan("quick")`` shortened for tests (every phase, real runtimes); overrides as keywords."""
     from edgequal.agent.plan import make_plan
 
-    return make_plan("quick", **QUICK_TEST_PLAN)
+    def build(**overrides) -> dict:
+        return make_plan("quick", **{**QUICK_TEST_PLAN, **overrides})
+
+    return build
+
+
+@pytest.fixture
+def fast_plan(quick_plan) -> dict:
+    """The shortened quick plan as it is."""
+    return quick_plan()

@@ -22,15 +22,6 @@ from edgequal.host.transport import QualifyRequest
 from edgequal.host.transport.local import LocalTransport
 from edgequal.host.trust import KnownDevices
 
-FAST = dict(
-    cold_runs=1,
-    warmup_min_runs=5,
-    warmup_min_s=0.05,
-    warmup_max_s=0.5,
-    latency_min_runs=50,
-    latency_min_s=0.1,
-)
-
 
 @pytest.fixture
 def local_agent():
@@ -43,7 +34,7 @@ def local_agent():
 
 @pytest.mark.parametrize("name", ["classifier", "classifier_tflite"])
 def test_qualify_over_grpc_gives_a_verified_signed_report(
-    name, local_agent, example_models, golden_sets, tmp_path
+    name, local_agent, example_models, golden_sets, tmp_path, quick_plan
 ):
     transport, known = local_agent
     out = tmp_path / "r.json"
@@ -52,7 +43,7 @@ def test_qualify_over_grpc_gives_a_verified_signed_report(
         transport,
         example_models[name],
         golden_sets[name],
-        make_plan("quick", **FAST),
+        quick_plan(),
         known=known,
         device_name="local",
         on_event=events.append,
@@ -81,7 +72,7 @@ def test_qualify_over_grpc_gives_a_verified_signed_report(
         transport,
         example_models[name],
         golden_sets[name],
-        make_plan("quick", **FAST),
+        quick_plan(),
         known=known,
         device_name="local",
     )
@@ -99,7 +90,7 @@ def test_qualify_over_grpc_gives_a_verified_signed_report(
 
 
 def test_a_changed_byte_or_another_key_fails_verify(
-    local_agent, example_models, golden_sets, tmp_path, capsys
+    local_agent, example_models, golden_sets, tmp_path, capsys, quick_plan
 ):
     transport, known = local_agent
     out = tmp_path / "r.json"
@@ -107,7 +98,7 @@ def test_a_changed_byte_or_another_key_fails_verify(
         transport,
         example_models["micro"],
         None,
-        make_plan("quick", **FAST),
+        quick_plan(),
         known=known,
         device_name="local",
         out=out,
@@ -129,11 +120,11 @@ def test_a_changed_byte_or_another_key_fails_verify(
 
 
 def test_worker_crash_is_a_signed_failed_report_and_the_agent_keeps_serving(
-    local_agent, example_models, tmp_path
+    local_agent, example_models, tmp_path, quick_plan
 ):
     transport, known = local_agent
     agent = psutil.Process(transport._proc.pid)
-    plan = make_plan("quick", **{**FAST, "latency_min_s": 20.0, "latency_min_runs": 10})
+    plan = quick_plan(latency_min_s=20.0, latency_min_runs=10)
     killed = []
 
     def kill_worker():
@@ -164,19 +155,19 @@ def test_worker_crash_is_a_signed_failed_report_and_the_agent_keeps_serving(
         transport,
         example_models["micro"],
         None,
-        make_plan("quick", **FAST),
+        quick_plan(),
         known=known,
         device_name="local",
     )
     assert ok.report.status in ("passed", "degraded")
 
 
-def test_two_hosts_at_once_one_is_told_the_device_is_busy(local_agent, example_models):
+def test_two_hosts_at_once_one_is_told_the_device_is_busy(local_agent, example_models, quick_plan):
     transport, known = local_agent
     from edgequal.host.transport.grpc import GrpcTransport
 
     second = GrpcTransport(transport.target)
-    long_plan = make_plan("quick", **{**FAST, "latency_min_s": 4.0})
+    long_plan = quick_plan(latency_min_s=4.0)
     first_result = {}
 
     def first():
@@ -250,13 +241,13 @@ def test_demo_command_writes_verifiable_reports(tmp_path):
         assert "verified" in v.stdout
 
 
-def test_agent_killed_mid_run_signs_it_incomplete_on_restart(example_models, tmp_path):
+def test_agent_killed_mid_run_signs_it_incomplete_on_restart(example_models, tmp_path, quick_plan):
     from edgequal.host.verify import verify_envelope
 
     known = KnownDevices()
     transport = LocalTransport()
     pin_device_key(transport, known, "local", "local")
-    plan = make_plan("quick", **{**FAST, "latency_min_s": 30.0})
+    plan = quick_plan(latency_min_s=30.0)
     errors = []
 
     def run():

@@ -25,7 +25,6 @@ from pathlib import Path
 
 import pytest
 from edgequal.agent.keys import load_or_create_device_key
-from edgequal.agent.plan import make_plan
 from edgequal.host.errors import HostError, TransportError, UsageError
 from edgequal.host.examples import build_example
 from edgequal.host.install import (
@@ -44,19 +43,6 @@ from edgequal.host.transport.base import QualifyRequest
 from edgequal.host.transport.grpc import GrpcTransport
 from edgequal.host.trust import KnownDevices
 from edgequal.host.verify import verify_envelope
-
-FAST_PLAN = make_plan(
-    "quick",
-    cold_runs=1,
-    warmup_min_runs=5,
-    warmup_min_s=0.05,
-    warmup_max_s=1.0,
-    latency_min_runs=20,
-    latency_min_s=0.1,
-    cooldown=False,
-    evict_page_cache=False,
-)
-
 
 # ----- pure helpers ------------------------------------------------------------------
 
@@ -225,7 +211,7 @@ def _install(sshd_server, board, wheel, **overrides):
 
 
 def test_install_start_qualify_over_grpc_and_reinstall_keeps_key(
-    sshd_server, board, wheel, tmp_path
+    sshd_server, board, wheel, tmp_path, fast_plan
 ):
     prefix, state, known = board["prefix"], board["state"], board["known"]
     _prepare_board_venv(prefix / "venv")
@@ -266,7 +252,7 @@ def test_install_start_qualify_over_grpc_and_reinstall_keeps_key(
         assert grpc.push(model, digest).bytes_sent == model.stat().st_size
         envelope = grpc.qualify(
             QualifyRequest(
-                model_digest=digest, plan=FAST_PLAN, nonce=nonce, model_name="micro.onnx"
+                model_digest=digest, plan=fast_plan, nonce=nonce, model_name="micro.onnx"
             ),
             lambda event: None,
         )

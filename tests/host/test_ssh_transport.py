@@ -18,26 +18,12 @@ import time
 from pathlib import Path
 
 import pytest
-from edgequal.agent.plan import make_plan
 from edgequal.host.errors import TransportError, UsageError
 from edgequal.host.examples import build_example
 from edgequal.host.transport.base import QualifyRequest
 from edgequal.host.transport.ssh import SSHTransport, parse_ssh_url, resolve_target
 from edgequal.host.trust import KnownDevices
 from edgequal.host.verify import verify_envelope
-
-# A plan that still runs every phase but finishes in a couple of seconds.
-FAST_PLAN = make_plan(
-    "quick",
-    cold_runs=1,
-    warmup_min_runs=5,
-    warmup_min_s=0.05,
-    warmup_max_s=1.0,
-    latency_min_runs=20,
-    latency_min_s=0.1,
-    cooldown=False,
-    evict_page_cache=False,
-)
 
 
 def ssh_fingerprint(public_key_line: str) -> str:
@@ -361,7 +347,7 @@ def test_push_killed_half_way_resumes_with_only_the_rest(
 # ----- qualify over SSH end to end ---------------------------------------------------
 
 
-def test_qualify_over_ssh_end_to_end_and_verify(ssh, tmp_path):
+def test_qualify_over_ssh_end_to_end_and_verify(ssh, tmp_path, fast_plan):
     model = build_example("micro", tmp_path / "models")
     digest = hashlib.sha256(model.read_bytes()).hexdigest()
     assert ssh.push(model, digest).bytes_sent == model.stat().st_size
@@ -378,7 +364,7 @@ def test_qualify_over_ssh_end_to_end_and_verify(ssh, tmp_path):
     nonce = secrets.token_hex(16)
     events = []
     envelope = ssh.qualify(
-        QualifyRequest(model_digest=digest, plan=FAST_PLAN, nonce=nonce, model_name="micro.onnx"),
+        QualifyRequest(model_digest=digest, plan=fast_plan, nonce=nonce, model_name="micro.onnx"),
         events.append,
     )
     report = verify_envelope(
@@ -394,10 +380,10 @@ def test_qualify_over_ssh_end_to_end_and_verify(ssh, tmp_path):
     assert ssh.get_report(report.run_id) == envelope
 
 
-def test_qualify_with_unknown_artifact_is_one_clear_error(ssh):
+def test_qualify_with_unknown_artifact_is_one_clear_error(ssh, fast_plan):
     missing = "cd" * 32
     with pytest.raises(TransportError) as info:
-        ssh.qualify(QualifyRequest(model_digest=missing, plan=FAST_PLAN, nonce="n1"), print)
+        ssh.qualify(QualifyRequest(model_digest=missing, plan=fast_plan, nonce="n1"), print)
     assert "qualification (run-plan) failed" in str(info.value)
     assert missing in str(info.value)
 

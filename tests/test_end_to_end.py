@@ -190,7 +190,7 @@ def test_two_hosts_at_once_one_is_told_the_device_is_busy(local_agent, example_m
             ),
             lambda e: None,
         )
-    assert "run" in str(e.value)
+    assert f"run {transport.last_run_id}" in str(e.value)
     t.join()
     second.close()
     assert first_result["r"].report.status in ("passed", "degraded")

@@ -107,9 +107,13 @@ def test_trip_point_out_of_reach_is_not_throttled(emulator_module, example_model
     # Without throttling, windows differ only by machine noise (the verdict needs >= 0.97;
     # a shared CI machine can exceed 3 % window to window, so the bound here is looser).
     assert result["stability"] >= 0.8
-    assert result["verdict"] in ("stable", "degraded", "failed") and (
-        result["verdict"] == "stable"
-    ) == (result["stability"] >= 0.97)
+    assert result["verdict"] == (
+        "stable"
+        if result["stability"] >= 0.97
+        else "degraded"
+        if result["stability"] >= 0.90
+        else "failed"
+    )
 
 
 def test_soak_extends_while_the_temperature_still_rises(emulator_module, example_models, tmp_path):

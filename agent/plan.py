@@ -1,13 +1,15 @@
-"""Measurement plans: the presets (quick, standard, soak) and validation of a plan dict.
+"""Measurement plans: the presets (quick, standard, soak) and the typed, validated :class:`Plan`.
 
-A plan is plain JSON so it crosses gRPC, SSH and the worker pipe unchanged, and
-lands in the signed report as it was run.
+On the wire and in the signed report a plan is plain JSON (``Plan.to_json``); inside
+the agent it is a :class:`Plan`, built once by ``Plan.from_json``.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass, fields
 
 from .errors import BadInput
 
@@ -89,17 +91,103 @@ _NUMBERS = {
 }
 
 
-def make_plan(preset: str = "quick", **overrides) -> dict:
+@dataclass(frozen=True)
+class Plan:
+    """A validated measurement plan: what each phase runs, for how long, and its limits.
+
+    Built from JSON with :meth:`from_json` (which fills defaults from the preset and
+    refuses bad values by name) and turned back into the documented JSON with
+    :meth:`to_json` for the wire and the report.
+    """
+
+    preset: str
+    runtime: str
+    threads: int | None
+    providers: tuple[str, ...] | None
+    graph_optimization: str
+    xnnpack: bool
+    shapes: dict[str, list[int]]
+    cold_runs: int
+    warmup_min_runs: int
+    warmup_min_s: float
+    warmup_max_s: float
+    latency_min_runs: int
+    latency_min_s: float
+    latency_max_runs: int
+    latency_max_s: float | None
+    sustain_s: float
+    sustain_extend_to_s: float | None
+    window_s: float | None
+    cooldown: bool
+    cooldown_timeout_s: float
+    max_temp_c: float | None
+    phase_timeout_s: float
+    memory_limit_mb: int | None
+    evict_page_cache: bool
+    seed: int
+    profile: str | None
+
+    @classmethod
+    def from_json(cls, obj: Mapping) -> Plan:
+        """Check types and ranges (BadInput names the field); missing keys come from the preset."""
+        if not isinstance(obj, Mapping):
+            raise BadInput("a plan must be a JSON object")
+        full = _validated(obj)
+        if full["providers"] is not None:
+            full["providers"] = tuple(full["providers"])
+        return cls(**full)
+
+    def to_json(self) -> dict:
+        """The plan as documented JSON (docs/report-schema.md), the form the wire and report carry."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        if self.providers is not None:
+            out["providers"] = list(self.providers)
+        out["shapes"] = {k: list(v) for k, v in self.shapes.items()}
+        return out
+
+    @property
+    def sustain_window_s(self) -> float:
+        """Window length: ``window_s`` if set, else 30 s, or a tenth of runs shorter than 5 minutes (>= 1 s)."""
+        if self.window_s:
+            return float(self.window_s)
+        if self.sustain_s < 300:
+            return max(1.0, self.sustain_s / 10)
+        return 30.0
+
+
+# The most a plan may ask for: a report must stay retrievable (raw samples travel in
+# it) and a phase timeout must still detect a hang.
+_LIMITS = {
+    "cold_runs": 100,
+    "warmup_min_runs": 1_000_000,
+    "latency_min_runs": 1_000_000,
+    "latency_max_runs": 1_000_000,
+    "warmup_min_s": 3600.0,
+    "warmup_max_s": 3600.0,
+    "latency_min_s": 3600.0,
+    "latency_max_s": 3600.0,
+    "sustain_s": 4 * 3600.0,
+    "sustain_extend_to_s": 4 * 3600.0,
+    "window_s": 3600.0,
+    "cooldown_timeout_s": 3600.0,
+    "phase_timeout_s": 24 * 3600.0,
+    "memory_limit_mb": 1 << 20,
+    "threads": 1024,
+    "max_temp_c": 150.0,
+    "seed": 2**32 - 1,
+}
+
+
+def make_plan(preset: str = "quick", **overrides) -> Plan:
     """A full plan from a preset name plus overrides (None overrides are ignored)."""
     if preset not in PRESETS:
         raise BadInput(f"unknown plan '{preset}'", hint=f"use one of: {', '.join(PRESETS)}")
     plan = {**DEFAULTS, **PRESETS[preset], "preset": preset}
     plan.update({k: v for k, v in overrides.items() if v is not None})
-    return validate_plan(plan)
+    return Plan.from_json(plan)
 
 
-def validate_plan(plan: Mapping) -> dict:
-    """Check types and ranges; BadInput names the field. Fills defaults for missing keys."""
+def _validated(plan: Mapping) -> dict:
     preset = plan.get("preset", "quick")
     if preset not in PRESETS:
         raise BadInput(f"unknown plan '{preset}'", hint=f"use one of: {', '.join(PRESETS)}")
@@ -113,9 +201,28 @@ def validate_plan(plan: Mapping) -> dict:
             continue
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise BadInput(f"plan field '{key}' must be a number, got {value!r}")
+        if not math.isfinite(value):
+            raise BadInput(f"plan field '{key}' must be a finite number, got {value!r}")
         if value < 0:
             raise BadInput(f"plan field '{key}' must not be negative, got {value:g}")
+        if value > _LIMITS[key]:
+            raise BadInput(
+                f"plan field '{key}' is {value:g}; the most a plan may ask for is {_LIMITS[key]:g}"
+            )
         full[key] = kind(value)
+    for key in ("xnnpack", "cooldown", "evict_page_cache"):
+        if not isinstance(full[key], bool):
+            raise BadInput(f"plan field '{key}' must be true or false, got {full[key]!r}")
+    for key in ("preset", "runtime", "graph_optimization"):
+        if not isinstance(full[key], str):
+            raise BadInput(f"plan field '{key}' must be a string, got {full[key]!r}")
+    if full["profile"] is not None and not isinstance(full["profile"], str):
+        raise BadInput(f"plan field 'profile' must be a string, got {full['profile']!r}")
+    providers = full["providers"]
+    if providers is not None and (
+        not isinstance(providers, (list, tuple)) or not all(isinstance(p, str) for p in providers)
+    ):
+        raise BadInput("plan field 'providers' must be a list of provider names")
     if full["runtime"] != "auto":
         from .runtimes import runtime_class
 
@@ -134,17 +241,8 @@ def validate_plan(plan: Mapping) -> dict:
         for v in shapes.values()
     ):
         raise BadInput("plan field 'shapes' must map input names to lists of positive ints")
+    full["shapes"] = {str(k): list(v) for k, v in shapes.items()}
     return full
-
-
-def sustain_window_s(plan: Mapping) -> float:
-    """Window length: ``window_s`` if set, else 30 s, or a tenth of runs shorter than 5 minutes (>= 1 s)."""
-    if plan.get("window_s"):
-        return float(plan["window_s"])
-    duration = float(plan["sustain_s"])
-    if duration < 300:
-        return max(1.0, duration / 10)
-    return 30.0
 
 
 _DURATION = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?\s*$")

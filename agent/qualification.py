@@ -1,9 +1,12 @@
 """One qualification, phase by phase: cold load, warm latency, drift, memory, sustained.
 
-Every phase runs in fresh worker processes; this module only orchestrates them and
-assembles the results object (schema ``edgequal.results/v1``, docs/report-schema.md).
-It never raises for trouble with the model or the runtime: that becomes a finding
-and a status. It raises AgentError only for a request that cannot start at all.
+Every phase runs in fresh worker processes (``jobs.WorkerJob``); this module starts
+them, samples the board and the competition for CPU from the agent while they run
+(``probes/telemetry.py``, ``probes/contention.py``), hands the samples to the pure
+scoring in ``measure/``, and assembles the results object (schema
+``edgequal.results/v1``, docs/report-schema.md). It never raises for trouble with
+the model or the runtime: that becomes a finding and a status. It raises AgentError
+only for a request that cannot start at all.
 """
 
 from __future__ import annotations
@@ -13,65 +16,52 @@ import statistics
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from . import __version__
 from .errors import BadInput, GoldenMismatch
-from .plan import sustain_window_s, validate_plan
+from .jobs import SustainSettings, WorkerJob
+from .measure.attribution import contention_between, interference_present
+from .measure.latency import LatencySettings
+from .plan import Plan
+from .probes.contention import ContentionSampler
 from .probes.fingerprint import fingerprint as probe_fingerprint
 from .probes.thermal import read_thermal
 from .runtimes import runtime_for
 from .supervisor import Worker, WorkerOutcome, run_job
 
 RESULTS_SCHEMA = "edgequal.results/v1"
+# A latency phase whose p99 (p95 with too few samples for p99) is above this many
+# times its median has a heavy tail worth explaining.
+HEAVY_TAIL_RATIO = 3.0
 
 EventSink = Callable[[dict], None]
-
-
-def _job(kind: str, model: Path, golden: Path | None, plan: dict, runtime: str, **extra) -> dict:
-    return {
-        "kind": kind,
-        "model": str(model),
-        "golden": str(golden) if golden else None,
-        "runtime": runtime,
-        "options": {
-            "threads": plan["threads"],
-            "providers": plan["providers"],
-            "graph_optimization": plan["graph_optimization"],
-            "xnnpack": plan["xnnpack"],
-        },
-        "shapes": plan["shapes"],
-        "seed": plan["seed"],
-        **extra,
-    }
-
-
 _BAD_INPUT_ERRORS = {"BadInput": BadInput, "GoldenMismatch": GoldenMismatch}
 
 
-def _finding_from(outcome: WorkerOutcome, phase: str, runtime: str) -> dict:
+def _finding_from(ended: WorkerOutcome, phase: str, runtime: str) -> dict:
     """A finding for a worker that failed; a bad request (golden mismatch, missing --shape) raises instead."""
-    error = outcome.error or {}
+    error = ended.error or {}
     if error.get("type") in _BAD_INPUT_ERRORS:
         raise _BAD_INPUT_ERRORS[error["type"]](error["message"], hint=error.get("hint"))
     finding = {
         "phase": phase,
-        "cause": outcome.cause,
+        "cause": ended.cause,
         "kind": {
             "ModelRejected": "model_rejected",
             "GoldenMismatch": "golden_mismatch",
             "RuntimeUnavailable": "runtime_unavailable",
         }.get(error.get("type"), "worker_failure"),
-        "message": error.get("message", outcome.describe()),
-        "worker_phase": outcome.phase,
+        "message": error.get("message", ended.describe()),
+        "worker_phase": ended.phase,
         "runtime": runtime,
     }
     for key in ("operator", "hint", "signal"):
         if error.get(key):
             finding[key] = error[key]
-    if outcome.stderr_tail and outcome.cause in ("signal", "exit"):
-        finding["stderr_tail"] = outcome.stderr_tail[-5:]
+    if ended.stderr_tail and ended.cause in ("signal", "exit"):
+        finding["stderr_tail"] = ended.stderr_tail[-5:]
     return finding
 
 
@@ -80,11 +70,11 @@ def _summary(values: list[float]) -> dict:
 
 
 def measure_cold_load(
-    model, golden, plan, runtime, emit: EventSink, cancel, findings
+    model, golden, plan: Plan, runtime, emit: EventSink, cancel, findings
 ) -> dict | None:
     """N fresh worker processes, each timing import, load, first inference and the total."""
     runs = []
-    total = plan["cold_runs"]
+    total = plan.cold_runs
     for i in range(total):
         emit(
             {
@@ -95,17 +85,17 @@ def measure_cold_load(
                 "message": f"cold start {i + 1}/{total}",
             }
         )
-        outcome = run_job(
-            _job("cold", model, golden, plan, runtime, evict=plan["evict_page_cache"]),
-            phase_timeout_s=plan["phase_timeout_s"],
-            memory_limit_mb=plan["memory_limit_mb"],
+        ended = run_job(
+            WorkerJob.for_phase("cold_load", model, golden, plan, runtime).to_json(),
+            phase_timeout_s=plan.phase_timeout_s,
+            memory_limit_mb=plan.memory_limit_mb,
             cancel=cancel,
         )
-        if not outcome.ok:
-            findings.append(_finding_from(outcome, "cold_load", runtime))
+        if not ended.ok:
+            findings.append(_finding_from(ended, "cold_load", runtime))
             return None
-        r = outcome.result
-        r["process_to_result_ms"] = outcome.wall_ms
+        r = ended.result
+        r["process_to_result_ms"] = ended.wall_ms
         runs.append(r)
     keys = ("import_ms", "load_ms", "first_inference_ms", "total_ms", "process_to_result_ms")
     return {
@@ -116,65 +106,105 @@ def measure_cold_load(
     }
 
 
-def measure_warm(model, golden, plan, runtime, emit: EventSink, cancel, findings) -> dict | None:
-    """One worker: warm-up, latency per input shape, drift over the golden set, memory."""
-    latency_plan = {
-        "warmup_min_runs": plan["warmup_min_runs"],
-        "warmup_min_s": plan["warmup_min_s"],
-        "warmup_max_s": plan["warmup_max_s"],
-        "min_runs": plan["latency_min_runs"],
-        "min_s": plan["latency_min_s"],
-        "max_runs": plan["latency_max_runs"],
-        "max_s": plan["latency_max_s"],
-    }
+def _run_sampled(job: WorkerJob, on_worker_started=None, **worker_args):
+    """Run one worker job while sampling who else used the CPU; ``(ended, samples, sampler)``."""
+    worker = Worker(job.to_json(), **worker_args)
+    worker.start()
+    sampler = ContentionSampler(worker.pid)
+    sampler.start()
+    if on_worker_started:
+        on_worker_started(worker)
+    try:
+        ended = worker.wait()
+    finally:
+        samples = sampler.stop()
+    return ended, samples, sampler
+
+
+def latency_cause(entry: dict) -> str:
+    """``none`` for a steady latency phase with a light tail; else whether interference explains it."""
+    summary = entry["summary"]
+    tail = summary.get("p99_ms") or summary.get("p95_ms")
+    heavy = bool(tail and summary["p50_ms"] and tail > HEAVY_TAIL_RATIO * summary["p50_ms"])
+    entry["heavy_tail"] = heavy
+    if entry["warmup"]["steady"] and not heavy:
+        return "none"
+    return "interference" if interference_present(entry.get("interference")) else "unexplained"
+
+
+def measure_warm(
+    model, golden, plan: Plan, runtime, emit: EventSink, cancel, findings
+) -> dict | None:
+    """One worker: warm-up, latency per input shape, drift over the golden set, memory.
+
+    Each shape's latency loop gets the contention measured over the same span
+    (``interference``) and a ``cause`` when it was unsteady or heavy-tailed.
+    """
+    settings = LatencySettings(
+        warmup_min_runs=plan.warmup_min_runs,
+        warmup_min_s=plan.warmup_min_s,
+        warmup_max_s=plan.warmup_max_s,
+        min_runs=plan.latency_min_runs,
+        min_s=plan.latency_min_s,
+        max_runs=plan.latency_max_runs,
+        max_s=plan.latency_max_s,
+    )
 
     def forward(event: dict) -> None:
         if event.get("event") == "phase":
             emit({"type": "progress", "phase": "latency", "message": event["phase"]})
 
-    outcome = run_job(
-        _job("measure", model, golden, plan, runtime, latency=latency_plan),
-        phase_timeout_s=plan["phase_timeout_s"] + plan["latency_min_s"] + plan["warmup_max_s"],
-        memory_limit_mb=plan["memory_limit_mb"],
+    ended, samples, sampler = _run_sampled(
+        WorkerJob.for_phase("warm", model, golden, plan, runtime, latency=settings),
+        phase_timeout_s=plan.phase_timeout_s + plan.latency_min_s + plan.warmup_max_s,
+        memory_limit_mb=plan.memory_limit_mb,
         on_event=forward,
         cancel=cancel,
     )
-    if not outcome.ok:
-        findings.append(_finding_from(outcome, "latency", runtime))
+    if not ended.ok:
+        findings.append(_finding_from(ended, "latency", runtime))
         return None
-    return outcome.result
+    for entry in ended.result["latency"]:
+        t0, t1 = entry.pop("loop_monotonic_s")
+        entry["interference"] = contention_between(
+            samples,
+            t0,
+            t1,
+            sampler.cpu_count,
+            sampler.clock_ticks_per_s,
+            entry.pop("sched_ns"),
+        )
+        entry["cause"] = latency_cause(entry)
+    return ended.result
 
 
 def measure_sustained(
-    model, golden, plan, runtime, root: Path, emit: EventSink, cancel, findings, idle_c=None
+    model, golden, plan: Plan, runtime, root: Path, emit: EventSink, cancel, findings, idle_c=None
 ) -> dict:
-    """Closed-loop inference in windows, with telemetry sampled at 1 Hz by this process.
+    """Closed-loop inference in windows; telemetry and contention sampled at 1 Hz by this process.
 
     ``idle_c`` is the temperature before the run loaded the board: the cooldown waits
     to get back within 5 °C of it.
     """
-    from .measure.sustained import (
-        AgentTelemetry,
-        score_windows,
-        wait_for_cooldown,
-        window_telemetry,
-    )
+    from .measure.sustained import nominal_clocks_khz, score_windows, window_telemetry
+    from .probes.cooldown import wait_for_cooldown
+    from .probes.telemetry import BoardTelemetry
 
-    telemetry = AgentTelemetry.open(root)
+    telemetry = BoardTelemetry.open(root)
     cooldown = {"waited_s": 0.0, "reached": None, "reason": "no temperature sensor"}
-    if telemetry.has_temperature and plan["cooldown"]:
+    if telemetry.has_temperature and plan.cooldown:
         emit({"type": "progress", "phase": "sustained", "message": "waiting for cooldown"})
         cooldown = wait_for_cooldown(
-            telemetry.read_temp_c, idle_c, plan["cooldown_timeout_s"], cancel=cancel
+            telemetry.read_temp_c, idle_c, plan.cooldown_timeout_s, cancel=cancel
         )
-    duration = plan["sustain_s"]
+    duration = plan.sustain_s
     # soak: keep going past the planned duration (up to sustain_extend_to_s) while the
     # temperature still rises faster than 0.5 °C/min; the worker runs until told to stop.
-    hard_limit_s = max(duration, plan["sustain_extend_to_s"] or 0.0)
+    hard_limit_s = max(duration, plan.sustain_extend_to_s or 0.0)
     extended = False
-    window_s = sustain_window_s(plan)
+    window_s = plan.sustain_window_s
     trip_c = telemetry.trip_c
-    max_c = plan["max_temp_c"]
+    max_c = plan.max_temp_c
     windows: list[dict] = []
     stop_reason = None
     t_begin = time.monotonic()
@@ -182,11 +212,9 @@ def measure_sustained(
     def on_event(event: dict) -> None:
         if event.get("event") != "window":
             return
-        w = {
-            k: event[k]
-            for k in ("index", "t0", "t1", "count", "rate_per_s", "p50_ms", "p90_ms", "partial")
-        }
-        w.update(window_telemetry(w, telemetry.samples(), trip_c))
+        keys = ("index", "t0", "t1", "count", "rate_per_s", "p50_ms", "p90_ms", "partial")
+        keys += ("sched_ns",)
+        w = {k: event[k] for k in keys}
         windows.append(w)
         emit(
             {
@@ -195,29 +223,13 @@ def measure_sustained(
                 "done": round(w["t1"] - t_begin, 1),
                 "total": duration,
                 "rate_per_s": round(w["rate_per_s"], 2),
-                "temp_c": w.get("max_temp_c"),
+                "temp_c": telemetry.latest_temp_c(),
             }
         )
 
-    telemetry.start()
-    worker = Worker(
-        _job(
-            "sustain",
-            model,
-            golden,
-            plan,
-            runtime,
-            sustain={"duration_s": hard_limit_s, "window_s": window_s},
-        ),
-        phase_timeout_s=plan["phase_timeout_s"] + hard_limit_s,
-        memory_limit_mb=plan["memory_limit_mb"],
-        on_event=on_event,
-        cancel=cancel,
-    )
-    worker.start()
     watcher_done = threading.Event()
 
-    def watch_temperature() -> None:
+    def watch_temperature(worker: Worker) -> None:
         nonlocal stop_reason, extended
         while not watcher_done.wait(1.0):
             temp = telemetry.latest_temp_c()
@@ -232,9 +244,25 @@ def measure_sustained(
                     return
                 extended = True
 
-    threading.Thread(target=watch_temperature, daemon=True).start()
+    telemetry.start()
     try:
-        outcome = worker.wait()
+        ended, contention, sampler = _run_sampled(
+            WorkerJob.for_phase(
+                "sustained",
+                model,
+                golden,
+                plan,
+                runtime,
+                sustain=SustainSettings(duration_s=hard_limit_s, window_s=window_s),
+            ),
+            on_worker_started=lambda worker: threading.Thread(
+                target=watch_temperature, args=(worker,), daemon=True
+            ).start(),
+            phase_timeout_s=plan.phase_timeout_s + hard_limit_s,
+            memory_limit_mb=plan.memory_limit_mb,
+            on_event=on_event,
+            cancel=cancel,
+        )
     finally:
         watcher_done.set()
         samples = telemetry.stop()
@@ -246,22 +274,29 @@ def measure_sustained(
         "max_temp_c_limit": max_c,
         "telemetry": telemetry.describe(),
     }
-    if not outcome.ok:
-        findings.append(_finding_from(outcome, "sustained", runtime))
-        result.update(
-            {"windows_detail": windows, "verdict": "failed", "reason": outcome.describe()}
-        )
+    if not ended.ok:
+        findings.append(_finding_from(ended, "sustained", runtime))
+        result.update({"windows_detail": windows, "verdict": "failed", "reason": ended.describe()})
         return result
-    started_at = outcome.result["started_at"]
+    nominal = nominal_clocks_khz(samples)
+    for w in windows:
+        w.update(window_telemetry(w, samples, trip_c, nominal))
+        w["interference"] = contention_between(
+            contention,
+            w["t0"],
+            w["t1"],
+            sampler.cpu_count,
+            sampler.clock_ticks_per_s,
+            w.pop("sched_ns"),
+        )
+    started_at = ended.result["started_at"]
     score = score_windows(windows, started_at)
     if trip_c is not None and score.get("peak_temp_c") is not None:
         score["headroom_c"] = round(trip_c - score["peak_temp_c"], 2)
     result.update(score)
     result["windows_detail"] = windows
-    result["loop_started_monotonic_s"] = (
-        started_at  # CLOCK_MONOTONIC: aligns with the board's own logs
-    )
-    result["telemetry_samples"] = [{**s, "t": round(s["t"] - started_at, 3)} for s in samples]
+    result["loop_started_monotonic_s"] = started_at  # CLOCK_MONOTONIC: the board's own logs
+    result["telemetry_samples"] = [_flat_sample(s, started_at) for s in samples]
     if stop_reason:
         result["stopped_early"] = stop_reason
     if extended:
@@ -269,30 +304,55 @@ def measure_sustained(
     return result
 
 
+def _flat_sample(sample: dict, started_at: float) -> dict:
+    """A 1 Hz telemetry sample for the report: seconds from the loop start, the lowest clock."""
+    clocks = [c for c in (sample.get("clocks_khz") or {}).values() if c]
+    if sample.get("arm_clock_khz"):
+        clocks.append(sample["arm_clock_khz"])
+    return {
+        "t": round(sample["t"] - started_at, 3),
+        "temp_c": sample.get("temp_c"),
+        "clock_khz": min(clocks) if clocks else None,
+        "throttled": sample.get("throttled"),
+        "cooling": sample.get("cooling_states") or {},
+    }
+
+
 def decide_status(results: dict, findings: list[dict]) -> tuple[str, str | None]:
-    """passed, degraded or failed, with the reason for anything but passed.
+    """passed, degraded, inconclusive or failed, with the reason for anything but passed.
 
     failed: a phase could not complete (rejection, crash, timeout), drift out of
-    tolerance, or a failed sustained verdict. degraded: latency never steadied or the
-    sustained verdict is degraded.
+    tolerance, or a failed sustained verdict (throttling or under-voltage).
+    inconclusive: a sustained drop or an unsteady latency phase that interference
+    (other processes' CPU, run-queue wait, steal) explains: re-run on a quiet board.
+    degraded: latency never steadied with no interference measured, or the sustained
+    verdict is degraded (throttled) or unexplained.
     """
     if findings:
         return "failed", findings[0]["message"]
     drift = results.get("drift")
     if drift is not None and not drift.get("passed", True):
         return "failed", drift.get("reason") or "outputs drifted beyond tolerance"
-    sustained = results.get("sustained")
-    if sustained and sustained.get("verdict") == "failed":
-        return (
-            "failed",
-            f"sustained verdict failed: {sustained.get('reason') or 'stability below 0.90'}",
-        )
-    reasons = []
+    sustained = results.get("sustained") or {}
+    verdict = sustained.get("verdict")
+    if verdict == "failed":
+        return "failed", f"sustained verdict failed: {sustained.get('reason') or 'throttling'}"
+    interference, reasons = [], []
     for entry in (results.get("latency") or {}).get("per_shape", []):
-        if not entry["warmup"]["steady"]:
+        unsteady = not entry["warmup"]["steady"]
+        if entry.get("cause") == "interference":
+            what = "never reached a steady state" if unsteady else "has a heavy tail"
+            interference.append(
+                f"latency for {entry['shape']} {what} while other processes took the CPU"
+            )
+        elif unsteady:
             reasons.append(f"latency for {entry['shape']} never reached a steady state")
-    if sustained and sustained.get("verdict") == "degraded":
-        reasons.append("sustained throughput degraded or throttled")
+    if verdict == "inconclusive":
+        interference.append(f"sustained: {sustained.get('reason')}")
+    if interference:
+        return "inconclusive", "; ".join(interference) + "; re-run on a quiet board"
+    if verdict in ("degraded", "unexplained"):
+        reasons.append(f"sustained: {sustained.get('reason')}")
     if reasons:
         return "degraded", "; ".join(reasons)
     return "passed", None
@@ -302,7 +362,8 @@ def exit_code_for(status: str, findings: list[dict]) -> int:
     """The CLI exit code of a finished measurement.
 
     0 passed or degraded; 2 when the model file itself was rejected (a bad input
-    file); 3 when the run could not finish (incomplete); 1 for any other failure.
+    file); 3 when the run could not finish (incomplete); 1 for any other failure,
+    including ``inconclusive`` (re-run on a quiet board).
     """
     if status in ("passed", "degraded"):
         return 0
@@ -316,23 +377,26 @@ def exit_code_for(status: str, findings: list[dict]) -> int:
 def run_measurement(
     model_path: Path,
     golden_path: Path | None,
-    plan: dict,
+    plan: Plan | Mapping,
     *,
     root: Path = Path("/"),
     on_event: EventSink | None = None,
     cancel: threading.Event | None = None,
     model_name: str | None = None,
 ) -> dict:
-    """Run every planned phase and return ``{plan, fingerprint, results, findings, status, reason}``."""
+    """Run every planned phase and return ``{plan, fingerprint, results, findings, status, reason}``.
+
+    ``plan`` is a :class:`Plan` or its JSON; the returned ``plan`` is the JSON as run.
+    """
     emit = on_event or (lambda e: None)
     cancel = cancel or threading.Event()
-    plan = validate_plan(plan)
+    plan = plan if isinstance(plan, Plan) else Plan.from_json(plan)
     model_path = Path(model_path)
     if not model_path.is_file():
         raise BadInput(f"model file not found: {model_path}")
     if golden_path is not None and not Path(golden_path).is_file():
         raise BadInput(f"golden set not found: {golden_path}")
-    runtime = runtime_for(model_path, plan["runtime"], model_name)
+    runtime = runtime_for(model_path, plan.runtime, model_name)
     findings: list[dict] = []
     results: dict = {"schema": RESULTS_SCHEMA}
     t_start = time.time()
@@ -340,57 +404,49 @@ def run_measurement(
     emit({"type": "phase", "phase": "fingerprint", "state": "started"})
     fingerprint = probe_fingerprint(root)
     # The board's temperature before this run loaded it: the sustained phase's cooldown target.
-    idle_c = read_thermal(root)["authoritative_temp_c"] if plan["sustain_s"] > 0 else None
+    idle_c = read_thermal(root)["authoritative_temp_c"] if plan.sustain_s > 0 else None
     fingerprint.setdefault("agent_version", __version__)
     fingerprint.setdefault("python", platform.python_version())
     fingerprint.setdefault("python_executable", sys.executable)
     emit({"type": "phase", "phase": "fingerprint", "state": "done"})
 
-    phases = [
-        (
-            "cold_load",
-            lambda: measure_cold_load(
-                model_path, golden_path, plan, runtime, emit, cancel, findings
-            ),
-        ),
-        (
-            "latency",
-            lambda: measure_warm(model_path, golden_path, plan, runtime, emit, cancel, findings),
-        ),
-    ]
-    if plan["sustain_s"] > 0:
-        phases.append(
-            (
-                "sustained",
-                lambda: measure_sustained(
-                    model_path, golden_path, plan, runtime, root, emit, cancel, findings, idle_c
-                ),
-            )
+    def cold_load() -> None:
+        value = measure_cold_load(model_path, golden_path, plan, runtime, emit, cancel, findings)
+        if value is not None:
+            results["cold_load"] = value
+
+    def latency() -> None:
+        value = measure_warm(model_path, golden_path, plan, runtime, emit, cancel, findings)
+        if value is None:
+            return
+        results["runtime"] = value["runtime"]
+        results["model_io"] = {"inputs": value["inputs"], "outputs": value["outputs"]}
+        results["latency"] = {"per_shape": value["latency"]}
+        results["memory"] = value["memory"]
+        if "drift" in value:
+            results["drift"] = value["drift"]
+
+    def sustained() -> None:
+        results["sustained"] = measure_sustained(
+            model_path, golden_path, plan, runtime, root, emit, cancel, findings, idle_c
         )
+
+    phases = [("cold_load", cold_load), ("latency", latency)]
+    if plan.sustain_s > 0:
+        phases.append(("sustained", sustained))
     for name, run in phases:
         if findings or cancel.is_set():
             break
         emit({"type": "phase", "phase": name, "state": "started"})
-        value = run()
+        run()
         emit({"type": "phase", "phase": name, "state": "done"})
-        if value is None:
-            continue
-        if name == "latency":
-            results["runtime"] = value["runtime"]
-            results["model_io"] = {"inputs": value["inputs"], "outputs": value["outputs"]}
-            results["latency"] = {"per_shape": value["latency"]}
-            results["memory"] = value["memory"]
-            if "drift" in value:
-                results["drift"] = value["drift"]
-        else:
-            results[name] = value
     results["elapsed_s"] = round(time.time() - t_start, 3)
     if cancel.is_set():
         status, reason = "incomplete", "cancelled"
     else:
         status, reason = decide_status(results, findings)
     return {
-        "plan": plan,
+        "plan": plan.to_json(),
         "fingerprint": fingerprint,
         "results": results,
         "findings": findings,

@@ -1,7 +1,8 @@
 """The worker: a child process that loads and runs one model (crash isolation).
 
 Started with exec (``python -m edgequal.agent.worker``) by the supervisor, in its
-own process group. It reads one job (JSON) on stdin and writes JSON-lines events
+own process group. It is plumbing only: it reads one job (``jobs.WorkerJob``, JSON)
+on stdin, loads the runtime, calls the measurement code in ``measure/`` and writes JSON-lines events
 to the stdout it was given; the runtime's own prints go to stderr, so they cannot
 corrupt the event stream. A model is hostile input: it is parsed and run only here.
 
@@ -12,8 +13,6 @@ Events: ``{"event": "phase", "phase": P, "state": "started"}``,
 
 from __future__ import annotations
 
-import base64
-import gc
 import json
 import os
 import resource
@@ -23,6 +22,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from .jobs import WorkerJob
 
 _out = None  # the event stream (the original stdout)
 _stop_requested = False
@@ -116,103 +117,62 @@ def synthesize_inputs(specs, shapes: dict, seed: int = 0) -> dict[str, np.ndarra
     return feeds
 
 
-def make_runtime(job: dict):
-    """The runtime adapter the job asks for, with its options."""
-    from .runtimes import RuntimeOptions, runtime_class
+def own_schedstat() -> tuple[int, int] | None:
+    """This worker's CPU time and run-queue wait (ns) over all its threads, from /proc."""
+    from .probes.contention import read_worker_schedstat
 
-    return runtime_class(job["runtime"]), RuntimeOptions(**job.get("options", {}))
-
-
-def time_loop_ns(
-    call, samples: np.ndarray, min_runs: int, min_s: float, max_s: float | None = None
-) -> int:
-    """Time ``call`` with perf_counter_ns around the call only, into a preallocated array.
-
-    Stops when both ``min_runs`` runs and ``min_s`` seconds are done (or at ``max_s``,
-    or when the array is full). GC is off during the loop. Returns the sample count.
-    """
-    clock = time.perf_counter_ns
-    capacity = len(samples)
-    min_ns = int(min_s * 1e9)
-    max_ns = int(max_s * 1e9) if max_s else None
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        start = clock()
-        n = 0
-        while n < capacity:
-            t0 = clock()
-            call()
-            t1 = clock()
-            samples[n] = t1 - t0
-            n += 1
-            if n >= min_runs and t1 - start >= min_ns:
-                break
-            if max_ns is not None and t1 - start >= max_ns:
-                break
-    finally:
-        if gc_was_enabled:
-            gc.enable()
-    return n
+    return read_worker_schedstat(Path("/proc"), os.getpid())
 
 
-def _capacity(min_runs: int, min_s: float, per_run_ns: float, max_runs: int) -> int:
-    """Samples to preallocate: enough for min_s at the warm-up's pace, with headroom."""
-    expected = int(min_s * 1e9 / max(per_run_ns, 1.0) * 1.5) + 16
-    return max(min_runs, min(max_runs, expected))
+def load_runtime(job: WorkerJob):
+    """Import the job's runtime and load its model: ``(runtime, rss_before_load, rss_after_load)``."""
+    from .runtimes import runtime_class
+
+    cls = runtime_class(job.runtime)
+    cls.import_module()
+    rss_before = rss_bytes()
+    phase("load")
+    rt = cls(job.runtime_options())
+    rt.load(Path(job.model))
+    return rt, rss_before, rss_bytes()
 
 
-def warm_up(call, plan: dict) -> dict:
-    """Run until steady (window median within 2 %, CV < 5 %) after max(min runs, min seconds).
+def _read_golden(job: WorkerJob, rt):
+    if not job.golden:
+        return None
+    from .golden import read_golden
 
-    Gives up at ``warmup_max_s`` and flags the run as not steady.
-    """
-    from .measure.stats import steady_state
-
-    min_runs = plan["warmup_min_runs"]
-    min_s = plan["warmup_min_s"]
-    max_s = plan["warmup_max_s"]
-    buf = np.empty(max(min_runs * 4, 4096), dtype=np.int64)
-    start = time.monotonic()
-    n = time_loop_ns(call, buf, min_runs, min_s, max_s)
-    samples = [buf[:n].copy()]
-    state = steady_state(samples[0])
-    while not state.steady and time.monotonic() - start < max_s:
-        n = time_loop_ns(call, buf, 20, 0.2, max_s - (time.monotonic() - start))
-        samples.append(buf[:n].copy())
-        state = steady_state(np.concatenate(samples[-2:]))
-    all_samples = np.concatenate(samples)
-    return {
-        "runs": int(len(all_samples)),
-        "seconds": round(time.monotonic() - start, 3),
-        "steady": bool(state.steady),
-        "reason": state.reason,
-        "median_ns": float(np.median(all_samples[-min(len(all_samples), 50) :])),
-    }
+    golden = read_golden(Path(job.golden))
+    golden.check_against(rt.inputs())
+    return golden
 
 
-def encode_samples(samples: np.ndarray) -> str:
-    """Raw int64 nanosecond samples as base64 little-endian bytes (compact in JSON)."""
-    return base64.b64encode(samples.astype("<i8").tobytes()).decode()
+def _first_feeds(job: WorkerJob, rt) -> dict:
+    golden = _read_golden(job, rt)
+    if golden is not None:
+        return golden.cases[0].inputs
+    return synthesize_inputs(rt.inputs(), job.shapes or {}, job.seed)
 
 
-def run_cold(job: dict) -> dict:
+def run_cold_load(job: WorkerJob) -> dict:
     """Cold load: runtime import, session creation, first inference, all in this fresh process."""
+    from .runtimes import runtime_class
+
     t_start = time.perf_counter_ns()
-    model = Path(job["model"])
+    model = Path(job.model)
     eviction = (
         evict_page_cache(model)
-        if job.get("evict", True)
+        if job.evict_page_cache
         else {"evicted": False, "reason": "not asked"}
     )
     phase("import")
-    cls, options = make_runtime(job)
+    cls = runtime_class(job.runtime)
     t0 = time.perf_counter_ns()
     cls.import_module()
     t1 = time.perf_counter_ns()
     rss_before = rss_bytes()
     phase("load")
-    rt = cls(options)
+    rt = cls(job.runtime_options())
     rt.load(model)
     t2 = time.perf_counter_ns()
     rss_loaded = rss_bytes()
@@ -234,58 +194,26 @@ def run_cold(job: dict) -> dict:
     }
 
 
-def _first_feeds(job: dict, rt) -> dict:
-    if job.get("golden"):
-        from .golden import read_golden
+def run_warm(job: WorkerJob) -> dict:
+    """Warm latency per input shape (``measure.latency``), drift over the golden set, memory."""
+    from .measure.drift import measure_drift
+    from .measure.latency import measure_latency
+    from .runtimes.base import shape_key
 
-        golden = read_golden(Path(job["golden"]))
-        golden.check_against(rt.inputs())
-        return golden.cases[0].inputs
-    return synthesize_inputs(rt.inputs(), job.get("shapes", {}), job.get("seed", 0))
-
-
-def run_measure(job: dict) -> dict:
-    """Warm latency per input shape, drift over the golden set, memory."""
-    from .measure.stats import summarize_latency
-
-    cls, options = make_runtime(job)
-    cls.import_module()
-    rss_before = rss_bytes()
-    phase("load")
-    rt = cls(options)
-    rt.load(Path(job["model"]))
-    rss_loaded = rss_bytes()
-    golden = None
-    if job.get("golden"):
-        from .golden import read_golden
-
-        golden = read_golden(Path(job["golden"]))
-        golden.check_against(rt.inputs())
+    rt, rss_before, rss_loaded = load_runtime(job)
+    golden = _read_golden(job, rt)
+    if golden is not None:
         groups = {key: cases[0].inputs for key, cases in golden.shape_groups().items()}
     else:
-        feeds = synthesize_inputs(rt.inputs(), job.get("shapes", {}), job.get("seed", 0))
-        from .runtimes.base import shape_key
-
+        feeds = synthesize_inputs(rt.inputs(), job.shapes or {}, job.seed)
         groups = {shape_key(feeds): feeds}
-    plan = job["latency"]
-    latency = []
-    for shape_key, feeds in groups.items():
-        call = rt.bind(feeds)
-        phase("warmup")
-        warm = warm_up(call, plan)
-        capacity = _capacity(plan["min_runs"], plan["min_s"], warm["median_ns"], plan["max_runs"])
-        samples = np.empty(capacity, dtype=np.int64)
-        phase("latency")
-        n = time_loop_ns(call, samples, plan["min_runs"], plan["min_s"], plan.get("max_s"))
-        taken = samples[:n]
-        latency.append(
-            {
-                "shape": shape_key,
-                "warmup": {k: v for k, v in warm.items() if k != "median_ns"},
-                "summary": summarize_latency(taken),
-                "samples_ns_b64": encode_samples(taken),
-            }
-        )
+    latency = [
+        {
+            "shape": key,
+            **measure_latency(rt.bind(feeds), job.latency, on_phase=phase, sched=own_schedstat),
+        }
+        for key, feeds in groups.items()
+    ]
     result = {
         "runtime": rt.describe(),
         "inputs": [s.to_dict() for s in rt.inputs()],
@@ -303,100 +231,35 @@ def run_measure(job: dict) -> dict:
     return result
 
 
-def measure_drift(rt, golden) -> dict:
-    """Run every golden case once and compare with the reference outputs."""
-    from .measure.drift import Tolerance, drift_report, parse_decision_rule
-
-    cases = []
-    for case in golden.cases:
-        cases.append((case.name, rt.run(case.inputs), case.outputs))
-    tolerances = {}
-    for spec in rt.outputs():
-        override = golden.tolerances.get(spec.name)
-        tolerances[spec.name] = (
-            Tolerance.from_dict(override)
-            if override
-            else Tolerance.for_class(default_tolerance_class(spec.dtype))
-        )
-    rule = parse_decision_rule(golden.decision) if golden.decision else None
-    return drift_report(cases, tolerances, rule)
-
-
-def default_tolerance_class(dtype: str) -> str:
-    """fp32 for float32/float64 outputs, fp16 for float16, int8 for 8-bit integer outputs."""
-    if dtype == "float16":
-        return "fp16"
-    if dtype in ("int8", "uint8"):
-        return "int8"
-    return "fp32"
-
-
 def _request_stop(signum, frame) -> None:
     global _stop_requested
     _stop_requested = True
 
 
-def run_sustain(job: dict) -> dict:
-    """Closed-loop inference for the planned duration, reported per window as it goes.
+def run_sustained(job: WorkerJob) -> dict:
+    """The closed loop of ``measure.sustained``, each window emitted as it closes.
 
-    Window boundaries use CLOCK_MONOTONIC, which the agent's telemetry sampler shares,
-    so windows and temperature samples line up. SIGTERM ends the run early and cleanly.
+    SIGTERM ends the run early and cleanly: the window in progress is reported as partial.
     """
+    from .measure.sustained import closed_loop
+
     signal.signal(signal.SIGTERM, _request_stop)
-    cls, options = make_runtime(job)
-    cls.import_module()
-    phase("load")
-    rt = cls(options)
-    rt.load(Path(job["model"]))
+    rt, _, _ = load_runtime(job)
     call = rt.bind(_first_feeds(job, rt))
     for _ in range(3):
         call()
-    duration_s = job["sustain"]["duration_s"]
-    window_s = job["sustain"]["window_s"]
     phase("sustain")
-    clock = time.perf_counter_ns
-    buf = np.empty(1 << 16, dtype=np.int64)
-    windows = []
-    start = time.monotonic()
-    end = start + duration_s
-    w_start = start
-    n = 0
-    gc.disable()
-
-    def close_window(now: float, partial: bool) -> None:
-        taken = buf[: min(n, len(buf))]
-        window = {
-            "index": len(windows),
-            "t0": w_start,
-            "t1": now,
-            "count": n,
-            "rate_per_s": n / (now - w_start),
-            "p50_ms": float(np.percentile(taken, 50)) / 1e6,
-            "p90_ms": float(np.percentile(taken, 90)) / 1e6,
-            "partial": partial,
-        }
-        windows.append(window)
-        emit({"event": "window", **window})
-
-    while not _stop_requested:
-        t0 = clock()
-        call()
-        buf[n % len(buf)] = clock() - t0
-        n += 1
-        now = time.monotonic()
-        if now - w_start >= window_s or now >= end:
-            close_window(now, partial=False)
-            w_start, n = now, 0
-            if now >= end:
-                break
-    if _stop_requested and n > 0:
-        # The window in progress when the agent stopped the run holds its hottest sample.
-        close_window(time.monotonic(), partial=True)
-    gc.enable()
-    return {"windows": windows, "stopped_early": _stop_requested, "started_at": start}
+    return closed_loop(
+        call,
+        job.sustain.duration_s,
+        job.sustain.window_s,
+        on_window=lambda window: emit({"event": "window", **window}),
+        stop_requested=lambda: _stop_requested,
+        sched=own_schedstat,
+    )
 
 
-JOBS = {"cold": run_cold, "measure": run_measure, "sustain": run_sustain}
+JOBS = {"cold_load": run_cold_load, "warm": run_warm, "sustained": run_sustained}
 
 
 def die_with_parent() -> None:
@@ -427,11 +290,11 @@ def main() -> int:
     _out = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    job = json.loads(sys.stdin.readline())
+    job = WorkerJob.from_json(json.loads(sys.stdin.readline()))
     from .errors import AgentError
 
     try:
-        result = JOBS[job["kind"]](job)
+        result = JOBS[job.kind](job)
     except AgentError as e:
         emit(
             {

@@ -11,6 +11,10 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from edgequal.agent.plan import Plan
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -183,7 +187,7 @@ def _dispatch(args) -> int:
     raise AssertionError(args.command)
 
 
-def _plan_from_args(args, profile=None) -> dict:
+def _plan_from_args(args, profile=None) -> Plan:
     """The plan: the preset, then the device profile's durations and limits, then explicit flags."""
     from edgequal.agent.plan import make_plan, parse_duration_s, parse_shape_args
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgequal.agent.golden import file_sha256
+from edgequal.agent.plan import Plan
 
 from .errors import UntrustedDevice
 from .transport import QualifyRequest, Transport
@@ -48,7 +49,7 @@ def qualify(
     transport: Transport,
     model: Path,
     golden: Path | None,
-    plan: dict,
+    plan: Plan,
     *,
     known: KnownDevices,
     device_name: str,
@@ -76,7 +77,7 @@ def qualify(
     request = QualifyRequest(
         model_digest=model_digest,
         golden_digest=golden_digest,
-        plan=plan,
+        plan=plan.to_json(),
         nonce=nonce,
         model_name=model.name,
         golden_name=golden.name if golden else None,

@@ -693,3 +693,32 @@ def _decision_summary(cases: list, rule: DecisionRule) -> dict:
         "max_near_threshold_flip_rate": MAX_NEAR_THRESHOLD_FLIP_RATE,
         "passed": passed,
     }
+
+
+def default_tolerance_class(dtype: str) -> str:
+    """fp32 for float32/float64 outputs, fp16 for float16, int8 for 8-bit integer outputs."""
+    if dtype == "float16":
+        return "fp16"
+    if dtype in ("int8", "uint8"):
+        return "int8"
+    return "fp32"
+
+
+def measure_drift(runtime, golden) -> dict:
+    """Run every golden case once on ``runtime`` and compare with the reference outputs.
+
+    ``runtime`` is a loaded runtime adapter (``run``, ``outputs``); ``golden`` a golden
+    set (``cases``, ``tolerances``, ``decision``). Per-output tolerances from the golden
+    set win over the defaults of each output's dtype class.
+    """
+    cases = [(case.name, runtime.run(case.inputs), case.outputs) for case in golden.cases]
+    tolerances = {}
+    for spec in runtime.outputs():
+        override = golden.tolerances.get(spec.name)
+        tolerances[spec.name] = (
+            Tolerance.from_dict(override)
+            if override
+            else Tolerance.for_class(default_tolerance_class(spec.dtype))
+        )
+    rule = parse_decision_rule(golden.decision) if golden.decision else None
+    return drift_report(cases, tolerances, rule)

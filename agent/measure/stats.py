@@ -257,35 +257,56 @@ def summarize_latency(samples_ns) -> dict:
 # Steady state during warm-up
 
 
+# MAD of a normal distribution times this is its standard deviation.
+MAD_TO_SD = 1.4826
+
+
 @dataclass(frozen=True)
 class SteadyState:
     """Whether warm-up latencies have settled, and the two numbers the decision used.
 
-    median_ratio is median(last window) / median(previous window); cv is the
-    coefficient of variation (ddof=1) of the last window. Both None when there were
-    too few samples to compute them.
+    ``median_ratio`` is median(last window) / median(previous window); ``spread`` the
+    robust relative spread of the last window, 1.4826 x MAD / median (the CV a normal
+    distribution with that MAD would have). Both None with too few samples.
     """
 
     steady: bool
     reason: str | None
     median_ratio: float | None
-    cv: float | None
+    spread: float | None
+
+
+def robust_spread(samples) -> float:
+    """1.4826 x median absolute deviation / median: a CV that a few outliers cannot dominate."""
+    values = np.asarray(samples, dtype=np.float64).ravel()
+    median = float(np.median(values))
+    mad = float(np.median(np.abs(values - median)))
+    if median == 0.0:
+        return 0.0 if mad == 0.0 else math.inf
+    return MAD_TO_SD * mad / median
 
 
 def steady_state(
     samples_ns,
-    window: int = 10,
+    window: int | None = None,
     median_tolerance: float = 0.02,
-    max_cv: float = 0.05,
+    max_spread: float = 0.10,
+    min_window: int = 10,
 ) -> SteadyState:
     """Steady when the last window's median is within ``median_tolerance`` of the window
-    before it and the last window's CV is below ``max_cv`` (DESIGN.md warm-up rule).
+    before it and the last window's robust spread is below ``max_spread``.
 
-    Needs at least ``2 * window`` samples; fewer is reported as not steady.
+    The DESIGN.md warm-up rule on robust statistics: medians and the MAD, not the mean
+    and CV, because a handful of scheduler preemptions dominate the CV of a µs-scale
+    model (Chen & Revels 2016, "Robust benchmarking in noisy environments"). The two
+    windows are the last two halves of the samples (``window`` fixes their size).
+    Fewer than ``2 * min_window`` samples are reported as not steady.
     """
+    samples = np.asarray(samples_ns, dtype=np.float64).ravel()
+    if window is None:
+        window = max(min_window, samples.size // 2)
     if window < 2:
         raise BadInput(f"steady-state window must be at least 2 samples, got {window}")
-    samples = np.asarray(samples_ns, dtype=np.float64).ravel()
     if samples.size < 2 * window:
         return SteadyState(
             False,
@@ -301,18 +322,15 @@ def steady_state(
         median_ratio = 1.0 if last_median == 0.0 else math.inf
     else:
         median_ratio = last_median / previous_median
-    mean = float(last.mean())
-    sd = float(last.std(ddof=1))
-    cv = sd / mean if mean > 0 else (0.0 if sd == 0.0 else math.inf)
-
+    spread = robust_spread(last)
     reasons = []
     if abs(median_ratio - 1.0) > median_tolerance:
         reasons.append(
             f"window median moved {abs(median_ratio - 1.0):.1%} (limit {median_tolerance:.1%})"
         )
-    if cv >= max_cv:
-        reasons.append(f"window CV {cv:.1%} (limit {max_cv:.1%})")
-    return SteadyState(not reasons, "; ".join(reasons) or None, median_ratio, cv)
+    if spread >= max_spread:
+        reasons.append(f"window spread (1.4826 MAD/median) {spread:.1%} (limit {max_spread:.1%})")
+    return SteadyState(not reasons, "; ".join(reasons) or None, median_ratio, spread)
 
 
 # ---------------------------------------------------------------------------
@@ -345,16 +363,29 @@ def sustained_rate(rates) -> float:
     return float(np.median(_rates(rates)[-10:]))
 
 
-def sustained_verdict(stability: float, throttled: bool, under_voltage: bool, crashed: bool) -> str:
-    """ "stable", "degraded" or "failed" for a sustained run (DESIGN.md, 3DMark 97 % rule).
+def sustained_verdict(
+    stability: float,
+    throttled: bool,
+    under_voltage: bool,
+    interference: bool = False,
+    crashed: bool = False,
+) -> str:
+    """The sustained verdict (DESIGN.md, 3DMark 97 % rule), given the cause of any drop.
 
-    failed: stability < 0.90, under-voltage or a crash; degraded: stability < 0.97 or
-    any throttling; stable otherwise.
+    ``stability`` is worst / best window over the windows interference did not touch.
+    failed: a crash, under-voltage, or throttling with stability < 0.90; inconclusive:
+    a drop that interference explains (it never fails a run); degraded: throttling, or
+    stability < 0.97 with it; unexplained: stability < 0.97 with no cause measured;
+    stable otherwise.
     """
-    if crashed or under_voltage or stability < DEGRADED_MIN_STABILITY:
+    if crashed or under_voltage or (throttled and stability < DEGRADED_MIN_STABILITY):
         return "failed"
-    if throttled or stability < STABLE_MIN_STABILITY:
+    if interference:
+        return "inconclusive"
+    if throttled:
         return "degraded"
+    if stability < STABLE_MIN_STABILITY:
+        return "unexplained"
     return "stable"
 
 

@@ -1,98 +1,105 @@
 """The sustained phase: closed-loop inference for minutes while the board heats.
 
-The worker runs the loop and reports each window; the agent process samples
-telemetry at 1 Hz (never the worker) and lines samples up with windows by
-CLOCK_MONOTONIC. Scoring is pure (``score_windows``) and tested on known inputs.
+The worker runs :func:`closed_loop` and reports each window; the agent samples
+telemetry and contention at 1 Hz (never the worker) and lines samples up with
+windows by CLOCK_MONOTONIC. Scoring (:func:`window_telemetry`, :func:`score_windows`)
+is pure and tested on known inputs.
 """
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Callable, Sequence
 
+import numpy as np
+
 from ..probes.raspberry_pi import throttle_active
-from .stats import first_drop_time_s, peak_rate, stability, sustained_rate, sustained_verdict
+from ..probes.telemetry import throttle_reasons
+from .attribution import attribute_windows
+from .stats import (
+    DEGRADED_MIN_STABILITY,
+    first_drop_time_s,
+    peak_rate,
+    stability,
+    sustained_rate,
+    sustained_verdict,
+)
+
+WINDOW_BUFFER = 1 << 16  # latency samples kept per window for its p50/p90
 
 
-class AgentTelemetry:
-    """The agent-side view of the board's sensors for one sustained run.
+def closed_loop(
+    call: Callable[[], object],
+    duration_s: float,
+    window_s: float,
+    on_window: Callable[[dict], None],
+    stop_requested: Callable[[], bool],
+    sched: Callable[[], tuple[int, int] | None] | None = None,
+) -> dict:
+    """Call ``call`` back to back for ``duration_s``, closing a window every ``window_s``.
 
-    Wraps the 1 Hz ``TelemetrySampler`` and flattens its samples to
-    ``{"t": monotonic s, "temp_c", "clock_khz", "throttled", "cooling"}`` so windows
-    (timed by the worker on the same clock) can be scored against them. With no
-    sensors at all it still runs and reports ``absent``.
+    Window boundaries are CLOCK_MONOTONIC (``time.monotonic``), the clock the agent's
+    samplers share. When ``stop_requested()`` turns true the window in progress is
+    closed as ``partial`` (it holds the hottest sample) and the loop ends. ``sched``
+    (the caller's reader of its own CPU and run-queue wait, ns) is read at each window
+    boundary: a window's ``sched_ns`` is ``[cpu_ns, wait_ns]`` within it, or None.
+    Returns ``{windows, stopped_early, started_at}``.
     """
+    clock = time.perf_counter_ns
+    buf = np.empty(WINDOW_BUFFER, dtype=np.int64)
+    windows: list[dict] = []
+    start = time.monotonic()
+    end = start + duration_s
+    w_start = start
+    n = 0
+    w_sched = sched() if sched else None
 
-    def __init__(self, sampler, thermal: dict):
-        self._sampler = sampler
-        self.trip_c = thermal.get("trip_c")
-        self.has_temperature = bool(sampler.has_temperature)
-
-    @classmethod
-    def open(cls, root) -> AgentTelemetry:
-        """Discover sensors under ``root`` (the configurable probe root)."""
-        from ..probes.telemetry import TelemetrySampler
-        from ..probes.thermal import read_thermal
-
-        return cls(TelemetrySampler(root, interval_s=1.0), read_thermal(root))
-
-    def read_temp_c(self) -> float | None:
-        """Read the authoritative temperature now."""
-        return self._sampler.sample_once()["temp_c"]
-
-    def latest_temp_c(self) -> float | None:
-        """The temperature of the newest 1 Hz sample."""
-        samples = self._sampler.samples()
-        return samples[-1]["temp_c"] if samples else None
-
-    def slope_c_per_min(self, last_s: float) -> float | None:
-        """Temperature slope over the last ``last_s`` seconds of samples (°C/min), None without readings."""
-        from ..probes.telemetry import slope_c_per_min
-
-        samples = self._sampler.samples()
-        if not samples:
-            return None
-        recent = [x for x in samples if x["t_s"] >= samples[-1]["t_s"] - last_s]
-        return slope_c_per_min(recent)
-
-    def _flat(self, s: dict) -> dict:
-        clocks = [c for c in (s.get("clocks_khz") or {}).values() if c]
-        if s.get("arm_clock_khz"):
-            clocks.append(
-                s["arm_clock_khz"]
-            )  # the Pi's measured clock beats cpufreq's requested one
-        return {
-            "t": self._sampler.start_monotonic + s["t_s"],
-            "temp_c": s.get("temp_c"),
-            "clock_khz": min(clocks) if clocks else None,
-            "throttled": s.get("throttled"),
-            "cooling": s.get("cooling_states") or {},
+    def close_window(now: float, partial: bool) -> None:
+        nonlocal w_sched
+        taken = buf[: min(n, len(buf))]
+        end_sched = sched() if sched else None
+        sched_ns = (
+            [end_sched[0] - w_sched[0], end_sched[1] - w_sched[1]]
+            if w_sched is not None and end_sched is not None
+            else None
+        )
+        w_sched = end_sched
+        window = {
+            "index": len(windows),
+            "t0": w_start,
+            "t1": now,
+            "count": n,
+            "rate_per_s": n / (now - w_start),
+            "p50_ms": float(np.percentile(taken, 50)) / 1e6,
+            "p90_ms": float(np.percentile(taken, 90)) / 1e6,
+            "partial": partial,
+            "sched_ns": sched_ns,
         }
+        windows.append(window)
+        on_window(window)
 
-    def start(self) -> None:
-        """Start the 1 Hz sampling thread."""
-        self._sampler.start()
-
-    def samples(self) -> list[dict]:
-        """Samples so far, flattened."""
-        return [self._flat(s) for s in self._sampler.samples()]
-
-    def stop(self) -> list[dict]:
-        """Stop sampling; every sample, flattened."""
-        self._sampler.stop()
-        return self.samples()
-
-    def describe(self) -> str | dict:
-        """``absent`` when the board exposes no temperature sensor, else which zones were read."""
-        if not self.has_temperature:
-            return "absent"
-        return {"zones": self._sampler.zone_types}
-
-
-def _throttle_now(sample: dict) -> bool:
-    """A firmware throttle bit set now, or a CPU cooling device engaged."""
-    cooling = any((v or 0) > 0 for v in (sample.get("cooling") or {}).values())
-    return throttle_active(sample.get("throttled")) or cooling
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        while not stop_requested():
+            t0 = clock()
+            call()
+            buf[n % len(buf)] = clock() - t0
+            n += 1
+            now = time.monotonic()
+            if now - w_start >= window_s or now >= end:
+                close_window(now, partial=False)
+                w_start, n = now, 0
+                if now >= end:
+                    break
+        stopped = stop_requested()
+        if stopped and n > 0:
+            close_window(time.monotonic(), partial=True)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    return {"windows": windows, "stopped_early": stopped, "started_at": start}
 
 
 def _under_voltage(sample: dict) -> bool:
@@ -100,32 +107,70 @@ def _under_voltage(sample: dict) -> bool:
     return bool(flags and flags["now"]["under_voltage"])
 
 
-def window_telemetry(window: dict, samples: Sequence[dict], trip_c: float | None) -> dict:
-    """Max temperature, clocks and throttle state of the samples inside one window."""
+def nominal_clocks_khz(samples: Sequence[dict]) -> dict[str, int]:
+    """The highest clock each cpufreq policy reached in the run: the clock-drop reference."""
+    nominal: dict[str, int] = {}
+    for s in samples:
+        for name, khz in (s.get("clocks_khz") or {}).items():
+            if khz:
+                nominal[name] = max(nominal.get(name, 0), khz)
+    return nominal
+
+
+def window_telemetry(
+    window: dict,
+    samples: Sequence[dict],
+    trip_c: float | None,
+    nominal_khz: dict[str, int] | None = None,
+) -> dict:
+    """Temperature, clocks and throttle evidence of one window.
+
+    Uses the samples inside the window and the first one after it (a state change
+    between the last sample inside and the window's end shows there first). Throttle
+    indicators are ``probes.telemetry.throttle_reasons``, the one throttle rule.
+    """
     inside = [s for s in samples if window["t0"] <= s["t"] <= window["t1"]]
+    after = [s for s in samples if s["t"] > window["t1"]]
+    judged = inside + after[:1]
     temps = [s["temp_c"] for s in inside if s.get("temp_c") is not None]
-    clocks = [s["clock_khz"] for s in inside if s.get("clock_khz")]
+    clocks = [c for s in inside for c in _clocks(s)]
     max_temp = max(temps) if temps else None
-    over_trip = trip_c is not None and max_temp is not None and max_temp >= trip_c
+    reasons: list[str] = []
+    for s in judged:
+        for r in throttle_reasons(s, trip_c=trip_c, nominal_khz=nominal_khz or None):
+            if r not in reasons:
+                reasons.append(r)
     return {
         "max_temp_c": max_temp,
         "min_clock_khz": min(clocks) if clocks else None,
         "max_clock_khz": max(clocks) if clocks else None,
-        "throttle_flags": any(_throttle_now(s) for s in inside),
-        "under_voltage": any(_under_voltage(s) for s in inside),
-        "over_trip": over_trip,
+        "throttle_flags": any(throttle_active(s.get("throttled")) for s in judged),
+        "throttle_reasons": reasons,
+        "under_voltage": any(_under_voltage(s) for s in judged),
+        "over_trip": trip_c is not None and max_temp is not None and max_temp >= trip_c,
         "samples": len(inside),
     }
 
 
-def score_windows(windows: Sequence[dict], started_at: float) -> dict:
-    """Peak, sustained, stability, first throttle, 3 % drop and the verdict, from scored windows.
+def _clocks(sample: dict) -> list[int]:
+    clocks = [c for c in (sample.get("clocks_khz") or {}).values() if c]
+    if sample.get("arm_clock_khz"):
+        clocks.append(sample["arm_clock_khz"])  # the Pi's measured clock
+    return clocks
 
-    A window counts as throttled when a throttle flag was set, its temperature reached
-    the trip point, or the clock fell below 95 % of the maximum seen.
+
+def score_windows(windows: Sequence[dict], started_at: float) -> dict:
+    """Peak, sustained, stability, first throttle, 3 % drop, the cause of drops and the verdict.
+
+    Windows carry ``throttle_reasons`` and ``interference`` (see ``window_telemetry``
+    and ``attribution.contention_between``). Verdicts: ``failed`` (under-voltage, or
+    throttled with stability < 0.90 over the windows interference did not touch),
+    ``inconclusive`` (a drop explained by interference), ``degraded`` (throttled, or
+    stability < 0.97 with throttling), ``unexplained`` (a drop with neither cause
+    measured), ``stable``.
     """
     if not windows:
-        return {"windows": 0, "verdict": "failed", "reason": "no complete window"}
+        return {"windows": 0, "verdict": "failed", "cause": "none", "reason": "no complete window"}
     # A partial window (the run was stopped inside it) counts for temperature and
     # throttling, not for throughput: its rate over a fraction of a window is noise.
     full = [w for w in windows if not w.get("partial")] or list(windows)
@@ -133,71 +178,59 @@ def score_windows(windows: Sequence[dict], started_at: float) -> dict:
     starts = [w["t0"] - started_at for w in full]
     peak = peak_rate(rates)
     sustained = sustained_rate(rates)
-    clock_ref = max((w.get("max_clock_khz") or 0) for w in windows) or None
-
-    def throttled(w: dict) -> bool:
-        low_clock = clock_ref and w.get("min_clock_khz") and w["min_clock_khz"] < 0.95 * clock_ref
-        return bool(w.get("throttle_flags") or w.get("over_trip") or low_clock)
-
-    first_throttle = next((w["t0"] - started_at for w in windows if throttled(w)), None)
+    attribution = attribute_windows(windows)
+    throttled_windows = [w for w in windows if w.get("throttle_reasons")]
+    first_throttle = throttled_windows[0]["t0"] - started_at if throttled_windows else None
     temps = [w["max_temp_c"] for w in windows if w.get("max_temp_c") is not None]
     stab = stability(rates)
+    clean = [w["rate_per_s"] for w in full if w.get("cause") != "interference"]
+    stab_clean = stability(clean) if clean else stab
     under_voltage = any(w.get("under_voltage") for w in windows)
+    interfered = [w for w in full if w.get("cause") == "interference"]
+    verdict = sustained_verdict(
+        stab_clean if interfered else stab,
+        throttled=first_throttle is not None,
+        under_voltage=under_voltage,
+        interference=bool(interfered),
+        crashed=False,
+    )
     return {
         "windows": len(full),
         "peak_per_s": peak,
         "sustained_per_s": sustained,
         "stability": stab,
+        "stability_without_interference": stab_clean,
         "sustained_over_peak": sustained / peak if peak else None,
         "time_to_first_throttle_s": first_throttle,
         "time_to_3pct_drop_s": first_drop_time_s(starts, rates, peak, 0.03),
         "peak_temp_c": max(temps) if temps else None,
         "throttled": first_throttle is not None,
         "under_voltage": under_voltage,
-        "verdict": sustained_verdict(stab, first_throttle is not None, under_voltage, False),
+        "cause": "throttling" if under_voltage else attribution["cause"],
+        "interference_windows": len(interfered),
+        "verdict": verdict,
+        "reason": _verdict_reason(verdict, stab, stab_clean, interfered, throttled_windows),
     }
 
 
-def wait_for_cooldown(
-    read_temp_c: Callable[[], float | None],
-    idle_c: float | None,
-    timeout_s: float,
-    interval_s: float = 1.0,
-    cancel=None,
-    min_span_s: float = 10.0,
-) -> dict:
-    """Wait until the temperature is within 5 °C of idle and its slope is < 0.5 °C/min.
-
-    ``idle_c`` is the temperature before the run loaded the board (None: the first
-    reading here). The slope is judged over the last 30 s, after at least ``min_span_s``
-    of readings (``idle_cooldown_ok``). With no sensor there is nothing to wait for, and
-    that is recorded; at ``timeout_s`` it gives up and records that it did.
-    """
-    from ..probes.telemetry import idle_cooldown_ok
-
-    first = read_temp_c()
-    if first is None:
-        return {"waited_s": 0.0, "reached": None, "reason": "no temperature sensor"}
-    idle = idle_c if idle_c is not None else first
-    start = time.monotonic()
-    samples = [{"t_s": 0.0, "temp_c": first}]
-    while True:
-        time.sleep(interval_s)
-        elapsed = time.monotonic() - start
-        samples.append({"t_s": elapsed, "temp_c": read_temp_c()})
-        recent = [x for x in samples if elapsed - x["t_s"] <= 30.0]
-        if elapsed >= min(min_span_s, timeout_s) and idle_cooldown_ok(recent, idle):
-            return {
-                "waited_s": round(elapsed, 1),
-                "reached": True,
-                "temp_c": samples[-1]["temp_c"],
-                "idle_c": idle,
-            }
-        if elapsed >= timeout_s or (cancel is not None and cancel.is_set()):
-            return {
-                "waited_s": round(elapsed, 1),
-                "reached": False,
-                "temp_c": samples[-1]["temp_c"],
-                "idle_c": idle,
-                "reason": f"cooldown timeout after {timeout_s:g} s",
-            }
+def _verdict_reason(verdict, stab, stab_clean, interfered, throttled) -> str | None:
+    if verdict == "stable":
+        return None
+    if verdict == "inconclusive":
+        detail = "; ".join(interfered[0].get("cause_detail") or [])
+        return (
+            f"throughput fell to {stab:.0%} of its best in {len(interfered)} window(s) while "
+            f"other processes took the CPU ({detail}); re-run on a quiet board"
+        )
+    if verdict == "unexplained":
+        return (
+            f"throughput fell to {stab:.0%} of its best with no throttling or interference "
+            "measured (unexplained)"
+        )
+    names = sorted({r for w in throttled for r in w.get("throttle_reasons", [])})
+    if verdict == "failed" and not throttled:
+        return "under-voltage"
+    low = stab_clean < DEGRADED_MIN_STABILITY
+    return f"throttled ({', '.join(names) or 'under-voltage'}); stability {stab_clean:.2f}" + (
+        " below 0.90" if low else ""
+    )

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import statistics
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -218,16 +219,6 @@ class TelemetrySampler:
         with self._lock:
             return list(self._samples)
 
-    def samples_between(self, t0_s: float, t1_s: float) -> list[dict]:
-        """Samples with ``t0_s <= t_s < t1_s`` (seconds since start)."""
-        return [s for s in self.samples() if t0_s <= s["t_s"] < t1_s]
-
-    def t_s(self, monotonic_s: float) -> float:
-        """A ``time.monotonic()`` reading expressed on this sampler's ``t_s`` axis."""
-        if self.start_monotonic is None:
-            raise RuntimeError("TelemetrySampler not started")
-        return monotonic_s - self.start_monotonic
-
     def __enter__(self) -> TelemetrySampler:
         self.start()
         return self
@@ -238,15 +229,9 @@ class TelemetrySampler:
 
 def linear_slope(xs: list[float], ys: list[float]) -> float | None:
     """Least-squares slope dy/dx; ``None`` with fewer than two distinct x."""
-    n = len(xs)
-    if n < 2:
+    if len(xs) < 2 or len(set(xs)) < 2:
         return None
-    mx = sum(xs) / n
-    my = sum(ys) / n
-    sxx = sum((x - mx) ** 2 for x in xs)
-    if sxx == 0:
-        return None
-    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
+    return statistics.linear_regression(xs, ys).slope
 
 
 def slope_c_per_min(samples: Iterable[Mapping], key: str = "temp_c") -> float | None:
@@ -320,3 +305,60 @@ def throttle_reasons(
     if trip_c is not None and temp is not None and temp >= trip_c:
         reasons.append(INDICATOR_PASSIVE_TRIP)
     return reasons
+
+
+class BoardTelemetry:
+    """The agent's view of the board's sensors during one sustained run.
+
+    Wraps a 1 Hz :class:`TelemetrySampler` and gives its samples an absolute ``t``
+    (CLOCK_MONOTONIC seconds), the clock the worker times its windows on, so the two
+    line up. With no sensors at all it still runs and reports ``absent``.
+    """
+
+    def __init__(self, sampler: TelemetrySampler, trip_c: float | None):
+        self._sampler = sampler
+        self.trip_c = trip_c
+        self.has_temperature = sampler.has_temperature
+
+    @classmethod
+    def open(cls, root) -> BoardTelemetry:
+        """Discover sensors under ``root`` (the configurable probe root)."""
+        from edgequal.agent.probes.thermal import read_thermal
+
+        return cls(TelemetrySampler(root, interval_s=1.0), read_thermal(root).get("trip_c"))
+
+    def read_temp_c(self) -> float | None:
+        """Read the authoritative temperature now."""
+        return self._sampler.sample_once()["temp_c"]
+
+    def latest_temp_c(self) -> float | None:
+        """The temperature of the newest 1 Hz sample."""
+        samples = self._sampler.samples()
+        return samples[-1]["temp_c"] if samples else None
+
+    def slope_c_per_min(self, last_s: float) -> float | None:
+        """Temperature slope over the last ``last_s`` seconds of samples (°C/min), None without readings."""
+        samples = self._sampler.samples()
+        if not samples:
+            return None
+        return slope_c_per_min([x for x in samples if x["t_s"] >= samples[-1]["t_s"] - last_s])
+
+    def start(self) -> None:
+        """Start the 1 Hz sampling thread."""
+        self._sampler.start()
+
+    def samples(self) -> list[dict]:
+        """Samples so far, each with ``t`` on CLOCK_MONOTONIC."""
+        start = self._sampler.start_monotonic or 0.0
+        return [{**s, "t": start + s["t_s"]} for s in self._sampler.samples()]
+
+    def stop(self) -> list[dict]:
+        """Stop sampling; every sample."""
+        self._sampler.stop()
+        return self.samples()
+
+    def describe(self) -> str | dict:
+        """``absent`` when the board exposes no temperature sensor, else which zones were read."""
+        if not self.has_temperature:
+            return "absent"
+        return {"zones": self._sampler.zone_types}

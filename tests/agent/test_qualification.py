@@ -25,15 +25,27 @@ RUNNABLE = [
 ]
 
 
+def assert_passed_or_explained(out: dict) -> None:
+    """Passed; or, where a 0.5 s warm-up did not settle on a shared machine, a status whose
+    cause the report's own evidence shows: inconclusive only with interference measured."""
+    if out["status"] == "passed":
+        return
+    assert out["status"] in ("degraded", "inconclusive"), out["reason"]
+    for entry in out["results"]["latency"]["per_shape"]:
+        if entry["cause"] == "interference":
+            ev = entry["interference"]
+            assert ev["runq_wait_share"] >= 0.05 or ev["steal_share"] >= 0.02, ev
+        elif entry["cause"] == "unexplained":
+            assert out["status"] == "degraded"
+    assert ("other processes took the CPU" in out["reason"]) == (out["status"] == "inconclusive")
+
+
 @pytest.mark.parametrize("name", RUNNABLE)
 def test_every_example_model_qualifies_through_the_worker(
     name, example_models, golden_sets, fast_plan
 ):
     out = run_measurement(example_models[name], golden_sets[name], fast_plan)
-    # On a shared machine a 0.5 s warm-up may not settle; that is "degraded", never "failed".
-    assert out["status"] == "passed" or (
-        out["status"] == "degraded" and "steady" in out["reason"]
-    ), out["reason"]
+    assert_passed_or_explained(out)
     results = out["results"]
     expected_runtime = (
         "litert" if name in ("classifier_tflite", "classifier_int8") else "onnxruntime"
@@ -85,10 +97,13 @@ def test_latency_stop_rule_needs_both_runs_and_seconds(example_models):
         latency_min_s=0.5,
     )
     out = run_measurement(example_models["micro"], None, plan)
-    s = out["results"]["latency"]["per_shape"][0]["summary"]
-    # micro runs in microseconds: 0.5 s of it is far more than 20 runs.
-    assert s["count"] > 1000
-    assert s["count"] * s["mean_ms"] >= 0.5 * 1e3 * 0.9
+    entry = out["results"]["latency"]["per_shape"][0]
+    s = entry["summary"]
+    # micro runs in microseconds: the 20 runs come long before the 0.5 s, so the loop ran
+    # on until the seconds were done too (the loop's own clock, whatever the machine's load).
+    assert s["count"] > 20
+    assert entry["loop_s"] >= 0.5
+    assert s["count"] * s["mean_ms"] <= entry["loop_s"] * 1e3  # timed calls fit in the loop
 
 
 def test_unsupported_operator_is_a_finding_with_its_name(example_models, fast_plan):
@@ -192,7 +207,7 @@ def test_dynamic_model_with_shape(example_models):
         shapes={"image": [2, 3, 20, 24]},
     )
     out = run_measurement(example_models["dynamic"], None, plan)
-    assert out["status"] in ("passed", "degraded")
+    assert_passed_or_explained(out)
     assert out["results"]["latency"]["per_shape"][0]["shape"] == "image=2x3x20x24"
 
 

@@ -1,0 +1,110 @@
+"""The job a worker process runs: a typed message from the agent to ``agent/worker.py``.
+
+One JSON line on the worker's stdin. Three kinds, one per measurement phase:
+``cold_load`` (import, load, first inference in a fresh process), ``warm`` (warm-up,
+latency per input shape, drift over the golden set, memory) and ``sustained``
+(closed-loop windows while the board heats).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from .measure.latency import LatencySettings
+from .plan import Plan
+from .runtimes.base import RuntimeOptions
+
+JOB_KINDS = ("cold_load", "warm", "sustained")
+
+
+@dataclass(frozen=True)
+class SustainSettings:
+    """How long the closed loop runs and how long each window is."""
+
+    duration_s: float
+    window_s: float
+
+
+@dataclass(frozen=True)
+class WorkerJob:
+    """Everything one worker needs: the phase, the files, the runtime and its options."""
+
+    kind: str
+    model: str
+    golden: str | None
+    runtime: str
+    threads: int | None = None
+    providers: tuple[str, ...] | None = None
+    graph_optimization: str = "all"
+    xnnpack: bool = True
+    shapes: dict | None = None
+    seed: int = 0
+    evict_page_cache: bool = True  # cold_load
+    latency: LatencySettings | None = None  # warm
+    sustain: SustainSettings | None = None  # sustained
+
+    @classmethod
+    def for_phase(
+        cls, kind: str, model: Path, golden: Path | None, plan: Plan, runtime: str, **settings
+    ) -> WorkerJob:
+        """The job for one phase of ``plan``; ``settings`` are the phase's own (latency, sustain)."""
+        if kind not in JOB_KINDS:
+            raise ValueError(f"unknown worker job kind {kind!r}")
+        return cls(
+            kind=kind,
+            model=str(model),
+            golden=str(golden) if golden else None,
+            runtime=runtime,
+            threads=plan.threads,
+            providers=plan.providers,
+            graph_optimization=plan.graph_optimization,
+            xnnpack=plan.xnnpack,
+            shapes=dict(plan.shapes),
+            seed=plan.seed,
+            evict_page_cache=plan.evict_page_cache,
+            **settings,
+        )
+
+    def runtime_options(self) -> RuntimeOptions:
+        """What the runtime adapter is asked for."""
+        return RuntimeOptions(
+            threads=self.threads,
+            providers=list(self.providers) if self.providers is not None else None,
+            graph_optimization=self.graph_optimization,
+            xnnpack=self.xnnpack,
+        )
+
+    def to_json(self) -> dict:
+        """The JSON line the worker reads."""
+        out = {
+            "kind": self.kind,
+            "model": self.model,
+            "golden": self.golden,
+            "runtime": self.runtime,
+            "threads": self.threads,
+            "providers": list(self.providers) if self.providers is not None else None,
+            "graph_optimization": self.graph_optimization,
+            "xnnpack": self.xnnpack,
+            "shapes": self.shapes or {},
+            "seed": self.seed,
+            "evict_page_cache": self.evict_page_cache,
+            "latency": self.latency.to_json() if self.latency else None,
+            "sustain": (
+                {"duration_s": self.sustain.duration_s, "window_s": self.sustain.window_s}
+                if self.sustain
+                else None
+            ),
+        }
+        return out
+
+    @classmethod
+    def from_json(cls, obj: dict) -> WorkerJob:
+        """Read the worker's JSON line back."""
+        job = cls(**{k: v for k, v in obj.items() if k not in ("latency", "sustain")})
+        return replace(
+            job,
+            providers=tuple(obj["providers"]) if obj.get("providers") is not None else None,
+            latency=LatencySettings.from_json(obj["latency"]) if obj.get("latency") else None,
+            sustain=SustainSettings(**obj["sustain"]) if obj.get("sustain") else None,
+        )

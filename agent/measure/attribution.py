@@ -1,0 +1,177 @@
+"""The cause of a slow window or an unsteady latency phase: throttling, interference or unexplained.
+
+Pure functions over the contention samples of ``probes/contention.py`` and the
+throttle evidence of ``probes/telemetry.py``, measured in the same window as the
+throughput they explain (docs/measurement.md, "Attribution"):
+
+- ``throttling``: a throttle indicator fired in the window (firmware flags, a clock
+  below 97 % of the highest seen, a CPU cooling device engaged, the trip point reached);
+- ``interference``: the worker waited for a CPU (run-queue wait) or other processes
+  used more CPU, or the hypervisor stole time, more than in the reference window;
+- ``unexplained``: the window is slower and neither was measured.
+
+Throttling and under-voltage can fail a run; interference makes it ``inconclusive``
+(re-run on a quiet board); an unexplained drop is reported beside the figures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+# A window more than this much slower than the best counts as a drop (the 97 % rule).
+DROP_FRACTION = 0.03
+# Rises over the reference window that count as interference: the share of the time
+# the worker was runnable that it spent waiting, other processes' CPU (in CPUs), steal.
+RUNQ_WAIT_RISE = 0.05
+OTHER_CPU_RISE_CPUS = 0.25
+STEAL_RISE = 0.02
+# Absolute levels for a phase with no reference window (warm latency).
+RUNQ_WAIT_PRESENT = 0.05
+STEAL_PRESENT = 0.02
+TOP_PROCESSES = 5
+
+
+def _bracket(samples: Sequence[dict], t0: float, t1: float) -> tuple[dict, dict] | None:
+    before = [s for s in samples if s["t"] <= t0]
+    after = [s for s in samples if s["t"] >= t1]
+    a = before[-1] if before else (samples[0] if samples else None)
+    b = after[0] if after else (samples[-1] if samples else None)
+    if a is None or b is None or b["t"] <= a["t"]:
+        return None
+    return a, b
+
+
+def contention_between(
+    samples: Sequence[dict],
+    t0: float,
+    t1: float,
+    cpu_count: int,
+    ticks_per_s: int,
+    worker_sched_ns: Sequence[int] | None = None,
+) -> dict | None:
+    """What competed with the worker from ``t0`` to ``t1`` (CLOCK_MONOTONIC s), or None.
+
+    ``worker_sched_ns`` is the worker's own ``[cpu_ns, wait_ns]`` from ``t0`` to ``t1``.
+    The machine-wide figures use the last sample at or before ``t0`` and the first at or
+    after ``t1``, so their span covers the window (``span_s`` says how long it was). Returns
+    ``{span_s, worker_cpus, cpu_share, runq_wait_share, other_cpus, other_cpu_share,
+    steal_share, top_processes}``: ``worker_cpus`` CPUs the worker used on average;
+    ``cpu_share`` of the time the worker was runnable, the share it ran
+    (``runq_wait_share`` = 1 - that; None without schedstat); ``other_cpus`` CPUs used
+    by other processes (not the worker, not the agent); ``other_cpu_share`` that over
+    all CPUs; ``steal_share`` of all CPU time taken by a hypervisor; ``top_processes``
+    ``[{name, cpu_share}]`` the busiest others, ``cpu_share`` in CPUs.
+    """
+    pair = _bracket(samples, t0, t1)
+    if pair is None:
+        return None
+    a, b = pair
+    span = b["t"] - a["t"]
+    out: dict = {"span_s": round(span, 3)}
+    worker_cpus = 0.0
+    if worker_sched_ns is not None and t1 > t0:
+        cpu_ns, wait_ns = worker_sched_ns
+        worker_cpus = cpu_ns / 1e9 / (t1 - t0)
+        runnable = cpu_ns + wait_ns
+        out["worker_cpus"] = round(worker_cpus, 4)
+        out["cpu_share"] = round(cpu_ns / runnable, 4) if runnable > 0 else None
+        out["runq_wait_share"] = round(wait_ns / runnable, 4) if runnable > 0 else None
+    else:
+        out.update(worker_cpus=None, cpu_share=None, runq_wait_share=None)
+    if a.get("cpu") and b.get("cpu"):
+        total = b["cpu"]["total"] - a["cpu"]["total"]
+        busy_s = (b["cpu"]["busy"] - a["cpu"]["busy"]) / ticks_per_s
+        agent_s = 0.0
+        if a.get("agent_ticks") is not None and b.get("agent_ticks") is not None:
+            agent_s = (b["agent_ticks"] - a["agent_ticks"]) / ticks_per_s
+        other_cpus = max(0.0, (busy_s - agent_s) / span - worker_cpus)
+        out["other_cpus"] = round(other_cpus, 4)
+        out["other_cpu_share"] = round(other_cpus / cpu_count, 4)
+        out["steal_share"] = (
+            round((b["cpu"]["steal"] - a["cpu"]["steal"]) / total, 4) if total > 0 else 0.0
+        )
+    else:
+        out.update(other_cpus=None, other_cpu_share=None, steal_share=None)
+    used: dict[str, int] = {}
+    for s in samples:
+        if a["t"] < s["t"] <= b["t"]:
+            for name, ticks in s.get("others", {}).items():
+                used[name] = used.get(name, 0) + ticks
+    top = sorted(used.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_PROCESSES]
+    out["top_processes"] = [
+        {"name": name, "cpu_share": round(ticks / ticks_per_s / span, 3)} for name, ticks in top
+    ]
+    return out
+
+
+def interference_rise(evidence: dict | None, reference: dict | None) -> list[str]:
+    """How ``evidence`` shows more interference than ``reference`` (empty: it does not)."""
+    if not evidence or not reference:
+        return []
+    reasons = []
+
+    def rise(key: str) -> float | None:
+        if evidence.get(key) is None or reference.get(key) is None:
+            return None
+        return evidence[key] - reference[key]
+
+    wait = rise("runq_wait_share")
+    if wait is not None and wait >= RUNQ_WAIT_RISE:
+        reasons.append(f"run-queue wait +{wait:.0%} of runnable time")
+    other = rise("other_cpus")
+    if other is not None and other >= OTHER_CPU_RISE_CPUS:
+        reasons.append(f"other processes +{other:.2f} CPUs")
+    steal = rise("steal_share")
+    if steal is not None and steal >= STEAL_RISE:
+        reasons.append(f"steal +{steal:.0%}")
+    return reasons
+
+
+def interference_present(evidence: dict | None) -> list[str]:
+    """Interference in a span judged on its own (no reference): the worker waited, or time was stolen."""
+    if not evidence:
+        return []
+    reasons = []
+    wait = evidence.get("runq_wait_share")
+    if wait is not None and wait >= RUNQ_WAIT_PRESENT:
+        reasons.append(f"run-queue wait {wait:.0%} of runnable time")
+    steal = evidence.get("steal_share")
+    if steal is not None and steal >= STEAL_PRESENT:
+        reasons.append(f"steal {steal:.0%}")
+    if wait is None and (evidence.get("other_cpus") or 0) >= OTHER_CPU_RISE_CPUS * 2:
+        reasons.append(f"other processes used {evidence['other_cpus']:.2f} CPUs")
+    return reasons
+
+
+def attribute_windows(windows: Sequence[dict]) -> dict:
+    """Give each window a ``cause`` and the run a verdict, from evidence in the same windows.
+
+    Each window needs ``rate_per_s``, ``throttle_reasons`` (list) and ``interference``
+    (``contention_between``'s dict or None); partial windows count for throttling
+    only. The reference is the fastest full window. Returns ``{cause, drops,
+    reference_index}`` and sets ``cause`` (``none``, ``throttling``, ``interference``,
+    ``unexplained``) and ``cause_detail`` on each window.
+    """
+    full = [w for w in windows if not w.get("partial")]
+    if not full:
+        return {"cause": "none", "drops": 0, "reference_index": None}
+    reference = max(full, key=lambda w: w["rate_per_s"])
+    best = reference["rate_per_s"]
+    worst_cause, worst_rate, drops = "none", best, 0
+    for w in windows:
+        detail: list[str] = []
+        dropped = not w.get("partial") and w["rate_per_s"] < (1 - DROP_FRACTION) * best
+        if w.get("throttle_reasons"):
+            cause, detail = "throttling", list(w["throttle_reasons"])
+        elif not dropped:
+            cause = "none"
+        else:
+            detail = interference_rise(w.get("interference"), reference.get("interference"))
+            cause = "interference" if detail else "unexplained"
+        if dropped:
+            drops += 1
+            if w["rate_per_s"] < worst_rate:
+                worst_cause, worst_rate = cause, w["rate_per_s"]
+        w["cause"] = cause
+        w["cause_detail"] = detail
+    return {"cause": worst_cause, "drops": drops, "reference_index": reference["index"]}

@@ -1,0 +1,196 @@
+"""Who else used the CPU: the evidence that tells interference from throttling.
+
+- the worker's CPU time and run-queue wait, summed over its threads from
+  ``/proc/<pid>/task/<tid>/schedstat`` (``cpu_ns wait_ns timeslices``; the wait is
+  time the thread was runnable but another task had the CPU), read by the worker
+  itself at the edges of its timed loop and of each sustained window;
+
+and sampled at 1 Hz by the agent (never the worker) while a worker measures:
+
+- the whole machine's busy, idle and steal time from the ``cpu`` line of ``/proc/stat``;
+- the CPU time of every other process since the previous sample, by name (``comm``)
+  only: command lines and arguments may hold secrets and are never read.
+
+Parsers are pure and tested on recorded text; :class:`ContentionSampler` reads the
+real ``/proc`` (``proc_root``), which a board emulator does not replace: the
+processes competing for this machine's CPUs are real.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+# /proc/stat's cpu line: user nice system idle iowait irq softirq steal guest guest_nice.
+# guest time is already counted in user and nice, so the total leaves it out.
+_STAT_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+
+
+def parse_proc_stat(text: str) -> dict:
+    """The aggregate ``cpu`` line of /proc/stat: ``{total, busy, idle, steal}`` in clock ticks."""
+    for line in text.splitlines():
+        parts = line.split()
+        if parts and parts[0] == "cpu":
+            values = [int(v) for v in parts[1 : 1 + len(_STAT_FIELDS)]]
+            values += [0] * (len(_STAT_FIELDS) - len(values))
+            f = dict(zip(_STAT_FIELDS, values))
+            total = sum(values)
+            idle = f["idle"] + f["iowait"]
+            return {"total": total, "busy": total - idle, "idle": idle, "steal": f["steal"]}
+    raise ValueError("no aggregate cpu line in /proc/stat")
+
+
+def parse_schedstat(text: str) -> tuple[int, int]:
+    """``(cpu_ns, wait_ns)`` from a /proc/<pid>[/task/<tid>]/schedstat line."""
+    parts = text.split()
+    if len(parts) < 2:
+        raise ValueError(f"not a schedstat line: {text!r}")
+    return int(parts[0]), int(parts[1])
+
+
+def parse_pid_stat(text: str) -> tuple[str, int, int]:
+    """``(comm, pgrp, utime + stime ticks)`` from /proc/<pid>/stat.
+
+    ``comm`` sits in parentheses and may itself hold spaces and parentheses, so the
+    fields are counted from the last ``)``.
+    """
+    open_ = text.index("(")
+    close = text.rindex(")")
+    comm = text[open_ + 1 : close]
+    rest = text[close + 2 :].split()
+    # rest[0] is field 3 (state): pgrp is field 5, utime 14, stime 15.
+    return comm, int(rest[2]), int(rest[11]) + int(rest[12])
+
+
+def _read(path: Path) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def read_worker_schedstat(proc_root: Path, pid: int) -> tuple[int, int] | None:
+    """The worker's CPU and run-queue wait (ns) over all its threads; None when unreadable."""
+    try:
+        tids = os.listdir(proc_root / str(pid) / "task")
+    except OSError:
+        return None
+    cpu = wait = 0
+    seen = False
+    for tid in tids:
+        text = _read(proc_root / str(pid) / "task" / tid / "schedstat")
+        if text is None:
+            continue
+        try:
+            c, w = parse_schedstat(text)
+        except ValueError:
+            continue
+        cpu, wait, seen = cpu + c, wait + w, True
+    return (cpu, wait) if seen else None
+
+
+def read_process_ticks(proc_root: Path) -> dict[int, tuple[str, int, int]]:
+    """``{pid: (comm, pgrp, cpu ticks)}`` for every process readable now."""
+    out = {}
+    for entry in os.listdir(proc_root):
+        if not entry.isdigit():
+            continue
+        text = _read(proc_root / entry / "stat")
+        if text is None:
+            continue
+        try:
+            out[int(entry)] = parse_pid_stat(text)
+        except (ValueError, IndexError):
+            continue
+    return out
+
+
+class ContentionSampler:
+    """Samples the machine's CPU use and other processes' CPU at 1 Hz while a worker runs.
+
+    The worker reads its own CPU and run-queue wait at the edges of what it times
+    (:func:`read_worker_schedstat` on itself), exactly over the loop or window.
+
+    A sample is ``{"t", "cpu", "agent_ticks", "others"}``: ``t`` CLOCK_MONOTONIC
+    seconds; ``cpu`` the /proc/stat totals (ticks); ``agent_ticks`` this agent process's CPU ticks; ``others`` ``{comm: ticks}`` used
+    since the previous sample by processes outside the worker's process group and the
+    agent (only those that used any). The first sample after :meth:`start` and the last
+    at :meth:`stop` bracket the phase.
+    """
+
+    def __init__(self, worker_pid: int, proc_root: str | os.PathLike = "/proc", interval_s=1.0):
+        self.proc_root = Path(proc_root)
+        self.worker_pid = worker_pid
+        self.interval_s = float(interval_s)
+        self.clock_ticks_per_s = os.sysconf("SC_CLK_TCK")
+        self.cpu_count = os.cpu_count() or 1
+        self._agent_pid = os.getpid()
+        self._previous: dict[int, tuple[str, int, int]] = {}
+        self._samples: list[dict] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def sample_once(self) -> dict:
+        """Read everything once now and return the sample (also kept)."""
+        now = time.monotonic()
+        stat = _read(self.proc_root / "stat")
+        procs = read_process_ticks(self.proc_root)
+        others: dict[str, int] = {}
+        for pid, (comm, pgrp, ticks) in procs.items():
+            if pgrp == self.worker_pid or pid == self._agent_pid:
+                continue
+            before = self._previous.get(pid)
+            used = ticks - before[2] if before and before[0] == comm else ticks
+            if self._previous and used > 0:
+                others[comm] = others.get(comm, 0) + used
+        self._previous = procs
+        agent = procs.get(self._agent_pid)
+        sample = {
+            "t": now,
+            "cpu": parse_proc_stat(stat) if stat else None,
+            "agent_ticks": agent[2] if agent else None,
+            "others": others,
+        }
+        with self._lock:
+            self._samples.append(sample)
+        return sample
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.sample_once()
+            except Exception:  # a sampler must outlive any one bad read
+                log.exception("contention sample failed")
+
+    def start(self) -> None:
+        """Take the first sample now, then one every ``interval_s`` on a daemon thread."""
+        self.sample_once()
+        self._thread = threading.Thread(target=self._run, name="edgequal-contention", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> list[dict]:
+        """Take a last sample, stop, and return every sample."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.interval_s + 2.0)
+        self.sample_once()
+        return self.samples()
+
+    def samples(self) -> list[dict]:
+        """A copy of the samples so far, oldest first."""
+        with self._lock:
+            return list(self._samples)
+
+    def __enter__(self) -> ContentionSampler:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -26,6 +26,19 @@ class SustainSettings:
     window_s: float
 
 
+def latency_settings(plan: Plan) -> LatencySettings:
+    """The warm phase's settings from the plan's ``warmup_*`` and ``latency_*`` fields."""
+    return LatencySettings(
+        warmup_min_runs=plan.warmup_min_runs,
+        warmup_min_s=plan.warmup_min_s,
+        warmup_max_s=plan.warmup_max_s,
+        min_runs=plan.latency_min_runs,
+        min_s=plan.latency_min_s,
+        max_runs=plan.latency_max_runs,
+        max_s=plan.latency_max_s,
+    )
+
+
 @dataclass(frozen=True)
 class WorkerJob:
     """Everything one worker needs: the phase, the files, the runtime and its options."""

@@ -21,9 +21,8 @@ from pathlib import Path
 
 from . import __version__
 from .errors import BadInput, GoldenMismatch
-from .jobs import SustainSettings, WorkerJob
+from .jobs import SustainSettings, WorkerJob, latency_settings
 from .measure.attribution import contention_between, interference_present
-from .measure.latency import LatencySettings
 from .plan import Plan
 from .probes.contention import ContentionSampler
 from .probes.fingerprint import fingerprint as probe_fingerprint
@@ -140,15 +139,7 @@ def measure_warm(
     Each shape's latency loop gets the contention measured over the same span
     (``interference``) and a ``cause`` when it was unsteady or heavy-tailed.
     """
-    settings = LatencySettings(
-        warmup_min_runs=plan.warmup_min_runs,
-        warmup_min_s=plan.warmup_min_s,
-        warmup_max_s=plan.warmup_max_s,
-        min_runs=plan.latency_min_runs,
-        min_s=plan.latency_min_s,
-        max_runs=plan.latency_max_runs,
-        max_s=plan.latency_max_s,
-    )
+    settings = latency_settings(plan)
 
     def forward(event: dict) -> None:
         if event.get("event") == "phase":

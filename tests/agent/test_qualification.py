@@ -10,6 +10,7 @@ import time
 import pytest
 from edgequal.agent.errors import BadInput, GoldenMismatch
 from edgequal.agent.golden import GoldenCase, read_golden, write_golden
+from edgequal.agent.jobs import WorkerJob, latency_settings
 from edgequal.agent.plan import make_plan
 from edgequal.agent.qualification import run_measurement
 from edgequal.agent.supervisor import Worker
@@ -225,25 +226,26 @@ def test_negative_duration_is_bad_input():
         parse_duration_s("-5s")
 
 
+def _warm_job(model, **plan_fields) -> dict:
+    """The JSON of a ``warm`` worker job for ``model`` with the plan's latency fields set."""
+    plan = make_plan("quick", **plan_fields)
+    settings = latency_settings(plan)
+    job = WorkerJob.for_phase("warm", model, None, plan, "onnxruntime", latency=settings)
+    assert WorkerJob.from_json(job.to_json()) == job
+    return job.to_json()
+
+
 def test_worker_killed_by_a_signal_mid_latency_is_reported(example_models):
-    job = {
-        "kind": "measure",
-        "model": str(example_models["mid"]),
-        "golden": None,
-        "runtime": "onnxruntime",
-        "options": {"threads": 1},
-        "shapes": {},
-        "seed": 0,
-        "latency": {
-            "warmup_min_runs": 5,
-            "warmup_min_s": 0.05,
-            "warmup_max_s": 1.0,
-            "min_runs": 100000,
-            "min_s": 30.0,
-            "max_runs": 100000,
-            "max_s": None,
-        },
-    }
+    job = _warm_job(
+        example_models["mid"],
+        threads=1,
+        warmup_min_runs=5,
+        warmup_min_s=0.05,
+        warmup_max_s=1.0,
+        latency_min_runs=100000,
+        latency_min_s=30.0,
+        latency_max_runs=100000,
+    )
     seen = []
     worker = Worker(job, phase_timeout_s=60, on_event=seen.append)
     worker.start()
@@ -266,24 +268,15 @@ def test_worker_killed_by_a_signal_mid_latency_is_reported(example_models):
 
 
 def test_hang_is_killed_at_the_phase_timeout(example_models):
-    job = {
-        "kind": "measure",
-        "model": str(example_models["micro"]),
-        "golden": None,
-        "runtime": "onnxruntime",
-        "options": {},
-        "shapes": {},
-        "seed": 0,
-        "latency": {
-            "warmup_min_runs": 5,
-            "warmup_min_s": 0.01,
-            "warmup_max_s": 0.1,
-            "min_runs": 10,
-            "min_s": 60.0,
-            "max_runs": 10_000_000,
-            "max_s": None,
-        },
-    }
+    job = _warm_job(
+        example_models["micro"],
+        warmup_min_runs=5,
+        warmup_min_s=0.01,
+        warmup_max_s=0.1,
+        latency_min_runs=10,
+        latency_min_s=60.0,
+        latency_max_runs=1_000_000,
+    )
     worker = Worker(job, phase_timeout_s=1.5)
     worker.start()
     t0 = time.monotonic()
@@ -295,17 +288,10 @@ def test_hang_is_killed_at_the_phase_timeout(example_models):
 
 
 def test_memory_limit_kills_the_worker(example_models):
-    job = {
-        "kind": "cold",
-        "model": str(example_models["mid"]),
-        "golden": None,
-        "runtime": "onnxruntime",
-        "options": {},
-        "shapes": {},
-        "seed": 0,
-    }
+    plan = make_plan("quick")
+    job = WorkerJob.for_phase("cold_load", example_models["mid"], None, plan, "onnxruntime")
     # The worker's interpreter, numpy and onnxruntime alone take more than 30 MB.
-    worker = Worker(job, memory_limit_mb=30)
+    worker = Worker(job.to_json(), memory_limit_mb=30)
     worker.start()
     outcome = worker.wait()
     assert not outcome.ok

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from edgequal.agent.measure.sustained import wait_for_cooldown
+from edgequal.agent.probes.cooldown import wait_for_cooldown
 
 
 def test_settled_near_idle_is_reached():

@@ -237,7 +237,7 @@ def test_qualify_over_ssh_from_the_cli_pins_on_first_use(
     predicate = json.loads(capsys.readouterr().out)
     assert predicate["status"] in ("passed", "degraded")
     # Same envelope format as over gRPC: it verifies by device name through the CLI.
-    from edgequal.host.install import default_device_name
+    from edgequal.host.install_commands import default_device_name
     from edgequal.host.trust import KnownDevices
 
     name = default_device_name(sshd_server.url.removeprefix("ssh://"))

@@ -9,7 +9,7 @@ import pytest
 from edgequal.agent.cli import main as agent_main
 from edgequal.agent.golden import read_golden
 from edgequal.host.cli import main as edgequal_main
-from edgequal.host.examples import corrupt_model_bytes, example_inputs
+from edgequal.host.examples import example_inputs
 
 FAST_FLAGS = ["--plan", "quick"]
 
@@ -165,7 +165,9 @@ def test_golden_make_bad_decision_rule(example_models, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("kind", ["empty", "truncated", "random"])
-def test_agent_measure_broken_model_exit_2_and_a_finding(kind, example_models, tmp_path, capsys):
+def test_agent_measure_broken_model_exit_2_and_a_finding(
+    kind, example_models, tmp_path, capsys, corrupt_model_bytes
+):
     bad = corrupt_model_bytes(kind, example_models["classifier"], tmp_path / "bad.onnx")
     rc = agent_main(["measure", str(bad), "--json"])
     assert rc == 2

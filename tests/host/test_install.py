@@ -25,9 +25,9 @@ from pathlib import Path
 
 import pytest
 from edgequal.agent.keys import load_or_create_device_key
+from edgequal.host.agent_wheel import build_wheel, repo_root
 from edgequal.host.errors import HostError, TransportError, UsageError
 from edgequal.host.examples import build_example
-from edgequal.host.agent_wheel import build_wheel, repo_root
 from edgequal.host.install import agent_status, install_agent
 from edgequal.host.install_commands import (
     default_device_name,

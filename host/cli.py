@@ -224,54 +224,11 @@ def _pick_profile(args, transport, name: str):
     return match_profile(transport.info().get("fingerprint") or {})
 
 
-def _open_device(
-    device: str,
-    token_file: Path | None,
-    known_hosts: Path | None = None,
-    agent_cmd: str | None = None,
-    ssh_key: Path | None = None,
-):
-    """(transport, device name for the trust store, display address, known devices)."""
-    from .errors import UntrustedDevice
-    from .transport import open_transport, resolve_token
-    from .trust import KnownDevices
-
-    known = KnownDevices()
-    if device == "local":
-        return open_transport("local"), "local", "local", known
-    entry = known.get(device)
-    if entry is None and "://" not in device:
-        raise UntrustedDevice(
-            f"unknown device '{device}'", hint=f"edgequal devices trust {device} grpc://HOST:PORT"
-        )
-    if entry is None:
-        entry = next((e for e in known.list() if e.address == device), None)
-    address = entry.address if entry else device
-    token = resolve_token(token_file, entry.token_file if entry else None)
-    transport = open_transport(
-        address, token=token, known_hosts=known_hosts, ssh_agent_cmd=agent_cmd, ssh_key=ssh_key
-    )
-    if entry is None:
-        if address.startswith("ssh://"):
-            # The SSH host key was checked against known_hosts; the device key is read over that channel.
-            from .install import default_device_name
-            from .qualify import pin_device_key
-
-            name = default_device_name(address.removeprefix("ssh://"))
-
-            pin_device_key(transport, known, name, address)
-            return transport, name, address, known
-        transport.close()
-        raise UntrustedDevice(
-            f"device {device} is not trusted", hint=f"edgequal devices trust NAME {device}"
-        )
-    return transport, entry.name, address, known
-
-
 def cmd_qualify(args) -> int:
     import json
 
-    from .qualify import pin_device_key, qualify
+    from .devices import open_device
+    from .qualify import qualify
     from .render import ProgressDisplay, print_summary, write_json
 
     model = args.model
@@ -280,12 +237,11 @@ def cmd_qualify(args) -> int:
 
         raise UsageError(f"model file not found: {model}")
     _plan_from_args(args)  # refuse bad flags before connecting
-    transport, name, address, known = _open_device(
+    device = open_device(
         args.device, args.token_file, args.known_hosts, args.agent_cmd, args.ssh_key
     )
+    transport, name, address = device.transport, device.name, device.address
     with transport:
-        if name == "local":
-            pin_device_key(transport, known, "local", "local")
         plan = _plan_from_args(args, _pick_profile(args, transport, name))
         with ProgressDisplay(
             f"qualifying {model.name} on {address}", enabled=not args.json
@@ -295,7 +251,7 @@ def cmd_qualify(args) -> int:
                 model,
                 args.golden,
                 plan,
-                known=known,
+                known=device.known,
                 device_name=name,
                 on_event=display.on_event,
                 out=args.output or _default_report_path(model),
@@ -354,8 +310,6 @@ def cmd_verify(args) -> int:
 
 
 def cmd_devices(args) -> int:
-    import base64
-
     from .errors import UsageError
     from .render import print_line, print_table
     from .trust import KnownDevices
@@ -385,28 +339,10 @@ def cmd_devices(args) -> int:
         print_table("Device profiles", ["name", "description", "arch", "cores"], rows)
         return 0
     if args.devices_command == "trust":
-        from edgequal.agent.keys import fingerprint_of
+        from .devices import trust_device
 
-        from .transport import open_transport, resolve_token
-
-        if not args.address.startswith(("grpc://", "ssh://")):
-            raise UsageError(f"cannot trust address '{args.address}'", hint="use grpc://HOST:PORT")
-        token = resolve_token(args.token_file, None)
-        with open_transport(args.address, token=token) as transport:
-            info = transport.info()
-        raw = base64.b64decode(info["public_key_b64"])
-        fingerprint = fingerprint_of(raw)
-        if args.fingerprint and args.fingerprint != fingerprint:
-            raise UsageError(
-                f"device key fingerprint is {fingerprint}, not the expected {args.fingerprint}"
-            )
-        known.trust(
-            args.name,
-            args.address,
-            raw,
-            token_file=str(args.token_file.resolve()) if args.token_file else None,
-        )
-        print_line(f"trusted '{args.name}' at {args.address}: ed25519 key {fingerprint}")
+        entry = trust_device(known, args.name, args.address, args.token_file, args.fingerprint)
+        print_line(f"trusted '{args.name}' at {args.address}: ed25519 key {entry.fingerprint}")
         return 0
     raise AssertionError(args.devices_command)
 

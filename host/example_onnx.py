@@ -49,6 +49,24 @@ def _onnx_model(nodes, name, inputs, outputs, initializers, doc, extra_opsets=()
     return model
 
 
+def _conv_relu_pool_nodes(output: str) -> list:
+    """image -> Conv 3x3 'same' (conv.weight, conv.bias) -> ReLU -> global average pool -> ``output`` [n, C]."""
+    from onnx import helper
+
+    return [
+        helper.make_node(
+            "Conv",
+            ["image", "conv.weight", "conv.bias"],
+            ["conv"],
+            kernel_shape=[3, 3],
+            pads=[1, 1, 1, 1],
+        ),
+        helper.make_node("Relu", ["conv"], ["relu"]),
+        helper.make_node("GlobalAveragePool", ["relu"], ["pool"]),
+        helper.make_node("Flatten", ["pool"], [output], axis=1),
+    ]
+
+
 def _classifier_onnx(path: Path, description: str, float16: bool = False) -> None:
     from onnx import TensorProto, helper, numpy_helper
 
@@ -63,16 +81,7 @@ def _classifier_onnx(path: Path, description: str, float16: bool = False) -> Non
         numpy_helper.from_array(np.array([10, 1], dtype=np.int64), "head.split"),
     ]
     nodes = [
-        helper.make_node(
-            "Conv",
-            ["image", "conv.weight", "conv.bias"],
-            ["conv"],
-            kernel_shape=[3, 3],
-            pads=[1, 1, 1, 1],
-        ),
-        helper.make_node("Relu", ["conv"], ["relu"]),
-        helper.make_node("GlobalAveragePool", ["relu"], ["pool"]),
-        helper.make_node("Flatten", ["pool"], ["features"], axis=1),
+        *_conv_relu_pool_nodes("features"),
         helper.make_node("Gemm", ["features", "head.weight", "head.bias"], ["head"]),
         helper.make_node("Split", ["head", "head.split"], ["logits", "score_logit"], axis=1),
         helper.make_node("Softmax", ["logits"], ["probs"], axis=-1),
@@ -104,18 +113,7 @@ def build_dynamic(path: Path, description: str) -> None:
     from onnx import TensorProto, helper, numpy_helper
 
     w = dynamic_weights()
-    nodes = [
-        helper.make_node(
-            "Conv",
-            ["image", "conv.weight", "conv.bias"],
-            ["conv"],
-            kernel_shape=[3, 3],
-            pads=[1, 1, 1, 1],
-        ),
-        helper.make_node("Relu", ["conv"], ["relu"]),
-        helper.make_node("GlobalAveragePool", ["relu"], ["pool"]),
-        helper.make_node("Flatten", ["pool"], ["embedding"], axis=1),
-    ]
+    nodes = _conv_relu_pool_nodes("embedding")
     model = _onnx_model(
         nodes,
         "dynamic",

@@ -247,7 +247,10 @@ class SSHTransport(Transport):
             if not isinstance(message, dict):
                 return
             if "event" in message:
-                on_event(message["event"])
+                event = message["event"]
+                if isinstance(event, dict) and event.get("type") == "run":
+                    self.last_run_id = event.get("run_id")
+                on_event(event)
             elif "envelope" in message:
                 result["envelope"] = message["envelope"]
                 result["run_id"] = message.get("run_id")

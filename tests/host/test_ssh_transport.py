@@ -204,6 +204,8 @@ def test_qualify_over_ssh_end_to_end_and_verify(ssh, tmp_path, fast_plan):
     assert report.fingerprint == key["fingerprint"]
     assert report.status in ("passed", "degraded"), report.predicate.get("findings")
     assert report.run_id == ssh.last_run_id
+    # The run id comes first, as soon as the agent accepted the run.
+    assert events[0] == {"type": "run", "run_id": report.run_id}
     phases = {e.get("phase") for e in events if e.get("type") == "phase"}
     assert {"cold_load", "latency"} <= phases, phases
     # The stored report is the same bytes, fetched by run id.

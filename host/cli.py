@@ -12,12 +12,38 @@ import argparse
 import sys
 from pathlib import Path
 
+QUALIFY_EXAMPLES = """\
+examples:
+  edgequal qualify model.onnx --golden golden.npz
+  edgequal qualify model.onnx --golden golden.npz --device pi5 --plan standard -o pi5.report.json
+  edgequal qualify dynamic.onnx --device ssh://pi@bench-pi5 --shape image=1x3x224x224
+"""
+
+
+def _add_global_options(parser: argparse.ArgumentParser, top: bool) -> None:
+    """Options that may stand before or after the subcommand (``--debug``).
+
+    The top parser holds the defaults; below it a default would overwrite what
+    was given before the subcommand, so there the option is set only when given.
+    """
+    default = False if top else argparse.SUPPRESS
+    parser.add_argument("--debug", action="store_true", default=default, help="show tracebacks")
+
+
+def _add_global_options_below(parser: argparse.ArgumentParser) -> None:
+    """Give every subcommand, at any depth, the global options."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in dict.fromkeys(action.choices.values()):
+                _add_global_options(sub, top=False)
+                _add_global_options_below(sub)
+
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="edgequal", description="Qualify an exported model on the device that will run it."
     )
-    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    _add_global_options(p, top=True)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     d = sub.add_parser("demo", help="qualify example models on a local agent (no device needed)")
@@ -33,9 +59,20 @@ def _parser() -> argparse.ArgumentParser:
         help="also run a sustained phase on the ONNX model, e.g. 30s (default: skip)",
     )
 
-    q = sub.add_parser("qualify", help="qualify MODEL on a device")
-    q.add_argument("model", type=Path)
-    q.add_argument("--golden", type=Path, help="golden set (.npz from 'edgequal golden make')")
+    q = sub.add_parser(
+        "qualify",
+        help="qualify MODEL on a device",
+        description="Measure MODEL on a device (load, latency, sustained throughput, drift) "
+        "and write the report it signs.",
+        epilog=QUALIFY_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    q.add_argument("model", type=Path, help="the model file (.onnx or .tflite)")
+    q.add_argument(
+        "--golden",
+        type=Path,
+        help="golden set (.npz from 'edgequal golden make'); without it, no drift check",
+    )
     q.add_argument(
         "--device",
         default="local",
@@ -45,21 +82,48 @@ def _parser() -> argparse.ArgumentParser:
         "--profile",
         help="device profile, e.g. raspberry-pi/5 (default: matched from the fingerprint)",
     )
-    q.add_argument("--plan", default="quick", choices=["quick", "standard", "soak"])
-    q.add_argument("--sustain", help="sustained phase duration, e.g. 90s, 10m (0 to skip)")
+    q.add_argument(
+        "--plan",
+        default="quick",
+        choices=["quick", "standard", "soak"],
+        help="quick (default, CI): 3 cold loads, 200 runs/3 s warm, no sustained phase; "
+        "standard: 7 cold loads, 1000 runs/60 s warm, 10 min sustained; "
+        "soak: as standard with 30 min sustained (up to 60 while still heating)",
+    )
+    q.add_argument(
+        "--sustain", help="sustained phase duration, e.g. 90s, 10m (0 to skip); overrides --plan"
+    )
     q.add_argument(
         "--window", help="sustained window length (default 30 s, or a tenth of runs under 5 min)"
     )
-    q.add_argument("--runtime", default="auto", help="auto | onnxruntime | litert")
-    q.add_argument("--threads", type=int)
-    q.add_argument("--shape", action="append", default=[], metavar="NAME=1x3x224x224")
+    q.add_argument(
+        "--runtime",
+        default="auto",
+        help="auto (default: from the model file), onnxruntime or litert",
+    )
+    q.add_argument(
+        "--threads", type=int, help="intra-op threads for the runtime (default: the runtime's)"
+    )
+    q.add_argument(
+        "--shape",
+        action="append",
+        default=[],
+        metavar="NAME=1x3x224x224",
+        help="sizes for an input with dynamic dimensions (repeat for each input)",
+    )
     q.add_argument("--token-file", type=Path, help="bearer token for a grpc:// device")
     q.add_argument(
         "--known-hosts", type=Path, help="known_hosts for ssh:// (default ~/.ssh/known_hosts)"
     )
     q.add_argument("--agent-cmd", help="edgequal-agent command on an ssh:// device")
     q.add_argument("--ssh-key", type=Path, help="private key file for an ssh:// device")
-    q.add_argument("-o", "--output", type=Path, help="write the signed report here")
+    q.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        help="write the signed report here (default: MODEL-TIME.report.json in "
+        "$XDG_STATE_HOME/edgequal/reports, ~/.local/state/edgequal/reports)",
+    )
     q.add_argument("--json", action="store_true", help="print the verified predicate as JSON")
 
     g = sub.add_parser("golden", help="golden sets")
@@ -135,6 +199,7 @@ def _parser() -> argparse.ArgumentParser:
     ast = asub.add_parser("status", help="agent version, runtimes, key, service")
     ast.add_argument("target", help="ssh://USER@HOST or a device name")
     ast.add_argument("--known-hosts", type=Path)
+    _add_global_options_below(p)
     return p
 
 
@@ -229,7 +294,7 @@ def cmd_qualify(args) -> int:
 
     from .devices import open_device
     from .qualify import qualify
-    from .render import ProgressDisplay, print_summary, write_json
+    from .render import ProgressDisplay, print_note, print_summary, write_json
 
     model = args.model
     if not model.is_file():
@@ -262,6 +327,7 @@ def cmd_qualify(args) -> int:
     predicate = outcome.report.predicate
     if args.json:
         write_json(json.dumps(predicate, indent=1))
+        print_note(f"signed report: {outcome.path}")
     else:
         print_summary(predicate, address, str(outcome.path))
     from edgequal.agent.qualification import exit_code_for
@@ -270,9 +336,12 @@ def cmd_qualify(args) -> int:
 
 
 def _default_report_path(model: Path) -> Path:
+    """Where a report goes without ``-o``: the host's reports dir, never the working directory."""
     import time
 
-    return Path(f"{model.stem}-{time.strftime('%Y%m%dT%H%M%S')}.report.json")
+    from .paths import reports_dir
+
+    return reports_dir() / f"{model.stem}-{time.strftime('%Y%m%dT%H%M%S')}.report.json"
 
 
 def cmd_golden_make(args) -> int:

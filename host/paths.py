@@ -36,3 +36,8 @@ def local_agent_state_dir() -> Path:
     if explicit:
         return Path(explicit)
     return state_dir() / "local-agent"
+
+
+def reports_dir() -> Path:
+    """Where ``qualify`` writes a report given no ``-o``: ``<state dir>/reports``."""
+    return state_dir() / "reports"

@@ -430,8 +430,12 @@ def cmd_agent(args) -> int:
             wheelhouse=args.wheelhouse,
             service=args.service,
             listen=args.listen,
+            prefix=args.prefix,
+            python=args.python,
             device_name=args.name,
+            system_site_packages=args.system_site_packages,
             known_hosts=args.known_hosts,
+            key_file=args.ssh_key,
         )
         print_line(str(result))
         return 0

@@ -323,3 +323,26 @@ def test_qualify_help_explains_every_option_and_ends_with_examples():
     lines = text.rstrip().splitlines()
     assert lines[-4] == "examples:"
     assert all(line.startswith("  edgequal qualify ") for line in lines[-3:])
+
+
+def test_agent_install_passes_every_option_on(monkeypatch, tmp_path, capsys):
+    from edgequal.host import install
+
+    seen = {}
+
+    def fake_install(url, **kwargs):
+        seen.update(url=url, **kwargs)
+        return "installed"
+
+    monkeypatch.setattr(install, "install_agent", fake_install)
+    argv = ["agent", "install", "ssh://pi@bench", "--ssh-key", str(tmp_path / "k")]
+    argv += ["--prefix", "/opt/eq", "--python", "python3.11", "--system-site-packages"]
+    assert edgequal_main(argv) == 0
+    assert seen["url"] == "ssh://pi@bench"
+    assert seen["key_file"] == tmp_path / "k"
+    assert (seen["prefix"], seen["python"], seen["system_site_packages"]) == (
+        "/opt/eq",
+        "python3.11",
+        True,
+    )
+    assert "installed" in capsys.readouterr().out

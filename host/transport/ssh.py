@@ -31,7 +31,7 @@ from pathlib import Path
 import paramiko
 
 from ..errors import TransportError
-from ..ssh_session import DEFAULT_STEP_TIMEOUT_S, SSHSession, last_line, short
+from ..ssh_session import SSHSession, last_line, short
 from .base import ProgressEvent, PushResult, QualifyRequest, Transport
 
 log = logging.getLogger(__name__)
@@ -52,46 +52,31 @@ def _digest_hex(digest: str) -> str:
 class SSHTransport(Transport):
     """A device's agent reached over SSH (exec channels for commands, SFTP for files).
 
-    ``url`` is ``ssh://USER@HOST[:PORT]`` (HOST may be an ``~/.ssh/config`` alias);
-    ``known_hosts``, ``key_file``, ``password_prompt``, ``step_timeout_s``,
-    ``ssh_config``, ``allow_agent`` and ``look_for_keys`` shape the
-    :class:`SSHSession` it opens, unless ``session`` is an open one to use (it
-    is then left open on close). ``agent_cmd`` is the agent's command line on the
-    device (when left at ``edgequal-agent`` and that is not on the remote PATH, the
-    venv of ``edgequal agent install``'s default prefix is used); ``state_dir``
-    sets ``$EDGEQUAL_AGENT_STATE`` for every agent command. ``run_idle_timeout_s``
+    ``url`` is ``ssh://USER@HOST[:PORT]`` (HOST may be an ``~/.ssh/config`` alias).
+    The connection is ``session``, an open :class:`SSHSession` the caller keeps
+    (it stays open on close), else one opened with ``session_options``
+    (``known_hosts``, ``key_file``, ``step_timeout_s``... as :class:`SSHSession`
+    takes them). ``agent_cmd`` is the agent's command line on the device (when
+    left at ``edgequal-agent`` and that is not on the remote PATH, the venv of
+    ``edgequal agent install``'s default prefix is used); ``state_dir`` sets
+    ``$EDGEQUAL_AGENT_STATE`` for every agent command. ``run_idle_timeout_s``
     and ``run_timeout_s`` bound a qualification (no output for that long, and in all).
     """
 
     def __init__(
         self,
         url: str,
-        known_hosts: Path | None = None,
-        key_file: Path | str | None = None,
-        password_prompt: bool = True,
+        *,
         agent_cmd: str = DEFAULT_AGENT_CMD,
         state_dir: str | None = None,
-        step_timeout_s: float = DEFAULT_STEP_TIMEOUT_S,
-        *,
-        ssh_config: Path | None = None,
-        allow_agent: bool = True,
-        look_for_keys: bool = True,
         run_idle_timeout_s: float = DEFAULT_RUN_IDLE_TIMEOUT_S,
         run_timeout_s: float = DEFAULT_RUN_TIMEOUT_S,
         session: SSHSession | None = None,
+        **session_options,
     ):
         self.address = url
         self._owns_session = session is None
-        self.session = session or SSHSession(
-            url,
-            known_hosts,
-            key_file,
-            password_prompt,
-            step_timeout_s,
-            ssh_config=ssh_config,
-            allow_agent=allow_agent,
-            look_for_keys=look_for_keys,
-        )
+        self.session = session or SSHSession(url, **session_options)
         self.target = self.session.target
         self.agent_cmd = agent_cmd
         self.state_dir = state_dir

@@ -90,12 +90,20 @@ def synthesize_inputs(specs, shapes: dict, seed: int = 0) -> dict[str, np.ndarra
         if spec.name in shapes:
             shape = [int(d) for d in shapes[spec.name]]
         elif spec.is_dynamic:
+            fixed = [isinstance(d, int) and d >= 0 for d in spec.shape]
+            marked = ", ".join(
+                str(d) if ok else f"{d if isinstance(d, str) else ''}?"
+                for d, ok in zip(spec.shape, fixed)
+            )
+            # An example to edit: 1 for a leading (batch) dim, 224 for other dynamic dims.
             example = "x".join(
-                str(d) if isinstance(d, int) and d > 0 else f"<{d or '?'}>" for d in spec.shape
+                str(d) if ok else ("1" if i == 0 else "224")
+                for i, (d, ok) in enumerate(zip(spec.shape, fixed))
             )
             raise BadInput(
-                f"input '{spec.name}' has dynamic dimensions {spec.describe()}",
-                hint=f"pass --shape {spec.name}={example} with numbers, or a golden set",
+                f"input '{spec.name}' has dynamic dimensions: {spec.dtype} [{marked}] "
+                "(the dims marked ? need sizes)",
+                hint=f"pass sizes, e.g. --shape {spec.name}={example}, or a golden set",
             )
         else:
             shape = [int(d) for d in spec.shape]

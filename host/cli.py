@@ -16,12 +16,38 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from edgequal.agent.plan import Plan
 
+QUALIFY_EXAMPLES = """\
+examples:
+  edgequal qualify model.onnx --golden golden.npz
+  edgequal qualify model.onnx --golden golden.npz --device pi5 --plan standard -o pi5.report.json
+  edgequal qualify dynamic.onnx --device ssh://pi@bench-pi5 --shape image=1x3x224x224
+"""
+
+
+def _add_global_options(parser: argparse.ArgumentParser, top: bool) -> None:
+    """Options that may stand before or after the subcommand (``--debug``).
+
+    The top parser holds the defaults; below it a default would overwrite what
+    was given before the subcommand, so there the option is set only when given.
+    """
+    default = False if top else argparse.SUPPRESS
+    parser.add_argument("--debug", action="store_true", default=default, help="show tracebacks")
+
+
+def _add_global_options_below(parser: argparse.ArgumentParser) -> None:
+    """Give every subcommand, at any depth, the global options."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in dict.fromkeys(action.choices.values()):
+                _add_global_options(sub, top=False)
+                _add_global_options_below(sub)
+
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="edgequal", description="Qualify an exported model on the device that will run it."
     )
-    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    _add_global_options(p, top=True)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     d = sub.add_parser("demo", help="qualify example models on a local agent (no device needed)")
@@ -37,9 +63,20 @@ def _parser() -> argparse.ArgumentParser:
         help="also run a sustained phase on the ONNX model, e.g. 30s (default: skip)",
     )
 
-    q = sub.add_parser("qualify", help="qualify MODEL on a device")
-    q.add_argument("model", type=Path)
-    q.add_argument("--golden", type=Path, help="golden set (.npz from 'edgequal golden make')")
+    q = sub.add_parser(
+        "qualify",
+        help="qualify MODEL on a device",
+        description="Measure MODEL on a device (load, latency, sustained throughput, drift) "
+        "and write the report it signs.",
+        epilog=QUALIFY_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    q.add_argument("model", type=Path, help="the model file (.onnx or .tflite)")
+    q.add_argument(
+        "--golden",
+        type=Path,
+        help="golden set (.npz from 'edgequal golden make'); without it, no drift check",
+    )
     q.add_argument(
         "--device",
         default="local",
@@ -49,21 +86,48 @@ def _parser() -> argparse.ArgumentParser:
         "--profile",
         help="device profile, e.g. raspberry-pi/5 (default: matched from the fingerprint)",
     )
-    q.add_argument("--plan", default="quick", choices=["quick", "standard", "soak"])
-    q.add_argument("--sustain", help="sustained phase duration, e.g. 90s, 10m (0 to skip)")
+    q.add_argument(
+        "--plan",
+        default="quick",
+        choices=["quick", "standard", "soak"],
+        help="quick (default, CI): 3 cold loads, 200 runs/3 s warm, no sustained phase; "
+        "standard: 7 cold loads, 1000 runs/60 s warm, 10 min sustained; "
+        "soak: as standard with 30 min sustained (up to 60 while still heating)",
+    )
+    q.add_argument(
+        "--sustain", help="sustained phase duration, e.g. 90s, 10m (0 to skip); overrides --plan"
+    )
     q.add_argument(
         "--window", help="sustained window length (default 30 s, or a tenth of runs under 5 min)"
     )
-    q.add_argument("--runtime", default="auto", help="auto | onnxruntime | litert")
-    q.add_argument("--threads", type=int)
-    q.add_argument("--shape", action="append", default=[], metavar="NAME=1x3x224x224")
+    q.add_argument(
+        "--runtime",
+        default="auto",
+        help="auto (default: from the model file), onnxruntime or litert",
+    )
+    q.add_argument(
+        "--threads", type=int, help="intra-op threads for the runtime (default: the runtime's)"
+    )
+    q.add_argument(
+        "--shape",
+        action="append",
+        default=[],
+        metavar="NAME=1x3x224x224",
+        help="sizes for an input with dynamic dimensions (repeat for each input)",
+    )
     q.add_argument("--token-file", type=Path, help="bearer token for a grpc:// device")
     q.add_argument(
         "--known-hosts", type=Path, help="known_hosts for ssh:// (default ~/.ssh/known_hosts)"
     )
     q.add_argument("--agent-cmd", help="edgequal-agent command on an ssh:// device")
     q.add_argument("--ssh-key", type=Path, help="private key file for an ssh:// device")
-    q.add_argument("-o", "--output", type=Path, help="write the signed report here")
+    q.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        help="write the signed report here (default: MODEL-TIME.report.json in "
+        "$XDG_STATE_HOME/edgequal/reports, ~/.local/state/edgequal/reports)",
+    )
     q.add_argument("--json", action="store_true", help="print the verified predicate as JSON")
 
     g = sub.add_parser("golden", help="golden sets")
@@ -139,6 +203,7 @@ def _parser() -> argparse.ArgumentParser:
     ast = asub.add_parser("status", help="agent version, runtimes, key, service")
     ast.add_argument("target", help="ssh://USER@HOST or a device name")
     ast.add_argument("--known-hosts", type=Path)
+    _add_global_options_below(p)
     return p
 
 
@@ -228,55 +293,12 @@ def _pick_profile(args, transport, name: str):
     return match_profile(transport.info().get("fingerprint") or {})
 
 
-def _open_device(
-    device: str,
-    token_file: Path | None,
-    known_hosts: Path | None = None,
-    agent_cmd: str | None = None,
-    ssh_key: Path | None = None,
-):
-    """(transport, device name for the trust store, display address, known devices)."""
-    from .errors import UntrustedDevice
-    from .transport import open_transport, resolve_token
-    from .trust import KnownDevices
-
-    known = KnownDevices()
-    if device == "local":
-        return open_transport("local"), "local", "local", known
-    entry = known.get(device)
-    if entry is None and "://" not in device:
-        raise UntrustedDevice(
-            f"unknown device '{device}'", hint=f"edgequal devices trust {device} grpc://HOST:PORT"
-        )
-    if entry is None:
-        entry = next((e for e in known.list() if e.address == device), None)
-    address = entry.address if entry else device
-    token = resolve_token(token_file, entry.token_file if entry else None)
-    transport = open_transport(
-        address, token=token, known_hosts=known_hosts, ssh_agent_cmd=agent_cmd, ssh_key=ssh_key
-    )
-    if entry is None:
-        if address.startswith("ssh://"):
-            # The SSH host key was checked against known_hosts; the device key is read over that channel.
-            from .install import default_device_name
-            from .qualify import pin_device_key
-
-            name = default_device_name(address.removeprefix("ssh://"))
-
-            pin_device_key(transport, known, name, address)
-            return transport, name, address, known
-        transport.close()
-        raise UntrustedDevice(
-            f"device {device} is not trusted", hint=f"edgequal devices trust NAME {device}"
-        )
-    return transport, entry.name, address, known
-
-
 def cmd_qualify(args) -> int:
     import json
 
-    from .qualify import pin_device_key, qualify
-    from .render import ProgressDisplay, print_summary, write_json
+    from .devices import open_device
+    from .qualify import qualify
+    from .render import ProgressDisplay, print_note, print_summary, write_json
 
     model = args.model
     if not model.is_file():
@@ -284,12 +306,11 @@ def cmd_qualify(args) -> int:
 
         raise UsageError(f"model file not found: {model}")
     _plan_from_args(args)  # refuse bad flags before connecting
-    transport, name, address, known = _open_device(
+    device = open_device(
         args.device, args.token_file, args.known_hosts, args.agent_cmd, args.ssh_key
     )
+    transport, name, address = device.transport, device.name, device.address
     with transport:
-        if name == "local":
-            pin_device_key(transport, known, "local", "local")
         plan = _plan_from_args(args, _pick_profile(args, transport, name))
         with ProgressDisplay(
             f"qualifying {model.name} on {address}", enabled=not args.json
@@ -299,7 +320,7 @@ def cmd_qualify(args) -> int:
                 model,
                 args.golden,
                 plan,
-                known=known,
+                known=device.known,
                 device_name=name,
                 on_event=display.on_event,
                 out=args.output or _default_report_path(model),
@@ -310,6 +331,7 @@ def cmd_qualify(args) -> int:
     predicate = outcome.report.predicate
     if args.json:
         write_json(json.dumps(predicate, indent=1))
+        print_note(f"signed report: {outcome.path}")
     else:
         print_summary(predicate, address, str(outcome.path))
     from edgequal.agent.qualification import exit_code_for
@@ -318,9 +340,12 @@ def cmd_qualify(args) -> int:
 
 
 def _default_report_path(model: Path) -> Path:
+    """Where a report goes without ``-o``: the host's reports dir, never the working directory."""
     import time
 
-    return Path(f"{model.stem}-{time.strftime('%Y%m%dT%H%M%S')}.report.json")
+    from .paths import reports_dir
+
+    return reports_dir() / f"{model.stem}-{time.strftime('%Y%m%dT%H%M%S')}.report.json"
 
 
 def cmd_golden_make(args) -> int:
@@ -358,8 +383,6 @@ def cmd_verify(args) -> int:
 
 
 def cmd_devices(args) -> int:
-    import base64
-
     from .errors import UsageError
     from .render import print_line, print_table
     from .trust import KnownDevices
@@ -389,28 +412,10 @@ def cmd_devices(args) -> int:
         print_table("Device profiles", ["name", "description", "arch", "cores"], rows)
         return 0
     if args.devices_command == "trust":
-        from edgequal.agent.keys import fingerprint_of
+        from .devices import trust_device
 
-        from .transport import open_transport, resolve_token
-
-        if not args.address.startswith(("grpc://", "ssh://")):
-            raise UsageError(f"cannot trust address '{args.address}'", hint="use grpc://HOST:PORT")
-        token = resolve_token(args.token_file, None)
-        with open_transport(args.address, token=token) as transport:
-            info = transport.info()
-        raw = base64.b64decode(info["public_key_b64"])
-        fingerprint = fingerprint_of(raw)
-        if args.fingerprint and args.fingerprint != fingerprint:
-            raise UsageError(
-                f"device key fingerprint is {fingerprint}, not the expected {args.fingerprint}"
-            )
-        known.trust(
-            args.name,
-            args.address,
-            raw,
-            token_file=str(args.token_file.resolve()) if args.token_file else None,
-        )
-        print_line(f"trusted '{args.name}' at {args.address}: ed25519 key {fingerprint}")
+        entry = trust_device(known, args.name, args.address, args.token_file, args.fingerprint)
+        print_line(f"trusted '{args.name}' at {args.address}: ed25519 key {entry.fingerprint}")
         return 0
     raise AssertionError(args.devices_command)
 
@@ -429,8 +434,12 @@ def cmd_agent(args) -> int:
             wheelhouse=args.wheelhouse,
             service=args.service,
             listen=args.listen,
+            prefix=args.prefix,
+            python=args.python,
             device_name=args.name,
+            system_site_packages=args.system_site_packages,
             known_hosts=args.known_hosts,
+            key_file=args.ssh_key,
         )
         print_line(str(result))
         return 0

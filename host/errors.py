@@ -34,9 +34,3 @@ class UntrustedDevice(VerificationFailed):
 
 class TransportError(HostError):
     """The device could not be reached or the connection broke."""
-
-
-class GateFailed(HostError):
-    """A policy check failed."""
-
-    exit_code = 1

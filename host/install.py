@@ -36,24 +36,35 @@ reinstalling keeps the device's identity and its pin stays valid.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import re
 import secrets
 import shlex
-import shutil
-import subprocess
-import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import HostError, TransportError, UsageError
-from .transport.ssh import DEFAULT_INSTALL_PREFIX, SSHTransport, resolve_target
-from .trust import KnownDevices
+from edgequal.agent.auth import read_token_file
+from edgequal.agent.errors import AgentError
 
-SERVICE_NAME = "edgequal-agent"
+from .agent_service import service_state, start_background, start_systemd
+from .agent_wheel import build_wheel
+from .errors import HostError, TransportError, UsageError
+from .install_commands import (
+    check_extras,
+    default_device_name,
+    grpc_address_for,
+    listen_address,
+    pip_install_command,
+    serve_argv,
+    shell_join,
+)
+from .ssh_session import SSHSession
+from .ssh_target import resolve_target
+from .transport.ssh import DEFAULT_INSTALL_PREFIX, SSHTransport
+from .trust import KnownDevices, decode_public_key
+
 SERVICES = ("systemd", "background", "none")
 DEFAULT_LISTEN = "0.0.0.0:50051"
 DEFAULT_EXTRAS = ("onnx", "litert")
@@ -61,23 +72,7 @@ MIN_PYTHON = (3, 10)
 PIP_TIMEOUT_S = 1800.0
 PIP_IDLE_TIMEOUT_S = 600.0
 VENV_TIMEOUT_S = 300.0
-START_TIMEOUT_S = 30.0
-_KNOWN_EXTRAS = ("onnx", "litert")
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-# Files and folders never copied into the wheel build.
-_BUILD_IGNORE = (
-    ".git",
-    "__pycache__",
-    "*.pyc",
-    "*.egg-info",
-    "build",
-    "dist",
-    ".pytest_cache",
-    ".ruff_cache",
-    ".venv",
-    "venv",
-    "tests",
-)
 
 
 @dataclass
@@ -120,167 +115,6 @@ class InstallResult:
         return "\n".join(lines)
 
 
-# ----- building the wheel --------------------------------------------------------------
-
-
-def repo_root() -> Path:
-    """The source checkout this package runs from (where pyproject.toml names ``edgequal``)."""
-    import edgequal.host
-
-    root = Path(edgequal.host.__file__).resolve().parent.parent
-    pyproject = root / "pyproject.toml"
-    try:
-        text = pyproject.read_text(encoding="utf-8")
-    except OSError:
-        text = ""
-    if not re.search(r'^name\s*=\s*"edgequal"', text, re.MULTILINE):
-        raise UsageError(
-            "cannot build the agent: edgequal is not running from a source checkout",
-            hint="run from a checkout of edgequal, or pass a built wheel (wheel=...)",
-        )
-    return root
-
-
-def build_wheel(out_dir: Path, source: Path | None = None) -> Path:
-    """Build a wheel of the project at ``source`` (default :func:`repo_root`) into ``out_dir``.
-
-    The tree is copied first, so a build never leaves ``build/`` or egg-info in
-    the checkout. Uses the installed setuptools when there is one (no network),
-    else pip's isolated build.
-    """
-    source = Path(source) if source else repo_root()
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="edgequal-wheel-") as tmp:
-        copy = Path(tmp) / "src"
-        shutil.copytree(source, copy, ignore=shutil.ignore_patterns(*_BUILD_IGNORE))
-        cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--disable-pip-version-check"]
-        if importlib.util.find_spec("setuptools") is not None:
-            cmd.append("--no-build-isolation")
-        cmd += ["-q", "-w", str(out_dir), str(copy)]
-        before = set(out_dir.glob("edgequal-*.whl"))
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-        except subprocess.TimeoutExpired as e:
-            raise HostError("building the edgequal wheel took more than 10 minutes") from e
-        if proc.returncode != 0:
-            last = [line for line in proc.stderr.splitlines() if line.strip()]
-            raise HostError(
-                f"building the edgequal wheel failed: {last[-1] if last else 'no message'}",
-                hint=f"run `{' '.join(shlex.quote(c) for c in cmd)}` to see the whole output",
-            )
-    wheels = sorted(out_dir.glob("edgequal-*.whl"), key=lambda p: p.stat().st_mtime)
-    new = [w for w in wheels if w not in before] or wheels
-    if not new:
-        raise HostError(f"pip wheel wrote no edgequal wheel into {out_dir}")
-    return new[-1]
-
-
-# ----- small pure helpers (tested directly) ------------------------------------------
-
-
-def parse_listen(listen: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[v6]:PORT`` too) -> (host, port); UsageError when malformed."""
-    host, sep, port = listen.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-        raise UsageError(f"bad listen address {listen!r}", hint="use HOST:PORT, e.g. 0.0.0.0:50051")
-    return host.strip("[]"), int(port)
-
-
-def grpc_address_for(listen: str, ssh_host: str) -> str:
-    """The ``grpc://`` address the host uses: the SSH host when the agent listens on every interface."""
-    host, port = parse_listen(listen)
-    if host in ("", "0.0.0.0", "::", "*"):
-        host = ssh_host
-    if ":" in host:
-        host = f"[{host}]"
-    return f"grpc://{host}:{port}"
-
-
-def default_device_name(alias: str) -> str:
-    """A ``known_devices`` name from an SSH host alias: disallowed characters become '-'."""
-    return re.sub(r"[^A-Za-z0-9._-]", "-", alias).strip("-._") or "device"
-
-
-def serve_argv(venv: str, listen: str, token_file: str, state_dir: str | None = None) -> list[str]:
-    """The agent's command line as a service runs it."""
-    argv = [f"{venv}/bin/edgequal-agent"]
-    if state_dir:
-        argv += ["--state-dir", state_dir]
-    return argv + ["serve", "--listen", listen, "--token-file", token_file]
-
-
-def systemd_unit(argv: Sequence[str], user_unit: bool) -> str:
-    """The text of ``edgequal-agent.service`` running ``argv``."""
-    exec_start = " ".join(_systemd_quote(a) for a in argv)
-    return (
-        "[Unit]\n"
-        "Description=edgequal agent (on-device model qualification)\n"
-        "After=network-online.target\n"
-        "Wants=network-online.target\n"
-        "\n"
-        "[Service]\n"
-        f"ExecStart={exec_start}\n"
-        "Restart=on-failure\n"
-        "RestartSec=5\n" + ("" if user_unit else "OOMScoreAdjust=-500\n") + "\n"
-        # A runaway model must be the OOM killer's choice, not the agent that reports it.
-        "[Install]\n"
-        f"WantedBy={'default.target' if user_unit else 'multi-user.target'}\n"
-    )
-
-
-def _systemd_quote(arg: str) -> str:
-    if arg and not re.search(r'[\s"\'\\$%;]', arg):
-        return arg
-    return (
-        '"'
-        + arg.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$")
-        + '"'
-    )
-
-
-def pip_install_command(
-    venv: str, wheel: str, extras: Sequence[str], find_links: str | None
-) -> tuple[str, str]:
-    """The two pip commands: install/upgrade with extras, then force this exact wheel in.
-
-    The second one matters when the version number did not change (a rebuilt
-    checkout): pip would otherwise keep the old files. With ``find_links`` (the
-    wheelhouse) pip reads no configuration file, so a board's own index or
-    find-links settings cannot add packages from elsewhere.
-    """
-    pip = [
-        f"{venv}/bin/python",
-        "-m",
-        "pip",
-        "install",
-        "--disable-pip-version-check",
-        "--no-input",
-    ]
-    env = ""
-    if find_links:
-        pip += ["--no-index", "--find-links", find_links]
-        env = "PIP_CONFIG_FILE=/dev/null "
-    spec = f"{wheel}[{','.join(extras)}]" if extras else wheel
-    first = pip + ["--upgrade", spec]
-    second = pip + ["--no-deps", "--force-reinstall", wheel]
-    return env + _join(first), env + _join(second)
-
-
-def _join(argv: Sequence[str]) -> str:
-    return " ".join(shlex.quote(a) for a in argv)
-
-
-def _check_extras(extras: Sequence[str]) -> tuple[str, ...]:
-    extras = tuple(e.strip() for e in extras if e and e.strip())
-    unknown = [e for e in extras if e not in _KNOWN_EXTRAS]
-    if unknown:
-        raise UsageError(
-            f"unknown extra {unknown[0]!r}", hint=f"choose from {', '.join(_KNOWN_EXTRAS)}"
-        )
-    return extras
-
-
 # ----- install --------------------------------------------------------------------------
 
 
@@ -318,8 +152,8 @@ def install_agent(
     """
     if service not in SERVICES:
         raise UsageError(f"unknown service {service!r}", hint=f"use one of: {', '.join(SERVICES)}")
-    extras = _check_extras(extras)
-    parse_listen(listen)
+    extras = check_extras(extras)
+    listen_address(listen)
     if wheelhouse is not None and not Path(wheelhouse).is_dir():
         raise UsageError(f"wheelhouse {wheelhouse} is not a directory")
     known = (
@@ -338,11 +172,10 @@ def install_agent(
         wheel = Path(wheel)
         if not wheel.is_file():
             raise UsageError(f"wheel {wheel} does not exist")
-        with SSHTransport(
+        with SSHSession(
             url,
             known_hosts=known_hosts,
             key_file=key_file,
-            state_dir=state_dir,
             ssh_config=ssh_config,
             allow_agent=allow_agent,
             look_for_keys=look_for_keys,
@@ -354,7 +187,7 @@ def install_agent(
 
 
 def _install(
-    ssh: SSHTransport,
+    ssh: SSHSession,
     ssh_host: str,
     name: str,
     known: KnownDevices,
@@ -373,11 +206,14 @@ def _install(
     step(f"connected to {ssh.target.url} (host key checked)")
     prefix = ssh.expand(prefix).rstrip("/")
     venv = f"{prefix}/venv"
-    agent = f"{venv}/bin/edgequal-agent"
-    ssh.agent_cmd = shlex.quote(agent)
     if state_dir:
         state_dir = ssh.expand(state_dir)
-        ssh.state_dir = state_dir
+    agent = SSHTransport(
+        ssh.url,
+        session=ssh,
+        agent_cmd=shlex.quote(f"{venv}/bin/edgequal-agent"),
+        state_dir=state_dir,
+    )
     notes: list[str] = []
 
     _check_python(ssh, python)
@@ -405,7 +241,7 @@ def _install(
         if system_site_packages:
             venv_cmd.append("--system-site-packages")
         try:
-            ssh.check_remote(_join(venv_cmd + [venv]), "create the venv", VENV_TIMEOUT_S)
+            ssh.check_remote(shell_join(venv_cmd + [venv]), "create the venv", VENV_TIMEOUT_S)
         except TransportError as e:
             e.hint = e.hint or (
                 "on Debian, Ubuntu and Raspberry Pi OS: sudo apt install python3-venv"
@@ -424,7 +260,7 @@ def _install(
             )
             raise
     version = ssh.check_remote(
-        _join(
+        shell_join(
             [
                 f"{venv}/bin/python",
                 "-c",
@@ -441,22 +277,20 @@ def _install(
         token = secrets.token_urlsafe(32)
         ssh.write_file(remote_token, (token + "\n").encode("ascii"), 0o600)
 
-    key = ssh.agent_json(["key", "show", "--json"], "read the device key")
+    key = agent.agent_json(["key", "show", "--json"], "read the device key")
     raw_b64 = key.get("public_key_b64", "")
-    from .trust import decode_public_key
-
     try:
         raw = decode_public_key(raw_b64)
     except ValueError as e:
         raise TransportError(f"the agent printed an unusable public key: {e}") from e
 
     argv = serve_argv(venv, listen, remote_token, state_dir)
-    start_command = _join(argv)
+    start_command = shell_join(argv)
     kind, running = "not started", False
     if service == "systemd":
-        kind, running = _start_systemd(ssh, argv, notes, step)
+        kind, running = start_systemd(ssh, argv, notes, step)
     elif service == "background":
-        kind, running = _start_background(ssh, prefix, argv, listen, step)
+        kind, running = start_background(ssh, prefix, argv, listen, step)
     if not running and kind == "not started" and service != "none":
         notes.append("no service manager was usable: start the agent by hand (see above)")
 
@@ -486,9 +320,9 @@ def _install(
     )
 
 
-def _check_python(ssh: SSHTransport, python: str) -> None:
+def _check_python(ssh: SSHSession, python: str) -> None:
     probe = "import sys; print('%d.%d' % sys.version_info[:2])"
-    result = ssh.run_remote(_join([python, "-c", probe]))
+    result = ssh.run_remote(shell_join([python, "-c", probe]))
     if result.rc != 0:
         raise TransportError(
             f"cannot run {python} on {ssh.target.known_hosts_name}: "
@@ -504,20 +338,15 @@ def _check_python(ssh: SSHTransport, python: str) -> None:
         )
 
 
-def _upload_wheelhouse(ssh: SSHTransport, local: Path, remote: str) -> None:
+def _upload_wheelhouse(ssh: SSHSession, local: Path, remote: str) -> None:
     ssh.makedirs(remote)
     for path in sorted(local.iterdir()):
         if not path.is_file() or not path.name.endswith((".whl", ".tar.gz", ".zip")):
             continue
         target = f"{remote}/{path.name}"
-        if ssh.exists(target) and _remote_size(ssh, target) == path.stat().st_size:
+        if ssh.remote_size(target) == path.stat().st_size:
             continue
         ssh.put_file(path, target)
-
-
-def _remote_size(ssh: SSHTransport, path: str) -> int | None:
-    out = ssh.run_remote(f"wc -c < {shlex.quote(path)}").stdout.strip()
-    return int(out) if out.isdigit() else None
 
 
 def _write_private(path: Path, text: str) -> None:
@@ -529,106 +358,6 @@ def _write_private(path: Path, text: str) -> None:
         os.fchmod(f.fileno(), 0o600)
         f.write(text)
     os.replace(tmp, path)
-
-
-# ----- starting the agent ---------------------------------------------------------------
-
-
-def _systemd_usable(ssh: SSHTransport, user: bool) -> bool:
-    """True when systemctl exists and a systemd instance (system or user) answers."""
-    check = "systemctl --user show-environment" if user else "test -d /run/systemd/system"
-    return (
-        ssh.run_remote(f"command -v systemctl >/dev/null 2>&1 && {check} >/dev/null 2>&1").rc == 0
-    )
-
-
-def _is_root(ssh: SSHTransport) -> bool:
-    return ssh.run_remote("id -u").stdout.strip() == "0"
-
-
-def _start_systemd(
-    ssh: SSHTransport, argv: list[str], notes: list[str], step: Callable[[str], None]
-) -> tuple[str, bool]:
-    root = _is_root(ssh)
-    if not _systemd_usable(ssh, user=not root):
-        notes.append("systemd is not usable on the board, so no unit was installed")
-        return "not started", False
-    if root:
-        unit_dir, ctl, kind = "/etc/systemd/system", "systemctl", "systemd"
-    else:
-        unit_dir, ctl, kind = "~/.config/systemd/user", "systemctl --user", "systemd-user"
-    unit_path = f"{ssh.expand(unit_dir)}/{SERVICE_NAME}.service"
-    step(f"writing {unit_path}")
-    ssh.makedirs(ssh.expand(unit_dir))
-    ssh.write_file(unit_path, systemd_unit(argv, user_unit=not root).encode("utf-8"), 0o644)
-    ssh.check_remote(
-        f"{ctl} daemon-reload && {ctl} enable {SERVICE_NAME} && {ctl} restart {SERVICE_NAME}",
-        f"start {SERVICE_NAME}.service",
-        120,
-    )
-    if not root:
-        linger = ssh.run_remote('loginctl enable-linger "$(id -un)"')
-        if linger.rc != 0:
-            notes.append(
-                "the user unit stops when you log out: run `sudo loginctl enable-linger "
-                f"{ssh.target.user}` on the board to keep it running"
-            )
-    running = ssh.run_remote(f"{ctl} is-active --quiet {SERVICE_NAME}").rc == 0
-    return kind, running
-
-
-def _start_background(
-    ssh: SSHTransport, prefix: str, argv: list[str], listen: str, step: Callable[[str], None]
-) -> tuple[str, bool]:
-    pid_file = f"{prefix}/agent.pid"
-    log_file = f"{prefix}/agent.log"
-    _stop_background(ssh, pid_file)
-    step(f"starting the agent in the background (log {log_file})")
-    q = shlex.quote
-    ssh.check_remote(
-        f"nohup {_join(argv)} > {q(log_file)} 2>&1 < /dev/null & echo $! > {q(pid_file)}",
-        "start the agent",
-    )
-    host, port = parse_listen(listen)
-    if host in ("", "0.0.0.0", "*"):
-        host = "127.0.0.1"
-    elif host == "::":
-        host = "::1"
-    wait = (
-        "import socket, sys, time\n"
-        f"deadline = time.monotonic() + {START_TIMEOUT_S}\n"
-        "while time.monotonic() < deadline:\n"
-        "    try:\n"
-        f"        socket.create_connection(({host!r}, {port}), 1).close(); sys.exit(0)\n"
-        "    except OSError:\n"
-        "        time.sleep(0.2)\n"
-        "sys.exit(1)\n"
-    )
-    venv_python = argv[0].rsplit("/", 1)[0] + "/python"
-    alive = f"kill -0 $(cat {q(pid_file)}) 2>/dev/null"
-    result = ssh.run_remote(
-        f"{_join([venv_python, '-c', wait])} && {alive}", timeout_s=START_TIMEOUT_S + 10
-    )
-    if result.rc != 0:
-        log_tail = ssh.run_remote(f"tail -n 5 {q(log_file)}").stdout.strip().splitlines()
-        raise TransportError(
-            f"the agent did not start listening on {listen}: "
-            f"{log_tail[-1] if log_tail else 'no output'}",
-            hint=f"see {log_file} on the board",
-        )
-    return "background", True
-
-
-def _stop_background(ssh: SSHTransport, pid_file: str) -> None:
-    """Stop an agent started by an earlier background install (only if it is that agent)."""
-    q = shlex.quote
-    ssh.run_remote(
-        f'pid=$(cat {q(pid_file)} 2>/dev/null) && [ -n "$pid" ] && '
-        f'grep -q edgequal-agent /proc/"$pid"/cmdline 2>/dev/null && kill "$pid" && '
-        f'for i in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done; '
-        f"rm -f {q(pid_file)}",
-        timeout_s=20,
-    )
 
 
 # ----- status ------------------------------------------------------------------------
@@ -691,8 +420,6 @@ def agent_status(
 
 
 def _find_pin(known: KnownDevices, key_b64: str):
-    from .trust import decode_public_key
-
     try:
         return known.find_by_key(decode_public_key(key_b64))
     except (ValueError, UsageError):
@@ -723,43 +450,22 @@ def _ssh_status(
     allow_agent: bool,
     look_for_keys: bool,
 ) -> dict:
-    with SSHTransport(
+    with SSHSession(
         url,
         known_hosts=known_hosts,
         key_file=key_file,
-        state_dir=state_dir,
         ssh_config=ssh_config,
         allow_agent=allow_agent,
         look_for_keys=look_for_keys,
     ) as ssh:
         prefix = ssh.expand(prefix).rstrip("/")
-        agent = f"{prefix}/venv/bin/edgequal-agent"
-        if ssh.exists(agent):
-            ssh.agent_cmd = shlex.quote(agent)
-        status = _summary(ssh.info())
-        status["service"] = _service_state(ssh, prefix)
+        agent = SSHTransport(url, session=ssh, state_dir=state_dir)
+        agent_path = f"{prefix}/venv/bin/edgequal-agent"
+        if ssh.exists(agent_path):
+            agent.agent_cmd = shlex.quote(agent_path)
+        status = _summary(agent.info())
+        status["service"] = service_state(ssh, prefix)
     return status
-
-
-def _service_state(ssh: SSHTransport, prefix: str) -> dict:
-    """Which service runs the agent, and whether it is running now."""
-    for ctl, kind in (("systemctl", "systemd"), ("systemctl --user", "systemd-user")):
-        probe = ssh.run_remote(
-            f"command -v systemctl >/dev/null 2>&1 && {ctl} cat {SERVICE_NAME} >/dev/null 2>&1"
-        )
-        if probe.rc == 0:
-            active = ssh.run_remote(f"{ctl} is-active {SERVICE_NAME}").stdout.strip()
-            return {"kind": kind, "running": active == "active", "state": active}
-    pid_file = shlex.quote(f"{prefix}/agent.pid")
-    probe = ssh.run_remote(
-        f'pid=$(cat {pid_file} 2>/dev/null) && [ -n "$pid" ] && '
-        f'grep -q edgequal-agent /proc/"$pid"/cmdline 2>/dev/null && echo "$pid"'
-    )
-    if probe.stdout.strip():
-        return {"kind": "background", "running": True, "pid": int(probe.stdout.strip())}
-    if ssh.exists(f"{prefix}/agent.pid"):
-        return {"kind": "background", "running": False}
-    return {"kind": "none", "running": False}
 
 
 def _grpc_status(address: str, entry) -> dict:
@@ -767,8 +473,9 @@ def _grpc_status(address: str, entry) -> dict:
 
     token = None
     if entry is not None and entry.token_file:
-        with contextlib.suppress(OSError):
-            token = Path(entry.token_file).expanduser().read_text().strip() or None
+        # A token that cannot be read leaves the agent to refuse the call, which says so.
+        with contextlib.suppress(HostError, AgentError):
+            token = read_token_file(Path(entry.token_file).expanduser())
     transport = GrpcTransport(address, token=token)
     try:
         info = transport.info()
@@ -785,16 +492,4 @@ def _grpc_status(address: str, entry) -> dict:
     return status
 
 
-__all__ = [
-    "InstallResult",
-    "agent_status",
-    "build_wheel",
-    "default_device_name",
-    "grpc_address_for",
-    "install_agent",
-    "parse_listen",
-    "pip_install_command",
-    "repo_root",
-    "serve_argv",
-    "systemd_unit",
-]
+__all__ = ["InstallResult", "agent_status", "install_agent"]

@@ -10,7 +10,7 @@ import hashlib
 from pathlib import Path
 
 from .errors import VerificationFailed
-from .trust import config_dir
+from .paths import config_dir
 
 
 class NonceLedger:

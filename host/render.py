@@ -1,4 +1,10 @@
-"""Everything the host shows a person. The only module that imports rich."""
+"""Everything the host shows a person. The only module that imports rich.
+
+Only this module's own markup is markup: every name, path, message and hint
+that comes from elsewhere is escaped (:func:`esc`) or printed with markup off,
+so ``models[v2]/m.onnx`` or ``pip install 'edgequal[litert]'`` reach the screen
+as they are.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,7 @@ from contextlib import contextmanager
 
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -19,8 +26,66 @@ _STATUS_STYLE = {
     "passed": "bold green",
     "degraded": "bold yellow",
     "failed": "bold red",
+    "inconclusive": "bold yellow",
     "incomplete": "bold magenta",
 }
+
+# What would change a status that is not "passed": one line under the summary.
+# Keys are a status, or "status:cause" for a cause the summary can name.
+STATUS_HINTS = {
+    "degraded:unsteady": "latency never settled: re-run on a quiet machine (nothing else "
+    "running), or with --plan standard for a longer warm-up",
+    "degraded:sustained": "throughput dropped or the device throttled under sustained load: "
+    "improve cooling or power, then re-run (--plan soak shows the whole curve)",
+    "degraded": "re-run on a quiet, cooled-down machine; if it stays degraded, improve "
+    "the board's cooling or power",
+    "failed:drift": "outputs moved beyond tolerance: if that drift is acceptable, raise the "
+    "output's tolerance in the golden set ('min atol' above is the smallest that passes); "
+    "else fix the export or quantization",
+    "failed:sustained": "the device throttled or lost throughput: improve cooling or power "
+    "(or qualify at a lower clock), then re-run",
+    "failed:model_rejected": "the runtime refused the model: export it with operators this "
+    "runtime supports (the finding names the one it refused), or try another --runtime",
+    "failed:runtime_unavailable": "install the runtime on the device (e.g. pip install "
+    "'edgequal[litert]' or 'edgequal[onnx]'), or pick another with --runtime",
+    "failed": "fix what the finding above names, then re-run",
+    "inconclusive": "other processes interfered with the measurement: re-run on a quiet "
+    "board (nothing else running)",
+    "incomplete": "the run did not finish: fix the cause above and re-run; a report the "
+    "device kept can be fetched by its run id",
+}
+
+
+def esc(value) -> str:
+    """``str(value)`` with rich markup escaped, for text that is not this module's."""
+    return escape(str(value))
+
+
+def status_hint(predicate: dict) -> str | None:
+    """The one line saying what would change a non-passing status (None when passed).
+
+    A finding's own hint wins; else the most specific entry of :data:`STATUS_HINTS`.
+    """
+    status = predicate.get("status")
+    if status == "passed":
+        return None
+    results = predicate.get("results") or {}
+    findings = predicate.get("findings") or []
+    if findings and findings[0].get("hint"):
+        return str(findings[0]["hint"])
+    causes = [f.get("kind") for f in findings]
+    if not (results.get("drift") or {}).get("passed", True):
+        causes.append("drift")
+    sustained = results.get("sustained") or {}
+    if sustained.get("verdict") in ("degraded", "failed"):
+        causes.append("sustained")
+    per_shape = (results.get("latency") or {}).get("per_shape", [])
+    if any(not e.get("warmup", {}).get("steady", True) for e in per_shape):
+        causes.append("unsteady")
+    for cause in causes:
+        if f"{status}:{cause}" in STATUS_HINTS:
+            return STATUS_HINTS[f"{status}:{cause}"]
+    return STATUS_HINTS.get(status)
 
 
 def _ms(value) -> str:
@@ -51,7 +116,7 @@ class ProgressDisplay:
         self._live: Live | None = None
 
     def _table(self) -> Table:
-        table = Table(title=self.title, show_header=False, box=None, padding=(0, 1))
+        table = Table(title=esc(self.title), show_header=False, box=None, padding=(0, 1))
         icons = {
             "pending": "[dim]·[/]",
             "running": "[cyan]…[/]",
@@ -61,7 +126,9 @@ class ProgressDisplay:
         for phase in PHASES:
             state, detail = self.state[phase]
             table.add_row(
-                Text.from_markup(icons.get(state, state)), phase.replace("_", " "), detail
+                Text.from_markup(icons.get(state, esc(state))),
+                phase.replace("_", " "),
+                Text(detail),
             )
         return table
 
@@ -85,13 +152,26 @@ class ProgressDisplay:
             self._live.update(self._table())
         elif self.log_lines and (state != old_state or (phase == "sustained" and detail)):
             err_console.print(
-                f"{phase.replace('_', ' ')}: {state or old_state} {detail or ''}".rstrip()
+                f"{phase.replace('_', ' ')}: {state or old_state} {detail or ''}".rstrip(),
+                markup=False,
             )
+
+    def show_run(self, run_id: str | None) -> None:
+        """Say which run the agent accepted, at once (it names the report if the host goes away)."""
+        if not run_id or not (self.enabled or self.log_lines):
+            return
+        line = f"run {run_id} accepted by the device"
+        if self._live:
+            self._live.console.print(line, markup=False, highlight=False)
+        else:
+            err_console.print(line, markup=False)
 
     def on_event(self, event: dict) -> None:
         """Feed one agent event."""
         kind, phase = event.get("type"), event.get("phase")
-        if kind == "phase":
+        if kind == "run":
+            self.show_run(event.get("run_id"))
+        elif kind == "phase":
             self.update(phase, "running" if event.get("state") == "started" else "done")
         elif kind == "progress" and phase:
             parts = []
@@ -121,12 +201,13 @@ def print_summary(predicate: dict, device: str, report_path: str | None = None) 
     )
     console.print(head)
     if predicate.get("reason"):
-        console.print(f"  reason: {predicate['reason']}")
+        console.print(f"  reason: {esc(predicate['reason'])}")
     runtime = results.get("runtime") or (results.get("cold_load") or {}).get("runtime")
     if runtime:
         accel = ", ".join(runtime.get("providers") or runtime.get("delegates") or []) or "default"
         console.print(
-            f"  runtime {runtime['runtime']} {runtime['version']} · {accel} · threads {runtime.get('threads') or 'default'}"
+            f"  runtime {runtime['runtime']} {runtime['version']} · {accel} · threads {runtime.get('threads') or 'default'}",
+            markup=False,
         )
 
     cold = results.get("cold_load")
@@ -170,7 +251,7 @@ def print_summary(predicate: dict, device: str, report_path: str | None = None) 
             shape = entry["shape"] if ";" in entry["shape"] else entry["shape"].split("=")[-1]
             steady = "" if entry["warmup"]["steady"] else " [yellow](unsteady)[/]"
             t.add_row(
-                shape + steady,
+                esc(shape) + steady,
                 str(s["count"]),
                 v(s["p50_ms"]),
                 ci(s.get("p50_ci_ms")),
@@ -201,8 +282,8 @@ def print_summary(predicate: dict, device: str, report_path: str | None = None) 
         for name, o in drift["outputs"].items():
             tol = o.get("tolerance", {})
             t.add_row(
-                name,
-                str(tol.get("class") or tol.get("cls") or ""),
+                esc(name),
+                esc(tol.get("class") or tol.get("cls") or ""),
                 _num(o.get("max_abs"), "{:.3g}"),
                 _num(o.get("cosine"), "{:.5f}"),
                 "exact" if o.get("exact") else _num(o.get("psnr_db"), "{:.1f}"),
@@ -212,7 +293,7 @@ def print_summary(predicate: dict, device: str, report_path: str | None = None) 
                 "[green]pass[/]" if o.get("passed") else "[red]FAIL[/]",
             )
             if not o.get("passed"):
-                failures.append(f"{name}: {o.get('reason')}")
+                failures.append(esc(f"{name}: {o.get('reason')}"))
         console.print(t)
         for line in failures:
             console.print(f"  [red]drift[/] {line}")
@@ -222,7 +303,7 @@ def print_summary(predicate: dict, device: str, report_path: str | None = None) 
             console.print(
                 f"  decisions [{style}]{d['flip_count']} flips[/] in {d['total_cases']} cases ({d['rule']}); "
                 f"{d['flips_near_threshold_count']} of {d['near_threshold_count']} cases near the threshold flipped"
-                + (f": {', '.join(d['flips'][:8])}" if d["flips"] else "")
+                + (f": {esc(', '.join(d['flips'][:8]))}" if d["flips"] else "")
             )
 
     sustained = results.get("sustained")
@@ -251,9 +332,12 @@ def print_summary(predicate: dict, device: str, report_path: str | None = None) 
             if sustained.get("peak_temp_c") is None
             else f"{sustained['peak_temp_c']:.1f} °C"
         )
-        verdict_style = {"stable": "green", "degraded": "yellow", "failed": "red"}.get(
-            sustained["verdict"], ""
-        )
+        verdict_style = {
+            "stable": "green",
+            "degraded": "yellow",
+            "failed": "red",
+            "inconclusive": "yellow",
+        }.get(sustained["verdict"], "")
         t.add_row(
             f"{sustained['peak_per_s']:.1f}",
             f"{sustained['sustained_per_s']:.1f}",
@@ -262,7 +346,7 @@ def print_summary(predicate: dict, device: str, report_path: str | None = None) 
             secs(sustained.get("time_to_3pct_drop_s")),
             temp,
             "—" if sustained.get("headroom_c") is None else f"{sustained['headroom_c']:.1f} °C",
-            f"[{verdict_style}]{sustained['verdict']}[/]",
+            Text(str(sustained["verdict"]), style=verdict_style),
         )
         console.print(t)
         rates = [
@@ -290,9 +374,13 @@ def print_summary(predicate: dict, device: str, report_path: str | None = None) 
         )
     for f in predicate.get("findings", []):
         op = f" · operator {f['operator']}" if f.get("operator") else ""
-        console.print(f"  [red]finding[/] [{f.get('kind')}] {f.get('message')}{op}")
+        text = f"[{f.get('kind')}] {f.get('message')}{op}"
+        console.print(f"  [red]finding[/] {esc(text)}")
     if report_path:
-        console.print(f"  signed report: {report_path}")
+        console.print(f"  signed report: {report_path}", markup=False, soft_wrap=True)
+    hint = status_hint(predicate)
+    if hint:
+        console.print(f"  [bold]to change this:[/] {esc(hint)}", soft_wrap=True)
 
 
 def sparkline(values: list[float]) -> str:
@@ -307,31 +395,37 @@ def sparkline(values: list[float]) -> str:
 def print_error(message: str, hint: str | None = None) -> None:
     """One line, with the hint after it."""
     err_console.print(
-        f"[red]edgequal: error:[/] {message}" + (f" [dim](hint: {hint})[/]" if hint else ""),
+        f"[red]edgequal: error:[/] {esc(message)}"
+        + (f" [dim](hint: {esc(hint)})[/]" if hint else ""),
         soft_wrap=True,
     )
 
 
 def print_table(title: str, columns: list[str], rows: list[list[str]]) -> None:
     """A plain table (devices list, profiles)."""
-    t = Table(title=title, title_justify="left")
+    t = Table(title=esc(title), title_justify="left")
     for c in columns:
-        t.add_column(c)
+        t.add_column(esc(c))
     for r in rows:
-        t.add_row(*[str(x) for x in r])
+        t.add_row(*[Text(str(x)) for x in r])
     console.print(t)
 
 
+def print_note(text: str) -> None:
+    """A line for the person on stderr, beside machine-readable output on stdout."""
+    err_console.print(text, soft_wrap=True, markup=False)
+
+
 def print_line(text: str) -> None:
-    """A line of normal output."""
-    console.print(text, soft_wrap=True)
+    """A line of normal output, printed as it is (no markup)."""
+    console.print(text, soft_wrap=True, markup=False)
 
 
 @contextmanager
 def status(message: str):
     """A spinner while something slow happens (only on a terminal)."""
     if console.is_terminal:
-        with console.status(message):
+        with console.status(esc(message)):
             yield
     else:
         yield

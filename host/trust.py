@@ -38,23 +38,13 @@ from pathlib import Path
 from edgequal.agent.keys import PUBLIC_KEY_SIZE, fingerprint_of, keyid_of
 
 from .errors import UntrustedDevice, UsageError
+from .paths import config_dir
 
 KNOWN_DEVICES_FILE_NAME = "known_devices"
 KEY_TYPE = "ed25519"
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _OPTION_KEY = re.compile(r"[a-z][a-z0-9_]*")
-
-
-def config_dir() -> Path:
-    """Return the host's config dir: $EDGEQUAL_CONFIG_DIR, $XDG_CONFIG_HOME/edgequal or ~/.config/edgequal."""
-    explicit = os.environ.get("EDGEQUAL_CONFIG_DIR")
-    if explicit:
-        return Path(explicit).expanduser()
-    xdg = os.environ.get("XDG_CONFIG_HOME")
-    if xdg:
-        return Path(xdg).expanduser() / "edgequal"
-    return Path.home() / ".config" / "edgequal"
 
 
 def known_devices_path() -> Path:

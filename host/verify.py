@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import json
 from collections.abc import Container, Iterable
 from dataclasses import dataclass
@@ -28,13 +27,13 @@ from typing import Any
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from edgequal.agent.golden import file_sha256
 from edgequal.agent.report.signing import PAYLOAD_TYPE, pae, validate_statement
 
 from .errors import UntrustedDevice, UsageError, VerificationFailed
 from .trust import DeviceEntry, KnownDevices
 
 _SIGNATURE_SIZE = 64
-_CHUNK_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -61,15 +60,6 @@ class VerifiedReport:
     def status(self) -> str:
         """Return passed, degraded, failed or incomplete."""
         return self.predicate["status"]
-
-
-def file_sha256(path: Path) -> str:
-    """Return the hex sha256 of a file, read in 1 MiB chunks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK_BYTES):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _b64decode(text: Any, what: str) -> bytes:

@@ -29,6 +29,12 @@ def load_test_helper(name: str):
 
 
 @pytest.fixture(scope="session")
+def corrupt_model_bytes():
+    """tests/corrupt_models.py's ``corrupt_model_bytes(kind, src, dst)``: a broken model file."""
+    return load_test_helper("corrupt_models").corrupt_model_bytes
+
+
+@pytest.fixture(scope="session")
 def sshd_helpers():
     """The tests/sshd.py module (start_sshd, known_hosts_line, make_ed25519_key...)."""
     return load_test_helper("sshd")

@@ -2,32 +2,10 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from ..errors import UsageError
 from .base import PushResult, QualifyRequest, Transport
-
-
-def resolve_token(token_file: Path | None, entry_token_file: str | None) -> str | None:
-    """The device token: ``--token-file``, then ``$EDGEQUAL_TOKEN``, then the device's config entry."""
-    if token_file:
-        return _read_token(Path(token_file))
-    if os.environ.get("EDGEQUAL_TOKEN"):
-        return os.environ["EDGEQUAL_TOKEN"].strip()
-    if entry_token_file:
-        return _read_token(Path(entry_token_file).expanduser())
-    return None
-
-
-def _read_token(path: Path) -> str:
-    try:
-        token = path.read_text().strip()
-    except OSError as e:
-        raise UsageError(f"cannot read token file {path}: {e.strerror}") from e
-    if not token:
-        raise UsageError(f"token file {path} is empty")
-    return token
 
 
 def open_transport(
@@ -61,4 +39,4 @@ def open_transport(
     )
 
 
-__all__ = ["PushResult", "QualifyRequest", "Transport", "open_transport", "resolve_token"]
+__all__ = ["PushResult", "QualifyRequest", "Transport", "open_transport"]

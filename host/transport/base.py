@@ -12,7 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ProgressEvent = dict
-"""A progress event from the agent: ``{"type": "phase"|"progress"|"log", ...}`` (see docs/report-schema.md)."""
+"""A progress event from the agent: ``{"type": "run"|"phase"|"progress"|"log", ...}``.
+
+Every transport's first event is ``{"type": "run", "run_id": ...}``, passed on as
+soon as the agent accepted the run (see docs/protocol.md).
+"""
 
 
 @dataclass

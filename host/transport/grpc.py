@@ -355,8 +355,10 @@ class GrpcTransport(Transport):
         envelope = None
         try:
             for msg in stream:
-                if msg.run_id:
+                if msg.run_id and msg.run_id != self.last_run_id:
                     self.last_run_id = msg.run_id
+                    # The agent's first message says it accepted the run: tell the caller now.
+                    on_event({"type": "run", "run_id": msg.run_id})
                 body = msg.WhichOneof("body")
                 if body == "event_json":
                     on_event(json.loads(msg.event_json))

@@ -7,7 +7,6 @@ same as from a real board.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import tempfile
@@ -15,18 +14,8 @@ import time
 from pathlib import Path
 
 from ..errors import TransportError
+from ..paths import local_agent_state_dir
 from .grpc import GrpcTransport
-
-
-def local_state_dir() -> Path:
-    """``$EDGEQUAL_LOCAL_STATE``, else ``$XDG_STATE_HOME/edgequal/local-agent``, else ~/.local/state/..."""
-    env = os.environ.get("EDGEQUAL_LOCAL_STATE")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(
-        os.path.expanduser("~"), ".local", "state"
-    )
-    return Path(base) / "edgequal" / "local-agent"
 
 
 class LocalTransport(GrpcTransport):
@@ -35,7 +24,7 @@ class LocalTransport(GrpcTransport):
     def __init__(
         self, state_dir: Path | None = None, root: str | None = None, start_timeout_s: float = 30.0
     ):
-        self.state_dir = Path(state_dir or local_state_dir())
+        self.state_dir = Path(state_dir or local_agent_state_dir())
         self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         port_file = Path(tempfile.mkdtemp(prefix="edgequal-local-")) / "port"
         cmd = [

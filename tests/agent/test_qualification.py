@@ -14,7 +14,6 @@ from edgequal.agent.jobs import WorkerJob, latency_settings
 from edgequal.agent.plan import make_plan
 from edgequal.agent.qualification import run_measurement
 from edgequal.agent.supervisor import Worker
-from edgequal.host.examples import corrupt_model_bytes
 
 RUNNABLE = [
     "classifier",
@@ -121,7 +120,9 @@ def test_unsupported_operator_is_a_finding_with_its_name(example_models, fast_pl
 
 @pytest.mark.parametrize("kind", ["empty", "truncated", "random"])
 @pytest.mark.parametrize("model", ["classifier", "classifier_tflite"])
-def test_broken_model_files_are_rejected_cleanly(kind, model, example_models, tmp_path, fast_plan):
+def test_broken_model_files_are_rejected_cleanly(
+    kind, model, example_models, tmp_path, fast_plan, corrupt_model_bytes
+):
     src = example_models[model]
     bad = corrupt_model_bytes(kind, src, tmp_path / f"bad{src.suffix}")
     out = run_measurement(bad, None, fast_plan)

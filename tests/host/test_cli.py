@@ -9,7 +9,7 @@ import pytest
 from edgequal.agent.cli import main as agent_main
 from edgequal.agent.golden import read_golden
 from edgequal.host.cli import main as edgequal_main
-from edgequal.host.examples import corrupt_model_bytes, example_inputs
+from edgequal.host.examples import example_inputs
 
 FAST_FLAGS = ["--plan", "quick"]
 
@@ -165,7 +165,9 @@ def test_golden_make_bad_decision_rule(example_models, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("kind", ["empty", "truncated", "random"])
-def test_agent_measure_broken_model_exit_2_and_a_finding(kind, example_models, tmp_path, capsys):
+def test_agent_measure_broken_model_exit_2_and_a_finding(
+    kind, example_models, tmp_path, capsys, corrupt_model_bytes
+):
     bad = corrupt_model_bytes(kind, example_models["classifier"], tmp_path / "bad.onnx")
     rc = agent_main(["measure", str(bad), "--json"])
     assert rc == 2
@@ -237,7 +239,7 @@ def test_qualify_over_ssh_from_the_cli_pins_on_first_use(
     predicate = json.loads(capsys.readouterr().out)
     assert predicate["status"] in ("passed", "degraded")
     # Same envelope format as over gRPC: it verifies by device name through the CLI.
-    from edgequal.host.install import default_device_name
+    from edgequal.host.install_commands import default_device_name
     from edgequal.host.trust import KnownDevices
 
     name = default_device_name(sshd_server.url.removeprefix("ssh://"))
@@ -245,3 +247,102 @@ def test_qualify_over_ssh_from_the_cli_pins_on_first_use(
     assert edgequal_main(["verify", str(tmp_path / "r.json"), "--device", name]) == 0
     # Second use finds the pinned entry by its address.
     assert edgequal_main(args) == 0
+
+
+def test_qualify_without_output_writes_into_the_state_dir_and_shows_the_run_id_first(
+    example_models, tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.chdir(tmp_path)
+    model_dir = tmp_path / "models[v2]"
+    model_dir.mkdir()
+    model = model_dir / "micro.onnx"
+    model.write_bytes(example_models["micro"].read_bytes())
+    # --debug after the subcommand is the global option.
+    assert edgequal_main(["qualify", str(model), "--sustain", "0", "--debug"]) == 0
+    out, err = capsys.readouterr()
+    reports = list((tmp_path / "state" / "edgequal" / "reports").glob("micro-*.report.json"))
+    assert len(reports) == 1
+    assert not list(tmp_path.glob("*.report.json"))
+    assert f"signed report: {reports[0]}" in out
+    run_id = out.split(" run ", 1)[1].split()[0]
+    # In a log (not a terminal) the run id comes as soon as the agent accepts the run:
+    # after the upload, before any phase of the run.
+    lines = err.splitlines()
+    accepted = lines.index(f"run {run_id} accepted by the device")
+    assert lines[accepted - 1] == "upload: done"
+    assert accepted < lines.index("cold load: running")
+
+
+def test_names_with_brackets_reach_the_screen_intact(tmp_path, capsys):
+    missing = tmp_path / "models[v2]" / "m.onnx"
+    assert edgequal_main(["qualify", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert f"model file not found: {missing}" in err
+    assert edgequal_main(["devices", "trust", "a[/b]", "grpc://[/x]:1"]) in (2, 3)
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert err.startswith("edgequal: error:") and "Traceback" not in err
+    assert "[/x]" in err
+
+
+def test_dynamic_input_without_shape_names_the_shape_and_an_example(example_models, capsys):
+    rc = edgequal_main(["qualify", str(example_models["dynamic"]), "--sustain", "0"])
+    assert rc == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "input 'image' has dynamic dimensions: float32 [batch?, 3, height?, width?]" in err
+    assert "--shape image=1x3x224x224" in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--debug", "qualify", "m.onnx"],
+        ["qualify", "m.onnx", "--debug"],
+        ["golden", "make", "m.onnx", "--inputs", "i.npz", "-o", "g.npz", "--debug"],
+        ["devices", "list", "--debug"],
+        ["--debug", "agent", "status", "pi5"],
+    ],
+)
+def test_global_options_stand_before_or_after_the_subcommand(argv):
+    from edgequal.host.cli import _parser
+
+    assert _parser().parse_args(argv).debug is True
+    assert _parser().parse_args([a for a in argv if a != "--debug"]).debug is False
+
+
+def test_qualify_help_explains_every_option_and_ends_with_examples():
+    from edgequal.host.cli import _parser
+
+    parser = _parser()
+    qualify = next(a for a in parser._actions if a.dest == "command").choices["qualify"]
+    for action in qualify._actions:
+        assert action.help, f"{action.option_strings or action.dest} has no help"
+    text = qualify.format_help()
+    assert "quick (default, CI)" in text and "standard:" in text and "soak:" in text
+    lines = text.rstrip().splitlines()
+    assert lines[-4] == "examples:"
+    assert all(line.startswith("  edgequal qualify ") for line in lines[-3:])
+
+
+def test_agent_install_passes_every_option_on(monkeypatch, tmp_path, capsys):
+    from edgequal.host import install
+
+    seen = {}
+
+    def fake_install(url, **kwargs):
+        seen.update(url=url, **kwargs)
+        return "installed"
+
+    monkeypatch.setattr(install, "install_agent", fake_install)
+    argv = ["agent", "install", "ssh://pi@bench", "--ssh-key", str(tmp_path / "k")]
+    argv += ["--prefix", "/opt/eq", "--python", "python3.11", "--system-site-packages"]
+    assert edgequal_main(argv) == 0
+    assert seen["url"] == "ssh://pi@bench"
+    assert seen["key_file"] == tmp_path / "k"
+    assert (seen["prefix"], seen["python"], seen["system_site_packages"]) == (
+        "/opt/eq",
+        "python3.11",
+        True,
+    )
+    assert "installed" in capsys.readouterr().out

@@ -10,8 +10,8 @@ import time
 
 import pytest
 from edgequal.host.cli import main as edgequal_main
+from edgequal.host.devices import resolve_token
 from edgequal.host.errors import UsageError
-from edgequal.host.transport import resolve_token
 from edgequal.host.trust import KnownDevices
 
 
@@ -165,5 +165,5 @@ def test_token_precedence(tmp_path, monkeypatch):
     assert resolve_token(None, str(entry)) == "from-entry"
     assert resolve_token(None, None) is None
     (tmp_path / "empty").write_text("")
-    with pytest.raises(UsageError, match="is empty"):
+    with pytest.raises(UsageError, match="must hold one token"):
         resolve_token(tmp_path / "empty", None)

@@ -16,7 +16,6 @@ from edgequal.host.examples import (
     EXAMPLES,
     build_all,
     build_example,
-    corrupt_model_bytes,
     example_inputs,
 )
 
@@ -280,7 +279,7 @@ def test_nan_output(models):
 
 
 @pytest.mark.parametrize("kind", ["empty", "truncated", "random"])
-def test_corrupt_models_are_rejected(models, tmp_path, kind):
+def test_corrupt_models_are_rejected(models, tmp_path, kind, corrupt_model_bytes):
     for name, pattern in (
         ("classifier", "Load model"),
         ("classifier_tflite", "not a valid Flatbuffer|null/empty"),
@@ -297,7 +296,7 @@ def test_corrupt_models_are_rejected(models, tmp_path, kind):
                 ort.InferenceSession(str(dst), providers=["CPUExecutionProvider"])
             else:
                 litert(dst)
-    with pytest.raises(UsageError):
+    with pytest.raises(ValueError, match="unknown corruption"):
         corrupt_model_bytes("melted", models["micro"], tmp_path / "x")
 
 

@@ -228,6 +228,7 @@ def test_qualify_passes_events_and_returns_envelope(runner, transport, tmp_path)
     )
     envelope = transport.qualify(request, events.append)
     assert events == [
+        {"type": "run", "run_id": "run-1"},
         {"type": "phase", "phase": "load", "state": "started"},
         {"type": "phase", "phase": "load", "state": "done"},
     ]

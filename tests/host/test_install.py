@@ -25,17 +25,15 @@ from pathlib import Path
 
 import pytest
 from edgequal.agent.keys import load_or_create_device_key
+from edgequal.host.agent_wheel import build_wheel, repo_root
 from edgequal.host.errors import HostError, TransportError, UsageError
 from edgequal.host.examples import build_example
-from edgequal.host.install import (
-    agent_status,
-    build_wheel,
+from edgequal.host.install import agent_status, install_agent
+from edgequal.host.install_commands import (
     default_device_name,
     grpc_address_for,
-    install_agent,
-    parse_listen,
+    listen_address,
     pip_install_command,
-    repo_root,
     serve_argv,
     systemd_unit,
 )
@@ -47,15 +45,15 @@ from edgequal.host.verify import verify_envelope
 # ----- pure helpers ------------------------------------------------------------------
 
 
-def test_parse_listen_and_grpc_address():
-    assert parse_listen("0.0.0.0:50051") == ("0.0.0.0", 50051)
-    assert parse_listen("[::]:7441") == ("::", 7441)
+def test_listen_address_and_grpc_address():
+    assert listen_address("0.0.0.0:50051") == ("0.0.0.0", 50051)
+    assert listen_address("[::]:7441") == ("::", 7441)
     assert grpc_address_for("0.0.0.0:50051", "bench-pi5") == "grpc://bench-pi5:50051"
     assert grpc_address_for("[::]:7441", "fe80::2") == "grpc://[fe80::2]:7441"
     assert grpc_address_for("10.0.0.7:9000", "bench-pi5") == "grpc://10.0.0.7:9000"
     for bad in ("50051", "host:", "host:0", "host:70000"):
         with pytest.raises(UsageError):
-            parse_listen(bad)
+            listen_address(bad)
 
 
 def test_default_device_name():

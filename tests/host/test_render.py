@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from edgequal.agent.plan import make_plan
 from edgequal.agent.qualification import run_measurement
 from edgequal.host import render
@@ -52,3 +53,76 @@ def test_summary_of_a_rejected_model_names_the_operator(example_models, capsys):
     text = capsys.readouterr().out
     assert "FAILED" in text
     assert "operator com.example:Frobnicate" in " ".join(text.split())
+
+
+def test_text_from_elsewhere_is_not_markup(capsys):
+    render.print_error("cannot read models[v2]/m.onnx", "pip install 'edgequal[litert]'")
+    render.print_line("models[v2]/m.onnx and a[/b]")
+    render.print_table("devices [/x]", ["name"], [["a[/b]"]])
+    out, err = capsys.readouterr()
+    assert "cannot read models[v2]/m.onnx" in err
+    assert "(hint: pip install 'edgequal[litert]')" in err
+    assert "models[v2]/m.onnx and a[/b]" in out
+    assert "[/x]" in out and "│ a[/b] │" in out
+
+
+def test_summary_prints_names_and_findings_as_they_are(capsys):
+    predicate = {
+        "status": "failed",
+        "run_id": "r-1",
+        "reason": "input [batch?, 3] of models[v2]",
+        "results": {},
+        "findings": [{"kind": "model_rejected", "message": "op [/x] unsupported"}],
+    }
+    render.print_summary(predicate, "grpc://[::1]:7441", "reports/m[v2].report.json")
+    text = capsys.readouterr().out
+    assert "reason: input [batch?, 3] of models[v2]" in text
+    assert "finding [model_rejected] op [/x] unsupported" in text
+    assert "signed report: reports/m[v2].report.json" in text
+
+
+def _latency(steady: bool) -> dict:
+    return {"per_shape": [{"shape": "x=1x4", "warmup": {"steady": steady}}]}
+
+
+@pytest.mark.parametrize(
+    ("predicate", "expected"),
+    [
+        ({"status": "passed"}, None),
+        (
+            {"status": "degraded", "results": {"latency": _latency(False)}},
+            "re-run on a quiet machine",
+        ),
+        (
+            {"status": "degraded", "results": {"sustained": {"verdict": "degraded"}}},
+            "improve cooling or power",
+        ),
+        (
+            {"status": "failed", "results": {"drift": {"passed": False}}},
+            "raise the output's tolerance in the golden set",
+        ),
+        (
+            {"status": "failed", "findings": [{"kind": "model_rejected", "message": "m"}]},
+            "export it with operators this runtime supports",
+        ),
+        (
+            {"status": "failed", "findings": [{"kind": "x", "message": "m", "hint": "do this"}]},
+            "do this",
+        ),
+        ({"status": "inconclusive"}, "re-run on a quiet board"),
+        ({"status": "incomplete", "reason": "cancelled"}, "fetched by its run id"),
+    ],
+)
+def test_status_hint_says_what_would_change_the_status(predicate, expected):
+    hint = render.status_hint(predicate)
+    assert hint is None if expected is None else expected in hint
+
+
+def test_a_non_passing_summary_ends_with_what_would_change_it(capsys):
+    render.print_summary({"status": "inconclusive", "run_id": "r-2", "results": {}}, "local")
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].startswith("edgequal INCONCLUSIVE")
+    assert lines[-1].strip() == (
+        "to change this: other processes interfered with the measurement: "
+        "re-run on a quiet board (nothing else running)"
+    )

@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 from edgequal.agent.keys import DeviceKey, fingerprint_of
 from edgequal.host.errors import UntrustedDevice, UsageError
-from edgequal.host.trust import KnownDevices, config_dir, known_devices_path, parse_line
+from edgequal.host.paths import config_dir
+from edgequal.host.trust import KnownDevices, known_devices_path, parse_line
 
 RAW = bytes(range(32))
 # base64 of bytes 0..31, computed by hand from the 6-bit groups.

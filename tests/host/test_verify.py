@@ -6,6 +6,7 @@ import json
 import shutil
 
 import pytest
+from edgequal.agent.golden import file_sha256
 from edgequal.agent.keys import DeviceKey, load_or_create_device_key
 from edgequal.agent.report.signing import (
     PAYLOAD_TYPE,
@@ -16,7 +17,7 @@ from edgequal.agent.report.signing import (
 )
 from edgequal.host.errors import UntrustedDevice, UsageError, VerificationFailed
 from edgequal.host.trust import KnownDevices
-from edgequal.host.verify import file_sha256, verify_envelope
+from edgequal.host.verify import verify_envelope
 
 MODEL_BYTES = b"\x08\x07fake-onnx-model"
 GOLDEN_BYTES = b"golden set bytes"

@@ -1,0 +1,43 @@
+"""Where the host keeps its files: every XDG directory lookup of the host is here.
+
+- config (``known_devices``, ``nonces``, device tokens): ``$EDGEQUAL_CONFIG_DIR``,
+  else ``$XDG_CONFIG_HOME/edgequal``, else ``~/.config/edgequal``;
+- state (the local agent's state, reports written without ``-o``):
+  ``$XDG_STATE_HOME/edgequal``, else ``~/.local/state/edgequal``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def config_dir() -> Path:
+    """Return the host's config dir: $EDGEQUAL_CONFIG_DIR, $XDG_CONFIG_HOME/edgequal or ~/.config/edgequal."""
+    explicit = os.environ.get("EDGEQUAL_CONFIG_DIR")
+    if explicit:
+        return Path(explicit).expanduser()
+    xdg = os.environ.get("XDG_CONFIG_HOME")
+    if xdg:
+        return Path(xdg).expanduser() / "edgequal"
+    return Path.home() / ".config" / "edgequal"
+
+
+def state_dir() -> Path:
+    """Return the host's state dir: $XDG_STATE_HOME/edgequal or ~/.local/state/edgequal."""
+    xdg = os.environ.get("XDG_STATE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".local" / "state"
+    return base / "edgequal"
+
+
+def local_agent_state_dir() -> Path:
+    """The local agent's state dir: $EDGEQUAL_LOCAL_STATE, else ``<state dir>/local-agent``."""
+    explicit = os.environ.get("EDGEQUAL_LOCAL_STATE")
+    if explicit:
+        return Path(explicit)
+    return state_dir() / "local-agent"
+
+
+def reports_dir() -> Path:
+    """Where ``qualify`` writes a report given no ``-o``: ``<state dir>/reports``."""
+    return state_dir() / "reports"

@@ -117,27 +117,37 @@ def server_credentials(tls: TlsServerConfig) -> grpc.ServerCredentials:
 
 
 def read_token_file(path: Path) -> str:
-    """Read a bearer token (surrounding whitespace stripped); BadInput when unreadable or empty."""
+    """Read a bearer token (surrounding whitespace stripped).
+
+    BadInput, one line, when the file is unreadable, not UTF-8, empty, holds more
+    than one token, or can be read by group or others (anyone who can read it
+    can run models on the device).
+    """
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        raw = p.read_bytes()
         mode = stat.S_IMODE(os.stat(p).st_mode)
-    except (OSError, UnicodeDecodeError) as e:
-        raise BadInput(f"cannot read token file {p}: {e}") from e
+    except OSError as e:
+        raise BadInput(f"cannot read token file {p}: {e.strerror or e}") from e
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BadInput(
+            f"token file {p} is not UTF-8 text",
+            hint="e.g. python -c 'import secrets; print(secrets.token_hex(32))' > FILE",
+        ) from None
+    if mode & 0o077:
+        raise BadInput(
+            f"token file {p} is readable by other users (mode {mode:04o})",
+            hint=f"chmod 600 {p}",
+        )
     token = text.strip()
     if not token or any(c.isspace() for c in token):
         raise BadInput(
             f"token file {p} must hold one token on one line",
             hint="e.g. python -c 'import secrets; print(secrets.token_hex(32))' > FILE",
         )
-    if mode & 0o077:
-        log.warning("token file %s is readable by other users (mode %04o); chmod 600 it", p, mode)
     return token
-
-
-def bearer_metadata(token: str) -> tuple[tuple[str, str], ...]:
-    """The call metadata a client sends to authenticate with ``token``."""
-    return ((AUTHORIZATION_KEY, f"Bearer {token}"),)
 
 
 class BearerTokenInterceptor(grpc.ServerInterceptor):

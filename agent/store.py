@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 from .errors import AgentError, BadInput, DigestMismatch, QuotaExceeded
+from .files import fsync_dir, is_no_space
 
 DEFAULT_MAX_ARTIFACT_BYTES = 2 * 1024**3
 """Largest artifact accepted by default: 2 GiB (ONNX's protobuf limit, TFLite's unverified range)."""
@@ -62,19 +63,6 @@ def validate_digest(digest: object) -> str:
             hint="a digest is 64 lowercase hex characters, without a 'sha256:' prefix",
         )
     return digest
-
-
-def _is_no_space(e: OSError) -> bool:
-    return e.errno in (errno.ENOSPC, errno.EDQUOT)
-
-
-def _fsync_dir(path: Path) -> None:
-    """Make a rename in ``path`` durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class Upload:
@@ -273,7 +261,7 @@ def _pwrite_all(fd: int, data, offset: int, digest: str) -> None:
         while pos < len(view):
             pos += os.pwrite(fd, view[pos:], offset + pos)
     except OSError as e:
-        if _is_no_space(e):
+        if is_no_space(e):
             # Keep the committed offset meaningful: drop the half-written chunk.
             os.ftruncate(fd, offset)
             raise QuotaExceeded(
@@ -496,7 +484,7 @@ class ArtifactStore:
         final = self.committed_path(digest)
         os.chmod(part, 0o444)
         os.rename(part, final)
-        _fsync_dir(self.committed_dir)
+        fsync_dir(self.committed_dir)
         return final
 
     def import_file(self, path: Path) -> str:
@@ -535,7 +523,7 @@ class ArtifactStore:
                 self._publish(tmp, digest)
             return digest
         except OSError as e:
-            if _is_no_space(e):
+            if is_no_space(e):
                 raise QuotaExceeded(
                     f"device disk is full while importing {src}", hint="free space on the device"
                 ) from e

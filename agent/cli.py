@@ -147,12 +147,46 @@ class _EventLines:
 
     A closed pipe (the SSH session ended) is what gRPC's disconnect is, plus a
     cancel: the run stops, is signed ``incomplete: cancelled`` and stored, and
-    the rest of the output goes nowhere instead of raising BrokenPipeError.
+    the rest of the output goes nowhere instead of raising BrokenPipeError. The
+    pipe is watched between events too (POLLERR once its reader is gone), so a
+    long quiet phase does not keep a run going for a host that left.
     """
+
+    WATCH_INTERVAL_MS = 500
 
     def __init__(self, cancel: threading.Event):
         self.cancel = cancel
         self.broken = False
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._watcher = threading.Thread(target=self._watch, name="stdout-watch", daemon=True)
+        self._watcher.start()
+
+    def _watch(self) -> None:
+        import select
+
+        try:
+            poller = select.poll()
+            poller.register(sys.stdout.fileno(), select.POLLERR | select.POLLHUP)
+        except (OSError, ValueError, AttributeError):
+            return  # not a file descriptor we can watch; writes still notice
+        while not self._done.is_set():
+            for _, mask in poller.poll(self.WATCH_INTERVAL_MS):
+                if mask & (select.POLLERR | select.POLLHUP):
+                    self._gone()
+                    return
+
+    def _gone(self) -> None:
+        with self._lock:
+            if self.broken:
+                return
+            self.broken = True
+            self.cancel.set()
+            log.warning("the host is gone (stdout closed); cancelling the run")
+            # Later writes and the interpreter's final flush must not fail on the pipe.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
 
     def emit(self, obj: dict) -> None:
         """Write one line, or note the host is gone and cancel the run."""
@@ -162,13 +196,11 @@ class _EventLines:
             sys.stdout.write(json.dumps(obj) + "\n")
             sys.stdout.flush()
         except (BrokenPipeError, ValueError, OSError):
-            self.broken = True
-            self.cancel.set()
-            log.warning("the host is gone (stdout closed); cancelling the run")
-            # Later writes and the interpreter's final flush must not fail on the pipe.
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())
-            os.close(devnull)
+            self._gone()
+
+    def close(self) -> None:
+        """Stop watching the pipe."""
+        self._done.set()
 
 
 def cmd_run_plan(args, state_dir: Path) -> int:
@@ -227,9 +259,12 @@ def cmd_run_plan(args, state_dir: Path) -> int:
             timer.cancel()
             lock.set_lease(None)
         lines.emit({"envelope": base64.b64encode(envelope).decode(), "run_id": request.run_id})
+        delivered = not lines.broken
+        lines.close()
     finally:
         lock.release()
-    return 3 if lines.broken else 0
+    # The report is stored either way; 3 says the host did not receive it (fetch it by run id).
+    return 0 if delivered else 3
 
 
 def cmd_measure(args, state_dir: Path) -> int:

@@ -233,4 +233,3 @@ def _write_public_key_file(pub_path: Path, key: DeviceKey) -> None:
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-

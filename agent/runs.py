@@ -235,7 +235,7 @@ class Runs:
         model_path = self.store.path(request.model_digest)
         golden_path = self.store.path(request.golden_digest) if request.golden_digest else None
         self.save_unsaved()
-        self._ensure_reserve()
+        self.ensure_reserve()
         run_dir = self.run_dir(request.run_id)
         try:
             write_atomic(run_dir / "request.json", json.dumps(asdict(request)).encode())
@@ -300,7 +300,7 @@ class Runs:
 
     # -- disk ----------------------------------------------------------------
 
-    def _ensure_reserve(self) -> None:
+    def ensure_reserve(self) -> None:
         """Put the report reserve in place, or raise QuotaExceeded: a run starts only with room to end."""
         if self.reserve_bytes <= 0:
             return

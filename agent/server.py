@@ -526,6 +526,10 @@ def serve(
         log.info("removed stale partial upload %s", name)
     for run_id in service.runs.recover_interrupted():
         log.warning("run %s was interrupted by an agent restart; signed as incomplete", run_id)
+    try:
+        service.runs.ensure_reserve()
+    except QuotaExceeded as e:  # serve anyway: Info, Stat and GetReport need no space
+        log.warning("%s; runs are refused until there is room", e)
     agent.start()
     log.info(
         "edgequal agent %s listening on %s (port %d), key %s",

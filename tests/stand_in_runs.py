@@ -40,6 +40,9 @@ class StandInRuns:
     def recover_interrupted(self) -> list[str]:
         return []
 
+    def ensure_reserve(self) -> None:
+        pass
+
     def execute(self, request, *, on_event, cancel) -> bytes:
         self.requests.append(request)
         if self.raise_error is not None:

@@ -1,6 +1,7 @@
 """Who may call the agent: a bearer token, mutual TLS, or (only on loopback) anyone local.
 
-Every RPC except the standard health service must carry
+Every RPC except the standard health service and ``Prove`` (which only signs a
+challenge, so a host can check the device's key before it sends a token) must carry
 ``authorization: Bearer <token>`` when the agent has a token; the token is
 compared in constant time and a wrong or missing one is answered with
 UNAUTHENTICATED before any handler runs. With mutual TLS the TLS handshake
@@ -27,6 +28,9 @@ log = logging.getLogger(__name__)
 
 HEALTH_METHOD_PREFIX = "/grpc.health.v1.Health/"
 """The standard health service answers without a token, so probes need no secret."""
+
+PROVE_METHOD = "/edgequal.v1.Agent/Prove"
+"""Answered without a token: the host checks the device's key before it sends its token."""
 
 AUTHORIZATION_KEY = "authorization"
 BEARER_PREFIX = "bearer "
@@ -151,7 +155,7 @@ def read_token_file(path: Path) -> str:
 
 
 class BearerTokenInterceptor(grpc.ServerInterceptor):
-    """Rejects every RPC but health whose ``authorization`` is not ``Bearer <token>``."""
+    """Rejects every RPC but health and Prove whose ``authorization`` is not ``Bearer <token>``."""
 
     def __init__(self, token: str):
         if not token:
@@ -172,10 +176,12 @@ class BearerTokenInterceptor(grpc.ServerInterceptor):
         return False
 
     def intercept_service(self, continuation, handler_call_details):
-        """Pass authorized calls (and health) through; answer others with UNAUTHENTICATED."""
+        """Pass authorized calls (and health, Prove) through; answer others with UNAUTHENTICATED."""
         method = handler_call_details.method
-        if method.startswith(HEALTH_METHOD_PREFIX) or self._authorized(
-            handler_call_details.invocation_metadata
+        if (
+            method.startswith(HEALTH_METHOD_PREFIX)
+            or method == PROVE_METHOD
+            or self._authorized(handler_call_details.invocation_metadata)
         ):
             return continuation(handler_call_details)
         handler = continuation(handler_call_details)

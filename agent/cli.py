@@ -64,9 +64,12 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--root")
     m.add_argument("--json", action="store_true", help="print the full result as JSON")
 
-    k = sub.add_parser("key", help="the device key")
-    k.add_argument("action", choices=["show"])
+    k = sub.add_parser("key", help="the device key: show it, or prove holding it")
+    k.add_argument("action", choices=["show", "prove"])
     k.add_argument("--json", action="store_true")
+    k.add_argument(
+        "--challenge", help="prove: the host's fresh challenge in hex (16 to 1024 bytes)"
+    )
 
     i = sub.add_parser("info", help="fingerprint, probes, runtimes")
     i.add_argument("--root")
@@ -300,6 +303,8 @@ def cmd_key(args, state_dir: Path) -> int:
     from .keys import load_or_create_device_key
 
     key = load_or_create_device_key(state_dir)
+    if args.action == "prove":
+        return _prove(key, args.challenge)
     if args.json:
         print(
             json.dumps(
@@ -312,6 +317,27 @@ def cmd_key(args, state_dir: Path) -> int:
         )
     else:
         print(f"ed25519 {key.public_key_b64()}\nfingerprint {key.fingerprint()}")
+    return 0
+
+
+def _prove(key, challenge_hex: str | None) -> int:
+    """``key prove --challenge HEX``: one JSON line, the SSH form of the Prove RPC."""
+    from .identity import prove_identity
+
+    try:
+        challenge = bytes.fromhex(challenge_hex or "")
+    except ValueError:
+        raise BadInput("key prove: --challenge must be hex") from None
+    signature = prove_identity(key, challenge)
+    print(
+        json.dumps(
+            {
+                "public_key_b64": key.public_key_b64(),
+                "fingerprint": key.fingerprint(),
+                "signature_b64": base64.b64encode(signature).decode("ascii"),
+            }
+        )
+    )
     return 0
 
 

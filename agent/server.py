@@ -49,6 +49,7 @@ from .errors import (
     RuntimeUnavailable,
     WorkerFailed,
 )
+from .identity import prove_identity
 from .info import (
     MAX_RECEIVE_MESSAGE_BYTES,
     MAX_SEND_MESSAGE_BYTES,
@@ -371,6 +372,17 @@ class AgentService(pb_grpc.AgentServicer):
         log.info("run %s: cancel requested", run_id)
         return pb.CancelResponse(
             cancelled=True, message=f"run {run_id} is stopping; its report says it was cancelled"
+        )
+
+    # Prove ---------------------------------------------------------------------
+
+    @_unary_errors
+    def Prove(self, request, context):
+        """Sign the host's challenge with the device key (no token needed; see ``identity``)."""
+        return pb.ProveResponse(
+            public_key_raw=self.key.public_key_raw(),
+            key_fingerprint=self.key.fingerprint(),
+            signature=prove_identity(self.key, bytes(request.challenge)),
         )
 
 

@@ -1,6 +1,7 @@
 """Who may call the agent: a bearer token, mutual TLS, or (only on loopback) anyone local.
 
-Every RPC except the standard health service must carry
+Every RPC except the standard health service and ``Prove`` (which only signs a
+challenge, so a host can check the device's key before it sends a token) must carry
 ``authorization: Bearer <token>`` when the agent has a token; the token is
 compared in constant time and a wrong or missing one is answered with
 UNAUTHENTICATED before any handler runs. With mutual TLS the TLS handshake
@@ -27,6 +28,9 @@ log = logging.getLogger(__name__)
 
 HEALTH_METHOD_PREFIX = "/grpc.health.v1.Health/"
 """The standard health service answers without a token, so probes need no secret."""
+
+PROVE_METHOD = "/edgequal.v1.Agent/Prove"
+"""Answered without a token: the host checks the device's key before it sends its token."""
 
 AUTHORIZATION_KEY = "authorization"
 BEARER_PREFIX = "bearer "
@@ -117,31 +121,41 @@ def server_credentials(tls: TlsServerConfig) -> grpc.ServerCredentials:
 
 
 def read_token_file(path: Path) -> str:
-    """Read a bearer token (surrounding whitespace stripped); BadInput when unreadable or empty."""
+    """Read a bearer token (surrounding whitespace stripped).
+
+    BadInput, one line, when the file is unreadable, not UTF-8, empty, holds more
+    than one token, or can be read by group or others (anyone who can read it
+    can run models on the device).
+    """
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        raw = p.read_bytes()
         mode = stat.S_IMODE(os.stat(p).st_mode)
-    except (OSError, UnicodeDecodeError) as e:
-        raise BadInput(f"cannot read token file {p}: {e}") from e
+    except OSError as e:
+        raise BadInput(f"cannot read token file {p}: {e.strerror or e}") from e
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BadInput(
+            f"token file {p} is not UTF-8 text",
+            hint="e.g. python -c 'import secrets; print(secrets.token_hex(32))' > FILE",
+        ) from None
+    if mode & 0o077:
+        raise BadInput(
+            f"token file {p} is readable by other users (mode {mode:04o})",
+            hint=f"chmod 600 {p}",
+        )
     token = text.strip()
     if not token or any(c.isspace() for c in token):
         raise BadInput(
             f"token file {p} must hold one token on one line",
             hint="e.g. python -c 'import secrets; print(secrets.token_hex(32))' > FILE",
         )
-    if mode & 0o077:
-        log.warning("token file %s is readable by other users (mode %04o); chmod 600 it", p, mode)
     return token
 
 
-def bearer_metadata(token: str) -> tuple[tuple[str, str], ...]:
-    """The call metadata a client sends to authenticate with ``token``."""
-    return ((AUTHORIZATION_KEY, f"Bearer {token}"),)
-
-
 class BearerTokenInterceptor(grpc.ServerInterceptor):
-    """Rejects every RPC but health whose ``authorization`` is not ``Bearer <token>``."""
+    """Rejects every RPC but health and Prove whose ``authorization`` is not ``Bearer <token>``."""
 
     def __init__(self, token: str):
         if not token:
@@ -162,10 +176,12 @@ class BearerTokenInterceptor(grpc.ServerInterceptor):
         return False
 
     def intercept_service(self, continuation, handler_call_details):
-        """Pass authorized calls (and health) through; answer others with UNAUTHENTICATED."""
+        """Pass authorized calls (and health, Prove) through; answer others with UNAUTHENTICATED."""
         method = handler_call_details.method
-        if method.startswith(HEALTH_METHOD_PREFIX) or self._authorized(
-            handler_call_details.invocation_metadata
+        if (
+            method.startswith(HEALTH_METHOD_PREFIX)
+            or method == PROVE_METHOD
+            or self._authorized(handler_call_details.invocation_metadata)
         ):
             return continuation(handler_call_details)
         handler = continuation(handler_call_details)

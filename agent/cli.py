@@ -10,6 +10,7 @@ import argparse
 import base64
 import json
 import logging
+import os
 import sys
 import threading
 from pathlib import Path
@@ -63,9 +64,12 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--root")
     m.add_argument("--json", action="store_true", help="print the full result as JSON")
 
-    k = sub.add_parser("key", help="the device key")
-    k.add_argument("action", choices=["show"])
+    k = sub.add_parser("key", help="the device key: show it, or prove holding it")
+    k.add_argument("action", choices=["show", "prove"])
     k.add_argument("--json", action="store_true")
+    k.add_argument(
+        "--challenge", help="prove: the host's fresh challenge in hex (16 to 1024 bytes)"
+    )
 
     i = sub.add_parser("info", help="fingerprint, probes, runtimes")
     i.add_argument("--root")
@@ -109,24 +113,19 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def cmd_serve(args, state_dir: Path) -> int:
+    import signal
+
+    from .auth import read_token_file
+    from .probes.fingerprint import fingerprint
+    from .runtimes import ProbedRuntimes
     from .server import serve
 
-    token = None
-    if args.token_file:
-        try:
-            token = args.token_file.read_text().strip()
-        except OSError as e:
-            raise BadInput(f"cannot read token file {args.token_file}: {e.strerror}") from e
-        if not token:
-            raise BadInput(f"token file {args.token_file} is empty")
+    token = read_token_file(args.token_file) if args.token_file else None
     tls = None
     if args.tls_cert or args.tls_key:
         if not (args.tls_cert and args.tls_key):
             raise BadInput("--tls-cert and --tls-key go together")
         tls = (args.tls_cert, args.tls_key, args.client_ca)
-    import signal
-
-    from .probes.fingerprint import fingerprint
 
     server = serve(
         args.listen,
@@ -135,6 +134,7 @@ def cmd_serve(args, state_dir: Path) -> int:
         token=token,
         tls=tls,
         fingerprint_fn=fingerprint,
+        runtimes_fn=ProbedRuntimes(),
     )
     if args.port_file:
         tmp = args.port_file.with_name(args.port_file.name + ".tmp")
@@ -145,20 +145,82 @@ def cmd_serve(args, state_dir: Path) -> int:
     return 0
 
 
-def _emit_line(obj: dict) -> None:
-    sys.stdout.write(json.dumps(obj) + "\n")
-    sys.stdout.flush()
+class _EventLines:
+    """JSON lines on stdout for ``run-plan``; a host that went away cancels the run.
+
+    A closed pipe (the SSH session ended) is what gRPC's disconnect is, plus a
+    cancel: the run stops, is signed ``incomplete: cancelled`` and stored, and
+    the rest of the output goes nowhere instead of raising BrokenPipeError. The
+    pipe is watched between events too (POLLERR once its reader is gone), so a
+    long quiet phase does not keep a run going for a host that left.
+    """
+
+    WATCH_INTERVAL_MS = 500
+
+    def __init__(self, cancel: threading.Event):
+        self.cancel = cancel
+        self.broken = False
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._watcher = threading.Thread(target=self._watch, name="stdout-watch", daemon=True)
+        self._watcher.start()
+
+    def _watch(self) -> None:
+        import select
+
+        try:
+            poller = select.poll()
+            poller.register(sys.stdout.fileno(), select.POLLERR | select.POLLHUP)
+        except (OSError, ValueError, AttributeError):
+            return  # not a file descriptor we can watch; writes still notice
+        while not self._done.is_set():
+            for _, mask in poller.poll(self.WATCH_INTERVAL_MS):
+                if mask & (select.POLLERR | select.POLLHUP):
+                    self._gone()
+                    return
+
+    def _gone(self) -> None:
+        with self._lock:
+            if self.broken:
+                return
+            self.broken = True
+            self.cancel.set()
+            log.warning("the host is gone (stdout closed); cancelling the run")
+            # Later writes and the interpreter's final flush must not fail on the pipe.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+
+    def emit(self, obj: dict) -> None:
+        """Write one line, or note the host is gone and cancel the run."""
+        if self.broken:
+            return
+        try:
+            sys.stdout.write(json.dumps(obj) + "\n")
+            sys.stdout.flush()
+        except (BrokenPipeError, ValueError, OSError):
+            self._gone()
+
+    def close(self) -> None:
+        """Stop watching the pipe."""
+        self._done.set()
 
 
 def cmd_run_plan(args, state_dir: Path) -> int:
+    import signal
+
     from .keys import load_or_create_device_key
-    from .runner import RunRequest, execute_run, new_run_id
+    from .lease import DEFAULT_MAX_RUN_S, Lease
+    from .runs import RunRequest, Runs, check_plan_bounds, new_run_id
+    from .state_lock import StateLock
     from .store import ArtifactStore
 
     try:
         spec = json.loads(args.plan_file.read_text())
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, RecursionError) as e:
         raise BadInput(f"cannot read plan file {args.plan_file}: {e}") from e
+    if not isinstance(spec, dict):
+        raise BadInput(f"plan file {args.plan_file} must hold a JSON object")
     try:
         request = RunRequest(
             run_id=spec.get("run_id") or new_run_id(),
@@ -171,20 +233,41 @@ def cmd_run_plan(args, state_dir: Path) -> int:
         )
     except KeyError as e:
         raise BadInput(f"plan file {args.plan_file} lacks '{e.args[0]}'") from None
-    key = load_or_create_device_key(state_dir)
-    store = ArtifactStore(Path(state_dir) / "artifacts")
-    _emit_line({"event": {"type": "run", "run_id": request.run_id}})
-    envelope = execute_run(
-        state_dir=state_dir,
-        key=key,
-        store=store,
-        request=request,
-        root=probe_root(args.root),
-        on_event=lambda e: _emit_line({"event": e}),
-        cancel=threading.Event(),
-    )
-    _emit_line({"envelope": base64.b64encode(envelope).decode(), "run_id": request.run_id})
-    return 0
+    if not isinstance(request.plan, dict):
+        raise BadInput(f"plan file {args.plan_file}: 'plan' must be a JSON object")
+    check_plan_bounds(request.plan, DEFAULT_MAX_RUN_S)
+    lock = StateLock.acquire(state_dir, "run-plan")
+    try:
+        key = load_or_create_device_key(state_dir)
+        runs = Runs(
+            state_dir, key, ArtifactStore(Path(state_dir) / "artifacts"), probe_root(args.root)
+        )
+        cancel = threading.Event()
+        # The same ends as over gRPC: the host leaving (hang-up, terminate, interrupt,
+        # closed pipe) or the lease running out cancels the run, which is still signed.
+        for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            signal.signal(signum, lambda *_: cancel.set())
+        lines = _EventLines(cancel)
+        lease = Lease.starting_now(request.run_id, spec.get("holder") or "ssh", DEFAULT_MAX_RUN_S)
+        timer = threading.Timer(DEFAULT_MAX_RUN_S, cancel.set)
+        timer.daemon = True
+        lock.set_lease(lease)
+        lines.emit({"event": {"type": "run", "run_id": request.run_id}})
+        timer.start()
+        try:
+            envelope = runs.execute(
+                request, on_event=lambda e: lines.emit({"event": e}), cancel=cancel
+            )
+        finally:
+            timer.cancel()
+            lock.set_lease(None)
+        lines.emit({"envelope": base64.b64encode(envelope).decode(), "run_id": request.run_id})
+        delivered = not lines.broken
+        lines.close()
+    finally:
+        lock.release()
+    # The report is stored either way; 3 says the host did not receive it (fetch it by run id).
+    return 0 if delivered else 3
 
 
 def cmd_measure(args, state_dir: Path) -> int:
@@ -220,6 +303,8 @@ def cmd_key(args, state_dir: Path) -> int:
     from .keys import load_or_create_device_key
 
     key = load_or_create_device_key(state_dir)
+    if args.action == "prove":
+        return _prove(key, args.challenge)
     if args.json:
         print(
             json.dumps(
@@ -235,26 +320,70 @@ def cmd_key(args, state_dir: Path) -> int:
     return 0
 
 
-def cmd_info(args, state_dir: Path) -> int:
-    from . import __version__
-    from .probes import read_all
-    from .runtimes import available_runtimes
+def _prove(key, challenge_hex: str | None) -> int:
+    """``key prove --challenge HEX``: one JSON line, the SSH form of the Prove RPC."""
+    from .identity import prove_identity
 
-    root = probe_root(args.root)
+    try:
+        challenge = bytes.fromhex(challenge_hex or "")
+    except ValueError:
+        raise BadInput("key prove: --challenge must be hex") from None
+    signature = prove_identity(key, challenge)
+    print(
+        json.dumps(
+            {
+                "public_key_b64": key.public_key_b64(),
+                "fingerprint": key.fingerprint(),
+                "signature_b64": base64.b64encode(signature).decode("ascii"),
+            }
+        )
+    )
+    return 0
+
+
+def agent_info(state_dir: Path, root: Path):
+    """This device's :class:`~edgequal.agent.info.AgentInfo`, as gRPC Info would answer it.
+
+    Runtimes are found by a trial import in a child process each, never here;
+    the lease is that of whichever agent holds the state directory, if any.
+    """
+    from . import __version__
+    from .info import AgentInfo, Limits
+    from .keys import load_or_create_device_key
+    from .lease import Lease
+    from .probes import read_all
+    from .runtimes import detect_runtimes
+    from .state_lock import peek
+    from .store import ArtifactStore
+
     readings = read_all(root)
-    info = {
-        "agent_version": __version__,
-        "root": str(root),
-        "probes": readings,
-        "runtimes": available_runtimes(),
-    }
+    holder = peek(state_dir) or {}
+    lease = Lease.from_json(holder["lease"]) if holder.get("lease") else None
+    key = load_or_create_device_key(state_dir)
+    return AgentInfo(
+        agent_version=__version__,
+        fingerprint=readings.get("fingerprint") or {},
+        runtimes=detect_runtimes(probe_import=True),
+        public_key_raw=key.public_key_raw(),
+        key_fingerprint=key.fingerprint(),
+        limits=Limits.of_store(ArtifactStore(Path(state_dir) / "artifacts")),
+        lease=lease,
+        extra={"root": str(root), "probes": readings},
+    )
+
+
+def cmd_info(args, state_dir: Path) -> int:
+    root = probe_root(args.root)
+    info = agent_info(state_dir, root)
     if args.json:
-        print(json.dumps(info, indent=1, default=str))
+        print(json.dumps(info.to_json(), indent=1, default=str))
     else:
-        print(f"edgequal-agent {__version__} (root {root})")
-        for name, r in info["runtimes"].items():
-            print(f"  {name}: {r['version'] if r['available'] else 'missing: ' + r['reason']}")
-        for section, value in readings.items():
+        print(f"edgequal-agent {info.agent_version} (root {root}, protocol {info.protocol})")
+        print(f"  key: {info.key_fingerprint}")
+        print(f"  busy: {info.lease.describe() if info.lease else 'no'}")
+        for r in info.runtimes:
+            print(f"  {r.name}: {r.version if r.available else 'missing: ' + r.reason}")
+        for section, value in info.extra["probes"].items():
             print(f"  {section}: {json.dumps(value, default=str)[:300]}")
     return 0
 
@@ -266,9 +395,9 @@ def cmd_store(args, state_dir: Path) -> int:
 
 
 def cmd_report(args, state_dir: Path) -> int:
-    from .runner import read_report
+    from .runs import Runs
 
-    sys.stdout.buffer.write(read_report(state_dir, args.run_id))
+    sys.stdout.buffer.write(Runs(state_dir, key=None, store=None).read_report(args.run_id))
     sys.stdout.flush()
     return 0
 

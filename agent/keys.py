@@ -28,6 +28,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from .errors import AgentError
+from .files import fsync_dir
 
 KEY_FILE_NAME = "device_key.pem"
 PUBLIC_KEY_FILE_NAME = "device_key.pub"
@@ -208,7 +209,7 @@ def _create_key_file(key_path: Path) -> DeviceKey:
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-    _fsync_dir(key_path.parent)
+    fsync_dir(key_path.parent)
     key.path = key_path
     return key
 
@@ -232,12 +233,3 @@ def _write_public_key_file(pub_path: Path, key: DeviceKey) -> None:
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-
-
-def _fsync_dir(path: Path) -> None:
-    """Make a rename or link in ``path`` durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -8,27 +8,23 @@ INTERNAL with a generic message; the traceback goes to the agent's log only.
 One qualification runs at a time, under a lease (run id, holder, expiry). The
 run executes in its own thread, not the RPC's, so a host that disconnects does
 not stop it; its signed report is stored on the device and can be fetched with
-GetReport. The run machinery (``edgequal.agent.runner``) is imported only when a
-run starts, which keeps an idle agent small.
+GetReport. The service is handed its parts: the artifact store, the device key,
+the runs (``edgequal.agent.runs.Runs``, or a stand-in in a plumbing test), the
+fingerprint and runtime detection. The lease lives in ``lease``, upload writing
+in ``write_behind``, what Info says in ``info``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import importlib
-import importlib.metadata
-import importlib.util
 import json
 import logging
-import platform
 import queue
-import re
 import threading
-import time
 from collections.abc import Callable
 from concurrent import futures
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
@@ -53,21 +49,24 @@ from .errors import (
     RuntimeUnavailable,
     WorkerFailed,
 )
+from .identity import prove_identity
+from .info import (
+    MAX_RECEIVE_MESSAGE_BYTES,
+    MAX_SEND_MESSAGE_BYTES,
+    AgentInfo,
+    Limits,
+)
 from .keys import DeviceKey, load_or_create_device_key
+from .lease import DEFAULT_MAX_RUN_S, ActiveRun, RunSlot
+from .runs import RunRequest, Runs, check_plan_bounds, check_run_id
+from .runtimes import RuntimeStatus, detect_runtimes
+from .state_lock import StateLock
 from .store import DEFAULT_MAX_ARTIFACT_BYTES, ArtifactStore, validate_digest
+from .write_behind import WriteBehind
 
 log = logging.getLogger(__name__)
 
-PROTOCOL = "edgequal.v1"
 SERVICE_NAME = "edgequal.v1.Agent"
-CHUNK_BYTES = 1024 * 1024
-"""Push chunk size the agent suggests (Info.limits.chunk_bytes)."""
-MAX_RECEIVE_MESSAGE_BYTES = 4 * 1024 * 1024 + 64 * 1024
-"""Largest message the agent accepts: a 4 MiB chunk plus its envelope; clients stream, not inflate."""
-MAX_SEND_MESSAGE_BYTES = 64 * 1024 * 1024
-"""Largest message the agent sends: a signed report with raw samples fits well within it."""
-DEFAULT_MAX_RUN_S = 4 * 3600.0
-"""A run still going after this long is cancelled (it ends with a signed report)."""
 ERROR_CLASS_KEY = "edgequal-error"
 """Trailing metadata naming the AgentError subclass, so a client can tell busy from quota."""
 ERROR_HINT_KEY = "edgequal-hint"
@@ -82,7 +81,6 @@ _STATUS_BY_ERROR: tuple[tuple[type[AgentError], grpc.StatusCode], ...] = (
     (RuntimeUnavailable, grpc.StatusCode.FAILED_PRECONDITION),
     (WorkerFailed, grpc.StatusCode.INTERNAL),
 )
-_RUN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 
 
 def status_for(error: BaseException) -> grpc.StatusCode:
@@ -139,154 +137,6 @@ def _stream_errors(method):
     return wrapper
 
 
-# -- what the device has -------------------------------------------------------
-
-# (report name, importable modules, distributions, how to install)
-_KNOWN_RUNTIMES = (
-    (
-        "onnxruntime",
-        ("onnxruntime",),
-        ("onnxruntime", "onnxruntime-gpu", "onnxruntime-openvino", "onnxruntime-directml"),
-        "pip install 'edgequal[onnx]' (onnxruntime)",
-    ),
-    (
-        "litert",
-        ("ai_edge_litert", "tflite_runtime"),
-        ("ai-edge-litert", "tflite-runtime"),
-        "pip install 'edgequal[litert]' (ai-edge-litert), or tflite-runtime where no "
-        "ai-edge-litert wheel exists for this platform",
-    ),
-)
-
-
-def detect_runtimes() -> list[dict]:
-    """Which inference runtimes are installed, with versions, found without importing them."""
-    result = []
-    for name, modules, dists, install in _KNOWN_RUNTIMES:
-        entry = {"name": name, "available": False, "version": "", "reason": "", "distribution": ""}
-        for dist in dists:
-            try:
-                version = importlib.metadata.version(dist)
-            except importlib.metadata.PackageNotFoundError:
-                continue
-            entry.update(version=version, distribution=dist)
-            if any(importlib.util.find_spec(m) is not None for m in modules):
-                entry["available"] = True
-            else:
-                entry["reason"] = (
-                    f"distribution {dist} {version} is installed but none of the modules "
-                    f"{', '.join(modules)} can be found; reinstall it"
-                )
-            break
-        if not entry["distribution"]:
-            entry["reason"] = f"not installed: {install}"
-        if entry["available"]:
-            entry["reason"] = ""
-        result.append(entry)
-    return result
-
-
-def basic_fingerprint(root: Path) -> dict:
-    """A minimal fingerprint (OS, kernel, machine, Python, board model) for when no probe is wired."""
-    fp = {
-        "system": platform.system(),
-        "kernel": platform.release(),
-        "machine": platform.machine(),
-        "python": platform.python_version(),
-    }
-    for key, rel in (("board_model", "proc/device-tree/model"), ("os_release", "etc/os-release")):
-        try:
-            text = (Path(root) / rel).read_text(errors="replace")
-        except OSError:
-            continue
-        if key == "os_release":
-            for line in text.splitlines():
-                if line.startswith("PRETTY_NAME="):
-                    fp["os"] = line.split("=", 1)[1].strip().strip('"')
-        else:
-            fp[key] = text.strip("\x00\n ")
-    return fp
-
-
-# -- the one-run-at-a-time lease -------------------------------------------------
-
-
-@dataclass
-class Lease:
-    """Who holds the device: one qualification, until it ends or its lease expires."""
-
-    run_id: str
-    holder: str
-    started_unix_ms: int
-    expires_unix_ms: int
-
-    def describe(self, now_ms: int | None = None) -> str:
-        """One line naming the run, its holder, and its times."""
-        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-        started_s = max(0, (now_ms - self.started_unix_ms) // 1000)
-        left_s = max(0, (self.expires_unix_ms - now_ms) // 1000)
-        return (
-            f"run {self.run_id} for {self.holder} is in progress "
-            f"(started {started_s} s ago, lease expires in {left_s} s)"
-        )
-
-
-@dataclass
-class _ActiveRun:
-    """A run in progress: its lease, cancel switch, and the queue feeding its stream."""
-
-    lease: Lease
-    cancel: threading.Event = field(default_factory=threading.Event)
-    outbox: queue.Queue = field(default_factory=queue.Queue)
-    detached: threading.Event = field(default_factory=threading.Event)
-    timer: threading.Timer | None = None
-
-    def post_event(self, event: dict) -> None:
-        """Forward one progress event to the stream (dropped once the client is gone)."""
-        if self.detached.is_set():
-            return
-        self.outbox.put(("event", json.dumps(event, default=str)))
-
-
-class RunSlot:
-    """The single slot a qualification occupies; a second caller gets DeviceBusy."""
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._run: _ActiveRun | None = None
-
-    def start(self, run_id: str, holder: str, max_run_s: float) -> _ActiveRun:
-        """Take the slot for ``run_id`` or raise DeviceBusy naming the run that holds it."""
-        now_ms = int(time.time() * 1000)
-        with self._lock:
-            if self._run is not None:
-                raise DeviceBusy(
-                    "device busy: " + self._run.lease.describe(now_ms),
-                    hint="try again when it ends; its holder can cancel it by run id",
-                )
-            lease = Lease(run_id, holder, now_ms, now_ms + int(max_run_s * 1000))
-            run = _ActiveRun(lease)
-            # The lease is enforced, not just shown: an overrun is cancelled and still reported.
-            run.timer = threading.Timer(max_run_s, run.cancel.set)
-            run.timer.daemon = True
-            run.timer.start()
-            self._run = run
-            return run
-
-    def finish(self, run: _ActiveRun) -> None:
-        """Free the slot held by ``run``."""
-        if run.timer is not None:
-            run.timer.cancel()
-        with self._lock:
-            if self._run is run:
-                self._run = None
-
-    def current(self) -> _ActiveRun | None:
-        """The run holding the device, if any."""
-        with self._lock:
-            return self._run
-
-
 # -- the service ---------------------------------------------------------------
 
 
@@ -300,130 +150,57 @@ def _parse_json(text: str, what: str, kind: type):
     return value
 
 
-def _runtime_status(entry: dict) -> pb.RuntimeStatus:
-    """One runtime dict (name, available, version, reason, distribution) as protobuf."""
-    return pb.RuntimeStatus(
-        name=str(entry.get("name", "")),
-        available=bool(entry.get("available", False)),
-        version=str(entry.get("version") or ""),
-        reason=str(entry.get("reason") or ""),
-        distribution=str(entry.get("distribution") or ""),
-    )
-
-
-def _check_run_id(run_id: str) -> str:
-    if not _RUN_ID_RE.fullmatch(run_id or ""):
-        raise BadInput(f"not a run id: {run_id[:80]!r}")
-    return run_id
-
-
-class _WriteBehind:
-    """Writes an upload's chunks in a second thread.
-
-    Receiving the next chunk then overlaps writing, hashing and syncing this
-    one; the bounded queue (``depth`` chunks) pushes back on the sender when
-    the disk is slower than the network. An error from a write is raised by the
-    next ``put`` or by ``finish``.
-    """
-
-    def __init__(self, upload, depth: int = 4):
-        self.upload = upload
-        self.error: BaseException | None = None
-        self._queue: queue.Queue = queue.Queue(maxsize=depth)
-        self._thread = threading.Thread(
-            target=self._loop, name=f"push-{upload.digest[:12]}", daemon=True
-        )
-        self._thread.start()
-
-    def _loop(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            if self.error is not None:
-                continue  # drain without writing past a failed chunk
-            try:
-                self.upload.write(*item)
-            except BaseException as e:
-                self.error = e
-
-    def put(self, offset: int, data: bytes) -> None:
-        """Queue one chunk (blocks while ``depth`` chunks wait)."""
-        if self.error is not None:
-            raise self.error
-        self._queue.put((offset, data))
-
-    def finish(self) -> None:
-        """Write what is queued, stop the thread, raise the first write error if any."""
-        self._queue.put(None)
-        self._thread.join()
-        if self.error is not None:
-            raise self.error
-
-
 class AgentService(pb_grpc.AgentServicer):
     """Handlers for ``edgequal.v1.Agent``; protobuf in, protobuf out, plain values inside."""
 
     def __init__(
         self,
         *,
-        state_dir: Path,
-        root: Path,
         store: ArtifactStore,
         key: DeviceKey,
+        runs: Runs,
+        root: Path = Path("/"),
         fingerprint_fn: Callable[[Path], dict] | None = None,
-        runtimes_fn: Callable[[], list[dict]] | None = None,
+        runtimes_fn: Callable[[], list[RuntimeStatus]] | None = None,
         max_run_s: float = DEFAULT_MAX_RUN_S,
+        slot: RunSlot | None = None,
     ):
-        self.state_dir = Path(state_dir)
         self.root = Path(root)
         self.store = store
         self.key = key
-        self.fingerprint_fn = fingerprint_fn or basic_fingerprint
+        self.runs = runs
+        self.fingerprint_fn = fingerprint_fn or _probe_fingerprint
         self.runtimes_fn = runtimes_fn or detect_runtimes
         self.max_run_s = float(max_run_s)
-        self.slot = RunSlot()
+        self.slot = slot or RunSlot()
         self._pushes_lock = threading.Lock()
         self.pushes_in_flight = 0
         """Push calls still being handled (a cut-off client's call ends shortly after it dies)."""
+
+    def info(self) -> AgentInfo:
+        """What Info answers, as the typed :class:`AgentInfo`."""
+        try:
+            fingerprint = self.fingerprint_fn(self.root)
+        except Exception as e:  # a broken probe must not hide the rest of Info
+            log.exception("fingerprint failed")
+            fingerprint = {"error": f"fingerprint failed: {type(e).__name__}: {e}"}
+        run = self.slot.current()
+        return AgentInfo(
+            agent_version=__version__,
+            fingerprint=fingerprint,
+            runtimes=list(self.runtimes_fn()),
+            public_key_raw=self.key.public_key_raw(),
+            key_fingerprint=self.key.fingerprint(),
+            limits=Limits.of_store(self.store),
+            lease=run.lease if run is not None else None,
+        )
 
     # Info ---------------------------------------------------------------------
 
     @_unary_errors
     def Info(self, request, context):
         """What the device is, its runtimes, its key, and whether it is busy."""
-        try:
-            fingerprint = self.fingerprint_fn(self.root)
-        except Exception as e:  # a broken probe must not hide the rest of Info
-            log.exception("fingerprint failed")
-            fingerprint = {"error": f"fingerprint failed: {type(e).__name__}: {e}"}
-        response = pb.InfoResponse(
-            agent_version=__version__,
-            protocol=PROTOCOL,
-            fingerprint_json=json.dumps(fingerprint, sort_keys=True, default=str),
-            runtimes=[_runtime_status(r) for r in self.runtimes_fn()],
-            public_key_raw=self.key.public_key_raw(),
-            key_fingerprint=self.key.fingerprint(),
-            limits=pb.Limits(
-                max_artifact_bytes=self.store.max_artifact_bytes,
-                chunk_bytes=CHUNK_BYTES,
-                max_receive_message_bytes=MAX_RECEIVE_MESSAGE_BYTES,
-                quota_bytes=self.store.quota_bytes or 0,
-            ),
-        )
-        run = self.slot.current()
-        if run is not None:
-            response.busy = True
-            lease = run.lease
-            response.lease.CopyFrom(
-                pb.Lease(
-                    run_id=lease.run_id,
-                    holder=lease.holder,
-                    started_unix_ms=lease.started_unix_ms,
-                    expires_unix_ms=lease.expires_unix_ms,
-                )
-            )
-        return response
+        return self.info().as_pb2()
 
     # Stat and Push ------------------------------------------------------------
 
@@ -456,7 +233,7 @@ class AgentService(pb_grpc.AgentServicer):
                             bytes_received=0,
                             complete=True,
                         )
-                    writer = _WriteBehind(upload)
+                    writer = WriteBehind(upload)
                 elif (chunk.digest and chunk.digest != upload.digest) or (
                     chunk.total_size and chunk.total_size != upload.total_size
                 ):
@@ -499,6 +276,7 @@ class AgentService(pb_grpc.AgentServicer):
     def Qualify(self, request, context):
         """Start a run, stream its events, end with its signed envelope."""
         plan = _parse_json(request.plan_json or "{}", "plan_json", dict)
+        check_plan_bounds(plan, self.max_run_s)
         model_digest = validate_digest(request.model_digest)
         self.store.path(model_digest)  # a clear error before taking the device
         golden_digest = request.golden_digest or None
@@ -511,9 +289,8 @@ class AgentService(pb_grpc.AgentServicer):
             raise BadInput("this agent does not take extra report subjects yet")
         holder = request.holder or context.peer() or "unknown"
 
-        runner = importlib.import_module("edgequal.agent.runner")
-        run_id = runner.new_run_id()
-        run_request = runner.RunRequest(
+        run_id = self.runs.new_run_id()
+        run_request = RunRequest(
             run_id=run_id,
             model_digest=model_digest,
             golden_digest=golden_digest,
@@ -526,7 +303,7 @@ class AgentService(pb_grpc.AgentServicer):
         run = self.slot.start(run_id, holder, self.max_run_s)
         try:
             thread = threading.Thread(
-                target=self._execute, args=(runner, run, run_request), name=f"run-{run_id}"
+                target=self._execute, args=(run, run_request), name=f"run-{run_id}"
             )
             thread.daemon = True
             thread.start()
@@ -555,18 +332,10 @@ class AgentService(pb_grpc.AgentServicer):
                 log.info("host left run %s; it continues and its report is kept", run_id)
             run.detached.set()
 
-    def _execute(self, runner, run: _ActiveRun, run_request) -> None:
+    def _execute(self, run: ActiveRun, run_request: RunRequest) -> None:
         """Run one qualification (in its own thread), then free the device and post the outcome."""
         try:
-            envelope = runner.execute_run(
-                state_dir=self.state_dir,
-                key=self.key,
-                store=self.store,
-                request=run_request,
-                root=self.root,
-                on_event=run.post_event,
-                cancel=run.cancel,
-            )
+            envelope = self.runs.execute(run_request, on_event=run.post_event, cancel=run.cancel)
             outcome = ("envelope", bytes(envelope))
         except BaseException as e:
             if not isinstance(e, AgentError):
@@ -583,22 +352,19 @@ class AgentService(pb_grpc.AgentServicer):
     @_unary_errors
     def GetReport(self, request, context):
         """The stored signed envelope of a finished run."""
-        run_id = _check_run_id(request.run_id)
+        run_id = check_run_id(request.run_id)
         run = self.slot.current()
         if run is not None and run.lease.run_id == run_id:
             raise DeviceBusy(
                 f"run {run_id} is still in progress; its report is stored when it ends",
                 hint="ask again later",
             )
-        runner = importlib.import_module("edgequal.agent.runner")
-        return pb.GetReportResponse(
-            run_id=run_id, envelope=runner.read_report(self.state_dir, run_id)
-        )
+        return pb.GetReportResponse(run_id=run_id, envelope=self.runs.read_report(run_id))
 
     @_unary_errors
     def Cancel(self, request, context):
         """Ask the run in progress to stop; it still ends with a signed report."""
-        run_id = _check_run_id(request.run_id)
+        run_id = check_run_id(request.run_id)
         run = self.slot.current()
         if run is None or run.lease.run_id != run_id:
             return pb.CancelResponse(cancelled=False, message=f"run {run_id} is not in progress")
@@ -608,19 +374,37 @@ class AgentService(pb_grpc.AgentServicer):
             cancelled=True, message=f"run {run_id} is stopping; its report says it was cancelled"
         )
 
+    # Prove ---------------------------------------------------------------------
+
+    @_unary_errors
+    def Prove(self, request, context):
+        """Sign the host's challenge with the device key (no token needed; see ``identity``)."""
+        return pb.ProveResponse(
+            public_key_raw=self.key.public_key_raw(),
+            key_fingerprint=self.key.fingerprint(),
+            signature=prove_identity(self.key, bytes(request.challenge)),
+        )
+
+
+def _probe_fingerprint(root: Path) -> dict:
+    from .probes.fingerprint import fingerprint
+
+    return fingerprint(root)
+
 
 # -- building and running the server ---------------------------------------------
 
 
 @dataclass
 class AgentServer:
-    """A built agent: the grpc server, its bound port, the service and the health servicer."""
+    """A built agent: the grpc server, its bound port, the service, health, and its state lock."""
 
     server: grpc.Server
     port: int
     listen: str
     service: AgentService
     health: health.HealthServicer
+    state_lock: StateLock | None = None
 
     def start(self) -> AgentServer:
         """Start serving and report SERVING."""
@@ -630,9 +414,11 @@ class AgentServer:
         return self
 
     def stop(self, grace_s: float | None = 1.0) -> None:
-        """Report NOT_SERVING, refuse new calls and wait up to ``grace_s`` for running ones."""
+        """Report NOT_SERVING, refuse new calls, wait up to ``grace_s`` for running ones, unlock."""
         self.health.enter_graceful_shutdown()
         self.server.stop(grace_s).wait()
+        if self.state_lock is not None:
+            self.state_lock.release()
 
     def wait_for_termination(self, timeout_s: float | None = None) -> bool:
         """Block until the server stops (or ``timeout_s`` passes)."""
@@ -664,59 +450,72 @@ def build_server(
     *,
     key: DeviceKey | None = None,
     store: ArtifactStore | None = None,
+    runs: Runs | None = None,
     max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES,
     quota_bytes: int | None = None,
     fingerprint_fn: Callable[[Path], dict] | None = None,
-    runtimes_fn: Callable[[], list[dict]] | None = None,
+    runtimes_fn: Callable[[], list[RuntimeStatus]] | None = None,
     max_run_s: float = DEFAULT_MAX_RUN_S,
     max_workers: int = 8,
 ) -> AgentServer:
     """Build (not start) an agent bound to ``listen`` (``HOST:PORT``; port 0 picks one).
 
-    Refuses a listener without token or mutual TLS anywhere but loopback.
+    Refuses a listener without token or mutual TLS anywhere but loopback, and a
+    state directory another agent holds (DeviceBusy). ``runs`` defaults to the
+    real :class:`~edgequal.agent.runs.Runs` of ``state_dir``.
     """
     tls = TlsServerConfig.coerce(tls)
     check_listen_allowed(listen, token, tls)
     state_dir = Path(state_dir)
-    if key is None:
-        key = load_or_create_device_key(state_dir)
-    if store is None:
-        store = ArtifactStore(
-            state_dir / "artifacts", max_artifact_bytes=max_artifact_bytes, quota_bytes=quota_bytes
-        )
-    service = AgentService(
-        state_dir=state_dir,
-        root=Path(root),
-        store=store,
-        key=key,
-        fingerprint_fn=fingerprint_fn,
-        runtimes_fn=runtimes_fn,
-        max_run_s=max_run_s,
-    )
-    health_servicer = health.HealthServicer()
-    # NOT_SERVING until start(), so a probe never sees a half-ready agent as healthy.
-    health_servicer.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
-    health_servicer.set(SERVICE_NAME, health_pb2.HealthCheckResponse.NOT_SERVING)
-    server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="edgequal-rpc"),
-        interceptors=[BearerTokenInterceptor(token)] if token else [],
-        options=server_options(),
-        maximum_concurrent_rpcs=max_workers * 4,
-    )
-    pb_grpc.add_AgentServicer_to_server(service, server)
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    state_lock = StateLock.acquire(state_dir, "serve")
     try:
-        if tls is not None:
-            port = server.add_secure_port(listen, server_credentials(tls))
-        else:
-            port = server.add_insecure_port(listen)
-    except RuntimeError as e:
-        raise AgentError(
-            f"cannot listen on {listen}: {e}", hint="is another agent using that port?"
-        ) from e
-    if not port:
-        raise AgentError(f"cannot listen on {listen}", hint="is another agent using that port?")
-    return AgentServer(server, port, listen, service, health_servicer)
+        if key is None:
+            key = load_or_create_device_key(state_dir)
+        if store is None:
+            store = ArtifactStore(
+                state_dir / "artifacts",
+                max_artifact_bytes=max_artifact_bytes,
+                quota_bytes=quota_bytes,
+            )
+        if runs is None:
+            runs = Runs(state_dir, key, store, Path(root))
+        service = AgentService(
+            store=store,
+            key=key,
+            runs=runs,
+            root=Path(root),
+            fingerprint_fn=fingerprint_fn,
+            runtimes_fn=runtimes_fn,
+            max_run_s=max_run_s,
+            slot=RunSlot(on_change=state_lock.set_lease),
+        )
+        health_servicer = health.HealthServicer()
+        # NOT_SERVING until start(), so a probe never sees a half-ready agent as healthy.
+        health_servicer.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
+        health_servicer.set(SERVICE_NAME, health_pb2.HealthCheckResponse.NOT_SERVING)
+        server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="edgequal-rpc"),
+            interceptors=[BearerTokenInterceptor(token)] if token else [],
+            options=server_options(),
+            maximum_concurrent_rpcs=max_workers * 4,
+        )
+        pb_grpc.add_AgentServicer_to_server(service, server)
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+        try:
+            if tls is not None:
+                port = server.add_secure_port(listen, server_credentials(tls))
+            else:
+                port = server.add_insecure_port(listen)
+        except RuntimeError as e:
+            raise AgentError(
+                f"cannot listen on {listen}: {e}", hint="is another agent using that port?"
+            ) from e
+        if not port:
+            raise AgentError(f"cannot listen on {listen}", hint="is another agent using that port?")
+    except BaseException:
+        state_lock.release()
+        raise
+    return AgentServer(server, port, listen, service, health_servicer, state_lock)
 
 
 def serve(
@@ -730,16 +529,19 @@ def serve(
     """Build, recover interrupted runs, start; returns the started :class:`AgentServer`.
 
     The caller blocks on ``.wait_for_termination()`` and calls ``.stop()`` on
-    SIGTERM. Keyword arguments are those of :func:`build_server`.
+    SIGTERM. Keyword arguments are those of :func:`build_server`. Recovery never
+    stops the agent from starting: a run it cannot sign is moved aside and logged.
     """
     agent = build_server(listen, state_dir, root, token, tls, **kwargs)
     service = agent.service
     for name in service.store.remove_stale_partials():
         log.info("removed stale partial upload %s", name)
-    from .runner import recover_interrupted_runs
-
-    for run_id in recover_interrupted_runs(service.state_dir, service.key):
+    for run_id in service.runs.recover_interrupted():
         log.warning("run %s was interrupted by an agent restart; signed as incomplete", run_id)
+    try:
+        service.runs.ensure_reserve()
+    except QuotaExceeded as e:  # serve anyway: Info, Stat and GetReport need no space
+        log.warning("%s; runs are refused until there is room", e)
     agent.start()
     log.info(
         "edgequal agent %s listening on %s (port %d), key %s",

@@ -11,9 +11,8 @@ offset, hashed, fsync'ed, and only then renamed to its final name, so a reader
 never sees a partial or wrong file under a digest name. Bytes that do not match
 their digest are deleted, never stored.
 
-The same store serves gRPC ``Push`` (chunks over the wire), the SSH transport
-(SFTP writes ``partial/<hex>.part``, then ``edgequal-agent store commit``) and
-local imports (``import_file``).
+The same store serves gRPC ``Push`` (chunks over the wire) and the SSH transport
+(SFTP writes ``partial/<hex>.part``, then ``edgequal-agent store commit``).
 """
 
 from __future__ import annotations
@@ -31,6 +30,7 @@ import time
 from pathlib import Path
 
 from .errors import AgentError, BadInput, DigestMismatch, QuotaExceeded
+from .files import fsync_dir, is_no_space
 
 DEFAULT_MAX_ARTIFACT_BYTES = 2 * 1024**3
 """Largest artifact accepted by default: 2 GiB (ONNX's protobuf limit, TFLite's unverified range)."""
@@ -62,19 +62,6 @@ def validate_digest(digest: object) -> str:
             hint="a digest is 64 lowercase hex characters, without a 'sha256:' prefix",
         )
     return digest
-
-
-def _is_no_space(e: OSError) -> bool:
-    return e.errno in (errno.ENOSPC, errno.EDQUOT)
-
-
-def _fsync_dir(path: Path) -> None:
-    """Make a rename in ``path`` durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class Upload:
@@ -273,7 +260,7 @@ def _pwrite_all(fd: int, data, offset: int, digest: str) -> None:
         while pos < len(view):
             pos += os.pwrite(fd, view[pos:], offset + pos)
     except OSError as e:
-        if _is_no_space(e):
+        if is_no_space(e):
             # Keep the committed offset meaningful: drop the half-written chunk.
             os.ftruncate(fd, offset)
             raise QuotaExceeded(
@@ -416,37 +403,6 @@ class ArtifactStore:
         upload._open()
         return upload
 
-    def write_chunk(self, digest: str, offset: int, data: bytes, total_size: int) -> int:
-        """Append one chunk at ``offset`` (must equal the committed offset); return the new offset.
-
-        A one-call form of :meth:`open_upload`; the gRPC server keeps a session
-        open instead so the digest is computed while bytes arrive.
-        """
-        validate_digest(digest)
-        self._check_size(f"sha256:{digest}", total_size)
-        if self.has(digest):
-            raise BadInput(f"artifact sha256:{digest} is already stored; nothing to upload")
-        end = offset + len(data)
-        if end > total_size:
-            raise BadInput(
-                f"chunk ends at {end}, past the declared total size {total_size} of sha256:{digest}"
-            )
-        with self._lock(digest):
-            part = self.partial_path(digest)
-            fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-            try:
-                size = os.fstat(fd).st_size
-                if offset != size:
-                    raise BadInput(
-                        f"chunk at offset {offset}, expected {size} for sha256:{digest}",
-                        hint="ask Stat for the committed offset and resume from there",
-                    )
-                self._check_space(digest, total_size, size)
-                _pwrite_all(fd, data, offset, digest)
-            finally:
-                os.close(fd)
-        return end
-
     def commit(self, digest: str) -> Path:
         """Hash the partial upload; store it under its digest if it matches.
 
@@ -496,56 +452,11 @@ class ArtifactStore:
         final = self.committed_path(digest)
         os.chmod(part, 0o444)
         os.rename(part, final)
-        _fsync_dir(self.committed_dir)
+        fsync_dir(self.committed_dir)
         return final
 
-    def import_file(self, path: Path) -> str:
-        """Copy a local file into the store; return its sha256 digest (no-op if already held)."""
-        src = Path(path)
-        try:
-            size = src.stat().st_size
-        except OSError as e:
-            raise BadInput(f"cannot read {src}: {e.strerror}") from e
-        if not src.is_file():
-            raise BadInput(f"{src} is not a regular file")
-        self._check_size(str(src), size)
-        tmp = self.partial_dir / f"import-{os.getpid()}-{os.urandom(6).hex()}.tmp"
-        sha = hashlib.sha256()
-        try:
-            with open(src, "rb") as fin:
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-                with os.fdopen(fd, "wb") as fout:
-                    copied = 0
-                    while True:
-                        block = fin.read(_READ_BYTES)
-                        if not block:
-                            break
-                        copied += len(block)
-                        if copied > self.max_artifact_bytes:
-                            self._check_size(str(src), copied)
-                        sha.update(block)
-                        fout.write(block)
-                    fout.flush()
-                    os.fsync(fout.fileno())
-            digest = sha.hexdigest()
-            with self._lock(digest):
-                if self.has(digest):
-                    return digest
-                self._check_space(digest, copied, copied)
-                self._publish(tmp, digest)
-            return digest
-        except OSError as e:
-            if _is_no_space(e):
-                raise QuotaExceeded(
-                    f"device disk is full while importing {src}", hint="free space on the device"
-                ) from e
-            raise
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-
     def remove_stale_partials(self, max_age_s: float = DEFAULT_PARTIAL_MAX_AGE_S) -> list[str]:
-        """Delete partial uploads and import leftovers untouched for ``max_age_s``; return their names."""
+        """Delete partial uploads untouched for ``max_age_s``; return their names."""
         cutoff = time.time() - max_age_s
         removed = []
         with os.scandir(self.partial_dir) as it:

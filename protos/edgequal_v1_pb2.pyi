@@ -167,3 +167,19 @@ class CancelResponse(_message.Message):
     cancelled: bool
     message: str
     def __init__(self, cancelled: _Optional[bool] = ..., message: _Optional[str] = ...) -> None: ...
+
+class ProveRequest(_message.Message):
+    __slots__ = ("challenge",)
+    CHALLENGE_FIELD_NUMBER: _ClassVar[int]
+    challenge: bytes
+    def __init__(self, challenge: _Optional[bytes] = ...) -> None: ...
+
+class ProveResponse(_message.Message):
+    __slots__ = ("public_key_raw", "key_fingerprint", "signature")
+    PUBLIC_KEY_RAW_FIELD_NUMBER: _ClassVar[int]
+    KEY_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    public_key_raw: bytes
+    key_fingerprint: str
+    signature: bytes
+    def __init__(self, public_key_raw: _Optional[bytes] = ..., key_fingerprint: _Optional[str] = ..., signature: _Optional[bytes] = ...) -> None: ...

@@ -66,6 +66,11 @@ class AgentStub:
                 request_serializer=edgequal__v1__pb2.CancelRequest.SerializeToString,
                 response_deserializer=edgequal__v1__pb2.CancelResponse.FromString,
                 _registered_method=True)
+        self.Prove = channel.unary_unary(
+                '/edgequal.v1.Agent/Prove',
+                request_serializer=edgequal__v1__pb2.ProveRequest.SerializeToString,
+                response_deserializer=edgequal__v1__pb2.ProveResponse.FromString,
+                _registered_method=True)
 
 
 class AgentServicer:
@@ -115,6 +120,15 @@ class AgentServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Prove(self, request, context):
+        """Prove the agent holds its device key by signing the host's fresh challenge.
+        Answered without a token, so a host can check a device before it sends one
+        (or a model, or a golden set). Domain-separated from report signing.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -147,6 +161,11 @@ def add_AgentServicer_to_server(servicer, server):
                     servicer.Cancel,
                     request_deserializer=edgequal__v1__pb2.CancelRequest.FromString,
                     response_serializer=edgequal__v1__pb2.CancelResponse.SerializeToString,
+            ),
+            'Prove': grpc.unary_unary_rpc_method_handler(
+                    servicer.Prove,
+                    request_deserializer=edgequal__v1__pb2.ProveRequest.FromString,
+                    response_serializer=edgequal__v1__pb2.ProveResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -313,6 +332,33 @@ class Agent:
             '/edgequal.v1.Agent/Cancel',
             edgequal__v1__pb2.CancelRequest.SerializeToString,
             edgequal__v1__pb2.CancelResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Prove(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/edgequal.v1.Agent/Prove',
+            edgequal__v1__pb2.ProveRequest.SerializeToString,
+            edgequal__v1__pb2.ProveResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -70,12 +70,21 @@ def agent_cmd() -> str:
 
 
 @pytest.fixture
-def runner(monkeypatch):
-    """A stand-in ``edgequal.agent.runner`` (tests/stand_in_runner.py) for Qualify plumbing tests."""
-    fake = load_test_helper("stand_in_runner").StandInRunner()
-    monkeypatch.setitem(sys.modules, "edgequal.agent.runner", fake)
+def runs(tmp_path):
+    """A stand-in ``Runs`` (tests/stand_in_runs.py) for Qualify plumbing tests.
+
+    An ``agent`` fixture hands it to ``build_server(runs=...)`` when a test asks for it.
+    """
+    fake = load_test_helper("stand_in_runs").StandInRuns(tmp_path / "stand-in-runs")
     yield fake
     fake.release.set()
+
+
+@pytest.fixture
+def agent_runs(request):
+    """What an ``agent`` fixture passes as ``runs``: the stand-in when the test asked for
+    ``runs``, else None (the agent's real runs)."""
+    return request.getfixturevalue("runs") if "runs" in request.fixturenames else None
 
 
 @pytest.fixture(autouse=True)

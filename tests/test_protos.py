@@ -73,6 +73,7 @@ def test_stubs_import_as_package_and_round_trip():
         "Qualify",
         "GetReport",
         "Cancel",
+        "Prove",
     ]
     assert service.methods_by_name["Push"].client_streaming
     assert service.methods_by_name["Qualify"].server_streaming

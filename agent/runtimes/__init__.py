@@ -1,11 +1,38 @@
-"""Runtime adapters behind one interface; heavy runtimes are imported only when used."""
+"""Runtime adapters behind one interface, and runtime detection.
+
+Nothing heavy is imported here: the adapters' base (numpy) is loaded on first
+use of ``Runtime``, ``RuntimeOptions`` or ``TensorSpec``, and a runtime only in a
+worker, so the agent process can detect runtimes and answer Info without them.
+"""
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
+import signal
+import subprocess
+import sys
+import threading
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ..errors import BadInput, RuntimeUnavailable
-from .base import Runtime, RuntimeOptions, TensorSpec
+from ..errors import BadInput
+
+if TYPE_CHECKING:
+    from .base import Runtime, RuntimeOptions, TensorSpec
+
+_FROM_BASE = ("Runtime", "RuntimeOptions", "TensorSpec")
+
+
+def __getattr__(name: str):
+    # The adapters' base imports numpy: load it only when an adapter is wanted.
+    if name in _FROM_BASE:
+        from . import base
+
+        return getattr(base, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 RUNTIME_NAMES = ("onnxruntime", "litert")
 
@@ -57,18 +84,120 @@ def runtime_for(model_path: Path, requested: str = "auto", name_hint: str | None
     )
 
 
-def available_runtimes() -> dict[str, dict]:
-    """Each runtime's version, or the reason it is missing. Imports the runtimes: call it in a worker or CLI."""
-    found = {}
-    for name in RUNTIME_NAMES:
-        cls = runtime_class(name)
+# (report name, importable modules, distributions, how to install)
+_KNOWN_RUNTIMES = (
+    (
+        "onnxruntime",
+        ("onnxruntime",),
+        ("onnxruntime", "onnxruntime-gpu", "onnxruntime-openvino", "onnxruntime-directml"),
+        "pip install 'edgequal[onnx]' (onnxruntime)",
+    ),
+    (
+        "litert",
+        ("ai_edge_litert", "tflite_runtime"),
+        ("ai-edge-litert", "tflite-runtime"),
+        "pip install 'edgequal[litert]' (ai-edge-litert), or tflite-runtime where no "
+        "ai-edge-litert wheel exists for this platform",
+    ),
+)
+
+IMPORT_PROBE_TIMEOUT_S = 60.0
+"""How long a runtime's trial import in a child process may take (a cold SD card is slow)."""
+
+
+@dataclass
+class RuntimeStatus:
+    """Whether one runtime can be used here: its version, or why not."""
+
+    name: str
+    available: bool
+    version: str = ""
+    reason: str = ""
+    distribution: str = ""
+
+    def to_json(self) -> dict:
+        """The status as a JSON object (the keys of the protobuf ``RuntimeStatus``)."""
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> RuntimeStatus:
+        """The inverse of :meth:`to_json`; missing keys take their defaults."""
+        return cls(
+            name=str(data.get("name", "")),
+            available=bool(data.get("available", False)),
+            version=str(data.get("version") or ""),
+            reason=str(data.get("reason") or ""),
+            distribution=str(data.get("distribution") or ""),
+        )
+
+
+def detect_runtimes(*, probe_import: bool = False) -> list[RuntimeStatus]:
+    """Which inference runtimes are installed, with versions; never imports one in this process.
+
+    Found from package metadata and ``importlib.util.find_spec``. With
+    ``probe_import`` each runtime found is also imported in a child process, so
+    one whose import crashes (SIGSEGV, SIGILL on some boards and CPUs) is
+    reported as broken, with the signal, instead of taking the caller down.
+    """
+    result = []
+    for name, modules, dists, install in _KNOWN_RUNTIMES:
+        status = RuntimeStatus(name=name, available=False)
+        module = None
+        for dist in dists:
+            try:
+                version = importlib.metadata.version(dist)
+            except importlib.metadata.PackageNotFoundError:
+                continue
+            status.version, status.distribution = version, dist
+            module = next((m for m in modules if importlib.util.find_spec(m) is not None), None)
+            if module is None:
+                status.reason = (
+                    f"distribution {dist} {version} is installed but none of the modules "
+                    f"{', '.join(modules)} can be found; reinstall it"
+                )
+            else:
+                status.available = True
+            break
+        if not status.distribution:
+            status.reason = f"not installed: {install}"
+        if status.available and probe_import:
+            broken = import_problem(module)
+            if broken:
+                status.available, status.reason = False, broken
+        result.append(status)
+    return result
+
+
+def import_problem(module: str, timeout_s: float = IMPORT_PROBE_TIMEOUT_S) -> str:
+    """Import ``module`` in a child Python; '' when that works, else one line saying how it broke."""
+    try:
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import importlib, sys; importlib.import_module(sys.argv[1])",
+                module,
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            timeout=timeout_s,
+            start_new_session=True,
+        )
+    except subprocess.TimeoutExpired:
+        return f"broken: importing {module} did not finish within {timeout_s:g} s"
+    if proc.returncode < 0:
         try:
-            found[name] = {"available": True, "version": cls.version()}
-        except RuntimeUnavailable as e:
-            found[name] = {"available": False, "reason": str(e), "hint": e.hint}
-        except Exception as e:  # a broken install must not take the agent down
-            found[name] = {"available": False, "reason": f"{type(e).__name__}: {e}"}
-    return found
+            sig = signal.Signals(-proc.returncode).name
+        except ValueError:
+            sig = f"signal {-proc.returncode}"
+        return f"broken: importing {module} kills the process with {sig}"
+    if proc.returncode != 0:
+        lines = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+        return (
+            f"broken: importing {module} fails: {lines[-1] if lines else f'exit {proc.returncode}'}"
+        )
+    return ""
 
 
 __all__ = [
@@ -76,7 +205,31 @@ __all__ = [
     "Runtime",
     "RuntimeOptions",
     "TensorSpec",
-    "available_runtimes",
+    "ProbedRuntimes",
+    "RuntimeStatus",
+    "detect_runtimes",
+    "import_problem",
     "runtime_class",
     "runtime_for",
 ]
+
+
+class ProbedRuntimes:
+    """Runtime detection for a long-lived agent: quick answers at once, the import probe once.
+
+    Calling it returns the last result: package metadata only until the trial
+    imports (started in a background thread at construction) have finished,
+    then theirs, which name a runtime whose import crashes.
+    """
+
+    def __init__(self):
+        self._probed: list[RuntimeStatus] | None = None
+        thread = threading.Thread(target=self._probe, name="runtime-probe", daemon=True)
+        thread.start()
+
+    def _probe(self) -> None:
+        self._probed = detect_runtimes(probe_import=True)
+
+    def __call__(self) -> list[RuntimeStatus]:
+        """The runtimes as known now."""
+        return self._probed if self._probed is not None else detect_runtimes()

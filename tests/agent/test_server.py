@@ -1,9 +1,9 @@
 """The agent's gRPC service on 127.0.0.1: auth, uploads, limits, health, the run lease.
 
-Qualify end-to-end tests with real runtimes live with the runner; the Qualify
-tests here drive the handler's plumbing (lease, events, cancel, disconnect,
-error mapping) with a stand-in ``edgequal.agent.runner`` module, because what
-they check is the streaming and locking, not the measurement.
+Qualify end-to-end tests with real runtimes live in tests/test_end_to_end.py; the
+Qualify tests here drive the handler's plumbing (lease, events, cancel, disconnect,
+error mapping) with a stand-in ``Runs`` handed to the agent, because what they
+check is the streaming and locking, not the measurement.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from edgequal.agent.errors import (
     WorkerFailed,
 )
 from edgequal.agent.keys import DeviceKey
+from edgequal.agent.runtimes import RuntimeStatus, detect_runtimes
 from edgequal.agent.server import build_server, status_for
 from edgequal.protos import edgequal_v1_pb2 as pb
 from edgequal.protos import edgequal_v1_pb2_grpc as pb_grpc
@@ -52,7 +53,7 @@ DIGEST = hashlib.sha256(DATA).hexdigest()
 
 
 @pytest.fixture
-def agent(tmp_path):
+def agent(tmp_path, agent_runs):
     a = build_server(
         "127.0.0.1:0",
         tmp_path / "state",
@@ -60,6 +61,7 @@ def agent(tmp_path):
         token=TOKEN,
         key=DeviceKey.generate(),
         max_artifact_bytes=1_000_000,
+        runs=agent_runs,
     ).start()
     yield a
     a.stop(0)
@@ -292,7 +294,7 @@ def test_info_reports_key_runtimes_limits(agent, stub):
         # Either a version, or the reason it is missing.
         assert (rt.available and rt.version and not rt.reason) or (not rt.available and rt.reason)
     fp = json.loads(r.fingerprint_json)
-    assert fp["machine"] and fp["python"]
+    assert fp["architecture"] and fp["python"]  # the probes' fingerprint
     assert r.limits.max_artifact_bytes == 1_000_000
     assert r.limits.chunk_bytes == 1024 * 1024
     assert r.limits.max_receive_message_bytes == server_mod.MAX_RECEIVE_MESSAGE_BYTES
@@ -310,14 +312,14 @@ def test_missing_runtime_says_why(monkeypatch):
         return real(dist)
 
     monkeypatch.setattr(importlib.metadata, "version", version)
-    ort = next(r for r in server_mod.detect_runtimes() if r["name"] == "onnxruntime")
-    assert ort == {
-        "name": "onnxruntime",
-        "available": False,
-        "version": "",
-        "reason": "not installed: pip install 'edgequal[onnx]' (onnxruntime)",
-        "distribution": "",
-    }
+    ort = next(r for r in detect_runtimes() if r.name == "onnxruntime")
+    assert ort == RuntimeStatus(
+        name="onnxruntime",
+        available=False,
+        version="",
+        reason="not installed: pip install 'edgequal[onnx]' (onnxruntime)",
+        distribution="",
+    )
 
 
 IDLE_AGENT = r"""
@@ -328,7 +330,7 @@ a = build_server("127.0.0.1:0", Path(sys.argv[1]), Path("/")).start()
 print(a.port, flush=True)
 sys.stdin.readline()  # the test calls Info meanwhile
 heavy = [m for m in ("onnxruntime", "ai_edge_litert", "tflite_runtime", "numpy",
-                     "edgequal.agent.runner", "edgequal.host", "rich", "paramiko")
+                     "edgequal.agent.qualification", "edgequal.host", "rich", "paramiko")
          if m in sys.modules]
 rss_kb = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmRSS"))
 print(",".join(heavy) or "-", rss_kb, flush=True)
@@ -479,7 +481,7 @@ def test_status_mapping_is_one_table():
     assert status_for(KeyError("x")) == sc.INTERNAL
 
 
-# -- Qualify plumbing, with a stand-in runner -------------------------------------
+# -- Qualify plumbing, with stand-in runs ------------------------------------------
 
 
 @pytest.fixture
@@ -507,8 +509,8 @@ def _wait(predicate, timeout_s=10.0):
         time.sleep(0.01)
 
 
-def test_qualify_streams_events_then_envelope(runner, stub, pushed):
-    runner.release.set()
+def test_qualify_streams_events_then_envelope(runs, stub, pushed):
+    runs.release.set()
     messages = list(_qualify(stub))
     run_id = messages[0].run_id
     assert messages[0].WhichOneof("body") is None  # accepted
@@ -524,7 +526,7 @@ def test_qualify_streams_events_then_envelope(runner, stub, pushed):
         "plan": {"preset": "quick"},
         "status": "passed",
     }
-    req = runner.requests[0]
+    req = runs.requests[0]
     assert (req.model_digest, req.golden_digest, req.plan, req.model_name) == (
         DIGEST,
         None,
@@ -535,10 +537,10 @@ def test_qualify_streams_events_then_envelope(runner, stub, pushed):
     assert got.envelope == envelope
 
 
-def test_second_qualify_is_told_busy_naming_run_and_holder(runner, agent, stub, pushed):
+def test_second_qualify_is_told_busy_naming_run_and_holder(runs, agent, stub, pushed):
     first = _qualify(stub, holder="alice@ci-1")
     run_id = next(first).run_id
-    assert runner.started.wait(10)
+    assert runs.started.wait(10)
     info = stub.Info(pb.InfoRequest(), metadata=AUTH, timeout=5)
     assert info.busy and (info.lease.run_id, info.lease.holder) == (run_id, "alice@ci-1")
     assert info.lease.expires_unix_ms > info.lease.started_unix_ms
@@ -551,18 +553,18 @@ def test_second_qualify_is_told_busy_naming_run_and_holder(runner, agent, stub, 
     with pytest.raises(grpc.RpcError) as e:
         stub.GetReport(pb.GetReportRequest(run_id=run_id), metadata=AUTH, timeout=5)
     assert "still in progress" in e.value.details()
-    runner.release.set()
+    runs.release.set()
     rest = list(first)
     assert json.loads(rest[-1].envelope)["status"] == "passed"
     # Free again: the next run starts at once.
     assert len(list(_qualify(stub, holder="bob@ci-2"))) == 4
-    assert len(runner.requests) == 2
+    assert len(runs.requests) == 2
 
 
-def test_cancel_stops_the_run_with_a_report(runner, stub, pushed):
+def test_cancel_stops_the_run_with_a_report(runs, stub, pushed):
     stream = _qualify(stub)
     run_id = next(stream).run_id
-    assert runner.started.wait(10)
+    assert runs.started.wait(10)
     r = stub.Cancel(pb.CancelRequest(run_id="run-unknown"), metadata=AUTH, timeout=5)
     assert (r.cancelled, r.message) == (False, "run run-unknown is not in progress")
     r = stub.Cancel(pb.CancelRequest(run_id=run_id), metadata=AUTH, timeout=5)
@@ -570,9 +572,14 @@ def test_cancel_stops_the_run_with_a_report(runner, stub, pushed):
     assert json.loads(list(stream)[-1].envelope)["status"] == "incomplete"
 
 
-def test_lease_expiry_cancels_the_run(runner, tmp_path):
+def test_lease_expiry_cancels_the_run(runs, tmp_path):
     a = build_server(
-        "127.0.0.1:0", tmp_path / "s", tmp_path, key=DeviceKey.generate(), max_run_s=0.3
+        "127.0.0.1:0",
+        tmp_path / "s",
+        tmp_path,
+        key=DeviceKey.generate(),
+        max_run_s=0.3,
+        runs=runs,
     ).start()
     try:
         with grpc.insecure_channel(f"127.0.0.1:{a.port}") as ch:
@@ -585,7 +592,7 @@ def test_lease_expiry_cancels_the_run(runner, tmp_path):
         a.stop(0)
 
 
-def test_run_outlives_a_disconnected_host_and_keeps_its_report(runner, agent, pushed):
+def test_run_outlives_a_disconnected_host_and_keeps_its_report(runs, agent, pushed):
     channel = grpc.insecure_channel(f"127.0.0.1:{agent.port}")
     stream = _qualify(pb_grpc.AgentStub(channel))
     run_id = next(stream).run_id
@@ -594,7 +601,7 @@ def test_run_outlives_a_disconnected_host_and_keeps_its_report(runner, agent, pu
     channel.close()
     # The device is still busy with the run; then it finishes and frees the slot.
     assert agent.service.slot.current().lease.run_id == run_id
-    runner.release.set()
+    runs.release.set()
     _wait(lambda: agent.service.slot.current() is None)
     with grpc.insecure_channel(f"127.0.0.1:{agent.port}") as ch:
         stub = pb_grpc.AgentStub(ch)
@@ -617,7 +624,7 @@ def test_qualify_for_a_digest_never_pushed(stub):
     assert f"sha256:{missing} is not on this device; push it first" in e.value.details()
 
 
-def test_qualify_bad_requests(runner, stub, pushed):
+def test_qualify_bad_requests(runs, stub, pushed):
     for kwargs, message in (
         ({"nonce": ""}, "nonce"),
         ({"golden_digest": "nothex"}, "not a sha256 digest"),
@@ -633,17 +640,17 @@ def test_qualify_bad_requests(runner, stub, pushed):
     with pytest.raises(grpc.RpcError) as e:
         list(_qualify(stub, extra_subjects_json='[{"name": "w.bin"}]'))
     assert "extra report subjects" in e.value.details()
-    assert runner.requests == []
+    assert runs.requests == []
 
 
-def test_errors_from_the_run_map_to_statuses_and_free_the_device(runner, agent, stub, pushed):
-    runner.raise_error = GoldenMismatch("input x expects float32[1,3], got int8[1,3]")
+def test_errors_from_the_run_map_to_statuses_and_free_the_device(runs, agent, stub, pushed):
+    runs.raise_error = GoldenMismatch("input x expects float32[1,3], got int8[1,3]")
     with pytest.raises(grpc.RpcError) as e:
         list(_qualify(stub))
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert e.value.details() == "input x expects float32[1,3], got int8[1,3]"
     assert agent.service.slot.current() is None
-    runner.raise_error = RuntimeError("secret internal detail /home/agent/key")
+    runs.raise_error = RuntimeError("secret internal detail /home/agent/key")
     with pytest.raises(grpc.RpcError) as e:
         list(_qualify(stub))
     assert e.value.code() == grpc.StatusCode.INTERNAL
@@ -651,7 +658,7 @@ def test_errors_from_the_run_map_to_statuses_and_free_the_device(runner, agent, 
     assert agent.service.slot.current() is None
 
 
-def test_get_report_unknown_and_malformed_run_ids(runner, stub):
+def test_get_report_unknown_and_malformed_run_ids(runs, stub):
     with pytest.raises(grpc.RpcError) as e:
         stub.GetReport(pb.GetReportRequest(run_id="run-nope"), metadata=AUTH, timeout=5)
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT

@@ -21,6 +21,12 @@ def store(tmp_path):
     return ArtifactStore(tmp_path / "artifacts")
 
 
+def _append(store: ArtifactStore, digest: str, offset: int, data: bytes, total: int) -> int:
+    """One chunk through an upload session, as a Push or a resumed Push writes it."""
+    with store.open_upload(digest, total) as upload:
+        return upload.write(offset, data)
+
+
 def _files(store: ArtifactStore) -> tuple[list[str], list[str]]:
     return sorted(os.listdir(store.committed_dir)), sorted(os.listdir(store.partial_dir))
 
@@ -53,10 +59,10 @@ def test_empty_digest_constant_is_sha256_of_nothing():
 
 def test_chunked_write_commit_stores_by_digest(store):
     assert store.committed_offset(DIGEST) == 0
-    assert store.write_chunk(DIGEST, 0, DATA[:4096], len(DATA)) == 4096
+    assert _append(store, DIGEST, 0, DATA[:4096], len(DATA)) == 4096
     assert store.committed_offset(DIGEST) == 4096
     assert not store.has(DIGEST)
-    assert store.write_chunk(DIGEST, 4096, DATA[4096:], len(DATA)) == len(DATA)
+    assert _append(store, DIGEST, 4096, DATA[4096:], len(DATA)) == len(DATA)
     path = store.commit(DIGEST)
     assert path == store.committed_dir / DIGEST
     assert path.read_bytes() == DATA
@@ -68,24 +74,24 @@ def test_chunked_write_commit_stores_by_digest(store):
 
 
 def test_chunk_at_wrong_offset_is_rejected_and_changes_nothing(store):
-    store.write_chunk(DIGEST, 0, DATA[:1000], len(DATA))
+    _append(store, DIGEST, 0, DATA[:1000], len(DATA))
     with pytest.raises(BadInput, match="chunk at offset 2000, expected 1000"):
-        store.write_chunk(DIGEST, 2000, DATA[2000:3000], len(DATA))
+        _append(store, DIGEST, 2000, DATA[2000:3000], len(DATA))
     with pytest.raises(BadInput, match="chunk at offset 0, expected 1000"):
-        store.write_chunk(DIGEST, 0, DATA[:1000], len(DATA))
+        _append(store, DIGEST, 0, DATA[:1000], len(DATA))
     assert store.committed_offset(DIGEST) == 1000
 
 
 def test_chunk_past_declared_total_is_rejected(store):
     with pytest.raises(BadInput, match="past the declared total size 100"):
-        store.write_chunk(DIGEST, 0, DATA[:200], 100)
+        _append(store, DIGEST, 0, DATA[:200], 100)
     assert store.committed_offset(DIGEST) == 0
 
 
 def test_mismatching_bytes_are_deleted_nothing_stored(store):
     wrong = bytearray(DATA)
     wrong[5000] ^= 0x01
-    store.write_chunk(DIGEST, 0, bytes(wrong), len(DATA))
+    _append(store, DIGEST, 0, bytes(wrong), len(DATA))
     with pytest.raises(DigestMismatch, match=f"do not match sha256:{DIGEST}"):
         store.commit(DIGEST)
     assert not store.has(DIGEST)
@@ -106,7 +112,7 @@ def test_commit_without_upload_is_bad_input(store):
 def test_size_limit(tmp_path):
     store = ArtifactStore(tmp_path / "a", max_artifact_bytes=1000)
     with pytest.raises(QuotaExceeded, match="over this device's limit of 1000 bytes"):
-        store.write_chunk(DIGEST, 0, DATA[:10], len(DATA))
+        _append(store, DIGEST, 0, DATA[:10], len(DATA))
     with pytest.raises(QuotaExceeded):
         store.open_upload(DIGEST, len(DATA))
     assert _files(store) == ([], [])
@@ -114,15 +120,15 @@ def test_size_limit(tmp_path):
 
 def test_quota_counts_committed_and_partial(tmp_path):
     store = ArtifactStore(tmp_path / "a", quota_bytes=15000)
-    store.write_chunk(DIGEST, 0, DATA, len(DATA))
+    _append(store, DIGEST, 0, DATA, len(DATA))
     store.commit(DIGEST)  # 10,240 of 15,000 used
     other = os.urandom(6000)
     other_digest = hashlib.sha256(other).hexdigest()
     with pytest.raises(QuotaExceeded, match="10240 of 15000 bytes used"):
-        store.write_chunk(other_digest, 0, other[:100], len(other))
+        _append(store, other_digest, 0, other[:100], len(other))
     small = os.urandom(4000)
     small_digest = hashlib.sha256(small).hexdigest()
-    store.write_chunk(small_digest, 0, small, len(small))
+    _append(store, small_digest, 0, small, len(small))
     assert store.used_bytes() == len(DATA) + len(small)
 
 
@@ -131,7 +137,7 @@ def test_free_disk_reserve_is_kept(tmp_path):
     free = st.f_bavail * st.f_frsize
     store = ArtifactStore(tmp_path / "a", reserve_bytes=free + 1)
     with pytest.raises(QuotaExceeded, match="not enough disk on the device"):
-        store.write_chunk(DIGEST, 0, DATA[:10], len(DATA))
+        _append(store, DIGEST, 0, DATA[:10], len(DATA))
 
 
 def test_upload_session_hashes_as_it_goes_and_resumes(store):
@@ -191,30 +197,12 @@ def test_partial_symlink_is_not_followed(store, tmp_path):
     target.write_bytes(b"")
     os.symlink(target, store.partial_path(DIGEST))
     with pytest.raises(OSError):
-        store.write_chunk(DIGEST, 0, DATA[:10], len(DATA))
+        _append(store, DIGEST, 0, DATA[:10], len(DATA))
     assert target.read_bytes() == b""
 
 
-def test_import_file(store, tmp_path):
-    src = tmp_path / "model.onnx"
-    src.write_bytes(DATA)
-    assert store.import_file(src) == DIGEST
-    assert store.path(DIGEST).read_bytes() == DATA
-    assert store.import_file(src) == DIGEST  # idempotent
-    assert _files(store) == ([DIGEST], [])
-
-
-def test_import_file_over_limit(tmp_path):
-    store = ArtifactStore(tmp_path / "a", max_artifact_bytes=100)
-    src = tmp_path / "big.bin"
-    src.write_bytes(DATA)
-    with pytest.raises(QuotaExceeded):
-        store.import_file(src)
-    assert _files(store) == ([], [])
-
-
 def test_remove_stale_partials(store):
-    store.write_chunk(DIGEST, 0, DATA[:10], len(DATA))
+    _append(store, DIGEST, 0, DATA[:10], len(DATA))
     old = store.partial_path(DIGEST)
     os.utime(old, (1_000_000, 1_000_000))
     assert store.remove_stale_partials(max_age_s=3600) == [old.name]

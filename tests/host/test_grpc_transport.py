@@ -1,7 +1,7 @@
 """GrpcTransport against a real agent server on 127.0.0.1.
 
-Qualify tests use a stand-in ``edgequal.agent.runner`` (the real run is tested
-end to end with the runner); what they check is the transport: events passed
+Qualify tests hand the agent a stand-in ``Runs`` (tests/stand_in_runs.py; the real
+run is tested end to end); what they check is the transport: events passed
 on, the envelope returned, statuses mapped to HostError subclasses.
 """
 
@@ -29,9 +29,14 @@ TOKEN = "host-side-token-" + "b" * 24
 
 
 @pytest.fixture
-def agent(tmp_path):
+def agent(tmp_path, agent_runs):
     a = build_server(
-        "127.0.0.1:0", tmp_path / "state", tmp_path, token=TOKEN, key=DeviceKey.generate()
+        "127.0.0.1:0",
+        tmp_path / "state",
+        tmp_path,
+        token=TOKEN,
+        key=DeviceKey.generate(),
+        runs=agent_runs,
     ).start()
     yield a
     a.stop(0)
@@ -72,7 +77,7 @@ def test_info_dict(agent, transport):
     assert {r["name"] for r in info["runtimes"]} == {"onnxruntime", "litert"}
     assert info["busy"] is False and info["lease"] is None
     assert info["limits"]["chunk_bytes"] == 1024 * 1024
-    assert isinstance(info["fingerprint"], dict) and info["fingerprint"]["machine"]
+    assert isinstance(info["fingerprint"], dict) and info["fingerprint"]["architecture"]
     assert transport.health() == "SERVING"
 
 
@@ -211,12 +216,12 @@ def test_upload_cut_off_by_killing_the_client_resumes_with_only_the_rest(
 # -- qualify -------------------------------------------------------------------
 
 
-def test_qualify_passes_events_and_returns_envelope(runner, transport, tmp_path):
+def test_qualify_passes_events_and_returns_envelope(runs, transport, tmp_path):
     path, digest = _artifact(tmp_path, 50_000)
     golden, golden_digest = _artifact(tmp_path, 1_000, "g.npz")
     transport.push(path, digest)
     transport.push(golden, golden_digest)
-    runner.release.set()
+    runs.release.set()
     events = []
     request = QualifyRequest(
         model_digest=digest,
@@ -242,7 +247,7 @@ def test_qualify_passes_events_and_returns_envelope(runner, transport, tmp_path)
     assert transport.get_report("run-1") == envelope
 
 
-def test_busy_device_and_cancel(agent, runner, transport, tmp_path):
+def test_busy_device_and_cancel(agent, runs, transport, tmp_path):
     path, digest = _artifact(tmp_path, 50_000)
     transport.push(path, digest)
     request = QualifyRequest(model_digest=digest, plan={}, nonce="n", holder="alice@ci")
@@ -251,7 +256,7 @@ def test_busy_device_and_cancel(agent, runner, transport, tmp_path):
         target=lambda: result.setdefault("envelope", transport.qualify(request, lambda e: None))
     )
     first.start()
-    assert runner.started.wait(10)
+    assert runs.started.wait(10)
     assert transport.info()["lease"]["holder"] == "alice@ci"
     with GrpcTransport(f"127.0.0.1:{agent.port}", token=TOKEN, holder="bob@ci") as other:
         with pytest.raises(TransportError, match="^device busy: run run-1 for alice@ci"):
@@ -263,7 +268,7 @@ def test_busy_device_and_cancel(agent, runner, transport, tmp_path):
         transport.cancel("run-1")
 
 
-def test_qualify_digest_never_pushed_is_usage_error(runner, transport):
+def test_qualify_digest_never_pushed_is_usage_error(runs, transport):
     missing = hashlib.sha256(b"nope").hexdigest()
     with pytest.raises(UsageError, match=f"sha256:{missing} is not on this device; push it first"):
         transport.qualify(QualifyRequest(model_digest=missing, plan={}, nonce="n"), print)
@@ -271,7 +276,7 @@ def test_qualify_digest_never_pushed_is_usage_error(runner, transport):
         transport.qualify(QualifyRequest(model_digest="abc", plan={}, nonce="n"), print)
 
 
-def test_get_report_unknown_run(runner, transport):
+def test_get_report_unknown_run(runs, transport):
     with pytest.raises(UsageError, match="no report for run run-404"):
         transport.get_report("run-404")
 

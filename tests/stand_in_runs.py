@@ -1,11 +1,12 @@
-"""A stand-in for ``edgequal.agent.runner``, for plumbing tests of the gRPC Qualify path.
+"""A stand-in for ``edgequal.agent.runs.Runs``, for plumbing tests of the gRPC Qualify path.
 
 The lease, busy, cancel, disconnect and error paths of the server and the host's
 gRPC transport are exercised with this in place of real measurements (which
-tests/test_end_to_end.py runs for real). It keeps the real module's request type
-and report storage, so only ``execute_run`` is stood in for: it records the
-request, emits a phase started/done pair around a wait that the test releases (or
-a cancel ends), then stores ``{run_id, nonce, plan, status}`` as the "envelope".
+tests/test_end_to_end.py runs for real). It is handed to the agent like the real
+one (``build_server(..., runs=...)``) and keeps the real report storage, so only
+``execute`` is stood in for: it records the request, emits a phase started/done
+pair around a wait that the test releases (or a cancel ends), then stores
+``{run_id, nonce, plan, status}`` as the "envelope".
 """
 
 from __future__ import annotations
@@ -13,19 +14,16 @@ from __future__ import annotations
 import json
 import threading
 import time
-import types
 from pathlib import Path
 
-from edgequal.agent import runner as real_runner
+from edgequal.agent.runs import Runs
 
 
-class StandInRunner(types.ModuleType):
-    """Installed as ``sys.modules["edgequal.agent.runner"]`` by the tests' ``runner`` fixture."""
+class StandInRuns:
+    """The ``runs`` of an agent under test, with the methods the server calls."""
 
-    RunRequest = real_runner.RunRequest
-
-    def __init__(self):
-        super().__init__("edgequal.agent.runner")
+    def __init__(self, state_dir: Path):
+        self.storage = Runs(state_dir, key=None, store=None)
         self.release = threading.Event()
         self.started = threading.Event()
         self.requests: list = []
@@ -36,16 +34,19 @@ class StandInRunner(types.ModuleType):
         self._count += 1
         return f"run-{self._count}"
 
-    def read_report(self, state_dir, run_id) -> bytes:
-        return real_runner.read_report(state_dir, run_id)
+    def read_report(self, run_id: str) -> bytes:
+        return self.storage.read_report(run_id)
 
-    def execute_run(self, *, state_dir, key, store, request, root, on_event, cancel) -> bytes:
+    def recover_interrupted(self) -> list[str]:
+        return []
+
+    def ensure_reserve(self) -> None:
+        pass
+
+    def execute(self, request, *, on_event, cancel) -> bytes:
         self.requests.append(request)
         if self.raise_error is not None:
             raise self.raise_error
-        store.path(request.model_digest)
-        if request.golden_digest:
-            store.path(request.golden_digest)
         on_event({"type": "phase", "phase": "load", "state": "started"})
         self.started.set()
         while not (self.release.is_set() or cancel.is_set()):
@@ -59,7 +60,7 @@ class StandInRunner(types.ModuleType):
             "status": status,
         }
         envelope = json.dumps(body, sort_keys=True).encode()
-        path = real_runner.report_path(Path(state_dir), request.run_id)
+        path = self.storage.report_path(request.run_id)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(envelope)
         return envelope

@@ -1,0 +1,453 @@
+"""The runs on this device, from request to signed, stored report, by run id.
+
+:class:`Runs` records a run as in progress (``runs/<id>/request.json``),
+measures (``qualification``), signs the report with the device key and writes
+it under ``reports/`` before it returns, so a host that went away can fetch it
+later by run id. An agent that restarts finds runs still marked in progress and
+signs them ``incomplete``; a run it cannot even sign is moved aside to
+``runs-unrecoverable/`` and logged, so recovery never stops the agent starting.
+
+Disk space: a run starts only when ``reserve`` (a file of ``reserve_bytes``
+next to the reports) is in place. When the disk fills during the run, the
+reserve is given up so that the finished report can still be written; a report
+that cannot be written even then is kept in memory, served by
+:meth:`Runs.read_report`, retried at every read and every run start, and a
+small marker in the run's directory tells a restarted agent what really happened.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import secrets
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .errors import AgentError, BadInput, QuotaExceeded
+from .files import is_no_space, write_atomic
+from .keys import DeviceKey
+from .report.signing import build_statement, json_clean, sign_envelope
+
+log = logging.getLogger(__name__)
+
+RUN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+"""A run id: a safe file name (no separator, no leading dot), at most 64 characters."""
+
+DEFAULT_REPORT_RESERVE_BYTES = 16 * 1024**2
+"""Disk kept back (as the file ``reserve``) so a run's report can be written on a full disk."""
+
+MAX_REPORT_BYTES = 48 * 1024**2
+"""Largest envelope stored as measured; above it the raw samples are left out (under the
+agent's 64 MiB message limit, so every stored report can be fetched in one message)."""
+
+MAX_LATENCY_RUNS = 2_000_000
+"""Most latency samples a plan may ask for per shape (raw samples go into the report)."""
+
+RAW_SAMPLES_KEY = "samples_ns_b64"
+RESERVE_FILE = "reserve"
+UNSAVED_MARKER = "report-unsaved.json"
+UNRECOVERABLE_DIR = "runs-unrecoverable"
+
+
+@dataclass
+class RunRequest:
+    """What the host asked for: artifacts by digest, the plan, and its fresh nonce."""
+
+    run_id: str
+    model_digest: str
+    golden_digest: str | None
+    plan: dict
+    nonce: str
+    model_name: str = "model"
+    golden_name: str | None = None
+
+
+def new_run_id() -> str:
+    """A sortable, unique run id: UTC time plus 8 random hex characters."""
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + secrets.token_hex(4)
+
+
+def check_run_id(run_id: object) -> str:
+    """Return ``run_id`` if it is a run id (it names files), else raise BadInput."""
+    if not isinstance(run_id, str) or not RUN_ID_RE.fullmatch(run_id):
+        shown = repr(run_id[:80]) if isinstance(run_id, str) else repr(run_id)
+        raise BadInput(
+            f"not a run id: {shown}",
+            hint="a run id is up to 64 letters, digits, '.', '_' or '-', as the agent printed it",
+        )
+    return run_id
+
+
+def check_plan_bounds(plan: dict, max_run_s: float) -> None:
+    """Refuse, by name, a plan whose report could not be carried or whose time outlasts the lease."""
+    runs = plan.get("latency_max_runs")
+    if isinstance(runs, (int, float)) and not isinstance(runs, bool) and runs > MAX_LATENCY_RUNS:
+        raise BadInput(
+            f"plan latency_max_runs {runs:g} is over this agent's limit of {MAX_LATENCY_RUNS} "
+            "(raw samples go into the report)",
+            hint=f"ask for at most {MAX_LATENCY_RUNS} latency runs",
+        )
+    for name in ("latency_min_s", "latency_max_s", "sustain_s", "sustain_extend_to_s"):
+        value = plan.get(name)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > max_run_s:
+            raise BadInput(
+                f"plan {name} {value:g} s is longer than a run may last on this agent "
+                f"({max_run_s:g} s)",
+                hint="shorten the plan, or raise the agent's run time limit",
+            )
+
+
+def subjects_for(request: RunRequest) -> list[dict]:
+    """The statement's subjects: the model, then the golden set, under distinct names.
+
+    A golden set whose file name equals the model's is named ``golden/<name>``,
+    so two inputs with one file name never make a report that cannot be signed.
+    """
+    subjects = [{"name": request.model_name or "model", "sha256": request.model_digest}]
+    if request.golden_digest:
+        name = request.golden_name or "golden.npz"
+        if name == subjects[0]["name"]:
+            name = f"golden/{name}"
+        subjects.append({"name": name, "sha256": request.golden_digest})
+    return subjects
+
+
+def sign_report(key: DeviceKey, request: RunRequest, outcome: dict) -> bytes:
+    """Build the in-toto statement for a run and sign it into DSSE envelope bytes."""
+    predicate = json_clean(
+        {
+            "run_id": request.run_id,
+            "nonce": request.nonce,
+            "status": outcome["status"],
+            "reason": outcome.get("reason"),
+            "plan": outcome.get("plan", request.plan),
+            "fingerprint": outcome.get("fingerprint", {}),
+            "results": outcome.get("results", {}),
+            "findings": outcome.get("findings", []),
+            "device_key": key.fingerprint(),
+            "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+    )
+    return sign_envelope(key, build_statement(subjects_for(request), predicate))
+
+
+def _drop_raw_samples(value):
+    """``value`` with every raw-sample array left out (the statistics stay)."""
+    if isinstance(value, dict):
+        return {k: _drop_raw_samples(v) for k, v in value.items() if k != RAW_SAMPLES_KEY}
+    if isinstance(value, list):
+        return [_drop_raw_samples(v) for v in value]
+    return value
+
+
+def _forget_run(run_dir: Path) -> None:
+    for p in run_dir.glob("*"):
+        p.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        run_dir.rmdir()
+
+
+class Runs:
+    """The runs of one state directory: started, measured, signed, stored, recovered.
+
+    ``AgentService`` and ``run-plan`` hold one; a test may pass a stand-in with the
+    same methods (``new_run_id``, ``execute``, ``read_report``, ``recover_interrupted``).
+    """
+
+    def __init__(
+        self,
+        state_dir: Path,
+        key: DeviceKey,
+        store,
+        root: Path = Path("/"),
+        *,
+        reserve_bytes: int = DEFAULT_REPORT_RESERVE_BYTES,
+        max_report_bytes: int = MAX_REPORT_BYTES,
+    ):
+        self.state_dir = Path(state_dir)
+        self.key = key
+        self.store = store
+        self.root = Path(root)
+        self.reserve_bytes = int(reserve_bytes)
+        self.max_report_bytes = int(max_report_bytes)
+        self._lock = threading.Lock()
+        self._unsaved: dict[str, bytes] = {}
+        """Envelopes of finished runs the disk could not take yet, by run id."""
+
+    # -- names ---------------------------------------------------------------
+
+    @staticmethod
+    def new_run_id() -> str:
+        """A fresh run id."""
+        return new_run_id()
+
+    def run_dir(self, run_id: str) -> Path:
+        """Where a run in progress keeps its request."""
+        return self.state_dir / "runs" / check_run_id(run_id)
+
+    def report_path(self, run_id: str) -> Path:
+        """Where a run's signed envelope is kept."""
+        return self.state_dir / "reports" / f"{check_run_id(run_id)}.dsse.json"
+
+    # -- reading -------------------------------------------------------------
+
+    def read_report(self, run_id: str) -> bytes:
+        """The envelope of a finished run; BadInput when there is none."""
+        path = self.report_path(run_id)
+        with self._lock:
+            unsaved = self._unsaved.get(run_id)
+        if unsaved is not None:
+            self.save_unsaved()
+            return unsaved
+        try:
+            return path.read_bytes()
+        except FileNotFoundError:
+            if (self.run_dir(run_id) / "request.json").exists():
+                raise BadInput(
+                    f"run {run_id} is still in progress; its report is not ready"
+                ) from None
+            raise BadInput(f"no report for run {run_id} on this device") from None
+
+    # -- running -------------------------------------------------------------
+
+    def execute(
+        self,
+        request: RunRequest,
+        *,
+        on_event: Callable[[dict], None] | None = None,
+        cancel: threading.Event | None = None,
+    ) -> bytes:
+        """Measure, sign and store one run; returns the envelope bytes.
+
+        Trouble with the model or runtime yields a signed ``failed`` report; only a
+        request that cannot start (unknown digest, bad plan, full disk) raises.
+        """
+        from .qualification import run_measurement
+
+        check_run_id(request.run_id)
+        model_path = self.store.path(request.model_digest)
+        golden_path = self.store.path(request.golden_digest) if request.golden_digest else None
+        self.save_unsaved()
+        self.ensure_reserve()
+        run_dir = self.run_dir(request.run_id)
+        try:
+            write_atomic(run_dir / "request.json", json.dumps(asdict(request)).encode())
+        except OSError as e:
+            _forget_run(run_dir)
+            if is_no_space(e):
+                raise QuotaExceeded(
+                    f"device disk is full: cannot record run {request.run_id}",
+                    hint="free space on the device, then qualify again",
+                ) from e
+            raise
+        try:
+            outcome = run_measurement(
+                model_path,
+                golden_path,
+                request.plan,
+                root=self.root,
+                on_event=on_event,
+                cancel=cancel,
+                model_name=request.model_name,
+            )
+        except AgentError as e:
+            if isinstance(e, BadInput):
+                _forget_run(run_dir)
+                raise
+            outcome = {
+                "status": "failed",
+                "reason": str(e),
+                "findings": [{"kind": "agent_error", "message": str(e)}],
+            }
+        except Exception as e:  # the report must still be signed; the agent keeps serving
+            outcome = {
+                "status": "failed",
+                "reason": f"internal error: {type(e).__name__}: {e}",
+                "findings": [{"kind": "internal_error", "message": f"{type(e).__name__}: {e}"}],
+            }
+        envelope = self._sign_bounded(request, outcome)
+        self._store_report(request.run_id, envelope, outcome["status"])
+        return envelope
+
+    def _sign_bounded(self, request: RunRequest, outcome: dict) -> bytes:
+        """Sign ``outcome``; an envelope over ``max_report_bytes`` is signed again without raw samples."""
+        envelope = sign_report(self.key, request, outcome)
+        if len(envelope) <= self.max_report_bytes:
+            return envelope
+        size = len(envelope)
+        log.warning(
+            "run %s: report of %d bytes is over the limit; raw samples left out",
+            request.run_id,
+            size,
+        )
+        trimmed = dict(outcome)
+        trimmed["results"] = _drop_raw_samples(outcome.get("results", {}))
+        trimmed["findings"] = list(outcome.get("findings", [])) + [
+            {
+                "kind": "raw_samples_omitted",
+                "message": f"the report with raw samples was {size} bytes, over this agent's "
+                f"limit of {self.max_report_bytes}; statistics are kept, raw samples are not",
+            }
+        ]
+        return sign_report(self.key, request, trimmed)
+
+    # -- disk ----------------------------------------------------------------
+
+    def ensure_reserve(self) -> None:
+        """Put the report reserve in place, or raise QuotaExceeded: a run starts only with room to end."""
+        if self.reserve_bytes <= 0:
+            return
+        path = self.state_dir / RESERVE_FILE
+        with contextlib.suppress(OSError):
+            if path.stat().st_size >= self.reserve_bytes:
+                return
+        try:
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                os.posix_fallocate(fd, 0, self.reserve_bytes)
+            finally:
+                os.close(fd)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                path.unlink()
+            if is_no_space(e):
+                raise QuotaExceeded(
+                    f"device disk is full: a run needs {self.reserve_bytes} bytes kept free for "
+                    "its report",
+                    hint="free space on the device, then qualify again",
+                ) from e
+            raise
+
+    def _release_reserve(self) -> bool:
+        try:
+            (self.state_dir / RESERVE_FILE).unlink()
+        except FileNotFoundError:
+            return False
+        return True
+
+    def _store_report(self, run_id: str, envelope: bytes, status: str) -> None:
+        """Write the report, giving up the reserve when the disk is full; never lose it."""
+        path = self.report_path(run_id)
+        run_dir = self.run_dir(run_id)
+        try:
+            try:
+                write_atomic(path, envelope)
+            except OSError as e:
+                if not (is_no_space(e) and self._release_reserve()):
+                    raise
+                log.warning("run %s: disk full; the report reserve is used for its report", run_id)
+                write_atomic(path, envelope)
+        except OSError as e:
+            log.error(
+                "run %s: its %s report (%d bytes) cannot be stored (%s); it is kept in memory "
+                "and written when the disk has room",
+                run_id,
+                status,
+                len(envelope),
+                e.strerror or e,
+            )
+            with self._lock:
+                self._unsaved[run_id] = envelope
+            marker = {"status": status, "bytes": len(envelope), "error": str(e.strerror or e)}
+            with contextlib.suppress(OSError):
+                write_atomic(run_dir / UNSAVED_MARKER, json.dumps(marker).encode())
+            return
+        _forget_run(run_dir)
+
+    def save_unsaved(self) -> list[str]:
+        """Write the reports the disk could not take before; return the run ids now stored."""
+        with self._lock:
+            pending = dict(self._unsaved)
+        saved = []
+        for run_id, envelope in pending.items():
+            try:
+                write_atomic(self.report_path(run_id), envelope)
+            except OSError:
+                continue
+            with self._lock:
+                self._unsaved.pop(run_id, None)
+            _forget_run(self.run_dir(run_id))
+            log.info("run %s: its report is stored now", run_id)
+            saved.append(run_id)
+        return saved
+
+    # -- after a restart -----------------------------------------------------
+
+    def recover_interrupted(self) -> list[str]:
+        """Sign ``incomplete`` every run the agent was in the middle of when it stopped.
+
+        Never raises for one run: a run that cannot be read or signed is moved to
+        ``runs-unrecoverable/`` and logged, so one bad run cannot stop the agent.
+        """
+        recovered = []
+        runs_dir = self.state_dir / "runs"
+        if not runs_dir.is_dir():
+            return recovered
+        for run_dir in sorted(p for p in runs_dir.iterdir() if p.is_dir()):
+            try:
+                if self._recover_one(run_dir):
+                    recovered.append(run_dir.name)
+            except Exception as e:
+                if is_no_space(e):
+                    # Nothing wrong with the run: it is signed once the disk has room.
+                    log.error("run %s: disk full; it is recovered at the next start", run_dir.name)
+                    continue
+                self._move_aside(run_dir, e)
+        return recovered
+
+    def _recover_one(self, run_dir: Path) -> bool:
+        request = RunRequest(**json.loads((run_dir / "request.json").read_text()))
+        check_run_id(request.run_id)
+        if request.run_id != run_dir.name:
+            raise BadInput(f"request.json names run {request.run_id!r}")
+        if self.report_path(request.run_id).exists():
+            _forget_run(run_dir)
+            return False
+        reason = "the agent stopped during the run"
+        with contextlib.suppress(OSError, ValueError):
+            marker = json.loads((run_dir / UNSAVED_MARKER).read_text())
+            reason = (
+                f"the run finished ({marker['status']}) but its report of {marker['bytes']} "
+                f"bytes could not be stored before the agent stopped: {marker['error']}"
+            )
+        outcome = {
+            "status": "incomplete",
+            "reason": reason,
+            "findings": [{"kind": "interrupted", "message": reason}],
+        }
+        write_atomic(self.report_path(request.run_id), sign_report(self.key, request, outcome))
+        _forget_run(run_dir)
+        return True
+
+    def _move_aside(self, run_dir: Path, error: BaseException) -> None:
+        aside = self.state_dir / UNRECOVERABLE_DIR
+        target = aside / run_dir.name
+        try:
+            aside.mkdir(exist_ok=True)
+            if target.exists():
+                target = aside / f"{run_dir.name}.{secrets.token_hex(4)}"
+            shutil.move(str(run_dir), str(target))
+        except OSError as move_error:
+            log.error(
+                "run %s cannot be recovered (%s: %s) nor moved aside (%s); it is left in place",
+                run_dir.name,
+                type(error).__name__,
+                error,
+                move_error,
+            )
+            return
+        log.error(
+            "run %s cannot be recovered (%s: %s); moved to %s",
+            run_dir.name,
+            type(error).__name__,
+            error,
+            target,
+        )

@@ -1,0 +1,50 @@
+"""Writing an upload's chunks in a second thread while the next chunk arrives."""
+
+from __future__ import annotations
+
+import queue
+import threading
+
+
+class WriteBehind:
+    """Writes an upload's chunks in a second thread.
+
+    Receiving the next chunk then overlaps writing, hashing and syncing this
+    one; the bounded queue (``depth`` chunks) pushes back on the sender when
+    the disk is slower than the network. An error from a write is raised by the
+    next ``put`` or by ``finish``.
+    """
+
+    def __init__(self, upload, depth: int = 4):
+        self.upload = upload
+        self.error: BaseException | None = None
+        self._queue: queue.Queue = queue.Queue(maxsize=depth)
+        self._thread = threading.Thread(
+            target=self._loop, name=f"push-{upload.digest[:12]}", daemon=True
+        )
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            if self.error is not None:
+                continue  # drain without writing past a failed chunk
+            try:
+                self.upload.write(*item)
+            except BaseException as e:
+                self.error = e
+
+    def put(self, offset: int, data: bytes) -> None:
+        """Queue one chunk (blocks while ``depth`` chunks wait)."""
+        if self.error is not None:
+            raise self.error
+        self._queue.put((offset, data))
+
+    def finish(self) -> None:
+        """Write what is queued, stop the thread, raise the first write error if any."""
+        self._queue.put(None)
+        self._thread.join()
+        if self.error is not None:
+            raise self.error

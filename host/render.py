@@ -37,6 +37,8 @@ STATUS_HINTS = {
     "running), or with --plan standard for a longer warm-up",
     "degraded:sustained": "throughput dropped or the device throttled under sustained load: "
     "improve cooling or power, then re-run (--plan soak shows the whole curve)",
+    "degraded:unexplained": "throughput dropped with no throttling or interference measured: "
+    "check the board's power supply and background services, then re-run",
     "degraded": "re-run on a quiet, cooled-down machine; if it stays degraded, improve "
     "the board's cooling or power",
     "failed:drift": "outputs moved beyond tolerance: if that drift is acceptable, raise the "
@@ -77,6 +79,8 @@ def status_hint(predicate: dict) -> str | None:
     if not (results.get("drift") or {}).get("passed", True):
         causes.append("drift")
     sustained = results.get("sustained") or {}
+    if sustained.get("verdict") == "unexplained":
+        causes.append("unexplained")
     if sustained.get("verdict") in ("degraded", "failed"):
         causes.append("sustained")
     per_shape = (results.get("latency") or {}).get("per_shape", [])
@@ -262,6 +266,15 @@ def print_summary(predicate: dict, device: str, report_path: str | None = None) 
                 _num(s["cv"], "{:.2f}"),
             )
         console.print(t)
+        for entry in per_shape:
+            if entry.get("cause") in (None, "none"):
+                continue
+            what = "unsteady" if not entry["warmup"]["steady"] else "heavy tail"
+            console.print(
+                f"  latency {esc(entry['shape'])} {what}: "
+                f"{esc(describe_cause(entry['cause'], entry.get('interference')))}",
+                soft_wrap=True,
+            )
 
     drift = results.get("drift")
     if drift:
@@ -321,6 +334,7 @@ def print_summary(predicate: dict, device: str, report_path: str | None = None) 
             "peak temp",
             "headroom",
             "verdict",
+            "cause",
         ):
             t.add_column(col, justify="right")
 
@@ -337,6 +351,7 @@ def print_summary(predicate: dict, device: str, report_path: str | None = None) 
             "degraded": "yellow",
             "failed": "red",
             "inconclusive": "yellow",
+            "unexplained": "yellow",
         }.get(sustained["verdict"], "")
         t.add_row(
             f"{sustained['peak_per_s']:.1f}",
@@ -347,15 +362,23 @@ def print_summary(predicate: dict, device: str, report_path: str | None = None) 
             temp,
             "—" if sustained.get("headroom_c") is None else f"{sustained['headroom_c']:.1f} °C",
             Text(str(sustained["verdict"]), style=verdict_style),
+            Text(str(sustained.get("cause") or "—")),
         )
         console.print(t)
-        rates = [
-            w["rate_per_s"] for w in sustained.get("windows_detail", []) if not w.get("partial")
-        ]
+        full = [w for w in sustained.get("windows_detail", []) if not w.get("partial")]
+        rates = [w["rate_per_s"] for w in full]
         if rates:
             console.print(
                 f"  throughput per window: {sparkline(rates)}  ({min(rates):.1f}–{max(rates):.1f}/s)"
             )
+            marks = window_marks(full)
+            if marks.strip():
+                console.print(
+                    f"  cause per window:      {marks}  (t throttling, i interference, ? unexplained)",
+                    markup=False,
+                )
+        if sustained.get("reason"):
+            console.print(f"  sustained: {esc(sustained['reason'])}", soft_wrap=True)
         temps = [w.get("max_temp_c") for w in sustained.get("windows_detail", [])]
         if any(t is not None for t in temps):
             known = [t for t in temps if t is not None]
@@ -381,6 +404,34 @@ def print_summary(predicate: dict, device: str, report_path: str | None = None) 
     hint = status_hint(predicate)
     if hint:
         console.print(f"  [bold]to change this:[/] {esc(hint)}", soft_wrap=True)
+
+
+_CAUSE_MARKS = {"throttling": "t", "interference": "i", "unexplained": "?"}
+
+
+def window_marks(windows: list[dict]) -> str:
+    """One character per window, under its sparkline bar: what slowed it (blank: nothing)."""
+    return "".join(_CAUSE_MARKS.get(w.get("cause"), " ") for w in windows)
+
+
+def describe_cause(cause: str, interference: dict | None) -> str:
+    """A cause in words, with the interference evidence measured in the same span."""
+    if cause != "interference" or not interference:
+        return {
+            "unexplained": "unexplained (no throttling or interference measured)",
+            "throttling": "throttling",
+        }.get(cause, cause)
+    parts = []
+    if interference.get("runq_wait_share") is not None:
+        parts.append(f"run-queue wait {interference['runq_wait_share']:.0%}")
+    if interference.get("other_cpus") is not None:
+        parts.append(f"other processes {interference['other_cpus']:.2f} CPUs")
+    if interference.get("steal_share"):
+        parts.append(f"steal {interference['steal_share']:.0%}")
+    top = ", ".join(
+        f"{p['name']} {p['cpu_share']:.2f}" for p in interference.get("top_processes", [])[:3]
+    )
+    return "interference: " + "; ".join(parts) + (f" (busiest: {top})" if top else "")
 
 
 def sparkline(values: list[float]) -> str:

@@ -126,3 +126,26 @@ def test_a_non_passing_summary_ends_with_what_would_change_it(capsys):
         "to change this: other processes interfered with the measurement: "
         "re-run on a quiet board (nothing else running)"
     )
+
+
+def test_window_causes_are_marked_under_the_sparkline_and_named():
+    from edgequal.host.render import describe_cause, window_marks
+
+    windows = [
+        {"cause": "none"},
+        {"cause": "throttling"},
+        {"cause": "interference"},
+        {"cause": "unexplained"},
+    ]
+    assert window_marks(windows) == " ti?"
+    evidence = {
+        "runq_wait_share": 0.42,
+        "other_cpus": 1.9,
+        "steal_share": 0.0,
+        "top_processes": [{"name": "stress[/x]", "cpu_share": 0.97}],
+    }
+    text = describe_cause("interference", evidence)
+    assert text == (
+        "interference: run-queue wait 42%; other processes 1.90 CPUs (busiest: stress[/x] 0.97)"
+    )
+    assert describe_cause("unexplained", None).startswith("unexplained")

@@ -49,7 +49,7 @@ def qualify(
     transport: Transport,
     model: Path,
     golden: Path | None,
-    plan: Plan,
+    plan: Plan | dict,
     *,
     known: KnownDevices,
     device_name: str,
@@ -57,7 +57,11 @@ def qualify(
     out: Path | None = None,
     holder: str = "",
 ) -> QualifyOutcome:
-    """Push, qualify, verify against the pinned key and write the envelope to ``out``."""
+    """Push, qualify, verify against the pinned key and write the envelope to ``out``.
+
+    ``plan`` is a :class:`Plan` or its JSON, checked here before anything is sent.
+    """
+    plan = plan if isinstance(plan, Plan) else Plan.from_json(plan)
     model, golden = Path(model), Path(golden) if golden else None
     model_digest = file_sha256(model)
     golden_digest = file_sha256(golden) if golden else None

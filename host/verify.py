@@ -58,7 +58,7 @@ class VerifiedReport:
 
     @property
     def status(self) -> str:
-        """Return passed, degraded, failed or incomplete."""
+        """Return passed, degraded, failed, inconclusive or incomplete."""
         return self.predicate["status"]
 
 

@@ -200,7 +200,7 @@ def test_qualify_for_a_digest_never_pushed_is_bad_input(local_agent):
     transport, _ = local_agent
     with pytest.raises(UsageError, match="0" * 64):
         transport.qualify(
-            QualifyRequest(model_digest="0" * 64, plan=make_plan("quick"), nonce="ab" * 16),
+            QualifyRequest(model_digest="0" * 64, plan=make_plan("quick").to_json(), nonce="ab" * 16),
             lambda e: None,
         )
 

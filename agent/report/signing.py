@@ -31,7 +31,7 @@ PAYLOAD_TYPE = "application/vnd.in-toto+json"
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://edgequal.dev/qualification/v1"
 
-STATUSES = ("passed", "degraded", "failed", "incomplete")
+STATUSES = ("passed", "degraded", "failed", "inconclusive", "incomplete")
 REQUIRED_PREDICATE_KEYS = ("nonce", "run_id", "status")
 
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")

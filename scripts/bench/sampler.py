@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark: what 1 Hz telemetry sampling costs a sustained run's throughput.
+"""Benchmark: what the agent's 1 Hz sampling (telemetry and contention) costs a sustained run.
 
 The sustained phase runs closed-loop inference in a worker process while the agent
 process samples telemetry (thermal zones, clocks, cooling devices) at 1 Hz. This
@@ -7,8 +7,9 @@ benchmark runs that same worker job (``kind: sustain``, mid.onnx, 1 thread) thro
 ``edgequal.agent.supervisor.run_job`` several times, alternating:
 
 - ``off``: no sampler;
-- ``1hz``: a ``TelemetrySampler(root, interval_s=1.0)`` running in this process, as
-  the agent runs it;
+- ``1hz``: a ``TelemetrySampler(root, interval_s=1.0)`` and a ``ContentionSampler``
+  (/proc/stat and every process's CPU, for interference attribution) running in this
+  process, as the agent runs them;
 - ``stress`` (``--stress-hz``, default 100 Hz): the same sampler 100x as often, a
   sensitivity check: it shows what this set-up can resolve at all.
 
@@ -86,22 +87,15 @@ class EmulatorProcess:
 
 
 def sustain_job(model: Path, duration_s: float, window_s: float, threads: int) -> dict:
-    """The worker job the agent's sustained phase sends (agent/qualification.py ``_job``)."""
-    return {
-        "kind": "sustain",
-        "model": str(model),
-        "golden": None,
-        "runtime": "onnxruntime",
-        "options": {
-            "threads": threads,
-            "providers": None,
-            "graph_optimization": "all",
-            "xnnpack": True,
-        },
-        "shapes": {},
-        "seed": 0,
-        "sustain": {"duration_s": duration_s, "window_s": window_s},
-    }
+    """The worker job the agent's sustained phase sends (``jobs.WorkerJob``, kind ``sustained``)."""
+    from edgequal.agent.jobs import SustainSettings, WorkerJob
+    from edgequal.agent.plan import make_plan
+
+    plan = make_plan("quick", threads=threads)
+    sustain = SustainSettings(duration_s=duration_s, window_s=window_s)
+    return WorkerJob.for_phase(
+        "sustained", model, None, plan, "onnxruntime", sustain=sustain
+    ).to_json()
 
 
 def throughput_per_s(windows: list[dict]) -> float:
@@ -113,29 +107,57 @@ def throughput_per_s(windows: list[dict]) -> float:
 
 
 def run_arm(job: dict, root: Path, interval_s: float | None) -> dict:
-    """One sustained worker run, with a sampler at ``interval_s`` in this process (or none)."""
+    """One sustained worker run; with ``interval_s``, the agent's two samplers (telemetry and
+    contention) at that interval in this process, as the agent runs them."""
+    from edgequal.agent.probes.contention import ContentionSampler
     from edgequal.agent.probes.telemetry import TelemetrySampler
-    from edgequal.agent.supervisor import run_job
+    from edgequal.agent.supervisor import Worker
 
     sampler = TelemetrySampler(root, interval_s=interval_s) if interval_s else None
     before = resource.getrusage(resource.RUSAGE_SELF)
+    worker = Worker(job, phase_timeout_s=job["sustain"]["duration_s"] + 60.0)
+    worker.start()
+    contention = ContentionSampler(worker.pid, interval_s=interval_s) if interval_s else None
     if sampler:
         sampler.start()
+        contention.start()
     try:
-        outcome = run_job(job, phase_timeout_s=job["sustain"]["duration_s"] + 60.0)
+        outcome = worker.wait()
     finally:
         samples = sampler.stop() if sampler else []
+        if contention:
+            contention.stop()
     after = resource.getrusage(resource.RUSAGE_SELF)
     if not outcome.ok:
         raise RuntimeError(f"sustain worker failed: {outcome.describe()}")
     return {
         "rate_per_s": round(throughput_per_s(outcome.result["windows"]), 2),
-        # CPU this process (supervisor + sampler) used during the run, in ms.
+        # CPU this process (supervisor + samplers) used during the run, in ms.
         "parent_cpu_ms": round(
             1e3 * (after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime), 1
         ),
         "samples_taken": len(samples),
         "last_temp_c": samples[-1]["temp_c"] if samples else None,
+    }
+
+
+def contention_once_us(calls: int) -> dict:
+    """Cost of one contention sample (/proc/stat and every process's stat) and of the
+    worker's own schedstat read at a window boundary, in µs."""
+    from edgequal.agent.probes.contention import ContentionSampler, read_worker_schedstat
+
+    sampler = ContentionSampler(os.getpid())
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        sampler.sample_once()
+    t1 = time.perf_counter()
+    for _ in range(calls):
+        read_worker_schedstat(Path("/proc"), os.getpid())
+    t2 = time.perf_counter()
+    return {
+        "contention_sample_us": round((t1 - t0) / calls * 1e6, 1),
+        "worker_schedstat_us": round((t2 - t1) / calls * 1e6, 1),
+        "processes": len(os.listdir("/proc")),
     }
 
 
@@ -199,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"unknown tree '{args.tree}': use one of {', '.join(trees)}")
         with emulator:
             raw = {name: sample_once_us(root, args.calls) for name, root in trees.items()}
+            contention = contention_once_us(args.calls)
             arms = {"off": None, "1hz": 1.0}
             if args.stress_hz:
                 arms["stress"] = 1.0 / args.stress_hz
@@ -233,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         values = rates(name)
         return round(100.0 * (max(values) - min(values)) / statistics.median(values), 3)
 
-    per_sample_us = raw[args.tree]["mean_us"]
+    per_sample_us = raw[args.tree]["mean_us"] + contention["contention_sample_us"]
     figures = {
         "benchmark": "sampler",
         "model": "mid.onnx",
@@ -243,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         "tree": args.tree,
         "target": f"1 Hz sampling costs < {TARGET_PCT:g} % of throughput",
         "sample_once_us": raw,
+        "contention_once_us": contention,
         "arms": {
             name: {
                 "median_rate_per_s": round(statistics.median(rates(name)), 2),

@@ -94,8 +94,13 @@ def put(state: Path, path: Path) -> str:
     return digest
 
 
-def plan_file(tmp_path: Path, digest: str, plan: dict, name: str = "m.onnx") -> Path:
-    spec = {"model_digest": digest, "nonce": "n-" + digest[:8], "plan": plan, "model_name": name}
+def plan_file(tmp_path: Path, digest: str, plan, name: str = "m.onnx") -> Path:
+    spec = {
+        "model_digest": digest,
+        "nonce": "n-" + digest[:8],
+        "plan": plan,
+        "model_name": name,
+    }
     path = tmp_path / f"plan-{digest[:8]}.json"
     path.write_text(json.dumps(spec))
     return path

@@ -128,3 +128,16 @@ def test_sign_refuses_nan_in_predicate():
     st = build_statement([{"name": "m", "sha256": SHA_A}], _predicate(p99_ms=math.nan))
     with pytest.raises(ValueError, match=r"\$\.predicate\.p99_ms"):
         sign_envelope(key, st)
+
+
+def test_every_documented_status_can_be_signed_and_no_other():
+    from edgequal.agent.report.signing import STATUSES, build_statement
+
+    assert STATUSES == ("passed", "degraded", "failed", "inconclusive", "incomplete")
+    subjects = [{"name": "m.onnx", "sha256": "ab" * 32}]
+    for status in STATUSES:
+        predicate = {"nonce": "n", "run_id": "r", "status": status, "reason": "why"}
+        statement = build_statement(subjects, predicate)
+        assert statement["predicate"]["status"] == status
+    with pytest.raises(ValueError, match="'unsteady'"):
+        build_statement(subjects, {**predicate, "status": "unsteady"})

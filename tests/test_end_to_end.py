@@ -15,6 +15,7 @@ import time
 import psutil
 import pytest
 from edgequal.agent.plan import make_plan
+from edgequal.agent.report.signing import MEASURED_STATUSES
 from edgequal.host.cli import main as edgequal_main
 from edgequal.host.errors import TransportError, UsageError
 from edgequal.host.qualify import pin_device_key, qualify
@@ -50,7 +51,7 @@ def test_qualify_over_grpc_gives_a_verified_signed_report(
         out=out,
     )
     p = result.report.predicate
-    assert p["status"] in ("passed", "degraded")
+    assert p["status"] in MEASURED_STATUSES
     assert result.report.device_name == "local"
     assert {s["name"] for s in result.report.subjects} == {
         example_models[name].name,
@@ -159,7 +160,7 @@ def test_worker_crash_is_a_signed_failed_report_and_the_agent_keeps_serving(
         known=known,
         device_name="local",
     )
-    assert ok.report.status in ("passed", "degraded")
+    assert ok.report.status in MEASURED_STATUSES
 
 
 def test_two_hosts_at_once_one_is_told_the_device_is_busy(local_agent, example_models, quick_plan):
@@ -193,14 +194,16 @@ def test_two_hosts_at_once_one_is_told_the_device_is_busy(local_agent, example_m
     assert f"run {transport.last_run_id}" in str(e.value)
     t.join()
     second.close()
-    assert first_result["r"].report.status in ("passed", "degraded")
+    assert first_result["r"].report.status in MEASURED_STATUSES
 
 
 def test_qualify_for_a_digest_never_pushed_is_bad_input(local_agent):
     transport, _ = local_agent
     with pytest.raises(UsageError, match="0" * 64):
         transport.qualify(
-            QualifyRequest(model_digest="0" * 64, plan=make_plan("quick").to_json(), nonce="ab" * 16),
+            QualifyRequest(
+                model_digest="0" * 64, plan=make_plan("quick").to_json(), nonce="ab" * 16
+            ),
             lambda e: None,
         )
 
@@ -222,7 +225,10 @@ def test_demo_command_writes_verifiable_reports(tmp_path):
         timeout=300,
         env=env,
     )
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    # 0 when every model passed or degraded; 1 only for a report that other processes on
+    # this shared machine made inconclusive (the summary says so).
+    inconclusive = "(inconclusive)" in proc.stdout
+    assert proc.returncode == (1 if inconclusive else 0), proc.stderr[-2000:]
     reports = sorted((tmp_path / "demo" / "reports").glob("*.report.json"))
     assert [r.name for r in reports] == [
         "classifier.onnx.report.json",

@@ -32,6 +32,9 @@ STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://edgequal.dev/qualification/v1"
 
 STATUSES = ("passed", "degraded", "failed", "inconclusive", "incomplete")
+# The statuses of a run that measured every planned phase to the end (inconclusive:
+# other processes took the CPU while it measured; the report shows the evidence).
+MEASURED_STATUSES = ("passed", "degraded", "inconclusive")
 REQUIRED_PREDICATE_KEYS = ("nonce", "run_id", "status")
 
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")

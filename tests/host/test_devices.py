@@ -9,6 +9,8 @@ import sys
 import time
 
 import pytest
+from edgequal.agent.qualification import exit_code_for
+from edgequal.agent.report.signing import MEASURED_STATUSES
 from edgequal.host.cli import main as edgequal_main
 from edgequal.host.devices import resolve_token
 from edgequal.host.errors import UsageError
@@ -20,6 +22,7 @@ def token_agent(tmp_path):
     """``edgequal-agent serve`` with a bearer token, on an ephemeral loopback port."""
     token_file = tmp_path / "agent.token"
     token_file.write_text("s3cret-token\n")
+    token_file.chmod(0o600)
     port_file = tmp_path / "port"
     proc = subprocess.Popen(
         [
@@ -65,24 +68,22 @@ def test_trust_list_show_qualify_by_name_forget(token_agent, example_models, tmp
     assert entry.fingerprint in capsys.readouterr().out
     # The token comes from the device entry: no flag needed.
     report = tmp_path / "r.json"
-    assert (
-        edgequal_main(
-            [
-                "qualify",
-                str(example_models["micro"]),
-                "--device",
-                "bench1",
-                "--sustain",
-                "0",
-                "-o",
-                str(report),
-                "--json",
-            ]
-        )
-        == 0
+    rc = edgequal_main(
+        [
+            "qualify",
+            str(example_models["micro"]),
+            "--device",
+            "bench1",
+            "--sustain",
+            "0",
+            "-o",
+            str(report),
+            "--json",
+        ]
     )
     predicate = json.loads(capsys.readouterr().out)
-    assert predicate["status"] in ("passed", "degraded")
+    assert predicate["status"] in MEASURED_STATUSES
+    assert rc == exit_code_for(predicate["status"], predicate["findings"])
     assert predicate["plan"]["profile"].startswith("generic/")  # matched from the fingerprint
     assert edgequal_main(["verify", str(report), "--device", "bench1"]) == 0
     assert edgequal_main(["devices", "forget", "bench1"]) == 0
@@ -94,6 +95,7 @@ def test_wrong_token_and_no_token_are_refused(token_agent, tmp_path, capsys):
     address, _, _ = token_agent
     wrong = tmp_path / "wrong.token"
     wrong.write_text("nope")
+    wrong.chmod(0o600)
     assert edgequal_main(["devices", "trust", "bench2", address, "--token-file", str(wrong)]) == 3
     assert "token" in capsys.readouterr().err
     assert edgequal_main(["devices", "trust", "bench2", address]) == 3
@@ -127,26 +129,17 @@ def test_a_report_replayed_for_another_run_is_refused(
         edgequal_main(["devices", "trust", "bench4", address, "--token-file", str(token_file)]) == 0
     )
     report = tmp_path / "r.json"
-    assert (
-        edgequal_main(
-            [
-                "qualify",
-                str(example_models["micro"]),
-                "--device",
-                "bench4",
-                "--sustain",
-                "0",
-                "-o",
-                str(report),
-            ]
-        )
-        == 0
+    rc = edgequal_main(
+        ["qualify", str(example_models["micro"]), "--device", "bench4", "--sustain", "0"]
+        + ["-o", str(report)]
     )
     capsys.readouterr()
     from edgequal.host.nonces import NonceLedger
     from edgequal.host.verify import verify_envelope
 
     verified = verify_envelope(report.read_bytes(), known=KnownDevices(), device="bench4")
+    assert verified.status in MEASURED_STATUSES
+    assert rc == exit_code_for(verified.status, verified.predicate["findings"])
     # The ledger says this host's nonce was answered by another run: presenting this report again is a replay.
     ledger = NonceLedger()
     ledger.path.write_text(f"{verified.nonce} 20260101T000000Z-00000000 {'0' * 64}\n")
@@ -158,6 +151,8 @@ def test_token_precedence(tmp_path, monkeypatch):
     flag, entry = tmp_path / "flag", tmp_path / "entry"
     flag.write_text("from-flag\n")
     entry.write_text("from-entry\n")
+    for f in (flag, entry):
+        f.chmod(0o600)
     monkeypatch.setenv("EDGEQUAL_TOKEN", "from-env")
     assert resolve_token(flag, str(entry)) == "from-flag"
     assert resolve_token(None, str(entry)) == "from-env"
@@ -165,5 +160,6 @@ def test_token_precedence(tmp_path, monkeypatch):
     assert resolve_token(None, str(entry)) == "from-entry"
     assert resolve_token(None, None) is None
     (tmp_path / "empty").write_text("")
+    (tmp_path / "empty").chmod(0o600)
     with pytest.raises(UsageError, match="must hold one token"):
         resolve_token(tmp_path / "empty", None)

@@ -314,7 +314,7 @@ def print_summary(predicate: dict, device: str, report_path: str | None = None) 
         if d:
             style = "green" if d["passed"] else "red"
             console.print(
-                f"  decisions [{style}]{d['flip_count']} flips[/] in {d['total_cases']} cases ({d['rule']}); "
+                f"  decisions [{style}]{d['flip_count']} flips[/] in {d['total_cases']} cases ({esc(d['rule'])}); "
                 f"{d['flips_near_threshold_count']} of {d['near_threshold_count']} cases near the threshold flipped"
                 + (f": {esc(', '.join(d['flips'][:8]))}" if d["flips"] else "")
             )

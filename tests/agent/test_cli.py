@@ -336,3 +336,29 @@ def test_agent_info_round_trips_through_json_and_protobuf():
     idle = AgentInfo(**{**vars(info), "lease": None})
     assert AgentInfo.from_pb2(idle.as_pb2()) == idle and not idle.as_pb2().busy
     assert AgentInfo.from_json(idle.to_json()) == idle
+
+
+def test_serve_learns_of_a_crashing_runtime_in_the_background(
+    tmp_path, crashing_onnxruntime, monkeypatch
+):
+    from edgequal.agent.runtimes import ProbedRuntimes
+
+    monkeypatch.setenv("PYTHONPATH", crashing_onnxruntime["PYTHONPATH"])
+    runtimes = ProbedRuntimes()
+    runtimes.settle(60)
+    found = {r.name: r for r in runtimes()}
+    assert not found["onnxruntime"].available
+    assert found["onnxruntime"].reason.endswith("kills the process with SIGSEGV")
+    assert found["litert"].available
+    # And over gRPC, from a real serve process in that environment.
+    proc, port = start_serve(tmp_path / "state", tmp_path)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            ort = next(r for r in info_over_grpc(port).runtimes if r.name == "onnxruntime")
+            if not ort.available or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert ort.reason == "broken: importing onnxruntime kills the process with SIGSEGV"
+    finally:
+        stop(proc)

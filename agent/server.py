@@ -515,6 +515,7 @@ def build_server(
             ) from e
         if not port:
             raise AgentError(f"cannot listen on {listen}", hint="is another agent using that port?")
+        state_lock.set_endpoint(listen, port)
     except BaseException:
         state_lock.release()
         raise

@@ -126,6 +126,10 @@ def test_a_second_agent_on_one_state_directory_refuses_and_the_first_keeps_servi
         one_shot = run_agent(state, "run-plan", str(plan))
         assert one_shot.returncode == 3 and "another agent" in one_line_error(one_shot)
         assert not (state / "runs").exists()  # the refused run-plan recorded nothing
+        # The lock file says where the running agent listens, for a second local host.
+        holder = json.loads((state / "agent.lock").read_text())
+        assert (holder["pid"], holder["command"], holder["port"]) == (first.pid, "serve", port)
+        assert holder["lease"] is None
         assert info_over_grpc(port).protocol == PROTOCOL
     finally:
         stop(first)

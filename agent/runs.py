@@ -324,7 +324,8 @@ class Runs:
                     "its report",
                     hint="free space on the device, then qualify again",
                 ) from e
-            raise
+            # A file system that cannot hold the reserve must not stop every run.
+            log.warning("cannot keep a report reserve in %s: %s", self.state_dir, e)
 
     def _release_reserve(self) -> bool:
         try:

@@ -335,6 +335,9 @@ class AgentService(pb_grpc.AgentServicer):
     def _execute(self, run: ActiveRun, run_request: RunRequest) -> None:
         """Run one qualification (in its own thread), then free the device and post the outcome."""
         try:
+            settle = getattr(self.runtimes_fn, "settle", None)
+            if settle is not None:
+                settle()  # a trial import must not load the CPU beside a measurement
             envelope = self.runs.execute(run_request, on_event=run.post_event, cancel=run.cancel)
             outcome = ("envelope", bytes(envelope))
         except BaseException as e:
@@ -512,6 +515,7 @@ def build_server(
             ) from e
         if not port:
             raise AgentError(f"cannot listen on {listen}", hint="is another agent using that port?")
+        state_lock.set_endpoint(listen, port)
     except BaseException:
         state_lock.release()
         raise

@@ -3,8 +3,9 @@
 ``serve`` and ``run-plan`` take ``<state>/agent.lock`` (an exclusive ``flock``)
 before they touch runs, so a second agent on the same state directory cannot sign
 the first one's live run ``incomplete`` or measure beside it. The lock file
-holds JSON naming its holder (pid, command) and the lease of the run in
-progress, which ``info`` reads to say who is busy; the kernel drops the lock when
+holds JSON naming its holder (pid, command, and for ``serve`` its listen address
+and port) and the lease of the run in progress, which ``info`` reads to say who
+is busy and a second local host can use to reach the agent already running; the kernel drops the lock when
 the process ends, however it ends.
 """
 
@@ -38,7 +39,9 @@ class StateLock:
         self.path = self.state_dir / LOCK_FILE_NAME
         self._fd: int | None = fd
         self._command = command
-        self.set_lease(None)
+        self._endpoint: dict = {}
+        self._lease: Lease | None = None
+        self._write()
 
     @classmethod
     def acquire(cls, state_dir: Path, command: str) -> StateLock:
@@ -64,12 +67,22 @@ class StateLock:
 
     def set_lease(self, lease: Lease | None) -> None:
         """Record the run in progress (or none) for ``info`` in other processes to read."""
+        self._lease = lease
+        self._write()
+
+    def set_endpoint(self, listen: str, port: int) -> None:
+        """Record where ``serve`` listens, so a second local host can reach this agent."""
+        self._endpoint = {"listen": listen, "port": int(port)}
+        self._write()
+
+    def _write(self) -> None:
         if self._fd is None:
             return
         body = {
             "pid": os.getpid(),
             "command": self._command,
-            "lease": lease.to_json() if lease is not None else None,
+            **self._endpoint,
+            "lease": self._lease.to_json() if self._lease is not None else None,
         }
         data = json.dumps(body).encode()
         with contextlib.suppress(OSError):  # only informative: a full disk must not stop a run

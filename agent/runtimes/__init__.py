@@ -219,16 +219,21 @@ class ProbedRuntimes:
 
     Calling it returns the last result: package metadata only until the trial
     imports (started in a background thread at construction) have finished,
-    then theirs, which name a runtime whose import crashes.
+    then theirs, which name a runtime whose import crashes. :meth:`settle`
+    waits for the trial imports, so none runs beside a measurement.
     """
 
     def __init__(self):
         self._probed: list[RuntimeStatus] | None = None
-        thread = threading.Thread(target=self._probe, name="runtime-probe", daemon=True)
-        thread.start()
+        self._thread = threading.Thread(target=self._probe, name="runtime-probe", daemon=True)
+        self._thread.start()
 
     def _probe(self) -> None:
         self._probed = detect_runtimes(probe_import=True)
+
+    def settle(self, timeout_s: float | None = None) -> None:
+        """Wait until the trial imports are done (or ``timeout_s`` passes)."""
+        self._thread.join(timeout_s)
 
     def __call__(self) -> list[RuntimeStatus]:
         """The runtimes as known now."""

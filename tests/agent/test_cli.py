@@ -132,6 +132,10 @@ def test_a_second_agent_on_one_state_directory_refuses_and_the_first_keeps_servi
         one_shot = run_agent(state, "run-plan", str(plan))
         assert one_shot.returncode == 3 and "another agent" in one_line_error(one_shot)
         assert not (state / "runs").exists()  # the refused run-plan recorded nothing
+        # The lock file says where the running agent listens, for a second local host.
+        holder = json.loads((state / "agent.lock").read_text())
+        assert (holder["pid"], holder["command"], holder["port"]) == (first.pid, "serve", port)
+        assert holder["lease"] is None
         assert info_over_grpc(port).protocol == PROTOCOL
     finally:
         stop(first)
@@ -342,3 +346,29 @@ def test_agent_info_round_trips_through_json_and_protobuf():
     idle = AgentInfo(**{**vars(info), "lease": None})
     assert AgentInfo.from_pb2(idle.as_pb2()) == idle and not idle.as_pb2().busy
     assert AgentInfo.from_json(idle.to_json()) == idle
+
+
+def test_serve_learns_of_a_crashing_runtime_in_the_background(
+    tmp_path, crashing_onnxruntime, monkeypatch
+):
+    from edgequal.agent.runtimes import ProbedRuntimes
+
+    monkeypatch.setenv("PYTHONPATH", crashing_onnxruntime["PYTHONPATH"])
+    runtimes = ProbedRuntimes()
+    runtimes.settle(60)
+    found = {r.name: r for r in runtimes()}
+    assert not found["onnxruntime"].available
+    assert found["onnxruntime"].reason.endswith("kills the process with SIGSEGV")
+    assert found["litert"].available
+    # And over gRPC, from a real serve process in that environment.
+    proc, port = start_serve(tmp_path / "state", tmp_path)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            ort = next(r for r in info_over_grpc(port).runtimes if r.name == "onnxruntime")
+            if not ort.available or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert ort.reason == "broken: importing onnxruntime kills the process with SIGSEGV"
+    finally:
+        stop(proc)

@@ -374,3 +374,48 @@ def test_a_plan_asking_for_a_report_too_large_is_refused_before_the_device_is_ta
             assert not stub.Info(pb.InfoRequest(), timeout=5).busy
     finally:
         agent.stop(0)
+
+
+def test_info_and_stat_keep_answering_while_a_qualification_runs(
+    tmp_path, example_models, quick_plan
+):
+    """Soak: 20 callers keep asking Info and Stat during a real run; no call fails."""
+    import threading
+
+    key = DeviceKey.generate()
+    agent = build_server("127.0.0.1:0", tmp_path / "state", Path("/"), key=key).start()
+    failures, calls = [], []
+    stop = threading.Event()
+    try:
+        digest = import_artifact(agent.service.store, example_models["micro"])
+
+        def hammer(channel):
+            stub = pb_grpc.AgentStub(channel)
+            while not stop.is_set():
+                try:
+                    stub.Info(pb.InfoRequest(), timeout=10)
+                    stub.Stat(pb.StatRequest(digest=digest), timeout=10)
+                    calls.append(1)
+                except grpc.RpcError as e:
+                    failures.append(f"{e.code()}: {e.details()}")
+                stop.wait(0.05)
+
+        with grpc.insecure_channel(f"127.0.0.1:{agent.port}") as channel:
+            callers = [threading.Thread(target=hammer, args=(channel,)) for _ in range(20)]
+            for t in callers:
+                t.start()
+            request = pb.QualifyRequest(
+                model_digest=digest, plan_json=json.dumps(quick_plan()), nonce="n-soak"
+            )
+            messages = list(pb_grpc.AgentStub(channel).Qualify(request, timeout=120))
+            stop.set()
+            for t in callers:
+                t.join(30)
+        assert statement_of(messages[-1].envelope, key)["predicate"]["status"] in (
+            "passed",
+            "degraded",
+        )
+        assert failures == [] and len(calls) >= 20
+    finally:
+        stop.set()
+        agent.stop(0)

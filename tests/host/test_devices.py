@@ -22,7 +22,7 @@ def token_agent(tmp_path):
     """``edgequal-agent serve`` with a bearer token, on an ephemeral loopback port."""
     token_file = tmp_path / "agent.token"
     token_file.write_text("s3cret-token\n")
-    token_file.chmod(0o600)
+    token_file.chmod(0o600)  # the agent refuses a token file others can read
     port_file = tmp_path / "port"
     proc = subprocess.Popen(
         [

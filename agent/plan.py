@@ -68,6 +68,10 @@ DEFAULTS = {
     "evict_page_cache": True,
     "seed": 0,
     "profile": None,  # the device profile whose durations and limits the host applied
+    # From the profile: the temperature at which the board throttles, used when its
+    # thermal zones expose no passive trip, and the throttle indicators that apply.
+    "trip_c": None,
+    "throttle_indicators": None,
 }
 
 _NUMBERS = {
@@ -87,6 +91,7 @@ _NUMBERS = {
     "memory_limit_mb": int,
     "threads": int,
     "max_temp_c": float,
+    "trip_c": float,
     "seed": int,
 }
 
@@ -126,6 +131,8 @@ class Plan:
     evict_page_cache: bool
     seed: int
     profile: str | None
+    trip_c: float | None
+    throttle_indicators: tuple[str, ...] | None
 
     @classmethod
     def from_json(cls, obj: Mapping) -> Plan:
@@ -133,15 +140,17 @@ class Plan:
         if not isinstance(obj, Mapping):
             raise BadInput("a plan must be a JSON object")
         full = _validated(obj)
-        if full["providers"] is not None:
-            full["providers"] = tuple(full["providers"])
+        for key in ("providers", "throttle_indicators"):
+            if full[key] is not None:
+                full[key] = tuple(full[key])
         return cls(**full)
 
     def to_json(self) -> dict:
         """The plan as documented JSON (docs/report-schema.md), the form the wire and report carry."""
         out = {f.name: getattr(self, f.name) for f in fields(self)}
-        if self.providers is not None:
-            out["providers"] = list(self.providers)
+        for key in ("providers", "throttle_indicators"):
+            if out[key] is not None:
+                out[key] = list(out[key])
         out["shapes"] = {k: list(v) for k, v in self.shapes.items()}
         return out
 
@@ -174,6 +183,7 @@ _LIMITS = {
     "memory_limit_mb": 1 << 20,
     "threads": 1024,
     "max_temp_c": 150.0,
+    "trip_c": 150.0,
     "seed": 2**32 - 1,
 }
 
@@ -223,6 +233,16 @@ def _validated(plan: Mapping) -> dict:
         not isinstance(providers, (list, tuple)) or not all(isinstance(p, str) for p in providers)
     ):
         raise BadInput("plan field 'providers' must be a list of provider names")
+    indicators = full["throttle_indicators"]
+    if indicators is not None:
+        from .probes.telemetry import THROTTLE_INDICATORS
+
+        if not isinstance(indicators, (list, tuple)) or not all(
+            i in THROTTLE_INDICATORS for i in indicators
+        ):
+            raise BadInput(
+                f"plan field 'throttle_indicators' must list some of {', '.join(THROTTLE_INDICATORS)}"
+            )
     if full["runtime"] != "auto":
         from .runtimes import runtime_class
 

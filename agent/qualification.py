@@ -194,7 +194,9 @@ def measure_sustained(
     hard_limit_s = max(duration, plan.sustain_extend_to_s or 0.0)
     extended = False
     window_s = plan.sustain_window_s
-    trip_c = telemetry.trip_c
+    # The board's own passive trip when its thermal zones expose one, else the profile's.
+    trip_c = telemetry.trip_c if telemetry.trip_c is not None else plan.trip_c
+    trip_source = "sysfs" if telemetry.trip_c is not None else "profile" if trip_c else None
     max_c = plan.max_temp_c
     windows: list[dict] = []
     stop_reason = None
@@ -262,6 +264,7 @@ def measure_sustained(
         "window_s": window_s,
         "cooldown": cooldown,
         "trip_c": trip_c,
+        "trip_c_source": trip_source,
         "max_temp_c_limit": max_c,
         "telemetry": telemetry.describe(),
     }
@@ -271,7 +274,7 @@ def measure_sustained(
         return result
     nominal = nominal_clocks_khz(samples)
     for w in windows:
-        w.update(window_telemetry(w, samples, trip_c, nominal))
+        w.update(window_telemetry(w, samples, trip_c, nominal, plan.throttle_indicators))
         w["interference"] = contention_between(
             contention,
             w["t0"],

@@ -106,7 +106,9 @@ def _parser() -> argparse.ArgumentParser:
         help="auto (default: from the model file), onnxruntime or litert",
     )
     q.add_argument(
-        "--threads", type=int, help="intra-op threads for the runtime (default: the runtime's)"
+        "--threads",
+        type=int,
+        help="intra-op threads for the runtime (default: the device profile's, else the runtime's)",
     )
     q.add_argument(
         "--shape",
@@ -266,6 +268,9 @@ def _plan_from_args(args, profile=None) -> Plan:
             "sustain_s": durations.sustain_s,
             "window_s": durations.window_s,
             "max_temp_c": profile.max_c,
+            "trip_c": profile.trip_c,
+            "throttle_indicators": list(profile.throttle_indicators),
+            "threads": profile.default_threads,
             "profile": profile.name,
         }
     flags = {

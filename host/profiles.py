@@ -62,8 +62,6 @@ class DeviceProfile:
     memory_mb: int
     match: tuple[str, ...]
     runtimes: tuple[str, ...]
-    execution_providers: tuple[str, ...]
-    thermal_zones: tuple[str, ...]
     trip_c: float
     max_c: float
     throttle_indicators: tuple[str, ...]
@@ -108,8 +106,6 @@ _FIELDS: dict[str, str] = {
     "memory_mb": "int",
     "match": "list[str]",
     "runtimes": "list[str]",
-    "execution_providers": "list[str]",
-    "thermal_zones": "list[str]",
     "trip_c": "float",
     "max_c": "float",
     "throttle_indicators": "list[str]",

@@ -148,16 +148,16 @@ def attribute_windows(windows: Sequence[dict]) -> dict:
 
     Each window needs ``rate_per_s``, ``throttle_reasons`` (list) and ``interference``
     (``contention_between``'s dict or None); partial windows count for throttling
-    only. The reference is the fastest full window. Returns ``{cause, drops,
-    reference_index}`` and sets ``cause`` (``none``, ``throttling``, ``interference``,
+    only. The reference is the fastest full window. Returns ``{drops, reference_index}``
+    and sets ``cause`` (``none``, ``throttling``, ``interference``,
     ``unexplained``) and ``cause_detail`` on each window.
     """
     full = [w for w in windows if not w.get("partial")]
     if not full:
-        return {"cause": "none", "drops": 0, "reference_index": None}
+        return {"drops": 0, "reference_index": None}
     reference = max(full, key=lambda w: w["rate_per_s"])
     best = reference["rate_per_s"]
-    worst_cause, worst_rate, drops = "none", best, 0
+    drops = 0
     for w in windows:
         detail: list[str] = []
         dropped = not w.get("partial") and w["rate_per_s"] < (1 - DROP_FRACTION) * best
@@ -168,10 +168,7 @@ def attribute_windows(windows: Sequence[dict]) -> dict:
         else:
             detail = interference_rise(w.get("interference"), reference.get("interference"))
             cause = "interference" if detail else "unexplained"
-        if dropped:
-            drops += 1
-            if w["rate_per_s"] < worst_rate:
-                worst_cause, worst_rate = cause, w["rate_per_s"]
+        drops += dropped
         w["cause"] = cause
         w["cause_detail"] = detail
-    return {"cause": worst_cause, "drops": drops, "reference_index": reference["index"]}
+    return {"drops": drops, "reference_index": reference["index"]}

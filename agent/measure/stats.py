@@ -79,18 +79,8 @@ def _stirling_log_gamma(x: np.ndarray) -> np.ndarray:
     return (x - 0.5) * np.log(x) - x + _HALF_LOG_2PI + series
 
 
-def log_factorial(k) -> np.ndarray:
-    """log(k!) for an array of non-negative integers, vectorised (numpy has no lgamma)."""
-    k = np.asarray(k, dtype=np.int64)
-    out = np.empty(k.shape, dtype=np.float64)
-    small = k < _LOG_FACTORIAL_TABLE_SIZE
-    out[small] = _LOG_FACTORIAL_TABLE[k[small]]
-    out[~small] = _stirling_log_gamma(k[~small].astype(np.float64) + 1.0)
-    return out
-
-
 def _log_factorial_range(m: int) -> np.ndarray:
-    """log(k!) for k = 0..m, without the masking cost of log_factorial."""
+    """log(k!) for k = 0..m (a table for small k, Stirling's series beyond)."""
     out = np.empty(m + 1, dtype=np.float64)
     head = min(m + 1, _LOG_FACTORIAL_TABLE_SIZE)
     out[:head] = _LOG_FACTORIAL_TABLE[:head]
@@ -132,17 +122,6 @@ def binom_cdf_vector(n: int, p: float) -> np.ndarray:
     cdf = np.exp(np.logaddexp.accumulate(binom_log_pmf(n, p)))
     # Rounding can leave the running sum a few ulps above 1.
     return np.minimum(cdf, 1.0)
-
-
-def binom_cdf(k: int, n: int, p: float) -> float:
-    """Exact P[X <= k] for X ~ Binomial(n, p)."""
-    _check_binom_args(n, p)
-    if k < 0:
-        return 0.0
-    if k >= n:
-        return 1.0
-    log_cdf = np.logaddexp.reduce(binom_log_pmf(n, p, k_max=k))
-    return float(min(math.exp(log_cdf), 1.0))
 
 
 # ---------------------------------------------------------------------------

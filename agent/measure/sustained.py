@@ -122,12 +122,14 @@ def window_telemetry(
     samples: Sequence[dict],
     trip_c: float | None,
     nominal_khz: dict[str, int] | None = None,
+    indicators: Sequence[str] | None = None,
 ) -> dict:
     """Temperature, clocks and throttle evidence of one window.
 
     Uses the samples inside the window and the first one after it (a state change
     between the last sample inside and the window's end shows there first). Throttle
-    indicators are ``probes.telemetry.throttle_reasons``, the one throttle rule.
+    indicators are ``probes.telemetry.throttle_reasons``, the one throttle rule, limited
+    to ``indicators`` when the device profile names the ones that apply (None: all).
     """
     inside = [s for s in samples if window["t0"] <= s["t"] <= window["t1"]]
     after = [s for s in samples if s["t"] > window["t1"]]
@@ -138,7 +140,7 @@ def window_telemetry(
     reasons: list[str] = []
     for s in judged:
         for r in throttle_reasons(s, trip_c=trip_c, nominal_khz=nominal_khz or None):
-            if r not in reasons:
+            if r not in reasons and (indicators is None or r in indicators):
                 reasons.append(r)
     return {
         "max_temp_c": max_temp,
@@ -206,11 +208,23 @@ def score_windows(windows: Sequence[dict], started_at: float) -> dict:
         "peak_temp_c": max(temps) if temps else None,
         "throttled": first_throttle is not None,
         "under_voltage": under_voltage,
-        "cause": "throttling" if under_voltage else attribution["cause"],
+        "cause": _VERDICT_CAUSE[verdict],
+        "drops": attribution["drops"],
         "interference_windows": len(interfered),
         "verdict": verdict,
         "reason": _verdict_reason(verdict, stab, stab_clean, interfered, throttled_windows),
     }
+
+
+# The cause a verdict rests on: failed and degraded need throttling (or under-voltage),
+# inconclusive needs interference, unexplained has neither.
+_VERDICT_CAUSE = {
+    "failed": "throttling",
+    "degraded": "throttling",
+    "inconclusive": "interference",
+    "unexplained": "unexplained",
+    "stable": "none",
+}
 
 
 def _verdict_reason(verdict, stab, stab_clean, interfered, throttled) -> str | None:

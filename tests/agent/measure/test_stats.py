@@ -58,31 +58,29 @@ def test_nearest_rank_rejects_bad_input():
 
 def test_log_factorial_matches_lgamma_in_table_and_stirling_ranges():
     ks = [0, 1, 2, 10, 255, 256, 257, 1000, 123456, 1_000_000]
-    got = stats.log_factorial(ks)
-    for k, value in zip(ks, got, strict=True):
+    table = stats._log_factorial_range(max(ks))
+    for k, value in zip(ks, table[ks], strict=True):
         assert value == pytest.approx(math.lgamma(k + 1), rel=1e-14, abs=1e-14)
 
 
 def test_binom_cdf_small_exact_values():
-    assert stats.binom_cdf(3, 10, 0.5) == pytest.approx(176 / 1024, rel=1e-13)
+    assert stats.binom_cdf_vector(10, 0.5)[3] == pytest.approx(176 / 1024, rel=1e-13)
     np.testing.assert_allclose(
         stats.binom_cdf_vector(4, 0.5), np.array([1, 5, 11, 15, 16]) / 16, rtol=1e-13
     )
-    assert stats.binom_cdf(0, 2, 0.25) == pytest.approx(0.5625, rel=1e-13)
+    assert stats.binom_cdf_vector(2, 0.25)[0] == pytest.approx(0.5625, rel=1e-13)
 
 
 def test_binom_cdf_edges():
-    assert stats.binom_cdf(-1, 10, 0.3) == 0.0
-    assert stats.binom_cdf(10, 10, 0.3) == 1.0
-    assert stats.binom_cdf(50, 10, 0.3) == 1.0
-    assert stats.binom_cdf(0, 5, 0.0) == 1.0
-    assert stats.binom_cdf(4, 5, 1.0) == 0.0
+    assert stats.binom_cdf_vector(10, 0.3)[10] == pytest.approx(1.0, rel=1e-13)
+    assert stats.binom_cdf_vector(5, 0.0)[0] == 1.0
+    assert stats.binom_cdf_vector(5, 1.0)[4] == 0.0
     np.testing.assert_array_equal(stats.binom_cdf_vector(3, 1.0), [0.0, 0.0, 0.0, 1.0])
     np.testing.assert_array_equal(stats.binom_cdf_vector(0, 0.4), [1.0])
     with pytest.raises(BadInput):
-        stats.binom_cdf(1, 10, 1.5)
+        stats.binom_cdf_vector(10, 1.5)
     with pytest.raises(BadInput):
-        stats.binom_cdf(1, -1, 0.5)
+        stats.binom_cdf_vector(-1, 0.5)
 
 
 @pytest.mark.parametrize(
@@ -96,7 +94,7 @@ def test_binom_cdf_edges():
     ],
 )
 def test_binom_cdf_matches_scipy_for_large_n(k, n, p, expected):
-    assert stats.binom_cdf(k, n, p) == pytest.approx(expected, rel=1e-8)
+    assert stats.binom_cdf_vector(n, p)[k] == pytest.approx(expected, rel=1e-8)
 
 
 def test_binom_cdf_vector_for_a_million_is_fast_and_normalised():

@@ -1,0 +1,98 @@
+"""The contention probe: pure parsers on recorded /proc text, and the sampler on this machine's /proc."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from edgequal.agent.probes.contention import (
+    ContentionSampler,
+    parse_pid_stat,
+    parse_proc_stat,
+    parse_schedstat,
+    read_worker_schedstat,
+)
+
+PROC_STAT = """cpu  12318 7 3281 44533 489 3 89 25 0 0
+cpu0 6000 3 1600 22000 200 1 40 12 0 0
+intr 123 4 5
+"""
+
+
+def test_parse_proc_stat_totals_busy_idle_and_steal():
+    cpu = parse_proc_stat(PROC_STAT)
+    # total = user+nice+system+idle+iowait+irq+softirq+steal (guest is inside user)
+    assert cpu["total"] == 12318 + 7 + 3281 + 44533 + 489 + 3 + 89 + 25
+    assert cpu["idle"] == 44533 + 489
+    assert cpu["busy"] == cpu["total"] - cpu["idle"]
+    assert cpu["steal"] == 25
+
+
+def test_parse_proc_stat_without_steal_columns_and_without_the_cpu_line():
+    assert parse_proc_stat("cpu  10 0 5 100\n")["steal"] == 0
+    with pytest.raises(ValueError):
+        parse_proc_stat("intr 1 2 3\n")
+
+
+def test_parse_schedstat():
+    assert parse_schedstat("559282 73422 1\n") == (559282, 73422)
+    with pytest.raises(ValueError):
+        parse_schedstat("12\n")
+
+
+def test_parse_pid_stat_with_spaces_and_parentheses_in_the_name():
+    # fields after comm: state ppid pgrp session tty tpgid flags minflt cminflt majflt
+    # cmajflt utime stime ...
+    text = "4242 (my (odd) proc) R 1 4200 4200 0 -1 4194304 10 0 0 0 700 55 0 0 20 0 1 0"
+    assert parse_pid_stat(text) == ("my (odd) proc", 4200, 755)
+
+
+def test_worker_schedstat_of_this_process_grows_with_its_cpu_use():
+    before = read_worker_schedstat(Path("/proc"), os.getpid())
+    if before is None:
+        pytest.skip("this kernel has no schedstat (CONFIG_SCHED_INFO off)")
+    end = time.process_time() + 0.05
+    while time.process_time() < end:
+        pass
+    after = read_worker_schedstat(Path("/proc"), os.getpid())
+    assert after[0] - before[0] >= 40_000_000  # at least most of the 50 ms of CPU used
+    assert after[1] >= before[1]
+
+
+def _busy(name: bytes) -> str:
+    """A bounded busy loop that names itself (``comm``) with PR_SET_NAME."""
+    return (
+        "import ctypes, time\n"
+        f"ctypes.CDLL(None).prctl(15, {name!r}, 0, 0, 0)\n"
+        "end = time.monotonic() + 5\n"
+        "while time.monotonic() < end: pass"
+    )
+
+
+def test_sampler_names_a_busy_process_and_leaves_out_the_workers_group():
+    competitor = subprocess.Popen([sys.executable, "-c", _busy(b"eq-competitor")])
+    # The worker runs in its own process group, as the agent starts it.
+    worker = subprocess.Popen([sys.executable, "-c", _busy(b"eq-worker")], start_new_session=True)
+    try:
+        sampler = ContentionSampler(worker.pid, interval_s=0.2)
+        sampler.start()
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline and len(sampler.samples()) < 5:
+            time.sleep(0.05)
+        samples = sampler.stop()
+    finally:
+        for p in (competitor, worker):
+            p.kill()
+            p.wait()
+    assert len(samples) >= 3 and all(s["cpu"]["total"] > 0 for s in samples)
+    assert all(s["agent_ticks"] is not None for s in samples)
+    used: dict[str, int] = {}
+    for s in samples:
+        for name, ticks in s["others"].items():
+            used[name] = used.get(name, 0) + ticks
+    assert used.get("eq-competitor", 0) > 0, used
+    assert "eq-worker" not in used

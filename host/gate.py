@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from .errors import VerificationFailed
 from .policy import DRIFT_METRICS, Policy
 from .regression import bootstrap_median_ratio, decode_samples_ns, judge_ratio, mann_whitney_u
 from .report_file import ReportFile, load_report
@@ -950,14 +951,14 @@ def run_gate(
     a failed result with no checks read from it.
     """
     known = known if known is not None else KnownDevices()
-    cand = load_report(report_path, known=known, device=device)
-    base = load_report(baseline_path, known=known) if baseline_path is not None else None
-    if not cand.verified:
+    try:
+        cand = load_report(report_path, known=known, device=device, require=True)
+    except VerificationFailed as e:
         return GateResult(
             str(report_path),
             policy.name,
             False,
-            cand.signature,
+            f"NOT VERIFIED: {e}",
             [
                 Check(
                     "verify",
@@ -965,10 +966,16 @@ def run_gate(
                     False,
                     "signed by a pinned device key",
                     "not verified",
-                    cand.signature,
+                    str(e),
                 )
             ],
         )
+    base = None
+    if baseline_path is not None:
+        try:
+            base = load_report(baseline_path, known=known, require=True)
+        except VerificationFailed as e:
+            base = ReportFile(Path(baseline_path), {}, [], False, f"NOT VERIFIED: {e}")
     pred = cand.predicate
     result = GateResult(
         report=str(report_path),

@@ -82,3 +82,15 @@ def test_unreadable_or_invalid_files_are_usage_errors(tmp_path):
     bad.write_bytes(b"\xff\xfe")
     with pytest.raises(UsageError, match="not UTF-8"):
         load_policy(bad)
+
+
+def test_gating_doc_shows_the_example_policies_as_they_are():
+    import re
+
+    doc = (POLICIES.parent / "gating.md").read_text()
+    blocks = re.findall(
+        r"### [^\n]*\(`docs/policies/([\w-]+)\.toml`\)\n\n```toml\n(.*?)```", doc, re.S
+    )
+    assert [name for name, _ in blocks] == ["bench", "nightly", "firmware-release"]
+    for name, text in blocks:
+        assert text == (POLICIES / f"{name}.toml").read_text(), name

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import importlib.util
 import json
+import os
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -509,3 +510,102 @@ def test_unknown_keys_are_refused_with_the_closest_valid_one():
         parse_policy({"drift": {"min_psnr": 30}})
     with pytest.raises(UsageError, match=r"'sustained'\?"):
         parse_policy({"sustain": {"min_stability": 0.9}})
+
+
+@pytest.fixture(scope="module")
+def throttled_report(tmp_path_factory, example_models):
+    """A signed report of a run on the device emulator (scripts/device_emulator.py): the
+    agent reads a sysfs tree that heats with its workers' CPU use and, past 60 °C,
+    throttles them from outside; the agent has no code for the emulator."""
+    from edgequal.agent.plan import make_plan
+    from edgequal.host.qualify import pin_device_key, qualify
+    from edgequal.host.transport.local import LocalTransport
+    from edgequal.host.trust import KnownDevices
+
+    path = Path(__file__).resolve().parents[2] / "scripts" / "device_emulator.py"
+    spec = importlib.util.spec_from_file_location("_edgequal_gate_device_emulator", path)
+    emulator = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(emulator)
+    base = tmp_path_factory.mktemp("throttled")
+    out = base / "throttled.report.json"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("EDGEQUAL_CONFIG_DIR", str(base / "config"))
+        mp.setenv("EDGEQUAL_AGENT_STATE", str(base / "agent-state"))
+        mp.setenv("EDGEQUAL_LOCAL_STATE", str(base / "local-agent"))
+        mp.setenv("EDGEQUAL_ROOT", str(base / "board"))
+        mp.delenv("EDGEQUAL_TOKEN", raising=False)
+        known = KnownDevices()
+        # The tree must exist before the agent starts reading it.
+        emu = emulator.DeviceEmulator(
+            base / "board", os.getpid(), trip_c=60.0, heat_c_per_cpu_s=8.0
+        )
+        with LocalTransport() as transport:
+            pin_device_key(transport, known, "local", "local")
+            raw = base64.b64decode(transport.info()["public_key_b64"])
+            emu.watch_pid = transport._proc.pid  # heat and throttle the agent's workers only
+            plan = make_plan(
+                "quick",
+                cold_runs=1,
+                warmup_min_runs=5,
+                warmup_min_s=0.05,
+                warmup_max_s=0.5,
+                latency_min_runs=50,
+                latency_min_s=0.1,
+                threads=1,
+                sustain_s=12.0,
+                window_s=2.0,
+                cooldown=False,
+            )
+            with emu:
+                qualify(
+                    transport,
+                    example_models["mid"],
+                    None,
+                    plan,
+                    known=known,
+                    device_name="local",
+                    out=out,
+                )
+    return out, raw
+
+
+@pytest.mark.slow
+def test_throttling_and_temperature_limits_on_an_emulated_board(throttled_report, tmp_path):
+    from edgequal.host.trust import KnownDevices
+
+    path, raw = throttled_report
+    known = KnownDevices()
+    known.trust("local", "local", raw)
+    s = _predicate(path)["results"]["sustained"]
+    assert s["throttled"] is True and s["peak_temp_c"] >= 60.0 and s["trip_c"] == 60.0
+    t = s["time_to_first_throttle_s"]
+    peak = s["peak_temp_c"]
+    headroom = s.get("headroom_c")
+    cases = [
+        ({"allow_throttling": True}, True),
+        ({"allow_throttling": False}, False),
+        ({"max_peak_temp_c": peak + 5}, True),
+        ({"max_peak_temp_c": peak - 5}, False),
+        ({"min_time_to_first_throttle_s": t / 2}, True),
+        ({"min_time_to_first_throttle_s": t + 60}, False),
+    ]
+    if headroom is not None and headroom >= 5:
+        cases += [
+            ({"min_headroom_c": headroom - 5}, True),
+            ({"min_headroom_c": headroom + 5}, False),
+        ]
+    elif headroom is not None:  # it ran past the trip point: no headroom limit is met
+        cases += [({"min_headroom_c": 0.0}, headroom >= 0)]
+    for limits, should_pass in cases:
+        result = run_gate(path, parse_policy({**ALL_STATUSES, "sustained": limits}), known=known)
+        assert result.passed is should_pass, (limits, [c.message for c in result.checks])
+    failed = run_gate(
+        path, parse_policy({**ALL_STATUSES, "sustained": {"allow_throttling": False}}), known=known
+    )
+    assert "throttled" in failed.failed_checks[0].message
+    # The page shades the throttled windows and lists them.
+    page = tmp_path / "throttled.html"
+    assert edgequal_main(["report", "html", str(path), "-o", str(page)]) == 0
+    html = page.read_text()
+    assert "Windows with a cause" in html and "throttling" in html
+    assert "no sensor" not in html

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from .errors import UsageError
 from .gate import GateResult, fingerprint_fields
 from .regression import decode_samples_ns
 from .report_file import ReportFile
@@ -133,7 +134,7 @@ def _latency_series(reports: Sequence[ReportFile]) -> list[tuple[str, dict, np.n
             if entry.get("samples_ns_b64"):
                 try:
                     samples = decode_samples_ns(entry["samples_ns_b64"]) / 1e6
-                except Exception:  # an unverified report's samples may be anything
+                except UsageError:  # an unverified report's samples may be anything
                     samples = None
             label = f"{chr(65 + i)} {entry.get('shape', '')}"
             out.append((label, entry, samples))

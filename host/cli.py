@@ -65,6 +65,7 @@ def _parser() -> argparse.ArgumentParser:
         "--gate", type=Path, metavar="POLICY", help="then gate the report on POLICY.toml"
     )
     q.add_argument("--html", type=Path, metavar="PAGE", help="also write the report page here")
+    q.add_argument("--junit", type=Path, metavar="FILE", help="with --gate: write JUnit XML here")
 
     g = sub.add_parser("golden", help="golden sets")
     gsub = g.add_subparsers(dest="golden_command", required=True)

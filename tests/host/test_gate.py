@@ -487,7 +487,11 @@ def test_qualify_with_gate_and_html_in_one_command(reports, tmp_path, capsys):
     # A bad policy is refused before any device is contacted.
     assert edgequal_main([*base, "--gate", str(bad)]) == 2
     assert not (tmp_path / "r.json").exists()
-    assert edgequal_main([*base, "--gate", str(policy), "--html", str(page)]) == 1
+    assert (
+        edgequal_main([*base, "--gate", str(policy), "--html", str(page), "--junit", str(junit)])
+        == 1
+    )
+    assert ET.parse(junit).getroot().get("failures") == "1"
     out = capsys.readouterr().out
     assert "gate failed" in out and "latency.max_p50_ms" in out
     html = page.read_text()

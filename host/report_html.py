@@ -408,7 +408,7 @@ def _latency_table(reports: Sequence[ReportFile]) -> str:
             if interference.get("top_processes"):
                 note += ": " + _e(
                     ", ".join(
-                        f"{p.get('name')} {p.get('cpu_share', 0):.0%}"
+                        f"{p.get('name')} {p.get('cpu_share') or 0:.2f} CPU"
                         for p in interference["top_processes"][:3]
                     )
                 )
@@ -481,7 +481,7 @@ def _sustained_table(reports: Sequence[ReportFile]) -> str:
                 continue
             inter = w.get("interference") or {}
             top = ", ".join(
-                f"{p.get('name')} {p.get('cpu_share', 0):.0%}"
+                f"{p.get('name')} {p.get('cpu_share') or 0:.2f} CPU"
                 for p in inter.get("top_processes") or []
             )
             windows.append(
@@ -490,6 +490,7 @@ def _sustained_table(reports: Sequence[ReportFile]) -> str:
                     _e(w.get("index")),
                     _e(f"{t0:.1f}–{t1:.1f} s"),
                     _e(cause),
+                    _e("; ".join(map(str, w.get("cause_detail") or [])) or "—"),
                     _num(w.get("rate_per_s"), "{:.1f}"),
                     _num(inter.get("cpu_share"), "{:.0%}"),
                     _num(inter.get("runq_wait_share"), "{:.0%}"),
@@ -523,6 +524,7 @@ def _sustained_table(reports: Sequence[ReportFile]) -> str:
                 "window",
                 "time",
                 "cause",
+                "evidence",
                 "rate /s",
                 "worker CPU",
                 "run-queue wait",
@@ -531,7 +533,7 @@ def _sustained_table(reports: Sequence[ReportFile]) -> str:
                 "top processes",
             ],
             windows,
-            [False, True, False, False, True, True, True, True, True],
+            [False, True, False, False, False, True, True, True, True, True],
         )
     return out
 

@@ -159,6 +159,7 @@ def test_text_is_escaped_and_interference_windows_are_shown(reports, known):
     pred["status"] = "inconclusive"
     windows = pred["results"]["sustained"]["windows_detail"]
     windows[1]["cause"] = "interference"
+    windows[1]["cause_detail"] = ["other processes +0.60 CPUs"]
     windows[1]["interference"] = {
         "cpu_share": 0.4,
         "runq_wait_share": 0.5,
@@ -173,9 +174,10 @@ def test_text_is_escaped_and_interference_windows_are_shown(reports, known):
     )
     html = render_report_html([report])
     assert "<script>alert" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
-    assert "<b>stress-ng" not in html and "&lt;b&gt;stress-ng&lt;/b&gt; 55%" in html
+    assert "<b>stress-ng" not in html and "&lt;b&gt;stress-ng&lt;/b&gt; 0.55 CPU" in html
     assert "m&lt;i&gt;.onnx" in html
     assert "Windows with a cause" in html and "interference" in html and "throttling" in html
+    assert "other processes +0.60 CPUs" in html
     assert html.count("<img") == 2
 
 

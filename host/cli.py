@@ -131,6 +131,11 @@ def _parser() -> argparse.ArgumentParser:
         "$XDG_STATE_HOME/edgequal/reports, ~/.local/state/edgequal/reports)",
     )
     q.add_argument("--json", action="store_true", help="print the verified predicate as JSON")
+    q.add_argument(
+        "--gate", type=Path, metavar="POLICY", help="then gate the report on POLICY.toml"
+    )
+    q.add_argument("--html", type=Path, metavar="PAGE", help="also write the report page here")
+    q.add_argument("--junit", type=Path, metavar="FILE", help="with --gate: write JUnit XML here")
 
     g = sub.add_parser("golden", help="golden sets")
     gsub = g.add_subparsers(dest="golden_command", required=True)
@@ -205,6 +210,7 @@ def _parser() -> argparse.ArgumentParser:
     ast = asub.add_parser("status", help="agent version, runtimes, key, service")
     ast.add_argument("target", help="ssh://USER@HOST or a device name")
     ast.add_argument("--known-hosts", type=Path)
+    _add_gate_parsers(sub)
     _add_global_options_below(p)
     return p
 
@@ -251,6 +257,8 @@ def _dispatch(args) -> int:
         return cmd_devices(args)
     if args.command == "agent":
         return cmd_agent(args)
+    if args.command in ("gate", "compare", "report"):
+        return cmd_gate_compare_report(args)
     raise AssertionError(args.command)
 
 
@@ -310,6 +318,7 @@ def cmd_qualify(args) -> int:
         from .errors import UsageError
 
         raise UsageError(f"model file not found: {model}")
+    policy = _load_gate_policy(args.gate) if args.gate else None
     _plan_from_args(args)  # refuse bad flags before connecting
     device = open_device(
         args.device, args.token_file, args.known_hosts, args.agent_cmd, args.ssh_key
@@ -339,6 +348,8 @@ def cmd_qualify(args) -> int:
         print_note(f"signed report: {outcome.path}")
     else:
         print_summary(predicate, address, str(outcome.path))
+    if policy is not None or args.html:
+        return _gate_after_qualify(args, policy, outcome.path, name, predicate)
     from edgequal.agent.qualification import exit_code_for
 
     return exit_code_for(predicate["status"], predicate.get("findings", []))
@@ -458,6 +469,112 @@ def cmd_demo(args) -> int:
     from .demo import run_demo
 
     return run_demo(args.out, args.sustain)
+
+
+# --- gate, compare, report html (host/gate.py, host/compare.py, host/report_html.py) ---
+
+
+def _add_gate_parsers(sub) -> None:
+    gt = sub.add_parser("gate", help="judge a signed report against a policy (and a baseline)")
+    gt.add_argument("report", type=Path)
+    gt.add_argument("--policy", type=Path, required=True, help="policy TOML (docs/gating.md)")
+    gt.add_argument("--baseline", type=Path, help="the last approved report to compare with")
+    gt.add_argument("--junit", type=Path, metavar="FILE", help="write JUnit XML here")
+    gt.add_argument("--json", action="store_true", help="print the verdict as JSON")
+    gt.add_argument("--device", help="the device that must have signed the report")
+    gt.add_argument("--html", type=Path, metavar="PAGE", help="also write the report page here")
+    c = sub.add_parser("compare", help="compare reports side by side (the first is the reference)")
+    c.add_argument("reports", type=Path, nargs="+", metavar="REPORT")
+    c.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    r = sub.add_parser("report", help="render reports")
+    rsub = r.add_subparsers(dest="report_command", required=True)
+    rh = rsub.add_parser("html", help="one self-contained HTML page with plots")
+    rh.add_argument("reports", type=Path, nargs="+", metavar="REPORT")
+    rh.add_argument("-o", "--output", type=Path, required=True, metavar="PAGE")
+    rh.add_argument("--device", help="the device that must have signed the reports")
+
+
+def _load_gate_policy(path: Path):
+    from .policy import load_policy
+
+    return load_policy(path)
+
+
+def cmd_gate_compare_report(args) -> int:
+    """``gate``: exit 0 passed, 1 failed; ``compare``/``report html``: 1 if a report did not verify."""
+    import json
+
+    from .render import print_line, write_json
+    from .report_file import load_report
+    from .trust import KnownDevices
+
+    if args.command == "gate":
+        from .gate import run_gate
+
+        policy = _load_gate_policy(args.policy)
+        result = run_gate(args.report, policy, device=args.device, baseline_path=args.baseline)
+        return _finish_gate(args, result)
+    known = KnownDevices()
+    reports = [
+        load_report(p, known=known, device=getattr(args, "device", None)) for p in args.reports
+    ]
+    if args.command == "compare":
+        from .compare import compare_reports
+        from .render import print_comparison
+
+        comparison = compare_reports(reports).to_json()
+        if args.json:
+            write_json(json.dumps(comparison, indent=1))
+        else:
+            print_comparison(comparison)
+    else:
+        from .report_html import write_report_html
+
+        write_report_html(args.output, reports)
+        print_line(f"report page {args.output}")
+    return 0 if all(r.verified for r in reports) else 1
+
+
+def _finish_gate(args, result) -> int:
+    """JUnit, page, and the verdict on the screen or as JSON; the gate's exit code."""
+    import json
+
+    from .render import print_gate_result, write_json
+
+    if getattr(args, "junit", None):
+        from .junit import write_junit
+
+        write_junit(args.junit, [result])
+    if getattr(args, "html", None):
+        from .report_file import load_report
+        from .report_html import write_report_html
+        from .trust import KnownDevices
+
+        write_report_html(
+            args.html, [load_report(result.report, known=KnownDevices())], gate=[result]
+        )
+    if args.command == "gate" and args.json:
+        write_json(json.dumps(result.to_json(), indent=1))
+    elif args.command == "gate" or not args.json:  # qualify --json keeps stdout one JSON document
+        print_gate_result(result.to_json())
+    return 0 if result.passed else 1
+
+
+def _gate_after_qualify(args, policy, report_path: Path, device_name: str, predicate) -> int:
+    """``qualify --gate POLICY`` / ``--html PAGE``: the gate decides the exit code when asked."""
+    if policy is None:
+        from edgequal.agent.qualification import exit_code_for
+
+        from .report_file import load_report
+        from .report_html import write_report_html
+        from .trust import KnownDevices
+
+        write_report_html(args.html, [load_report(report_path, known=KnownDevices())])
+        return exit_code_for(predicate["status"], predicate.get("findings", []))
+    from .gate import run_gate
+
+    result = run_gate(report_path, policy, device=device_name)
+    return _finish_gate(args, result)
 
 
 if __name__ == "__main__":

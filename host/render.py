@@ -485,3 +485,98 @@ def status(message: str):
 def write_json(text: str) -> None:
     """Raw JSON to stdout, without rich markup processing."""
     sys.stdout.write(text + "\n")
+
+
+# ---------------------------------------------------------------------------
+# Gate results and comparisons (host/gate.py, host/compare.py). Text that comes from
+# reports or files is escaped: a model name like "[red]x" must print as itself.
+
+
+def print_gate_result(result: dict) -> None:
+    """A gate verdict: one row per check (limit, measured, message), fingerprint changes, the line."""
+    from rich.markup import escape
+
+    t = Table(
+        title=escape(f"Gate {result['policy']} · {result['report']}"),
+        title_justify="left",
+    )
+    for col in ("check", "limit", "measured", "result"):
+        t.add_column(col, justify="left" if col in ("check", "result") else "right")
+    for c in result["checks"]:
+        mark = (
+            "[green]pass[/]"
+            if c["passed"]
+            else ("[yellow]RETRY[/]" if c["retry"] else "[red]FAIL[/]")
+        )
+        t.add_row(escape(c["name"]), escape(c["limit"]), escape(c["measured"]), mark)
+    console.print(t)
+    for c in result["checks"]:
+        if not c["passed"]:
+            console.print(f"  [red]✗[/] {escape(c['message'])}", soft_wrap=True)
+    baseline = result.get("baseline")
+    if baseline:
+        console.print(
+            f"  baseline {escape(baseline['report'])} (run {escape(str(baseline['run_id']))})",
+            soft_wrap=True,
+        )
+        changes = baseline.get("fingerprint_changes") or []
+        if changes:
+            console.print("  changed since the baseline:")
+            for ch in changes:
+                console.print(
+                    f"    {escape(ch['category'])}: {escape(ch['field'])} "
+                    f"{escape(str(ch['baseline']))} → {escape(str(ch['candidate']))}",
+                    soft_wrap=True,
+                )
+        else:
+            console.print("  fingerprint unchanged since the baseline")
+    style = "bold green" if result["passed"] else ("bold yellow" if result["retry"] else "bold red")
+    console.print(Text(result["summary"], style=style), soft_wrap=True)
+
+
+def _figure(v, unit: str) -> str:
+    if v is None:
+        return "—"
+    text = f"{v:.4g}" if isinstance(v, float) else str(v)
+    return f"{text} {unit}".rstrip()
+
+
+def print_comparison(comparison: dict) -> None:
+    """Reports side by side: value, change from the first, significance; then fingerprint changes."""
+    from rich.markup import escape
+
+    reports = comparison["reports"]
+    t = Table(title="Comparison (first report is the reference)", title_justify="left")
+    t.add_column("figure")
+    for i, r in enumerate(reports):
+        mark = "" if r["verified"] else " [red](NOT VERIFIED)[/]"
+        t.add_column(f"{chr(65 + i)}: {escape(r['label'])}{mark}", justify="right")
+    for row in comparison["rows"]:
+        cells = []
+        for i, v in enumerate(row["values"]):
+            text = escape(_figure(v, row["unit"]))
+            d = row["deltas"][i]
+            if d is not None:
+                worse = (d > 0) if row["better"] == "lower" else (d < 0) if row["better"] else False
+                style = "red" if worse and abs(d) >= 0.03 else "green" if abs(d) >= 0.03 else "dim"
+                text += f" [{style}]({d:+.1%})[/]"
+            sig = row["significance"][i]
+            if sig:
+                text += f"\n[dim]{escape(sig)}[/]"
+            cells.append(text)
+        t.add_row(escape(row["figure"]), *cells)
+    console.print(t)
+    for i, changes in enumerate(comparison["fingerprint_changes"]):
+        if i == 0:
+            continue
+        label = f"{chr(65 + i)} vs A"
+        if not changes:
+            console.print(f"  {label}: fingerprint unchanged")
+            continue
+        console.print(f"  {label}: changed")
+        for ch in changes:
+            console.print(
+                f"    {escape(ch['category'])}: {escape(ch['field'])} "
+                f"{escape(str(ch['baseline']))} → {escape(str(ch['candidate']))}",
+                soft_wrap=True,
+            )

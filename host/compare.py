@@ -1,0 +1,198 @@
+"""``edgequal compare A B [C…]``: the figures of several reports side by side.
+
+The first report is the reference: every other column shows its value, the change
+from the reference and, for latency, whether the change is significant (the same
+median-ratio bootstrap and minimum effect the gate uses, plus Mann–Whitney U), and
+what differs in the fingerprint.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .gate import compare_latency, fingerprint_changes
+from .policy import BASELINE_DEFAULTS
+from .report_file import ReportFile
+
+_MB = 1 << 20
+
+
+@dataclass
+class Row:
+    """One figure across the reports: values, relative change from the first, significance."""
+
+    figure: str
+    unit: str
+    values: list[float | None]
+    # "lower" or "higher" is better; None when neither (informational).
+    better: str | None = "lower"
+    deltas: list[float | None] = field(default_factory=list)
+    significance: list[str | None] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        """JSON-ready fields."""
+        return {
+            "figure": self.figure,
+            "unit": self.unit,
+            "better": self.better,
+            "values": self.values,
+            "deltas": self.deltas,
+            "significance": self.significance,
+        }
+
+
+@dataclass
+class Comparison:
+    """Reports, the rows of figures, and each report's fingerprint changes from the first."""
+
+    reports: list[ReportFile]
+    rows: list[Row]
+    fingerprint_changes: list[list[dict]]
+
+    def to_json(self) -> dict:
+        """The comparison as JSON."""
+        return {
+            "reports": [
+                {
+                    "path": str(r.path),
+                    "label": r.label,
+                    "run_id": r.predicate.get("run_id"),
+                    "status": r.predicate.get("status"),
+                    "reason": r.predicate.get("reason"),
+                    "verified": r.verified,
+                    "signature": r.signature,
+                }
+                for r in self.reports
+            ],
+            "rows": [row.to_json() for row in self.rows],
+            "fingerprint_changes": self.fingerprint_changes,
+        }
+
+
+def _get(d: Any, *path: str) -> Any:
+    for key in path:
+        if not isinstance(d, dict):
+            return None
+        d = d.get(key)
+    return d
+
+
+def _per_shape(r: ReportFile) -> dict[str, dict]:
+    entries = _get(r.predicate, "results", "latency", "per_shape") or []
+    return {e.get("shape"): e for e in entries}
+
+
+def _significance(cmp: dict) -> str:
+    r = cmp.get("median_ratio") or {}
+    verdict = cmp["verdict"]
+    if r.get("ci_low") is None:
+        return f"{verdict} (no raw samples)"
+    text = f"{verdict}: ×{r['ratio']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
+    mw = cmp.get("mann_whitney")
+    if mw:
+        text += f", U p={mw['p_value']:.2g}"
+    return text
+
+
+def compare_reports(reports: list[ReportFile], settings: dict | None = None) -> Comparison:
+    """Rows of figures for ``reports`` (the first is the reference)."""
+    settings = {**BASELINE_DEFAULTS, **(settings or {})}
+    rows: list[Row] = []
+
+    def add(figure: str, unit: str, getter, better: str | None = "lower") -> Row:
+        values = [getter(r) for r in reports]
+        row = Row(figure, unit, values, better)
+        rows.append(row)
+        return row
+
+    cold_keys = (
+        ("total_ms", "cold load total (median)"),
+        ("first_inference_ms", "first inference (median)"),
+    )
+    for key, label in cold_keys:
+        add(label, "ms", lambda r, k=key: _get(r.predicate, "results", "cold_load", k, "median"))
+
+    shapes: list[str] = []
+    for r in reports:
+        for shape in _per_shape(r):
+            if shape not in shapes:
+                shapes.append(shape)
+    latency_rows: list[tuple[Row, str]] = []
+    for shape in shapes:
+        for key, label in (("p50_ms", "p50"), ("p90_ms", "p90"), ("p99_ms", "p99")):
+            row = add(
+                f"latency {label} {shape}",
+                "ms",
+                lambda r, s=shape, k=key: _get(_per_shape(r).get(s), "summary", k),
+            )
+            if key == "p50_ms":
+                latency_rows.append((row, shape))
+        add(
+            f"latency CV {shape}",
+            "",
+            lambda r, s=shape: _get(_per_shape(r).get(s), "summary", "cv"),
+        )
+
+    for key, label, unit, better in (
+        ("peak_per_s", "sustained peak", "/s", "higher"),
+        ("sustained_per_s", "sustained throughput", "/s", "higher"),
+        ("stability", "stability", "", "higher"),
+        ("peak_temp_c", "peak temperature", "°C", "lower"),
+    ):
+        add(label, unit, lambda r, k=key: _get(r.predicate, "results", "sustained", k), better)
+
+    outputs: list[str] = []
+    for r in reports:
+        for name in _get(r.predicate, "results", "drift", "outputs") or {}:
+            if name not in outputs:
+                outputs.append(name)
+    for name in outputs:
+        add(
+            f"drift max abs {name}",
+            "",
+            lambda r, n=name: _get(r.predicate, "results", "drift", "outputs", n, "max_abs"),
+        )
+        add(
+            f"drift PSNR {name}",
+            "dB",
+            lambda r, n=name: _get(r.predicate, "results", "drift", "outputs", n, "psnr_db"),
+            "higher",
+        )
+    if any(_get(r.predicate, "results", "drift", "decisions") for r in reports):
+        add(
+            "decision flips",
+            "",
+            lambda r: _get(r.predicate, "results", "drift", "decisions", "flip_count"),
+        )
+        add(
+            "flips near threshold",
+            "",
+            lambda r: _get(
+                r.predicate, "results", "drift", "decisions", "flips_near_threshold_count"
+            ),
+        )
+
+    def peak_mb(r):
+        v = _get(r.predicate, "results", "memory", "peak_rss_bytes")
+        return None if v is None else v / _MB
+
+    add("peak RSS", "MB", peak_mb)
+
+    for row in rows:
+        ref = row.values[0]
+        row.deltas = [
+            None if i == 0 or v is None or not ref else (v - ref) / ref
+            for i, v in enumerate(row.values)
+        ]
+        row.significance = [None] * len(reports)
+    for row, shape in latency_rows:
+        ref_entry = _per_shape(reports[0]).get(shape)
+        for i, r in enumerate(reports[1:], start=1):
+            entry = _per_shape(r).get(shape)
+            if ref_entry and entry:
+                row.significance[i] = _significance(compare_latency(ref_entry, entry, settings))
+    # Keep only rows with at least one value.
+    rows = [row for row in rows if any(v is not None for v in row.values)]
+    changes = [[]] + [fingerprint_changes(reports[0], r) for r in reports[1:]]
+    return Comparison(reports, rows, changes)

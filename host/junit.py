@@ -1,0 +1,90 @@
+"""JUnit XML of gate results: one test case per check, the form CI servers read.
+
+The layout follows the Ant/Jenkins JUnit schema (``junit-10.xsd``) that Jenkins,
+GitLab, GitHub Actions reporters and Azure DevOps accept: ``testsuites`` >
+``testsuite`` (name, tests, failures, errors, skipped, time, timestamp) >
+``properties`` then ``testcase`` (name, classname, time) > ``failure`` (message,
+type) then ``system-out``. Limit and measured value are in each case's
+``system-out`` and in the failure text, where every reader shows them.
+"""
+
+from __future__ import annotations
+
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from .gate import GateResult
+
+
+def _suite(result: GateResult, timestamp: str) -> ET.Element:
+    failures = len(result.failed_checks)
+    suite = ET.Element(
+        "testsuite",
+        {
+            "name": f"edgequal gate {Path(result.report).name}",
+            "tests": str(len(result.checks)),
+            "failures": str(failures),
+            "errors": "0",
+            "skipped": "0",
+            "time": "0",
+            "timestamp": timestamp,
+        },
+    )
+    props = ET.SubElement(suite, "properties")
+    for name, value in (
+        ("report", result.report),
+        ("policy", result.policy),
+        ("run_id", result.run_id),
+        ("status", result.status),
+        ("device", result.device),
+        ("signature", result.signature),
+        ("passed", str(result.passed).lower()),
+        ("retry", str(result.retry).lower()),
+    ):
+        ET.SubElement(
+            props, "property", {"name": name, "value": "" if value is None else str(value)}
+        )
+    for check in result.checks:
+        case = ET.SubElement(
+            suite,
+            "testcase",
+            {"name": check.name, "classname": f"edgequal.gate.{check.section}", "time": "0"},
+        )
+        text = f"limit: {check.limit}\nmeasured: {check.measured}\n{check.message}"
+        if not check.passed:
+            failure = ET.SubElement(
+                case,
+                "failure",
+                {"message": check.message, "type": "retry" if check.retry else "GateFailed"},
+            )
+            failure.text = text
+        out = ET.SubElement(case, "system-out")
+        out.text = text
+    return suite
+
+
+def junit_xml(results: list[GateResult]) -> bytes:
+    """UTF-8 JUnit XML document for one or more gate results."""
+    timestamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
+    root = ET.Element(
+        "testsuites",
+        {
+            "name": "edgequal gate",
+            "tests": str(sum(len(r.checks) for r in results)),
+            "failures": str(sum(len(r.failed_checks) for r in results)),
+            "errors": "0",
+            "time": "0",
+        },
+    )
+    for r in results:
+        root.append(_suite(r, timestamp))
+    ET.indent(root)
+    return ET.tostring(root, encoding="utf-8", xml_declaration=True)
+
+
+def write_junit(path: str | Path, results: list[GateResult]) -> None:
+    """Write the JUnit file (parents created)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(junit_xml(results))

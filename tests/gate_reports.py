@@ -1,0 +1,171 @@
+"""Signed reports from real runs, for the gate, compare and report-page tests.
+
+A real local agent (``edgequal-agent serve`` on 127.0.0.1) qualifies real models with
+real runtimes; the reports are produced once per test session (the first module that
+asks) and shared. Each test trusts the agent's key in its own isolated config with
+:func:`trust_local`.
+
+- ``classifier``: the example classifier against a golden set whose reference score is
+  shifted by +0.003, so drift is real and non-zero and the cases near the 0.5 threshold
+  below it flip; 400+ latency samples (p99 and its CI exist) and a short sustained phase.
+- ``chain_a``, ``chain_b``: two runs of the same MatMul+Relu chain (8 layers, one thread).
+- ``chain_heavy``: the same chain with 16 layers, the same input: a candidate that is
+  slower on purpose.
+- ``rejected``: a model onnxruntime cannot load (custom op): a ``model_rejected`` finding.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+SCORE_SHIFT = 0.003
+CHAIN_WIDTH = 256
+
+_CACHE: dict[str, GateReports] = {}
+
+
+@dataclass(frozen=True)
+class GateReports:
+    """Paths of the signed reports, and the local agent's public key to trust."""
+
+    classifier: Path
+    chain_a: Path
+    chain_b: Path
+    chain_heavy: Path
+    rejected: Path
+    models: dict[str, Path]
+    public_key_raw: bytes
+
+
+def chain_model(path: Path, layers: int) -> Path:
+    """x float32 [1, 256] -> layers x (MatMul 256x256, Relu) -> y; fixed weights."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(7)
+    nodes, inits = [], []
+    prev = "x"
+    for i in range(layers):
+        w = (rng.standard_normal((CHAIN_WIDTH, CHAIN_WIDTH)) / np.sqrt(CHAIN_WIDTH)).astype(
+            np.float32
+        )
+        inits.append(numpy_helper.from_array(w, f"w{i}"))
+        nodes.append(helper.make_node("MatMul", [prev, f"w{i}"], [f"m{i}"]))
+        out = "y" if i == layers - 1 else f"r{i}"
+        nodes.append(helper.make_node("Relu", [f"m{i}"], [out]))
+        prev = out
+    graph = helper.make_graph(
+        nodes,
+        f"chain{layers}",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, CHAIN_WIDTH])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, CHAIN_WIDTH])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+def _shifted_golden(model: Path, out: Path, work: Path) -> Path:
+    """A golden set of the classifier whose reference ``score`` is shifted by SCORE_SHIFT."""
+    import onnxruntime as ort
+    from edgequal.host.examples import EXAMPLES, example_inputs
+    from edgequal.host.golden import make_golden
+
+    cases = {f"c{i}": feeds for i, feeds in enumerate(example_inputs("classifier", 12))}
+    session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    outputs = {}
+    for case, feeds in cases.items():
+        for name, value in zip(names, session.run(None, feeds)):
+            if name == "score":
+                value = (value + SCORE_SHIFT).astype(value.dtype)
+            outputs[f"{case}/{name}"] = value
+    ref = work / "shifted_outputs.npz"
+    np.savez(ref, **outputs)
+    make_golden(model, cases, out, outputs=ref, decision=EXAMPLES["classifier"].decision_rule)
+    return out
+
+
+def produce(tmp_path_factory, example_models: dict[str, Path]) -> GateReports:
+    """Run the agent once per session and return the reports."""
+    if "reports" in _CACHE:
+        return _CACHE["reports"]
+    import base64
+
+    from edgequal.agent.plan import make_plan
+    from edgequal.host.qualify import pin_device_key, qualify
+    from edgequal.host.transport.local import LocalTransport
+    from edgequal.host.trust import KnownDevices
+
+    base = tmp_path_factory.mktemp("gate-reports")
+    models = {
+        "classifier": example_models["classifier"],
+        "unsupported_op": example_models["unsupported_op"],
+        "chain": chain_model(base / "chain8.onnx", 8),
+        "chain_heavy": chain_model(base / "chain16.onnx", 16),
+    }
+    golden = _shifted_golden(models["classifier"], base / "classifier-shifted.npz", base)
+    short = dict(cold_runs=2, warmup_min_runs=5, warmup_min_s=0.05, warmup_max_s=0.5, sustain_s=0.0)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("EDGEQUAL_CONFIG_DIR", str(base / "config"))
+        mp.setenv("EDGEQUAL_AGENT_STATE", str(base / "agent-state"))
+        mp.setenv("EDGEQUAL_LOCAL_STATE", str(base / "local-agent"))
+        for var in ("EDGEQUAL_TOKEN", "EDGEQUAL_ROOT"):
+            mp.delenv(var, raising=False)
+        known = KnownDevices()
+        with LocalTransport() as transport:
+            pin_device_key(transport, known, "local", "local")
+            raw = base64.b64decode(transport.info()["public_key_b64"])
+
+            def run(name, model, golden_path, **plan):
+                out = base / f"{name}.report.json"
+                qualify(
+                    transport,
+                    model,
+                    golden_path,
+                    make_plan("quick", **{**short, **plan}),
+                    known=known,
+                    device_name="local",
+                    out=out,
+                )
+                return out
+
+            classifier = run(
+                "classifier",
+                models["classifier"],
+                golden,
+                latency_min_runs=400,
+                latency_min_s=0.3,
+                sustain_s=3.0,
+                window_s=1.0,
+            )
+            # One thread: an intra-op thread pool spinning against other processes on a
+            # shared machine makes the run-to-run spread several times larger.
+            latency = dict(latency_min_runs=1000, latency_min_s=0.6, threads=1)
+            # Baseline and candidates interleaved: a change in machine load between them
+            # affects all three alike.
+            chain_a = run("chain_a", models["chain"], None, **latency)
+            chain_heavy = run("chain_heavy", models["chain_heavy"], None, **latency)
+            chain_b = run("chain_b", models["chain"], None, **latency)
+            rejected = run("rejected", models["unsupported_op"], None)
+    reports = GateReports(classifier, chain_a, chain_b, chain_heavy, rejected, models, raw)
+    _CACHE["reports"] = reports
+    assert os.environ.get("EDGEQUAL_CONFIG_DIR") != str(base / "config")
+    return reports
+
+
+def trust_local(reports: GateReports):
+    """Pin the agent's key as device 'local' in the current (per-test) config; returns it."""
+    from edgequal.host.trust import KnownDevices
+
+    known = KnownDevices()
+    if known.get("local") is None:
+        known.trust("local", "local", reports.public_key_raw)
+    return known

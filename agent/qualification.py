@@ -353,17 +353,19 @@ def decide_status(results: dict, findings: list[dict]) -> tuple[str, str | None]
 
 
 def exit_code_for(status: str, findings: list[dict]) -> int:
-    """The CLI exit code of a finished measurement.
+    """The CLI exit code of a finished measurement (docs/gating.md's table).
 
-    0 passed or degraded; 2 when the model file itself was rejected (a bad input
-    file); 3 when the run could not finish (incomplete); 1 for any other failure,
-    including ``inconclusive`` (re-run on a quiet board).
+    0 passed or degraded; 3 when the run could not finish (incomplete); 2 when the
+    model file is not a model the runtime can read at all (a bad input file); 1 for any
+    other outcome: failed, including a model the runtime reads but refuses (an
+    unsupported operator: the model is not qualified), and inconclusive.
     """
     if status in ("passed", "degraded"):
         return 0
     if status == "incomplete":
         return 3
-    if findings and findings[0].get("kind") == "model_rejected":
+    first = findings[0] if findings else {}
+    if first.get("kind") == "model_rejected" and not first.get("operator"):
         return 2
     return 1
 

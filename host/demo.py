@@ -72,7 +72,14 @@ def run_demo(out: Path, sustain: str = "6s") -> int:
             print_line("")
             reports.append(path)
             statuses.append(outcome.report.status)
+    from .report_file import load_report
+    from .report_html import write_report_html
+
+    page = write_report_html(
+        out / "report.html", [load_report(p, known=known, device="local") for p in reports]
+    )
     print_line("signed reports (verify with: edgequal verify REPORT --device local):")
     for path, status in zip(reports, statuses):
         print_line(f"  {path}  ({status})")
+    print_line(f"the page with plots: {page}")
     return 0 if all(s in ("passed", "degraded") for s in statuses) else 1

@@ -230,6 +230,8 @@ def test_demo_command_writes_verifiable_reports(tmp_path):
     inconclusive = "(inconclusive)" in proc.stdout
     assert proc.returncode == (1 if inconclusive else 0), proc.stderr[-2000:]
     reports = sorted((tmp_path / "demo" / "reports").glob("*.report.json"))
+    page = (tmp_path / "demo" / "report.html").read_text()
+    assert "data:image/png;base64," in page and "classifier_int8.tflite" in page
     assert [r.name for r in reports] == [
         "classifier.onnx.report.json",
         "classifier.tflite.report.json",

@@ -241,9 +241,11 @@ def test_qualify_over_ssh_from_the_cli_pins_on_first_use(
         str(tmp_path / "r.json"),
         "--json",
     ]
-    assert edgequal_main(args) == 0, capsys.readouterr().err
-    predicate = json.loads(capsys.readouterr().out)
-    assert predicate["status"] in MEASURED_STATUSES
+    rc = edgequal_main(args)
+    out, err = capsys.readouterr()
+    predicate = json.loads(out)
+    assert predicate["status"] in MEASURED_STATUSES, err
+    assert rc == exit_code_for(predicate["status"], predicate["findings"])
     # Same envelope format as over gRPC: it verifies by device name through the CLI.
     from edgequal.host.install_commands import default_device_name
     from edgequal.host.trust import KnownDevices

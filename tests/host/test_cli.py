@@ -211,7 +211,11 @@ def test_qualify_applies_the_named_profile(example_models, tmp_path, capsys):
     assert predicate["plan"]["max_temp_c"] == 85.0
     # The profile's throttle temperature, indicators and thread count are part of the plan.
     assert predicate["plan"]["trip_c"] == 80.0 and predicate["plan"]["threads"] == 4
-    assert predicate["plan"]["throttle_indicators"] == ["get_throttled", "clock_drop", "passive_trip"]
+    assert predicate["plan"]["throttle_indicators"] == [
+        "get_throttled",
+        "clock_drop",
+        "passive_trip",
+    ]
     assert predicate["plan"]["sustain_s"] == 0.0
     assert (tmp_path / "r.json").exists()
 

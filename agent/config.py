@@ -6,15 +6,18 @@ import os
 from pathlib import Path
 
 
+def xdg_state_home() -> Path:
+    """``$XDG_STATE_HOME``, else ``~/.local/state`` (the XDG base directory rule; host and agent)."""
+    xdg = os.environ.get("XDG_STATE_HOME")
+    return Path(xdg).expanduser() if xdg else Path.home() / ".local" / "state"
+
+
 def default_state_dir() -> Path:
     """``$EDGEQUAL_AGENT_STATE``, else ``$XDG_STATE_HOME/edgequal-agent``, else ``~/.local/state/edgequal-agent``."""
     env = os.environ.get("EDGEQUAL_AGENT_STATE")
     if env:
         return Path(env)
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(
-        os.path.expanduser("~"), ".local", "state"
-    )
-    return Path(base) / "edgequal-agent"
+    return xdg_state_home() / "edgequal-agent"
 
 
 def probe_root(explicit: str | os.PathLike | None = None) -> Path:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from edgequal.agent.config import xdg_state_home
+
 
 def config_dir() -> Path:
     """Return the host's config dir: $EDGEQUAL_CONFIG_DIR, $XDG_CONFIG_HOME/edgequal or ~/.config/edgequal."""
@@ -25,9 +27,7 @@ def config_dir() -> Path:
 
 def state_dir() -> Path:
     """Return the host's state dir: $XDG_STATE_HOME/edgequal or ~/.local/state/edgequal."""
-    xdg = os.environ.get("XDG_STATE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".local" / "state"
-    return base / "edgequal"
+    return xdg_state_home() / "edgequal"
 
 
 def local_agent_state_dir() -> Path:

@@ -289,14 +289,14 @@ def cmd_measure(args, state_dir: Path) -> int:
         if not args.json and event.get("type") == "phase" and event.get("state") == "started":
             print(f"... {event['phase']}", file=sys.stderr)
 
-    outcome = run_measurement(
+    measurement = run_measurement(
         args.model, args.golden, plan, root=probe_root(args.root), on_event=progress
     )
     if args.json:
-        print(json.dumps(json_clean(outcome), indent=1))
+        print(json.dumps(json_clean(measurement), indent=1))
     else:
-        print(format_summary(outcome))
-    return exit_code_for(outcome["status"], outcome["findings"])
+        print(format_summary(measurement))
+    return exit_code_for(measurement["status"], measurement["findings"])
 
 
 def cmd_key(args, state_dir: Path) -> int:

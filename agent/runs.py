@@ -119,18 +119,18 @@ def subjects_for(request: RunRequest) -> list[dict]:
     return subjects
 
 
-def sign_report(key: DeviceKey, request: RunRequest, outcome: dict) -> bytes:
+def sign_report(key: DeviceKey, request: RunRequest, measurement: dict) -> bytes:
     """Build the in-toto statement for a run and sign it into DSSE envelope bytes."""
     predicate = json_clean(
         {
             "run_id": request.run_id,
             "nonce": request.nonce,
-            "status": outcome["status"],
-            "reason": outcome.get("reason"),
-            "plan": outcome.get("plan", request.plan),
-            "fingerprint": outcome.get("fingerprint", {}),
-            "results": outcome.get("results", {}),
-            "findings": outcome.get("findings", []),
+            "status": measurement["status"],
+            "reason": measurement.get("reason"),
+            "plan": measurement.get("plan", request.plan),
+            "fingerprint": measurement.get("fingerprint", {}),
+            "results": measurement.get("results", {}),
+            "findings": measurement.get("findings", []),
             "device_key": key.fingerprint(),
             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
@@ -248,7 +248,7 @@ class Runs:
                 ) from e
             raise
         try:
-            outcome = run_measurement(
+            measurement = run_measurement(
                 model_path,
                 golden_path,
                 request.plan,
@@ -261,24 +261,24 @@ class Runs:
             if isinstance(e, BadInput):
                 _forget_run(run_dir)
                 raise
-            outcome = {
+            measurement = {
                 "status": "failed",
                 "reason": str(e),
                 "findings": [{"kind": "agent_error", "message": str(e)}],
             }
         except Exception as e:  # the report must still be signed; the agent keeps serving
-            outcome = {
+            measurement = {
                 "status": "failed",
                 "reason": f"internal error: {type(e).__name__}: {e}",
                 "findings": [{"kind": "internal_error", "message": f"{type(e).__name__}: {e}"}],
             }
-        envelope = self._sign_bounded(request, outcome)
-        self._store_report(request.run_id, envelope, outcome["status"])
+        envelope = self._sign_bounded(request, measurement)
+        self._store_report(request.run_id, envelope, measurement["status"])
         return envelope
 
-    def _sign_bounded(self, request: RunRequest, outcome: dict) -> bytes:
-        """Sign ``outcome``; an envelope over ``max_report_bytes`` is signed again without raw samples."""
-        envelope = sign_report(self.key, request, outcome)
+    def _sign_bounded(self, request: RunRequest, measurement: dict) -> bytes:
+        """Sign ``measurement``; an envelope over ``max_report_bytes`` is signed again without raw samples."""
+        envelope = sign_report(self.key, request, measurement)
         if len(envelope) <= self.max_report_bytes:
             return envelope
         size = len(envelope)
@@ -287,9 +287,9 @@ class Runs:
             request.run_id,
             size,
         )
-        trimmed = dict(outcome)
-        trimmed["results"] = _drop_raw_samples(outcome.get("results", {}))
-        trimmed["findings"] = list(outcome.get("findings", [])) + [
+        trimmed = dict(measurement)
+        trimmed["results"] = _drop_raw_samples(measurement.get("results", {}))
+        trimmed["findings"] = list(measurement.get("findings", [])) + [
             {
                 "kind": "raw_samples_omitted",
                 "message": f"the report with raw samples was {size} bytes, over this agent's "
@@ -419,12 +419,12 @@ class Runs:
                 f"the run finished ({marker['status']}) but its report of {marker['bytes']} "
                 f"bytes could not be stored before the agent stopped: {marker['error']}"
             )
-        outcome = {
+        measurement = {
             "status": "incomplete",
             "reason": reason,
             "findings": [{"kind": "interrupted", "message": reason}],
         }
-        write_atomic(self.report_path(request.run_id), sign_report(self.key, request, outcome))
+        write_atomic(self.report_path(request.run_id), sign_report(self.key, request, measurement))
         _forget_run(run_dir)
         return True
 

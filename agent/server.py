@@ -333,22 +333,22 @@ class AgentService(pb_grpc.AgentServicer):
             run.detached.set()
 
     def _execute(self, run: ActiveRun, run_request: RunRequest) -> None:
-        """Run one qualification (in its own thread), then free the device and post the outcome."""
+        """Run one qualification (in its own thread), then free the device and post how it ended."""
         try:
             settle = getattr(self.runtimes_fn, "settle", None)
             if settle is not None:
                 settle()  # a trial import must not load the CPU beside a measurement
             envelope = self.runs.execute(run_request, on_event=run.post_event, cancel=run.cancel)
-            outcome = ("envelope", bytes(envelope))
+            ended = ("envelope", bytes(envelope))
         except BaseException as e:
             if not isinstance(e, AgentError):
                 log.exception("run %s failed unexpectedly", run.lease.run_id)
-            outcome = ("error", e)
+            ended = ("error", e)
         finally:
             # Free the device before the host sees the end, so its next run is not told "busy".
             self.slot.finish(run)
-        log.info("run %s ended: %s", run.lease.run_id, outcome[0])
-        run.outbox.put(outcome)
+        log.info("run %s ended: %s", run.lease.run_id, ended[0])
+        run.outbox.put(ended)
 
     # GetReport and Cancel -----------------------------------------------------
 

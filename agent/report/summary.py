@@ -13,12 +13,12 @@ def _mb(value) -> str:
     return "n/a" if value is None else f"{value / (1 << 20):.1f} MB"
 
 
-def format_summary(outcome: dict) -> str:
+def format_summary(measurement: dict) -> str:
     """The lines a person reads first: status, load, latency, drift, memory, findings."""
-    results = outcome.get("results", {})
+    results = measurement.get("results", {})
     lines = [
-        f"status: {outcome['status']}"
-        + (f" ({outcome['reason']})" if outcome.get("reason") else "")
+        f"status: {measurement['status']}"
+        + (f" ({measurement['reason']})" if measurement.get("reason") else "")
     ]
     runtime = results.get("runtime") or (results.get("cold_load") or {}).get("runtime")
     if runtime:
@@ -66,7 +66,7 @@ def format_summary(outcome: dict) -> str:
             f"sustained {sustained['duration_s']:g} s: peak {sustained['peak_per_s']:.1f}/s, sustained "
             f"{sustained['sustained_per_s']:.1f}/s, stability {sustained['stability']:.3f}, verdict {sustained['verdict']}"
         )
-    for f in outcome.get("findings", []):
+    for f in measurement.get("findings", []):
         op = f" (operator {f['operator']})" if f.get("operator") else ""
         lines.append(f"finding [{f.get('kind')}] {f.get('message')}{op}")
     return "\n".join(lines)

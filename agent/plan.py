@@ -33,6 +33,13 @@ PRESETS: dict[str, dict] = {
         "latency_min_runs": 1000,
         "latency_min_s": 60.0,
         "sustain_s": 600.0,
+        **{
+            "batch_sizes": [1, 2, 4, 8, 16],
+            "server": True,
+            "thread_scaling": True,
+            "operator_profile": True,
+            "scenario_s": 5.0,
+        },
     },
     # 30 minutes sustained, extended to 60 while the temperature still rises > 0.5 °C/min.
     "soak": {
@@ -44,6 +51,13 @@ PRESETS: dict[str, dict] = {
         "latency_min_s": 60.0,
         "sustain_s": 1800.0,
         "sustain_extend_to_s": 3600.0,
+        **{
+            "batch_sizes": [1, 2, 4, 8, 16],
+            "server": True,
+            "thread_scaling": True,
+            "operator_profile": True,
+            "scenario_s": 5.0,
+        },
     },
 }
 
@@ -72,6 +86,17 @@ DEFAULTS = {
     # thermal zones expose no passive trip, and the throttle indicators that apply.
     "trip_c": None,
     "throttle_indicators": None,
+    # Optional phases (docs/measurement.md "Service scenarios"): off in quick.
+    "batch_sizes": None,  # batch sweep over these sizes (models with a dynamic batch dim)
+    "thread_scaling": False,  # latency and throughput for 1..N intra-op threads
+    "server": False,  # MLPerf-style server scenario: Poisson arrivals, p99 under a bound
+    "server_rate_per_s": None,  # target rate; None: half the measured capacity
+    "server_p99_ms": None,  # the p99 bound; None: 4 x the single-stream median
+    "server_callers": 4,  # requests in flight at most (threads in the worker)
+    "server_search_steps": 5,  # bisection steps for the highest rate that holds the bound
+    "operator_profile": False,  # per-operator time (onnxruntime), delegate coverage (LiteRT)
+    "scenario_s": 1.0,  # seconds per point of the batch sweep, thread scaling and server steps
+    "idle_power_s": 5.0,  # idle power sampled before the sustained loop where rails exist
 }
 
 _NUMBERS = {
@@ -93,6 +118,12 @@ _NUMBERS = {
     "max_temp_c": float,
     "trip_c": float,
     "seed": int,
+    "server_rate_per_s": float,
+    "server_p99_ms": float,
+    "server_callers": int,
+    "server_search_steps": int,
+    "scenario_s": float,
+    "idle_power_s": float,
 }
 
 
@@ -133,6 +164,16 @@ class Plan:
     profile: str | None
     trip_c: float | None
     throttle_indicators: tuple[str, ...] | None
+    batch_sizes: tuple[int, ...] | None = None
+    thread_scaling: bool = False
+    server: bool = False
+    server_rate_per_s: float | None = None
+    server_p99_ms: float | None = None
+    server_callers: int = 4
+    server_search_steps: int = 5
+    operator_profile: bool = False
+    scenario_s: float = 1.0
+    idle_power_s: float = 5.0
 
     @classmethod
     def from_json(cls, obj: Mapping) -> Plan:
@@ -140,7 +181,7 @@ class Plan:
         if not isinstance(obj, Mapping):
             raise BadInput("a plan must be a JSON object")
         full = _validated(obj)
-        for key in ("providers", "throttle_indicators"):
+        for key in ("providers", "throttle_indicators", "batch_sizes"):
             if full[key] is not None:
                 full[key] = tuple(full[key])
         return cls(**full)
@@ -148,7 +189,7 @@ class Plan:
     def to_json(self) -> dict:
         """The plan as documented JSON (docs/report-schema.md), the form the wire and report carry."""
         out = {f.name: getattr(self, f.name) for f in fields(self)}
-        for key in ("providers", "throttle_indicators"):
+        for key in ("providers", "throttle_indicators", "batch_sizes"):
             if out[key] is not None:
                 out[key] = list(out[key])
         out["shapes"] = {k: list(v) for k, v in self.shapes.items()}
@@ -185,7 +226,16 @@ _LIMITS = {
     "max_temp_c": 150.0,
     "trip_c": 150.0,
     "seed": 2**32 - 1,
+    "server_rate_per_s": 1e6,
+    "server_p99_ms": 3.6e6,
+    "server_callers": 64,
+    "server_search_steps": 20,
+    "scenario_s": 600.0,
+    "idle_power_s": 600.0,
 }
+# A batch sweep lists at most this many sizes, each at most MAX_BATCH.
+MAX_BATCH_SIZES = 16
+MAX_BATCH = 4096
 
 
 def make_plan(preset: str = "quick", **overrides) -> Plan:
@@ -220,7 +270,14 @@ def _validated(plan: Mapping) -> dict:
                 f"plan field '{key}' is {value:g}; the most a plan may ask for is {_LIMITS[key]:g}"
             )
         full[key] = kind(value)
-    for key in ("xnnpack", "cooldown", "evict_page_cache"):
+    for key in (
+        "xnnpack",
+        "cooldown",
+        "evict_page_cache",
+        "thread_scaling",
+        "server",
+        "operator_profile",
+    ):
         if not isinstance(full[key], bool):
             raise BadInput(f"plan field '{key}' must be true or false, got {full[key]!r}")
     for key in ("preset", "runtime", "graph_optimization"):
@@ -255,6 +312,13 @@ def _validated(plan: Mapping) -> dict:
         raise BadInput(f"plan field 'window_s' must be at least 1 s, got {full['window_s']:g}")
     if full["phase_timeout_s"] <= 0:
         raise BadInput("plan field 'phase_timeout_s' must be positive")
+    for key in ("server_callers", "server_search_steps"):
+        if full[key] < 1:
+            raise BadInput(f"plan field '{key}' must be at least 1")
+    for key in ("server_rate_per_s", "server_p99_ms", "scenario_s"):
+        if full[key] is not None and full[key] <= 0:
+            raise BadInput(f"plan field '{key}' must be positive")
+    full["batch_sizes"] = _batch_sizes(full["batch_sizes"])
     shapes = full.get("shapes") or {}
     if not isinstance(shapes, Mapping) or not all(
         isinstance(v, list) and all(isinstance(d, int) and d > 0 for d in v)
@@ -263,6 +327,24 @@ def _validated(plan: Mapping) -> dict:
         raise BadInput("plan field 'shapes' must map input names to lists of positive ints")
     full["shapes"] = {str(k): list(v) for k, v in shapes.items()}
     return full
+
+
+def _batch_sizes(value) -> list[int] | None:
+    """``batch_sizes``: None, or 1..16 distinct sizes 1..4096, kept sorted."""
+    if value is None:
+        return None
+    if (
+        not isinstance(value, (list, tuple))
+        or not value
+        or not all(isinstance(b, int) and not isinstance(b, bool) for b in value)
+    ):
+        raise BadInput("plan field 'batch_sizes' must be a non-empty list of batch sizes")
+    if len(value) > MAX_BATCH_SIZES:
+        raise BadInput(f"plan field 'batch_sizes' lists {len(value)} sizes; at most {MAX_BATCH_SIZES}")
+    for b in value:
+        if not 1 <= b <= MAX_BATCH:
+            raise BadInput(f"plan field 'batch_sizes' holds {b}; sizes must be 1..{MAX_BATCH}")
+    return sorted(set(value))
 
 
 _DURATION = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?\s*$")

@@ -104,6 +104,9 @@ class Runtime(ABC):
     """Load a model, describe its tensors, run it, close it."""
 
     name: str = "runtime"
+    # Whether one loaded model may be run from several threads at once (the server
+    # scenario's callers share it); else each caller loads its own.
+    concurrent_calls: bool = False
 
     def __init__(self, options: RuntimeOptions | None = None):
         self.options = options or RuntimeOptions()
@@ -148,6 +151,24 @@ class Runtime(ABC):
         check_feeds(self._inputs, feeds)
         return self._bind_impl(dict(feeds))
 
+    @classmethod
+    def available_providers(cls) -> list[str] | None:
+        """Execution providers this installation offers (None: the runtime has no such notion)."""
+        return None
+
+    def node_timings(self, feeds: Mapping[str, np.ndarray], runs: int) -> list[dict] | None:
+        """Per-node kernel runs over ``runs`` inferences from the runtime's own profiler.
+
+        Each ``{node, op_type, provider, dur_us}``; None when the runtime has no profiler.
+        Profiling is done on a separate session so the timed call is never profiled.
+        """
+        check_feeds(self._inputs, feeds)
+        return self._node_timings_impl(dict(feeds), runs)
+
+    def graph_nodes(self) -> list[dict] | None:
+        """The executed graph's nodes ``{index, op_name, inputs, outputs}`` after delegation, or None."""
+        return self._graph_nodes_impl()
+
     def describe(self) -> dict:
         """Runtime name, version, threads, and providers or delegates actually in use."""
         return {"runtime": self.name, "version": self.version(), **self._describe_runtime_impl()}
@@ -173,3 +194,9 @@ class Runtime(ABC):
 
     def _close_impl(self) -> None:
         pass
+
+    def _node_timings_impl(self, feeds: dict[str, np.ndarray], runs: int) -> list[dict] | None:
+        return None
+
+    def _graph_nodes_impl(self) -> list[dict] | None:
+        return None

@@ -157,6 +157,19 @@ class LiteRtRuntime(Runtime):
             "delegates": ["XNNPACK"] if self.options.xnnpack else [],
         }
 
+    def _graph_nodes_impl(self) -> list[dict]:
+        # The interpreter lists the model's nodes, then one DELEGATE node per partition
+        # a delegate took (measure/operators.delegate_coverage reads it).
+        return [
+            {
+                "index": int(d["index"]),
+                "op_name": str(d["op_name"]),
+                "inputs": [int(i) for i in d["inputs"]],
+                "outputs": [int(i) for i in d["outputs"]],
+            }
+            for d in self._interp._get_ops_details()
+        ]
+
     def _close_impl(self) -> None:
         self._interp = None
 

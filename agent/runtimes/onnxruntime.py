@@ -63,6 +63,7 @@ class OnnxRuntime(Runtime):
     """ONNX models through onnxruntime's InferenceSession."""
 
     name = "onnxruntime"
+    concurrent_calls = True  # InferenceSession.run is thread-safe
 
     @classmethod
     def import_module(cls):
@@ -74,7 +75,11 @@ class OnnxRuntime(Runtime):
     def version(cls) -> str:
         return cls.import_module().__version__
 
-    def _load_impl(self, model_path: Path) -> None:
+    @classmethod
+    def available_providers(cls) -> list[str]:
+        return list(cls.import_module().get_available_providers())
+
+    def _session_options(self):
         ort = self.import_module()
         so = ort.SessionOptions()
         if self.options.threads:
@@ -87,6 +92,11 @@ class OnnxRuntime(Runtime):
             )
         so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _OPT_LEVELS[level])
         so.log_severity_level = 3
+        return so
+
+    def _load_impl(self, model_path: Path) -> None:
+        ort = self.import_module()
+        so = self._session_options()
         available = ort.get_available_providers()
         providers = self.options.providers or ["CPUExecutionProvider"]
         missing = [p for p in providers if p not in available]
@@ -106,6 +116,7 @@ class OnnxRuntime(Runtime):
             err.operator = unsupported_operator(str(e))
             raise err from e
         self._requested_providers = providers
+        self._model_path = model_path
 
     def _describe_impl(self, inputs: bool) -> list[TensorSpec]:
         args = self._session.get_inputs() if inputs else self._session.get_outputs()
@@ -130,6 +141,24 @@ class OnnxRuntime(Runtime):
             "threads": self.options.threads,
             "graph_optimization": self.options.graph_optimization,
         }
+
+    def _node_timings_impl(self, feeds: dict[str, np.ndarray], runs: int) -> list[dict]:
+        import json
+        import tempfile
+
+        from ..measure.operators import node_events
+
+        with tempfile.TemporaryDirectory(prefix="edgequal-profile-") as tmp:
+            so = self._session_options()
+            so.enable_profiling = True
+            so.profile_file_prefix = str(Path(tmp) / "ort")
+            session = self.import_module().InferenceSession(
+                str(self._model_path), sess_options=so, providers=self._requested_providers
+            )
+            for _ in range(runs + 1):  # the first run allocates: node_events drops it
+                session.run(None, feeds)
+            trace = json.loads(Path(session.end_profiling()).read_text())
+        return node_events(trace, skip_runs=1)
 
     def _close_impl(self) -> None:
         self._session = None

@@ -1,0 +1,157 @@
+"""Tail latency under load: MLPerf's server scenario, on the device.
+
+Requests arrive as a Poisson process at a target rate (exponential gaps, seeded);
+``callers`` threads serve them, at most one request each in flight, so a request that
+arrives while every caller is busy waits in the queue. A request's latency runs from
+its scheduled arrival to the end of its call: queueing included, as LoadGen counts it.
+The highest rate whose p99 stays under the bound is found by bisection
+(:func:`search_max_rate`) over runs at fixed rates.
+
+The only waiting is the caller's ``wait_until`` (the worker passes a sleep); scoring
+is pure and tested on known arrivals and completions.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from .stats import nearest_rank
+
+# LoadGen needs at least 64 queries for a p90; a step runs at least this many.
+MIN_QUERIES = 64
+# A run is saturated when completions fall this far behind the offered rate: the
+# queue grew for the whole run instead of draining between bursts.
+SATURATED_BELOW = 0.90
+# Queries are scheduled this long after the callers are started, so the first
+# arrival does not count the threads' start-up as queueing.
+START_DELAY_S = 0.02
+
+
+def poisson_arrivals_s(rate_per_s: float, count: int, seed: int = 0) -> np.ndarray:
+    """Arrival times (s from the start) of ``count`` requests of a Poisson process at ``rate_per_s``."""
+    if rate_per_s <= 0 or count < 1:
+        raise ValueError("a Poisson process needs a positive rate and at least one request")
+    gaps = np.random.default_rng(seed).exponential(1.0 / rate_per_s, size=count)
+    return np.cumsum(gaps)
+
+
+def queries_for(rate_per_s: float, seconds: float) -> int:
+    """Requests in one run at ``rate_per_s`` for ``seconds``: at least MIN_QUERIES."""
+    return max(MIN_QUERIES, int(math.ceil(rate_per_s * seconds)))
+
+
+def run_open_loop(
+    calls: Sequence[Callable[[], object]],
+    arrivals_s: np.ndarray,
+    wait_until: Callable[[float], None],
+    clock: Callable[[], float] = time.perf_counter,
+) -> dict:
+    """Serve the scheduled requests with one thread per call in ``calls``.
+
+    ``wait_until(t)`` returns at or after ``clock()`` time ``t``. Each caller takes the
+    next request in arrival order, waits for its arrival, calls, and records when it
+    issued and finished it. Returns ``{start, issued, done}`` (``clock`` seconds; the
+    arrivals are relative to ``start``).
+    """
+    n = len(arrivals_s)
+    issued = np.zeros(n, dtype=np.float64)
+    done = np.zeros(n, dtype=np.float64)
+    lock = threading.Lock()
+    next_index = [0]
+    start = clock() + START_DELAY_S
+
+    def serve(call: Callable[[], object]) -> None:
+        while True:
+            with lock:
+                i = next_index[0]
+                next_index[0] += 1
+            if i >= n:
+                return
+            wait_until(start + arrivals_s[i])
+            issued[i] = clock()
+            call()
+            done[i] = clock()
+
+    threads = [threading.Thread(target=serve, args=(c,), daemon=True) for c in calls]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return {"start": start, "issued": issued, "done": done}
+
+
+def score_run(
+    arrivals_s: np.ndarray,
+    start: float,
+    issued: np.ndarray,
+    done: np.ndarray,
+    bound_ms: float | None,
+    target_rate_per_s: float,
+) -> dict:
+    """One fixed-rate run: latency including queueing (p50/p90/p99), rates, whether it held.
+
+    ``offered_rate_per_s`` is what the Poisson draw actually asked for (queries over the
+    last arrival); ``achieved_rate_per_s`` is queries over the span from the start to
+    the last completion. ``saturated``: achieved under 90 % of offered. ``held``: not
+    saturated and p99 within ``bound_ms`` (p99 of fewer than 100 queries is their
+    maximum, nearest rank, so the check stays conservative).
+    """
+    arrivals_s = np.asarray(arrivals_s, dtype=np.float64)
+    scheduled = start + arrivals_s
+    latency_ms = np.sort((np.asarray(done) - scheduled) * 1e3)
+    queue_ms = np.sort(np.maximum(np.asarray(issued) - scheduled, 0.0) * 1e3)
+    n = len(arrivals_s)
+    span_s = float(np.max(done) - start)
+    offered = n / float(arrivals_s[-1])
+    achieved = n / span_s if span_s > 0 else None
+    saturated = achieved is None or achieved < SATURATED_BELOW * offered
+    p99 = float(nearest_rank(latency_ms, 99))
+    within = bound_ms is None or p99 <= bound_ms
+    return {
+        "target_rate_per_s": round(target_rate_per_s, 3),
+        "queries": n,
+        "offered_rate_per_s": round(offered, 3),
+        "achieved_rate_per_s": round(achieved, 3) if achieved else None,
+        "p50_ms": round(float(nearest_rank(latency_ms, 50)), 6),
+        "p90_ms": round(float(nearest_rank(latency_ms, 90)), 6),
+        "p99_ms": round(p99, 6),
+        "max_ms": round(float(latency_ms[-1]), 6),
+        "queue_p50_ms": round(float(nearest_rank(queue_ms, 50)), 6),
+        "queue_p99_ms": round(float(nearest_rank(queue_ms, 99)), 6),
+        "saturated": bool(saturated),
+        "p99_within_bound": bool(within),
+        "held": bool(within and not saturated),
+    }
+
+
+def search_max_rate(
+    run_at: Callable[[float], dict], low: float, high: float, steps: int
+) -> dict:
+    """Bisection for the highest rate that holds (``run_at(rate)["held"]``) in ``(low, high]``.
+
+    ``low`` is taken to hold (0 does); each step runs at the midpoint and keeps the half
+    where the boundary lies. Returns ``{max_rate_held_per_s, bracket_per_s, steps}``:
+    the highest rate that held (None when none did) and the bracket it was found in.
+    """
+    runs = []
+    held_rate = None
+    for _ in range(steps):
+        rate = (low + high) / 2
+        if rate <= 0:
+            break
+        result = run_at(rate)
+        runs.append(result)
+        if result["held"]:
+            low, held_rate = rate, rate
+        else:
+            high = rate
+    return {
+        "max_rate_held_per_s": round(held_rate, 3) if held_rate else None,
+        "bracket_per_s": [round(low, 3), round(high, 3)],
+        "steps": runs,
+    }

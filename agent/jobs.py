@@ -1,21 +1,34 @@
 """The job a worker process runs: a typed message from the agent to ``agent/worker.py``.
 
-One JSON line on the worker's stdin. Three kinds, one per measurement phase:
-``cold_load`` (import, load, first inference in a fresh process), ``warm`` (warm-up,
-latency per input shape, drift over the golden set, memory) and ``sustained``
-(closed-loop windows while the board heats).
+One JSON line on the worker's stdin. One kind per measurement phase: ``cold_load``
+(import, load, first inference in a fresh process), ``warm`` (warm-up, latency per
+input shape, drift over the golden set, memory), ``sustained`` (closed-loop windows
+while the board heats), the optional service scenarios ``batch_sweep``,
+``thread_scaling``, ``server`` and ``operators``, and ``providers`` (which execution
+providers the runtime offers, asked before anything runs).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from .measure.latency import LatencySettings
 from .plan import Plan
 from .runtimes.base import RuntimeOptions
 
-JOB_KINDS = ("cold_load", "warm", "sustained")
+JOB_KINDS = (
+    "cold_load",
+    "warm",
+    "sustained",
+    "batch_sweep",
+    "thread_scaling",
+    "server",
+    "operators",
+    "providers",
+)
+# Profiled inferences for the operator profile (after one that allocates).
+OPERATOR_PROFILE_RUNS = 20
 
 
 @dataclass(frozen=True)
@@ -24,6 +37,43 @@ class SustainSettings:
 
     duration_s: float
     window_s: float
+
+
+@dataclass(frozen=True)
+class ScenarioSettings:
+    """The service scenarios' settings: seconds per point, batch sizes, the server's load."""
+
+    seconds: float
+    batch_sizes: tuple[int, ...] | None = None
+    server_rate_per_s: float | None = None
+    server_p99_ms: float | None = None
+    server_callers: int = 4
+    server_search_steps: int = 5
+    profile_runs: int = OPERATOR_PROFILE_RUNS
+
+    @classmethod
+    def from_plan(cls, plan: Plan) -> ScenarioSettings:
+        """The plan's ``scenario_s``, ``batch_sizes`` and ``server_*`` fields."""
+        return cls(
+            seconds=plan.scenario_s,
+            batch_sizes=plan.batch_sizes,
+            server_rate_per_s=plan.server_rate_per_s,
+            server_p99_ms=plan.server_p99_ms,
+            server_callers=plan.server_callers,
+            server_search_steps=plan.server_search_steps,
+        )
+
+    def to_json(self) -> dict:
+        """As JSON for the worker job."""
+        out = asdict(self)
+        out["batch_sizes"] = list(self.batch_sizes) if self.batch_sizes else None
+        return out
+
+    @classmethod
+    def from_json(cls, obj: dict) -> ScenarioSettings:
+        """From the worker job's JSON."""
+        sizes = obj.get("batch_sizes")
+        return cls(**{**obj, "batch_sizes": tuple(sizes) if sizes else None})
 
 
 def latency_settings(plan: Plan) -> LatencySettings:
@@ -56,6 +106,7 @@ class WorkerJob:
     evict_page_cache: bool = True  # cold_load
     latency: LatencySettings | None = None  # warm
     sustain: SustainSettings | None = None  # sustained
+    scenario: ScenarioSettings | None = None  # batch_sweep, thread_scaling, server, operators
 
     @classmethod
     def for_phase(
@@ -108,16 +159,19 @@ class WorkerJob:
                 if self.sustain
                 else None
             ),
+            "scenario": self.scenario.to_json() if self.scenario else None,
         }
         return out
 
     @classmethod
     def from_json(cls, obj: dict) -> WorkerJob:
         """Read the worker's JSON line back."""
-        job = cls(**{k: v for k, v in obj.items() if k not in ("latency", "sustain")})
+        nested = ("latency", "sustain", "scenario")
+        job = cls(**{k: v for k, v in obj.items() if k not in nested})
         return replace(
             job,
             providers=tuple(obj["providers"]) if obj.get("providers") is not None else None,
             latency=LatencySettings.from_json(obj["latency"]) if obj.get("latency") else None,
             sustain=SustainSettings(**obj["sustain"]) if obj.get("sustain") else None,
+            scenario=ScenarioSettings.from_json(obj["scenario"]) if obj.get("scenario") else None,
         )

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from . import __version__
 from .errors import BadInput, GoldenMismatch
-from .jobs import SustainSettings, WorkerJob, latency_settings
+from .jobs import ScenarioSettings, SustainSettings, WorkerJob, latency_settings
 from .measure.attribution import contention_between, interference_present
 from .plan import Plan
 from .probes.contention import ContentionSampler
@@ -298,6 +298,96 @@ def measure_sustained(
     return result
 
 
+# The optional service scenarios, in the order they run: (plan switch, job kind, result key).
+SCENARIOS = (
+    ("operator_profile", "operators", "operators"),
+    ("batch_sizes", "batch_sweep", "batch_sweep"),
+    ("thread_scaling", "thread_scaling", "thread_scaling"),
+    ("server", "server", "server"),
+)
+
+
+def planned_scenarios(plan: Plan) -> list[tuple[str, str]]:
+    """``(job kind, result key)`` of each service scenario the plan asks for."""
+    return [(kind, key) for switch, kind, key in SCENARIOS if getattr(plan, switch)]
+
+
+def _scenario_budget_s(kind: str, plan: Plan) -> float:
+    """How long a scenario's worker may run beyond the phase timeout (its planned seconds)."""
+    s = plan.scenario_s
+    if kind == "batch_sweep":
+        return s * len(plan.batch_sizes or ())
+    if kind == "thread_scaling":
+        return s * 64
+    if kind == "server":
+        return s * (3 + plan.server_search_steps) * 4  # a saturated step drains its queue
+    return 0.0
+
+
+def measure_scenario(
+    kind: str, model, golden, plan: Plan, runtime, emit: EventSink, cancel, findings
+) -> dict | None:
+    """One service scenario in its own worker (docs/measurement.md "Service scenarios")."""
+
+    def forward(event: dict) -> None:
+        if event.get("event") == "phase":
+            emit({"type": "progress", "phase": kind, "message": event["phase"]})
+
+    ended = run_job(
+        WorkerJob.for_phase(
+            kind, model, golden, plan, runtime, scenario=ScenarioSettings.from_plan(plan)
+        ).to_json(),
+        phase_timeout_s=plan.phase_timeout_s + _scenario_budget_s(kind, plan),
+        memory_limit_mb=plan.memory_limit_mb,
+        on_event=forward,
+        cancel=cancel,
+    )
+    if not ended.ok:
+        findings.append(_finding_from(ended, kind, runtime))
+        return None
+    result = ended.result
+    fallback = result.get("cpu_fallback")
+    if fallback and fallback["finding"]:
+        nodes = fallback["cpu_nodes"]
+        findings_note = ", ".join(f"{n['node']} ({n['op_type']})" for n in nodes[:5])
+        result["fallback_finding"] = (
+            f"{len(nodes)} node(s) ran on the CPU although {', '.join(fallback['accelerators'])} "
+            f"was asked for: {findings_note}{' …' if len(nodes) > 5 else ''}"
+        )
+    return result
+
+
+def check_providers(runtime: str, plan: Plan, cancel=None) -> dict | None:
+    """Refuse, before anything runs, execution providers this device does not have.
+
+    The agent imports no runtime itself: a short worker asks onnxruntime's
+    ``get_available_providers()``. Returns what it said (None when none were asked).
+    """
+    if not plan.providers:
+        return None
+    if runtime != "onnxruntime":
+        raise BadInput(
+            f"execution providers apply to onnxruntime; this model runs on {runtime}",
+            hint="drop --providers (LiteRT's XNNPACK delegate is on unless --no-xnnpack)",
+        )
+    ended = run_job(
+        WorkerJob.for_phase("providers", Path("-"), None, plan, runtime).to_json(),
+        phase_timeout_s=plan.phase_timeout_s,
+        cancel=cancel,
+    )
+    if not ended.ok:
+        return None  # the runtime itself is broken: the cold load reports that as a finding
+    offered = ended.result["available"] or []
+    missing = [p for p in plan.providers if p not in offered]
+    if missing:
+        raise BadInput(
+            f"execution provider {missing[0]} is not installed on this device "
+            f"(onnxruntime {ended.result['version']} offers {', '.join(offered)})",
+            hint="drop it from --providers, or install the onnxruntime build that has it",
+        )
+    return ended.result
+
+
 def _flat_sample(sample: dict, started_at: float) -> dict:
     """A 1 Hz telemetry sample for the report: seconds from the loop start, the lowest clock."""
     clocks = [c for c in (sample.get("clocks_khz") or {}).values() if c]
@@ -393,6 +483,7 @@ def run_measurement(
     if golden_path is not None and not Path(golden_path).is_file():
         raise BadInput(f"golden set not found: {golden_path}")
     runtime = runtime_for(model_path, plan.runtime, model_name)
+    check_providers(runtime, plan, cancel)
     findings: list[dict] = []
     results: dict = {"schema": RESULTS_SCHEMA}
     t_start = time.time()
@@ -427,7 +518,18 @@ def run_measurement(
             model_path, golden_path, plan, runtime, root, emit, cancel, findings, idle_c
         )
 
+    def scenario(kind: str, key: str) -> Callable[[], None]:
+        def run() -> None:
+            value = measure_scenario(
+                kind, model_path, golden_path, plan, runtime, emit, cancel, findings
+            )
+            if value is not None:
+                results[key] = value
+
+        return run
+
     phases = [("cold_load", cold_load), ("latency", latency)]
+    phases += [(kind, scenario(kind, key)) for kind, key in planned_scenarios(plan)]
     if plan.sustain_s > 0:
         phases.append(("sustained", sustained))
     for name, run in phases:

@@ -155,3 +155,10 @@ def search_max_rate(
         "bracket_per_s": [round(low, 3), round(high, 3)],
         "steps": runs,
     }
+
+
+def capacity_per_s(calls: Sequence[Callable[[], object]], queries: int) -> float:
+    """Closed-loop rate with every caller busy: all ``queries`` arrive at once, none waits to start."""
+    r = run_open_loop(calls, np.zeros(queries), wait_until=lambda t: None)
+    span = float(np.max(r["done"]) - r["start"])
+    return queries / span if span > 0 else float("inf")

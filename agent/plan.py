@@ -340,7 +340,9 @@ def _batch_sizes(value) -> list[int] | None:
     ):
         raise BadInput("plan field 'batch_sizes' must be a non-empty list of batch sizes")
     if len(value) > MAX_BATCH_SIZES:
-        raise BadInput(f"plan field 'batch_sizes' lists {len(value)} sizes; at most {MAX_BATCH_SIZES}")
+        raise BadInput(
+            f"plan field 'batch_sizes' lists {len(value)} sizes; at most {MAX_BATCH_SIZES}"
+        )
     for b in value:
         if not 1 <= b <= MAX_BATCH:
             raise BadInput(f"plan field 'batch_sizes' holds {b}; sizes must be 1..{MAX_BATCH}")

@@ -283,8 +283,13 @@ def _warmed(call, runs: int = 3):
 
 def run_batch_sweep(job: WorkerJob) -> dict:
     """Throughput and latency per batch size (``measure.throughput``); a fixed batch is a reason."""
-    from .measure.throughput import batch_feeds, batch_point, best_batch, fixed_batch_reason
-    from .measure.throughput import time_point
+    from .measure.throughput import (
+        batch_feeds,
+        batch_point,
+        best_batch,
+        fixed_batch_reason,
+        time_point,
+    )
 
     rt, _, _ = load_runtime(job)
     reason = fixed_batch_reason(rt.inputs())

@@ -129,9 +129,7 @@ def score_run(
     }
 
 
-def search_max_rate(
-    run_at: Callable[[float], dict], low: float, high: float, steps: int
-) -> dict:
+def search_max_rate(run_at: Callable[[float], dict], low: float, high: float, steps: int) -> dict:
     """Bisection for the highest rate that holds (``run_at(rate)["held"]``) in ``(low, high]``.
 
     ``low`` is taken to hold (0 does); each step runs at the midpoint and keeps the half

@@ -177,11 +177,14 @@ def measure_sustained(
     ``idle_c`` is the temperature before the run loaded the board: the cooldown waits
     to get back within 5 °C of it.
     """
+    from .measure.energy import idle_power, window_energy
     from .measure.sustained import nominal_clocks_khz, score_windows, window_telemetry
     from .probes.cooldown import wait_for_cooldown
+    from .probes.power import PowerProbe, PowerSampler
     from .probes.telemetry import BoardTelemetry
 
     telemetry = BoardTelemetry.open(root)
+    power_probe = PowerProbe.open(root)
     cooldown = {"waited_s": 0.0, "reached": None, "reason": "no temperature sensor"}
     if telemetry.has_temperature and plan.cooldown:
         emit({"type": "progress", "phase": "sustained", "message": "waiting for cooldown"})
@@ -219,6 +222,19 @@ def measure_sustained(
                 "temp_c": telemetry.latest_temp_c(),
             }
         )
+
+    # Idle power: the board at rest after the cooldown, before the worker loads it.
+    idle = None
+    power_sampler = None
+    if power_probe.present:
+        if plan.idle_power_s > 0:
+            emit({"type": "progress", "phase": "sustained", "message": "measuring idle power"})
+            idle_sampler = PowerSampler(power_probe)
+            idle_sampler.start()
+            cancel.wait(plan.idle_power_s)
+            idle = idle_power(idle_sampler.stop())
+        power_sampler = PowerSampler(power_probe)
+        power_sampler.start()
 
     watcher_done = threading.Event()
 
@@ -259,6 +275,7 @@ def measure_sustained(
     finally:
         watcher_done.set()
         samples = telemetry.stop()
+        power_samples = power_sampler.stop() if power_sampler else []
     result: dict = {
         "duration_s": duration,
         "window_s": window_s,
@@ -283,7 +300,12 @@ def measure_sustained(
             sampler.clock_ticks_per_s,
             w.pop("sched_ns"),
         )
+    idle_w = idle["watts"] if idle else None
+    if power_probe.present:
+        for w in windows:
+            w["energy"] = window_energy(w, power_samples, idle_w)
     started_at = ended.result["started_at"]
+    result["power"] = _power_result(power_probe, idle, windows, power_samples, started_at)
     score = score_windows(windows, started_at)
     if trip_c is not None and score.get("peak_temp_c") is not None:
         score["headroom_c"] = round(trip_c - score["peak_temp_c"], 2)
@@ -386,6 +408,26 @@ def check_providers(runtime: str, plan: Plan, cancel=None) -> dict | None:
             hint="drop it from --providers, or install the onnxruntime build that has it",
         )
     return ended.result
+
+
+def _power_result(probe, idle, windows, samples, started_at) -> dict:
+    """The sustained phase's power figures, or why there are none (never an estimate)."""
+    from .measure.energy import energy_summary
+
+    described = probe.describe()
+    if not described["present"]:
+        return described
+    totals = [s.get("total_from") for s in samples if s.get("total_from")]
+    return {
+        **described,
+        "total_from": totals[-1] if totals else None,
+        "idle": idle,
+        "summary": energy_summary([{**w, **(w.get("energy") or {})} for w in windows]),
+        "samples": [
+            {"t": round(s["t"] - started_at, 3), "total_w": s["total_w"], "rails_w": s["rails_w"]}
+            for s in samples
+        ],
+    }
 
 
 def _flat_sample(sample: dict, started_at: float) -> dict:

@@ -330,8 +330,19 @@ SCENARIOS = (
 
 
 def planned_scenarios(plan: Plan) -> list[tuple[str, str]]:
-    """``(job kind, result key)`` of each service scenario the plan asks for."""
-    return [(kind, key) for switch, kind, key in SCENARIOS if getattr(plan, switch)]
+    """``(job kind, result key)`` of each service scenario the plan asks for.
+
+    Asking for an accelerator provider runs the operator phase too: which nodes fell
+    back to the CPU is only known from what ran where.
+    """
+    from .measure.operators import CPU_PROVIDER
+
+    accelerator = any(p != CPU_PROVIDER for p in plan.providers or ())
+    return [
+        (kind, key)
+        for switch, kind, key in SCENARIOS
+        if getattr(plan, switch) or (kind == "operators" and accelerator)
+    ]
 
 
 def _scenario_budget_s(kind: str, plan: Plan) -> float:
@@ -451,8 +462,9 @@ def decide_status(results: dict, findings: list[dict]) -> tuple[str, str | None]
     tolerance, or a failed sustained verdict (throttling or under-voltage).
     inconclusive: a sustained drop or an unsteady latency phase that interference
     (other processes' CPU, run-queue wait, steal) explains: re-run on a quiet board.
-    degraded: latency never steadied with no interference measured, or the sustained
-    verdict is degraded (throttled) or unexplained.
+    degraded: latency never steadied with no interference measured, the sustained
+    verdict is degraded (throttled) or unexplained, or nodes fell back to the CPU under
+    an accelerator provider the plan asked for.
     """
     if findings:
         return "failed", findings[0]["message"]
@@ -479,6 +491,9 @@ def decide_status(results: dict, findings: list[dict]) -> tuple[str, str | None]
         return "inconclusive", "; ".join(interference) + "; re-run on a quiet board"
     if verdict in ("degraded", "unexplained"):
         reasons.append(f"sustained: {sustained.get('reason')}")
+    fallback = (results.get("operators") or {}).get("fallback_finding")
+    if fallback:  # a silent CPU fallback is what makes a board slow for a reason nobody sees
+        reasons.append(fallback)
     if reasons:
         return "degraded", "; ".join(reasons)
     return "passed", None

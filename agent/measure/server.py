@@ -95,9 +95,11 @@ def score_run(
 ) -> dict:
     """One fixed-rate run: latency including queueing (p50/p90/p99), rates, whether it held.
 
-    ``offered_rate_per_s`` is what the Poisson draw actually asked for (queries over the
-    last arrival); ``achieved_rate_per_s`` is queries over the span from the start to
-    the last completion. ``saturated``: achieved under 90 % of offered. ``held``: not
+    ``offered_rate_per_s`` is what the Poisson draw actually asked for (the gaps between
+    the first and last arrival); ``achieved_rate_per_s`` the same over completions. A
+    run that keeps up completes as it was asked, shifted by its latency; one that
+    cannot completes at its capacity while the queue grows. ``saturated``: achieved
+    under 90 % of offered. ``held``: not
     saturated and p99 within ``bound_ms`` (p99 of fewer than 100 queries is their
     maximum, nearest rank, so the check stays conservative).
     """
@@ -106,9 +108,11 @@ def score_run(
     latency_ms = np.sort((np.asarray(done) - scheduled) * 1e3)
     queue_ms = np.sort(np.maximum(np.asarray(issued) - scheduled, 0.0) * 1e3)
     n = len(arrivals_s)
-    span_s = float(np.max(done) - start)
-    offered = n / float(arrivals_s[-1])
-    achieved = n / span_s if span_s > 0 else None
+    done = np.asarray(done, dtype=np.float64)
+    asked_s = float(arrivals_s[-1] - arrivals_s[0])
+    span_s = float(done.max() - done.min())
+    offered = (n - 1) / asked_s if asked_s > 0 else float("inf")
+    achieved = (n - 1) / span_s if span_s > 0 else None
     saturated = achieved is None or achieved < SATURATED_BELOW * offered
     p99 = float(nearest_rank(latency_ms, 99))
     within = bound_ms is None or p99 <= bound_ms
@@ -158,5 +162,5 @@ def search_max_rate(run_at: Callable[[float], dict], low: float, high: float, st
 def capacity_per_s(calls: Sequence[Callable[[], object]], queries: int) -> float:
     """Closed-loop rate with every caller busy: all ``queries`` arrive at once, none waits to start."""
     r = run_open_loop(calls, np.zeros(queries), wait_until=lambda t: None)
-    span = float(np.max(r["done"]) - r["start"])
+    span = float(np.max(r["done"]) - np.min(r["issued"]))
     return queries / span if span > 0 else float("inf")

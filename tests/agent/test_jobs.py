@@ -80,3 +80,39 @@ def test_worker_job_round_trip(tmp_path):
 def test_unknown_job_kind_is_refused(tmp_path):
     with pytest.raises(ValueError, match="unknown worker job kind 'measure'"):
         WorkerJob.for_phase("measure", tmp_path / "m", None, make_plan(), "onnxruntime")
+
+
+def test_scenario_settings_travel_in_the_worker_job():
+    from edgequal.agent.jobs import ScenarioSettings
+
+    plan = make_plan("standard", server_rate_per_s=120.0, server_p99_ms=15.0)
+    settings = ScenarioSettings.from_plan(plan)
+    assert settings.batch_sizes == (1, 2, 4, 8, 16) and settings.server_rate_per_s == 120.0
+    job = WorkerJob.for_phase("server", "m.onnx", None, plan, "onnxruntime", scenario=settings)
+    wire = json.loads(json.dumps(job.to_json()))
+    assert WorkerJob.from_json(wire) == job
+    assert wire["scenario"]["batch_sizes"] == [1, 2, 4, 8, 16]
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("batch_sizes", [0, 2], "sizes must be 1..4096"),
+        ("batch_sizes", [], "non-empty list"),
+        ("batch_sizes", [True], "non-empty list"),
+        ("batch_sizes", list(range(1, 18)), "at most 16"),
+        ("server_callers", 0, "'server_callers' must be at least 1"),
+        ("server_callers", 65, "the most a plan may ask for is 64"),
+        ("server_p99_ms", 0, "'server_p99_ms' must be positive"),
+        ("scenario_s", math.nan, "'scenario_s' must be a finite number"),
+        ("server", "yes", "'server' must be true or false"),
+    ],
+)
+def test_scenario_fields_are_validated_and_bounded(field, value, message):
+    with pytest.raises(BadInput) as e:
+        Plan.from_json({field: value})
+    assert message in str(e.value)
+
+
+def test_batch_sizes_are_kept_sorted_and_distinct():
+    assert make_plan("quick", batch_sizes=[8, 1, 8, 2]).batch_sizes == (1, 2, 8)

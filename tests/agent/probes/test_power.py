@@ -58,7 +58,7 @@ def test_pmic_reply_gives_watts_per_rail_and_leaves_voltage_only_rails_out():
     total, how = board_total_w(watts)
     assert how == "sum of rails" and total == pytest.approx(sum(watts.values()))
     with pytest.raises(ValueError):
-        parse_pmic_read_adc("error=1 error_msg=\"Command not registered\"")
+        parse_pmic_read_adc('error=1 error_msg="Command not registered"')
 
 
 def test_pi5_reads_the_pmic_through_vcgencmd_at_most_every_few_seconds(board_tools):

@@ -117,6 +117,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="NAME=1x3x224x224",
         help="sizes for an input with dynamic dimensions (repeat for each input)",
     )
+    _add_measurement_flags(q)
     q.add_argument("--token-file", type=Path, help="bearer token for a grpc:// device")
     q.add_argument(
         "--known-hosts", type=Path, help="known_hosts for ssh:// (default ~/.ssh/known_hosts)"
@@ -262,6 +263,66 @@ def _dispatch(args) -> int:
     raise AssertionError(args.command)
 
 
+def _add_measurement_flags(q) -> None:
+    """qualify's flags for providers, limits and the service scenarios (docs/measurement.md)."""
+    m = q.add_argument_group("providers, limits and service scenarios")
+    m.add_argument(
+        "--providers",
+        help="onnxruntime execution providers in priority order, e.g. "
+        "CUDAExecutionProvider,CPUExecutionProvider (refused if the device lacks one)",
+    )
+    m.add_argument("--memory-limit", type=int, metavar="MB", help="kill a worker above this RSS")
+    m.add_argument("--phase-timeout", metavar="DURATION", help="a worker silent this long hangs")
+    m.add_argument(
+        "--batch-sizes", metavar="1,2,4,8", help="batch sweep over these sizes (dynamic batch)"
+    )
+    m.add_argument(
+        "--thread-scaling", action="store_true", default=None, help="latency for 1..N threads"
+    )
+    m.add_argument(
+        "--server", action="store_true", default=None, help="server scenario (Poisson arrivals)"
+    )
+    m.add_argument("--server-rate", type=float, metavar="PER_S", help="server target rate")
+    m.add_argument("--p99-bound", metavar="DURATION", help="server p99 bound, e.g. 15ms")
+    m.add_argument(
+        "--operators", action="store_true", default=None, help="per-operator time, delegate use"
+    )
+    m.add_argument("--scenario-time", metavar="DURATION", help="time per scenario point")
+
+
+def _measurement_flags(args) -> dict:
+    """The plan fields of the flags ``_add_measurement_flags`` adds (None: not given)."""
+    from edgequal.agent.errors import BadInput
+    from edgequal.agent.plan import parse_duration_s
+
+    def duration(text):
+        return parse_duration_s(text) if text else None
+
+    sizes = None
+    if args.batch_sizes:
+        try:
+            sizes = [int(b) for b in args.batch_sizes.split(",") if b.strip()]
+        except ValueError:
+            raise BadInput(
+                f"cannot read --batch-sizes '{args.batch_sizes}'", hint="write e.g. 1,2,4,8"
+            ) from None
+    p99 = duration(args.p99_bound)
+    return {
+        "providers": [p.strip() for p in args.providers.split(",") if p.strip()]
+        if args.providers
+        else None,
+        "memory_limit_mb": args.memory_limit,
+        "phase_timeout_s": duration(args.phase_timeout),
+        "batch_sizes": sizes,
+        "thread_scaling": args.thread_scaling,
+        "server": args.server,
+        "server_rate_per_s": args.server_rate,
+        "server_p99_ms": p99 * 1e3 if p99 is not None else None,
+        "operator_profile": args.operators,
+        "scenario_s": duration(args.scenario_time),
+    }
+
+
 def _plan_from_args(args, profile=None) -> Plan:
     """The plan: the preset, then the device profile's durations and limits, then explicit flags."""
     from edgequal.agent.plan import make_plan, parse_duration_s, parse_shape_args
@@ -287,6 +348,7 @@ def _plan_from_args(args, profile=None) -> Plan:
         "shapes": parse_shape_args(args.shape) or None,
         "sustain_s": parse_duration_s(args.sustain) if args.sustain else None,
         "window_s": parse_duration_s(args.window) if args.window else None,
+        **_measurement_flags(args),
     }
     return make_plan(args.plan, **{**base, **{k: v for k, v in flags.items() if v is not None}})
 

@@ -13,6 +13,7 @@ is pure and tested on known arrivals and completions.
 
 from __future__ import annotations
 
+import itertools
 import math
 import threading
 import time
@@ -61,21 +62,23 @@ def run_open_loop(
     n = len(arrivals_s)
     issued = np.zeros(n, dtype=np.float64)
     done = np.zeros(n, dtype=np.float64)
-    lock = threading.Lock()
-    next_index = [0]
+    # next() on itertools.count is atomic under the GIL: no lock per request.
+    counter = itertools.count()
     start = clock() + START_DELAY_S
+    due = (start + np.asarray(arrivals_s, dtype=np.float64)).tolist()
 
     def serve(call: Callable[[], object]) -> None:
+        take, now = counter.__next__, clock
         while True:
-            with lock:
-                i = next_index[0]
-                next_index[0] += 1
+            i = take()
             if i >= n:
                 return
-            wait_until(start + arrivals_s[i])
-            issued[i] = clock()
+            t = due[i]
+            if now() < t:
+                wait_until(t)
+            issued[i] = now()
             call()
-            done[i] = clock()
+            done[i] = now()
 
     threads = [threading.Thread(target=serve, args=(c,), daemon=True) for c in calls]
     for t in threads:

@@ -22,6 +22,10 @@ warm-up. The CPU time this process uses in each run (supervisor plus sampler) is
 recorded too: its growth from ``off`` to ``1hz`` is the sampler's own CPU cost, a
 figure that other load on the machine barely disturbs.
 
+Power rails (issue 13) are sampled beside the telemetry in the sampled arms wherever
+the tree has any (``--tree jetson-orin-nano``: INA3221; ``pi5`` with its vcgencmd
+replay on PATH: the PMIC, asked every 5 s); ``power_read_mean_us`` is one read.
+
 It also times one ``sample_once()`` call (µs) on every tree, which bounds the cost
 from the other side: at 1 Hz the sampler uses sample_once_us / 1e6 of one core.
 
@@ -110,10 +114,14 @@ def run_arm(job: dict, root: Path, interval_s: float | None) -> dict:
     """One sustained worker run; with ``interval_s``, the agent's two samplers (telemetry and
     contention) at that interval in this process, as the agent runs them."""
     from edgequal.agent.probes.contention import ContentionSampler
+    from edgequal.agent.probes.power import PowerProbe, PowerSampler
     from edgequal.agent.probes.telemetry import TelemetrySampler
     from edgequal.agent.supervisor import Worker
 
     sampler = TelemetrySampler(root, interval_s=interval_s) if interval_s else None
+    # Power rails (issue 13): sampled beside the telemetry wherever the tree has any.
+    probe = PowerProbe.open(root) if interval_s else None
+    power = PowerSampler(probe, interval_s=interval_s) if probe and probe.present else None
     before = resource.getrusage(resource.RUSAGE_SELF)
     worker = Worker(job, phase_timeout_s=job["sustain"]["duration_s"] + 60.0)
     worker.start()
@@ -121,12 +129,15 @@ def run_arm(job: dict, root: Path, interval_s: float | None) -> dict:
     if sampler:
         sampler.start()
         contention.start()
+    if power:
+        power.start()
     try:
         outcome = worker.wait()
     finally:
         samples = sampler.stop() if sampler else []
         if contention:
             contention.stop()
+        power_samples = power.stop() if power else []
     after = resource.getrusage(resource.RUSAGE_SELF)
     if not outcome.ok:
         raise RuntimeError(f"sustain worker failed: {outcome.describe()}")
@@ -137,6 +148,7 @@ def run_arm(job: dict, root: Path, interval_s: float | None) -> dict:
             1e3 * (after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime), 1
         ),
         "samples_taken": len(samples),
+        "power_samples_taken": len(power_samples),
         "last_temp_c": samples[-1]["temp_c"] if samples else None,
     }
 
@@ -173,9 +185,20 @@ def sample_once_us(root: Path, calls: int) -> dict:
         t0 = clock()
         sampler.sample_once()
         times.append(clock() - t0)
+    from edgequal.agent.probes.power import PowerProbe
+
+    probe = PowerProbe.open(root)
+    power_times = []
+    if probe.present:
+        for i in range(calls):
+            t0 = clock()
+            probe.read(now=float(i))  # one PMIC ask per PMIC_INTERVAL_S "seconds", as at 1 Hz
+            power_times.append(clock() - t0)
     return {
         "median_us": round(statistics.median(times) / 1e3, 2),
         "mean_us": round(statistics.fmean(times) / 1e3, 2),
+        "power_rails": len(probe.rails) + (1 if probe.pmic_reader else 0),
+        "power_read_mean_us": round(statistics.fmean(power_times) / 1e3, 2) if power_times else 0.0,
         "zones": len(sampler.zone_types),
         "vcgencmd_on_path": shutil.which("vcgencmd") is not None,
     }
@@ -256,7 +279,11 @@ def main(argv: list[str] | None = None) -> int:
         values = rates(name)
         return round(100.0 * (max(values) - min(values)) / statistics.median(values), 3)
 
-    per_sample_us = raw[args.tree]["mean_us"] + contention["contention_sample_us"]
+    per_sample_us = (
+        raw[args.tree]["mean_us"]
+        + raw[args.tree]["power_read_mean_us"]
+        + contention["contention_sample_us"]
+    )
     figures = {
         "benchmark": "sampler",
         "model": "mid.onnx",

@@ -366,10 +366,10 @@ def measure_scenario(
         if event.get("event") == "phase":
             emit({"type": "progress", "phase": kind, "message": event["phase"]})
 
-    ended = run_job(
+    ended, samples, sampler = _run_sampled(
         WorkerJob.for_phase(
             kind, model, golden, plan, runtime, scenario=ScenarioSettings.from_plan(plan)
-        ).to_json(),
+        ),
         phase_timeout_s=plan.phase_timeout_s + _scenario_budget_s(kind, plan),
         memory_limit_mb=plan.memory_limit_mb,
         on_event=forward,
@@ -379,6 +379,14 @@ def measure_scenario(
         findings.append(_finding_from(ended, kind, runtime))
         return None
     result = ended.result
+    if "span_monotonic_s" in result:
+        # What else used the CPU while the scenario ran: its figures are read with this.
+        t0, t1 = result.pop("span_monotonic_s")
+        evidence = contention_between(
+            samples, t0, t1, sampler.cpu_count, sampler.clock_ticks_per_s, result.pop("sched_ns")
+        )
+        result["interference"] = evidence
+        result["interference_present"] = interference_present(evidence)
     fallback = result.get("cpu_fallback")
     if fallback and fallback["finding"]:
         nodes = fallback["cpu_nodes"]

@@ -440,13 +440,29 @@ def run_providers(job: WorkerJob) -> dict:
     return {"available": cls.available_providers(), "version": cls.version()}
 
 
+def with_own_contention(run):
+    """A scenario's run, with its span on CLOCK_MONOTONIC and this worker's CPU and run-queue
+    wait over it (``span_monotonic_s``, ``sched_ns``), read outside anything timed."""
+
+    def measured(job: WorkerJob) -> dict:
+        before, t0 = own_schedstat(), time.monotonic()
+        result = run(job)
+        after, t1 = own_schedstat(), time.monotonic()
+        sched = None
+        if before is not None and after is not None:
+            sched = [after[0] - before[0], after[1] - before[1]]
+        return {**result, "span_monotonic_s": [t0, t1], "sched_ns": sched}
+
+    return measured
+
+
 JOBS = {
     "cold_load": run_cold_load,
     "warm": run_warm,
     "sustained": run_sustained,
-    "batch_sweep": run_batch_sweep,
-    "thread_scaling": run_thread_scaling,
-    "server": run_server,
+    "batch_sweep": with_own_contention(run_batch_sweep),
+    "thread_scaling": with_own_contention(run_thread_scaling),
+    "server": with_own_contention(run_server),
     "operators": run_operators,
     "providers": run_providers,
 }

@@ -470,6 +470,11 @@ def print_scenarios(results: dict) -> None:
             f"  highest rate with p99 under the bound: {_num(held) + '/s' if held else 'none found'}"
             f" (capacity {_num(server['capacity_per_s'])}/s)"
         )
+    for key in ("batch_sweep", "thread_scaling", "server"):
+        present = (results.get(key) or {}).get("interference_present")
+        if present:
+            name = key.replace("_", " ")
+            console.print(f"  [yellow]{name} ran beside other load:[/] {esc('; '.join(present))}")
     ops = results.get("operators") or {}
     profile = ops.get("profile")
     if profile:

@@ -87,6 +87,7 @@ def test_energy_per_inference_matches_the_power_drawn(example_models, tmp_path):
     assert power["summary"]["power_w_median"] == pytest.approx(BUSY_W, rel=1e-3)
 
 
+@pytest.mark.slow
 def test_a_board_without_rails_reports_power_absent(example_models, tmp_path):
     plan = make_plan("quick", threads=1, sustain_s=1.0, window_s=1.0, cooldown=False)
     findings: list = []

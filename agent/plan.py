@@ -230,7 +230,7 @@ _LIMITS = {
     "server_p99_ms": 3.6e6,
     "server_callers": 64,
     "server_search_steps": 20,
-    "scenario_s": 600.0,
+    "scenario_s": 60.0,
     "idle_power_s": 600.0,
 }
 # A batch sweep lists at most this many sizes, each at most MAX_BATCH.

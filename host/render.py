@@ -22,6 +22,9 @@ console = Console(stderr=False, highlight=False, width=None if sys.stdout.isatty
 err_console = Console(stderr=True, highlight=False)
 
 PHASES = ("upload", "fingerprint", "cold_load", "latency", "sustained", "signing")
+# Optional phases: a row appears when the run starts one, in this place among PHASES.
+SCENARIO_PHASES = ("operators", "batch_sweep", "thread_scaling", "server")
+_ROW_ORDER = PHASES[:4] + SCENARIO_PHASES + PHASES[4:]
 _STATUS_STYLE = {
     "passed": "bold green",
     "degraded": "bold yellow",
@@ -127,7 +130,7 @@ class ProgressDisplay:
             "done": "[green]✓[/]",
             "skipped": "[dim]–[/]",
         }
-        for phase in PHASES:
+        for phase in (p for p in _ROW_ORDER if p in self.state):
             state, detail = self.state[phase]
             table.add_row(
                 Text.from_markup(icons.get(state, esc(state))),
@@ -148,6 +151,8 @@ class ProgressDisplay:
 
     def update(self, phase: str, state: str | None = None, detail: str | None = None) -> None:
         """Set a phase's state and detail line, and redraw."""
+        if phase in SCENARIO_PHASES and phase not in self.state:
+            self.state[phase] = ("pending", "")
         if phase not in self.state:
             return
         old_state, old_detail = self.state[phase]

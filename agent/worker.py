@@ -337,10 +337,6 @@ def run_thread_scaling(job: WorkerJob) -> dict:
     return {"online_cores": cores, "points": points, "recommended": recommend_threads(points)}
 
 
-# The server scenario's default p99 bound: this many single-stream medians, and never
-# under SERVER_BOUND_MIN_MS (a thread's wake-up on a busy board is ~0.1-1 ms).
-SERVER_BOUND_X_P50 = 4.0
-SERVER_BOUND_MIN_MS = 2.0
 SERVER_SWITCH_INTERVAL_S = 0.0002
 
 
@@ -353,7 +349,9 @@ def _wait_until(t: float) -> None:
 def run_server(job: WorkerJob) -> dict:
     """MLPerf's server scenario (``measure.server``): Poisson arrivals served by several callers."""
     from .measure.server import (
+        SEARCH_ABOVE_CAPACITY,
         capacity_per_s,
+        default_p99_bound,
         poisson_arrivals_s,
         queries_for,
         run_open_loop,
@@ -378,9 +376,9 @@ def run_server(job: WorkerJob) -> dict:
     phase("server: capacity")
     per_call_s = max(single["mean_ms"] / 1e3, 1e-6)
     capacity = capacity_per_s(calls, max(64, int(callers * settings.seconds / 2 / per_call_s)))
-    bound_ms = settings.server_p99_ms or round(
-        max(SERVER_BOUND_X_P50 * single["p50_ms"], SERVER_BOUND_MIN_MS), 6
-    )
+    bound_ms, bound_source = default_p99_bound(single["p50_ms"])
+    if settings.server_p99_ms:
+        bound_ms, bound_source = settings.server_p99_ms, "plan"
     target = settings.server_rate_per_s or capacity / 2
     seeds = iter(range(job.seed, job.seed + 1000))
 
@@ -391,17 +389,15 @@ def run_server(job: WorkerJob) -> dict:
         return score_run(arrivals, r["start"], r["issued"], r["done"], bound_ms, rate)
 
     at_target = run_at(target)
-    search = search_max_rate(run_at, 0.0, 1.2 * capacity, settings.server_search_steps)
+    search = search_max_rate(
+        run_at, 0.0, SEARCH_ABOVE_CAPACITY * capacity, settings.server_search_steps
+    )
     return {
         "callers": callers,
         "single_stream": single,
         "capacity_per_s": round(capacity, 3),
         "p99_bound_ms": bound_ms,
-        "p99_bound_source": (
-            "plan"
-            if settings.server_p99_ms
-            else f"{SERVER_BOUND_X_P50:g} x single-stream p50, at least {SERVER_BOUND_MIN_MS:g} ms"
-        ),
+        "p99_bound_source": bound_source,
         "target_rate_source": "plan" if settings.server_rate_per_s else "half the capacity",
         "at_target": at_target,
         **search,

@@ -28,6 +28,13 @@ MIN_QUERIES = 64
 # A run is saturated when completions fall this far behind the offered rate: the
 # queue grew for the whole run instead of draining between bursts.
 SATURATED_BELOW = 0.90
+# The default p99 bound: this many single-stream medians, never under BOUND_MIN_MS (a
+# thread's wake-up alone is 0.1-1 ms on a busy board). MLPerf fixes a bound per model;
+# a plan that knows its product's bound sets ``server_p99_ms``.
+BOUND_X_P50 = 4.0
+BOUND_MIN_MS = 2.0
+# The bisection searches up to this multiple of the closed-loop capacity.
+SEARCH_ABOVE_CAPACITY = 1.2
 # Queries are scheduled this long after the callers are started, so the first
 # arrival does not count the threads' start-up as queueing.
 START_DELAY_S = 0.02
@@ -39,6 +46,12 @@ def poisson_arrivals_s(rate_per_s: float, count: int, seed: int = 0) -> np.ndarr
         raise ValueError("a Poisson process needs a positive rate and at least one request")
     gaps = np.random.default_rng(seed).exponential(1.0 / rate_per_s, size=count)
     return np.cumsum(gaps)
+
+
+def default_p99_bound(single_stream_p50_ms: float) -> tuple[float, str]:
+    """``(bound_ms, how it was chosen)`` when the plan sets none."""
+    bound = max(BOUND_X_P50 * single_stream_p50_ms, BOUND_MIN_MS)
+    return round(bound, 6), f"{BOUND_X_P50:g} x single-stream p50, at least {BOUND_MIN_MS:g} ms"
 
 
 def queries_for(rate_per_s: float, seconds: float) -> int:

@@ -9,6 +9,7 @@ import pytest
 from edgequal.agent.measure.server import (
     MIN_QUERIES,
     capacity_per_s,
+    default_p99_bound,
     poisson_arrivals_s,
     queries_for,
     run_open_loop,
@@ -100,3 +101,9 @@ def test_a_rate_the_callers_hold_and_one_they_cannot():
     # Within one run, on one machine: the held rate completes about as offered.
     assert not slow["saturated"]
     assert slow["achieved_rate_per_s"] > fast["achieved_rate_per_s"] / 10
+
+
+def test_default_bound_is_four_medians_but_never_under_two_ms():
+    assert default_p99_bound(5.0)[0] == 20.0
+    bound, how = default_p99_bound(0.03)
+    assert bound == 2.0 and how == "4 x single-stream p50, at least 2 ms"

@@ -119,17 +119,33 @@ def read_process_ticks(proc_root: Path) -> dict[int, tuple[str, int, int]]:
     return out
 
 
+# Other processes are listed by name only while they use at least this many CPUs
+# between two samples: an idle board costs two small reads a second, not a scan.
+SCAN_ABOVE_CPUS = 0.1
+
+
+def _pid_ticks(proc_root: Path, pid: int) -> int | None:
+    text = _read(f"{proc_root}/{pid}/stat")
+    try:
+        return parse_pid_stat(text)[2] if text else None
+    except (ValueError, IndexError):
+        return None
+
+
 class ContentionSampler:
     """Samples the machine's CPU use and other processes' CPU at 1 Hz while a worker runs.
 
     The worker reads its own CPU and run-queue wait at the edges of what it times
     (:func:`read_worker_schedstat` on itself), exactly over the loop or window.
 
-    A sample is ``{"t", "cpu", "agent_ticks", "others"}``: ``t`` CLOCK_MONOTONIC
-    seconds; ``cpu`` the /proc/stat totals (ticks); ``agent_ticks`` this agent process's CPU ticks; ``others`` ``{comm: ticks}`` used
-    since the previous sample by processes outside the worker's process group and the
-    agent (only those that used any). The first sample after :meth:`start` and the last
-    at :meth:`stop` bracket the phase.
+    A sample is ``{"t", "cpu", "agent_ticks", "worker_ticks", "others"}``: ``t``
+    CLOCK_MONOTONIC seconds; ``cpu`` the /proc/stat totals (ticks); ``agent_ticks`` and
+    ``worker_ticks`` this agent's and the worker's CPU ticks; ``others`` ``{comm: ticks}``
+    used since the previous sample by processes outside the worker's process group and
+    the agent (only those that used any). Every process is read only while the others
+    used at least :data:`SCAN_ABOVE_CPUS` since the previous sample; the first scan after
+    a quiet spell is a baseline, so ``others`` names them from the next sample on. The
+    first sample after :meth:`start` and the last at :meth:`stop` bracket the phase.
     """
 
     def __init__(self, worker_pid: int, proc_root: str | os.PathLike = "/proc", interval_s=1.0):
@@ -139,33 +155,50 @@ class ContentionSampler:
         self.clock_ticks_per_s = os.sysconf("SC_CLK_TCK")
         self.cpu_count = os.cpu_count() or 1
         self._agent_pid = os.getpid()
-        self._previous: dict[int, tuple[str, int, int]] = {}
+        self._previous: dict[
+            int, tuple[str, int, int]
+        ] = {}  # the last scan, if the last tick scanned
         self._samples: list[dict] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
+    def _others_cpus(self, last: dict | None, sample: dict) -> float | None:
+        """CPUs used by everything but the agent and the worker since ``last``; None if unknown."""
+        if not last or not last["cpu"] or not sample["cpu"] or sample["t"] <= last["t"]:
+            return None
+        ticks = sample["cpu"]["busy"] - last["cpu"]["busy"]
+        for key in ("agent_ticks", "worker_ticks"):
+            if sample[key] is not None and last[key] is not None:
+                ticks -= sample[key] - last[key]
+        return ticks / self.clock_ticks_per_s / (sample["t"] - last["t"])
+
     def sample_once(self) -> dict:
         """Read everything once now and return the sample (also kept)."""
         now = time.monotonic()
         stat = _read(self.proc_root / "stat")
-        procs = read_process_ticks(self.proc_root)
-        others: dict[str, int] = {}
-        for pid, (comm, pgrp, ticks) in procs.items():
-            if pgrp == self.worker_pid or pid == self._agent_pid:
-                continue
-            before = self._previous.get(pid)
-            used = ticks - before[2] if before and before[0] == comm else ticks
-            if self._previous and used > 0:
-                others[comm] = others.get(comm, 0) + used
-        self._previous = procs
-        agent = procs.get(self._agent_pid)
         sample = {
             "t": now,
             "cpu": parse_proc_stat(stat) if stat else None,
-            "agent_ticks": agent[2] if agent else None,
-            "others": others,
+            "agent_ticks": _pid_ticks(self.proc_root, self._agent_pid),
+            "worker_ticks": _pid_ticks(self.proc_root, self.worker_pid),
+            "others": {},
         }
+        with self._lock:
+            last = self._samples[-1] if self._samples else None
+        busy = self._others_cpus(last, sample)
+        if busy is None or busy >= SCAN_ABOVE_CPUS:
+            procs = read_process_ticks(self.proc_root)
+            for pid, (comm, pgrp, ticks) in procs.items():
+                if pgrp == self.worker_pid or pid == self._agent_pid:
+                    continue
+                before = self._previous.get(pid)
+                used = ticks - before[2] if before and before[0] == comm else ticks
+                if self._previous and used > 0:
+                    sample["others"][comm] = sample["others"].get(comm, 0) + used
+            self._previous = procs
+        else:
+            self._previous = {}
         with self._lock:
             self._samples.append(sample)
         return sample

@@ -120,8 +120,10 @@ def read_process_ticks(proc_root: Path) -> dict[int, tuple[str, int, int]]:
 
 
 # Other processes are listed by name only while they use at least this many CPUs
-# between two samples: an idle board costs two small reads a second, not a scan.
+# between two samples (an idle board costs two small reads a second, not a scan), and
+# at most every SCAN_EVERY_S: a scan reads every process's stat file.
 SCAN_ABOVE_CPUS = 0.1
+SCAN_EVERY_S = 5.0
 
 
 def _pid_ticks(proc_root: Path, pid: int) -> int | None:
@@ -141,17 +143,26 @@ class ContentionSampler:
     A sample is ``{"t", "cpu", "agent_ticks", "worker_ticks", "others"}``: ``t``
     CLOCK_MONOTONIC seconds; ``cpu`` the /proc/stat totals (ticks); ``agent_ticks`` and
     ``worker_ticks`` this agent's and the worker's CPU ticks; ``others`` ``{comm: ticks}``
-    used since the previous sample by processes outside the worker's process group and
-    the agent (only those that used any). Every process is read only while the others
-    used at least :data:`SCAN_ABOVE_CPUS` since the previous sample; the first scan after
-    a quiet spell is a baseline, so ``others`` names them from the next sample on. The
-    first sample after :meth:`start` and the last at :meth:`stop` bracket the phase.
+    used from ``others_since`` (the previous scan) to ``t`` by processes outside the
+    worker's process group and the agent (only those that used any). Every process is
+    read only while the others used at least :data:`SCAN_ABOVE_CPUS` since the previous
+    sample, and at most every ``scan_every_s``; the first scan after a quiet spell is a
+    baseline, so ``others`` names them from the next scan on. The first sample after
+    :meth:`start` and the last at :meth:`stop` bracket the phase.
     """
 
-    def __init__(self, worker_pid: int, proc_root: str | os.PathLike = "/proc", interval_s=1.0):
+    def __init__(
+        self,
+        worker_pid: int,
+        proc_root: str | os.PathLike = "/proc",
+        interval_s: float = 1.0,
+        scan_every_s: float = SCAN_EVERY_S,
+    ):
         self.proc_root = Path(proc_root)
         self.worker_pid = worker_pid
         self.interval_s = float(interval_s)
+        self.scan_every_s = float(scan_every_s)
+        self._scanned_at: float | None = None
         self.clock_ticks_per_s = os.sysconf("SC_CLK_TCK")
         self.cpu_count = os.cpu_count() or 1
         self._agent_pid = os.getpid()
@@ -173,8 +184,12 @@ class ContentionSampler:
                 ticks -= sample[key] - last[key]
         return ticks / self.clock_ticks_per_s / (sample["t"] - last["t"])
 
-    def sample_once(self) -> dict:
-        """Read everything once now and return the sample (also kept)."""
+    def sample_once(self, final: bool = False) -> dict:
+        """Read everything once now and return the sample (also kept).
+
+        ``final``: the phase's last sample scans whenever a baseline scan exists, so the
+        processes of the last seconds are named too.
+        """
         now = time.monotonic()
         stat = _read(self.proc_root / "stat")
         sample = {
@@ -183,11 +198,17 @@ class ContentionSampler:
             "agent_ticks": _pid_ticks(self.proc_root, self._agent_pid),
             "worker_ticks": _pid_ticks(self.proc_root, self.worker_pid),
             "others": {},
+            "others_since": None,
         }
         with self._lock:
             last = self._samples[-1] if self._samples else None
         busy = self._others_cpus(last, sample)
-        if busy is None or busy >= SCAN_ABOVE_CPUS:
+        due = (
+            self._scanned_at is None
+            or now - self._scanned_at >= self.scan_every_s
+            or (final and bool(self._previous))
+        )
+        if busy is None or (busy >= SCAN_ABOVE_CPUS and due):
             procs = read_process_ticks(self.proc_root)
             for pid, (comm, pgrp, ticks) in procs.items():
                 if pgrp == self.worker_pid or pid == self._agent_pid:
@@ -196,9 +217,11 @@ class ContentionSampler:
                 used = ticks - before[2] if before and before[0] == comm else ticks
                 if self._previous and used > 0:
                     sample["others"][comm] = sample["others"].get(comm, 0) + used
-            self._previous = procs
-        else:
-            self._previous = {}
+            if self._previous:
+                sample["others_since"] = self._scanned_at
+            self._previous, self._scanned_at = procs, now
+        elif busy < SCAN_ABOVE_CPUS:
+            self._previous, self._scanned_at = {}, None
         with self._lock:
             self._samples.append(sample)
         return sample
@@ -221,7 +244,7 @@ class ContentionSampler:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=self.interval_s + 2.0)
-        self.sample_once()
+        self.sample_once(final=True)
         return self.samples()
 
     def samples(self) -> list[dict]:

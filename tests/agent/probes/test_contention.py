@@ -78,7 +78,7 @@ def test_sampler_names_a_busy_process_and_leaves_out_the_workers_group():
     # The worker runs in its own process group, as the agent starts it.
     worker = subprocess.Popen([sys.executable, "-c", _busy(b"eq-worker")], start_new_session=True)
     try:
-        sampler = ContentionSampler(worker.pid, interval_s=0.2)
+        sampler = ContentionSampler(worker.pid, interval_s=0.2, scan_every_s=0.2)
         sampler.start()
         deadline = time.monotonic() + 3
         while time.monotonic() < deadline and len(sampler.samples()) < 5:
@@ -112,9 +112,9 @@ def _write_proc(root: Path, busy: int, procs: dict[int, tuple[str, int, int]]) -
 def test_other_processes_are_scanned_only_while_they_use_the_cpu(tmp_path, monkeypatch):
     proc = tmp_path / "proc"
     agent, worker = os.getpid(), 4242
-    sampler = ContentionSampler(worker, proc_root=proc)
+    sampler = ContentionSampler(worker, proc_root=proc, scan_every_s=2.0)
     ticks = sampler.clock_ticks_per_s
-    clock = iter([10.0, 11.0, 12.0, 13.0, 14.0])
+    clock = iter([10.0, 11.0, 12.0, 13.0, 14.0, 15.0])
     monkeypatch.setattr(time, "monotonic", lambda: next(clock))
     base = {agent: ("agent", agent, 0), worker: ("eq-worker", worker, 0), 7: ("stress", 7, 0)}
 
@@ -136,5 +136,9 @@ def test_other_processes_are_scanned_only_while_they_use_the_cpu(tmp_path, monke
     assert sampler._previous == {}
     # stress takes 0.8 CPUs: this sample scans (a baseline after the quiet second) ...
     assert tick(2.8, 0.8, 2.0)["others"] == {}
-    # ... and the next names it with what it used since.
-    assert tick(4.6, 1.6, 3.0)["others"] == {"stress": int(1.6 * ticks) - int(0.8 * ticks)}
+    # ... the next comes before scan_every_s (2 s) has passed: no scan ...
+    assert tick(4.6, 1.6, 3.0)["others"] == {}
+    # ... and the one after names it with what it used since the baseline, 12..14 s.
+    named = tick(6.4, 2.4, 4.0)
+    assert named["others"] == {"stress": int(2.4 * ticks) - int(0.8 * ticks)}
+    assert named["others_since"] == 12.0 and named["t"] == 14.0

@@ -15,6 +15,9 @@ from edgequal.agent.plan import make_plan
 from edgequal.agent.qualification import run_measurement
 from edgequal.agent.supervisor import Worker
 
+# Every test here starts worker processes running real runtimes: the fast loop skips it.
+pytestmark = pytest.mark.slow
+
 RUNNABLE = [
     "classifier",
     "dynamic",

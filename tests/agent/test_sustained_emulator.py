@@ -16,6 +16,9 @@ import pytest
 from edgequal.agent.plan import make_plan
 from edgequal.agent.qualification import measure_sustained
 
+# Starts real processes (agents, sshd, the emulator) for seconds each: the fast loop skips it.
+pytestmark = pytest.mark.slow
+
 DURATION_S = 16.0
 WINDOW_S = 2.0
 

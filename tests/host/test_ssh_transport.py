@@ -25,6 +25,9 @@ from edgequal.host.transport.ssh import SSHTransport
 from edgequal.host.trust import KnownDevices
 from edgequal.host.verify import verify_envelope
 
+# Starts real processes (agents, sshd, the emulator) for seconds each: the fast loop skips it.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def state_dir(tmp_path) -> Path:

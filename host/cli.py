@@ -43,6 +43,21 @@ def _add_global_options_below(parser: argparse.ArgumentParser) -> None:
                 _add_global_options_below(sub)
 
 
+def _add_tls_options(parser: argparse.ArgumentParser) -> None:
+    """``--tls-ca``, ``--tls-cert``, ``--tls-key`` for a grpc:// device (kept in its entry)."""
+    parser.add_argument(
+        "--tls-ca", type=Path, help="CA certificate (PEM) that signed the agent's TLS certificate"
+    )
+    parser.add_argument("--tls-cert", type=Path, help="this host's certificate for mutual TLS")
+    parser.add_argument("--tls-key", type=Path, help="the private key of --tls-cert")
+
+
+def _tls_from_args(args) -> dict[str, str] | None:
+    from .devices import tls_options
+
+    return tls_options(args.tls_ca, args.tls_cert, args.tls_key) or None
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="edgequal", description="Qualify an exported model on the device that will run it."
@@ -116,6 +131,12 @@ def _parser() -> argparse.ArgumentParser:
         help="sizes for an input with dynamic dimensions (repeat for each input)",
     )
     q.add_argument("--token-file", type=Path, help="bearer token for a grpc:// device")
+    _add_tls_options(q)
+    q.add_argument(
+        "--allow-golden-mismatch",
+        action="store_true",
+        help="qualify with a golden set made for another model file (its recorded sha256 differs)",
+    )
     q.add_argument(
         "--known-hosts", type=Path, help="known_hosts for ssh:// (default ~/.ssh/known_hosts)"
     )
@@ -166,6 +187,7 @@ def _parser() -> argparse.ArgumentParser:
     dt.add_argument("name")
     dt.add_argument("address", help="grpc://HOST:PORT")
     dt.add_argument("--token-file", type=Path)
+    _add_tls_options(dt)
     dt.add_argument(
         "--fingerprint", help="expected key fingerprint (SHA256:...); refuse if different"
     )
@@ -307,7 +329,12 @@ def cmd_qualify(args) -> int:
         raise UsageError(f"model file not found: {model}")
     _plan_from_args(args)  # refuse bad flags before connecting
     device = open_device(
-        args.device, args.token_file, args.known_hosts, args.agent_cmd, args.ssh_key
+        args.device,
+        args.token_file,
+        args.known_hosts,
+        args.agent_cmd,
+        args.ssh_key,
+        tls=_tls_from_args(args),
     )
     transport, name, address = device.transport, device.name, device.address
     with transport:
@@ -398,7 +425,9 @@ def cmd_devices(args) -> int:
             raise UsageError(f"unknown device '{args.name}'", hint="edgequal devices list")
         print_line(
             f"{entry.name}\n  address {entry.address}\n  key ed25519 {entry.public_key_b64()}\n  fingerprint {entry.fingerprint}"
+            + "".join(f"\n  also at {a}" for a in entry.addresses[1:])
             + (f"\n  token file {entry.token_file}" if entry.token_file else "")
+            + "".join(f"\n  {k.replace('_', ' ')} {v}" for k, v in entry.tls.items())
         )
         return 0
     if args.devices_command == "forget":
@@ -414,7 +443,9 @@ def cmd_devices(args) -> int:
     if args.devices_command == "trust":
         from .devices import trust_device
 
-        entry = trust_device(known, args.name, args.address, args.token_file, args.fingerprint)
+        entry = trust_device(
+            known, args.name, args.address, args.token_file, args.fingerprint, _tls_from_args(args)
+        )
         print_line(f"trusted '{args.name}' at {args.address}: ed25519 key {entry.fingerprint}")
         return 0
     raise AssertionError(args.devices_command)

@@ -33,16 +33,15 @@ class QualifyOutcome:
 
 
 def pin_device_key(transport: Transport, known: KnownDevices, name: str, address: str) -> None:
-    """Trust on first use, for the local agent only; a changed key stays a hard failure."""
-    raw = base64.b64decode(transport.info()["public_key_b64"])
+    """Trust on first use, for the local agent only; a changed key stays a hard failure.
+
+    The agent proves it holds the key (a fresh challenge) before it is pinned or
+    compared; UntrustedDevice when it holds another key than the pinned one.
+    """
     entry = known.get(name)
+    raw = transport.prove_identity(entry.public_key_raw if entry else None)
     if entry is None:
         known.trust(name, address, raw)
-    elif entry.public_key_raw != raw:
-        raise UntrustedDevice(
-            f"the key of device '{name}' changed (pinned {entry.fingerprint})",
-            hint=f"if the device was reset on purpose: edgequal devices forget {name}",
-        )
 
 
 def qualify(

@@ -238,9 +238,10 @@ def test_qualify_over_ssh_from_the_cli_pins_on_first_use(
         str(tmp_path / "r.json"),
         "--json",
     ]
-    assert edgequal_main(args) == 0, capsys.readouterr().err
+    rc = edgequal_main(args)
     predicate = json.loads(capsys.readouterr().out)
     assert predicate["status"] in MEASURED_STATUSES
+    assert rc == exit_code_for(predicate["status"], predicate["findings"])
     # Same envelope format as over gRPC: it verifies by device name through the CLI.
     from edgequal.host.install_commands import default_device_name
     from edgequal.host.trust import KnownDevices

@@ -7,7 +7,6 @@ against the device's pinned key before it reads a single result from it.
 
 from __future__ import annotations
 
-import base64
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,7 +15,6 @@ from pathlib import Path
 from edgequal.agent.golden import file_sha256
 from edgequal.agent.plan import Plan
 
-from .errors import UntrustedDevice
 from .transport import QualifyRequest, Transport
 from .trust import KnownDevices
 from .verify import VerifiedReport, verify_envelope

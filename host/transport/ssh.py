@@ -30,9 +30,9 @@ from pathlib import Path
 
 import paramiko
 
+from ...agent.info import AgentInfo
 from ..errors import TransportError
 from ..ssh_session import SSHSession, last_line, short
-from ...agent.info import AgentInfo
 from .base import IdentityProof, ProgressEvent, PushResult, QualifyRequest, Transport
 
 log = logging.getLogger(__name__)

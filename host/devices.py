@@ -105,7 +105,9 @@ def open_device(
     known = known or KnownDevices()
     if device == "local":
         entry = known.get("local")
-        transport = open_transport("local", pinned_key=entry.public_key_raw if entry else None)
+        transport = open_transport(
+            "local", tls=tls, pinned_key=entry.public_key_raw if entry else None
+        )
         with _closed_on_error(transport):
             raw = transport.prove_identity(entry.public_key_raw if entry else None)
             if entry is None:

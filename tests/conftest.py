@@ -41,6 +41,13 @@ def sshd_helpers():
 
 
 @pytest.fixture(scope="session")
+def make_pki():
+    """tests/pki.py's ``make_pki(dir)``: a CA, a server certificate for 127.0.0.1 and a
+    client certificate, PEM files in ``dir``."""
+    return load_test_helper("pki").make_pki
+
+
+@pytest.fixture(scope="session")
 def sshd_server(tmp_path_factory, sshd_helpers):
     """A real sshd on 127.0.0.1 (tests/sshd.py): one per test session, stopped at the end.
 

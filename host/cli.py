@@ -300,7 +300,7 @@ def _plan_from_args(args, profile=None) -> Plan:
     return make_plan(args.plan, **{**base, **{k: v for k, v in flags.items() if v is not None}})
 
 
-def _pick_profile(args, transport, name: str):
+def _pick_profile(args, transport, address: str):
     """``--profile``, else the profile the device's fingerprint matches; none for the local agent.
 
     The local agent is the machine you are sitting at, not a target board: its plan is
@@ -310,7 +310,7 @@ def _pick_profile(args, transport, name: str):
 
     if args.profile:
         return load_profile(args.profile)
-    if name == "local":
+    if address == "local":
         return None
     return match_profile(transport.info().get("fingerprint") or {})
 
@@ -338,7 +338,7 @@ def cmd_qualify(args) -> int:
     )
     transport, name, address = device.transport, device.name, device.address
     with transport:
-        plan = _plan_from_args(args, _pick_profile(args, transport, name))
+        plan = _plan_from_args(args, _pick_profile(args, transport, address))
         with ProgressDisplay(
             f"qualifying {model.name} on {address}", enabled=not args.json
         ) as display:

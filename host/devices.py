@@ -104,17 +104,11 @@ def open_device(
 
     known = known or KnownDevices()
     if device == "local":
-        entry = known.get("local")
-        transport = open_transport(
-            "local", tls=tls, pinned_key=entry.public_key_raw if entry else None
-        )
-        with _closed_on_error(transport):
-            raw = transport.prove_identity(entry.public_key_raw if entry else None)
-            if entry is None:
-                known.trust("local", "local", raw)
-        return OpenDevice(transport, "local", "local", known)
-    entry = _lookup(known, device)
-    address = device if "://" in device else entry.address
+        entry = known.get("local") or known.find_by_address("local")
+        address = "local"
+    else:
+        entry = _lookup(known, device)
+        address = device if "://" in device else entry.address
     if tls is None and entry is not None and address.startswith("grpc://"):
         tls = entry.tls or None
     pinned = entry.public_key_raw if entry else None
@@ -133,6 +127,8 @@ def open_device(
             if entry is not None:
                 # The same device, reached at another address: one name, one key.
                 entry = known.add_address(entry.name, address)
+            elif address == "local":
+                entry = known.trust("local", "local", raw)  # the agent this host started
             elif address.startswith("ssh://"):
                 # The SSH host key was checked against known_hosts; the device key was proved over it.
                 name = default_device_name(address.removeprefix("ssh://"))

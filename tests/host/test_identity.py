@@ -1,19 +1,14 @@
 """The device proves its pinned key before the host sends a token, model or golden set.
 
-Real agents (``edgequal-agent serve``) on 127.0.0.1; the impostors are a re-keyed
+Real agents (``edgequal-agent serve``, tests/host/conftest.py) on 127.0.0.1; the impostors are a re-keyed
 real agent and a recording stand-in servicer that answers ``Prove`` wrongly.
 """
 
 from __future__ import annotations
 
-import base64
 import json
-import subprocess
-import sys
 import threading
-import time
 from concurrent import futures
-from pathlib import Path
 
 import grpc
 import pytest
@@ -28,75 +23,8 @@ from edgequal.host.trust import KnownDevices
 from edgequal.protos import edgequal_v1_pb2 as pb
 from edgequal.protos import edgequal_v1_pb2_grpc as pb_grpc
 
-TOKEN = "identity-token-" + "d" * 24
 
-
-class Agent:
-    """A real ``edgequal-agent serve`` subprocess (``--debug``: it logs every authorized call)."""
-
-    def __init__(self, state: Path, *serve_args: str):
-        self.state = state
-        self.log_path = state.parent / f"{state.name}.log"
-        port_file = state.parent / f"{state.name}.port"
-        port_file.unlink(missing_ok=True)
-        self._log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "edgequal.agent.cli", "--debug", "--state-dir", str(state)]
-            + ["serve", "--listen", "127.0.0.1:0", "--port-file", str(port_file), *serve_args],
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-        )
-        deadline = time.monotonic() + 60
-        while not port_file.exists():
-            assert self.proc.poll() is None, self.log()
-            assert time.monotonic() < deadline, "agent did not start"
-            time.sleep(0.05)
-        self.address = f"grpc://127.0.0.1:{port_file.read_text()}"
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def public_key_raw(self) -> bytes:
-        return base64.b64decode((self.state / "device_key.pub").read_text())
-
-    def stored_files(self) -> list[str]:
-        """Every artifact (committed or partial) and report the agent holds."""
-        found = []
-        for sub in ("artifacts", "reports", "runs"):
-            root = self.state / sub
-            if root.exists():
-                found += [str(p) for p in root.rglob("*") if p.is_file()]
-        return found
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=10)
-        self._log.close()
-
-
-@pytest.fixture
-def token_file(tmp_path) -> Path:
-    path = tmp_path / "agent.token"
-    path.write_text(TOKEN + "\n")
-    path.chmod(0o600)
-    return path
-
-
-@pytest.fixture
-def start_agent(tmp_path):
-    started = []
-
-    def start(name: str, *serve_args: str) -> Agent:
-        agent = Agent(tmp_path / name, *serve_args)
-        started.append(agent)
-        return agent
-
-    yield start
-    for agent in started:
-        agent.stop()
-
-
-def _answers_info(address: str, token: str | None = TOKEN, **kwargs) -> dict:
+def _answers_info(address: str, token: str | None, **kwargs) -> dict:
     with GrpcTransport(address, token=token, timeout_s=10, **kwargs) as t:
         return t.info()
 
@@ -130,7 +58,7 @@ def test_a_rekeyed_agent_gets_no_token_model_or_golden_set(
     assert "authorized /edgequal.v1.Agent/" not in rekeyed.log()
     assert "rejected" not in rekeyed.log()
     # It still answers, and the pin is unchanged.
-    assert _answers_info(rekeyed.address)["busy"] is False
+    assert _answers_info(rekeyed.address, token_file.read_text().strip())["busy"] is False
     assert KnownDevices().get("bench").public_key_raw == real.public_key_raw()
 
 
@@ -228,7 +156,8 @@ def test_a_fake_agent_never_sees_the_token(fake_agent, token_file, example_model
         edgequal_main(["devices", "trust", "fake", address, "--token-file", str(token_file)]) == 3
     )
     assert [name for name, _ in servicer.calls] == ["Prove", "Prove", "Info"]
-    assert dict(servicer.calls[-1][1])["authorization"] == f"Bearer {TOKEN}"
+    token = token_file.read_text().strip()
+    assert dict(servicer.calls[-1][1])["authorization"] == f"Bearer {token}"
     assert KnownDevices().get("fake") is None  # Info failed: nothing pinned
 
 

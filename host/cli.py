@@ -319,7 +319,7 @@ def cmd_qualify(args) -> int:
     import json
 
     from .devices import open_device
-    from .qualify import qualify
+    from .qualify import printable, qualify
     from .render import ProgressDisplay, print_note, print_summary, write_json
 
     model = args.model
@@ -340,7 +340,7 @@ def cmd_qualify(args) -> int:
     with transport:
         plan = _plan_from_args(args, _pick_profile(args, transport, address))
         with ProgressDisplay(
-            f"qualifying {model.name} on {address}", enabled=not args.json
+            f"qualifying {printable(model.name)} on {address}", enabled=not args.json
         ) as display:
             outcome = qualify(
                 transport,
@@ -351,16 +351,19 @@ def cmd_qualify(args) -> int:
                 device_name=name,
                 on_event=display.on_event,
                 out=args.output or _default_report_path(model),
+                allow_golden_mismatch=args.allow_golden_mismatch,
             )
     from .nonces import NonceLedger
 
     NonceLedger().record(outcome.report.nonce, outcome.report.run_id, outcome.envelope)
     predicate = outcome.report.predicate
+    for note in outcome.notes:
+        print_note(note)
     if args.json:
         write_json(json.dumps(predicate, indent=1))
-        print_note(f"signed report: {outcome.path}")
+        print_note(f"signed report: {printable(outcome.path)}")
     else:
-        print_summary(predicate, address, str(outcome.path))
+        print_summary(predicate, address, printable(outcome.path))
     from edgequal.agent.qualification import exit_code_for
 
     return exit_code_for(predicate["status"], predicate.get("findings", []))

@@ -7,9 +7,10 @@ against the device's pinned key before it reads a single result from it.
 
 from __future__ import annotations
 
+import os
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgequal.agent.golden import file_sha256
@@ -20,6 +21,16 @@ from .trust import KnownDevices
 from .verify import VerifiedReport, verify_envelope
 
 
+def printable(path: Path | str) -> str:
+    """A file name or path as text that can be printed and sent (UTF-8).
+
+    File names are bytes on POSIX; one that is not UTF-8 reaches Python with
+    surrogate escapes, which neither protobuf, JSON reports nor a UTF-8 terminal
+    accept. Its undecodable bytes are shown as ``\\xNN``.
+    """
+    return os.fsencode(str(path)).decode("utf-8", "backslashreplace")
+
+
 @dataclass
 class QualifyOutcome:
     """The verified report and where its bytes were written."""
@@ -28,6 +39,8 @@ class QualifyOutcome:
     envelope: bytes
     path: Path | None
     bytes_sent: int
+    notes: list[str] = field(default_factory=list)
+    """Things the user should know (e.g. a golden set let through for another model)."""
 
 
 def pin_device_key(transport: Transport, known: KnownDevices, name: str, address: str) -> None:
@@ -53,15 +66,24 @@ def qualify(
     on_event: Callable[[dict], None] = lambda e: None,
     out: Path | None = None,
     holder: str = "",
+    allow_golden_mismatch: bool = False,
 ) -> QualifyOutcome:
     """Push, qualify, verify against the pinned key and write the envelope to ``out``.
 
-    ``plan`` is a :class:`Plan` or its JSON, checked here before anything is sent.
+    ``plan`` is a :class:`Plan` or its JSON, checked here before anything is sent;
+    so is the golden set: one made for another model file is a UsageError unless
+    ``allow_golden_mismatch`` (see :func:`~edgequal.host.golden.check_golden_for_model`).
     """
+    from .golden import check_golden_for_model
+
     plan = plan if isinstance(plan, Plan) else Plan.from_json(plan)
     model, golden = Path(model), Path(golden) if golden else None
     model_digest = file_sha256(model)
     golden_digest = file_sha256(golden) if golden else None
+    notes = []
+    if golden:
+        note = check_golden_for_model(golden, model_digest, allow_mismatch=allow_golden_mismatch)
+        notes += [note] if note else []
     on_event({"type": "phase", "phase": "upload", "state": "started"})
     sent = transport.push(model, model_digest).bytes_sent
     if golden:
@@ -80,8 +102,8 @@ def qualify(
         golden_digest=golden_digest,
         plan=plan.to_json(),
         nonce=nonce,
-        model_name=model.name,
-        golden_name=golden.name if golden else None,
+        model_name=printable(model.name),
+        golden_name=printable(golden.name) if golden else None,
         holder=holder,
     )
     envelope = transport.qualify(request, on_event)
@@ -94,4 +116,4 @@ def qualify(
         out = Path(out)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_bytes(envelope)
-    return QualifyOutcome(report, envelope, out, sent)
+    return QualifyOutcome(report, envelope, out, sent, notes)

@@ -52,6 +52,31 @@ def _add_tls_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tls-key", type=Path, help="the private key of --tls-cert")
 
 
+def _add_connection_options(parser: argparse.ArgumentParser) -> None:
+    """How to reach a device: token and TLS (grpc://), known_hosts, key and agent command (ssh://)."""
+    parser.add_argument("--token-file", type=Path, help="bearer token for a grpc:// device")
+    _add_tls_options(parser)
+    parser.add_argument(
+        "--known-hosts", type=Path, help="known_hosts for ssh:// (default ~/.ssh/known_hosts)"
+    )
+    parser.add_argument("--agent-cmd", help="edgequal-agent command on an ssh:// device")
+    parser.add_argument("--ssh-key", type=Path, help="private key file for an ssh:// device")
+
+
+def _open_device_from_args(args):
+    """The device ``--device`` names, opened with the connection options (identity proved)."""
+    from .devices import open_device
+
+    return open_device(
+        args.device,
+        args.token_file,
+        args.known_hosts,
+        args.agent_cmd,
+        args.ssh_key,
+        tls=_tls_from_args(args),
+    )
+
+
 def _tls_from_args(args) -> dict[str, str] | None:
     from .devices import tls_options
 
@@ -130,18 +155,12 @@ def _parser() -> argparse.ArgumentParser:
         metavar="NAME=1x3x224x224",
         help="sizes for an input with dynamic dimensions (repeat for each input)",
     )
-    q.add_argument("--token-file", type=Path, help="bearer token for a grpc:// device")
-    _add_tls_options(q)
+    _add_connection_options(q)
     q.add_argument(
         "--allow-golden-mismatch",
         action="store_true",
         help="qualify with a golden set made for another model file (its recorded sha256 differs)",
     )
-    q.add_argument(
-        "--known-hosts", type=Path, help="known_hosts for ssh:// (default ~/.ssh/known_hosts)"
-    )
-    q.add_argument("--agent-cmd", help="edgequal-agent command on an ssh:// device")
-    q.add_argument("--ssh-key", type=Path, help="private key file for an ssh:// device")
     q.add_argument(
         "-o",
         "--output",
@@ -194,6 +213,34 @@ def _parser() -> argparse.ArgumentParser:
     df = dsub.add_parser("forget", help="forget a device")
     df.add_argument("name")
     dsub.add_parser("profiles", help="list device profiles")
+
+    rn = sub.add_parser(
+        "runs",
+        help="runs on a device: list, show, fetch or cancel (also one a host left behind)",
+    )
+    rsub = rn.add_subparsers(dest="runs_command", required=True)
+    for command, text in (
+        ("list", "the run in progress and the runs this host started there"),
+        ("show", "one run: in progress, or its signed report's status"),
+        ("fetch", "verify a run's signed report and write it"),
+        ("cancel", "cancel the run in progress (it is still signed: incomplete, cancelled)"),
+    ):
+        rp = rsub.add_parser(command, help=text)
+        if command != "list":
+            rp.add_argument("run_id")
+        rp.add_argument("--device", default="local", help="local (default), NAME or address")
+        _add_connection_options(rp)
+        if command in ("fetch", "cancel"):
+            rp.add_argument(
+                "--wait", action="store_true", help="wait for the run to end and fetch its report"
+            )
+            rp.add_argument(
+                "-o",
+                "--output",
+                type=Path,
+                help="write the report here (default: RUN_ID.report.json in the reports dir "
+                "of qualify)",
+            )
 
     a = sub.add_parser("agent", help="install or inspect the agent on a board")
     asub = a.add_subparsers(dest="agent_command", required=True)
@@ -269,6 +316,8 @@ def _dispatch(args) -> int:
         return cmd_verify(args)
     if args.command == "devices":
         return cmd_devices(args)
+    if args.command == "runs":
+        return cmd_runs(args)
     if args.command == "agent":
         return cmd_agent(args)
     raise AssertionError(args.command)
@@ -318,7 +367,6 @@ def _pick_profile(args, transport, address: str):
 def cmd_qualify(args) -> int:
     import json
 
-    from .devices import open_device
     from .qualify import printable, qualify
     from .render import ProgressDisplay, print_note, print_summary, write_json
 
@@ -328,14 +376,7 @@ def cmd_qualify(args) -> int:
 
         raise UsageError(f"model file not found: {model}")
     _plan_from_args(args)  # refuse bad flags before connecting
-    device = open_device(
-        args.device,
-        args.token_file,
-        args.known_hosts,
-        args.agent_cmd,
-        args.ssh_key,
-        tls=_tls_from_args(args),
-    )
+    device = _open_device_from_args(args)
     transport, name, address = device.transport, device.name, device.address
     with transport:
         plan = _plan_from_args(args, _pick_profile(args, transport, address))
@@ -352,6 +393,7 @@ def cmd_qualify(args) -> int:
                 on_event=display.on_event,
                 out=args.output or _default_report_path(model),
                 allow_golden_mismatch=args.allow_golden_mismatch,
+                on_notice=print_note,
             )
     from .nonces import NonceLedger
 
@@ -366,6 +408,9 @@ def cmd_qualify(args) -> int:
         print_summary(predicate, address, printable(outcome.path))
     from edgequal.agent.qualification import exit_code_for
 
+    if outcome.interrupted:
+        print_note(f"run {outcome.report.run_id} was cancelled; its signed report is above")
+        return 130
     return exit_code_for(predicate["status"], predicate.get("findings", []))
 
 
@@ -452,6 +497,75 @@ def cmd_devices(args) -> int:
         print_line(f"trusted '{args.name}' at {args.address}: ed25519 key {entry.fingerprint}")
         return 0
     raise AssertionError(args.devices_command)
+
+
+def cmd_runs(args) -> int:
+    """``runs list|show|fetch|cancel``: runs on a device, including those a host left behind."""
+    from .render import print_line, print_table
+    from .runs import RunLedger
+
+    ledger = RunLedger()
+    device = _open_device_from_args(args)
+    with device.transport as transport:
+        if args.runs_command == "list":
+            lease = transport.info().get("lease")
+            rows = []
+            if lease:
+                rows.append([lease["run_id"], f"in progress for {lease['holder']}", ""])
+            for run in reversed(ledger.runs(device.name)):
+                if not lease or run.run_id != lease["run_id"]:
+                    rows.append([run.run_id, "started by this host", run.model])
+            print_table(f"Runs on {device.name}", ["run id", "state", "model"], rows)
+            return 0
+        run_id = args.run_id
+        if args.runs_command == "cancel":
+            transport.cancel(run_id)
+            print_line(f"run {run_id} on {device.name} is stopping; it is still signed")
+            if not args.wait:
+                return 0
+        if args.runs_command == "show":
+            lease = transport.info().get("lease")
+            if lease and lease["run_id"] == run_id:
+                print_line(
+                    f"run {run_id} on {device.name}: in progress for {lease['holder']}, "
+                    f"lease expires at unix ms {lease['expires_unix_ms']}"
+                )
+                return 0
+        report, path = _fetch_run(args, transport, device, ledger)
+        reason = report.predicate.get("reason")
+        print_line(
+            f"run {run_id} on {device.name}: {report.status}"
+            + (f" ({reason})" if reason else "")
+            + (f"; signed report written to {path}" if path else "")
+        )
+        return 0
+
+
+def _fetch_run(args, transport, device, ledger):
+    """Fetch (``--wait``: once the run ends), verify and, for fetch/cancel, write a run's report."""
+    from .nonces import NonceLedger
+    from .qualify import printable
+    from .runs import REPORT_WAIT_S, report_path_for, wait_for_report, write_report
+    from .verify import verify_envelope
+
+    run_id = args.run_id
+    wait_s = REPORT_WAIT_S if getattr(args, "wait", False) else 0
+    envelope = wait_for_report(transport, run_id, wait_s)
+    started = ledger.get(run_id)
+    report = verify_envelope(
+        envelope,
+        known=device.known,
+        device=device.name,
+        expected_run_id=run_id,
+        expected_nonce=started.nonce if started else None,
+    )
+    nonces = NonceLedger()
+    if started and not nonces.check(report.nonce, run_id, envelope):
+        nonces.record(report.nonce, run_id, envelope)
+    if args.runs_command == "show":
+        return report, None
+    path = write_report(args.output or report_path_for(run_id), envelope)
+    return report, printable(path)
 
 
 def cmd_agent(args) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,7 @@ from pathlib import Path
 from edgequal.agent.golden import file_sha256
 from edgequal.agent.plan import Plan
 
+from .runs import RunLedger, StartedRun, cancel_and_fetch
 from .transport import QualifyRequest, Transport
 from .trust import KnownDevices
 from .verify import VerifiedReport, verify_envelope
@@ -41,6 +43,8 @@ class QualifyOutcome:
     bytes_sent: int
     notes: list[str] = field(default_factory=list)
     """Things the user should know (e.g. a golden set let through for another model)."""
+    interrupted: bool = False
+    """Ctrl-C cancelled the run; the report is its signed ``incomplete: cancelled`` one."""
 
 
 def pin_device_key(transport: Transport, known: KnownDevices, name: str, address: str) -> None:
@@ -67,12 +71,20 @@ def qualify(
     out: Path | None = None,
     holder: str = "",
     allow_golden_mismatch: bool = False,
+    on_notice: Callable[[str], None] = lambda message: None,
+    ledger: RunLedger | None = None,
 ) -> QualifyOutcome:
     """Push, qualify, verify against the pinned key and write the envelope to ``out``.
 
     ``plan`` is a :class:`Plan` or its JSON, checked here before anything is sent;
     so is the golden set: one made for another model file is a UsageError unless
     ``allow_golden_mismatch`` (see :func:`~edgequal.host.golden.check_golden_for_model`).
+
+    The run is recorded in ``ledger`` (default: this host's :class:`RunLedger`) as
+    soon as the device accepts it. Ctrl-C (KeyboardInterrupt) during the run
+    cancels it and waits for its signed report, which is verified and written as
+    any other (``interrupted`` is set); a second Ctrl-C leaves it to the device
+    and raises :class:`~edgequal.host.runs.Interrupted` naming the run.
     """
     from .golden import check_golden_for_model
 
@@ -106,7 +118,26 @@ def qualify(
         golden_name=printable(golden.name) if golden else None,
         holder=holder,
     )
-    envelope = transport.qualify(request, on_event)
+    ledger = ledger or RunLedger()
+
+    def recording(event: dict) -> None:
+        if event.get("type") == "run" and event.get("run_id"):
+            ledger.record(
+                StartedRun(
+                    device_name, transport.address, event["run_id"], nonce,
+                    printable(model.name), time.time(),
+                )
+            )  # fmt: skip
+        on_event(event)
+
+    interrupted = False
+    try:
+        envelope = transport.qualify(request, recording)
+    except KeyboardInterrupt:
+        if not transport.last_run_id:
+            raise
+        envelope = cancel_and_fetch(transport, transport.last_run_id, device_name, on_notice)
+        interrupted = True
     on_event({"type": "phase", "phase": "signing", "state": "done"})
     artifacts = [model] + ([golden] if golden else [])
     report = verify_envelope(
@@ -116,4 +147,4 @@ def qualify(
         out = Path(out)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_bytes(envelope)
-    return QualifyOutcome(report, envelope, out, sent, notes)
+    return QualifyOutcome(report, envelope, out, sent, notes, interrupted)

@@ -101,6 +101,7 @@ def isolated_config(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("EDGEQUAL_CONFIG_DIR", str(base / "config"))
     monkeypatch.setenv("EDGEQUAL_AGENT_STATE", str(base / "agent-state"))
     monkeypatch.setenv("EDGEQUAL_LOCAL_STATE", str(base / "local-agent"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(base / "state"))  # reports, the runs ledger
     monkeypatch.delenv("EDGEQUAL_TOKEN", raising=False)
     monkeypatch.delenv("EDGEQUAL_ROOT", raising=False)
     return base

@@ -31,7 +31,7 @@ from pathlib import Path
 import paramiko
 
 from ...agent.info import AgentInfo
-from ..errors import TransportError
+from ..errors import TransportError, UsageError
 from ..ssh_session import SSHSession, last_line, short
 from .base import IdentityProof, ProgressEvent, PushResult, QualifyRequest, Transport
 
@@ -284,18 +284,21 @@ class SSHTransport(Transport):
         return out
 
     def cancel(self, run_id: str) -> None:
-        """Stop the run this transport is streaming by closing its channel.
+        """Stop ``run_id``; it still ends with a signed report the device keeps.
 
-        Closing the channel closes the run-plan's stdout; the agent then ends the
-        run with a signed report it keeps (fetch it with :meth:`get_report`).
+        The run this transport is streaming is stopped by closing its channel (the
+        run-plan's stdout closes and the agent cancels the run). Any other run
+        (started by a host that went away) by ``edgequal-agent cancel RUN_ID``,
+        which signals its run-plan; UsageError when it is not in progress.
         """
+        self.ensure_identity()
         channel = self.session.running
-        if channel is None:
-            raise TransportError(
-                f"no run in progress over this SSH connection to cancel ({run_id})",
-                hint="over SSH a run can only be stopped by the connection that started it",
-            )
-        channel.close()
+        if channel is not None and run_id == self.last_run_id:
+            channel.close()
+            return
+        answer = self.agent_json(["cancel", run_id], f"cancel run {run_id}")
+        if not answer.get("cancelled"):
+            raise UsageError(str(answer.get("message") or f"run {run_id} was not cancelled"))
 
     def close(self) -> None:
         """Close the SSH connection (a session handed in by the caller stays open)."""

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from edgequal.agent.report.signing import MEASURED_STATUSES
-from edgequal.host.errors import TransportError
+from edgequal.host.errors import TransportError, UsageError
 from edgequal.host.examples import build_example
 from edgequal.host.transport.base import QualifyRequest
 from edgequal.host.transport.ssh import SSHTransport
@@ -225,6 +225,6 @@ def test_qualify_with_unknown_artifact_is_one_clear_error(ssh, fast_plan):
     assert missing in str(info.value)
 
 
-def test_cancel_without_a_run_on_this_connection_is_refused(ssh):
-    with pytest.raises(TransportError, match="no run in progress"):
+def test_cancel_of_a_run_not_in_progress_is_refused(ssh):
+    with pytest.raises(UsageError, match="run 20260101T000000Z-abcdef01 is not in progress"):
         ssh.cancel("20260101T000000Z-abcdef01")

@@ -474,7 +474,8 @@ def _grpc_status(address: str, entry) -> dict:
         # A token that cannot be read leaves the agent to refuse the call, which says so.
         with contextlib.suppress(HostError, AgentError):
             token = read_token_file(Path(entry.token_file).expanduser())
-    transport = GrpcTransport(address, token=token)
+    pinned = entry.public_key_raw if entry is not None else None
+    transport = GrpcTransport(address, token=token, pinned_key=pinned)
     try:
         info = transport.info()
     except HostError as e:

@@ -127,3 +127,26 @@ def test_an_address_of_one_device_is_not_given_to_another(tmp_path):
     assert entry.addresses == ["grpc://10.0.0.3:50051", "grpc://10.0.0.2:50051"]
     line = (tmp_path / "known_devices").read_text().splitlines()[0]
     assert line.endswith("also_at=ssh://pi@10.0.0.1")
+
+
+def test_info_is_the_same_over_every_transport(device):
+    """One typed AgentInfo: the same fields, key, limits and lease over grpc, ssh and local."""
+    infos = {}
+    for kind in ("ssh", "grpc", "local"):  # enrolled over ssh, then found by its key
+        opened = _open(device, device["addresses"][kind])
+        with opened.transport as transport:
+            infos[kind] = transport.info()
+    wire = {
+        "agent_version", "protocol", "fingerprint", "runtimes", "public_key_b64",
+        "key_fingerprint", "busy", "lease", "limits",
+    }  # fmt: skip
+    for kind, info in infos.items():
+        assert wire | {"address"} <= set(info), kind
+    for field in ("agent_version", "protocol", "public_key_b64", "key_fingerprint", "limits"):
+        assert infos["grpc"][field] == infos["ssh"][field] == infos["local"][field], field
+    for info in infos.values():
+        assert info["busy"] is False and info["lease"] is None
+        assert {r["name"] for r in info["runtimes"]} == {"onnxruntime", "litert"}
+        assert info["fingerprint"]["architecture"] == infos["grpc"]["fingerprint"]["architecture"]
+    # Over SSH, info --json also carries every probe reading.
+    assert "probes" in infos["ssh"]

@@ -250,7 +250,12 @@ def test_qualify_over_ssh_from_the_cli_pins_on_first_use(
     assert KnownDevices().get(name).address == sshd_server.url
     assert edgequal_main(["verify", str(tmp_path / "r.json"), "--device", name]) == 0
     # Second use finds the pinned entry by its address.
-    assert edgequal_main(args) == 0
+    capsys.readouterr()
+    rc = edgequal_main(args)
+    predicate = json.loads(capsys.readouterr().out)
+    assert predicate["status"] in MEASURED_STATUSES
+    assert rc == exit_code_for(predicate["status"], predicate["findings"])
+    assert [e.name for e in KnownDevices().list()] == [name]
 
 
 def test_qualify_without_output_writes_into_the_state_dir_and_shows_the_run_id_first(

@@ -7,8 +7,10 @@ real agent and a recording stand-in servicer that answers ``Prove`` wrongly.
 from __future__ import annotations
 
 import json
+import sys
 import threading
 from concurrent import futures
+from pathlib import Path
 
 import grpc
 import pytest
@@ -214,3 +216,38 @@ def test_mutual_tls_end_to_end(start_agent, make_pki, tmp_path, example_models, 
         == 2
     )
     assert "TLS options apply to grpc:// addresses" in capsys.readouterr().err
+
+
+def test_a_rekeyed_board_over_ssh_gets_no_model_or_golden_set(
+    sshd_server, example_models, golden_sets, tmp_path, capsys
+):
+    def device_args(state: Path) -> list[str]:
+        return [
+            "--device", sshd_server.url,
+            "--known-hosts", str(sshd_server.known_hosts),
+            "--ssh-key", str(sshd_server.client_key),
+            "--agent-cmd", f"{sys.executable} -m edgequal.agent.cli --state-dir {state}",
+        ]  # fmt: skip
+
+    model, golden = example_models["classifier"], golden_sets["classifier"]
+    first = tmp_path / "first-state"
+    report = tmp_path / "r.json"
+    rc = edgequal_main(
+        ["qualify", str(model), "--golden", str(golden), *device_args(first), "--sustain", "0"]
+        + ["-o", str(report)]
+    )
+    assert rc in (0, 1), capsys.readouterr().err  # measured; enrolled on first use
+    capsys.readouterr()
+    pinned = KnownDevices().list()[0]
+    # The same SSH host (its host key unchanged) now runs an agent with another device key.
+    rekeyed = tmp_path / "rekeyed-state"
+    rc = edgequal_main(["qualify", str(model), "--golden", str(golden), *device_args(rekeyed)])
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert "device identity changed" in err and pinned.fingerprint in err
+    assert not (rekeyed / "artifacts").exists() or not any((rekeyed / "artifacts").rglob("*.*"))
+    assert not (rekeyed / "runs").exists() and not (rekeyed / "reports").exists()
+    # Nothing lost: the pin, the first board's artifacts and its report.
+    assert KnownDevices().list() == [pinned]
+    assert edgequal_main(["verify", str(report), "--device", pinned.name]) == 0
+    assert len(list((first / "artifacts" / "sha256").iterdir())) == 2

@@ -464,8 +464,8 @@ def cmd_devices(args) -> int:
 
     known = KnownDevices()
     if args.devices_command == "list":
-        rows = [[e.name, e.address, e.fingerprint] for e in known.list()]
-        print_table("Trusted devices", ["name", "address", "key fingerprint"], rows)
+        rows = [[e.name, " ".join(e.addresses), e.fingerprint] for e in known.list()]
+        print_table("Trusted devices", ["name", "addresses", "key fingerprint"], rows)
         return 0
     if args.devices_command == "show":
         entry = known.get(args.name)

@@ -397,7 +397,7 @@ def cmd_qualify(args) -> int:
         with ProgressDisplay(
             f"qualifying {printable(model.name)} on {address}", enabled=not args.json
         ) as display:
-            outcome = qualify(
+            qualification = qualify(
                 transport,
                 model,
                 args.golden,
@@ -411,21 +411,23 @@ def cmd_qualify(args) -> int:
             )
     from .nonces import NonceLedger
 
-    NonceLedger().record(outcome.report.nonce, outcome.report.run_id, outcome.envelope)
-    predicate = outcome.report.predicate
-    for note in outcome.notes:
+    NonceLedger().record(
+        qualification.report.nonce, qualification.report.run_id, qualification.envelope
+    )
+    predicate = qualification.report.predicate
+    for note in qualification.notes:
         print_note(note)
     if args.json:
         write_json(json.dumps(predicate, indent=1))
-        print_note(f"signed report: {printable(outcome.path)}")
+        print_note(f"signed report: {printable(qualification.path)}")
     else:
-        print_summary(predicate, address, printable(outcome.path))
+        print_summary(predicate, address, printable(qualification.path))
     if policy is not None or args.html:
-        return _gate_after_qualify(args, policy, outcome.path, name, predicate)
+        return _gate_after_qualify(args, policy, qualification.path, name, predicate)
     from edgequal.agent.qualification import exit_code_for
 
-    if outcome.interrupted:
-        print_note(f"run {outcome.report.run_id} was cancelled; its signed report is above")
+    if qualification.interrupted:
+        print_note(f"run {qualification.report.run_id} was cancelled; its signed report is above")
         return 130
     return exit_code_for(predicate["status"], predicate.get("findings", []))
 

@@ -34,7 +34,7 @@ def printable(path: Path | str) -> str:
 
 
 @dataclass
-class QualifyOutcome:
+class Qualification:
     """The verified report and where its bytes were written."""
 
     report: VerifiedReport
@@ -73,7 +73,7 @@ def qualify(
     allow_golden_mismatch: bool = False,
     on_notice: Callable[[str], None] = lambda message: None,
     ledger: RunLedger | None = None,
-) -> QualifyOutcome:
+) -> Qualification:
     """Push, qualify, verify against the pinned key and write the envelope to ``out``.
 
     ``plan`` is a :class:`Plan` or its JSON, checked here before anything is sent;
@@ -147,4 +147,4 @@ def qualify(
         out = Path(out)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_bytes(envelope)
-    return QualifyOutcome(report, envelope, out, sent, notes, interrupted)
+    return Qualification(report, envelope, out, sent, notes, interrupted)

@@ -178,11 +178,10 @@ class BearerTokenInterceptor(grpc.ServerInterceptor):
     def intercept_service(self, continuation, handler_call_details):
         """Pass authorized calls (and health, Prove) through; answer others with UNAUTHENTICATED."""
         method = handler_call_details.method
-        if (
-            method.startswith(HEALTH_METHOD_PREFIX)
-            or method == PROVE_METHOD
-            or self._authorized(handler_call_details.invocation_metadata)
-        ):
+        if method.startswith(HEALTH_METHOD_PREFIX) or method == PROVE_METHOD:
+            return continuation(handler_call_details)
+        if self._authorized(handler_call_details.invocation_metadata):
+            log.debug("authorized %s", method)
             return continuation(handler_call_details)
         handler = continuation(handler_call_details)
         if handler is None:

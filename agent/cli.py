@@ -1,4 +1,4 @@
-"""``edgequal-agent``: serve, run-plan, measure, key show, info, store, report.
+"""``edgequal-agent``: serve, run-plan, measure, key show, info, store, report, cancel.
 
 Errors print one line with a hint (tracebacks only with --debug). Exit codes:
 0 pass, 1 measurement failed, 2 bad usage or input, 3 device or runtime failure.
@@ -80,6 +80,11 @@ def _parser() -> argparse.ArgumentParser:
 
     rp = sub.add_parser("report", help="print a stored signed report by run id")
     rp.add_argument("run_id")
+
+    cn = sub.add_parser(
+        "cancel", help="cancel the run-plan run in progress (SSH mode): it is still signed"
+    )
+    cn.add_argument("run_id")
     return p
 
 
@@ -402,6 +407,35 @@ def cmd_report(args, state_dir: Path) -> int:
     return 0
 
 
+def cmd_cancel(args, state_dir: Path) -> int:
+    """Stop a ``run-plan`` run from another login: SIGTERM its process, which signs it cancelled.
+
+    Prints ``{"cancelled": bool, "message": str}``. A run held by ``serve`` is
+    cancelled over gRPC (its ``Cancel`` RPC), not by signalling the server.
+    """
+    import signal
+
+    from .runs import check_run_id
+    from .state_lock import peek
+
+    run_id = check_run_id(args.run_id)
+    holder = peek(state_dir) or {}
+    lease = holder.get("lease") or {}
+    if lease.get("run_id") != run_id:
+        cancelled, message = False, f"run {run_id} is not in progress"
+    elif holder.get("command") != "run-plan" or not holder.get("pid"):
+        cancelled = False
+        message = (
+            f"run {run_id} belongs to the agent serving on port {holder.get('port')}: "
+            "cancel it over gRPC"
+        )
+    else:
+        os.kill(int(holder["pid"]), signal.SIGTERM)
+        cancelled, message = True, f"run {run_id} is stopping; its report says it was cancelled"
+    print(json.dumps({"cancelled": cancelled, "message": message}))
+    return 0
+
+
 COMMANDS = {
     "serve": cmd_serve,
     "run-plan": cmd_run_plan,
@@ -410,6 +444,7 @@ COMMANDS = {
     "info": cmd_info,
     "store": cmd_store,
     "report": cmd_report,
+    "cancel": cmd_cancel,
 }
 
 if __name__ == "__main__":

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import os
 import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -27,7 +29,43 @@ from .errors import BadInput, GoldenMismatch
 from .runtimes.base import TensorSpec, check_feeds, shape_key
 
 FORMAT = "edgequal.golden/v1"
-_MANIFEST = "__manifest__"
+MANIFEST_KEY = "__manifest__"
+"""The array holding the manifest (UTF-8 JSON as uint8)."""
+
+
+def check_npz_sizes(path: Path) -> None:
+    """Refuse an ``.npz`` whose arrays declare more bytes than it holds, before numpy allocates.
+
+    numpy allocates what an array's header declares before it reads the data,
+    so a few hundred bytes declaring terabytes end in MemoryError. Each member's
+    header is read here: an array larger than its member's (uncompressed) size,
+    or all of them together larger than this machine's memory, is BadInput.
+    """
+    try:
+        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        memory = None
+    total = 0
+    with zipfile.ZipFile(path) as archive:
+        for member in archive.infolist():
+            with archive.open(member) as f:
+                version = np.lib.format.read_magic(f)
+                if version == (1, 0):
+                    shape, _, dtype = np.lib.format.read_array_header_1_0(f)
+                else:
+                    shape, _, dtype = np.lib.format.read_array_header_2_0(f)
+            declared = math.prod(shape) * dtype.itemsize
+            if declared > member.file_size:
+                raise BadInput(
+                    f"{path}: array {member.filename.removesuffix('.npy')} declares shape "
+                    f"{tuple(shape)} ({declared} bytes) but holds {member.file_size} bytes",
+                    hint="the file is damaged or was not written by numpy",
+                )
+            total += declared
+    if memory is not None and total > memory:
+        raise BadInput(
+            f"{path}: its arrays hold {total} bytes, more than this machine's memory ({memory})"
+        )
 
 
 @dataclass
@@ -88,7 +126,7 @@ def write_golden(path: Path, manifest: Mapping, cases: list[GoldenCase]) -> str:
         if "/" in c.name or not c.name:
             raise BadInput(f"golden case name '{c.name}' must be non-empty and contain no '/'")
     arrays = {
-        _MANIFEST: np.frombuffer(json.dumps(manifest, sort_keys=True).encode(), dtype=np.uint8)
+        MANIFEST_KEY: np.frombuffer(json.dumps(manifest, sort_keys=True).encode(), dtype=np.uint8)
     }
     for c in cases:
         for name, a in c.inputs.items():
@@ -107,21 +145,22 @@ def read_golden(path: Path) -> GoldenSet:
     """Read a golden set without pickle. Raises BadInput with the reason for any unusable file."""
     path = Path(path)
     try:
+        check_npz_sizes(path)
         with np.load(path, allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
     except FileNotFoundError:
         raise BadInput(f"golden set not found: {path}") from None
-    except (ValueError, OSError, zipfile.BadZipFile, EOFError) as e:
+    except (ValueError, OSError, zipfile.BadZipFile, EOFError, MemoryError) as e:
         raise BadInput(
             f"{path} is not a golden set file ({type(e).__name__}: {e})",
             hint="make one with: edgequal golden make MODEL --inputs NPZ -o G.npz",
         ) from e
-    if _MANIFEST not in arrays:
+    if MANIFEST_KEY not in arrays:
         raise BadInput(
             f"{path} has no manifest: not an edgequal golden set", hint="edgequal golden make"
         )
     try:
-        manifest = json.loads(arrays.pop(_MANIFEST).tobytes().decode())
+        manifest = json.loads(arrays.pop(MANIFEST_KEY).tobytes().decode())
     except ValueError as e:
         raise BadInput(f"{path}: the manifest is not valid JSON ({e})") from e
     if manifest.get("format") != FORMAT:
@@ -157,11 +196,12 @@ def split_case_arrays(
 def load_npz_arrays(path: Path) -> dict[str, np.ndarray]:
     """All arrays of an ``.npz`` file, without pickle; BadInput for anything else."""
     try:
+        check_npz_sizes(path)
         with np.load(path, allow_pickle=False) as z:
             return {k: z[k] for k in z.files}
     except FileNotFoundError:
         raise BadInput(f"file not found: {path}") from None
-    except (ValueError, OSError, zipfile.BadZipFile, EOFError) as e:
+    except (ValueError, OSError, zipfile.BadZipFile, EOFError, MemoryError) as e:
         raise BadInput(f"{path} is not a readable .npz file ({type(e).__name__}: {e})") from e
 
 

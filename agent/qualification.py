@@ -96,6 +96,21 @@ def measure_cold_load(
         r = ended.result
         r["process_to_result_ms"] = ended.wall_ms
         runs.append(r)
+    if golden is None and runs[0].get("nonfinite_outputs"):
+        # Without a golden set nothing else compares the outputs: non-finite values on
+        # ordinary inputs are a finding, not a pass (with one, drift counts them).
+        name, c = next(iter(runs[0]["nonfinite_outputs"].items()))
+        findings.append(
+            {
+                "phase": "cold_load",
+                "cause": "model",
+                "kind": "nonfinite_output",
+                "message": f"output '{name}' holds {c['nan']} NaN and {c['inf']} Inf of "
+                f"{c['size']} values on the first inference",
+                "runtime": runtime,
+                "hint": "check the export and the input range; a golden set shows drift per case",
+            }
+        )
     keys = ("import_ms", "load_ms", "first_inference_ms", "total_ms", "process_to_result_ms")
     return {
         "runs": [{k: r[k] for k in (*keys, "page_cache", "rss_added_by_load_bytes")} for r in runs],

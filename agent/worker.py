@@ -187,9 +187,12 @@ def run_cold_load(job: WorkerJob) -> dict:
     feeds = _first_feeds(job, rt)
     phase("first_inference")
     t3 = time.perf_counter_ns()
-    rt.run(feeds)
+    outputs = rt.run(feeds)
     t4 = time.perf_counter_ns()
+    from .measure.drift import nonfinite_counts
+
     return {
+        "nonfinite_outputs": nonfinite_counts(outputs),
         "import_ms": (t1 - t0) / 1e6,
         "load_ms": (t2 - t1) / 1e6,
         "first_inference_ms": (t4 - t3) / 1e6,

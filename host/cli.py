@@ -43,6 +43,46 @@ def _add_global_options_below(parser: argparse.ArgumentParser) -> None:
                 _add_global_options_below(sub)
 
 
+def _add_tls_options(parser: argparse.ArgumentParser) -> None:
+    """``--tls-ca``, ``--tls-cert``, ``--tls-key`` for a grpc:// device (kept in its entry)."""
+    parser.add_argument(
+        "--tls-ca", type=Path, help="CA certificate (PEM) that signed the agent's TLS certificate"
+    )
+    parser.add_argument("--tls-cert", type=Path, help="this host's certificate for mutual TLS")
+    parser.add_argument("--tls-key", type=Path, help="the private key of --tls-cert")
+
+
+def _add_connection_options(parser: argparse.ArgumentParser) -> None:
+    """How to reach a device: token and TLS (grpc://), known_hosts, key and agent command (ssh://)."""
+    parser.add_argument("--token-file", type=Path, help="bearer token for a grpc:// device")
+    _add_tls_options(parser)
+    parser.add_argument(
+        "--known-hosts", type=Path, help="known_hosts for ssh:// (default ~/.ssh/known_hosts)"
+    )
+    parser.add_argument("--agent-cmd", help="edgequal-agent command on an ssh:// device")
+    parser.add_argument("--ssh-key", type=Path, help="private key file for an ssh:// device")
+
+
+def _open_device_from_args(args):
+    """The device ``--device`` names, opened with the connection options (identity proved)."""
+    from .devices import open_device
+
+    return open_device(
+        args.device,
+        args.token_file,
+        args.known_hosts,
+        args.agent_cmd,
+        args.ssh_key,
+        tls=_tls_from_args(args),
+    )
+
+
+def _tls_from_args(args) -> dict[str, str] | None:
+    from .devices import tls_options
+
+    return tls_options(args.tls_ca, args.tls_cert, args.tls_key) or None
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="edgequal", description="Qualify an exported model on the device that will run it."
@@ -118,12 +158,12 @@ def _parser() -> argparse.ArgumentParser:
         help="sizes for an input with dynamic dimensions (repeat for each input)",
     )
     _add_measurement_flags(q)
-    q.add_argument("--token-file", type=Path, help="bearer token for a grpc:// device")
+    _add_connection_options(q)
     q.add_argument(
-        "--known-hosts", type=Path, help="known_hosts for ssh:// (default ~/.ssh/known_hosts)"
+        "--allow-golden-mismatch",
+        action="store_true",
+        help="qualify with a golden set made for another model file (its recorded sha256 differs)",
     )
-    q.add_argument("--agent-cmd", help="edgequal-agent command on an ssh:// device")
-    q.add_argument("--ssh-key", type=Path, help="private key file for an ssh:// device")
     q.add_argument(
         "-o",
         "--output",
@@ -174,12 +214,41 @@ def _parser() -> argparse.ArgumentParser:
     dt.add_argument("name")
     dt.add_argument("address", help="grpc://HOST:PORT")
     dt.add_argument("--token-file", type=Path)
+    _add_tls_options(dt)
     dt.add_argument(
         "--fingerprint", help="expected key fingerprint (SHA256:...); refuse if different"
     )
     df = dsub.add_parser("forget", help="forget a device")
     df.add_argument("name")
     dsub.add_parser("profiles", help="list device profiles")
+
+    rn = sub.add_parser(
+        "runs",
+        help="runs on a device: list, show, fetch or cancel (also one a host left behind)",
+    )
+    rsub = rn.add_subparsers(dest="runs_command", required=True)
+    for command, text in (
+        ("list", "the run in progress and the runs this host started there"),
+        ("show", "one run: in progress, or its signed report's status"),
+        ("fetch", "verify a run's signed report and write it"),
+        ("cancel", "cancel the run in progress (it is still signed: incomplete, cancelled)"),
+    ):
+        rp = rsub.add_parser(command, help=text)
+        if command != "list":
+            rp.add_argument("run_id")
+        rp.add_argument("--device", default="local", help="local (default), NAME or address")
+        _add_connection_options(rp)
+        if command in ("fetch", "cancel"):
+            rp.add_argument(
+                "--wait", action="store_true", help="wait for the run to end and fetch its report"
+            )
+            rp.add_argument(
+                "-o",
+                "--output",
+                type=Path,
+                help="write the report here (default: RUN_ID.report.json in the reports dir "
+                "of qualify)",
+            )
 
     a = sub.add_parser("agent", help="install or inspect the agent on a board")
     asub = a.add_subparsers(dest="agent_command", required=True)
@@ -256,6 +325,8 @@ def _dispatch(args) -> int:
         return cmd_verify(args)
     if args.command == "devices":
         return cmd_devices(args)
+    if args.command == "runs":
+        return cmd_runs(args)
     if args.command == "agent":
         return cmd_agent(args)
     if args.command in ("gate", "compare", "report"):
@@ -353,7 +424,7 @@ def _plan_from_args(args, profile=None) -> Plan:
     return make_plan(args.plan, **{**base, **{k: v for k, v in flags.items() if v is not None}})
 
 
-def _pick_profile(args, transport, name: str):
+def _pick_profile(args, transport, address: str):
     """``--profile``, else the profile the device's fingerprint matches; none for the local agent.
 
     The local agent is the machine you are sitting at, not a target board: its plan is
@@ -363,7 +434,7 @@ def _pick_profile(args, transport, name: str):
 
     if args.profile:
         return load_profile(args.profile)
-    if name == "local":
+    if address == "local":
         return None
     return match_profile(transport.info().get("fingerprint") or {})
 
@@ -371,8 +442,7 @@ def _pick_profile(args, transport, name: str):
 def cmd_qualify(args) -> int:
     import json
 
-    from .devices import open_device
-    from .qualify import qualify
+    from .qualify import printable, qualify
     from .render import ProgressDisplay, print_note, print_summary, write_json
 
     model = args.model
@@ -382,16 +452,14 @@ def cmd_qualify(args) -> int:
         raise UsageError(f"model file not found: {model}")
     policy = _load_gate_policy(args.gate) if args.gate else None
     _plan_from_args(args)  # refuse bad flags before connecting
-    device = open_device(
-        args.device, args.token_file, args.known_hosts, args.agent_cmd, args.ssh_key
-    )
+    device = _open_device_from_args(args)
     transport, name, address = device.transport, device.name, device.address
     with transport:
-        plan = _plan_from_args(args, _pick_profile(args, transport, name))
+        plan = _plan_from_args(args, _pick_profile(args, transport, address))
         with ProgressDisplay(
-            f"qualifying {model.name} on {address}", enabled=not args.json
+            f"qualifying {printable(model.name)} on {address}", enabled=not args.json
         ) as display:
-            outcome = qualify(
+            qualification = qualify(
                 transport,
                 model,
                 args.golden,
@@ -400,20 +468,29 @@ def cmd_qualify(args) -> int:
                 device_name=name,
                 on_event=display.on_event,
                 out=args.output or _default_report_path(model),
+                allow_golden_mismatch=args.allow_golden_mismatch,
+                on_notice=print_note,
             )
     from .nonces import NonceLedger
 
-    NonceLedger().record(outcome.report.nonce, outcome.report.run_id, outcome.envelope)
-    predicate = outcome.report.predicate
+    NonceLedger().record(
+        qualification.report.nonce, qualification.report.run_id, qualification.envelope
+    )
+    predicate = qualification.report.predicate
+    for note in qualification.notes:
+        print_note(note)
     if args.json:
         write_json(json.dumps(predicate, indent=1))
-        print_note(f"signed report: {outcome.path}")
+        print_note(f"signed report: {printable(qualification.path)}")
     else:
-        print_summary(predicate, address, str(outcome.path))
+        print_summary(predicate, address, printable(qualification.path))
     if policy is not None or args.html:
-        return _gate_after_qualify(args, policy, outcome.path, name, predicate)
+        return _gate_after_qualify(args, policy, qualification.path, name, predicate)
     from edgequal.agent.qualification import exit_code_for
 
+    if qualification.interrupted:
+        print_note(f"run {qualification.report.run_id} was cancelled; its signed report is above")
+        return 130
     return exit_code_for(predicate["status"], predicate.get("findings", []))
 
 
@@ -467,8 +544,8 @@ def cmd_devices(args) -> int:
 
     known = KnownDevices()
     if args.devices_command == "list":
-        rows = [[e.name, e.address, e.fingerprint] for e in known.list()]
-        print_table("Trusted devices", ["name", "address", "key fingerprint"], rows)
+        rows = [[e.name, " ".join(e.addresses), e.fingerprint] for e in known.list()]
+        print_table("Trusted devices", ["name", "addresses", "key fingerprint"], rows)
         return 0
     if args.devices_command == "show":
         entry = known.get(args.name)
@@ -476,7 +553,9 @@ def cmd_devices(args) -> int:
             raise UsageError(f"unknown device '{args.name}'", hint="edgequal devices list")
         print_line(
             f"{entry.name}\n  address {entry.address}\n  key ed25519 {entry.public_key_b64()}\n  fingerprint {entry.fingerprint}"
+            + "".join(f"\n  also at {a}" for a in entry.addresses[1:])
             + (f"\n  token file {entry.token_file}" if entry.token_file else "")
+            + "".join(f"\n  {k.replace('_', ' ')} {v}" for k, v in entry.tls.items())
         )
         return 0
     if args.devices_command == "forget":
@@ -492,10 +571,81 @@ def cmd_devices(args) -> int:
     if args.devices_command == "trust":
         from .devices import trust_device
 
-        entry = trust_device(known, args.name, args.address, args.token_file, args.fingerprint)
+        entry = trust_device(
+            known, args.name, args.address, args.token_file, args.fingerprint, _tls_from_args(args)
+        )
         print_line(f"trusted '{args.name}' at {args.address}: ed25519 key {entry.fingerprint}")
         return 0
     raise AssertionError(args.devices_command)
+
+
+def cmd_runs(args) -> int:
+    """``runs list|show|fetch|cancel``: runs on a device, including those a host left behind."""
+    from .render import print_line, print_table
+    from .runs import RunLedger
+
+    ledger = RunLedger()
+    device = _open_device_from_args(args)
+    with device.transport as transport:
+        if args.runs_command == "list":
+            lease = transport.info().get("lease")
+            rows = []
+            if lease:
+                rows.append([lease["run_id"], f"in progress for {lease['holder']}", ""])
+            for run in reversed(ledger.runs(device.name)):
+                if not lease or run.run_id != lease["run_id"]:
+                    rows.append([run.run_id, "started by this host", run.model])
+            print_table(f"Runs on {device.name}", ["run id", "state", "model"], rows)
+            return 0
+        run_id = args.run_id
+        if args.runs_command == "cancel":
+            transport.cancel(run_id)
+            print_line(f"run {run_id} on {device.name} is stopping; it is still signed")
+            if not args.wait:
+                return 0
+        if args.runs_command == "show":
+            lease = transport.info().get("lease")
+            if lease and lease["run_id"] == run_id:
+                print_line(
+                    f"run {run_id} on {device.name}: in progress for {lease['holder']}, "
+                    f"lease expires at unix ms {lease['expires_unix_ms']}"
+                )
+                return 0
+        report, path = _fetch_run(args, transport, device, ledger)
+        reason = report.predicate.get("reason")
+        print_line(
+            f"run {run_id} on {device.name}: {report.status}"
+            + (f" ({reason})" if reason else "")
+            + (f"; signed report written to {path}" if path else "")
+        )
+        return 0
+
+
+def _fetch_run(args, transport, device, ledger):
+    """Fetch (``--wait``: once the run ends), verify and, for fetch/cancel, write a run's report."""
+    from .nonces import NonceLedger
+    from .qualify import printable
+    from .runs import REPORT_WAIT_S, report_path_for, wait_for_report, write_report
+    from .verify import verify_envelope
+
+    run_id = args.run_id
+    wait_s = REPORT_WAIT_S if getattr(args, "wait", False) else 0
+    envelope = wait_for_report(transport, run_id, wait_s)
+    started = ledger.get(run_id)
+    report = verify_envelope(
+        envelope,
+        known=device.known,
+        device=device.name,
+        expected_run_id=run_id,
+        expected_nonce=started.nonce if started else None,
+    )
+    nonces = NonceLedger()
+    if started and not nonces.check(report.nonce, run_id, envelope):
+        nonces.record(report.nonce, run_id, envelope)
+    if args.runs_command == "show":
+        return report, None
+    path = write_report(args.output or report_path_for(run_id), envelope)
+    return report, printable(path)
 
 
 def cmd_agent(args) -> int:

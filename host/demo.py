@@ -57,7 +57,7 @@ def run_demo(out: Path, sustain: str = "6s") -> int:
             )
             path = out / "reports" / f"{model.name}.report.json"
             with ProgressDisplay(f"qualifying {model.name} on the local agent") as display:
-                outcome = qualify(
+                qualification = qualify(
                     transport,
                     model,
                     golden,
@@ -67,11 +67,13 @@ def run_demo(out: Path, sustain: str = "6s") -> int:
                     on_event=display.on_event,
                     out=path,
                 )
-            NonceLedger().record(outcome.report.nonce, outcome.report.run_id, outcome.envelope)
-            print_summary(outcome.report.predicate, "local", str(path))
+            NonceLedger().record(
+                qualification.report.nonce, qualification.report.run_id, qualification.envelope
+            )
+            print_summary(qualification.report.predicate, "local", str(path))
             print_line("")
             reports.append(path)
-            statuses.append(outcome.report.status)
+            statuses.append(qualification.report.status)
     from .report_file import load_report
     from .report_html import write_report_html
 

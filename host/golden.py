@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 from edgequal.agent.errors import AgentError
 from edgequal.agent.golden import (
+    MANIFEST_KEY,
     GoldenCase,
     file_sha256,
     load_npz_arrays,
@@ -113,3 +114,48 @@ def make_golden(
     }
     rt.close()
     return write_golden(Path(out), manifest, cases)
+
+
+def recorded_model(golden: Path) -> dict:
+    """The model a golden set was made for (``{"name", "sha256"}`` from its manifest; {} if none).
+
+    Reads the manifest only, without pickle; UsageError for a file that is not a golden set.
+    """
+    import json
+    import zipfile
+
+    try:
+        with np.load(golden, allow_pickle=False) as z:
+            if MANIFEST_KEY not in z.files:
+                raise UsageError(f"{golden} has no manifest: not an edgequal golden set")
+            manifest = json.loads(z[MANIFEST_KEY].tobytes().decode("utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"golden set not found: {golden}") from None
+    except (ValueError, OSError, zipfile.BadZipFile, EOFError, UnicodeDecodeError) as e:
+        raise UsageError(f"{golden} is not a golden set file ({type(e).__name__}: {e})") from e
+    model = manifest.get("model") if isinstance(manifest, dict) else None
+    return model if isinstance(model, dict) else {}
+
+
+def check_golden_for_model(golden: Path, model_digest: str, *, allow_mismatch: bool) -> str | None:
+    """Refuse a golden set made for another model file (UsageError, exit 2).
+
+    The golden set records the sha256 of the model its reference outputs came
+    from. A different model (retrained, re-exported, quantized) usually means the
+    references are not what this model should output. ``allow_mismatch`` lets it
+    through (say, to measure how far a quantized build drifts from the float
+    references); the returned note says so. None when the digests agree or the
+    golden set records none.
+    """
+    recorded = recorded_model(golden)
+    digest = recorded.get("sha256")
+    if not digest or digest == model_digest:
+        return None
+    made_for = f"{recorded.get('name') or 'a model'} (sha256 {digest})"
+    if allow_mismatch:
+        return f"golden set {golden.name} was made for {made_for}, not this model: compared anyway"
+    raise UsageError(
+        f"golden set {golden} was made for {made_for}, not for this model (sha256 {model_digest})",
+        hint="make one for this model with `edgequal golden make`, or pass "
+        "--allow-golden-mismatch to compare against it anyway",
+    )

@@ -277,12 +277,8 @@ def _install(
         token = secrets.token_urlsafe(32)
         ssh.write_file(remote_token, (token + "\n").encode("ascii"), 0o600)
 
-    key = agent.agent_json(["key", "show", "--json"], "read the device key")
-    raw_b64 = key.get("public_key_b64", "")
-    try:
-        raw = decode_public_key(raw_b64)
-    except ValueError as e:
-        raise TransportError(f"the agent printed an unusable public key: {e}") from e
+    # The key pinned is the one that signs a fresh challenge (over the checked SSH channel).
+    raw = agent.prove_identity(None)
 
     argv = serve_argv(venv, listen, remote_token, state_dir)
     start_command = shell_join(argv)
@@ -298,6 +294,8 @@ def _install(
     host_token = known.path.parent / "tokens" / f"{name}.token"
     _write_private(host_token, token + "\n")
     entry = known.trust(name, grpc_address, raw, replace=replace_key, token_file=str(host_token))
+    # One device, one name, one key: the SSH address it was installed over is one of its addresses.
+    entry = known.add_address(name, ssh.url)
     step(f"pinned {entry.fingerprint} as '{name}'")
     return InstallResult(
         name=name,
@@ -476,7 +474,8 @@ def _grpc_status(address: str, entry) -> dict:
         # A token that cannot be read leaves the agent to refuse the call, which says so.
         with contextlib.suppress(HostError, AgentError):
             token = read_token_file(Path(entry.token_file).expanduser())
-    transport = GrpcTransport(address, token=token)
+    pinned = entry.public_key_raw if entry is not None else None
+    transport = GrpcTransport(address, token=token, pinned_key=pinned)
     try:
         info = transport.info()
     except HostError as e:

@@ -7,42 +7,56 @@ against the device's pinned key before it reads a single result from it.
 
 from __future__ import annotations
 
-import base64
+import os
 import secrets
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgequal.agent.golden import file_sha256
 from edgequal.agent.plan import Plan
 
-from .errors import UntrustedDevice
+from .runs import RunLedger, StartedRun, cancel_and_fetch
 from .transport import QualifyRequest, Transport
 from .trust import KnownDevices
 from .verify import VerifiedReport, verify_envelope
 
 
+def printable(path: Path | str) -> str:
+    """A file name or path as text that can be printed and sent (UTF-8).
+
+    File names are bytes on POSIX; one that is not UTF-8 reaches Python with
+    surrogate escapes, which neither protobuf, JSON reports nor a UTF-8 terminal
+    accept. Its undecodable bytes are shown as ``\\xNN``.
+    """
+    return os.fsencode(str(path)).decode("utf-8", "backslashreplace")
+
+
 @dataclass
-class QualifyOutcome:
+class Qualification:
     """The verified report and where its bytes were written."""
 
     report: VerifiedReport
     envelope: bytes
     path: Path | None
     bytes_sent: int
+    notes: list[str] = field(default_factory=list)
+    """Things the user should know (e.g. a golden set let through for another model)."""
+    interrupted: bool = False
+    """Ctrl-C cancelled the run; the report is its signed ``incomplete: cancelled`` one."""
 
 
 def pin_device_key(transport: Transport, known: KnownDevices, name: str, address: str) -> None:
-    """Trust on first use, for the local agent only; a changed key stays a hard failure."""
-    raw = base64.b64decode(transport.info()["public_key_b64"])
+    """Trust on first use, for the local agent only; a changed key stays a hard failure.
+
+    The agent proves it holds the key (a fresh challenge) before it is pinned or
+    compared; UntrustedDevice when it holds another key than the pinned one.
+    """
     entry = known.get(name)
+    raw = transport.prove_identity(entry.public_key_raw if entry else None)
     if entry is None:
         known.trust(name, address, raw)
-    elif entry.public_key_raw != raw:
-        raise UntrustedDevice(
-            f"the key of device '{name}' changed (pinned {entry.fingerprint})",
-            hint=f"if the device was reset on purpose: edgequal devices forget {name}",
-        )
 
 
 def qualify(
@@ -56,15 +70,32 @@ def qualify(
     on_event: Callable[[dict], None] = lambda e: None,
     out: Path | None = None,
     holder: str = "",
-) -> QualifyOutcome:
+    allow_golden_mismatch: bool = False,
+    on_notice: Callable[[str], None] = lambda message: None,
+    ledger: RunLedger | None = None,
+) -> Qualification:
     """Push, qualify, verify against the pinned key and write the envelope to ``out``.
 
-    ``plan`` is a :class:`Plan` or its JSON, checked here before anything is sent.
+    ``plan`` is a :class:`Plan` or its JSON, checked here before anything is sent;
+    so is the golden set: one made for another model file is a UsageError unless
+    ``allow_golden_mismatch`` (see :func:`~edgequal.host.golden.check_golden_for_model`).
+
+    The run is recorded in ``ledger`` (default: this host's :class:`RunLedger`) as
+    soon as the device accepts it. Ctrl-C (KeyboardInterrupt) during the run
+    cancels it and waits for its signed report, which is verified and written as
+    any other (``interrupted`` is set); a second Ctrl-C leaves it to the device
+    and raises :class:`~edgequal.host.runs.Interrupted` naming the run.
     """
+    from .golden import check_golden_for_model
+
     plan = plan if isinstance(plan, Plan) else Plan.from_json(plan)
     model, golden = Path(model), Path(golden) if golden else None
     model_digest = file_sha256(model)
     golden_digest = file_sha256(golden) if golden else None
+    notes = []
+    if golden:
+        note = check_golden_for_model(golden, model_digest, allow_mismatch=allow_golden_mismatch)
+        notes += [note] if note else []
     on_event({"type": "phase", "phase": "upload", "state": "started"})
     sent = transport.push(model, model_digest).bytes_sent
     if golden:
@@ -83,11 +114,30 @@ def qualify(
         golden_digest=golden_digest,
         plan=plan.to_json(),
         nonce=nonce,
-        model_name=model.name,
-        golden_name=golden.name if golden else None,
+        model_name=printable(model.name),
+        golden_name=printable(golden.name) if golden else None,
         holder=holder,
     )
-    envelope = transport.qualify(request, on_event)
+    ledger = ledger or RunLedger()
+
+    def recording(event: dict) -> None:
+        if event.get("type") == "run" and event.get("run_id"):
+            ledger.record(
+                StartedRun(
+                    device_name, transport.address, event["run_id"], nonce,
+                    printable(model.name), time.time(),
+                )
+            )  # fmt: skip
+        on_event(event)
+
+    interrupted = False
+    try:
+        envelope = transport.qualify(request, recording)
+    except KeyboardInterrupt:
+        if not transport.last_run_id:
+            raise
+        envelope = cancel_and_fetch(transport, transport.last_run_id, device_name, on_notice)
+        interrupted = True
     on_event({"type": "phase", "phase": "signing", "state": "done"})
     artifacts = [model] + ([golden] if golden else [])
     report = verify_envelope(
@@ -97,4 +147,4 @@ def qualify(
         out = Path(out)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_bytes(envelope)
-    return QualifyOutcome(report, envelope, out, sent)
+    return Qualification(report, envelope, out, sent, notes, interrupted)

@@ -17,12 +17,18 @@ spaces::
 - ADDRESS: how to reach the device (``grpc://H:P``, ``ssh://U@H``, ``local``); no spaces.
 - KEYTYPE: ``ed25519`` (the only one so far).
 - OPTIONS: ``key=value`` words; ``token_file`` is the file holding the device's
-  access token. Unknown options are kept as they are, so newer files survive
-  older tools.
+  access token; ``also_at`` lists, comma-separated, the device's other addresses
+  (one device, one name, one key, reached over grpc and ssh); ``tls_ca``,
+  ``tls_cert`` and ``tls_key`` are the PEM files for TLS to a ``grpc://``
+  address (the CA that signed the agent's certificate; this host's certificate
+  and key for mutual TLS). Unknown options are kept as they are, so newer files
+  survive older tools.
 - Blank lines and lines starting with ``#`` are comments (kept on rewrite).
 
 One key belongs to one name: trusting a key already pinned under another name
-is refused, so a report's signing key identifies exactly one device.
+is refused, so a report's signing key identifies exactly one device. The same
+device reached at another address is found by its key (after it proved holding
+it) and that address is added to ``also_at``.
 """
 
 from __future__ import annotations
@@ -45,6 +51,8 @@ KEY_TYPE = "ed25519"
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _OPTION_KEY = re.compile(r"[a-z][a-z0-9_]*")
+ALSO_AT = "also_at"
+TLS_OPTIONS = ("tls_ca", "tls_cert", "tls_key")
 
 
 def known_devices_path() -> Path:
@@ -85,6 +93,17 @@ class DeviceEntry:
     def keyid(self) -> str:
         """Return the DSSE key id (hex sha256 of the public key)."""
         return keyid_of(self.public_key_raw)
+
+    @property
+    def addresses(self) -> list[str]:
+        """Every address of this device: the main one first, then ``also_at``."""
+        extra = [a for a in self.options.get(ALSO_AT, "").split(",") if a]
+        return [self.address] + [a for a in extra if a != self.address]
+
+    @property
+    def tls(self) -> dict[str, str]:
+        """The TLS files for a ``grpc://`` address (``tls_ca``, ``tls_cert``, ``tls_key``), as given."""
+        return {k: self.options[k] for k in TLS_OPTIONS if self.options.get(k)}
 
     def public_key_b64(self) -> str:
         """Return the raw public key in standard base64, as stored in the file."""
@@ -173,6 +192,10 @@ class KnownDevices:
         """Return the device pinned to this raw public key, or None."""
         return next((e for e in self.list() if e.public_key_raw == public_key_raw), None)
 
+    def find_by_address(self, address: str) -> DeviceEntry | None:
+        """Return the device reached at ``address`` (its main address or one in ``also_at``)."""
+        return next((e for e in self.list() if address in e.addresses), None)
+
     def find_by_keyid(self, keyid: str) -> DeviceEntry | None:
         """Return the device whose key has this DSSE key id (hex sha256), or None."""
         keyid = keyid.lower()
@@ -186,10 +209,12 @@ class KnownDevices:
         *,
         replace: bool = False,
         token_file: str | None = None,
+        tls: dict[str, str] | None = None,
     ) -> DeviceEntry:
         """Pin ``public_key_raw`` for device ``name`` and return the entry.
 
-        Re-trusting the same key updates the address (and token file when given).
+        Re-trusting the same key updates the address (and token file and TLS files
+        when given; the old address stays in ``also_at``).
         A different key for a known name raises UntrustedDevice unless
         ``replace=True``; a key pinned under another name raises UsageError.
         """
@@ -202,6 +227,9 @@ class KnownDevices:
             raise UsageError(f"bad address {address!r} for device {name}: it must be one word")
         if token_file is not None and (not token_file or any(c.isspace() for c in token_file)):
             raise UsageError(f"bad token file {token_file!r}: the path must not contain spaces")
+        for k, v in (tls or {}).items():
+            if k not in TLS_OPTIONS or not v or any(c.isspace() for c in v):
+                raise UsageError(f"bad TLS file {v!r} ({k}): the path must not contain spaces")
         new_fp = fingerprint_of(public_key_raw)
         lines = self._read_lines()
         parsed = self._parse(lines)
@@ -223,17 +251,57 @@ class KnownDevices:
                         f"device, then `edgequal devices forget {name}` and trust it again"
                     ),
                 )
+            options = {**old.options, **(tls or {})}
+            others = [a for a in old.addresses if a != address]
+            if others:
+                options[ALSO_AT] = ",".join(others)
+            else:
+                options.pop(ALSO_AT, None)
             entry = DeviceEntry(
                 name,
                 address,
                 public_key_raw,
                 token_file=token_file if token_file is not None else old.token_file,
-                options=dict(old.options),
+                options=options,
             )
             lines[index] = entry.to_line()
         else:
-            entry = DeviceEntry(name, address, public_key_raw, token_file=token_file)
+            entry = DeviceEntry(
+                name, address, public_key_raw, token_file=token_file, options=dict(tls or {})
+            )
             lines.append(entry.to_line())
+        self._write_lines(lines)
+        return entry
+
+    def add_address(self, name: str, address: str) -> DeviceEntry:
+        """Record ``address`` as another address of device ``name`` (in ``also_at``).
+
+        The caller has checked that the device at ``address`` proved it holds this
+        device's key. An address another device already has is refused.
+        """
+        if not address or any(c.isspace() or c == "," for c in address):
+            raise UsageError(f"bad address {address!r} for device {name}: it must be one word")
+        lines = self._read_lines()
+        parsed = self._parse(lines)
+        current = next(((i, e) for i, e in parsed if e.name == name), None)
+        if current is None:
+            raise UsageError(f"no device named {name} in {self.path}")
+        for _, other in parsed:
+            if other.name != name and address in other.addresses:
+                raise UsageError(
+                    f"address {address} already belongs to device {other.name}",
+                    hint=f"`edgequal devices forget {other.name}` if that device is gone",
+                )
+        index, entry = current
+        if address in entry.addresses:
+            return entry
+        options = dict(entry.options)
+        options[ALSO_AT] = ",".join(entry.addresses[1:] + [address])
+        entry = DeviceEntry(
+            entry.name, entry.address, entry.public_key_raw, token_file=entry.token_file,
+            options=options,
+        )  # fmt: skip
+        lines[index] = entry.to_line()
         self._write_lines(lines)
         return entry
 

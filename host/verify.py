@@ -77,6 +77,8 @@ def _parse_envelope(envelope_bytes: bytes) -> tuple[bytes, list[tuple[str | None
     """Check 1: return (payload bytes, [(keyid, signature)])."""
     try:
         envelope = json.loads(envelope_bytes)
+    except RecursionError:
+        raise VerificationFailed("envelope: JSON nested too deeply to be a report") from None
     except (ValueError, TypeError) as e:
         raise VerificationFailed(f"envelope: not JSON ({e})") from e
     if not isinstance(envelope, dict):
@@ -190,6 +192,8 @@ def _parse_statement(payload: bytes) -> dict:
             object_pairs_hook=_reject_duplicates,
             parse_constant=_reject_constant,
         )
+    except RecursionError:
+        raise VerificationFailed("statement: JSON nested too deeply to be a report") from None
     except (UnicodeDecodeError, ValueError) as e:
         raise VerificationFailed(f"statement: payload is not UTF-8 JSON ({e})") from e
     try:

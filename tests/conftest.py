@@ -41,6 +41,13 @@ def sshd_helpers():
 
 
 @pytest.fixture(scope="session")
+def make_pki():
+    """tests/pki.py's ``make_pki(dir)``: a CA, a server certificate for 127.0.0.1 and a
+    client certificate, PEM files in ``dir``."""
+    return load_test_helper("pki").make_pki
+
+
+@pytest.fixture(scope="session")
 def sshd_server(tmp_path_factory, sshd_helpers):
     """A real sshd on 127.0.0.1 (tests/sshd.py): one per test session, stopped at the end.
 
@@ -94,6 +101,7 @@ def isolated_config(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("EDGEQUAL_CONFIG_DIR", str(base / "config"))
     monkeypatch.setenv("EDGEQUAL_AGENT_STATE", str(base / "agent-state"))
     monkeypatch.setenv("EDGEQUAL_LOCAL_STATE", str(base / "local-agent"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(base / "state"))  # reports, the runs ledger
     monkeypatch.delenv("EDGEQUAL_TOKEN", raising=False)
     monkeypatch.delenv("EDGEQUAL_ROOT", raising=False)
     return base

@@ -16,6 +16,9 @@ from edgequal.agent.probes.fingerprint import fingerprint
 from edgequal.agent.probes.telemetry import TelemetrySampler, throttle_reasons
 from edgequal.agent.probes.thermal import read_thermal
 
+# Starts real processes (agents, sshd, the emulator) for seconds each: the fast loop skips it.
+pytestmark = pytest.mark.slow
+
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "device_emulator.py"
 
 # Busy until the flag file exists, then idle: a worker under load, then at rest.
@@ -61,7 +64,6 @@ def test_newton_step_hand_computed():
     assert emulator.newton_step(40.0, 40.0, 0.1, 1.0, 0.8) == pytest.approx(40.8)
 
 
-@pytest.mark.slow
 def test_heats_trips_throttles_cools_and_releases(tmp_path):
     root = tmp_path / "board"
     flag = tmp_path / "rest"

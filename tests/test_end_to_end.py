@@ -23,6 +23,9 @@ from edgequal.host.transport import QualifyRequest
 from edgequal.host.transport.local import LocalTransport
 from edgequal.host.trust import KnownDevices
 
+# Starts real processes (agents, sshd, the emulator) for seconds each: the fast loop skips it.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def local_agent():

@@ -92,11 +92,18 @@ def contention_between(
         )
     else:
         out.update(other_cpus=None, other_cpu_share=None, steal_share=None)
-    used: dict[str, int] = {}
+    # A scan's ticks cover others_since..t; a window gets the share that overlaps it.
+    used: dict[str, float] = {}
     for s in samples:
-        if a["t"] < s["t"] <= b["t"]:
-            for name, ticks in s.get("others", {}).items():
-                used[name] = used.get(name, 0) + ticks
+        since = s.get("others_since")
+        if not s.get("others") or since is None or s["t"] <= since:
+            continue
+        overlap = min(s["t"], b["t"]) - max(since, a["t"])
+        if overlap <= 0:
+            continue
+        weight = overlap / (s["t"] - since)
+        for name, ticks in s["others"].items():
+            used[name] = used.get(name, 0.0) + ticks * weight
     top = sorted(used.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_PROCESSES]
     out["top_processes"] = [
         {"name": name, "cpu_share": round(ticks / ticks_per_s / span, 3)} for name, ticks in top

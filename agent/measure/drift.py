@@ -695,6 +695,19 @@ def _decision_summary(cases: list, rule: DecisionRule) -> dict:
     }
 
 
+def nonfinite_counts(outputs: dict) -> dict[str, dict]:
+    """``{name: {nan, inf, size}}`` for each output holding NaN or ±Inf (empty when none)."""
+    counts = {}
+    for name, value in outputs.items():
+        a = np.asarray(value)
+        if a.dtype.kind not in "fc":
+            continue
+        nan, inf = int(np.isnan(a).sum()), int(np.isinf(a).sum())
+        if nan or inf:
+            counts[name] = {"nan": nan, "inf": inf, "size": int(a.size)}
+    return counts
+
+
 def default_tolerance_class(dtype: str) -> str:
     """fp32 for float32/float64 outputs, fp16 for float16, int8 for 8-bit integer outputs."""
     if dtype == "float16":

@@ -67,12 +67,19 @@ def parse_pid_stat(text: str) -> tuple[str, int, int]:
     return comm, int(rest[2]), int(rest[11]) + int(rest[12])
 
 
-def _read(path: Path) -> str | None:
+def _read(path: Path | str) -> str | None:
+    # os.open/os.read rather than open(): a sample reads every process's stat file, and
+    # the text-mode file object costs several times the read itself.
     try:
-        with open(path) as f:
-            return f.read()
+        fd = os.open(path, os.O_RDONLY)
     except OSError:
         return None
+    try:
+        return os.read(fd, 65536).decode("utf-8", "replace")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def read_worker_schedstat(proc_root: Path, pid: int) -> tuple[int, int] | None:
@@ -98,10 +105,11 @@ def read_worker_schedstat(proc_root: Path, pid: int) -> tuple[int, int] | None:
 def read_process_ticks(proc_root: Path) -> dict[int, tuple[str, int, int]]:
     """``{pid: (comm, pgrp, cpu ticks)}`` for every process readable now."""
     out = {}
-    for entry in os.listdir(proc_root):
+    root = str(proc_root)
+    for entry in os.listdir(root):
         if not entry.isdigit():
             continue
-        text = _read(proc_root / entry / "stat")
+        text = _read(f"{root}/{entry}/stat")
         if text is None:
             continue
         try:
@@ -111,53 +119,109 @@ def read_process_ticks(proc_root: Path) -> dict[int, tuple[str, int, int]]:
     return out
 
 
+# Other processes are listed by name only while they use at least this many CPUs
+# between two samples (an idle board costs two small reads a second, not a scan), and
+# at most every SCAN_EVERY_S: a scan reads every process's stat file.
+SCAN_ABOVE_CPUS = 0.1
+SCAN_EVERY_S = 5.0
+
+
+def _pid_ticks(proc_root: Path, pid: int) -> int | None:
+    text = _read(f"{proc_root}/{pid}/stat")
+    try:
+        return parse_pid_stat(text)[2] if text else None
+    except (ValueError, IndexError):
+        return None
+
+
 class ContentionSampler:
     """Samples the machine's CPU use and other processes' CPU at 1 Hz while a worker runs.
 
     The worker reads its own CPU and run-queue wait at the edges of what it times
     (:func:`read_worker_schedstat` on itself), exactly over the loop or window.
 
-    A sample is ``{"t", "cpu", "agent_ticks", "others"}``: ``t`` CLOCK_MONOTONIC
-    seconds; ``cpu`` the /proc/stat totals (ticks); ``agent_ticks`` this agent process's CPU ticks; ``others`` ``{comm: ticks}`` used
-    since the previous sample by processes outside the worker's process group and the
-    agent (only those that used any). The first sample after :meth:`start` and the last
-    at :meth:`stop` bracket the phase.
+    A sample is ``{"t", "cpu", "agent_ticks", "worker_ticks", "others"}``: ``t``
+    CLOCK_MONOTONIC seconds; ``cpu`` the /proc/stat totals (ticks); ``agent_ticks`` and
+    ``worker_ticks`` this agent's and the worker's CPU ticks; ``others`` ``{comm: ticks}``
+    used from ``others_since`` (the previous scan) to ``t`` by processes outside the
+    worker's process group and the agent (only those that used any). Every process is
+    read only while the others used at least :data:`SCAN_ABOVE_CPUS` since the previous
+    sample, and at most every ``scan_every_s``; the first scan after a quiet spell is a
+    baseline, so ``others`` names them from the next scan on. The first sample after
+    :meth:`start` and the last at :meth:`stop` bracket the phase.
     """
 
-    def __init__(self, worker_pid: int, proc_root: str | os.PathLike = "/proc", interval_s=1.0):
+    def __init__(
+        self,
+        worker_pid: int,
+        proc_root: str | os.PathLike = "/proc",
+        interval_s: float = 1.0,
+        scan_every_s: float = SCAN_EVERY_S,
+    ):
         self.proc_root = Path(proc_root)
         self.worker_pid = worker_pid
         self.interval_s = float(interval_s)
+        self.scan_every_s = float(scan_every_s)
+        self._scanned_at: float | None = None
         self.clock_ticks_per_s = os.sysconf("SC_CLK_TCK")
         self.cpu_count = os.cpu_count() or 1
         self._agent_pid = os.getpid()
-        self._previous: dict[int, tuple[str, int, int]] = {}
+        self._previous: dict[
+            int, tuple[str, int, int]
+        ] = {}  # the last scan, if the last tick scanned
         self._samples: list[dict] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def sample_once(self) -> dict:
-        """Read everything once now and return the sample (also kept)."""
+    def _others_cpus(self, last: dict | None, sample: dict) -> float | None:
+        """CPUs used by everything but the agent and the worker since ``last``; None if unknown."""
+        if not last or not last["cpu"] or not sample["cpu"] or sample["t"] <= last["t"]:
+            return None
+        ticks = sample["cpu"]["busy"] - last["cpu"]["busy"]
+        for key in ("agent_ticks", "worker_ticks"):
+            if sample[key] is not None and last[key] is not None:
+                ticks -= sample[key] - last[key]
+        return ticks / self.clock_ticks_per_s / (sample["t"] - last["t"])
+
+    def sample_once(self, final: bool = False) -> dict:
+        """Read everything once now and return the sample (also kept).
+
+        ``final``: the phase's last sample scans whenever a baseline scan exists, so the
+        processes of the last seconds are named too.
+        """
         now = time.monotonic()
         stat = _read(self.proc_root / "stat")
-        procs = read_process_ticks(self.proc_root)
-        others: dict[str, int] = {}
-        for pid, (comm, pgrp, ticks) in procs.items():
-            if pgrp == self.worker_pid or pid == self._agent_pid:
-                continue
-            before = self._previous.get(pid)
-            used = ticks - before[2] if before and before[0] == comm else ticks
-            if self._previous and used > 0:
-                others[comm] = others.get(comm, 0) + used
-        self._previous = procs
-        agent = procs.get(self._agent_pid)
         sample = {
             "t": now,
             "cpu": parse_proc_stat(stat) if stat else None,
-            "agent_ticks": agent[2] if agent else None,
-            "others": others,
+            "agent_ticks": _pid_ticks(self.proc_root, self._agent_pid),
+            "worker_ticks": _pid_ticks(self.proc_root, self.worker_pid),
+            "others": {},
+            "others_since": None,
         }
+        with self._lock:
+            last = self._samples[-1] if self._samples else None
+        busy = self._others_cpus(last, sample)
+        due = (
+            self._scanned_at is None
+            or now - self._scanned_at >= self.scan_every_s
+            or (final and bool(self._previous))
+        )
+        if busy is None or (busy >= SCAN_ABOVE_CPUS and due):
+            procs = read_process_ticks(self.proc_root)
+            for pid, (comm, pgrp, ticks) in procs.items():
+                if pgrp == self.worker_pid or pid == self._agent_pid:
+                    continue
+                before = self._previous.get(pid)
+                used = ticks - before[2] if before and before[0] == comm else ticks
+                if self._previous and used > 0:
+                    sample["others"][comm] = sample["others"].get(comm, 0) + used
+            if self._previous:
+                sample["others_since"] = self._scanned_at
+            self._previous, self._scanned_at = procs, now
+        elif busy < SCAN_ABOVE_CPUS:
+            self._previous, self._scanned_at = {}, None
         with self._lock:
             self._samples.append(sample)
         return sample
@@ -180,7 +244,7 @@ class ContentionSampler:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=self.interval_s + 2.0)
-        self.sample_once()
+        self.sample_once(final=True)
         return self.samples()
 
     def samples(self) -> list[dict]:

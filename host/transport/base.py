@@ -6,10 +6,13 @@ a transport returns are exactly the DSSE envelope the agent signed.
 
 from __future__ import annotations
 
+import secrets
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from ..errors import UntrustedDevice
 
 ProgressEvent = dict
 """A progress event from the agent: ``{"type": "run"|"phase"|"progress"|"log", ...}``.
@@ -45,10 +48,82 @@ class QualifyRequest:
     holder: str = ""
 
 
+@dataclass(frozen=True)
+class IdentityProof:
+    """What the agent answered to a challenge: its raw Ed25519 key and the signature."""
+
+    public_key_raw: bytes
+    signature: bytes
+
+
+CHALLENGE_BYTES = 32
+"""Fresh random bytes the host sends to ``Prove`` (the agent takes 16 to 1024)."""
+
+
 class Transport(ABC):
-    """A connection from the host to one device's agent."""
+    """A connection from the host to one device's agent.
+
+    Nothing but :meth:`prove` reaches the device before the agent has proved it
+    holds its device key: every other method first calls :meth:`ensure_identity`
+    (a fresh challenge, checked against ``pinned_key`` when one is set), and the
+    gRPC transport attaches its token only afterwards. So a token, a model or a
+    golden set never goes to an agent that did not prove it holds the expected key.
+    """
 
     address: str
+    pinned_key: bytes | None = None
+    """The raw key the device must prove it holds (None: any key, e.g. at enrolment)."""
+    proven_key: bytes | None = None
+    """The raw device key the agent proved it holds (None until :meth:`prove_identity`)."""
+    last_run_id: str | None = None
+    """The run id of the latest qualify, known as soon as the agent accepted it."""
+
+    @abstractmethod
+    def prove(self, challenge: bytes) -> IdentityProof:
+        """Ask the agent to sign ``challenge`` with its device key (sends no token)."""
+
+    def prove_identity(self, pinned_key_raw: bytes | None) -> bytes:
+        """Make the agent prove it holds a device key; return that raw key.
+
+        A fresh challenge is signed by the agent and checked here. With
+        ``pinned_key_raw`` the key must be that one (UntrustedDevice otherwise);
+        without it (enrolment, or finding a device by its key) any key that signed
+        the challenge is returned, for the caller to pin or look up.
+        """
+        from edgequal.agent.identity import verify_identity_proof
+        from edgequal.agent.keys import fingerprint_of
+
+        challenge = secrets.token_bytes(CHALLENGE_BYTES)
+        proof = self.prove(challenge)
+        if not verify_identity_proof(proof.public_key_raw, challenge, proof.signature):
+            raise UntrustedDevice(
+                f"the agent at {self.address} did not prove it holds a device key "
+                "(its answer to the challenge does not verify)",
+                hint="this is not an edgequal agent, or something between relays it; "
+                "nothing was sent to it",
+            )
+        if pinned_key_raw is not None and proof.public_key_raw != pinned_key_raw:
+            raise UntrustedDevice(
+                f"the agent at {self.address} holds key {fingerprint_of(proof.public_key_raw)}, "
+                f"not the pinned {fingerprint_of(pinned_key_raw)}: device identity changed "
+                "(re-keyed or impersonated); nothing was sent to it",
+                hint="if the device was re-keyed on purpose, check the new fingerprint on the "
+                "device, then `edgequal devices forget NAME` and trust it again",
+            )
+        self.proven_key = proof.public_key_raw
+        self._identity_proven()
+        return proof.public_key_raw
+
+    def _identity_proven(self) -> None:
+        """Hook: the device proved its key (the gRPC transport attaches its token here)."""
+
+    def use_token(self, token: str | None) -> None:
+        """Set the device's bearer token, sent only once it proved its key (SSH needs none)."""
+
+    def ensure_identity(self) -> None:
+        """Prove the device's identity (against ``pinned_key``) unless this connection did."""
+        if self.proven_key is None:
+            self.prove_identity(self.pinned_key)
 
     @abstractmethod
     def info(self) -> dict:

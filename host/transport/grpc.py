@@ -21,10 +21,11 @@ from pathlib import Path
 
 import grpc
 
+from ...agent.info import AgentInfo
 from ...protos import edgequal_v1_pb2 as pb
 from ...protos import edgequal_v1_pb2_grpc as pb_grpc
 from ..errors import HostError, TransportError, UsageError
-from .base import ProgressEvent, PushResult, QualifyRequest, Transport
+from .base import IdentityProof, ProgressEvent, PushResult, QualifyRequest, Transport
 
 CHUNK_BYTES = 1024 * 1024
 """Push chunk size: far below the agent's 4 MiB receive limit, large enough to keep per-message cost low."""
@@ -89,6 +90,11 @@ def normalize_address(address: str) -> str:
     if not sep or not host or not port.isdigit():
         raise UsageError(
             f"not a device address: {address!r}", hint="use grpc://HOST:PORT, e.g. grpc://pi5:7441"
+        )
+    if not 1 <= int(port) <= 65535:
+        raise UsageError(
+            f"not a device address: {address!r}: port {port} is outside 1-65535",
+            hint="use grpc://HOST:PORT, e.g. grpc://pi5:7441",
         )
     return addr
 
@@ -157,15 +163,18 @@ class GrpcTransport(Transport):
         chunk_bytes: int = CHUNK_BYTES,
         qualify_timeout_s: float | None = None,
         holder: str | None = None,
+        pinned_key: bytes | None = None,
     ):
         self.address = normalize_address(address)
+        self.pinned_key = pinned_key
         self.timeout_s = float(timeout_s)
         self.chunk_bytes = int(chunk_bytes)
         self.qualify_timeout_s = qualify_timeout_s
         self.holder = holder or _default_holder()
         self.last_run_id: str | None = None
-        """The run id of the latest qualify, known as soon as the agent accepts it."""
-        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        self._token = token
+        # The token is attached only once the agent proved its key (_identity_proven).
+        self._metadata: tuple = ()
         options = [
             ("grpc.max_receive_message_length", MAX_RECEIVE_MESSAGE_BYTES),
             ("grpc.max_send_message_length", 4 * 1024 * 1024),
@@ -185,7 +194,17 @@ class GrpcTransport(Transport):
 
     # -- helpers --------------------------------------------------------------
 
+    def use_token(self, token: str | None) -> None:
+        """Set the bearer token (sent only once the agent proved its key)."""
+        self._token = token
+        if self.proven_key is not None:
+            self._identity_proven()
+
+    def _identity_proven(self) -> None:
+        self._metadata = (("authorization", f"Bearer {self._token}"),) if self._token else ()
+
     def _unary(self, method, request, timeout_s: float | None = None):
+        self.ensure_identity()
         timeout_s = self.timeout_s if timeout_s is None else timeout_s
         try:
             return method(request, timeout=timeout_s, metadata=self._metadata)
@@ -200,49 +219,18 @@ class GrpcTransport(Transport):
 
     # -- Transport ------------------------------------------------------------
 
-    def info(self) -> dict:
-        """The agent's Info as a JSON-ready dict (fingerprint parsed, key in base64)."""
-        import base64
-
-        r = self._unary(self._stub.Info, pb.InfoRequest())
+    def prove(self, challenge: bytes) -> IdentityProof:
+        """``Prove``: the agent signs ``challenge`` with its device key; no token is sent."""
         try:
-            fingerprint = json.loads(r.fingerprint_json) if r.fingerprint_json else {}
-        except json.JSONDecodeError:
-            fingerprint = {"error": "agent sent a fingerprint that is not JSON"}
-        lease = None
-        if r.busy:
-            lease = {
-                "run_id": r.lease.run_id,
-                "holder": r.lease.holder,
-                "started_unix_ms": r.lease.started_unix_ms,
-                "expires_unix_ms": r.lease.expires_unix_ms,
-            }
-        return {
-            "address": self.address,
-            "agent_version": r.agent_version,
-            "protocol": r.protocol,
-            "fingerprint": fingerprint,
-            "runtimes": [
-                {
-                    "name": rt.name,
-                    "available": rt.available,
-                    "version": rt.version,
-                    "reason": rt.reason,
-                    "distribution": rt.distribution,
-                }
-                for rt in r.runtimes
-            ],
-            "public_key_b64": base64.b64encode(r.public_key_raw).decode("ascii"),
-            "key_fingerprint": r.key_fingerprint,
-            "busy": r.busy,
-            "lease": lease,
-            "limits": {
-                "max_artifact_bytes": r.limits.max_artifact_bytes,
-                "chunk_bytes": r.limits.chunk_bytes,
-                "max_receive_message_bytes": r.limits.max_receive_message_bytes,
-                "quota_bytes": r.limits.quota_bytes,
-            },
-        }
+            r = self._stub.Prove(pb.ProveRequest(challenge=challenge), timeout=self.timeout_s)
+        except grpc.RpcError as e:
+            raise host_error(e, self.address, self.timeout_s) from None
+        return IdentityProof(bytes(r.public_key_raw), bytes(r.signature))
+
+    def info(self) -> dict:
+        """The agent's Info (:meth:`AgentInfo.to_json`, the same over every transport) plus the address."""
+        r = self._unary(self._stub.Info, pb.InfoRequest())
+        return {"address": self.address, **AgentInfo.from_pb2(r).to_json()}
 
     def stat(self, digest: str) -> tuple[int, bool]:
         """``(committed_size, complete)`` of an artifact on the agent."""
@@ -337,6 +325,7 @@ class GrpcTransport(Transport):
         If the connection breaks, the run goes on on the device and its report is
         kept there: ``last_run_id`` names it for :meth:`get_report`.
         """
+        self.ensure_identity()
         self.last_run_id = None
         message = pb.QualifyRequest(
             model_digest=self._check_digest(request.model_digest),

@@ -30,9 +30,10 @@ from pathlib import Path
 
 import paramiko
 
-from ..errors import TransportError
+from ...agent.info import AgentInfo
+from ..errors import TransportError, UsageError
 from ..ssh_session import SSHSession, last_line, short
-from .base import ProgressEvent, PushResult, QualifyRequest, Transport
+from .base import IdentityProof, ProgressEvent, PushResult, QualifyRequest, Transport
 
 log = logging.getLogger(__name__)
 
@@ -72,9 +73,11 @@ class SSHTransport(Transport):
         run_idle_timeout_s: float = DEFAULT_RUN_IDLE_TIMEOUT_S,
         run_timeout_s: float = DEFAULT_RUN_TIMEOUT_S,
         session: SSHSession | None = None,
+        pinned_key: bytes | None = None,
         **session_options,
     ):
         self.address = url
+        self.pinned_key = pinned_key
         self._owns_session = session is None
         self.session = session or SSHSession(url, **session_options)
         self.target = self.session.target
@@ -128,39 +131,33 @@ class SSHTransport(Transport):
 
     # ----- Transport ---------------------------------------------------------------
 
-    def info(self) -> dict:
-        """The agent's info in the gRPC transport's shape, from ``info --json`` and ``key show --json``.
+    def prove(self, challenge: bytes) -> IdentityProof:
+        """``key prove --challenge HEX``: the agent signs ``challenge`` with its device key."""
+        answer = self.agent_json(
+            ["key", "prove", "--challenge", challenge.hex()], "prove the device key"
+        )
+        try:
+            return IdentityProof(
+                base64.b64decode(answer["public_key_b64"], validate=True),
+                base64.b64decode(answer["signature_b64"], validate=True),
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            raise TransportError(
+                f"the agent on {self.target.known_hosts_name} answered the identity challenge "
+                "without a key and signature",
+                hint="the device's edgequal-agent may be older than this host; reinstall it",
+            ) from e
 
-        Keys: address, agent_version, fingerprint (the board), runtimes (list of
-        {name, available, version, reason}), public_key_b64, key_fingerprint,
-        busy (None: not known over SSH), key (``key show --json`` as printed),
-        probes (every probe reading).
+    def info(self) -> dict:
+        """The agent's Info (:meth:`AgentInfo.to_json`, as over gRPC) plus the address.
+
+        ``info --json`` prints the same :class:`AgentInfo` gRPC ``Info`` sends, with
+        ``root`` and every probe reading (``probes``) besides; the lease is that of
+        whichever agent holds the device's state directory.
         """
+        self.ensure_identity()
         raw = self.agent_json(["info", "--json"], "read the agent's info")
-        key = self.agent_json(["key", "show", "--json"], "read the device key")
-        probes = raw.get("probes") or {}
-        runtimes = raw.get("runtimes") or {}
-        if isinstance(runtimes, dict):
-            runtimes = [
-                {
-                    "name": name,
-                    "available": bool(r.get("available")),
-                    "version": r.get("version") or "",
-                    "reason": r.get("reason") or "",
-                }
-                for name, r in runtimes.items()
-            ]
-        return {
-            "address": self.address,
-            "agent_version": raw.get("agent_version", ""),
-            "fingerprint": probes.get("fingerprint", raw.get("fingerprint", {})),
-            "runtimes": runtimes,
-            "public_key_b64": key.get("public_key_b64", ""),
-            "key_fingerprint": key.get("fingerprint", ""),
-            "busy": None,
-            "key": key,
-            "probes": probes,
-        }
+        return {"address": self.address, **AgentInfo.from_json(raw).to_json()}
 
     def store_stat(self, digest: str) -> dict:
         """``store stat DIGEST``: {"digest", "committed_offset", "complete", "partial_path"}."""
@@ -170,6 +167,7 @@ class SSHTransport(Transport):
         self, path: Path, digest: str, on_progress: Callable[[int, int], None] | None = None
     ) -> PushResult:
         """Upload ``path`` unless the device holds ``digest``; resume a partial upload."""
+        self.ensure_identity()
         path = Path(path)
         size = path.stat().st_size
         stat = self.store_stat(digest)
@@ -199,6 +197,7 @@ class SSHTransport(Transport):
 
     def qualify(self, request: QualifyRequest, on_event: Callable[[ProgressEvent], None]) -> bytes:
         """Run ``run-plan`` on the device, streaming events; return the signed envelope bytes."""
+        self.ensure_identity()
         doc = {
             "model_digest": request.model_digest,
             "golden_digest": request.golden_digest,
@@ -277,6 +276,7 @@ class SSHTransport(Transport):
 
     def get_report(self, run_id: str) -> bytes:
         """``report RUN_ID``: the stored envelope's bytes, as the agent printed them."""
+        self.ensure_identity()
         step = f"fetch report {run_id}"
         rc, out, err = self.session.execute(self.agent_command(["report", run_id]), step)
         if rc != 0:
@@ -284,18 +284,21 @@ class SSHTransport(Transport):
         return out
 
     def cancel(self, run_id: str) -> None:
-        """Stop the run this transport is streaming by closing its channel.
+        """Stop ``run_id``; it still ends with a signed report the device keeps.
 
-        Closing the channel closes the run-plan's stdout; the agent then ends the
-        run with a signed report it keeps (fetch it with :meth:`get_report`).
+        The run this transport is streaming is stopped by closing its channel (the
+        run-plan's stdout closes and the agent cancels the run). Any other run
+        (started by a host that went away) by ``edgequal-agent cancel RUN_ID``,
+        which signals its run-plan; UsageError when it is not in progress.
         """
+        self.ensure_identity()
         channel = self.session.running
-        if channel is None:
-            raise TransportError(
-                f"no run in progress over this SSH connection to cancel ({run_id})",
-                hint="over SSH a run can only be stopped by the connection that started it",
-            )
-        channel.close()
+        if channel is not None and run_id == self.last_run_id:
+            channel.close()
+            return
+        answer = self.agent_json(["cancel", run_id], f"cancel run {run_id}")
+        if not answer.get("cancelled"):
+            raise UsageError(str(answer.get("message") or f"run {run_id} was not cancelled"))
 
     def close(self) -> None:
         """Close the SSH connection (a session handed in by the caller stays open)."""

@@ -35,10 +35,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5, help="qualifications to time (default 5)")
     args = parser.parse_args(argv)
-    from edgequal.host.demo import prepare
+    from edgequal.host.demo import GOLDEN_CASES
+    from edgequal.host.examples import EXAMPLES, build_example, example_inputs
+    from edgequal.host.golden import make_golden
 
     work = Path(tempfile.mkdtemp(prefix="edgequal-bench-"))
-    model, golden = next((m, g) for m, g in prepare(work) if m.name == "classifier.onnx")
+    # The demo's classifier and golden set, built as host/demo.py's prepare() does.
+    model = build_example("classifier", work / "models")
+    cases = {f"case{i:02d}": f for i, f in enumerate(example_inputs("classifier", GOLDEN_CASES))}
+    golden = work / "classifier.golden.npz"
+    make_golden(model, cases, golden, decision=EXAMPLES["classifier"].decision_rule)
     edgequal = [
         sys.executable,
         "-c",

@@ -114,6 +114,7 @@ def predicate_of(envelope: bytes) -> dict:
 # -- defect 3: one agent per state directory ---------------------------------------
 
 
+@pytest.mark.slow
 def test_a_second_agent_on_one_state_directory_refuses_and_the_first_keeps_serving(tmp_path):
     state = tmp_path / "state"
     first, port = start_serve(state, tmp_path)
@@ -188,6 +189,7 @@ def crashing_onnxruntime(tmp_path) -> dict:
     return {**os.environ, "PYTHONPATH": str(site)}
 
 
+@pytest.mark.slow
 def test_info_reports_a_runtime_whose_import_crashes_and_still_answers(
     tmp_path, crashing_onnxruntime
 ):
@@ -210,6 +212,7 @@ def test_info_reports_a_runtime_whose_import_crashes_and_still_answers(
     )
 
 
+@pytest.mark.slow
 def test_a_model_for_the_crashing_runtime_fails_signed_and_the_other_runtime_qualifies(
     tmp_path, crashing_onnxruntime, example_models, quick_plan
 ):
@@ -259,6 +262,7 @@ def start_run_plan(state: Path, plan: Path) -> tuple[subprocess.Popen, str]:
             return proc, run_id
 
 
+@pytest.mark.slow
 def test_run_plan_cancelled_by_a_closed_pipe_is_signed_incomplete_cancelled(
     tmp_path, example_models, quick_plan
 ):
@@ -276,6 +280,7 @@ def test_run_plan_cancelled_by_a_closed_pipe_is_signed_incomplete_cancelled(
     assert (p["status"], p["reason"]) == ("incomplete", "cancelled")  # as gRPC's Cancel signs it
 
 
+@pytest.mark.slow
 def test_run_plan_cancelled_by_a_hang_up_sends_the_signed_report(
     tmp_path, example_models, quick_plan
 ):
@@ -348,6 +353,7 @@ def test_agent_info_round_trips_through_json_and_protobuf():
     assert AgentInfo.from_json(idle.to_json()) == idle
 
 
+@pytest.mark.slow
 def test_serve_learns_of_a_crashing_runtime_in_the_background(
     tmp_path, crashing_onnxruntime, monkeypatch
 ):

@@ -12,8 +12,11 @@ from edgequal.agent.errors import BadInput, GoldenMismatch
 from edgequal.agent.golden import GoldenCase, read_golden, write_golden
 from edgequal.agent.jobs import WorkerJob, latency_settings
 from edgequal.agent.plan import make_plan
-from edgequal.agent.qualification import run_measurement
+from edgequal.agent.qualification import exit_code_for, run_measurement
 from edgequal.agent.supervisor import Worker
+
+# Every test here starts worker processes running real runtimes: the fast loop skips it.
+pytestmark = pytest.mark.slow
 
 RUNNABLE = [
     "classifier",
@@ -131,6 +134,18 @@ def test_broken_model_files_are_rejected_cleanly(
     assert out["findings"][0]["kind"] == "model_rejected"
     assert out["findings"][0]["phase"] == "cold_load"
     assert "rejected the model" in out["findings"][0]["message"]
+
+
+def test_nan_output_without_a_golden_set_is_a_finding(example_models, fast_plan):
+    out = run_measurement(example_models["nan_output"], None, fast_plan)
+    assert out["status"] == "failed"
+    finding = out["findings"][0]
+    assert finding["kind"] == "nonfinite_output" and finding["phase"] == "cold_load"
+    # y = sqrt(x - 10) on synthesized inputs in [0, 1): all four values are NaN.
+    assert finding["message"] == (
+        "output 'y' holds 4 NaN and 0 Inf of 4 values on the first inference"
+    )
+    assert exit_code_for(out["status"], out["findings"]) == 1
 
 
 def test_nan_output_fails_drift(example_models, tmp_path, fast_plan):

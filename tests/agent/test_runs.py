@@ -154,6 +154,7 @@ def test_same_file_name_for_model_and_golden_set_is_signed(key):
     ]
 
 
+@pytest.mark.slow
 def test_qualify_with_one_name_for_both_inputs_then_the_agent_restarts(
     tmp_path, example_models, golden_sets, quick_plan
 ):
@@ -236,6 +237,7 @@ def test_recovery_never_stops_the_agent_from_starting(tmp_path, key):
 # -- defect 2: a full disk ---------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_disk_full_during_a_run_still_stores_its_report(
     small_disk, store, key, example_models, quick_plan
 ):
@@ -268,6 +270,7 @@ def test_disk_full_during_a_run_still_stores_its_report(
     assert runs.read_report("run-1") == envelope  # nothing lost
 
 
+@pytest.mark.slow
 def test_a_report_the_full_disk_cannot_take_is_kept_and_its_true_state_reported(
     small_disk, store, key, example_models, quick_plan
 ):
@@ -291,6 +294,7 @@ def test_a_report_the_full_disk_cannot_take_is_kept_and_its_true_state_reported(
     assert "No space left on device" in p["reason"]
 
 
+@pytest.mark.slow
 def test_an_unsaved_report_is_written_once_the_disk_has_room(
     small_disk, store, key, example_models, quick_plan
 ):
@@ -307,6 +311,7 @@ def test_an_unsaved_report_is_written_once_the_disk_has_room(
     assert not (small_disk / "runs" / "run-1").exists()
 
 
+@pytest.mark.slow
 def test_disk_full_at_run_start_over_grpc_is_resource_exhausted(
     small_disk, tmp_path, example_models, quick_plan
 ):
@@ -343,6 +348,7 @@ def test_disk_full_at_run_start_over_grpc_is_resource_exhausted(
 # -- defect 4: a report too large to fetch ------------------------------------------
 
 
+@pytest.mark.slow
 def test_an_oversized_report_keeps_its_statistics_and_drops_raw_samples(
     tmp_path, store, key, example_models, quick_plan
 ):
@@ -376,6 +382,7 @@ def test_a_plan_asking_for_a_report_too_large_is_refused_before_the_device_is_ta
         agent.stop(0)
 
 
+@pytest.mark.slow
 def test_info_and_stat_keep_answering_while_a_qualification_runs(
     tmp_path, example_models, quick_plan
 ):

@@ -190,6 +190,7 @@ def test_agent_measure_missing_model_file(tmp_path, capsys):
     assert "model file not found" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_qualify_applies_the_named_profile(example_models, tmp_path, capsys):
     rc = edgequal_main(
         [
@@ -225,6 +226,7 @@ def test_qualify_unknown_device_is_untrusted(example_models, capsys):
     assert "unknown device 'nosuchboard'" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_qualify_over_ssh_from_the_cli_pins_on_first_use(
     sshd_server, agent_cmd, example_models, tmp_path, capsys
 ):
@@ -258,9 +260,15 @@ def test_qualify_over_ssh_from_the_cli_pins_on_first_use(
     assert KnownDevices().get(name).address == sshd_server.url
     assert edgequal_main(["verify", str(tmp_path / "r.json"), "--device", name]) == 0
     # Second use finds the pinned entry by its address.
-    assert edgequal_main(args) == 0
+    capsys.readouterr()
+    rc = edgequal_main(args)
+    predicate = json.loads(capsys.readouterr().out)
+    assert predicate["status"] in MEASURED_STATUSES
+    assert rc == exit_code_for(predicate["status"], predicate["findings"])
+    assert [e.name for e in KnownDevices().list()] == [name]
 
 
+@pytest.mark.slow
 def test_qualify_without_output_writes_into_the_state_dir_and_shows_the_run_id_first(
     example_models, tmp_path, monkeypatch, capsys
 ):
@@ -300,6 +308,7 @@ def test_names_with_brackets_reach_the_screen_intact(tmp_path, capsys):
     assert "[/x]" in err
 
 
+@pytest.mark.slow
 def test_dynamic_input_without_shape_names_the_shape_and_an_example(example_models, capsys):
     rc = edgequal_main(["qualify", str(example_models["dynamic"]), "--sustain", "0"])
     assert rc == 2

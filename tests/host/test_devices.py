@@ -16,6 +16,9 @@ from edgequal.host.devices import resolve_token
 from edgequal.host.errors import UsageError
 from edgequal.host.trust import KnownDevices
 
+# Starts real processes (agents, sshd, the emulator) for seconds each: the fast loop skips it.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def token_agent(tmp_path):

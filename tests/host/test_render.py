@@ -14,6 +14,7 @@ def test_sparkline_maps_lowest_to_highest():
     assert render.sparkline([10, 0]) == "█▁"
 
 
+@pytest.mark.slow
 def test_summary_of_a_real_measurement_with_sustained_and_drift(
     example_models, golden_sets, tmp_path, capsys
 ):

@@ -3,13 +3,11 @@ with the network blocked; the plots and tables must be there and rendered."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,28 +15,6 @@ import pytest
 from edgequal.host.cli import main as edgequal_main
 from edgequal.host.report_file import ReportFile, load_report
 from edgequal.host.report_html import render_report_html, window_cause
-
-
-def _helpers():
-    """tests/gate_reports.py, shared by the gate, compare and report-page tests."""
-    name = "_edgequal_tests_gate_reports"
-    if name not in sys.modules:
-        path = Path(__file__).resolve().parents[1] / "gate_reports.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-@pytest.fixture(scope="module")
-def reports(tmp_path_factory, example_models):
-    return _helpers().produce(tmp_path_factory, example_models)
-
-
-@pytest.fixture
-def known(reports):
-    return _helpers().trust_local(reports)
 
 
 def _chromium() -> str:

@@ -15,6 +15,9 @@ from edgequal.host.errors import TransportError, UsageError
 from edgequal.host.ssh_session import SSHSession
 from edgequal.host.ssh_target import parse_ssh_url, resolve_target
 
+# Starts real processes (agents, sshd, the emulator) for seconds each: the fast loop skips it.
+pytestmark = pytest.mark.slow
+
 
 def ssh_fingerprint(public_key_line: str) -> str:
     """SHA256 fingerprint of an OpenSSH public key line, as ssh-keygen -l prints it."""

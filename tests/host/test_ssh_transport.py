@@ -18,12 +18,15 @@ from pathlib import Path
 
 import pytest
 from edgequal.agent.report.signing import MEASURED_STATUSES
-from edgequal.host.errors import TransportError
+from edgequal.host.errors import TransportError, UsageError
 from edgequal.host.examples import build_example
 from edgequal.host.transport.base import QualifyRequest
 from edgequal.host.transport.ssh import SSHTransport
 from edgequal.host.trust import KnownDevices
 from edgequal.host.verify import verify_envelope
+
+# Starts real processes (agents, sshd, the emulator) for seconds each: the fast loop skips it.
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
@@ -178,19 +181,23 @@ def test_push_killed_half_way_resumes_with_only_the_rest(
 # ----- qualify over SSH end to end ---------------------------------------------------
 
 
-def test_qualify_over_ssh_end_to_end_and_verify(ssh, tmp_path, fast_plan):
+def test_qualify_over_ssh_end_to_end_and_verify(ssh, state_dir, tmp_path, fast_plan):
     model = build_example("micro", tmp_path / "models")
     digest = hashlib.sha256(model.read_bytes()).hexdigest()
     assert ssh.push(model, digest).bytes_sent == model.stat().st_size
 
     info = ssh.info()
-    key = info["key"]
-    assert info["public_key_b64"] == key["public_key_b64"]
-    assert info["key_fingerprint"] == key["fingerprint"].strip()
+    # The same typed Info as over gRPC: the key the agent proved, limits, lease, protocol.
+    assert base64.b64decode(info["public_key_b64"]) == ssh.proven_key
+    assert ssh.proven_key == base64.b64decode((state_dir / "device_key.pub").read_text())
+    assert info["protocol"] == "edgequal.v1"
+    assert info["busy"] is False and info["lease"] is None
+    assert info["limits"]["chunk_bytes"] == 1024 * 1024
+    assert info["key_fingerprint"].startswith("SHA256:")
     assert info["agent_version"]
     assert {r["name"] for r in info["runtimes"]} >= {"onnxruntime"}
     known = KnownDevices(tmp_path / "known_devices")
-    known.trust("sshboard", ssh.address, base64.b64decode(key["public_key_b64"]))
+    known.trust("sshboard", ssh.address, base64.b64decode(info["public_key_b64"]))
 
     nonce = secrets.token_hex(16)
     events = []
@@ -202,7 +209,7 @@ def test_qualify_over_ssh_end_to_end_and_verify(ssh, tmp_path, fast_plan):
         envelope, known=known, device="sshboard", expected_nonce=nonce, artifacts=[model]
     )
     assert report.device_name == "sshboard"
-    assert report.fingerprint == key["fingerprint"]
+    assert report.fingerprint == info["key_fingerprint"]
     assert report.status in MEASURED_STATUSES, report.predicate.get("findings")
     assert report.run_id == ssh.last_run_id
     # The run id comes first, as soon as the agent accepted the run.
@@ -221,6 +228,6 @@ def test_qualify_with_unknown_artifact_is_one_clear_error(ssh, fast_plan):
     assert missing in str(info.value)
 
 
-def test_cancel_without_a_run_on_this_connection_is_refused(ssh):
-    with pytest.raises(TransportError, match="no run in progress"):
+def test_cancel_of_a_run_not_in_progress_is_refused(ssh):
+    with pytest.raises(UsageError, match="run 20260101T000000Z-abcdef01 is not in progress"):
         ssh.cancel("20260101T000000Z-abcdef01")

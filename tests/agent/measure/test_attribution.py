@@ -20,6 +20,7 @@ def sample(t, busy, total, steal=0, agent=0, others=None):
         "cpu": {"total": total, "busy": busy, "idle": total - busy, "steal": steal},
         "agent_ticks": agent,
         "others": others or {},
+        "others_since": t - 1.0 if others else None,
     }
 
 
@@ -46,6 +47,17 @@ def test_contention_between_brackets_the_window_and_splits_the_cpu():
         {"name": "stress", "cpu_share": 0.49},  # 98 ticks over 2 s
         {"name": "sshd", "cpu_share": 0.01},
     ]
+
+
+def test_a_scan_that_covers_more_than_the_window_counts_for_its_overlap():
+    # One scan at t=15 covering 10..15 (5 s): stress used 400 ticks = 0.8 CPUs throughout.
+    scan = sample(15.0, busy=700, total=1000, others={"stress": 400})
+    scan["others_since"] = 10.0
+    samples = [sample(10.0, 0, 0), sample(11.0, 100, 200), sample(12.0, 200, 400), scan]
+    ev = contention_between(samples, 10.2, 10.8, 2, TICKS)  # bracketed by 10 and 11
+    # 1 s of the 5 s scan overlaps the 1 s span: 80 ticks over 1 s = 0.8 CPUs.
+    assert ev["span_s"] == 1.0
+    assert ev["top_processes"] == [{"name": "stress", "cpu_share": 0.8}]
 
 
 def test_contention_without_samples_or_worker_figures():

@@ -78,7 +78,7 @@ def test_sampler_names_a_busy_process_and_leaves_out_the_workers_group():
     # The worker runs in its own process group, as the agent starts it.
     worker = subprocess.Popen([sys.executable, "-c", _busy(b"eq-worker")], start_new_session=True)
     try:
-        sampler = ContentionSampler(worker.pid, interval_s=0.2)
+        sampler = ContentionSampler(worker.pid, interval_s=0.2, scan_every_s=0.2)
         sampler.start()
         deadline = time.monotonic() + 3
         while time.monotonic() < deadline and len(sampler.samples()) < 5:
@@ -96,3 +96,49 @@ def test_sampler_names_a_busy_process_and_leaves_out_the_workers_group():
             used[name] = used.get(name, 0) + ticks
     assert used.get("eq-competitor", 0) > 0, used
     assert "eq-worker" not in used
+
+
+def _write_proc(root: Path, busy: int, procs: dict[int, tuple[str, int, int]]) -> None:
+    """A recorded-style /proc: the cpu line of stat and one stat file per process."""
+    root.mkdir(exist_ok=True)
+    (root / "stat").write_text(f"cpu  {busy} 0 0 {100_000 - busy} 0 0 0 0 0 0\n")
+    for pid, (comm, pgrp, ticks) in procs.items():
+        (root / str(pid)).mkdir(exist_ok=True)
+        (root / str(pid) / "stat").write_text(
+            f"{pid} ({comm}) R 1 {pgrp} {pgrp} 0 -1 0 0 0 0 0 {ticks} 0 0 0 20 0 1 0\n"
+        )
+
+
+def test_other_processes_are_scanned_only_while_they_use_the_cpu(tmp_path, monkeypatch):
+    proc = tmp_path / "proc"
+    agent, worker = os.getpid(), 4242
+    sampler = ContentionSampler(worker, proc_root=proc, scan_every_s=2.0)
+    ticks = sampler.clock_ticks_per_s
+    clock = iter([10.0, 11.0, 12.0, 13.0, 14.0, 15.0])
+    monkeypatch.setattr(time, "monotonic", lambda: next(clock))
+    base = {agent: ("agent", agent, 0), worker: ("eq-worker", worker, 0), 7: ("stress", 7, 0)}
+
+    def tick(busy_s: float, stress_s: float, worker_s: float) -> dict:
+        _write_proc(
+            proc,
+            int(busy_s * ticks),
+            {
+                **base,
+                worker: ("eq-worker", worker, int(worker_s * ticks)),
+                7: ("stress", 7, int(stress_s * ticks)),
+            },
+        )
+        return sampler.sample_once()
+
+    assert tick(0, 0, 0)["others"] == {}  # the first sample scans: a baseline
+    # Only the worker used the CPU (1 CPU-s in 1 s): nobody else to name, no scan.
+    assert tick(1.0, 0, 1.0)["others"] == {}
+    assert sampler._previous == {}
+    # stress takes 0.8 CPUs: this sample scans (a baseline after the quiet second) ...
+    assert tick(2.8, 0.8, 2.0)["others"] == {}
+    # ... the next comes before scan_every_s (2 s) has passed: no scan ...
+    assert tick(4.6, 1.6, 3.0)["others"] == {}
+    # ... and the one after names it with what it used since the baseline, 12..14 s.
+    named = tick(6.4, 2.4, 4.0)
+    assert named["others"] == {"stress": int(2.4 * ticks) - int(0.8 * ticks)}
+    assert named["others_since"] == 12.0 and named["t"] == 14.0

@@ -79,6 +79,8 @@ def _parse_envelope(envelope_bytes: bytes) -> tuple[bytes, list[tuple[str | None
         envelope = json.loads(envelope_bytes)
     except (ValueError, TypeError) as e:
         raise VerificationFailed(f"envelope: not JSON ({e})") from e
+    except RecursionError as e:  # a forged file nested deeper than the parser can go
+        raise VerificationFailed("envelope: not JSON (nested too deeply)") from e
     if not isinstance(envelope, dict):
         raise VerificationFailed("envelope: not a JSON object")
     payload_type = envelope.get("payloadType")
@@ -192,6 +194,8 @@ def _parse_statement(payload: bytes) -> dict:
         )
     except (UnicodeDecodeError, ValueError) as e:
         raise VerificationFailed(f"statement: payload is not UTF-8 JSON ({e})") from e
+    except RecursionError as e:
+        raise VerificationFailed("statement: payload is not JSON (nested too deeply)") from e
     try:
         validate_statement(statement)
     except ValueError as e:

@@ -4,8 +4,15 @@
 measures (``qualification``), signs the report with the device key and writes
 it under ``reports/`` before it returns, so a host that went away can fetch it
 later by run id. An agent that restarts finds runs still marked in progress and
-signs them ``incomplete``; a run it cannot even sign is moved aside to
-``runs-unrecoverable/`` and logged, so recovery never stops the agent starting.
+signs them ``incomplete`` (reason ``device_reboot`` when the boot id recorded at
+run start is not the device's boot id any more); a run it cannot even sign is
+moved aside to ``runs-unrecoverable/`` and logged, so recovery never stops the
+agent starting.
+
+Time: the device's wall clock is read through ``clock`` (``time.time`` unless a
+caller passes another source) and checked against the host's time in the nonce
+(``agent/clock.py``); a clock far off is reported (``clock_unsynced``), never
+trusted and never needed to verify a report.
 
 Disk space: a run starts only when ``reserve`` (a file of ``reserve_bytes``
 next to the reports) is in place. When the disk fills during the run, the
@@ -30,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from .clock import ClockCheck, check_clock, read_boot_id
 from .errors import AgentError, BadInput, QuotaExceeded
 from .files import is_no_space, write_atomic
 from .keys import DeviceKey
@@ -119,8 +127,15 @@ def subjects_for(request: RunRequest) -> list[dict]:
     return subjects
 
 
-def sign_report(key: DeviceKey, request: RunRequest, outcome: dict) -> bytes:
-    """Build the in-toto statement for a run and sign it into DSSE envelope bytes."""
+def sign_report(
+    key: DeviceKey, request: RunRequest, outcome: dict, now_s: float | None = None
+) -> bytes:
+    """Build the in-toto statement for a run and sign it into DSSE envelope bytes.
+
+    ``now_s`` is the device's wall clock for ``finished_at`` (``time.time()`` if None);
+    ``outcome["clock"]``, when present, is the run's clock check.
+    """
+    now_s = time.time() if now_s is None else now_s
     predicate = json_clean(
         {
             "run_id": request.run_id,
@@ -132,7 +147,8 @@ def sign_report(key: DeviceKey, request: RunRequest, outcome: dict) -> bytes:
             "results": outcome.get("results", {}),
             "findings": outcome.get("findings", []),
             "device_key": key.fingerprint(),
-            "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now_s)),
+            "clock": outcome.get("clock"),
         }
     )
     return sign_envelope(key, build_statement(subjects_for(request), predicate))
@@ -145,6 +161,15 @@ def _drop_raw_samples(value):
     if isinstance(value, list):
         return [_drop_raw_samples(v) for v in value]
     return value
+
+
+def _with_clock(outcome: dict, clock: ClockCheck) -> dict:
+    """``outcome`` with its ``clock`` section, plus a ``clock_unsynced`` finding when flagged."""
+    outcome = {**outcome, "clock": clock.to_json()}
+    finding = clock.finding()
+    if finding is not None:
+        outcome["findings"] = [*outcome.get("findings", []), finding]
+    return outcome
 
 
 def _forget_run(run_dir: Path) -> None:
@@ -170,6 +195,7 @@ class Runs:
         *,
         reserve_bytes: int = DEFAULT_REPORT_RESERVE_BYTES,
         max_report_bytes: int = MAX_REPORT_BYTES,
+        clock: Callable[[], float] = time.time,
     ):
         self.state_dir = Path(state_dir)
         self.key = key
@@ -177,6 +203,8 @@ class Runs:
         self.root = Path(root)
         self.reserve_bytes = int(reserve_bytes)
         self.max_report_bytes = int(max_report_bytes)
+        self.clock = clock
+        """The device's wall clock (unix seconds); dates in reports come from it."""
         self._lock = threading.Lock()
         self._unsaved: dict[str, bytes] = {}
         """Envelopes of finished runs the disk could not take yet, by run id."""
@@ -237,8 +265,11 @@ class Runs:
         self.save_unsaved()
         self.ensure_reserve()
         run_dir = self.run_dir(request.run_id)
+        clock = check_clock(self.clock(), request.nonce)
+        # The boot id beside the request: a recovery under another boot id was a reboot.
+        record = {**asdict(request), "boot_id": read_boot_id(self.root)}
         try:
-            write_atomic(run_dir / "request.json", json.dumps(asdict(request)).encode())
+            write_atomic(run_dir / "request.json", json.dumps(record).encode())
         except OSError as e:
             _forget_run(run_dir)
             if is_no_space(e):
@@ -272,13 +303,14 @@ class Runs:
                 "reason": f"internal error: {type(e).__name__}: {e}",
                 "findings": [{"kind": "internal_error", "message": f"{type(e).__name__}: {e}"}],
             }
+        outcome = _with_clock(outcome, clock)
         envelope = self._sign_bounded(request, outcome)
         self._store_report(request.run_id, envelope, outcome["status"])
         return envelope
 
     def _sign_bounded(self, request: RunRequest, outcome: dict) -> bytes:
         """Sign ``outcome``; an envelope over ``max_report_bytes`` is signed again without raw samples."""
-        envelope = sign_report(self.key, request, outcome)
+        envelope = sign_report(self.key, request, outcome, self.clock())
         if len(envelope) <= self.max_report_bytes:
             return envelope
         size = len(envelope)
@@ -296,7 +328,7 @@ class Runs:
                 f"limit of {self.max_report_bytes}; statistics are kept, raw samples are not",
             }
         ]
-        return sign_report(self.key, request, trimmed)
+        return sign_report(self.key, request, trimmed, self.clock())
 
     # -- disk ----------------------------------------------------------------
 
@@ -405,7 +437,9 @@ class Runs:
         return recovered
 
     def _recover_one(self, run_dir: Path) -> bool:
-        request = RunRequest(**json.loads((run_dir / "request.json").read_text()))
+        record = json.loads((run_dir / "request.json").read_text())
+        boot_then = record.pop("boot_id", None)
+        request = RunRequest(**record)
         check_run_id(request.run_id)
         if request.run_id != run_dir.name:
             raise BadInput(f"request.json names run {request.run_id!r}")
@@ -413,18 +447,30 @@ class Runs:
             _forget_run(run_dir)
             return False
         reason = "the agent stopped during the run"
-        with contextlib.suppress(OSError, ValueError):
+        finding = {"kind": "interrupted", "message": reason}
+        boot_now = read_boot_id(self.root)
+        if boot_then and boot_now and boot_then != boot_now:
+            reason = "device_reboot"
+            finding = {
+                "kind": "device_reboot",
+                "message": f"the device restarted during the run (boot id {boot_then} at "
+                f"the start, {boot_now} at recovery): the run was cut off and its results lost",
+            }
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
             marker = json.loads((run_dir / UNSAVED_MARKER).read_text())
             reason = (
                 f"the run finished ({marker['status']}) but its report of {marker['bytes']} "
                 f"bytes could not be stored before the agent stopped: {marker['error']}"
             )
-        outcome = {
-            "status": "incomplete",
-            "reason": reason,
-            "findings": [{"kind": "interrupted", "message": reason}],
-        }
-        write_atomic(self.report_path(request.run_id), sign_report(self.key, request, outcome))
+            finding = {"kind": "interrupted", "message": reason}
+        now = self.clock()
+        outcome = _with_clock(
+            {"status": "incomplete", "reason": reason, "findings": [finding]},
+            # The host's time in the nonce is from the run's start: only the floor applies now.
+            check_clock(now, None),
+        )
+        envelope = sign_report(self.key, request, outcome, now)
+        write_atomic(self.report_path(request.run_id), envelope)
         _forget_run(run_dir)
         return True
 

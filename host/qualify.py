@@ -1,6 +1,6 @@
 """One qualification from the host's side: push, run, verify, save.
 
-The host makes a fresh nonce, pushes the model and golden set by digest (skipped
+The host makes a fresh nonce (which carries its clock, see agent/clock.py), pushes the model and golden set by digest (skipped
 when the agent holds them), streams progress, and verifies the signed envelope
 against the device's pinned key before it reads a single result from it.
 """
@@ -8,11 +8,11 @@ against the device's pinned key before it reads a single result from it.
 from __future__ import annotations
 
 import base64
-import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from edgequal.agent.clock import new_nonce
 from edgequal.agent.golden import file_sha256
 from edgequal.agent.plan import Plan
 
@@ -77,7 +77,8 @@ def qualify(
         }
     )
     on_event({"type": "phase", "phase": "upload", "state": "done"})
-    nonce = secrets.token_hex(16)
+    # Fresh random bits plus this host's clock, which the agent checks its own against.
+    nonce = new_nonce()
     request = QualifyRequest(
         model_digest=model_digest,
         golden_digest=golden_digest,

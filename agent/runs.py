@@ -34,7 +34,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .clock import ClockCheck, check_clock, read_boot_id
@@ -62,6 +62,9 @@ RAW_SAMPLES_KEY = "samples_ns_b64"
 RESERVE_FILE = "reserve"
 UNSAVED_MARKER = "report-unsaved.json"
 UNRECOVERABLE_DIR = "runs-unrecoverable"
+BUNDLES_DIR = "bundles"
+PREFLIGHT_TIMEOUT_S = 120.0
+"""Longest the external-data check of one model may take (it reads the model file once)."""
 
 
 @dataclass
@@ -75,6 +78,9 @@ class RunRequest:
     nonce: str
     model_name: str = "model"
     golden_name: str | None = None
+    extra_files: list[dict] = field(default_factory=list)
+    """Files the model needs beside it (ONNX external data): ``{"name", "sha256"}`` each,
+    ``name`` relative to the model's directory (``store.check_bundle_name``)."""
 
 
 def new_run_id() -> str:
@@ -113,18 +119,67 @@ def check_plan_bounds(plan: dict, max_run_s: float) -> None:
 
 
 def subjects_for(request: RunRequest) -> list[dict]:
-    """The statement's subjects: the model, then the golden set, under distinct names.
+    """The statement's subjects: the model, its external-data files, then the golden set.
 
-    A golden set whose file name equals the model's is named ``golden/<name>``,
+    A golden set whose file name equals another subject's is named ``golden/<name>``,
     so two inputs with one file name never make a report that cannot be signed.
     """
     subjects = [{"name": request.model_name or "model", "sha256": request.model_digest}]
+    subjects += [{"name": f["name"], "sha256": f["sha256"]} for f in request.extra_files]
     if request.golden_digest:
         name = request.golden_name or "golden.npz"
-        if name == subjects[0]["name"]:
+        if name in {s["name"] for s in subjects}:
             name = f"golden/{name}"
         subjects.append({"name": name, "sha256": request.golden_digest})
     return subjects
+
+
+def check_extra_files(model_name: str, extra: object, store) -> list[dict]:
+    """Validate a request's external-data files (``[{"name", "sha256"}]``); BadInput naming the first bad one.
+
+    Names must be bundle names (relative, no ``..``), unique, not the model's own
+    name; every digest must be in the store. Checked before the device is taken.
+    """
+    from .store import MAX_BUNDLE_FILES, check_bundle_name, validate_digest
+
+    if not isinstance(extra, list) or len(extra) > MAX_BUNDLE_FILES:
+        raise BadInput(f"extra files must be a list of at most {MAX_BUNDLE_FILES} files")
+    seen = {_bundle_model_name(model_name)}
+    files = []
+    for item in extra:
+        if not isinstance(item, dict):
+            raise BadInput("each extra file must be an object {name, sha256}")
+        name = check_bundle_name(item.get("name"))
+        digest = validate_digest(item.get("sha256"))
+        if name in seen or any(name.startswith(s + "/") or s.startswith(name + "/") for s in seen):
+            raise BadInput(f"extra file {name!r} clashes with another file of the bundle")
+        seen.add(name)
+        if store is not None:
+            store.path(digest)
+        files.append({"name": name, "sha256": digest})
+    return files
+
+
+def subjects_as_files(subjects: list) -> list:
+    """In-toto subjects (``{"name", "digest": {"sha256"}}``, the wire form) as ``{"name", "sha256"}``."""
+    return [
+        {"name": s.get("name"), "sha256": (s.get("digest") or {}).get("sha256")}
+        if isinstance(s, dict) and isinstance(s.get("digest") or {}, dict)
+        else s
+        for s in subjects
+    ]
+
+
+def _bundle_model_name(model_name: str | None) -> str:
+    """The model's file name inside its bundle: the host's name when it is one plain file name."""
+    from .store import check_bundle_name
+
+    try:
+        if model_name and "/" not in model_name:
+            return check_bundle_name(model_name)
+    except BadInput:
+        pass
+    return "model"
 
 
 def sign_report(
@@ -170,6 +225,32 @@ def _with_clock(outcome: dict, clock: ClockCheck) -> dict:
     if finding is not None:
         outcome["findings"] = [*outcome.get("findings", []), finding]
     return outcome
+
+
+def _preflight(model_path: Path) -> str | None:
+    """Check the model's external data in a child process; the one-line refusal, or None.
+
+    The agent never parses a model itself; the child reads the model file only.
+    """
+    import subprocess
+    import sys
+
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "edgequal.agent.runtimes.onnx_external_data", str(model_path)],
+            capture_output=True,
+            timeout=PREFLIGHT_TIMEOUT_S,
+            start_new_session=True,
+            close_fds=True,
+        )
+    except subprocess.TimeoutExpired:
+        return f"the model's external data could not be checked within {PREFLIGHT_TIMEOUT_S:g} s"
+    try:
+        answer = json.loads(proc.stdout.decode().strip().splitlines()[-1])
+    except (ValueError, IndexError, UnicodeDecodeError):
+        tail = proc.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
+        return f"the model's external data could not be checked (exit {proc.returncode}: {tail[0][:200]})"
+    return None if answer.get("ok") else str(answer.get("error"))
 
 
 def _forget_run(run_dir: Path) -> None:
@@ -219,6 +300,10 @@ class Runs:
     def run_dir(self, run_id: str) -> Path:
         """Where a run in progress keeps its request."""
         return self.state_dir / "runs" / check_run_id(run_id)
+
+    def bundle_dir(self, run_id: str) -> Path:
+        """Where a run's model and its external-data files are laid out by name."""
+        return self.state_dir / BUNDLES_DIR / check_run_id(run_id)
 
     def report_path(self, run_id: str) -> Path:
         """Where a run's signed envelope is kept."""
@@ -278,16 +363,28 @@ class Runs:
                     hint="free space on the device, then qualify again",
                 ) from e
             raise
+        bundle = self.bundle_dir(request.run_id)
         try:
-            outcome = run_measurement(
-                model_path,
-                golden_path,
-                request.plan,
-                root=self.root,
-                on_event=on_event,
-                cancel=cancel,
-                model_name=request.model_name,
-            )
+            model_path = self._lay_out_bundle(request, bundle)
+            refused = _preflight(model_path)
+            if refused is not None:
+                outcome = {
+                    "status": "failed",
+                    "reason": refused,
+                    "findings": [
+                        {"kind": "model_rejected", "phase": "preflight", "message": refused}
+                    ],
+                }
+            else:
+                outcome = run_measurement(
+                    model_path,
+                    golden_path,
+                    request.plan,
+                    root=self.root,
+                    on_event=on_event,
+                    cancel=cancel,
+                    model_name=request.model_name,
+                )
         except AgentError as e:
             if isinstance(e, BadInput):
                 _forget_run(run_dir)
@@ -303,10 +400,30 @@ class Runs:
                 "reason": f"internal error: {type(e).__name__}: {e}",
                 "findings": [{"kind": "internal_error", "message": f"{type(e).__name__}: {e}"}],
             }
+        finally:
+            shutil.rmtree(bundle, ignore_errors=True)
         outcome = _with_clock(outcome, clock)
         envelope = self._sign_bounded(request, outcome)
         self._store_report(request.run_id, envelope, outcome["status"])
         return envelope
+
+    def _lay_out_bundle(self, request: RunRequest, bundle: Path) -> Path:
+        """The model and its external-data files, by name, in a directory of their own.
+
+        Every run loads its model from there, so a location in the model can only
+        name a file the host pushed with it, never another artifact of the store.
+        """
+        shutil.rmtree(bundle, ignore_errors=True)  # a leftover of an agent that stopped
+        model_name = _bundle_model_name(request.model_name)
+        files = {model_name: request.model_digest}
+        files.update({f["name"]: f["sha256"] for f in request.extra_files})
+        try:
+            self.store.link_bundle(bundle, files)
+        except OSError as e:
+            if is_no_space(e):
+                raise QuotaExceeded(f"device disk is full: cannot lay out the model ({e})") from e
+            raise
+        return bundle / model_name
 
     def _sign_bounded(self, request: RunRequest, outcome: dict) -> bytes:
         """Sign ``outcome``; an envelope over ``max_report_bytes`` is signed again without raw samples."""
@@ -421,6 +538,8 @@ class Runs:
         ``runs-unrecoverable/`` and logged, so one bad run cannot stop the agent.
         """
         recovered = []
+        # Bundles are per run and no run is in progress while the agent starts.
+        shutil.rmtree(self.state_dir / BUNDLES_DIR, ignore_errors=True)
         runs_dir = self.state_dir / "runs"
         if not runs_dir.is_dir():
             return recovered

@@ -13,10 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgequal.agent.clock import new_nonce
+from edgequal.agent.errors import ModelRejected
 from edgequal.agent.golden import file_sha256
 from edgequal.agent.plan import Plan
+from edgequal.agent.runtimes.onnx_external_data import check_external_data
 
-from .errors import UntrustedDevice
+from .errors import UntrustedDevice, UsageError
 from .transport import QualifyRequest, Transport
 from .trust import KnownDevices
 from .verify import VerifiedReport, verify_envelope
@@ -45,6 +47,23 @@ def pin_device_key(transport: Transport, known: KnownDevices, name: str, address
         )
 
 
+def external_data_files(model: Path) -> list[dict]:
+    """The files an ONNX model keeps its external data in, ``{"name", "sha256"}`` each.
+
+    The same checks the agent applies (agent/runtimes/onnx_external_data.py), here
+    before anything is sent: a location outside the model's directory, through a
+    symlink, missing, or too short for its offset and length is a UsageError.
+    """
+    try:
+        refs = check_external_data(model)
+    except ModelRejected as e:
+        raise UsageError(f"{model}: {e}", hint=e.hint) from None
+    except OSError as e:
+        raise UsageError(f"cannot read model {model}: {e.strerror or e}") from e
+    names = sorted({r.location for r in refs})
+    return [{"name": n, "sha256": file_sha256(model.parent / n)} for n in names]
+
+
 def qualify(
     transport: Transport,
     model: Path,
@@ -65,8 +84,11 @@ def qualify(
     model, golden = Path(model), Path(golden) if golden else None
     model_digest = file_sha256(model)
     golden_digest = file_sha256(golden) if golden else None
+    extra = external_data_files(model)
     on_event({"type": "phase", "phase": "upload", "state": "started"})
     sent = transport.push(model, model_digest).bytes_sent
+    for f in extra:
+        sent += transport.push(model.parent / f["name"], f["sha256"]).bytes_sent
     if golden:
         sent += transport.push(golden, golden_digest).bytes_sent
     on_event(
@@ -87,10 +109,11 @@ def qualify(
         model_name=model.name,
         golden_name=golden.name if golden else None,
         holder=holder,
+        extra_files=extra,
     )
     envelope = transport.qualify(request, on_event)
     on_event({"type": "phase", "phase": "signing", "state": "done"})
-    artifacts = [model] + ([golden] if golden else [])
+    artifacts = [model, *(model.parent / f["name"] for f in extra)] + ([golden] if golden else [])
     report = verify_envelope(
         envelope, known=known, device=device_name, expected_nonce=nonce, artifacts=artifacts
     )

@@ -32,7 +32,9 @@ from edgequal.agent.server import build_server
 from edgequal.host.errors import UsageError
 from edgequal.host.golden import make_golden
 from edgequal.host.qualify import external_data_files, qualify
+from edgequal.host.transport.base import QualifyRequest
 from edgequal.host.transport.grpc import GrpcTransport
+from edgequal.host.transport.ssh import SSHTransport
 from edgequal.host.trust import KnownDevices
 from edgequal.host.verify import verify_envelope
 from edgequal.protos import edgequal_v1_pb2 as pb
@@ -314,3 +316,50 @@ def test_the_agent_refuses_a_hostile_bundle_with_a_signed_failed_report(
     # Refused before the runtime saw the model: no measurement phase started.
     assert not [e for e in events if e.get("type") == "phase"]
     assert {s["name"] for s in report.subjects} == {"net.onnx", *extra}
+
+
+@pytest.mark.slow
+def test_a_bundle_over_ssh_gives_the_same_subjects(sshd_server, agent_cmd, tmp_path, quick_plan):
+    """Over SSH (real sshd on 127.0.0.1, run-plan): the same bundle, the same subjects and checks."""
+    model = build_model(tmp_path / "host")
+    weights = model.parent / "weights.bin"
+    transport = SSHTransport(
+        sshd_server.url,
+        known_hosts=sshd_server.known_hosts,
+        key_file=sshd_server.client_key,
+        agent_cmd=agent_cmd,
+        state_dir=str(tmp_path / "agent-state"),
+        step_timeout_s=30,
+        allow_agent=False,
+        look_for_keys=False,
+    )
+    with transport:
+        key = load_or_create_device_key(tmp_path / "agent-state")
+        known = KnownDevices(tmp_path / "known_devices")
+        known.trust("sshboard", transport.address, key.public_key_raw())
+        outcome = qualify(transport, model, None, quick_plan(), known=known, device_name="sshboard")
+        assert outcome.report.status in MEASURED_STATUSES
+        assert {s["name"] for s in outcome.report.subjects} == {"net.onnx", "weights.bin"}
+        verify_envelope(outcome.envelope, known=known, artifacts=[model, weights])
+        # A hostile location is refused on the device too, signed, over SSH.
+        forge(model, location="../device_key.pem")
+        digest = hashlib.sha256(model.read_bytes()).hexdigest()
+        transport.push(model, digest)
+        envelope = transport.qualify(
+            QualifyRequest(
+                model_digest=digest,
+                plan=quick_plan(),
+                nonce=new_nonce(),
+                model_name="net.onnx",
+                extra_files=[
+                    {
+                        "name": "weights.bin",
+                        "sha256": hashlib.sha256(weights.read_bytes()).hexdigest(),
+                    }
+                ],
+            ),
+            lambda e: None,
+        )
+    refused = verify_envelope(envelope, known=known, device="sshboard")
+    assert refused.status == "failed"
+    assert "outside the model's directory" in refused.predicate["reason"]

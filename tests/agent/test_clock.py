@@ -228,7 +228,9 @@ def test_a_reboot_mid_run_is_signed_incomplete_device_reboot(tmp_path, example_m
             digest = _import(stub, example_models["classifier"])
             nonce = new_nonce()
             # Long enough to be cut mid-run on any machine; the test ends it at once.
-            plan = quick_plan(latency_min_s=600.0, latency_min_runs=1_000_000, latency_max_runs=1_000_000)
+            plan = quick_plan(
+                latency_min_s=600.0, latency_min_runs=1_000_000, latency_max_runs=1_000_000
+            )
             stream = stub.Qualify(
                 pb.QualifyRequest(
                     model_digest=digest,

@@ -112,6 +112,28 @@ class Link:
             _tc("qdisc", "del", "dev", dev, "root", netns=ns)
         self._impaired.clear()
 
+    def open_connections(self, port: int) -> int:
+        """TCP connections the agent still holds on ``port`` (established or half-closed)."""
+        out = subprocess.run(
+            [
+                "ip",
+                "netns",
+                "exec",
+                self.ns,
+                "ss",
+                "-Htn",
+                "state",
+                "connected",
+                "sport",
+                "=",
+                f":{port}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout
+        return len([line for line in out.splitlines() if line.strip()])
+
     def down(self) -> None:
         """Take the link down on the host's side: nothing crosses until :meth:`up`."""
         _ip("link", "set", self.host_if, "down")
@@ -159,6 +181,7 @@ class Agent:
 
     proc: subprocess.Popen
     address: str
+    port: int
     token: str
     state: Path
     known: KnownDevices
@@ -173,6 +196,8 @@ def agent(link, tmp_path):
     token_file.write_text(token)
     token_file.chmod(0o600)
     port_file = tmp_path / "port"
+    log_path = tmp_path / "agent.log"
+    log = open(log_path, "wb")  # noqa: SIM115  (closed in the finally)
     proc = subprocess.Popen(
         [
             *("ip", "netns", "exec", link.ns),
@@ -181,22 +206,23 @@ def agent(link, tmp_path):
             *("--token-file", str(token_file)),
         ],
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
+        stderr=log,
         start_new_session=True,
     )
     try:
         deadline = time.monotonic() + 60
         while not port_file.exists():
-            assert proc.poll() is None, proc.stderr.read()
+            assert proc.poll() is None, log_path.read_text()
             assert time.monotonic() < deadline, "the agent did not start in its namespace"
             time.sleep(0.05)
-        address = f"{link.agent_ip}:{int(port_file.read_text())}"
+        port = int(port_file.read_text())
+        address = f"{link.agent_ip}:{port}"
         known = KnownDevices(tmp_path / "known_devices")
         known.trust("board", f"grpc://{address}", key.public_key_raw())
-        yield Agent(proc, address, token, state, known)
+        yield Agent(proc, address, port, token, state, known)
     finally:
         with_timeout_kill(proc)
+        log.close()
 
 
 def with_timeout_kill(proc: subprocess.Popen) -> None:
@@ -208,7 +234,6 @@ def with_timeout_kill(proc: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=15)
-    proc.stderr.close()
 
 
 def _wait_until(predicate, timeout_s: float, what: str, interval_s: float = 0.05):
@@ -276,7 +301,9 @@ def test_an_upload_cut_by_loss_and_a_dead_link_resumes_from_the_committed_offset
     if "netem" in applied:
         assert link.drops() > 0, "netem dropped nothing"
     link.clear()
-    # What the cut stream had sent drains in; then the agent's committed offset stands.
+    # What the cut connection still had in flight drains in once the link is back (TCP
+    # retransmits it); when the agent has let that connection go, its offset stands.
+    _wait_until(lambda: link.open_connections(agent.port) == 0, 120, "the cut connection to end")
     held = _settled_size(partial)
     assert 0 < held < size
     monkeypatch.undo()

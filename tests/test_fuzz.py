@@ -41,7 +41,7 @@ except ImportError:  # Python 3.10
     import tomli as tomllib
 
 FUZZ = settings(
-    max_examples=150,
+    max_examples=100,
     deadline=None,
     database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],

@@ -363,3 +363,29 @@ def test_a_bundle_over_ssh_gives_the_same_subjects(sshd_server, agent_cmd, tmp_p
     refused = verify_envelope(envelope, known=known, device="sshboard")
     assert refused.status == "failed"
     assert "outside the model's directory" in refused.predicate["reason"]
+
+
+def test_bundle_names_and_subjects_are_distinct(tmp_path):
+    """The model, its files and the golden set are distinct subjects; clashing names are refused."""
+    from edgequal.agent.errors import BadInput
+    from edgequal.agent.runs import RunRequest, check_extra_files, subjects_for
+
+    a, b, c = "a" * 64, "b" * 64, "c" * 64
+    files = check_extra_files("net.onnx", [{"name": "w/x.bin", "sha256": b}], None)
+    request = RunRequest("run-1", a, c, {}, "n", "net.onnx", "w/x.bin", extra_files=files)
+    assert subjects_for(request) == [
+        {"name": "net.onnx", "sha256": a},
+        {"name": "w/x.bin", "sha256": b},
+        {"name": "golden/w/x.bin", "sha256": c},
+    ]
+    for extra, message in (
+        ([{"name": "net.onnx", "sha256": b}], "clashes"),
+        ([{"name": "net.onnx/x", "sha256": b}], "clashes"),
+        ([{"name": "x", "sha256": b}, {"name": "x/y", "sha256": b}], "clashes"),
+        ([{"name": "x", "sha256": b}, {"name": "x", "sha256": c}], "clashes"),
+        ([{"name": "a\nb", "sha256": b}], "not a plain relative file name"),
+        ([{"name": "", "sha256": b}], "not a file name"),
+        ("x", "must be a list"),
+    ):
+        with pytest.raises(BadInput, match=message):
+            check_extra_files("net.onnx", extra, None)

@@ -17,7 +17,8 @@ on the device) that follows every place a tensor can live: graph initializers
 and sparse initializers, node attributes (tensors, sparse tensors, subgraphs),
 functions and training graphs. The agent never parses a model itself: it runs
 this module as a child process (``python -m edgequal.agent.runtimes.onnx_external_data
-MODEL``), which prints one JSON line.
+MODEL``), which prints one JSON line and leaves the model out of the page cache
+(so the cold-load phase still loads it from storage).
 """
 
 from __future__ import annotations
@@ -333,8 +334,26 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
         print(json.dumps({"ok": False, "error": f"cannot read the model: {e.strerror or e}"}))
         return 2
+    finally:
+        _drop_from_page_cache(Path(args[0]))
     print(json.dumps({"ok": True, "refs": [asdict(r) for r in refs]}))
     return 0
+
+
+def _drop_from_page_cache(path: Path) -> None:
+    """Leave the model out of the page cache, as its upload did, so cold loads stay cold."""
+    if not hasattr(os, "posix_fadvise"):
+        return
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 if __name__ == "__main__":

@@ -505,14 +505,30 @@ class ArtifactStore:
         fsync_dir(self.committed_dir)
         return final
 
-    def remove_stale_partials(self, max_age_s: float = DEFAULT_PARTIAL_MAX_AGE_S) -> list[str]:
-        """Delete partial uploads untouched for ``max_age_s``; return their names."""
-        cutoff = time.time() - max_age_s
+    def remove_stale_partials(
+        self, max_age_s: float = DEFAULT_PARTIAL_MAX_AGE_S, now_s: float | None = None
+    ) -> list[str]:
+        """Delete partial uploads untouched for ``max_age_s``; return their names.
+
+        Ages come from the device clock, which may have been wrong (a board without
+        RTC boots in 1970): a partial stamped before ``clock.CLOCK_FLOOR_UNIX`` or in
+        the future has no known age, so its age starts now; while the clock itself
+        reads before the floor, nothing is removed.
+        """
+        from .clock import CLOCK_FLOOR_UNIX
+
+        now = time.time() if now_s is None else now_s
+        if now < CLOCK_FLOOR_UNIX:
+            return []
+        cutoff = now - max_age_s
         removed = []
         with os.scandir(self.partial_dir) as it:
             for entry in it:
                 with contextlib.suppress(FileNotFoundError):
-                    if entry.stat(follow_symlinks=False).st_mtime < cutoff:
+                    mtime = entry.stat(follow_symlinks=False).st_mtime
+                    if mtime < CLOCK_FLOOR_UNIX or mtime > now + 86_400:
+                        os.utime(entry.path, (now, now))
+                    elif mtime < cutoff:
                         os.unlink(entry.path)
                         removed.append(entry.name)
         return removed

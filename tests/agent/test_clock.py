@@ -288,3 +288,20 @@ def test_an_agent_restart_without_a_reboot_is_not_called_one(tmp_path):
             "the agent stopped during the run",
         )
         assert predicate["clock"]["basis"] == "floor"
+
+
+def test_partial_uploads_written_while_the_clock_was_wrong_are_not_taken_for_stale(tmp_path):
+    """A board that uploaded in "1970" and then synced its clock keeps its partial uploads."""
+    store = ArtifactStore(tmp_path / "artifacts")
+    now = time.time()
+    stamped = {"a" * 64: JAN_1970, "b" * 64: now - 8 * 86_400, "c" * 64: now + 30 * 86_400}
+    for digest, mtime in stamped.items():
+        part = store.partial_path(digest)
+        part.write_bytes(b"x" * 10)
+        os.utime(part, (mtime, mtime))
+    # While the clock itself reads 1970, no age can be trusted: nothing is removed.
+    assert store.remove_stale_partials(now_s=JAN_1970) == []
+    assert store.remove_stale_partials(now_s=now) == ["b" * 64 + ".part"]
+    for digest in ("a" * 64, "c" * 64):  # their age starts now
+        assert abs(store.partial_path(digest).stat().st_mtime - now) < 5
+        assert store.committed_offset(digest) == 10

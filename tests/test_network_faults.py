@@ -380,6 +380,7 @@ def test_a_run_whose_stream_the_network_cut_is_fetched_by_run_id(
             raise
 
     envelope = _wait_until(report, 120, f"the report of run {run_id}", interval_s=0.5)
+    assert transport.info()["busy"] is False  # the device is free again and answering
     transport.close()
     verified = verify_envelope(
         envelope,

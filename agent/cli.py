@@ -216,7 +216,14 @@ def cmd_run_plan(args, state_dir: Path) -> int:
 
     from .keys import load_or_create_device_key
     from .lease import DEFAULT_MAX_RUN_S, Lease
-    from .runs import RunRequest, Runs, check_plan_bounds, new_run_id
+    from .runs import (
+        RunRequest,
+        Runs,
+        check_extra_files,
+        check_plan_bounds,
+        new_run_id,
+        subjects_as_files,
+    )
     from .state_lock import StateLock
     from .store import ArtifactStore
 
@@ -235,18 +242,19 @@ def cmd_run_plan(args, state_dir: Path) -> int:
             nonce=spec["nonce"],
             model_name=spec.get("model_name", "model"),
             golden_name=spec.get("golden_name"),
+            extra_files=subjects_as_files(spec.get("extra_subjects") or []),
         )
     except KeyError as e:
         raise BadInput(f"plan file {args.plan_file} lacks '{e.args[0]}'") from None
     if not isinstance(request.plan, dict):
         raise BadInput(f"plan file {args.plan_file}: 'plan' must be a JSON object")
     check_plan_bounds(request.plan, DEFAULT_MAX_RUN_S)
+    store = ArtifactStore(Path(state_dir) / "artifacts")
+    request.extra_files = check_extra_files(request.model_name, request.extra_files, store)
     lock = StateLock.acquire(state_dir, "run-plan")
     try:
         key = load_or_create_device_key(state_dir)
-        runs = Runs(
-            state_dir, key, ArtifactStore(Path(state_dir) / "artifacts"), probe_root(args.root)
-        )
+        runs = Runs(state_dir, key, store, probe_root(args.root))
         cancel = threading.Event()
         # The same ends as over gRPC: the host leaving (hang-up, terminate, interrupt,
         # closed pipe) or the lease running out cancels the run, which is still signed.

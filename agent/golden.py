@@ -18,7 +18,9 @@ import hashlib
 import json
 import math
 import os
+import struct
 import zipfile
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,41 +33,6 @@ from .runtimes.base import TensorSpec, check_feeds, shape_key
 FORMAT = "edgequal.golden/v1"
 MANIFEST_KEY = "__manifest__"
 """The array holding the manifest (UTF-8 JSON as uint8)."""
-
-
-def check_npz_sizes(path: Path) -> None:
-    """Refuse an ``.npz`` whose arrays declare more bytes than it holds, before numpy allocates.
-
-    numpy allocates what an array's header declares before it reads the data,
-    so a few hundred bytes declaring terabytes end in MemoryError. Each member's
-    header is read here: an array larger than its member's (uncompressed) size,
-    or all of them together larger than this machine's memory, is BadInput.
-    """
-    try:
-        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        memory = None
-    total = 0
-    with zipfile.ZipFile(path) as archive:
-        for member in archive.infolist():
-            with archive.open(member) as f:
-                version = np.lib.format.read_magic(f)
-                if version == (1, 0):
-                    shape, _, dtype = np.lib.format.read_array_header_1_0(f)
-                else:
-                    shape, _, dtype = np.lib.format.read_array_header_2_0(f)
-            declared = math.prod(shape) * dtype.itemsize
-            if declared > member.file_size:
-                raise BadInput(
-                    f"{path}: array {member.filename.removesuffix('.npy')} declares shape "
-                    f"{tuple(shape)} ({declared} bytes) but holds {member.file_size} bytes",
-                    hint="the file is damaged or was not written by numpy",
-                )
-            total += declared
-    if memory is not None and total > memory:
-        raise BadInput(
-            f"{path}: its arrays hold {total} bytes, more than this machine's memory ({memory})"
-        )
 
 
 @dataclass
@@ -144,29 +111,25 @@ def write_golden(path: Path, manifest: Mapping, cases: list[GoldenCase]) -> str:
 def read_golden(path: Path) -> GoldenSet:
     """Read a golden set without pickle. Raises BadInput with the reason for any unusable file."""
     path = Path(path)
-    try:
-        check_npz_sizes(path)
-        with np.load(path, allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
-    except FileNotFoundError:
-        raise BadInput(f"golden set not found: {path}") from None
-    except (ValueError, OSError, zipfile.BadZipFile, EOFError, MemoryError) as e:
-        raise BadInput(
-            f"{path} is not a golden set file ({type(e).__name__}: {e})",
-            hint="make one with: edgequal golden make MODEL --inputs NPZ -o G.npz",
-        ) from e
+    hint = "make one with: edgequal golden make MODEL --inputs NPZ -o G.npz"
+    arrays = _read_npz(
+        path, what="golden set", not_ours=f"{path} is not a golden set file", hint=hint
+    )
     if MANIFEST_KEY not in arrays:
         raise BadInput(
             f"{path} has no manifest: not an edgequal golden set", hint="edgequal golden make"
         )
     try:
         manifest = json.loads(arrays.pop(MANIFEST_KEY).tobytes().decode())
-    except ValueError as e:
-        raise BadInput(f"{path}: the manifest is not valid JSON ({e})") from e
+    except (ValueError, RecursionError) as e:
+        raise BadInput(f"{path}: the manifest is not valid JSON ({type(e).__name__})") from e
+    if not isinstance(manifest, dict):
+        raise BadInput(f"{path}: the manifest is not a JSON object")
     if manifest.get("format") != FORMAT:
-        raise BadInput(
-            f"{path}: unknown golden format {manifest.get('format')!r}, expected {FORMAT}"
-        )
+        shown = manifest.get("format")
+        shown = repr(shown[:80]) if isinstance(shown, str) else type(shown).__name__
+        raise BadInput(f"{path}: unknown golden format {shown}, expected {FORMAT}")
+    _check_manifest(path, manifest)
     cases: dict[str, GoldenCase] = {
         name: GoldenCase(name, {}, {}) for name in manifest.get("cases", [])
     }
@@ -174,12 +137,118 @@ def read_golden(path: Path) -> GoldenSet:
         kind, _, rest = key.partition("/")
         case_name, _, tensor = rest.partition("/")
         if kind not in ("inputs", "outputs") or not tensor:
-            raise BadInput(f"{path}: unexpected array '{key}'")
+            raise BadInput(f"{path}: unexpected array {key[:120]!r}")
         case = cases.setdefault(case_name, GoldenCase(case_name, {}, {}))
         getattr(case, kind)[tensor] = a
     if not cases:
         raise BadInput(f"{path}: the golden set has no cases")
     return GoldenSet(manifest, list(cases.values()))
+
+
+def _check_manifest(path: Path, manifest: dict) -> None:
+    """BadInput naming the first manifest field whose type the readers of a GoldenSet cannot use."""
+
+    def bad(field_name: str, what: str) -> BadInput:
+        return BadInput(f"{path}: manifest field '{field_name}' must be {what}")
+
+    cases = manifest.get("cases", [])
+    if not isinstance(cases, list) or not all(isinstance(c, str) for c in cases):
+        raise bad("cases", "a list of case names")
+    for key in ("inputs", "outputs"):
+        specs = manifest.get(key, [])
+        if not isinstance(specs, list):
+            raise bad(key, "a list of tensor specs")
+        for spec in specs:
+            if not (
+                isinstance(spec, dict)
+                and isinstance(spec.get("name"), str)
+                and isinstance(spec.get("dtype"), str)
+                and isinstance(spec.get("shape"), list)
+                and all(d is None or isinstance(d, (int, str)) for d in spec["shape"])
+                and isinstance(spec.get("quantization"), (dict, type(None)))
+            ):
+                raise bad(key, "a list of {name, dtype, shape} objects")
+    if not isinstance(manifest.get("tolerances", {}), dict):
+        raise bad("tolerances", "an object")
+    if not isinstance(manifest.get("decision"), (str, type(None))):
+        raise bad("decision", "a string or null")
+
+
+def _read_npz(path: Path, *, what: str, not_ours: str, hint: str | None = None) -> dict:
+    """Every array of an ``.npz`` file, without pickle; BadInput for anything else.
+
+    Before any array is read, its ``.npy`` header is checked against the bytes the
+    archive holds for it, so a header declaring terabytes is refused instead of
+    allocated. Everything a hostile file can make zipfile or numpy raise is BadInput.
+    """
+    try:
+        archive_bytes = path.stat().st_size
+        with zipfile.ZipFile(path) as zf:
+            declared = sum(_check_member(zf, info, archive_bytes) for info in zf.infolist())
+        memory = _physical_memory_bytes()
+        if memory is not None and declared > memory:
+            raise BadInput(f"its arrays hold {declared} bytes, more than this machine's memory")
+        with np.load(path, allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
+    except FileNotFoundError:
+        raise BadInput(f"{what} not found: {path}") from None
+    except BadInput as e:
+        raise BadInput(f"{not_ours}: {e}", hint=hint) from None
+    except (
+        ValueError,
+        OSError,
+        EOFError,
+        zipfile.BadZipFile,
+        NotImplementedError,  # zipfile: an unsupported compression method
+        RuntimeError,  # zipfile: an encrypted member
+        zlib.error,
+        struct.error,
+        MemoryError,
+        AttributeError,  # np.load of a bare .npy is an array, not an archive
+        TypeError,
+    ) as e:
+        raise BadInput(f"{not_ours} ({type(e).__name__}: {str(e)[:200]})", hint=hint) from e
+
+
+_MAX_DEFLATE_RATIO = 1100
+"""More than deflate can compress (about 1032:1): a member claiming more is lying."""
+
+
+def _physical_memory_bytes() -> int | None:
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _check_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, archive_bytes: int) -> int:
+    """The bytes a member's array declares; BadInput when its sizes or ``.npy`` header promise
+    more bytes than the file holds."""
+    if (
+        info.compress_size > archive_bytes
+        or info.file_size > max(info.compress_size, 1) * _MAX_DEFLATE_RATIO + 4096
+    ):
+        raise BadInput(f"member {info.filename[:120]!r} claims {info.file_size} bytes")
+    if not info.filename.endswith(".npy"):
+        return 0
+    with zf.open(info) as f:
+        version = np.lib.format.read_magic(f)
+        if version == (1, 0):
+            shape, _, dtype = np.lib.format.read_array_header_1_0(f)
+        elif version == (2, 0):
+            shape, _, dtype = np.lib.format.read_array_header_2_0(f)
+        else:
+            raise BadInput(f"member {info.filename[:120]!r} is .npy version {version}")
+        header_bytes = f.tell()
+    if dtype.hasobject:
+        raise BadInput(f"member {info.filename[:120]!r} holds Python objects (pickle)")
+    declared = math.prod(shape) * dtype.itemsize
+    if declared > info.file_size - header_bytes:
+        raise BadInput(
+            f"array {info.filename[:120]!r} declares {declared} bytes but holds "
+            f"{info.file_size - header_bytes}"
+        )
+    return declared
 
 
 def split_case_arrays(
@@ -195,14 +264,8 @@ def split_case_arrays(
 
 def load_npz_arrays(path: Path) -> dict[str, np.ndarray]:
     """All arrays of an ``.npz`` file, without pickle; BadInput for anything else."""
-    try:
-        check_npz_sizes(path)
-        with np.load(path, allow_pickle=False) as z:
-            return {k: z[k] for k in z.files}
-    except FileNotFoundError:
-        raise BadInput(f"file not found: {path}") from None
-    except (ValueError, OSError, zipfile.BadZipFile, EOFError, MemoryError) as e:
-        raise BadInput(f"{path} is not a readable .npz file ({type(e).__name__}: {e})") from e
+    path = Path(path)
+    return _read_npz(path, what="file", not_ours=f"{path} is not a readable .npz file")
 
 
 def file_sha256(path: Path, chunk: int = 1 << 20) -> str:

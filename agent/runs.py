@@ -4,8 +4,15 @@
 measures (``qualification``), signs the report with the device key and writes
 it under ``reports/`` before it returns, so a host that went away can fetch it
 later by run id. An agent that restarts finds runs still marked in progress and
-signs them ``incomplete``; a run it cannot even sign is moved aside to
-``runs-unrecoverable/`` and logged, so recovery never stops the agent starting.
+signs them ``incomplete`` (reason ``device_reboot`` when the boot id recorded at
+run start is not the device's boot id any more); a run it cannot even sign is
+moved aside to ``runs-unrecoverable/`` and logged, so recovery never stops the
+agent starting.
+
+Time: the device's wall clock is read through ``clock`` (``time.time`` unless a
+caller passes another source) and checked against the host's time in the nonce
+(``agent/clock.py``); a clock far off is reported (``clock_unsynced``), never
+trusted and never needed to verify a report.
 
 Disk space: a run starts only when ``reserve`` (a file of ``reserve_bytes``
 next to the reports) is in place. When the disk fills during the run, the
@@ -27,9 +34,10 @@ import shutil
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .clock import ClockCheck, check_clock, read_boot_id
 from .errors import AgentError, BadInput, QuotaExceeded
 from .files import is_no_space, write_atomic
 from .keys import DeviceKey
@@ -54,6 +62,9 @@ RAW_SAMPLES_KEY = "samples_ns_b64"
 RESERVE_FILE = "reserve"
 UNSAVED_MARKER = "report-unsaved.json"
 UNRECOVERABLE_DIR = "runs-unrecoverable"
+BUNDLES_DIR = "bundles"
+PREFLIGHT_TIMEOUT_S = 120.0
+"""Longest the external-data check of one model may take (it reads the model file once)."""
 
 
 @dataclass
@@ -67,6 +78,9 @@ class RunRequest:
     nonce: str
     model_name: str = "model"
     golden_name: str | None = None
+    extra_files: list[dict] = field(default_factory=list)
+    """Files the model needs beside it (ONNX external data): ``{"name", "sha256"}`` each,
+    ``name`` relative to the model's directory (``store.check_bundle_name``)."""
 
 
 def new_run_id() -> str:
@@ -105,22 +119,78 @@ def check_plan_bounds(plan: dict, max_run_s: float) -> None:
 
 
 def subjects_for(request: RunRequest) -> list[dict]:
-    """The statement's subjects: the model, then the golden set, under distinct names.
+    """The statement's subjects: the model, its external-data files, then the golden set.
 
-    A golden set whose file name equals the model's is named ``golden/<name>``,
+    A golden set whose file name equals another subject's is named ``golden/<name>``,
     so two inputs with one file name never make a report that cannot be signed.
     """
     subjects = [{"name": request.model_name or "model", "sha256": request.model_digest}]
+    subjects += [{"name": f["name"], "sha256": f["sha256"]} for f in request.extra_files]
     if request.golden_digest:
         name = request.golden_name or "golden.npz"
-        if name == subjects[0]["name"]:
+        if name in {s["name"] for s in subjects}:
             name = f"golden/{name}"
         subjects.append({"name": name, "sha256": request.golden_digest})
     return subjects
 
 
-def sign_report(key: DeviceKey, request: RunRequest, measurement: dict) -> bytes:
-    """Build the in-toto statement for a run and sign it into DSSE envelope bytes."""
+def check_extra_files(model_name: str, extra: object, store) -> list[dict]:
+    """Validate a request's external-data files (``[{"name", "sha256"}]``); BadInput naming the first bad one.
+
+    Names must be bundle names (relative, no ``..``), unique, not the model's own
+    name; every digest must be in the store. Checked before the device is taken.
+    """
+    from .store import MAX_BUNDLE_FILES, check_bundle_name, validate_digest
+
+    if not isinstance(extra, list) or len(extra) > MAX_BUNDLE_FILES:
+        raise BadInput(f"extra files must be a list of at most {MAX_BUNDLE_FILES} files")
+    seen = {_bundle_model_name(model_name)}
+    files = []
+    for item in extra:
+        if not isinstance(item, dict):
+            raise BadInput("each extra file must be an object {name, sha256}")
+        name = check_bundle_name(item.get("name"))
+        digest = validate_digest(item.get("sha256"))
+        if name in seen or any(name.startswith(s + "/") or s.startswith(name + "/") for s in seen):
+            raise BadInput(f"extra file {name!r} clashes with another file of the bundle")
+        seen.add(name)
+        if store is not None:
+            store.path(digest)
+        files.append({"name": name, "sha256": digest})
+    return files
+
+
+def subjects_as_files(subjects: list) -> list:
+    """In-toto subjects (``{"name", "digest": {"sha256"}}``, the wire form) as ``{"name", "sha256"}``."""
+    return [
+        {"name": s.get("name"), "sha256": (s.get("digest") or {}).get("sha256")}
+        if isinstance(s, dict) and isinstance(s.get("digest") or {}, dict)
+        else s
+        for s in subjects
+    ]
+
+
+def _bundle_model_name(model_name: str | None) -> str:
+    """The model's file name inside its bundle: the host's name when it is one plain file name."""
+    from .store import check_bundle_name
+
+    try:
+        if model_name and "/" not in model_name:
+            return check_bundle_name(model_name)
+    except BadInput:
+        pass
+    return "model"
+
+
+def sign_report(
+    key: DeviceKey, request: RunRequest, measurement: dict, now_s: float | None = None
+) -> bytes:
+    """Build the in-toto statement for a run and sign it into DSSE envelope bytes.
+
+    ``now_s`` is the device's wall clock for ``finished_at`` (``time.time()`` if None);
+    ``measurement["clock"]``, when present, is the run's clock check.
+    """
+    now_s = time.time() if now_s is None else now_s
     predicate = json_clean(
         {
             "run_id": request.run_id,
@@ -132,7 +202,8 @@ def sign_report(key: DeviceKey, request: RunRequest, measurement: dict) -> bytes
             "results": measurement.get("results", {}),
             "findings": measurement.get("findings", []),
             "device_key": key.fingerprint(),
-            "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now_s)),
+            "clock": measurement.get("clock"),
         }
     )
     return sign_envelope(key, build_statement(subjects_for(request), predicate))
@@ -145,6 +216,41 @@ def _drop_raw_samples(value):
     if isinstance(value, list):
         return [_drop_raw_samples(v) for v in value]
     return value
+
+
+def _with_clock(measurement: dict, clock: ClockCheck) -> dict:
+    """``measurement`` with its ``clock`` section, plus a ``clock_unsynced`` finding when flagged."""
+    measurement = {**measurement, "clock": clock.to_json()}
+    finding = clock.finding()
+    if finding is not None:
+        measurement["findings"] = [*measurement.get("findings", []), finding]
+    return measurement
+
+
+def _preflight(model_path: Path) -> str | None:
+    """Check the model's external data in a child process; the one-line refusal, or None.
+
+    The agent never parses a model itself; the child reads the model file only.
+    """
+    import subprocess
+    import sys
+
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "edgequal.agent.runtimes.onnx_external_data", str(model_path)],
+            capture_output=True,
+            timeout=PREFLIGHT_TIMEOUT_S,
+            start_new_session=True,
+            close_fds=True,
+        )
+    except subprocess.TimeoutExpired:
+        return f"the model's external data could not be checked within {PREFLIGHT_TIMEOUT_S:g} s"
+    try:
+        answer = json.loads(proc.stdout.decode().strip().splitlines()[-1])
+    except (ValueError, IndexError, UnicodeDecodeError):
+        tail = proc.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
+        return f"the model's external data could not be checked (exit {proc.returncode}: {tail[0][:200]})"
+    return None if answer.get("ok") else str(answer.get("error"))
 
 
 def _forget_run(run_dir: Path) -> None:
@@ -170,6 +276,7 @@ class Runs:
         *,
         reserve_bytes: int = DEFAULT_REPORT_RESERVE_BYTES,
         max_report_bytes: int = MAX_REPORT_BYTES,
+        clock: Callable[[], float] = time.time,
     ):
         self.state_dir = Path(state_dir)
         self.key = key
@@ -177,6 +284,8 @@ class Runs:
         self.root = Path(root)
         self.reserve_bytes = int(reserve_bytes)
         self.max_report_bytes = int(max_report_bytes)
+        self.clock = clock
+        """The device's wall clock (unix seconds); dates in reports come from it."""
         self._lock = threading.Lock()
         self._unsaved: dict[str, bytes] = {}
         """Envelopes of finished runs the disk could not take yet, by run id."""
@@ -191,6 +300,10 @@ class Runs:
     def run_dir(self, run_id: str) -> Path:
         """Where a run in progress keeps its request."""
         return self.state_dir / "runs" / check_run_id(run_id)
+
+    def bundle_dir(self, run_id: str) -> Path:
+        """Where a run's model and its external-data files are laid out by name."""
+        return self.state_dir / BUNDLES_DIR / check_run_id(run_id)
 
     def report_path(self, run_id: str) -> Path:
         """Where a run's signed envelope is kept."""
@@ -237,8 +350,11 @@ class Runs:
         self.save_unsaved()
         self.ensure_reserve()
         run_dir = self.run_dir(request.run_id)
+        clock = check_clock(self.clock(), request.nonce)
+        # The boot id beside the request: a recovery under another boot id was a reboot.
+        record = {**asdict(request), "boot_id": read_boot_id(self.root)}
         try:
-            write_atomic(run_dir / "request.json", json.dumps(asdict(request)).encode())
+            write_atomic(run_dir / "request.json", json.dumps(record).encode())
         except OSError as e:
             _forget_run(run_dir)
             if is_no_space(e):
@@ -247,16 +363,28 @@ class Runs:
                     hint="free space on the device, then qualify again",
                 ) from e
             raise
+        bundle = self.bundle_dir(request.run_id)
         try:
-            measurement = run_measurement(
-                model_path,
-                golden_path,
-                request.plan,
-                root=self.root,
-                on_event=on_event,
-                cancel=cancel,
-                model_name=request.model_name,
-            )
+            model_path = self._lay_out_bundle(request, bundle)
+            refused = _preflight(model_path)
+            if refused is not None:
+                measurement = {
+                    "status": "failed",
+                    "reason": refused,
+                    "findings": [
+                        {"kind": "model_rejected", "phase": "preflight", "message": refused}
+                    ],
+                }
+            else:
+                measurement = run_measurement(
+                    model_path,
+                    golden_path,
+                    request.plan,
+                    root=self.root,
+                    on_event=on_event,
+                    cancel=cancel,
+                    model_name=request.model_name,
+                )
         except AgentError as e:
             if isinstance(e, BadInput):
                 _forget_run(run_dir)
@@ -272,13 +400,34 @@ class Runs:
                 "reason": f"internal error: {type(e).__name__}: {e}",
                 "findings": [{"kind": "internal_error", "message": f"{type(e).__name__}: {e}"}],
             }
+        finally:
+            shutil.rmtree(bundle, ignore_errors=True)
+        measurement = _with_clock(measurement, clock)
         envelope = self._sign_bounded(request, measurement)
         self._store_report(request.run_id, envelope, measurement["status"])
         return envelope
 
+    def _lay_out_bundle(self, request: RunRequest, bundle: Path) -> Path:
+        """The model and its external-data files, by name, in a directory of their own.
+
+        Every run loads its model from there, so a location in the model can only
+        name a file the host pushed with it, never another artifact of the store.
+        """
+        shutil.rmtree(bundle, ignore_errors=True)  # a leftover of an agent that stopped
+        model_name = _bundle_model_name(request.model_name)
+        files = {model_name: request.model_digest}
+        files.update({f["name"]: f["sha256"] for f in request.extra_files})
+        try:
+            self.store.link_bundle(bundle, files)
+        except OSError as e:
+            if is_no_space(e):
+                raise QuotaExceeded(f"device disk is full: cannot lay out the model ({e})") from e
+            raise
+        return bundle / model_name
+
     def _sign_bounded(self, request: RunRequest, measurement: dict) -> bytes:
         """Sign ``measurement``; an envelope over ``max_report_bytes`` is signed again without raw samples."""
-        envelope = sign_report(self.key, request, measurement)
+        envelope = sign_report(self.key, request, measurement, self.clock())
         if len(envelope) <= self.max_report_bytes:
             return envelope
         size = len(envelope)
@@ -296,7 +445,7 @@ class Runs:
                 f"limit of {self.max_report_bytes}; statistics are kept, raw samples are not",
             }
         ]
-        return sign_report(self.key, request, trimmed)
+        return sign_report(self.key, request, trimmed, self.clock())
 
     # -- disk ----------------------------------------------------------------
 
@@ -389,6 +538,8 @@ class Runs:
         ``runs-unrecoverable/`` and logged, so one bad run cannot stop the agent.
         """
         recovered = []
+        # Bundles are per run and no run is in progress while the agent starts.
+        shutil.rmtree(self.state_dir / BUNDLES_DIR, ignore_errors=True)
         runs_dir = self.state_dir / "runs"
         if not runs_dir.is_dir():
             return recovered
@@ -405,7 +556,9 @@ class Runs:
         return recovered
 
     def _recover_one(self, run_dir: Path) -> bool:
-        request = RunRequest(**json.loads((run_dir / "request.json").read_text()))
+        record = json.loads((run_dir / "request.json").read_text())
+        boot_then = record.pop("boot_id", None)
+        request = RunRequest(**record)
         check_run_id(request.run_id)
         if request.run_id != run_dir.name:
             raise BadInput(f"request.json names run {request.run_id!r}")
@@ -413,18 +566,30 @@ class Runs:
             _forget_run(run_dir)
             return False
         reason = "the agent stopped during the run"
-        with contextlib.suppress(OSError, ValueError):
+        finding = {"kind": "interrupted", "message": reason}
+        boot_now = read_boot_id(self.root)
+        if boot_then and boot_now and boot_then != boot_now:
+            reason = "device_reboot"
+            finding = {
+                "kind": "device_reboot",
+                "message": f"the device restarted during the run (boot id {boot_then} at "
+                f"the start, {boot_now} at recovery): the run was cut off and its results lost",
+            }
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
             marker = json.loads((run_dir / UNSAVED_MARKER).read_text())
             reason = (
                 f"the run finished ({marker['status']}) but its report of {marker['bytes']} "
                 f"bytes could not be stored before the agent stopped: {marker['error']}"
             )
-        measurement = {
-            "status": "incomplete",
-            "reason": reason,
-            "findings": [{"kind": "interrupted", "message": reason}],
-        }
-        write_atomic(self.report_path(request.run_id), sign_report(self.key, request, measurement))
+            finding = {"kind": "interrupted", "message": reason}
+        now = self.clock()
+        measurement = _with_clock(
+            {"status": "incomplete", "reason": reason, "findings": [finding]},
+            # The host's time in the nonce is from the run's start: only the floor applies now.
+            check_clock(now, None),
+        )
+        envelope = sign_report(self.key, request, measurement, now)
+        write_atomic(self.report_path(request.run_id), envelope)
         _forget_run(run_dir)
         return True
 

@@ -58,7 +58,14 @@ from .info import (
 )
 from .keys import DeviceKey, load_or_create_device_key
 from .lease import DEFAULT_MAX_RUN_S, ActiveRun, RunSlot
-from .runs import RunRequest, Runs, check_plan_bounds, check_run_id
+from .runs import (
+    RunRequest,
+    Runs,
+    check_extra_files,
+    check_plan_bounds,
+    check_run_id,
+    subjects_as_files,
+)
 from .runtimes import RuntimeStatus, detect_runtimes
 from .state_lock import StateLock
 from .store import DEFAULT_MAX_ARTIFACT_BYTES, ArtifactStore, validate_digest
@@ -284,9 +291,13 @@ class AgentService(pb_grpc.AgentServicer):
             self.store.path(validate_digest(golden_digest))
         if not request.nonce:
             raise BadInput("a qualification needs the host's nonce (QualifyRequest.nonce)")
+        extra_files = []
         if request.extra_subjects_json:
-            # Reserved for external-data files; until the host pushes them, refuse plainly.
-            raise BadInput("this agent does not take extra report subjects yet")
+            # The model's external-data files, pushed beside it: [{name, digest: {sha256}}].
+            extra = _parse_json(request.extra_subjects_json, "extra_subjects_json", list)
+            extra_files = check_extra_files(
+                request.model_name, subjects_as_files(extra), self.store
+            )
         holder = request.holder or context.peer() or "unknown"
 
         run_id = self.runs.new_run_id()
@@ -298,6 +309,7 @@ class AgentService(pb_grpc.AgentServicer):
             nonce=request.nonce,
             model_name=request.model_name or "model",
             golden_name=request.golden_name or None,
+            extra_files=extra_files,
         )
 
         run = self.slot.start(run_id, holder, self.max_run_s)

@@ -64,6 +64,34 @@ def validate_digest(digest: object) -> str:
     return digest
 
 
+MAX_BUNDLE_FILES = 4096
+"""Most files one model bundle (the model plus its external data) may name."""
+
+_BUNDLE_PART = re.compile(r"[^/\\\x00-\x1f\x7f]{1,255}")
+
+
+def check_bundle_name(name: object) -> str:
+    """Return ``name`` if it can name a file inside a bundle directory, else raise BadInput.
+
+    A bundle name is a relative POSIX path of at most 8 parts, each 1 to 255
+    characters without control characters or backslash, and none ``.`` or ``..``:
+    it can only name a place below the bundle directory. The same rule is applied
+    to a host's pushed file names and to the locations a model's external data names.
+    """
+    if not isinstance(name, str) or not name or len(name) > 1024:
+        raise BadInput(f"not a file name for a bundle: {str(name)[:80]!r}")
+    parts = name.split("/")
+    if name.startswith("/"):
+        raise BadInput(f"{name[:120]!r} is an absolute path")
+    if len(parts) > 8 or not all(_BUNDLE_PART.fullmatch(p) for p in parts):
+        raise BadInput(f"{name[:120]!r} is not a plain relative file name")
+    if any(p in (".", "..") for p in parts):
+        raise BadInput(f"{name[:120]!r} leaves its directory ('..' or '.')")
+    if "_ORT_MEM_ADDR_" in name:  # onnxruntime reads process memory for this location
+        raise BadInput(f"{name[:120]!r} is onnxruntime's in-memory location, not a file")
+    return name
+
+
 class Upload:
     """One upload session for one digest: appends chunks and hashes them as they arrive.
 
@@ -325,6 +353,28 @@ class ArtifactStore:
             )
         return p
 
+    def link_bundle(self, dest: Path, files: dict[str, str]) -> None:
+        """Lay out committed artifacts under ``dest`` by name (``{name: digest}``).
+
+        ``dest`` must not exist; each name must pass :func:`check_bundle_name`. Files
+        are hard links to the store (copies where the file system refuses links),
+        never symlinks, so nothing in the bundle leads outside it.
+        """
+        dest = Path(dest)
+        dest.mkdir(mode=0o700, parents=True)
+        for name, digest in files.items():
+            target = dest / check_bundle_name(name)
+            source = self.path(digest)
+            target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            try:
+                os.link(source, target)
+            except FileExistsError:
+                raise BadInput(f"bundle file name {name!r} appears twice") from None
+            except OSError:
+                import shutil
+
+                shutil.copyfile(source, target)
+
     def committed_offset(self, digest: str) -> int:
         """Bytes held for ``digest``: the full size if committed, else the partial's size (0 if none)."""
         p = self.committed_path(digest)
@@ -455,14 +505,30 @@ class ArtifactStore:
         fsync_dir(self.committed_dir)
         return final
 
-    def remove_stale_partials(self, max_age_s: float = DEFAULT_PARTIAL_MAX_AGE_S) -> list[str]:
-        """Delete partial uploads untouched for ``max_age_s``; return their names."""
-        cutoff = time.time() - max_age_s
+    def remove_stale_partials(
+        self, max_age_s: float = DEFAULT_PARTIAL_MAX_AGE_S, now_s: float | None = None
+    ) -> list[str]:
+        """Delete partial uploads untouched for ``max_age_s``; return their names.
+
+        Ages come from the device clock, which may have been wrong (a board without
+        RTC boots in 1970): a partial stamped before ``clock.CLOCK_FLOOR_UNIX`` or in
+        the future has no known age, so its age starts now; while the clock itself
+        reads before the floor, nothing is removed.
+        """
+        from .clock import CLOCK_FLOOR_UNIX
+
+        now = time.time() if now_s is None else now_s
+        if now < CLOCK_FLOOR_UNIX:
+            return []
+        cutoff = now - max_age_s
         removed = []
         with os.scandir(self.partial_dir) as it:
             for entry in it:
                 with contextlib.suppress(FileNotFoundError):
-                    if entry.stat(follow_symlinks=False).st_mtime < cutoff:
+                    mtime = entry.stat(follow_symlinks=False).st_mtime
+                    if mtime < CLOCK_FLOOR_UNIX or mtime > now + 86_400:
+                        os.utime(entry.path, (now, now))
+                    elif mtime < cutoff:
                         os.unlink(entry.path)
                         removed.append(entry.name)
         return removed

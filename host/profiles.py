@@ -283,6 +283,8 @@ def load_profile(path_or_name: str | Path) -> DeviceProfile:
             content = path.read_text(encoding="utf-8")
         except OSError as e:
             raise ProfileError(f"{path}: cannot read profile: {e.strerror or e}") from e
+        except UnicodeDecodeError as e:
+            raise ProfileError(f"{path}: cannot read profile: not UTF-8 text ({e.reason})") from e
         return _parse(content, str(path))
     for name, entry in _packaged_files():
         if name == text:

@@ -1,6 +1,6 @@
 """One qualification from the host's side: push, run, verify, save.
 
-The host makes a fresh nonce, pushes the model and golden set by digest (skipped
+The host makes a fresh nonce (which carries its clock, see agent/clock.py), pushes the model and golden set by digest (skipped
 when the agent holds them), streams progress, and verifies the signed envelope
 against the device's pinned key before it reads a single result from it.
 """
@@ -8,15 +8,18 @@ against the device's pinned key before it reads a single result from it.
 from __future__ import annotations
 
 import os
-import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from edgequal.agent.clock import new_nonce
+from edgequal.agent.errors import ModelRejected
 from edgequal.agent.golden import file_sha256
 from edgequal.agent.plan import Plan
+from edgequal.agent.runtimes.onnx_external_data import check_external_data
 
+from .errors import UsageError
 from .runs import RunLedger, StartedRun, cancel_and_fetch
 from .transport import QualifyRequest, Transport
 from .trust import KnownDevices
@@ -59,6 +62,23 @@ def pin_device_key(transport: Transport, known: KnownDevices, name: str, address
         known.trust(name, address, raw)
 
 
+def external_data_files(model: Path) -> list[dict]:
+    """The files an ONNX model keeps its external data in, ``{"name", "sha256"}`` each.
+
+    The same checks the agent applies (agent/runtimes/onnx_external_data.py), here
+    before anything is sent: a location outside the model's directory, through a
+    symlink, missing, or too short for its offset and length is a UsageError.
+    """
+    try:
+        refs = check_external_data(model)
+    except ModelRejected as e:
+        raise UsageError(f"{model}: {e}", hint=e.hint) from None
+    except OSError as e:
+        raise UsageError(f"cannot read model {model}: {e.strerror or e}") from e
+    names = sorted({r.location for r in refs})
+    return [{"name": n, "sha256": file_sha256(model.parent / n)} for n in names]
+
+
 def qualify(
     transport: Transport,
     model: Path,
@@ -96,8 +116,11 @@ def qualify(
     if golden:
         note = check_golden_for_model(golden, model_digest, allow_mismatch=allow_golden_mismatch)
         notes += [note] if note else []
+    extra = external_data_files(model)
     on_event({"type": "phase", "phase": "upload", "state": "started"})
     sent = transport.push(model, model_digest).bytes_sent
+    for f in extra:
+        sent += transport.push(model.parent / f["name"], f["sha256"]).bytes_sent
     if golden:
         sent += transport.push(golden, golden_digest).bytes_sent
     on_event(
@@ -108,7 +131,8 @@ def qualify(
         }
     )
     on_event({"type": "phase", "phase": "upload", "state": "done"})
-    nonce = secrets.token_hex(16)
+    # Fresh random bits plus this host's clock, which the agent checks its own against.
+    nonce = new_nonce()
     request = QualifyRequest(
         model_digest=model_digest,
         golden_digest=golden_digest,
@@ -117,6 +141,7 @@ def qualify(
         model_name=printable(model.name),
         golden_name=printable(golden.name) if golden else None,
         holder=holder,
+        extra_files=extra,
     )
     ledger = ledger or RunLedger()
 
@@ -139,7 +164,7 @@ def qualify(
         envelope = cancel_and_fetch(transport, transport.last_run_id, device_name, on_notice)
         interrupted = True
     on_event({"type": "phase", "phase": "signing", "state": "done"})
-    artifacts = [model] + ([golden] if golden else [])
+    artifacts = [model, *(model.parent / f["name"] for f in extra)] + ([golden] if golden else [])
     report = verify_envelope(
         envelope, known=known, device=device_name, expected_nonce=nonce, artifacts=artifacts
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 import secrets
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import UntrustedDevice
@@ -46,6 +46,12 @@ class QualifyRequest:
     model_name: str = "model"
     golden_name: str | None = None
     holder: str = ""
+    extra_files: list[dict] = field(default_factory=list)
+    """The model's external-data files, pushed beside it: ``{"name", "sha256"}`` each."""
+
+    def extra_subjects(self) -> list[dict]:
+        """``extra_files`` in the wire form, as in-toto subjects ``{"name", "digest": {"sha256"}}``."""
+        return [{"name": f["name"], "digest": {"sha256": f["sha256"]}} for f in self.extra_files]
 
 
 @dataclass(frozen=True)

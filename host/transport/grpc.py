@@ -337,6 +337,7 @@ class GrpcTransport(Transport):
             model_name=request.model_name,
             golden_name=request.golden_name or "",
             holder=request.holder or self.holder,
+            extra_subjects_json=json.dumps(request.extra_subjects()) if request.extra_files else "",
         )
         stream = self._stub.Qualify(
             message, timeout=self.qualify_timeout_s, metadata=self._metadata

@@ -205,6 +205,7 @@ class SSHTransport(Transport):
             "nonce": request.nonce,
             "model_name": request.model_name,
             "golden_name": request.golden_name,
+            "extra_subjects": request.extra_subjects(),
         }
         if request.holder:
             doc["holder"] = request.holder

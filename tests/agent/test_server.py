@@ -576,7 +576,17 @@ def test_qualify_bad_requests(runs, stub, pushed):
     assert "plan_json must be a JSON object" in e.value.details()
     with pytest.raises(grpc.RpcError) as e:
         list(_qualify(stub, extra_subjects_json='[{"name": "w.bin"}]'))
-    assert "extra report subjects" in e.value.details()
+    assert "not a sha256 digest" in e.value.details()
+    with pytest.raises(grpc.RpcError) as e:
+        list(
+            _qualify(
+                stub,
+                extra_subjects_json=json.dumps(
+                    [{"name": "../w.bin", "digest": {"sha256": DIGEST}}]
+                ),
+            )
+        )
+    assert "leaves its directory" in e.value.details()
     assert runs.requests == []
 
 

@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import stat
+import time
 
 import pytest
 from edgequal.agent.errors import BadInput, DigestMismatch, QuotaExceeded
@@ -204,7 +205,8 @@ def test_partial_symlink_is_not_followed(store, tmp_path):
 def test_remove_stale_partials(store):
     _append(store, DIGEST, 0, DATA[:10], len(DATA))
     old = store.partial_path(DIGEST)
-    os.utime(old, (1_000_000, 1_000_000))
+    two_hours_ago = time.time() - 7200  # a real date: one stamped in 1970 has no known age
+    os.utime(old, (two_hours_ago, two_hours_ago))
     assert store.remove_stale_partials(max_age_s=3600) == [old.name]
     assert store.committed_offset(DIGEST) == 0
 

@@ -78,7 +78,7 @@ def test_golden_make_on_an_npz_declaring_terabytes_is_exit_2(example_models, tmp
     )
     assert rc == 2
     line = _one_line(capsys.readouterr().err)
-    assert "declares shape (1048576, 1048576) (4398046511104 bytes) but holds" in line
+    assert "declares 4398046511104 bytes but holds" in line
     assert not (tmp_path / "g.npz").exists()
     # The same file given as --golden: refused before anything is sent (exit 2).
     rc = edgequal_main(["qualify", str(example_models["micro"]), "--golden", str(huge)])

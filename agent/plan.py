@@ -247,8 +247,25 @@ def make_plan(preset: str = "quick", **overrides) -> Plan:
     return Plan.from_json(plan)
 
 
+# Numbers a plan may leave null (meaning: the runtime's or the board's own); every
+# other number must be given or come from the preset.
+_OPTIONAL_NUMBERS = {
+    "threads",
+    "latency_max_s",
+    "sustain_extend_to_s",
+    "window_s",
+    "max_temp_c",
+    "memory_limit_mb",
+    "trip_c",
+    "server_rate_per_s",
+    "server_p99_ms",
+}
+
+
 def _validated(plan: Mapping) -> dict:
     preset = plan.get("preset", "quick")
+    if not isinstance(preset, str):
+        raise BadInput(f"plan field 'preset' must be a string, got {str(preset)[:40]}")
     if preset not in PRESETS:
         raise BadInput(f"unknown plan '{preset}'", hint=f"use one of: {', '.join(PRESETS)}")
     full = {**DEFAULTS, **PRESETS[preset], **plan}
@@ -258,11 +275,17 @@ def _validated(plan: Mapping) -> dict:
     for key, kind in _NUMBERS.items():
         value = full.get(key)
         if value is None:
-            continue
+            if key in _OPTIONAL_NUMBERS or key not in full:
+                continue
+            raise BadInput(f"plan field '{key}' must be a number, got null")
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise BadInput(f"plan field '{key}' must be a number, got {value!r}")
-        if not math.isfinite(value):
-            raise BadInput(f"plan field '{key}' must be a finite number, got {value!r}")
+        try:
+            finite = math.isfinite(value)
+        except OverflowError:  # a JSON integer beyond any float
+            finite = False
+        if not finite:
+            raise BadInput(f"plan field '{key}' must be a finite number, got {str(value)[:20]}")
         if value < 0:
             raise BadInput(f"plan field '{key}' must not be negative, got {value:g}")
         if value > _LIMITS[key]:

@@ -162,6 +162,11 @@ class KnownDevices:
             return self.path.read_text(encoding="utf-8").splitlines()
         except FileNotFoundError:
             return []
+        except UnicodeDecodeError as e:
+            raise UsageError(
+                f"{self.path}: known_devices is not UTF-8 text (byte {e.start})",
+                hint="restore it from a backup, or forget and re-trust the devices",
+            ) from None
 
     def _parse(self, lines: list[str]) -> list[tuple[int, DeviceEntry]]:
         """Return (line index, entry) pairs; UsageError on malformed or duplicate entries."""

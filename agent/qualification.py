@@ -566,7 +566,7 @@ def run_measurement(
     check_providers(runtime, plan, cancel)
     findings: list[dict] = []
     results: dict = {"schema": RESULTS_SCHEMA}
-    t_start = time.time()
+    t_start = time.monotonic()  # an NTP step mid-run must not change it
 
     emit({"type": "phase", "phase": "fingerprint", "state": "started"})
     fingerprint = probe_fingerprint(root)
@@ -618,7 +618,7 @@ def run_measurement(
         emit({"type": "phase", "phase": name, "state": "started"})
         run()
         emit({"type": "phase", "phase": name, "state": "done"})
-    results["elapsed_s"] = round(time.time() - t_start, 3)
+    results["elapsed_s"] = round(time.monotonic() - t_start, 3)
     if cancel.is_set():
         status, reason = "incomplete", "cancelled"
     else:

@@ -41,6 +41,12 @@ def sshd_helpers():
 
 
 @pytest.fixture(scope="session")
+def local_agents():
+    """The tests/local_agents.py module: ``start_agent(base, name)`` on 127.0.0.1."""
+    return load_test_helper("local_agents")
+
+
+@pytest.fixture(scope="session")
 def sshd_server(tmp_path_factory, sshd_helpers):
     """A real sshd on 127.0.0.1 (tests/sshd.py): one per test session, stopped at the end.
 

@@ -5,11 +5,15 @@ Loaded with ``load_test_helper("local_agents")`` by the lease and fleet tests.
 
 from __future__ import annotations
 
+import datetime
+import re
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+_RUN_LINE = re.compile(r"^(\S+ \S+) INFO edgequal\.agent\.server: run (\S+) (started|ended)")
 
 
 @dataclass
@@ -30,10 +34,22 @@ class LocalAgent:
                 self.proc.kill()
                 self.proc.wait(timeout=10)
 
+    log_path: Path | None = None
+
     def run_records(self) -> list[Path]:
-        """The agent's own run directories (one per qualification it ran)."""
-        runs = self.state_dir / "runs"
-        return sorted(p for p in runs.iterdir() if p.is_dir()) if runs.exists() else []
+        """The signed reports the agent stored (one per qualification it ran)."""
+        reports = self.state_dir / "reports"
+        return sorted(reports.glob("*.dsse.json")) if reports.exists() else []
+
+    def run_intervals(self) -> list[tuple[datetime.datetime, datetime.datetime]]:
+        """(start, end) of every run, from the agent's own log ("run R started" / "ended")."""
+        starts, ends = {}, {}
+        for line in self.log_path.read_text().splitlines():
+            m = _RUN_LINE.match(line)
+            if m:
+                when = datetime.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f")
+                (starts if m.group(3) == "started" else ends)[m.group(2)] = when
+        return sorted((starts[r], ends[r]) for r in starts if r in ends)
 
 
 def start_agent(base: Path, name: str) -> LocalAgent:
@@ -67,4 +83,6 @@ def start_agent(base: Path, name: str) -> LocalAgent:
             proc.kill()
             raise RuntimeError(f"agent {name} did not start in 60 s")
         time.sleep(0.05)
-    return LocalAgent(proc, f"grpc://127.0.0.1:{port_file.read_text().strip()}", state)
+    return LocalAgent(
+        proc, f"grpc://127.0.0.1:{port_file.read_text().strip()}", state, base / name / "agent.log"
+    )

@@ -227,3 +227,102 @@ def test_fleet_run_cli(tmp_path, agents, example_models, golden_sets, capsys, mo
     (row,) = History.open().list()
     assert (row["device"], row["run_id"]) == ("dev-0", run["run_id"])
     assert edgequal_main(["fleet", "run", str(lab), "--models", str(tmp_path / "nope")]) == 2
+
+
+class ScriptedTransport:
+    """A plumbing stand-in for one device: each qualify answers the next scripted outcome,
+    a report signed by a real device key with that status, or an exception to raise."""
+
+    address = "grpc://127.0.0.1:1"
+    lease_id = None
+
+    def __init__(self, key, outcomes):
+        self.key = key
+        self.outcomes = list(outcomes)
+        self.calls = 0
+        self.leases = 0
+
+    def info(self):
+        import base64
+
+        pub = base64.b64encode(self.key.public_key_raw()).decode()
+        return {"public_key_b64": pub, "fingerprint": {"architecture": "x86_64"}}
+
+    def push(self, path, digest, on_progress=None):
+        from edgequal.host.transport import PushResult
+
+        return PushResult(digest, Path(path).stat().st_size, 0)
+
+    def qualify(self, request, on_event):
+        from edgequal.agent.runs import RunRequest, new_run_id, sign_report
+
+        self.calls += 1
+        outcome = self.outcomes.pop(0)
+        if isinstance(outcome, Exception):
+            raise outcome
+        run = RunRequest(
+            new_run_id(),
+            request.model_digest,
+            request.golden_digest,
+            request.plan,
+            request.nonce,
+            request.model_name,
+            request.golden_name,
+        )
+        on_event({"type": "run", "run_id": run.run_id})
+        return sign_report(self.key, run, {"status": outcome, "reason": f"scripted {outcome}"})
+
+    def acquire_lease(self, purpose, ttl_s, wait_s=0.0, on_wait=None):
+        self.leases += 1
+        self.lease_id = "lease"
+        return {}
+
+    def renew_lease(self, ttl_s):
+        return {}
+
+    def release_lease(self):
+        self.lease_id = None
+        return True
+
+    def close(self):
+        pass
+
+
+@pytest.mark.parametrize(
+    ("outcomes", "state", "attempts"),
+    [
+        (["inconclusive", "passed"], "passed", 2),
+        (["inconclusive", "inconclusive", "inconclusive"], "inconclusive", 3),
+        (["incomplete", "degraded"], "degraded", 2),
+        (["failed"], "failed", 1),  # a failed measurement is a result: never retried
+        (["TransportError", "passed"], "passed", 2),
+        (["TransportError"] * 3, "error", 3),
+        (["UsageError"], "error", 1),  # a bad model: no retry makes it good
+        (["DeviceBusy"], "error", 1),  # failing fast was asked for
+    ],
+)
+def test_retries_with_backoff(tmp_path, example_models, outcomes, state, attempts):
+    from edgequal.agent.keys import load_or_create_device_key
+    from edgequal.host import errors
+
+    key = load_or_create_device_key(tmp_path / "key")
+    KnownDevices().trust("dev", "grpc://127.0.0.1:1", key.public_key_raw())
+    scripted = [getattr(errors, o)(f"{o} on purpose") if o[0].isupper() else o for o in outcomes]
+    transport = ScriptedTransport(key, scripted)
+    lab_path = tmp_path / "lab.toml"
+    lab_path.write_text('[devices.dev]\naddress = "grpc://127.0.0.1:1"\n')
+    models = load_models(write_models(tmp_path, example_models, {}, names=("micro",)))
+    slept = []
+    runner = FleetRunner(
+        load_lab(lab_path),
+        models,
+        FleetOptions(out_dir=tmp_path / "out", retries=2, backoff_s=1.5, html_pages=False),
+        open_device=lambda d: transport,
+        sleep=slept.append,
+    )
+    (record,) = runner.run().runs
+    assert (record.state, record.attempts) == (state, attempts)
+    assert transport.calls == attempts and transport.leases == attempts
+    assert slept == [1.5, 3.0][: attempts - 1]  # exponential backoff
+    if record.status:
+        assert (tmp_path / "out" / record.report).is_file()

@@ -623,6 +623,29 @@ def _add_fleet_parsers(sub) -> None:
         "--no-record", action="store_true", help="do not record the reports in the history"
     )
 
+    fa = fsub.add_parser(
+        "approve", help="keep a verified report, its model, golden set and plan in DIR"
+    )
+    fa.add_argument("report", type=Path)
+    fa.add_argument("--model", type=Path, required=True, help="the model the report measured")
+    fa.add_argument("--golden", type=Path, help="the golden set it used")
+    fa.add_argument("--into", type=Path, required=True, metavar="DIR", help="the approved set")
+    fa.add_argument("--name", help="the model's name in the set (default: the file's stem)")
+    fq = fsub.add_parser(
+        "requalify",
+        help="re-run approved models where firmware or runtime changed; gate each against "
+        "its approved report",
+    )
+    fq.add_argument("approved", type=Path, metavar="DIR", help="the approved set")
+    fq.add_argument("lab", type=Path)
+    fq.add_argument("--policy", type=Path, required=True, help="gate policy with [baseline]")
+    fq.add_argument("--all", action="store_true", help="re-run every approved pair")
+    fq.add_argument("--out", type=Path, default=Path("requalify-out"))
+    fq.add_argument("--wait", nargs="?", const="forever", metavar="TIMEOUT")
+    fq.add_argument("--retries", type=int, default=2)
+    fq.add_argument("--history", metavar="URL")
+    fq.add_argument("--no-record", action="store_true")
+
     h = sub.add_parser("history", help="verified reports over time (docs/fleet.md)")
     hsub = h.add_subparsers(dest="history_command", required=True)
     hl = hsub.add_parser("list", help="recorded runs, newest first")
@@ -641,21 +664,60 @@ def _add_fleet_parsers(sub) -> None:
         q.add_argument("--json", action="store_true")
 
 
-def cmd_fleet(args) -> int:
+def _wait_s(text: str | None) -> float | None:
+    """``--wait``: absent 0 (fail fast), bare None (no limit), else the duration."""
     from edgequal.agent.plan import parse_duration_s
 
-    from .fleet import FleetOptions, FleetRunner
+    if text == "forever":
+        return None
+    return 0.0 if text is None else parse_duration_s(text)
+
+
+def _history_recorder(args, lab):
     from .history import History
-    from .inventory import load_lab, load_models, parse_tags
+
+    if args.no_record:
+        return None
+    url = args.history or (lab.history_url.read("lab history_url") if lab.history_url else None)
+    history = History.open(url)
+    return lambda path, device: history.record_file(path, device=device)
+
+
+def _run_fleet(lab, models, options, args, title: str, **kwargs) -> int:
+    from .fleet import FleetRunner
     from .render import FleetMatrix, print_note, print_table
+
+    notes = kwargs.pop("notes", None)
+    runner = FleetRunner(lab, models, options, record_report=_history_recorder(args, lab), **kwargs)
+    matrix = FleetMatrix(
+        title, [m.name for m in models], list(dict.fromkeys(r.device for r in runner.result.runs))
+    )
+    runner.on_change = matrix.on_change
+    runner.result.notes = notes or {}
+    with matrix:
+        result = runner.run()
+    rows = [
+        [r.model, r.device, r.state, str(r.attempts), r.gate_summary or "", r.error or ""]
+        for r in result.runs
+    ]
+    print_table(title, ["model", "device", "state", "attempts", "gate", "error"], rows)
+    print_note(f"reports, index.json, junit.xml and index.html in {options.out_dir}")
+    return result.exit_code()
+
+
+def cmd_fleet(args) -> int:
+    if args.fleet_command == "approve":
+        return _cmd_fleet_approve(args)
+    if args.fleet_command == "requalify":
+        return _cmd_fleet_requalify(args)
+    from edgequal.agent.plan import parse_duration_s
+
+    from .fleet import FleetOptions
+    from .inventory import load_lab, load_models, parse_tags
 
     lab = load_lab(args.lab)
     models = load_models(args.models)
-    wait_s = 0.0
-    if args.wait == "forever":
-        wait_s = None
-    elif args.wait is not None:
-        wait_s = parse_duration_s(args.wait)
+    wait_s = _wait_s(args.wait)
     overrides = {"sustain_s": parse_duration_s(args.sustain)} if args.sustain else {}
     options = FleetOptions(
         out_dir=args.out,
@@ -668,28 +730,46 @@ def cmd_fleet(args) -> int:
         retries=max(0, args.retries),
         lease_ttl_s=lab.lease_ttl_s,
     )
-    history = None
-    if not args.no_record:
-        url = args.history or (lab.history_url.read("lab history_url") if lab.history_url else None)
-        history = History.open(url)
-    recorder = (lambda path, device: history.record_file(path, device=device)) if history else None
-    matrix = FleetMatrix(
-        f"fleet {lab.name}",
-        [m.name for m in models],
-        [d.name for d in lab.select(options.tags)],
+    return _run_fleet(lab, models, options, args, f"fleet {lab.name}")
+
+
+def _cmd_fleet_approve(args) -> int:
+    from .render import print_note
+    from .requalify import approve
+
+    name, device = approve(args.report, args.model, args.golden, args.into, name=args.name)
+    print_note(f"approved {name} on {device} in {args.into}")
+    return 0
+
+
+def _cmd_fleet_requalify(args) -> int:
+    from .fleet import FleetOptions
+    from .inventory import load_lab
+    from .render import print_note
+    from .requalify import plan_requalification
+
+    lab = load_lab(args.lab)
+    _load_gate_policy(args.policy)  # a bad policy is refused even when nothing runs
+    plan = plan_requalification(args.approved, lab, every=args.all)
+    for u in plan.unchanged:
+        print_note(f"{u['model']} on {u['device']}: firmware and runtime unchanged; not re-run")
+    for key, changes in plan.changes.items():
+        what = ", ".join(f"{c['field']}: {c['approved']} → {c['now']}" for c in changes)
+        print_note(f"{key}: {what or 're-run'}")
+    if not plan.runs:
+        print_note("nothing changed since the approvals: nothing to re-qualify")
+        return 0
+    options = FleetOptions(
+        out_dir=args.out,
+        policy_path=args.policy,
+        wait_s=_wait_s(args.wait),
+        retries=max(0, args.retries),
+        lease_ttl_s=lab.lease_ttl_s,
     )
-    runner = FleetRunner(lab, models, options, on_change=matrix.on_change, record_report=recorder)
-    with matrix:
-        result = runner.run()
-    rows = [
-        [r.model, r.device, r.state, str(r.attempts), r.gate_summary or "", r.error or ""]
-        for r in result.runs
-    ]
-    print_table(
-        f"fleet {lab.name}", ["model", "device", "state", "attempts", "gate", "error"], rows
+    notes = {"changes": plan.changes, "unchanged": plan.unchanged}
+    return _run_fleet(
+        lab, plan.models, options, args, f"requalify {lab.name}", pairs=plan.runs, notes=notes
     )
-    print_note(f"reports, index.json, junit.xml and index.html in {args.out}")
-    return result.exit_code()
 
 
 def cmd_history(args) -> int:

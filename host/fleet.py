@@ -64,6 +64,14 @@ class FleetOptions:
     html_pages: bool = True
 
 
+@dataclass(frozen=True)
+class RunPlan:
+    """A run fixed in advance (re-qualification): its plan JSON, the report to gate against."""
+
+    plan: dict | None = None
+    baseline: Path | None = None
+
+
 @dataclass
 class RunRecord:
     """One model on one device: its state, the signed report's status, where its files are."""
@@ -111,6 +119,8 @@ class FleetResult:
     unreachable: dict[str, str] = field(default_factory=dict)
     started_unix: float = 0.0
     finished_unix: float = 0.0
+    notes: dict = field(default_factory=dict)
+    """Extra facts for the index (re-qualification: what changed, what was left alone)."""
 
     def exit_code(self) -> int:
         """0 every run qualified; 3 any device or transport failure; else 1."""
@@ -128,6 +138,7 @@ class FleetResult:
             "unreachable": self.unreachable,
             "passed": self.exit_code() == 0,
             "runs": [r.to_json() for r in self.runs],
+            **self.notes,
         }
 
 
@@ -227,6 +238,7 @@ class FleetRunner:
         on_event: Callable[[RunRecord, dict], None] = lambda r, e: None,
         record_report: Callable[[Path, str], None] | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        pairs: dict[tuple[str, str], RunPlan] | None = None,
     ):
         self.lab = lab
         self.models = models
@@ -247,13 +259,14 @@ class FleetRunner:
             from .policy import load_policy
 
             self.policy = load_policy(options.policy_path)
+        self.pairs = pairs
         self.result = FleetResult(
             lab.name,
             [
                 RunRecord(m.name, d.name)
                 for m in models
                 for d in self.devices
-                if d.matches(frozenset(m.tags))
+                if (d.matches(frozenset(m.tags)) if pairs is None else (m.name, d.name) in pairs)
             ],
         )
         if not self.result.runs:
@@ -388,7 +401,11 @@ class FleetRunner:
     ) -> None:
         opts = self.options
         started = time.monotonic()
-        plan = fleet_plan(model.plan or opts.plan, profile, opts.plan_overrides)
+        fixed = (self.pairs or {}).get((model.name, device.name))
+        if fixed is not None and fixed.plan is not None:
+            plan = Plan.from_json(fixed.plan)
+        else:
+            plan = fleet_plan(model.plan or opts.plan, profile, opts.plan_overrides)
         final_path = self.out / "reports" / f"{run_file_stem(model.name, device.name)}.json"
         attempts = 1 + max(0, opts.retries)
         for attempt in range(1, attempts + 1):
@@ -481,7 +498,14 @@ class FleetRunner:
         if self.policy is not None:
             from .gate import run_gate
 
-            gate = run_gate(path, self.policy, known=self.known, device=record.device)
+            fixed = (self.pairs or {}).get((record.model, record.device))
+            gate = run_gate(
+                path,
+                self.policy,
+                known=self.known,
+                device=record.device,
+                baseline_path=fixed.baseline if fixed is not None else None,
+            )
         page = None
         if self.options.html_pages:
             from .report_file import load_report

@@ -582,10 +582,6 @@ def _gate_after_qualify(args, policy, report_path: Path, device_name: str, predi
     return _finish_gate(args, result)
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 # -- fleet and history -----------------------------------------------------------
 
 
@@ -815,3 +811,7 @@ def cmd_history(args) -> int:
         table.append(line)
     print_table(f"history ({history.url_for_display})", columns, table)
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -342,18 +342,21 @@ class FleetRunner:
                 )
             transport = self.open_device(device)
             profile = self._check_device(transport, device)
-            for i, record in enumerate(todo):
+            for record in todo:
                 gone = self.result.unreachable.get(device.name)
                 if gone:
                     self._set(record, state="skipped", error=f"device unreachable: {gone}")
                     continue
                 self._run_one(transport, device, profile, models[record.model], record)
                 self._write_index()
-                if i + 1 < len(todo) and record.state == "error" and self._unreachable(transport):
+                if record.state == "error" and self._unreachable(transport):
                     with self._lock:
                         self.result.unreachable[device.name] = record.error or "no answer"
         except HostError as e:
-            # The device could not even be opened (not trusted, no token): nothing runs on it.
+            # The device could not even be opened (not trusted, no token, no answer).
+            if isinstance(e, TransportError):
+                with self._lock:
+                    self.result.unreachable[device.name] = str(e)
             for record in todo:
                 if record.state == "pending":
                     self._set(record, state="error", error=str(e))

@@ -125,7 +125,11 @@ class AgentInfo:
         lease = None
         if r.busy:
             lease = Lease(
-                r.lease.run_id, r.lease.holder, r.lease.started_unix_ms, r.lease.expires_unix_ms
+                r.lease.run_id,
+                r.lease.holder,
+                r.lease.started_unix_ms,
+                r.lease.expires_unix_ms,
+                r.lease.purpose,
             )
         return cls(
             agent_version=r.agent_version,

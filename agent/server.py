@@ -191,7 +191,7 @@ class AgentService(pb_grpc.AgentServicer):
         except Exception as e:  # a broken probe must not hide the rest of Info
             log.exception("fingerprint failed")
             fingerprint = {"error": f"fingerprint failed: {type(e).__name__}: {e}"}
-        run = self.slot.current()
+        lease = self.slot.lease()
         return AgentInfo(
             agent_version=__version__,
             fingerprint=fingerprint,
@@ -199,7 +199,7 @@ class AgentService(pb_grpc.AgentServicer):
             public_key_raw=self.key.public_key_raw(),
             key_fingerprint=self.key.fingerprint(),
             limits=Limits.of_store(self.store),
-            lease=run.lease if run is not None else None,
+            lease=lease,
         )
 
     # Info ---------------------------------------------------------------------
@@ -312,7 +312,7 @@ class AgentService(pb_grpc.AgentServicer):
             extra_files=extra_files,
         )
 
-        run = self.slot.start(run_id, holder, self.max_run_s)
+        run = self.slot.start(run_id, holder, self.max_run_s, lease_id=request.lease_id)
         try:
             thread = threading.Thread(
                 target=self._execute, args=(run, run_request), name=f"run-{run_id}"
@@ -399,6 +399,39 @@ class AgentService(pb_grpc.AgentServicer):
             key_fingerprint=self.key.fingerprint(),
             signature=prove_identity(self.key, bytes(request.challenge)),
         )
+
+    # Leases ------------------------------------------------------------------
+
+    @_unary_errors
+    def AcquireLease(self, request, context):
+        """Take the device lease, or wait in line for it (see ``lease.RunSlot.acquire``)."""
+        result = self.slot.acquire(
+            request.holder or context.peer() or "unknown",
+            request.purpose,
+            request.ttl_s,
+            wait_s=request.wait_s,
+            ticket=request.ticket,
+        )
+        response = pb.AcquireLeaseResponse(
+            granted=result.granted,
+            lease_id=result.lease_id,
+            ticket=result.ticket,
+            position=result.position,
+        )
+        if result.current is not None:
+            response.lease.CopyFrom(pb.Lease(**result.current.to_json()))
+        return response
+
+    @_unary_errors
+    def RenewLease(self, request, context):
+        """Extend a held lease."""
+        lease = self.slot.renew(request.lease_id, request.ttl_s)
+        return pb.RenewLeaseResponse(lease=pb.Lease(**lease.to_json()))
+
+    @_unary_errors
+    def ReleaseLease(self, request, context):
+        """Give a lease back."""
+        return pb.ReleaseLeaseResponse(released=self.slot.release(request.lease_id))
 
 
 def _probe_fingerprint(root: Path) -> dict:

@@ -281,6 +281,7 @@ def _parser() -> argparse.ArgumentParser:
     ast.add_argument("target", help="ssh://USER@HOST or a device name")
     ast.add_argument("--known-hosts", type=Path)
     _add_gate_parsers(sub)
+    _add_fleet_parsers(sub)
     _add_global_options_below(p)
     return p
 
@@ -331,6 +332,10 @@ def _dispatch(args) -> int:
         return cmd_agent(args)
     if args.command in ("gate", "compare", "report"):
         return cmd_gate_compare_report(args)
+    if args.command == "fleet":
+        return cmd_fleet(args)
+    if args.command == "history":
+        return cmd_history(args)
     raise AssertionError(args.command)
 
 
@@ -787,6 +792,237 @@ def _gate_after_qualify(args, policy, report_path: Path, device_name: str, predi
 
     result = run_gate(report_path, policy, device=device_name)
     return _finish_gate(args, result)
+
+
+# -- fleet and history -----------------------------------------------------------
+
+
+def _add_fleet_parsers(sub) -> None:
+    f = sub.add_parser("fleet", help="qualify many models on a lab's boards (docs/fleet.md)")
+    fsub = f.add_subparsers(dest="fleet_command", required=True)
+    fr = fsub.add_parser(
+        "run",
+        help="every model on every matching device, devices in parallel",
+        description="Run every model of MODELS.toml on every device of LAB.toml that carries "
+        "the tags, one run at a time per device under its lease; write the signed reports, "
+        "index.json, junit.xml and a matrix page to --out.",
+    )
+    fr.add_argument("lab", type=Path, help="the lab file (docs/lab.example.toml)")
+    fr.add_argument("--models", type=Path, required=True, help="the models file")
+    fr.add_argument("--tags", help="only devices with all these tags, e.g. pi,arm64")
+    fr.add_argument("--plan", choices=["quick", "standard", "soak"], default="quick")
+    fr.add_argument("--sustain", help="sustained phase duration for every run (0 to skip)")
+    fr.add_argument("--out", type=Path, default=Path("fleet-out"), help="output directory")
+    fr.add_argument(
+        "--resume", action="store_true", help="keep runs whose report in --out verifies"
+    )
+    fr.add_argument("--gate", type=Path, metavar="POLICY", help="gate every report on POLICY")
+    fr.add_argument(
+        "--wait",
+        nargs="?",
+        const="forever",
+        metavar="TIMEOUT",
+        help="wait for a device another host holds (in order of arrival), up to TIMEOUT "
+        "(e.g. 30m) or without limit; default: fail fast naming the holder",
+    )
+    fr.add_argument("--retries", type=int, default=2, help="retries per run (default 2)")
+    fr.add_argument("--history", metavar="URL", help="history database URL (default: the lab's)")
+    fr.add_argument(
+        "--no-record", action="store_true", help="do not record the reports in the history"
+    )
+
+    fa = fsub.add_parser(
+        "approve", help="keep a verified report, its model, golden set and plan in DIR"
+    )
+    fa.add_argument("report", type=Path)
+    fa.add_argument("--model", type=Path, required=True, help="the model the report measured")
+    fa.add_argument("--golden", type=Path, help="the golden set it used")
+    fa.add_argument("--into", type=Path, required=True, metavar="DIR", help="the approved set")
+    fa.add_argument("--name", help="the model's name in the set (default: the file's stem)")
+    fq = fsub.add_parser(
+        "requalify",
+        help="re-run approved models where firmware or runtime changed; gate each against "
+        "its approved report",
+    )
+    fq.add_argument("approved", type=Path, metavar="DIR", help="the approved set")
+    fq.add_argument("lab", type=Path)
+    fq.add_argument("--policy", type=Path, required=True, help="gate policy with [baseline]")
+    fq.add_argument("--all", action="store_true", help="re-run every approved pair")
+    fq.add_argument("--out", type=Path, default=Path("requalify-out"))
+    fq.add_argument("--wait", nargs="?", const="forever", metavar="TIMEOUT")
+    fq.add_argument("--retries", type=int, default=2)
+    fq.add_argument("--history", metavar="URL")
+    fq.add_argument("--no-record", action="store_true")
+
+    h = sub.add_parser("history", help="verified reports over time (docs/fleet.md)")
+    hsub = h.add_subparsers(dest="history_command", required=True)
+    hl = hsub.add_parser("list", help="recorded runs, newest first")
+    ht = hsub.add_parser("trend", help="one model on one device over time, changes marked")
+    hr = hsub.add_parser("record", help="verify reports and record them")
+    hr.add_argument("reports", type=Path, nargs="+")
+    hr.add_argument("--device", help="the device that must have signed them")
+    for q in (hl, ht, hr):
+        q.add_argument(
+            "--db", metavar="URL", help="database URL (default: SQLite in the state dir)"
+        )
+    for q in (hl, ht):
+        q.add_argument("--device", required=q is ht)
+        q.add_argument("--model", required=q is ht)
+        q.add_argument("--limit", type=int, default=50)
+        q.add_argument("--json", action="store_true")
+
+
+def _wait_s(text: str | None) -> float | None:
+    """``--wait``: absent 0 (fail fast), bare None (no limit), else the duration."""
+    from edgequal.agent.plan import parse_duration_s
+
+    if text == "forever":
+        return None
+    return 0.0 if text is None else parse_duration_s(text)
+
+
+def _history_recorder(args, lab):
+    from .history import History
+
+    if args.no_record:
+        return None
+    url = args.history or (lab.history_url.read("lab history_url") if lab.history_url else None)
+    history = History.open(url)
+    return lambda path, device: history.record_file(path, device=device)
+
+
+def _run_fleet(lab, models, options, args, title: str, **kwargs) -> int:
+    from .fleet import FleetRunner
+    from .render import FleetMatrix, print_note, print_table
+
+    notes = kwargs.pop("notes", None)
+    runner = FleetRunner(lab, models, options, record_report=_history_recorder(args, lab), **kwargs)
+    matrix = FleetMatrix(
+        title, [m.name for m in models], list(dict.fromkeys(r.device for r in runner.result.runs))
+    )
+    runner.on_change = matrix.on_change
+    runner.result.notes = notes or {}
+    with matrix:
+        result = runner.run()
+    rows = [
+        [r.model, r.device, r.state, str(r.attempts), r.gate_summary or "", r.error or ""]
+        for r in result.runs
+    ]
+    print_table(title, ["model", "device", "state", "attempts", "gate", "error"], rows)
+    print_note(f"reports, index.json, junit.xml and index.html in {options.out_dir}")
+    return result.exit_code()
+
+
+def cmd_fleet(args) -> int:
+    if args.fleet_command == "approve":
+        return _cmd_fleet_approve(args)
+    if args.fleet_command == "requalify":
+        return _cmd_fleet_requalify(args)
+    from edgequal.agent.plan import parse_duration_s
+
+    from .fleet import FleetOptions
+    from .inventory import load_lab, load_models, parse_tags
+
+    lab = load_lab(args.lab)
+    models = load_models(args.models)
+    wait_s = _wait_s(args.wait)
+    overrides = {"sustain_s": parse_duration_s(args.sustain)} if args.sustain else {}
+    options = FleetOptions(
+        out_dir=args.out,
+        tags=parse_tags(args.tags),
+        plan=args.plan,
+        plan_overrides=overrides,
+        resume=args.resume,
+        policy_path=args.gate,
+        wait_s=wait_s,
+        retries=max(0, args.retries),
+        lease_ttl_s=lab.lease_ttl_s,
+    )
+    return _run_fleet(lab, models, options, args, f"fleet {lab.name}")
+
+
+def _cmd_fleet_approve(args) -> int:
+    from .render import print_note
+    from .requalify import approve
+
+    name, device = approve(args.report, args.model, args.golden, args.into, name=args.name)
+    print_note(f"approved {name} on {device} in {args.into}")
+    return 0
+
+
+def _cmd_fleet_requalify(args) -> int:
+    from .fleet import FleetOptions
+    from .inventory import load_lab
+    from .render import print_note
+    from .requalify import plan_requalification
+
+    lab = load_lab(args.lab)
+    _load_gate_policy(args.policy)  # a bad policy is refused even when nothing runs
+    plan = plan_requalification(args.approved, lab, every=args.all)
+    for u in plan.unchanged:
+        print_note(f"{u['model']} on {u['device']}: firmware and runtime unchanged; not re-run")
+    for key, changes in plan.changes.items():
+        what = ", ".join(f"{c['field']}: {c['approved']} → {c['now']}" for c in changes)
+        print_note(f"{key}: {what or 're-run'}")
+    if not plan.runs:
+        print_note("nothing changed since the approvals: nothing to re-qualify")
+        return 0
+    options = FleetOptions(
+        out_dir=args.out,
+        policy_path=args.policy,
+        wait_s=_wait_s(args.wait),
+        retries=max(0, args.retries),
+        lease_ttl_s=lab.lease_ttl_s,
+    )
+    notes = {"changes": plan.changes, "unchanged": plan.unchanged}
+    return _run_fleet(
+        lab, plan.models, options, args, f"requalify {lab.name}", pairs=plan.runs, notes=notes
+    )
+
+
+def cmd_history(args) -> int:
+    import json
+
+    from .history import History
+    from .render import print_table, write_json
+
+    history = History.open(args.db)
+    if args.history_command == "record":
+        from .trust import KnownDevices
+
+        known = KnownDevices()
+        added = sum(
+            1 for p in args.reports if history.record_file(p, device=args.device, known=known)
+        )
+        print_table("recorded", ["reports", "new"], [[str(len(args.reports)), str(added)]])
+        return 0
+    if args.history_command == "list":
+        rows = history.list(device=args.device, model=args.model, limit=args.limit)
+    else:
+        rows = history.trend(device=args.device, model=args.model, limit=args.limit)
+    if args.json:
+        write_json(json.dumps(rows, indent=1, default=str))
+        return 0
+    columns = ["measured", "device", "model", "status", "p50 ms", "p99 ms", "runtime", "run"]
+    if args.history_command == "trend":
+        columns.append("changed")
+    table = []
+    for r in rows:
+        line = [
+            str(r["measured_at"])[:19],
+            r["device"],
+            r["model_name"],
+            r["status"],
+            "" if r["p50_ms"] is None else f"{r['p50_ms']:.3f}",
+            "" if r["p99_ms"] is None else f"{r['p99_ms']:.3f}",
+            f"{r['runtime'] or ''} {r['runtime_version'] or ''}".strip(),
+            r["run_id"],
+        ]
+        if args.history_command == "trend":
+            line.append(", ".join(r.get("changes", [])))
+        table.append(line)
+    print_table(f"history ({history.url_for_display})", columns, table)
+    return 0
 
 
 if __name__ == "__main__":

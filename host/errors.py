@@ -34,3 +34,7 @@ class UntrustedDevice(VerificationFailed):
 
 class TransportError(HostError):
     """The device could not be reached or the connection broke."""
+
+
+class DeviceBusy(TransportError):
+    """The device is leased to, or running for, someone else; the message names who and until when."""

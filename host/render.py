@@ -692,3 +692,78 @@ def print_comparison(comparison: dict) -> None:
                 f"{escape(str(ch['baseline']))} → {escape(str(ch['candidate']))}",
                 soft_wrap=True,
             )
+
+
+_FLEET_STYLE = {
+    "pending": "dim",
+    "waiting": "cyan",
+    "running": "cyan",
+    "retrying": "yellow",
+    "error": "bold red",
+    "skipped": "dim",
+    **_STATUS_STYLE,
+}
+
+
+class FleetMatrix:
+    """A fleet run's model × device matrix: live on a terminal, one plain line per change in a log.
+
+    ``on_change(record)`` takes a ``fleet.RunRecord`` (model, device, state, attempts,
+    error); it may be called from several threads.
+    """
+
+    def __init__(self, title: str, models: list[str], devices: list[str], enabled: bool = True):
+        import threading
+
+        self.title = title
+        self.models = models
+        self.devices = devices
+        self.cells: dict[tuple[str, str], str] = {}
+        self.enabled = enabled and console.is_terminal
+        self.log_lines = enabled and not console.is_terminal
+        self._lock = threading.Lock()
+        self._live: Live | None = None
+
+    def _table(self) -> Table:
+        table = Table(title=esc(self.title), padding=(0, 1))
+        table.add_column("model \\ device")
+        for d in self.devices:
+            table.add_column(esc(d))
+        for m in self.models:
+            table.add_row(
+                esc(m), *(Text.from_markup(self.cells.get((m, d), "")) for d in self.devices)
+            )
+        return table
+
+    def __enter__(self) -> FleetMatrix:
+        if self.enabled:
+            self._live = Live(self._table(), console=console, refresh_per_second=4)
+            self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._live:
+            self._live.__exit__(*exc)
+
+    def on_change(self, record) -> None:
+        """Show one run's new state."""
+        state = record.state
+        style = _FLEET_STYLE.get(state, "")
+        text = f"[{style}]{esc(state)}[/]" if style else esc(state)
+        if record.attempts > 1:
+            text += f" [dim]#{record.attempts}[/]"
+        if getattr(record, "gate_passed", None) is False:
+            text += " [bold red]gate[/]"
+        with self._lock:
+            if self.cells.get((record.model, record.device)) == text:
+                return
+            self.cells[(record.model, record.device)] = text
+            if self._live:
+                self._live.update(self._table())
+            elif self.log_lines:
+                line = f"fleet: {record.model} on {record.device}: {state}"
+                if record.attempts > 1:
+                    line += f" (attempt {record.attempts})"
+                if record.error and state in ("error", "retrying", "skipped"):
+                    line += f": {record.error}"
+                err_console.print(line, markup=False, highlight=False)

@@ -25,16 +25,18 @@ class RuntimeStatus(_message.Message):
     def __init__(self, name: _Optional[str] = ..., available: _Optional[bool] = ..., version: _Optional[str] = ..., reason: _Optional[str] = ..., distribution: _Optional[str] = ...) -> None: ...
 
 class Lease(_message.Message):
-    __slots__ = ("run_id", "holder", "started_unix_ms", "expires_unix_ms")
+    __slots__ = ("run_id", "holder", "started_unix_ms", "expires_unix_ms", "purpose")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     HOLDER_FIELD_NUMBER: _ClassVar[int]
     STARTED_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     EXPIRES_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    PURPOSE_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     holder: str
     started_unix_ms: int
     expires_unix_ms: int
-    def __init__(self, run_id: _Optional[str] = ..., holder: _Optional[str] = ..., started_unix_ms: _Optional[int] = ..., expires_unix_ms: _Optional[int] = ...) -> None: ...
+    purpose: str
+    def __init__(self, run_id: _Optional[str] = ..., holder: _Optional[str] = ..., started_unix_ms: _Optional[int] = ..., expires_unix_ms: _Optional[int] = ..., purpose: _Optional[str] = ...) -> None: ...
 
 class Limits(_message.Message):
     __slots__ = ("max_artifact_bytes", "chunk_bytes", "max_receive_message_bytes", "quota_bytes")
@@ -111,7 +113,7 @@ class PushResponse(_message.Message):
     def __init__(self, digest: _Optional[str] = ..., committed_size: _Optional[int] = ..., bytes_received: _Optional[int] = ..., complete: _Optional[bool] = ...) -> None: ...
 
 class QualifyRequest(_message.Message):
-    __slots__ = ("model_digest", "golden_digest", "plan_json", "nonce", "model_name", "golden_name", "holder", "extra_subjects_json")
+    __slots__ = ("model_digest", "golden_digest", "plan_json", "nonce", "model_name", "golden_name", "holder", "extra_subjects_json", "lease_id")
     MODEL_DIGEST_FIELD_NUMBER: _ClassVar[int]
     GOLDEN_DIGEST_FIELD_NUMBER: _ClassVar[int]
     PLAN_JSON_FIELD_NUMBER: _ClassVar[int]
@@ -120,6 +122,7 @@ class QualifyRequest(_message.Message):
     GOLDEN_NAME_FIELD_NUMBER: _ClassVar[int]
     HOLDER_FIELD_NUMBER: _ClassVar[int]
     EXTRA_SUBJECTS_JSON_FIELD_NUMBER: _ClassVar[int]
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     model_digest: str
     golden_digest: str
     plan_json: str
@@ -128,7 +131,8 @@ class QualifyRequest(_message.Message):
     golden_name: str
     holder: str
     extra_subjects_json: str
-    def __init__(self, model_digest: _Optional[str] = ..., golden_digest: _Optional[str] = ..., plan_json: _Optional[str] = ..., nonce: _Optional[str] = ..., model_name: _Optional[str] = ..., golden_name: _Optional[str] = ..., holder: _Optional[str] = ..., extra_subjects_json: _Optional[str] = ...) -> None: ...
+    lease_id: str
+    def __init__(self, model_digest: _Optional[str] = ..., golden_digest: _Optional[str] = ..., plan_json: _Optional[str] = ..., nonce: _Optional[str] = ..., model_name: _Optional[str] = ..., golden_name: _Optional[str] = ..., holder: _Optional[str] = ..., extra_subjects_json: _Optional[str] = ..., lease_id: _Optional[str] = ...) -> None: ...
 
 class QualifyMessage(_message.Message):
     __slots__ = ("run_id", "event_json", "envelope")
@@ -183,3 +187,57 @@ class ProveResponse(_message.Message):
     key_fingerprint: str
     signature: bytes
     def __init__(self, public_key_raw: _Optional[bytes] = ..., key_fingerprint: _Optional[str] = ..., signature: _Optional[bytes] = ...) -> None: ...
+
+class AcquireLeaseRequest(_message.Message):
+    __slots__ = ("holder", "purpose", "ttl_s", "wait_s", "ticket")
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
+    PURPOSE_FIELD_NUMBER: _ClassVar[int]
+    TTL_S_FIELD_NUMBER: _ClassVar[int]
+    WAIT_S_FIELD_NUMBER: _ClassVar[int]
+    TICKET_FIELD_NUMBER: _ClassVar[int]
+    holder: str
+    purpose: str
+    ttl_s: float
+    wait_s: float
+    ticket: str
+    def __init__(self, holder: _Optional[str] = ..., purpose: _Optional[str] = ..., ttl_s: _Optional[float] = ..., wait_s: _Optional[float] = ..., ticket: _Optional[str] = ...) -> None: ...
+
+class AcquireLeaseResponse(_message.Message):
+    __slots__ = ("granted", "lease_id", "lease", "ticket", "position")
+    GRANTED_FIELD_NUMBER: _ClassVar[int]
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    TICKET_FIELD_NUMBER: _ClassVar[int]
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    granted: bool
+    lease_id: str
+    lease: Lease
+    ticket: str
+    position: int
+    def __init__(self, granted: _Optional[bool] = ..., lease_id: _Optional[str] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., ticket: _Optional[str] = ..., position: _Optional[int] = ...) -> None: ...
+
+class RenewLeaseRequest(_message.Message):
+    __slots__ = ("lease_id", "ttl_s")
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    TTL_S_FIELD_NUMBER: _ClassVar[int]
+    lease_id: str
+    ttl_s: float
+    def __init__(self, lease_id: _Optional[str] = ..., ttl_s: _Optional[float] = ...) -> None: ...
+
+class RenewLeaseResponse(_message.Message):
+    __slots__ = ("lease",)
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    lease: Lease
+    def __init__(self, lease: _Optional[_Union[Lease, _Mapping]] = ...) -> None: ...
+
+class ReleaseLeaseRequest(_message.Message):
+    __slots__ = ("lease_id",)
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    lease_id: str
+    def __init__(self, lease_id: _Optional[str] = ...) -> None: ...
+
+class ReleaseLeaseResponse(_message.Message):
+    __slots__ = ("released",)
+    RELEASED_FIELD_NUMBER: _ClassVar[int]
+    released: bool
+    def __init__(self, released: _Optional[bool] = ...) -> None: ...

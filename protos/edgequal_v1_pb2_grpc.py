@@ -71,6 +71,21 @@ class AgentStub:
                 request_serializer=edgequal__v1__pb2.ProveRequest.SerializeToString,
                 response_deserializer=edgequal__v1__pb2.ProveResponse.FromString,
                 _registered_method=True)
+        self.AcquireLease = channel.unary_unary(
+                '/edgequal.v1.Agent/AcquireLease',
+                request_serializer=edgequal__v1__pb2.AcquireLeaseRequest.SerializeToString,
+                response_deserializer=edgequal__v1__pb2.AcquireLeaseResponse.FromString,
+                _registered_method=True)
+        self.RenewLease = channel.unary_unary(
+                '/edgequal.v1.Agent/RenewLease',
+                request_serializer=edgequal__v1__pb2.RenewLeaseRequest.SerializeToString,
+                response_deserializer=edgequal__v1__pb2.RenewLeaseResponse.FromString,
+                _registered_method=True)
+        self.ReleaseLease = channel.unary_unary(
+                '/edgequal.v1.Agent/ReleaseLease',
+                request_serializer=edgequal__v1__pb2.ReleaseLeaseRequest.SerializeToString,
+                response_deserializer=edgequal__v1__pb2.ReleaseLeaseResponse.FromString,
+                _registered_method=True)
 
 
 class AgentServicer:
@@ -129,6 +144,29 @@ class AgentServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AcquireLease(self, request, context):
+        """Take the device lease (holder, purpose, time to live), failing fast or waiting in
+        line: a call waits at most a few seconds, then answers with a ticket that keeps the
+        caller's place when it asks again. A Qualify naming the lease runs under it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RenewLease(self, request, context):
+        """Extend a held lease; a lease not renewed before it expires is reclaimed.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReleaseLease(self, request, context):
+        """Give a lease back (a run under it goes on to its signed report).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -166,6 +204,21 @@ def add_AgentServicer_to_server(servicer, server):
                     servicer.Prove,
                     request_deserializer=edgequal__v1__pb2.ProveRequest.FromString,
                     response_serializer=edgequal__v1__pb2.ProveResponse.SerializeToString,
+            ),
+            'AcquireLease': grpc.unary_unary_rpc_method_handler(
+                    servicer.AcquireLease,
+                    request_deserializer=edgequal__v1__pb2.AcquireLeaseRequest.FromString,
+                    response_serializer=edgequal__v1__pb2.AcquireLeaseResponse.SerializeToString,
+            ),
+            'RenewLease': grpc.unary_unary_rpc_method_handler(
+                    servicer.RenewLease,
+                    request_deserializer=edgequal__v1__pb2.RenewLeaseRequest.FromString,
+                    response_serializer=edgequal__v1__pb2.RenewLeaseResponse.SerializeToString,
+            ),
+            'ReleaseLease': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReleaseLease,
+                    request_deserializer=edgequal__v1__pb2.ReleaseLeaseRequest.FromString,
+                    response_serializer=edgequal__v1__pb2.ReleaseLeaseResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -359,6 +412,87 @@ class Agent:
             '/edgequal.v1.Agent/Prove',
             edgequal__v1__pb2.ProveRequest.SerializeToString,
             edgequal__v1__pb2.ProveResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AcquireLease(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/edgequal.v1.Agent/AcquireLease',
+            edgequal__v1__pb2.AcquireLeaseRequest.SerializeToString,
+            edgequal__v1__pb2.AcquireLeaseResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RenewLease(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/edgequal.v1.Agent/RenewLease',
+            edgequal__v1__pb2.RenewLeaseRequest.SerializeToString,
+            edgequal__v1__pb2.RenewLeaseResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReleaseLease(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/edgequal.v1.Agent/ReleaseLease',
+            edgequal__v1__pb2.ReleaseLeaseRequest.SerializeToString,
+            edgequal__v1__pb2.ReleaseLeaseResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -48,6 +48,33 @@ def make_pki():
 
 
 @pytest.fixture(scope="session")
+def local_agents():
+    """The tests/local_agents.py module: ``start_agent(base, name)`` on 127.0.0.1."""
+    return load_test_helper("local_agents")
+
+
+@pytest.fixture(scope="session")
+def postgres_url():
+    """The URL of a real PostgreSQL server (tests/postgres.py) for this test session.
+
+    Skipped with the reason when the PostgreSQL binaries are absent; in CI ($CI set)
+    that is an error, because .ci/run installs them.
+    """
+    helpers = load_test_helper("postgres")
+    bin_dir = helpers.find_bin_dir()
+    if bin_dir is None:
+        reason = "PostgreSQL not found (no initdb): install postgresql to run these tests"
+        if os.environ.get("CI"):
+            pytest.fail(reason + " ($CI is set, so this is an error)")
+        pytest.skip(reason)
+    server = helpers.start_postgres(bin_dir)
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
 def sshd_server(tmp_path_factory, sshd_helpers):
     """A real sshd on 127.0.0.1 (tests/sshd.py): one per test session, stopped at the end.
 

@@ -74,6 +74,9 @@ def test_stubs_import_as_package_and_round_trip():
         "GetReport",
         "Cancel",
         "Prove",
+        "AcquireLease",
+        "RenewLease",
+        "ReleaseLease",
     ]
     assert service.methods_by_name["Push"].client_streaming
     assert service.methods_by_name["Qualify"].server_streaming

@@ -131,6 +131,32 @@ class Transport(ABC):
         if self.proven_key is None:
             self.prove_identity(self.pinned_key)
 
+    lease_id: str | None = None
+    """The device lease this connection holds (its qualifications run under it), if any."""
+
+    def acquire_lease(
+        self,
+        purpose: str,
+        ttl_s: float,
+        wait_s: float | None = 0.0,
+        on_wait: Callable[[dict], None] | None = None,
+    ) -> dict:
+        """Take the device lease: fail fast (``wait_s=0``), wait up to ``wait_s``, or (None)
+        without limit, in order of arrival. Returns the lease as JSON; raises DeviceBusy."""
+        from ..errors import TransportError
+
+        raise TransportError(f"{self.address}: this transport has no device leases")
+
+    def renew_lease(self, ttl_s: float) -> dict:
+        """Extend the held lease to ``ttl_s`` from now."""
+        from ..errors import TransportError
+
+        raise TransportError(f"{self.address}: this transport has no device leases")
+
+    def release_lease(self) -> bool:
+        """Give the held lease back; False when there was none (or it had expired)."""
+        return False
+
     @abstractmethod
     def info(self) -> dict:
         """The agent's Info: fingerprint, runtimes, key (raw base64 and fingerprint), busy state."""

@@ -24,7 +24,7 @@ import grpc
 from ...agent.info import AgentInfo
 from ...protos import edgequal_v1_pb2 as pb
 from ...protos import edgequal_v1_pb2_grpc as pb_grpc
-from ..errors import HostError, TransportError, UsageError
+from ..errors import DeviceBusy, HostError, TransportError, UsageError
 from .base import IdentityProof, ProgressEvent, PushResult, QualifyRequest, Transport
 
 CHUNK_BYTES = 1024 * 1024
@@ -141,8 +141,8 @@ def host_error(error: grpc.RpcError, address: str, timeout_s: float | None = Non
             hint="check the address and the network; a slow link needs a longer --timeout",
         )
     if kind == "DeviceBusy":
-        msg = details if details.startswith("device busy") else f"device busy: {details}"
-        return TransportError(msg, hint=hint)
+        msg = details if details.startswith(("device busy", "lease")) else f"device busy: {details}"
+        return DeviceBusy(msg, hint=hint)
     if code == grpc.StatusCode.INVALID_ARGUMENT or kind == "QuotaExceeded":
         return UsageError(details, hint=hint)
     if code == grpc.StatusCode.CANCELLED:
@@ -338,6 +338,7 @@ class GrpcTransport(Transport):
             golden_name=request.golden_name or "",
             holder=request.holder or self.holder,
             extra_subjects_json=json.dumps(request.extra_subjects()) if request.extra_files else "",
+            lease_id=self.lease_id or "",
         )
         stream = self._stub.Qualify(
             message, timeout=self.qualify_timeout_s, metadata=self._metadata
@@ -391,6 +392,62 @@ class GrpcTransport(Transport):
         if not r.cancelled:
             raise UsageError(r.message)
 
+    def acquire_lease(
+        self,
+        purpose: str,
+        ttl_s: float,
+        wait_s: float | None = 0.0,
+        on_wait: Callable[[dict], None] | None = None,
+    ) -> dict:
+        """Take the device lease; wait in line (asking again with the ticket) up to ``wait_s``
+        (None: without limit). ``on_wait`` gets ``{"position", "lease"}`` after each wait."""
+        deadline = None if wait_s is None else time.monotonic() + float(wait_s)
+        ticket = ""
+        while True:
+            left = 3600.0 if deadline is None else max(0.0, deadline - time.monotonic())
+            chunk = min(left, 5.0) if (wait_s is None or wait_s > 0) else 0.0
+            if ticket and chunk == 0:
+                chunk = 0.01  # keep our place for the last look
+            r = self._unary(
+                self._stub.AcquireLease,
+                pb.AcquireLeaseRequest(
+                    holder=self.holder, purpose=purpose, ttl_s=ttl_s, wait_s=chunk, ticket=ticket
+                ),
+                timeout_s=self.timeout_s + chunk,
+            )
+            current = _lease_json(r.lease) if r.HasField("lease") else None
+            if r.granted:
+                self.lease_id = r.lease_id
+                return current or {}
+            ticket = r.ticket
+            if on_wait is not None:
+                on_wait({"position": r.position, "lease": current})
+            if deadline is not None and time.monotonic() >= deadline:
+                from edgequal.agent.lease import Lease
+
+                held = Lease.from_json(current).describe() if current else "others are waiting"
+                raise DeviceBusy(
+                    f"device busy: {held}; waited {wait_s:g} s (place {r.position} in line)",
+                    hint="wait longer (--wait TIMEOUT), or without a limit (--wait)",
+                )
+
+    def renew_lease(self, ttl_s: float) -> dict:
+        """Extend the held lease to ``ttl_s`` from now; DeviceBusy when it was lost."""
+        if not self.lease_id:
+            raise DeviceBusy(f"device at {self.address}: no lease held")
+        r = self._unary(
+            self._stub.RenewLease, pb.RenewLeaseRequest(lease_id=self.lease_id, ttl_s=ttl_s)
+        )
+        return _lease_json(r.lease)
+
+    def release_lease(self) -> bool:
+        """Give the held lease back; False when none was held (or it had expired)."""
+        if not self.lease_id:
+            return False
+        lease_id, self.lease_id = self.lease_id, None
+        r = self._unary(self._stub.ReleaseLease, pb.ReleaseLeaseRequest(lease_id=lease_id))
+        return r.released
+
     def health(self) -> str:
         """The standard health service's status name for the whole agent (e.g. ``SERVING``)."""
         from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -405,6 +462,17 @@ class GrpcTransport(Transport):
     def close(self) -> None:
         """Close the channel."""
         self._channel.close()
+
+
+def _lease_json(lease) -> dict:
+    """A protobuf ``Lease`` as the JSON of ``edgequal.agent.lease.Lease``."""
+    return {
+        "run_id": lease.run_id,
+        "holder": lease.holder,
+        "started_unix_ms": lease.started_unix_ms,
+        "expires_unix_ms": lease.expires_unix_ms,
+        "purpose": lease.purpose,
+    }
 
 
 class _SentCounter:

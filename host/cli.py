@@ -403,21 +403,7 @@ def _plan_from_args(args, profile=None) -> Plan:
     """The plan: the preset, then the device profile's durations and limits, then explicit flags."""
     from edgequal.agent.plan import make_plan, parse_duration_s, parse_shape_args
 
-    base = {}
-    if profile is not None:
-        durations = profile.plan(args.plan)
-        base = {
-            "cold_runs": durations.cold_runs,
-            "latency_min_runs": durations.latency_min_runs,
-            "latency_min_s": durations.latency_min_s,
-            "sustain_s": durations.sustain_s,
-            "window_s": durations.window_s,
-            "max_temp_c": profile.max_c,
-            "trip_c": profile.trip_c,
-            "throttle_indicators": list(profile.throttle_indicators),
-            "threads": profile.default_threads,
-            "profile": profile.name,
-        }
+    base = profile.plan_fields(args.plan) if profile is not None else {}
     flags = {
         "runtime": args.runtime,
         "threads": args.threads,

@@ -161,20 +161,7 @@ def fleet_plan(preset: str, profile_name: str | None, overrides: dict | None = N
     if profile_name:
         from .profiles import load_profile
 
-        profile = load_profile(profile_name)
-        d = profile.plan(preset)
-        base = {
-            "cold_runs": d.cold_runs,
-            "latency_min_runs": d.latency_min_runs,
-            "latency_min_s": d.latency_min_s,
-            "sustain_s": d.sustain_s,
-            "window_s": d.window_s,
-            "max_temp_c": profile.max_c,
-            "trip_c": profile.trip_c,
-            "throttle_indicators": list(profile.throttle_indicators),
-            "threads": profile.default_threads,
-            "profile": profile.name,
-        }
+        base = load_profile(profile_name).plan_fields(preset)
     return make_plan(preset, **{**base, **(overrides or {})})
 
 

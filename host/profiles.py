@@ -88,6 +88,23 @@ class DeviceProfile:
                 f"{self.name}: no plan {name!r}", hint=f"plans are {', '.join(PLAN_NAMES)}"
             ) from None
 
+    def plan_fields(self, preset: str) -> dict[str, Any]:
+        """What this board sets in a plan of ``preset``: its durations, thread count, throttle
+        temperature and indicators, and the temperature that stops a sustained run."""
+        d = self.plan(preset)
+        return {
+            "cold_runs": d.cold_runs,
+            "latency_min_runs": d.latency_min_runs,
+            "latency_min_s": d.latency_min_s,
+            "sustain_s": d.sustain_s,
+            "window_s": d.window_s,
+            "max_temp_c": self.max_c,
+            "trip_c": self.trip_c,
+            "throttle_indicators": list(self.throttle_indicators),
+            "threads": self.default_threads,
+            "profile": self.name,
+        }
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (lists for tuples), e.g. for a report's plan section."""
         d = asdict(self)

@@ -194,15 +194,18 @@ def test_a_competitor_started_half_way_is_interference_not_a_failure(example_mod
     assert result["verdict"] == "inconclusive", result["reason"]
     assert result["cause"] == "interference"
     # Windows that began a second after the competitors started: four busy processes on
-    # the worker's CPU leave it a fifth of it at most.
+    # the worker's CPU leave it half of it at most.
     late = [
         w for w in result["windows_detail"] if w["t0"] >= started_at[0] + 1.0 and not w["partial"]
     ]
     assert late and all(w["cause"] == "interference" for w in late), [
         (w["rate_per_s"], w["cause"], w["interference"]) for w in late
     ]
+    # The worker runs in its own session: with the kernel's autogroup scheduling, its
+    # group and the competitors' share the CPU half and half, so it waits about half of
+    # its runnable time (more without autogroup).
     for w in late:
-        assert w["interference"]["runq_wait_share"] > 0.5
+        assert w["interference"]["runq_wait_share"] > 0.3
     named = {p["name"] for w in late for p in w["interference"]["top_processes"]}
     assert any(n.startswith("python") for n in named), named
     assert "re-run on a quiet board" in result["reason"]

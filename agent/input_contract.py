@@ -222,7 +222,7 @@ def contract_mismatches(pre: Preprocessing, model_inputs: Sequence[TensorSpec]) 
                     "input": spec.name,
                     "mismatch": "dtype",
                     "message": f"input '{spec.name}': the golden inputs are {c.dtype}, the model "
-                    f"takes {spec.dtype}{quantized}: a golden set made before quantization",
+                    f"takes {spec.dtype}{quantized}: a golden set made before quantization or conversion",
                     "hint": "make the golden set for this model, its inputs converted as the "
                     "quantized model expects",
                 }

@@ -71,6 +71,13 @@ class GoldenSet:
         """Per-output tolerance overrides: ``{output: {"atol":..,"rtol":..} | {"class": "fp16"}}``."""
         return self.manifest.get("tolerances", {})
 
+    @property
+    def preprocessing(self):
+        """The input contract (:class:`~.input_contract.Preprocessing`), None when not recorded."""
+        from .input_contract import Preprocessing
+
+        return Preprocessing.from_json(self.manifest.get("preprocessing"))
+
     def check_against(self, model_inputs: list[TensorSpec]) -> None:
         """Raise GoldenMismatch naming the first input that does not fit the model."""
         for case in self.cases:
@@ -170,6 +177,8 @@ def _check_manifest(path: Path, manifest: dict) -> None:
                 raise bad(key, "a list of {name, dtype, shape} objects")
     if not isinstance(manifest.get("tolerances", {}), dict):
         raise bad("tolerances", "an object")
+    if not isinstance(manifest.get("preprocessing"), (dict, type(None))):
+        raise bad("preprocessing", "an object or null")
     if not isinstance(manifest.get("decision"), (str, type(None))):
         raise bad("decision", "a string or null")
 

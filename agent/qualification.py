@@ -64,6 +64,23 @@ def _finding_from(ended: WorkerOutcome, phase: str, runtime: str) -> dict:
     return finding
 
 
+def _input_contract_findings(mismatches: list[dict], runtime: str) -> list[dict]:
+    """A finding per input whose golden data the model does not take as recorded (input named)."""
+    return [
+        {
+            "phase": "cold_load",
+            "cause": "inputs",
+            "kind": "input_contract",
+            "input": m["input"],
+            "mismatch": m["mismatch"],
+            "message": m["message"],
+            "hint": m["hint"],
+            "runtime": runtime,
+        }
+        for m in mismatches
+    ]
+
+
 def _summary(values: list[float]) -> dict:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
@@ -94,6 +111,9 @@ def measure_cold_load(
             findings.append(_finding_from(ended, "cold_load", runtime))
             return None
         r = ended.result
+        if r.get("input_contract"):
+            findings.extend(_input_contract_findings(r["input_contract"], runtime))
+            return None
         r["process_to_result_ms"] = ended.wall_ms
         runs.append(r)
     if golden is None and runs[0].get("nonfinite_outputs"):

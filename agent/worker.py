@@ -155,6 +155,17 @@ def _read_golden(job: WorkerJob, rt):
     return golden
 
 
+def _input_contract_mismatches(job: WorkerJob, rt) -> list[dict]:
+    """The golden set's input contract against the model's declared inputs ([] without one)."""
+    if not job.golden:
+        return []
+    from .golden import read_golden
+    from .input_contract import contract_mismatches
+
+    pre = read_golden(Path(job.golden)).preprocessing
+    return contract_mismatches(pre, rt.inputs()) if pre is not None else []
+
+
 def _first_feeds(job: WorkerJob, rt) -> dict:
     golden = _read_golden(job, rt)
     if golden is not None:
@@ -184,6 +195,9 @@ def run_cold_load(job: WorkerJob) -> dict:
     rt.load(model)
     t2 = time.perf_counter_ns()
     rss_loaded = rss_bytes()
+    mismatches = _input_contract_mismatches(job, rt)
+    if mismatches:  # checked before the golden inputs are fed: they may not even fit
+        return {"input_contract": mismatches}
     feeds = _first_feeds(job, rt)
     phase("first_inference")
     t3 = time.perf_counter_ns()

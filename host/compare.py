@@ -70,6 +70,48 @@ class Comparison:
         }
 
 
+# (row, unit, path under results, which way is better) for the service scenarios and energy.
+SCENARIO_FIGURES: tuple[tuple[str, str, tuple[str, ...], str | None], ...] = (
+    ("batch: best items/s", "/s", ("batch_sweep", "best", "items_per_s"), "higher"),
+    ("batch: best batch size", "", ("batch_sweep", "best", "batch"), None),
+    (
+        "batch: best items/s per core",
+        "/s",
+        ("batch_sweep", "best", "items_per_s_per_core"),
+        "higher",
+    ),
+    ("threads: recommended", "", ("thread_scaling", "recommended", "threads"), None),
+    (
+        "threads: calls/s at recommended",
+        "/s",
+        ("thread_scaling", "recommended", "calls_per_s"),
+        "higher",
+    ),
+    ("server: highest rate with p99 in bound", "/s", ("server", "max_rate_held_per_s"), "higher"),
+    ("server: p99 at target (queueing incl.)", "ms", ("server", "at_target", "p99_ms"), "lower"),
+    ("server: capacity", "/s", ("server", "capacity_per_s"), "higher"),
+    (
+        "operators: profiled time per inference",
+        "µs",
+        ("operators", "profile", "total_us_per_run"),
+        "lower",
+    ),
+    ("energy: board power", "W", ("sustained", "power", "summary", "power_w_median"), "lower"),
+    (
+        "energy per inference",
+        "mJ",
+        ("sustained", "power", "summary", "mj_per_inference_median"),
+        "lower",
+    ),
+    (
+        "energy per inference above idle",
+        "mJ",
+        ("sustained", "power", "summary", "mj_per_inference_above_idle_median"),
+        "lower",
+    ),
+)
+
+
 def _get(d: Any, *path: str) -> Any:
     for key in path:
         if not isinstance(d, dict):
@@ -178,6 +220,10 @@ def compare_reports(reports: list[ReportFile], settings: dict | None = None) -> 
         return None if v is None else v / _MB
 
     add("peak RSS", "MB", peak_mb)
+
+    # The service scenarios and energy: each one's headline figure.
+    for label, unit, path, better in SCENARIO_FIGURES:
+        add(label, unit, lambda r, p=path: _get(r.predicate, "results", *p), better)
 
     for row in rows:
         ref = row.values[0]

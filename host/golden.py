@@ -5,10 +5,26 @@ case), or ``CASE/INPUT`` names (several cases), or a directory of such files (on
 case per file, named after the file). ``--outputs`` follows the same naming with
 output names. When outputs are not given they come from onnxruntime (ONNX) or
 LiteRT (TFLite) run here on the host, and the manifest records which and its version.
+
+The manifest's ``preprocessing`` is the input contract (``agent/input_contract.py``):
+dtype, layout and the value range seen, read from the inputs, and what the model was
+trained on (layout, range, mean/std or scale, colour order, resize) from flags or a
+TOML file next to the inputs (``DIR/preprocessing.toml`` for a directory,
+``NAME.toml`` beside ``NAME.npz``)::
+
+    range = [0.0, 1.0]            # top-level keys: every input
+    [inputs.image]
+    layout = "NCHW"
+    mean = [0.485, 0.456, 0.406]
+    std = [0.229, 0.224, 0.225]
+    color_order = "RGB"
+    resize = [224, 224]
 """
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +60,59 @@ def read_case_inputs(source: Path) -> dict[str, dict[str, np.ndarray]]:
     return split_case_arrays(_load(source))
 
 
+def preprocessing_toml_for(inputs: Path) -> Path:
+    """Where the TOML beside ``inputs`` would be: ``DIR/preprocessing.toml`` or ``NAME.toml``."""
+    inputs = Path(inputs)
+    return inputs / "preprocessing.toml" if inputs.is_dir() else inputs.with_suffix(".toml")
+
+
+def read_preprocessing_toml(path: Path) -> dict:
+    """``{"*": defaults, NAME: keys}`` from a preprocessing TOML; UsageError naming a bad key."""
+    from edgequal.agent.input_contract import DECLARED_KEYS
+
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    try:
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise UsageError(f"{path}: not a readable TOML file ({e})") from e
+    per_input = data.pop("inputs", {})
+    if not isinstance(per_input, dict) or not all(isinstance(v, dict) for v in per_input.values()):
+        raise UsageError(f"{path}: [inputs.NAME] must be tables of preprocessing keys")
+    declared = {"*": data, **per_input}
+    for where, keys in declared.items():
+        for key in keys:
+            if key not in DECLARED_KEYS:
+                close = difflib.get_close_matches(key, DECLARED_KEYS, 1, 0.5)
+                shown = "top level" if where == "*" else f"[inputs.{where}]"
+                raise UsageError(
+                    f"{path}: unknown key '{key}' at {shown}"
+                    + (f"; did you mean '{close[0]}'?" if close else ""),
+                    hint=f"known keys: {', '.join(DECLARED_KEYS)}",
+                )
+    return declared
+
+
+def resolve_declared(names: list[str], *layers: Mapping | None) -> dict[str, dict]:
+    """Per-input declared keys: each layer's ``"*"`` then its ``NAME`` entries, later layers win."""
+    out: dict[str, dict] = {n: {} for n in names}
+    for layer in layers:
+        if not layer:
+            continue
+        for n in names:
+            out[n].update({k: v for k, v in layer.get("*", {}).items() if v is not None})
+            out[n].update({k: v for k, v in layer.get(n, {}).items() if v is not None})
+        unknown = sorted(set(layer) - {"*", *names})
+        if unknown:
+            raise UsageError(
+                f"the preprocessing names input '{unknown[0]}', which the model does not have",
+                hint=f"inputs: {', '.join(names)}",
+            )
+    return out
+
+
 def _load(path: Path) -> dict[str, np.ndarray]:
     try:
         return load_npz_arrays(path)
@@ -59,13 +128,17 @@ def make_golden(
     outputs: Path | None = None,
     decision: str | None = None,
     tolerances: dict | None = None,
-    preprocessing: dict | None = None,
+    preprocessing: Mapping | None = None,
     runtime: str = "auto",
+    on_warning: Callable[[str], None] | None = None,
 ) -> str:
     """Write a golden set for ``model``; returns its sha256.
 
     Inputs are checked against the model first: a mismatch raises UsageError naming
-    the input, what the model expects and what the file holds.
+    the input, what the model expects and what the file holds. ``preprocessing`` is
+    what the model was trained on, ``{"*": keys for every input, NAME: keys}``; a TOML
+    beside the inputs is read under it. Each input-contract mismatch the qualification
+    would flag on this model goes to ``on_warning``.
     """
     model = Path(model)
     if not model.is_file():
@@ -76,6 +149,8 @@ def make_golden(
             parse_decision_rule(decision)
         except AgentError as e:
             raise UsageError(str(e), hint=e.hint) from e
+    toml = preprocessing_toml_for(inputs) if isinstance(inputs, (str, Path)) else None
+    from_toml = read_preprocessing_toml(toml) if toml is not None and toml.is_file() else None
     try:
         name = runtime_for(model, runtime)
         cls = runtime_class(name)
@@ -103,11 +178,23 @@ def make_golden(
         raise UsageError(str(e), hint=e.hint) from e
     for tol in (tolerances or {}).values():
         Tolerance.from_dict(tol)  # validates
+    from edgequal.agent.input_contract import contract_mismatches, describe_inputs
+
+    names = [s.name for s in rt.inputs()]
+    try:
+        contract = describe_inputs(
+            [c.inputs for c in cases], resolve_declared(names, from_toml, preprocessing)
+        )
+    except AgentError as e:
+        raise UsageError(str(e), hint=e.hint) from e
+    for m in contract_mismatches(contract, rt.inputs()):
+        if on_warning is not None:
+            on_warning(f"{m['message']} ({m['hint']})")
     manifest = {
         "model": {"name": model.name, "sha256": file_sha256(model)},
         "inputs": [s.to_dict() for s in rt.inputs()],
         "outputs": [s.to_dict() for s in rt.outputs()],
-        "preprocessing": preprocessing,
+        "preprocessing": contract.to_json(),
         "reference": reference,
         "tolerances": tolerances or {},
         "decision": decision,

@@ -86,6 +86,20 @@ SCHEMA: dict[str, dict[str, str]] = {
         "max_near_threshold_flip_rate": NUMBER,
     },
     "memory": {"max_peak_rss_mb": NUMBER, "max_rss_added_by_load_mb": NUMBER},
+    "batch": {"min_best_items_per_s": NUMBER, "min_best_items_per_s_per_core": NUMBER},
+    "threads": {"min_recommended_calls_per_s": NUMBER, "max_recommended_p50_ms": NUMBER},
+    "server": {
+        "min_rate_at_p99_per_s": NUMBER,
+        "max_p99_ms_at_target": NUMBER,
+        "require_held_at_target": BOOL,
+    },
+    "operators": {"allow_cpu_fallback": BOOL, "max_cpu_fallback_nodes": INTEGER},
+    "energy": {
+        "require_rails": BOOL,
+        "max_mj_per_inference": NUMBER,
+        "max_mj_per_inference_above_idle": NUMBER,
+        "max_power_w": NUMBER,
+    },
     "baseline": {
         "min_effect": NUMBER,
         "confidence": NUMBER,
@@ -96,6 +110,8 @@ SCHEMA: dict[str, dict[str, str]] = {
     },
 }
 
+# Sections limiting the service scenarios and energy (each its own Policy field).
+SCENARIO_SECTIONS = ("batch", "threads", "server", "operators", "energy")
 BASELINE_DEFAULTS = {"min_effect": 0.03, "confidence": 0.95, "iterations": 1000, "seed": 0}
 DEFAULT_ALLOWED_STATUSES = ("passed", "degraded")
 COLD_LOAD_STATISTICS = ("median", "max")
@@ -131,12 +147,25 @@ class Policy:
     drift_outputs: dict[str, dict] = field(default_factory=dict)
     memory: dict = field(default_factory=dict)
     baseline: dict = field(default_factory=lambda: dict(BASELINE_DEFAULTS))
+    batch: dict = field(default_factory=dict)
+    threads: dict = field(default_factory=dict)
+    server: dict = field(default_factory=dict)
+    operators: dict = field(default_factory=dict)
+    energy: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
         """The policy as JSON (the same sections and keys as the TOML)."""
         out: dict[str, Any] = {"name": self.name, "description": self.description}
         out["status"] = {"allowed": list(self.allowed_statuses)}
-        for section in ("findings", "cold_load", "latency", "sustained", "memory", "baseline"):
+        for section in (
+            "findings",
+            "cold_load",
+            "latency",
+            "sustained",
+            "memory",
+            "baseline",
+            *SCENARIO_SECTIONS,
+        ):
             out[section] = dict(getattr(self, section))
         out["drift"] = {
             **self.drift,
@@ -263,6 +292,7 @@ def parse_policy(data: dict, where: str = "<policy>") -> Policy:
         drift_outputs=sections.get("drift.outputs", {}),
         memory=sections.get("memory", {}),
         baseline=baseline,
+        **{name: sections.get(name, {}) for name in SCENARIO_SECTIONS},
     )
 
 

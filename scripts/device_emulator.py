@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A device emulator: a sysfs tree whose temperature follows a process tree's CPU use.
+"""A device emulator: a sysfs tree whose temperature (and power rails) follow a process tree's CPU use.
 
 It lets the agent's real thermal and throttling code run on a machine with no board.
 The emulator writes, under ``root``:
@@ -10,7 +10,15 @@ The emulator writes, under ``root``:
 - ``sys/devices/system/cpu/cpufreq/policy0``: ``scaling_cur_freq`` (the requested clock,
   which stays at the maximum, as on a Raspberry Pi whose firmware throttles),
   ``cpuinfo_cur_freq`` (the effective clock, lowered while throttling), min/max, governor;
-- ``sys/devices/system/cpu/{online,present}``, ``proc/device-tree/model``.
+- ``sys/devices/system/cpu/{online,present}``, ``proc/device-tree/model``;
+- with ``rails="hwmon"``, ``sys/class/hwmon/hwmon0`` (``name`` ina226): ``power1_input``
+  in µW; with ``rails="ina3221"``, a Jetson-style INA3221 under
+  ``sys/bus/i2c/drivers/ina3221/1-0040/hwmon/hwmon1``: labelled channels ``VDD_IN``
+  (the board total), ``VDD_CPU_GPU_CV`` (the CPU's share) and ``VDD_SOC`` (the rest),
+  each as ``in<K>_input`` (mV) and ``curr<K>_input`` (mA), as ``agent/probes/power.py``
+  reads them. The board draws ``idle_w + w_per_cpu × CPUs in use`` by the watched
+  processes over the last period; every tick logs ``power_w`` and its CLOCK_MONOTONIC
+  time ``t_monotonic``, so a test can integrate what the emulator drew.
 
 Every ``period_s`` a thread measures the CPU time used by all descendants of
 ``watch_pid`` (the agent's workers), heats the zone by ``heat_c_per_cpu_s`` per CPU
@@ -55,12 +63,17 @@ def newton_step(
     return ambient_c + (temp_c - ambient_c) * math.exp(-cool_rate * dt_s) + heat_c
 
 
+# INA3221 channels the emulator wires, with each one's bus voltage in mV.
+INA3221_RAILS = {"VDD_IN": 5000, "VDD_CPU_GPU_CV": 1000, "VDD_SOC": 1000}
+
+
 class DeviceEmulator:
     """A sysfs tree that heats with a process tree's CPU use and throttles it past the trip point.
 
     ``trip_time_s`` is the time (``time.monotonic()`` seconds since :meth:`start`) the
     trip point was first reached, ``None`` until then; ``log`` holds one dict per tick
-    (``t_s``, ``temp_c``, ``cpu_s``, ``throttling``, ``clock_khz``).
+    (``t_s``, ``temp_c``, ``cpu_s``, ``throttling``, ``clock_khz``, ``t_monotonic``,
+    ``power_w``: what the rails read from this tick to the next).
     """
 
     def __init__(
@@ -79,11 +92,22 @@ class DeviceEmulator:
         start_c: float | None = None,
         max_khz: int = 1_500_000,
         min_khz: int = 600_000,
+        rails: str | None = None,
+        idle_w: float = 2.0,
+        w_per_cpu: float = 3.0,
     ):
         if not 0.0 <= throttle_duty < 1.0:
             raise ValueError("throttle_duty must be in [0, 1)")
         if period_s <= 0:
             raise ValueError("period_s must be > 0")
+        if rails not in (None, "hwmon", "ina3221"):
+            raise ValueError("rails must be None, 'hwmon' or 'ina3221'")
+        if idle_w < 0 or w_per_cpu < 0:
+            raise ValueError("idle_w and w_per_cpu must be >= 0")
+        self.rails = rails
+        self.idle_w = idle_w
+        self.w_per_cpu = w_per_cpu
+        self.cpus_in_use = 0.0
         self.root = Path(root)
         self.watch_pid = watch_pid
         self.ambient_c = ambient_c
@@ -109,6 +133,11 @@ class DeviceEmulator:
         self._zone = self.root / "sys/class/thermal/thermal_zone0"
         self._cooling = self.root / "sys/class/thermal/cooling_device0"
         self._policy = self.root / "sys/devices/system/cpu/cpufreq/policy0"
+        self._hwmon = (
+            self.root / "sys/class/hwmon/hwmon0"
+            if rails == "hwmon"
+            else self.root / "sys/bus/i2c/drivers/ina3221/1-0040/hwmon/hwmon1"
+        )
         self._create_tree()
 
     # --- the tree -------------------------------------------------------------
@@ -148,6 +177,15 @@ class DeviceEmulator:
             self.root / "sys/devices/system/cpu/present": f"{cpus}\n",
             self.root / "proc/device-tree/model": "edgequal emulated board\0",
         }
+        if self.rails == "hwmon":
+            self._hwmon.mkdir(parents=True, exist_ok=True)
+            files[self._hwmon / "name"] = "ina226\n"
+        elif self.rails == "ina3221":
+            self._hwmon.mkdir(parents=True, exist_ok=True)
+            files[self._hwmon / "name"] = "ina3221\n"
+            for k, label in enumerate(INA3221_RAILS, start=1):
+                files[self._hwmon / f"in{k}_label"] = f"{label}\n"
+                files[self._hwmon / f"in{k}_enable"] = "1\n"
         for path, text in files.items():
             self._write(path, text)
         self._write_state()
@@ -159,7 +197,32 @@ class DeviceEmulator:
             return int(self.max_khz * (1.0 - self.throttle_duty))
         return self.max_khz
 
+    @property
+    def power_w(self) -> float:
+        """The board's draw now: idle plus ``w_per_cpu`` per CPU the watched processes use."""
+        return self.idle_w + self.w_per_cpu * self.cpus_in_use
+
+    def rail_watts(self) -> dict[str, float]:
+        """Watts per INA3221 channel: ``VDD_IN`` is the total, the CPU rail and SoC rail inside it."""
+        cpu_w = self.w_per_cpu * self.cpus_in_use
+        return {
+            "VDD_IN": self.power_w,
+            "VDD_CPU_GPU_CV": cpu_w + 0.25 * self.idle_w,
+            "VDD_SOC": 0.25 * self.idle_w,
+        }
+
+    def _write_rails(self) -> None:
+        if self.rails == "hwmon":
+            self._write(self._hwmon / "power1_input", f"{round(self.power_w * 1e6)}\n")
+        elif self.rails == "ina3221":
+            # Bus voltage fixed per rail; the current carries the power (mA × mV = µW).
+            for k, (label, watts) in enumerate(self.rail_watts().items(), start=1):
+                mv = INA3221_RAILS[label]
+                self._write(self._hwmon / f"in{k}_input", f"{mv}\n")
+                self._write(self._hwmon / f"curr{k}_input", f"{watts * 1e6 / mv:.3f}\n")
+
     def _write_state(self) -> None:
+        self._write_rails()
         self._write(self._zone / "temp", f"{round(self.temp_c * 1000)}\n")
         self._write(self._cooling / "cur_state", "1\n" if self.throttling else "0\n")
         self._write(self._policy / "scaling_cur_freq", f"{self.max_khz}\n")
@@ -223,6 +286,7 @@ class DeviceEmulator:
     def tick(self, now: float, dt_s: float) -> None:
         """Advance the model by ``dt_s``: measure CPU, update temperature and throttle state, write."""
         cpu_s = self._cpu_delta_s()
+        self.cpus_in_use = cpu_s / dt_s if dt_s > 0 else 0.0
         self.temp_c = newton_step(
             self.temp_c, self.ambient_c, self.cool_rate, dt_s, self.heat_c_per_cpu_s * cpu_s
         )
@@ -241,6 +305,8 @@ class DeviceEmulator:
                 "cpu_s": round(cpu_s, 4),
                 "throttling": self.throttling,
                 "clock_khz": self.clock_khz,
+                "t_monotonic": now,
+                "power_w": round(self.power_w, 6),
             }
         )
         if tripped:  # published last, so a reader that sees it also sees the tree and log
@@ -319,6 +385,14 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--period-s", type=float, default=0.1)
     p.add_argument(
+        "--rails",
+        choices=("hwmon", "ina3221"),
+        default=None,
+        help="also write power rails that follow the processes' CPU use",
+    )
+    p.add_argument("--idle-w", type=float, default=2.0, help="board watts at rest")
+    p.add_argument("--w-per-cpu", type=float, default=3.0, help="watts added per CPU in use")
+    p.add_argument(
         "--duration-s",
         type=float,
         default=None,
@@ -342,6 +416,9 @@ def main(argv: list[str] | None = None) -> int:
         cool_rate=args.cool_rate,
         throttle_duty=args.throttle_duty,
         period_s=args.period_s,
+        rails=args.rails,
+        idle_w=args.idle_w,
+        w_per_cpu=args.w_per_cpu,
     )
     done = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -352,7 +429,8 @@ def main(argv: list[str] | None = None) -> int:
         while not done.wait(1.0):
             print(
                 f"t={time.monotonic() - t0:6.1f}s temp={emu.temp_c:5.1f}C "
-                f"clock={emu.clock_khz}kHz {'THROTTLING' if emu.throttling else ''}",
+                f"clock={emu.clock_khz}kHz power={emu.power_w:.2f}W "
+                f"{'THROTTLING' if emu.throttling else ''}",
                 flush=True,
             )
             if args.duration_s is not None and time.monotonic() - t0 >= args.duration_s:

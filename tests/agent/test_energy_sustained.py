@@ -105,3 +105,118 @@ def test_a_board_without_rails_reports_power_absent(example_models, tmp_path):
     assert result["power"]["present"] is False
     assert "no readable power rail" in result["power"]["reason"]
     assert all("energy" not in w for w in result["windows_detail"])
+
+
+def _emulator_module():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "scripts" / "device_emulator.py"
+    spec = importlib.util.spec_from_file_location("_edgequal_device_emulator_rails", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(
+    ("rails", "total_from", "sources"),
+    [("hwmon", "ina226/power1", ["hwmon"]), ("ina3221", "VDD_IN", ["ina3221"])],
+)
+def test_the_emulator_rails_read_as_the_power_it_draws(tmp_path, rails, total_from, sources):
+    from edgequal.agent.probes.power import PowerProbe
+
+    emu = _emulator_module().DeviceEmulator(
+        tmp_path, os.getpid(), rails=rails, idle_w=2.0, w_per_cpu=3.0
+    )
+    probe = PowerProbe.open(tmp_path)
+    assert probe.describe()["sources"] == sources
+    assert probe.read()["total_w"] == pytest.approx(2.0, abs=1e-5)
+    emu.cpus_in_use = 1.5  # what a tick sets from the watched processes' CPU time
+    emu._write_state()
+    reading = probe.read()
+    assert reading["total_w"] == pytest.approx(2.0 + 3.0 * 1.5, abs=1e-5)
+    assert reading["total_from"] == total_from
+    if rails == "ina3221":  # the CPU and SoC rails are inside VDD_IN, never added to it
+        assert reading["rails_w"]["VDD_CPU_GPU_CV"] == pytest.approx(4.5 + 0.5, abs=1e-5)
+        assert reading["rails_w"]["VDD_SOC"] == pytest.approx(0.5, abs=1e-5)
+
+
+def _drawn_j(log: list[dict], t0: float, t1: float) -> float:
+    """Joules the emulator drew over [t0, t1]: its rails hold each tick's watts until the next."""
+    joules = 0.0
+    for tick, after in zip(log, log[1:]):
+        a, b = max(t0, tick["t_monotonic"]), min(t1, after["t_monotonic"])
+        if b > a:
+            joules += tick["power_w"] * (b - a)
+    return joules
+
+
+@pytest.mark.slow
+def test_energy_on_the_emulator_follows_the_workers_cpu(example_models, tmp_path):
+    """A real sustained run on the emulator, whose INA3221 rails draw 1.5 W at rest and 4 W
+    more per CPU the worker uses. Each window's reported watts and mJ per inference agree
+    with what the emulator's log says it drew, within the sampling error: the agent reads
+    the rails once a second, so its figure lies within the range of watts the emulator
+    drew over the samples that bracket the window, whatever else the machine runs."""
+    idle_w, w_per_cpu, interval_s = 1.5, 4.0, 1.0
+    root = tmp_path / "board"
+    emu = _emulator_module().DeviceEmulator(
+        root,
+        os.getpid(),
+        trip_c=150.0,
+        heat_c_per_cpu_s=0.5,
+        period_s=0.25,
+        rails="ina3221",
+        idle_w=idle_w,
+        w_per_cpu=w_per_cpu,
+    )
+    plan = make_plan(
+        "quick", threads=1, sustain_s=10.0, window_s=2.0, cooldown=False, idle_power_s=2.0
+    )
+    findings: list = []
+    with emu:
+        result = measure_sustained(
+            example_models["mid"],
+            None,
+            plan,
+            "onnxruntime",
+            root,
+            lambda e: None,
+            threading.Event(),
+            findings,
+        )
+    assert not findings, findings
+    power = result["power"]
+    assert power["present"] and power["total_from"] == "VDD_IN"
+    log = emu.log
+    # Idle was measured before the worker loaded: within what the emulator drew then
+    # (idle_w plus whatever else this process's children used; nothing, in a lone run).
+    before = [t["power_w"] for t in log if t["t_monotonic"] <= result["loop_started_monotonic_s"]]
+    assert min(before) - 1e-6 <= power["idle"]["watts"] <= max(before) + 1e-6
+    assert min(before) == pytest.approx(idle_w, abs=0.05 * w_per_cpu)
+    inner = [w for w in result["windows_detail"] if not w["partial"]][1:-1]
+    assert len(inner) >= 2
+    drawn_w = []
+    for w in inner:
+        e, span = w["energy"], w["t1"] - w["t0"]
+        drawn = _drawn_j(log, w["t0"], w["t1"]) / span
+        drawn_w.append(drawn)
+        # Every sample the agent integrated read some tick's watts within the bracket.
+        around = [
+            t["power_w"]
+            for t in log
+            if w["t0"] - interval_s - emu.period_s <= t["t_monotonic"] <= w["t1"] + interval_s
+        ]
+        lo, hi = min(around), max(around)
+        assert lo - 1e-6 <= e["power_w"] <= hi + 1e-6, (e["power_w"], lo, hi)
+        assert lo - 1e-6 <= drawn <= hi + 1e-6
+        # mJ per inference is the window's joules over its inferences, as the emulator drew
+        # them, within that same error.
+        error_mj = (hi - lo) * span / w["count"] * 1e3
+        assert abs(e["mj_per_inference"] - drawn * span / w["count"] * 1e3) <= error_mj + 1e-6
+        above = e["mj_per_inference_above_idle"]
+        expect_above = (drawn - power["idle"]["watts"]) * span / w["count"] * 1e3
+        assert abs(above - expect_above) <= error_mj + 1e-6
+    # The worker drew power: the emulator saw it use CPU in these windows.
+    assert sum(drawn_w) / len(drawn_w) > idle_w + 0.2 * w_per_cpu
+    assert sum(drawn_w) / len(drawn_w) > power["idle"]["watts"]

@@ -97,8 +97,18 @@ def warm_up(call: Callable[[], object], settings: LatencySettings) -> dict:
     max_s = settings.warmup_max_s
     buf = np.empty(max(min_runs * 4, 4096), dtype=np.int64)
     start = time.monotonic()
-    n = time_loop_ns(call, buf, min_runs, settings.warmup_min_s, max_s)
-    rounds = [buf[:n].copy()]
+    rounds: list[np.ndarray] = []
+    # The minimum runs and seconds first, in as many buffer-fulls as a fast model needs.
+    while True:
+        elapsed = time.monotonic() - start
+        done = sum(len(r) for r in rounds)
+        if (done >= min_runs and elapsed >= settings.warmup_min_s) or elapsed >= max_s:
+            break
+        n = time_loop_ns(
+            call, buf, max(min_runs - done, 1), settings.warmup_min_s - elapsed, max_s - elapsed
+        )
+        rounds.append(buf[:n].copy())
+    rounds = [np.concatenate(rounds)]
     state = steady_state(rounds[0])
     while not state.steady and time.monotonic() - start < max_s:
         left = max_s - (time.monotonic() - start)

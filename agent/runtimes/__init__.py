@@ -140,6 +140,7 @@ def detect_runtimes(*, probe_import: bool = False) -> list[RuntimeStatus]:
     reported as broken, with the signal, instead of taking the caller down.
     """
     result = []
+    probes: list[tuple[RuntimeStatus, str]] = []
     for name, modules, dists, install in _KNOWN_RUNTIMES:
         status = RuntimeStatus(name=name, available=False)
         module = None
@@ -161,10 +162,17 @@ def detect_runtimes(*, probe_import: bool = False) -> list[RuntimeStatus]:
         if not status.distribution:
             status.reason = f"not installed: {install}"
         if status.available and probe_import:
-            broken = import_problem(module)
+            probes.append((status, module))
+        result.append(status)
+    if probes:
+        # The trial imports run side by side: a run waits for them (see ProbedRuntimes).
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=len(probes)) as pool:
+            problems = list(pool.map(import_problem, [module for _, module in probes]))
+        for (status, _), broken in zip(probes, problems):
             if broken:
                 status.available, status.reason = False, broken
-        result.append(status)
     return result
 
 

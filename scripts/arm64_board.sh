@@ -238,6 +238,9 @@ cmd_up() {
     chmod 700 "$home/.ssh"
     chmod 600 "$home/.ssh/authorized_keys"
     chown -R "$uid:$gid" "$home/.ssh"
+    # A new account's password is "!" (locked), which sshd without PAM refuses even for
+    # keys; "*" means no password, key logins only.
+    sed -i "s/^$user:![^:]*:/$user:*:/" "$ROOTFS/etc/shadow"
 
     cat >"$ROOTFS/etc/ssh/sshd_config.edgequal" <<EOF
 # Written by scripts/arm64_board.sh
@@ -256,6 +259,7 @@ Subsystem sftp internal-sftp
 AcceptEnv LANG LC_*
 EOF
     # Validate the configuration before the board starts (under qemu, as it will run).
+    mkdir -p "$ROOTFS/run/sshd"
     chroot "$ROOTFS" /usr/sbin/sshd -t -f /etc/ssh/sshd_config.edgequal ||
         die "sshd refuses its configuration"
 
@@ -275,7 +279,7 @@ EOF
             chmod 755 "$R/run/sshd"
             mkdir -p "$R/tmp" && chmod 1777 "$R/tmp"
             exec chroot "$R" /usr/sbin/sshd -D -e -f /etc/ssh/sshd_config.edgequal
-        ' board "$ROOTFS" >>"$log" 2>&1 </dev/null &
+        ' board "$ROOTFS" >>"$log" 2>&1 </dev/null 9>&- &
     local pid=$!
     echo "$pid" >"$RUN/board.pid"
     echo "$port" >"$RUN/port"
@@ -314,13 +318,14 @@ cmd_down() {
     need_root
     mkdir -p "$RUN"
     exec 9>"$DIR/.lock"
-    flock -w 60 9 || die "another arm64_board.sh holds $DIR/.lock"
+    flock -w 10 9 || die "another arm64_board.sh holds $DIR/.lock"
     local pid
     if pid=$(running_pid); then
-        # unshare dies; --kill-child kills the namespace's init, the kernel the rest.
-        kill -TERM "$pid" 2>/dev/null || true
-        for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        # unshare blocks SIGTERM while it waits for its child, so it gets SIGKILL; its
+        # --kill-child (PR_SET_PDEATHSIG) then kills the namespace's init, and the
+        # kernel every other process in that PID namespace.
         kill -KILL "$pid" 2>/dev/null || true
+        for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
         say "stopped the board (pid $pid and its PID namespace)"
     else
         say "the board was not running"
@@ -332,6 +337,7 @@ cmd_down() {
         if [ "$(readlink "$p/root" 2>/dev/null)" = "$ROOTFS" ]; then
             kill -KILL "${p#/proc/}" 2>/dev/null && left=$((left + 1))
         fi
+        true
     done
     [ "$left" = 0 ] || say "killed $left process(es) left in the board's root"
     # binfmt: undo only what `up` did.
@@ -360,7 +366,7 @@ cmd_status() {
     if pid=$(running_pid); then
         local procs
         procs=$(for p in /proc/[0-9]*; do
-            [ "$(readlink "$p/root" 2>/dev/null)" = "$ROOTFS" ] && echo "${p#/proc/}"
+            if [ "$(readlink "$p/root" 2>/dev/null)" = "$ROOTFS" ]; then echo "${p#/proc/}"; fi
         done | wc -l)
         echo "board:   running (pid $pid, $procs process(es) in the board)"
         print_address

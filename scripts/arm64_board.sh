@@ -30,6 +30,11 @@
 #   EDGEQUAL_ARM64_USER    the board's login user (default: edge)
 #   EDGEQUAL_ARM64_MIRROR  Debian mirror (default: the one this machine's apt uses)
 #   EDGEQUAL_ARM64_SUITE   Debian suite (default: bookworm)
+#   EDGEQUAL_ARM64_CPUINFO=aarch64
+#                          show the board an aarch64 /proc/cpuinfo (Cortex-A76 cores, one
+#                          per host CPU) instead of qemu-user's pass-through of this
+#                          machine's x86 one, on which onnxruntime's import crashes
+#                          (SIGSEGV); see docs/device-reach.md
 set -euo pipefail
 
 DIR=${EDGEQUAL_ARM64_DIR:-/var/cache/edgequal-arm64}
@@ -172,6 +177,17 @@ pip_config() {
     done
 }
 
+# What a Cortex-A76 (Raspberry Pi 5) shows, one entry per CPU of this machine.
+write_aarch64_cpuinfo() {
+    local i n
+    n=$(nproc)
+    for ((i = 0; i < n; i++)); do
+        printf 'processor\t: %d\nBogoMIPS\t: 108.00\n' "$i"
+        printf 'Features\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm lrcpc dcpop asimddp\n'
+        printf 'CPU implementer\t: 0x41\nCPU architecture: 8\nCPU variant\t: 0x4\nCPU part\t: 0xd0b\nCPU revision\t: 1\n\n'
+    done
+}
+
 free_port() {
     python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
@@ -265,13 +281,22 @@ EOF
 
     # New PID and mount namespaces; --kill-child: when unshare dies (down), the
     # namespace's init is killed, and with it every process inside.
-    local log=$RUN/sshd.log
+    local log=$RUN/sshd.log cpuinfo=""
     : >"$log"
+    case "${EDGEQUAL_ARM64_CPUINFO:-}" in
+    "" | host | 0) ;;
+    aarch64 | 1)
+        cpuinfo=$RUN/cpuinfo
+        write_aarch64_cpuinfo >"$cpuinfo"
+        ;;
+    *) die "EDGEQUAL_ARM64_CPUINFO must be aarch64 or empty, not ${EDGEQUAL_ARM64_CPUINFO}" 2 ;;
+    esac
     setsid unshare --pid --mount --propagation private --kill-child=SIGKILL -- \
         /bin/sh -c '
             set -e
             R=$1
             mount -t proc proc "$R/proc"
+            if [ -n "$2" ]; then mount --bind "$2" "$R/proc/cpuinfo"; fi
             mount --rbind /dev "$R/dev"
             mount --rbind /sys "$R/sys"
             mount -t tmpfs -o mode=755 tmpfs "$R/run"
@@ -279,10 +304,11 @@ EOF
             chmod 755 "$R/run/sshd"
             mkdir -p "$R/tmp" && chmod 1777 "$R/tmp"
             exec chroot "$R" /usr/sbin/sshd -D -e -f /etc/ssh/sshd_config.edgequal
-        ' board "$ROOTFS" >>"$log" 2>&1 </dev/null 9>&- &
+        ' board "$ROOTFS" "$cpuinfo" >>"$log" 2>&1 </dev/null 9>&- &
     local pid=$!
     echo "$pid" >"$RUN/board.pid"
     echo "$port" >"$RUN/port"
+    echo "${cpuinfo:+aarch64 (Cortex-A76, bind-mounted)}" >"$RUN/cpuinfo-mode"
     write_client_files "$port" "$user"
 
     # Wait until sshd accepts connections (sshd under qemu starts in a few seconds).
@@ -369,6 +395,7 @@ cmd_status() {
             if [ "$(readlink "$p/root" 2>/dev/null)" = "$ROOTFS" ]; then echo "${p#/proc/}"; fi
         done | wc -l)
         echo "board:   running (pid $pid, $procs process(es) in the board)"
+        echo "cpuinfo: $(cat "$RUN/cpuinfo-mode" 2>/dev/null | grep . || echo "this machine's, passed through by qemu-user")"
         print_address
     else
         echo "board:   not running"

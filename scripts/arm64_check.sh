@@ -94,6 +94,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 eval "$("$BOARD" env)"
+"$BOARD" status 2>&1 | grep -E '^(rootfs|binfmt|board|cpuinfo):' | tee -a "$LOG"
 
 # ----- a scratch HOME: the ssh alias, known_hosts, known_devices, reports --------------
 export HOME=$WORK/home
@@ -212,7 +213,8 @@ EOF
 }
 
 qualify_one() { # qualify_one LABEL MODEL GOLDEN RUNTIME_NAME
-    local label=$1 model=$2 golden=$3 runtime=$4 report=$WORK/reports/$label.report.json
+    local label=$1 model=$2 golden=$3 runtime=$4
+    local report=$WORK/reports/$label.report.json
     mkdir -p "$WORK/reports"
     local args=(edgequal qualify "$model" --golden "$golden" --device "$URL" --plan "$PLAN" -o "$report")
     [ "$SUSTAIN" != 0 ] && args+=(--sustain "$SUSTAIN")
@@ -240,12 +242,16 @@ qualify_one() { # qualify_one LABEL MODEL GOLDEN RUNTIME_NAME
     fi
 }
 
-if [ -s "$WORK/examples/models/classifier_tflite.tflite" ]; then
-    qualify_one tflite "$WORK/examples/models/classifier_tflite.tflite" \
-        "$WORK/examples/golden/classifier_tflite.golden.npz" litert
-    qualify_one onnx "$WORK/examples/models/classifier.onnx" \
-        "$WORK/examples/golden/classifier.golden.npz" onnxruntime
-fi
+# prepare() prints "MODEL GOLDEN" per example: the float TFLite and the ONNX classifier.
+TFLITE=$WORK/examples/models/classifier.tflite
+ONNX=$WORK/examples/models/classifier.onnx
+for m in "$TFLITE" "$ONNX"; do
+    if [ ! -s "$m" ]; then
+        STEP_S=0 record "example $(basename "$m")" FAIL "prepare() made no $m"
+    fi
+done
+[ -s "$TFLITE" ] && qualify_one tflite "$TFLITE" "$WORK/examples/golden/classifier_tflite.golden.npz" litert
+[ -s "$ONNX" ] && qualify_one onnx "$ONNX" "$WORK/examples/golden/classifier.golden.npz" onnxruntime
 
 say ""
 say "summary (board $URL, plan $PLAN, work dir $WORK):"

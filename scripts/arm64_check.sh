@@ -238,9 +238,14 @@ summary = {
     "runtime": f"{rt.get('runtime')} {rt.get('version')}" if rt else None,
     "status": p.get("status"),
     "reason": p.get("reason"),
-    "cold_total_ms": (cold.get("total_ms") or {}).get("median"),
-    "latency": {k: v for k, v in lat.items() if k in ("p50_ms", "p90_ms", "p99_ms", "n", "runs")} or
-               {k: v for k, v in (lat.get("stats") or {}).items() if k in ("p50_ms", "p90_ms", "n")},
+    "cold_total_ms": round((cold.get("total_ms") or {}).get("median") or 0, 1) or None,
+    "profile": (p.get("plan") or {}).get("profile"),
+    "latency_ms": {k: round(v, 2) if isinstance(v, float) else v
+                   for k, v in (lat.get("summary") or {}).items()
+                   if k in ("count", "p50_ms", "p90_ms", "cv")},
+    "sustained": {k: (lambda v: round(v, 1) if isinstance(v, float) else v)((results.get("sustained") or {}).get(k))
+                  for k in ("verdict", "cause", "peak_per_s", "sustained_per_s")}
+                 if results.get("sustained") else None,
     "findings": findings[:3],
 }
 print(json.dumps(summary))

@@ -158,18 +158,22 @@ if [ "${EDGEQUAL_ARM64_FRESH:-1}" = 1 ]; then
         say "warning: could not clear the board's earlier install"
 fi
 
-build_wheelhouse() { # an aarch64 wheelhouse for the board's Python, from this machine's registry
-    local wh=$WORK/wheelhouse pyver
+build_wheelhouse() { # an aarch64 wheelhouse for the board's Python and glibc, from this machine's registry
+    local wh=$WORK/wheelhouse pyver glibc i plats=()
     pyver=$(board_ssh "python3 -c 'import sys; print(\"%d%d\" % sys.version_info[:2])'") || return 1
+    glibc=$(board_ssh "python3 -c 'import platform; print(platform.libc_ver()[1].split(\".\")[1])'") || return 1
+    # Every manylinux tag the board's glibc accepts: with manylinux2014 alone pip quietly
+    # takes the newest release that still has such a wheel (ai-edge-litert 1.4.0, not 2.x).
+    plats=(--platform manylinux2014_aarch64)
+    for ((i = 17; i <= glibc; i++)); do plats+=(--platform "manylinux_2_${i}_aarch64"); done
     mkdir -p "$wh"
     (cd "$ROOT" && "$PY" -m pip wheel --no-deps --no-build-isolation -q -w "$wh" .) || return 1
     # Only this machine's network registry: its local find-links hold x86 wheels.
     env -u PIP_FIND_LINKS PIP_CONFIG_FILE=/dev/null "$PY" -m pip download -q -d "$wh" \
-        --only-binary=:all: --implementation cp --python-version "$pyver" \
-        --platform manylinux2014_aarch64 --platform manylinux_2_17_aarch64 \
-        --platform manylinux_2_28_aarch64 \
+        --only-binary=:all: --implementation cp --python-version "$pyver" "${plats[@]}" \
         "$(ls "$wh"/edgequal-*.whl)[onnx,litert]" || return 1
-    echo "$wh"
+    echo "wheelhouse $wh for cp$pyver, glibc 2.$glibc:"
+    ls "$wh"
 }
 
 if [ "${EDGEQUAL_ARM64_WHEELHOUSE:-0}" = 1 ]; then

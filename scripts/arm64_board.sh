@@ -195,7 +195,8 @@ free_port() {
 running_pid() {
     local pid
     pid=$(cat "$RUN/board.pid" 2>/dev/null) || return 1
-    [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && grep -q unshare "/proc/$pid/cmdline" 2>/dev/null &&
+    # /proc rather than kill -0, so `status` works without root too.
+    [ -n "$pid" ] && grep -q unshare "/proc/$pid/cmdline" 2>/dev/null &&
         echo "$pid"
 }
 

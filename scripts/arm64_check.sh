@@ -33,6 +33,8 @@
 # EDGEQUAL_ARM64_FRESH=0 (keep the board's venv and agent state from an earlier run;
 # default: remove them first, so the install is a new user's first one),
 # EDGEQUAL_ARM64_WHEELHOUSE=1 (always install from a wheelhouse built here),
+# EDGEQUAL_ARM64_SERVICE=background (install with a running agent service on loopback;
+# default: the README's plain install, which starts nothing on a board without systemd),
 # EDGEQUAL_ARM64_ROUNDS (default "host aarch64"), EDGEQUAL_ARM64_PLAN (default quick),
 # EDGEQUAL_ARM64_SUSTAIN (default 0), and those of scripts/arm64_board.sh.
 # Exit: 0 every step held, 1 a step failed, 2 no board can run here (no root, no binfmt_misc).
@@ -152,6 +154,11 @@ board_ssh() { ssh -F "$EDGEQUAL_ARM64_SSH_CONFIG" -o BatchMode=yes arm64-board "
 # the agent's state directory, and `run-plan` over ssh:// would then refuse to run
 # (see docs/device-reach.md).
 INSTALL=(edgequal agent install "$URL")
+if [ -n "${EDGEQUAL_ARM64_SERVICE:-}" ]; then
+    # e.g. background: shows what a board with a running agent service does to ssh://
+    AGENT_PORT=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    INSTALL+=(--service "$EDGEQUAL_ARM64_SERVICE" --listen "127.0.0.1:$AGENT_PORT")
+fi
 if [ "${EDGEQUAL_ARM64_FRESH:-1}" = 1 ]; then
     # A new user's first install: no venv, no agent state (device key), no pip cache.
     board_ssh 'rm -rf ~/.local/share/edgequal ~/.local/state/edgequal-agent ~/.cache/pip' >>"$LOG" 2>&1 ||

@@ -204,6 +204,7 @@ else
     record "agent install" FAIL "exit $STEP_RC: $(printf '%s' "$STEP_OUT" | grep -m1 -E '^error|error:' || true)"
     finish
 fi
+# shellcheck disable=SC2088 # ~ is expanded on the board
 run_step "board packages" board_ssh '~/.local/share/edgequal/venv/bin/python -m pip list --format=freeze 2>/dev/null'
 record "installed packages" "$([ "$STEP_RC" = 0 ] && echo ok || echo FAIL)" \
     "$(printf '%s' "$STEP_OUT" | grep -iE '^(onnxruntime|ai-edge-litert|numpy|grpcio|protobuf|cryptography)==' | tr '\n' ' ')"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import json
 import logging
 import os
@@ -16,7 +17,7 @@ import threading
 from pathlib import Path
 
 from .config import default_state_dir, probe_root
-from .errors import AgentError, BadInput
+from .errors import AgentError, BadInput, DeviceBusy
 
 log = logging.getLogger("edgequal.agent")
 
@@ -141,6 +142,14 @@ def cmd_serve(args, state_dir: Path) -> int:
         fingerprint_fn=fingerprint,
         runtimes_fn=ProbedRuntimes(),
     )
+    if server.state_lock is not None:
+        # How run-plan (an SSH host's run on this device) hands its plan to this agent.
+        server.state_lock.set_endpoint(
+            server.listen,
+            server.port,
+            token_file=str(Path(args.token_file).resolve()) if args.token_file else None,
+            tls=tls is not None,
+        )
     if args.port_file:
         tmp = args.port_file.with_name(args.port_file.name + ".tmp")
         tmp.write_text(str(server.port))
@@ -251,7 +260,13 @@ def cmd_run_plan(args, state_dir: Path) -> int:
     check_plan_bounds(request.plan, DEFAULT_MAX_RUN_S)
     store = ArtifactStore(Path(state_dir) / "artifacts")
     request.extra_files = check_extra_files(request.model_name, request.extra_files, store)
-    lock = StateLock.acquire(state_dir, "run-plan")
+    try:
+        lock = StateLock.acquire(state_dir, "run-plan")
+    except DeviceBusy:
+        serving = _serving_agent(state_dir)
+        if serving is None:
+            raise
+        return _run_plan_through(serving, request, spec.get("holder") or "ssh")
     try:
         key = load_or_create_device_key(state_dir)
         runs = Runs(state_dir, key, store, probe_root(args.root))
@@ -280,6 +295,81 @@ def cmd_run_plan(args, state_dir: Path) -> int:
     finally:
         lock.release()
     # The report is stored either way; 3 says the host did not receive it (fetch it by run id).
+    return 0 if delivered else 3
+
+
+def _serving_agent(state_dir: Path) -> dict | None:
+    """The ``serve`` agent holding ``state_dir``, if it can take a plan over loopback gRPC."""
+    from .state_lock import peek
+
+    holder = peek(state_dir) or {}
+    if holder.get("command") != "serve" or not holder.get("port") or holder.get("tls"):
+        return None
+    return holder
+
+
+def _run_plan_through(serving: dict, request, holder: str) -> int:
+    """Hand the plan to the ``serve`` agent of this state directory and relay its stream.
+
+    An agent installed as a service holds the state directory, so an SSH host's
+    ``run-plan`` would find it busy; the artifacts the host pushed are already in the
+    shared store, so the run is the service's (the same lease, the same one run at a
+    time), and the output is what run-plan prints itself: event lines, then the
+    envelope. A host that leaves cancels the run, as it would over gRPC.
+    """
+    import grpc
+
+    from ..protos import edgequal_v1_pb2 as pb
+    from ..protos import edgequal_v1_pb2_grpc as pb_grpc
+    from .auth import AUTHORIZATION_KEY, read_token_file
+
+    token = read_token_file(Path(serving["token_file"])) if serving.get("token_file") else None
+    metadata = ((AUTHORIZATION_KEY, f"Bearer {token}"),) if token else ()
+    cancel = threading.Event()
+    lines = _EventLines(cancel)
+    extra = [{"name": f["name"], "digest": {"sha256": f["sha256"]}} for f in request.extra_files]
+    message = pb.QualifyRequest(
+        model_digest=request.model_digest,
+        golden_digest=request.golden_digest or "",
+        plan_json=json.dumps(request.plan),
+        nonce=request.nonce,
+        model_name=request.model_name or "",
+        golden_name=request.golden_name or "",
+        holder=holder,
+        extra_subjects_json=json.dumps(extra) if extra else "",
+    )
+    run_id = None
+    delivered = False
+    finished = threading.Event()
+    with grpc.insecure_channel(f"127.0.0.1:{serving['port']}") as channel:
+        stub = pb_grpc.AgentStub(channel)
+
+        def cancel_when_gone() -> None:
+            cancel.wait()
+            if run_id and not finished.is_set():
+                with contextlib.suppress(grpc.RpcError, ValueError):
+                    stub.Cancel(pb.CancelRequest(run_id=run_id), metadata=metadata, timeout=10)
+
+        threading.Thread(target=cancel_when_gone, daemon=True).start()
+        try:
+            for m in stub.Qualify(message, metadata=metadata):
+                if m.run_id and run_id is None:
+                    run_id = m.run_id
+                    lines.emit({"event": {"type": "run", "run_id": run_id}})
+                if m.HasField("event_json"):
+                    lines.emit({"event": json.loads(m.event_json)})
+                elif m.HasField("envelope"):
+                    envelope = bytes(m.envelope)
+                    lines.emit({"envelope": base64.b64encode(envelope).decode(), "run_id": run_id})
+                    delivered = not lines.broken
+        except grpc.RpcError as e:
+            raise AgentError(
+                f"the agent serving this state directory refused the run: {e.details()}"
+            ) from None
+        finally:
+            finished.set()
+            lines.close()
+            cancel.set()
     return 0 if delivered else 3
 
 

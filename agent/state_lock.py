@@ -70,9 +70,10 @@ class StateLock:
         self._lease = lease
         self._write()
 
-    def set_endpoint(self, listen: str, port: int) -> None:
-        """Record where ``serve`` listens, so a second local host can reach this agent."""
-        self._endpoint = {"listen": listen, "port": int(port)}
+    def set_endpoint(self, listen: str, port: int, **how) -> None:
+        """Record where ``serve`` listens, so a second local host (and ``run-plan``) can reach
+        this agent; ``how`` adds how to talk to it (``token_file``, ``tls``), never a secret."""
+        self._endpoint = {"listen": listen, "port": int(port), **how}
         self._write()
 
     def _write(self) -> None:

@@ -129,10 +129,12 @@ def test_a_second_agent_on_one_state_directory_refuses_and_the_first_keeps_servi
         line = one_line_error(second)
         assert f"another agent (pid {first.pid}, edgequal-agent serve) is using the state " in line
         assert "its own --state-dir" in line
+        # run-plan hands its plan to the serving agent, which refuses an unknown model.
         plan = plan_file(tmp_path, "a" * 64, {})
         one_shot = run_agent(state, "run-plan", str(plan))
-        assert one_shot.returncode == 3 and "another agent" in one_line_error(one_shot)
-        assert not (state / "runs").exists()  # the refused run-plan recorded nothing
+        assert one_shot.returncode == 3
+        assert "the agent serving this state directory refused the run" in one_line_error(one_shot)
+        assert not (state / "runs").exists() or not any((state / "runs").iterdir())
         # The lock file says where the running agent listens, for a second local host.
         holder = json.loads((state / "agent.lock").read_text())
         assert (holder["pid"], holder["command"], holder["port"]) == (first.pid, "serve", port)
@@ -148,6 +150,40 @@ def test_a_second_agent_on_one_state_directory_refuses_and_the_first_keeps_servi
         )
     finally:
         stop(again)
+
+
+@pytest.mark.slow
+def test_run_plan_beside_a_serving_agent_runs_through_it(tmp_path, example_models, quick_plan):
+    """An agent installed as a service holds the state directory: an SSH host's run-plan
+    hands its plan to that agent over loopback gRPC (with the service's token) and prints
+    the same event lines and signed envelope it would print itself."""
+    state = tmp_path / "state"
+    token = tmp_path / "agent.token"
+    token.write_text("service-token-" + "e" * 24 + "\n")
+    token.chmod(0o600)
+    serving, port = start_serve(state, tmp_path, "--token-file", str(token))
+    try:
+        digest = put(state, example_models["micro"])
+        proc = run_agent(state, "run-plan", str(plan_file(tmp_path, digest, quick_plan())))
+        assert proc.returncode == 0, proc.stderr
+        lines = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+        run_id = lines[0]["event"]["run_id"]
+        assert lines[0]["event"]["type"] == "run" and lines[-1]["run_id"] == run_id
+        assert any(line.get("event", {}).get("phase") == "cold_load" for line in lines)
+        envelope = base64.b64decode(lines[-1]["envelope"])
+        key = load_or_create_device_key(state)
+        predicate = json.loads(base64.b64decode(json.loads(envelope)["payload"]))["predicate"]
+        assert predicate["run_id"] == run_id and predicate["status"] in MEASURED_STATUSES
+        # The service ran it: its stored report is the same bytes, and it is free again.
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = pb_grpc.AgentStub(channel)
+            auth = (("authorization", "Bearer " + token.read_text().strip()),)
+            stored = stub.GetReport(pb.GetReportRequest(run_id=run_id), metadata=auth, timeout=10)
+            assert bytes(stored.envelope) == envelope
+            assert not stub.Info(pb.InfoRequest(), metadata=auth, timeout=10).busy
+        assert predicate["device_key"] == key.fingerprint()  # signed by this device's key
+    finally:
+        stop(serving)
 
 
 # -- defect 12: the token file -----------------------------------------------------

@@ -529,7 +529,8 @@ def decide_status(results: dict, findings: list[dict]) -> tuple[str, str | None]
         elif unsteady:
             reasons.append(f"latency for {entry['shape']} never reached a steady state")
     if verdict == "inconclusive":
-        interference.append(f"sustained: {sustained.get('reason')}")
+        why = str(sustained.get("reason") or "").removesuffix("; re-run on a quiet board")
+        interference.append(f"sustained: {why}")
     if interference:
         return "inconclusive", "; ".join(interference) + "; re-run on a quiet board"
     if verdict in ("degraded", "unexplained"):

@@ -712,6 +712,7 @@ def cmd_agent(args) -> int:
             system_site_packages=args.system_site_packages,
             known_hosts=args.known_hosts,
             key_file=args.ssh_key,
+            on_step=lambda message: print_note(f"agent install: {message}"),
         )
         print_line(str(result))
         return 0

@@ -695,7 +695,7 @@ def _fetch_run(args, transport, device, ledger):
 def cmd_agent(args) -> int:
     import json
 
-    from .render import print_line
+    from .render import print_line, print_note
 
     if args.agent_command == "install":
         from .install import install_agent

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .gate import compare_latency, fingerprint_changes
+from .baseline import compare_latency, fingerprint_changes
 from .policy import BASELINE_DEFAULTS
 from .report_file import ReportFile
 

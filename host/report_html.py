@@ -24,8 +24,9 @@ from typing import Any
 
 import numpy as np
 
+from .baseline import fingerprint_fields
 from .errors import UsageError
-from .gate import GateResult, fingerprint_fields
+from .gate import GateResult
 from .regression import decode_samples_ns
 from .report_file import ReportFile
 

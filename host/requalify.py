@@ -144,7 +144,7 @@ def approve(
 def update_changes(approved_predicate: dict, info: dict) -> list[dict]:
     """What changed on the device since the approved report: firmware, kernel, OS, board,
     and the version of the runtime the approved run used. ``info`` is the device's Info."""
-    from .gate import change_category, fingerprint_fields
+    from .baseline import change_category, fingerprint_fields
 
     runtime = dict((approved_predicate.get("results") or {}).get("runtime") or {})
     approved = fingerprint_fields(

@@ -14,9 +14,10 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from edgequal.host.baseline import fingerprint_changes
 from edgequal.host.cli import main as edgequal_main
 from edgequal.host.errors import UsageError
-from edgequal.host.gate import evaluate, fingerprint_changes, run_gate
+from edgequal.host.gate import evaluate, run_gate
 from edgequal.host.policy import STATUSES, parse_policy
 from edgequal.host.report_file import ReportFile, load_report
 

@@ -1,0 +1,569 @@
+"""The checks of a gate policy on one verified report: one :class:`Check` per limit.
+
+Status, findings, cold load, latency (percentiles judged on the upper end of their
+95 % confidence interval), sustained, drift and memory here; the service scenarios'
+and energy limits in ``gate_scenarios.py``. Pure: a predicate and a policy in, checks out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from .policy import DRIFT_METRICS, Policy
+from .regression import decode_samples_ns
+
+_MB = 1 << 20
+_PERCENTILE_KEYS = {
+    "max_p50_ms": ("p50", 0.50, "p50_ms", "p50_ci_ms"),
+    "max_p90_ms": ("p90", 0.90, "p90_ms", None),
+    "max_p95_ms": ("p95", 0.95, "p95_ms", None),
+    "max_p99_ms": ("p99", 0.99, "p99_ms", "p99_ci_ms"),
+    "max_p99_9_ms": ("p99.9", 0.999, "p99_9_ms", None),
+}
+_MIN_SAMPLES = {"p90": 10, "p95": 20, "p99": 368, "p99.9": 3688}
+
+
+@dataclass(frozen=True)
+class Check:
+    """One policy check: what was limited, the limit, what was measured, and why it passed or not.
+
+    ``retry`` marks a failure explained by interference: re-run rather than fix.
+    """
+
+    name: str
+    section: str
+    passed: bool
+    limit: str
+    measured: str
+    message: str
+    retry: bool = False
+
+    def to_json(self) -> dict:
+        """JSON-ready fields."""
+        return asdict(self)
+
+
+# ---------------------------------------------------------------------------
+# Formatting
+
+
+def fmt_value(value: Any, unit: str = "") -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        text = str(value)
+    elif isinstance(value, float):
+        text = f"{value:.4g}"
+    else:
+        text = str(value)
+    return f"{text} {unit}".rstrip() if unit else text
+
+
+def limit_check(
+    section: str,
+    name: str,
+    what: str,
+    value: float | None,
+    limit: float,
+    direction: str,
+    unit: str = "",
+    *,
+    detail: str = "",
+    retry: bool = False,
+    missing: str = "not measured",
+) -> Check:
+    """A numeric limit: ``direction`` "max" means value <= limit passes, "min" value >= limit."""
+    sign = "≤" if direction == "max" else "≥"
+    limit_text = f"{sign} {fmt_value(limit, unit)}"
+    if value is None:
+        return Check(name, section, False, limit_text, "—", f"{what}: {missing}")
+    ok = value <= limit if direction == "max" else value >= limit
+    verb = "within" if ok else ("above" if direction == "max" else "below")
+    message = f"{what} {fmt_value(value, unit)} is {verb} the limit {limit_text}"
+    if detail:
+        message += f" ({detail})"
+    return Check(name, section, ok, limit_text, fmt_value(value, unit), message, retry and not ok)
+
+
+def flag_check(section: str, name: str, what: str, bad: bool, message: str, retry=False) -> Check:
+    return Check(
+        name,
+        section,
+        not bad,
+        "no",
+        fmt_value(bad),
+        message if bad else f"no {what}",
+        retry and bad,
+    )
+
+
+# ---------------------------------------------------------------------------
+# Checks by section
+
+
+def status_checks(pred: dict, policy: Policy) -> list[Check]:
+    status = pred.get("status")
+    reason = pred.get("reason")
+    allowed = policy.allowed_statuses
+    limit = "one of " + ", ".join(allowed)
+    if status in allowed:
+        msg = f"status {status} is allowed" + (f" ({reason})" if reason else "")
+        return [Check("status", "status", True, limit, str(status), msg)]
+    if status == "inconclusive":
+        msg = (
+            f"inconclusive: {reason or 'a drop explained by interference from other processes'}; "
+            "re-run on a quiet board (interference, not a regression)"
+        )
+        return [Check("status", "status", False, limit, status, msg, retry=True)]
+    msg = f"status {status} is not allowed by the policy ({limit})" + (
+        f": {reason}" if reason else ""
+    )
+    return [Check("status", "status", False, limit, str(status), msg)]
+
+
+def findings_checks(pred: dict, policy: Policy) -> list[Check]:
+    findings = pred.get("findings") or []
+    checks = []
+    if "allowed_kinds" in policy.findings:
+        allowed = policy.findings["allowed_kinds"]
+        bad = [f for f in findings if f.get("kind") not in allowed]
+        limit = "kinds " + (", ".join(allowed) if allowed else "none")
+        measured = ", ".join(sorted({str(f.get("kind")) for f in findings})) or "none"
+        if bad:
+            f = bad[0]
+            op = f" (operator {f['operator']})" if f.get("operator") else ""
+            msg = f"finding of kind {f.get('kind')} is not allowed: {f.get('message')}{op}"
+        else:
+            msg = "no finding of a kind the policy forbids"
+        checks.append(Check("findings.allowed_kinds", "findings", not bad, limit, measured, msg))
+    if "max_count" in policy.findings:
+        checks.append(
+            limit_check(
+                "findings",
+                "findings.max_count",
+                "findings",
+                len(findings),
+                policy.findings["max_count"],
+                "max",
+            )
+        )
+    return checks
+
+
+def cold_load_checks(results: dict, policy: Policy) -> list[Check]:
+    limits = {k: v for k, v in policy.cold_load.items() if k.startswith("max_")}
+    if not limits:
+        return []
+    stat = policy.cold_load.get("statistic", "median")
+    cold = results.get("cold_load") or {}
+    checks = []
+    for key, limit in limits.items():
+        figure = key.removeprefix("max_")
+        value = (cold.get(figure) or {}).get(stat)
+        label = figure.removesuffix("_ms").replace("_", " ")
+        runs = len(cold.get("runs") or [])
+        checks.append(
+            limit_check(
+                "cold_load",
+                f"cold_load.{key}",
+                f"cold {label} ({stat} of {runs} runs)",
+                value,
+                limit,
+                "max",
+                "ms",
+                missing="no cold-load figures in the report",
+            )
+        )
+    return checks
+
+
+def _percentile_upper_ci(entry: dict, key: str) -> tuple[float | None, str, str | None]:
+    """(upper 95 % CI bound in ms, detail, why missing) for one percentile limit of a shape."""
+    label, q, point_key, ci_key = _PERCENTILE_KEYS[key]
+    summary = entry.get("summary") or {}
+    n = summary.get("count") or 0
+    point = summary.get(point_key)
+    if point is None:
+        need = _MIN_SAMPLES.get(label)
+        return (
+            None,
+            "",
+            f"{label} not measured ({n} samples" + (f", needs {need})" if need else ")"),
+        )
+    ci = summary.get(ci_key) if ci_key else None
+    if ci is None and entry.get("samples_ns_b64"):
+        from edgequal.agent.measure.stats import quantile_ci
+
+        ordered = np.sort(decode_samples_ns(entry["samples_ns_b64"]))
+        bounds = quantile_ci(ordered, q)
+        ci = None if bounds is None else [bounds[0] / 1e6, bounds[1] / 1e6]
+    if not ci:
+        return None, "", f"{label} {point:.4g} ms has no 95 % confidence interval ({n} samples)"
+    detail = f"{label} {point:.4g} ms, 95 % CI {ci[0]:.4g}–{ci[1]:.4g} ms, n {n}"
+    return float(ci[1]), detail, None
+
+
+def blamed_on_interference(entry: dict) -> bool:
+    return entry.get("cause") == "interference"
+
+
+def latency_checks(results: dict, policy: Policy) -> list[Check]:
+    limits = policy.latency
+    if not limits:
+        return []
+    per_shape = (results.get("latency") or {}).get("per_shape") or []
+    if not per_shape:
+        return [
+            Check(
+                "latency", "latency", False, "measured", "—", "latency: not measured in the report"
+            )
+        ]
+    checks = []
+    for entry in per_shape:
+        shape = entry.get("shape", "?")
+        retry = blamed_on_interference(entry)
+        summary = entry.get("summary") or {}
+        for key, limit in limits.items():
+            name = f"latency.{key}[{shape}]"
+            if key in _PERCENTILE_KEYS:
+                label = _PERCENTILE_KEYS[key][0]
+                upper, detail, missing = _percentile_upper_ci(entry, key)
+                checks.append(
+                    limit_check(
+                        "latency",
+                        name,
+                        f"{shape}: {label} (upper end of its 95 % CI)",
+                        upper,
+                        limit,
+                        "max",
+                        "ms",
+                        detail=detail,
+                        retry=retry,
+                        missing=missing or "not measured",
+                    )
+                )
+            elif key == "max_cv":
+                checks.append(
+                    limit_check(
+                        "latency",
+                        name,
+                        f"{shape}: coefficient of variation",
+                        summary.get("cv"),
+                        limit,
+                        "max",
+                        retry=retry,
+                    )
+                )
+            elif key == "require_steady" and limit:
+                warm = entry.get("warmup") or {}
+                steady = bool(warm.get("steady"))
+                msg = (
+                    f"{shape}: warm-up reached a steady state"
+                    if steady
+                    else f"{shape}: warm-up never reached a steady state ({warm.get('reason')})"
+                )
+                checks.append(
+                    Check(
+                        name,
+                        "latency",
+                        steady,
+                        "steady",
+                        fmt_value(steady),
+                        msg,
+                        retry and not steady,
+                    )
+                )
+    return checks
+
+
+def sustained_checks(results: dict, policy: Policy) -> list[Check]:
+    limits = dict(policy.sustained)
+    required = limits.pop("required", False)
+    if not limits and not required:
+        return []
+    s = results.get("sustained") or {}
+    if "peak_per_s" not in s:
+        return [
+            Check(
+                "sustained.measured",
+                "sustained",
+                False,
+                "a sustained phase",
+                "none",
+                "sustained: no sustained phase in the report (run with --sustain or the standard plan)",
+            )
+        ]
+    checks = []
+    if required:
+        checks.append(
+            Check(
+                "sustained.required",
+                "sustained",
+                True,
+                "a sustained phase",
+                f"{s.get('duration_s', 0):g} s",
+                "sustained phase present",
+            )
+        )
+    retry = s.get("cause") == "interference"
+    absent = "no temperature sensor on the device (telemetry absent)"
+    for key, limit in limits.items():
+        name = f"sustained.{key}"
+        if key == "min_peak_per_s":
+            checks.append(
+                limit_check(
+                    "sustained", name, "peak throughput", s.get("peak_per_s"), limit, "min", "/s"
+                )
+            )
+        elif key == "min_sustained_per_s":
+            checks.append(
+                limit_check(
+                    "sustained",
+                    name,
+                    "sustained throughput",
+                    s.get("sustained_per_s"),
+                    limit,
+                    "min",
+                    "/s",
+                    retry=retry,
+                )
+            )
+        elif key == "min_stability":
+            checks.append(
+                limit_check(
+                    "sustained",
+                    name,
+                    "stability (worst / best window)",
+                    s.get("stability"),
+                    limit,
+                    "min",
+                    retry=retry,
+                    detail=f"cause {s['cause']}" if s.get("cause") not in (None, "none") else "",
+                )
+            )
+        elif key == "allow_throttling" and not limit:
+            t = s.get("time_to_first_throttle_s")
+            checks.append(
+                flag_check(
+                    "sustained",
+                    name,
+                    "throttling",
+                    bool(s.get("throttled")),
+                    f"the board throttled {t:.0f} s into the run"
+                    if t is not None
+                    else "the board throttled",
+                )
+            )
+        elif key == "allow_under_voltage" and not limit:
+            checks.append(
+                flag_check(
+                    "sustained",
+                    name,
+                    "under-voltage",
+                    bool(s.get("under_voltage")),
+                    "under-voltage during the sustained run",
+                )
+            )
+        elif key == "min_time_to_first_throttle_s":
+            t = s.get("time_to_first_throttle_s")
+            if t is None and s.get("throttled") is False:
+                checks.append(
+                    Check(
+                        name,
+                        "sustained",
+                        True,
+                        f"≥ {fmt_value(limit, 's')}",
+                        "never",
+                        "the board never throttled",
+                    )
+                )
+            else:
+                checks.append(
+                    limit_check("sustained", name, "time to first throttle", t, limit, "min", "s")
+                )
+        elif key == "max_peak_temp_c":
+            checks.append(
+                limit_check(
+                    "sustained",
+                    name,
+                    "peak temperature",
+                    s.get("peak_temp_c"),
+                    limit,
+                    "max",
+                    "°C",
+                    missing=absent,
+                )
+            )
+        elif key == "min_headroom_c":
+            checks.append(
+                limit_check(
+                    "sustained",
+                    name,
+                    "headroom to the trip point",
+                    s.get("headroom_c"),
+                    limit,
+                    "min",
+                    "°C",
+                    missing=absent if s.get("telemetry") == "absent" else "no trip point",
+                )
+            )
+    return checks
+
+
+def _drift_metric(o: dict, metric: str) -> float | None:
+    value = o.get(metric)
+    if value is None and o.get("exact") and metric in ("snr_db", "psnr_db"):
+        return float("inf")  # bit-exact outputs: infinite signal-to-noise
+    return value
+
+
+def drift_checks(results: dict, policy: Policy) -> list[Check]:
+    limits = policy.drift
+    per_output = policy.drift_outputs
+    if not limits and not per_output:
+        return []
+    drift = results.get("drift")
+    if not drift:
+        return [
+            Check(
+                "drift",
+                "drift",
+                False,
+                "measured",
+                "—",
+                "drift: not measured (qualify with --golden to measure output drift)",
+            )
+        ]
+    outputs = drift.get("outputs") or {}
+    checks = []
+    if limits.get("require_passed"):
+        failing = [f"{n}: {o.get('reason')}" for n, o in outputs.items() if not o.get("passed")]
+        msg = (
+            "every output within its tolerance"
+            if drift.get("passed")
+            else ("drift out of tolerance: " + ("; ".join(failing) or "decision flips"))
+        )
+        checks.append(
+            Check(
+                "drift.require_passed",
+                "drift",
+                bool(drift.get("passed")),
+                "passed",
+                fmt_value(bool(drift.get("passed"))),
+                msg,
+            )
+        )
+    for name in per_output:
+        if name not in outputs:
+            checks.append(
+                Check(
+                    f"drift.outputs.{name}",
+                    "drift",
+                    False,
+                    "present",
+                    "absent",
+                    f"drift: output {name} is not in the report (outputs: {', '.join(outputs)})",
+                )
+            )
+    for name, o in outputs.items():
+        own = per_output.get(name, {})
+        for key in DRIFT_METRICS:
+            if key in own:
+                limit, explicit = own[key], True
+            elif key in limits:
+                limit, explicit = limits[key], False
+            else:
+                continue
+            metric, direction = DRIFT_METRICS[key]
+            value = _drift_metric(o, metric)
+            if value is None and not explicit:
+                continue  # e.g. top-1 agreement of a scalar output: not applicable
+            unit = "dB" if metric.endswith("_db") else ""
+            checks.append(
+                limit_check(
+                    "drift",
+                    f"drift.{key}[{name}]",
+                    f"output {name}: {metric.replace('_', ' ')} (worst case)",
+                    value,
+                    limit,
+                    direction,
+                    unit,
+                )
+            )
+    decisions = drift.get("decisions")
+    decision_limits = [
+        k
+        for k in (
+            "max_flip_count",
+            "max_flip_rate",
+            "max_near_threshold_flips",
+            "max_near_threshold_flip_rate",
+        )
+        if k in limits
+    ]
+    if decision_limits and not decisions:
+        checks.append(
+            Check(
+                "drift.decisions",
+                "drift",
+                False,
+                "a decision rule",
+                "none",
+                "decision flips: the golden set has no decision rule (golden make --decision)",
+            )
+        )
+    elif decision_limits:
+        flips = decisions.get("flips") or []
+        near = decisions.get("flips_near_threshold") or []
+        rule = decisions.get("rule")
+        spec = {
+            "max_flip_count": ("decision flips", decisions.get("flip_count"), flips),
+            "max_flip_rate": ("decision flip rate", decisions.get("flip_rate"), flips),
+            "max_near_threshold_flips": (
+                "flips among cases near the threshold",
+                decisions.get("flips_near_threshold_count"),
+                near,
+            ),
+            "max_near_threshold_flip_rate": (
+                "flip rate near the threshold",
+                decisions.get("near_threshold_flip_rate"),
+                near,
+            ),
+        }
+        for key in decision_limits:
+            what, value, cases = spec[key]
+            detail = f"rule {rule}" + (
+                f"; flipped: {', '.join(map(str, cases[:8]))}" if cases else ""
+            )
+            checks.append(
+                limit_check("drift", f"drift.{key}", what, value, limits[key], "max", detail=detail)
+            )
+    return checks
+
+
+def memory_checks(results: dict, policy: Policy) -> list[Check]:
+    memory = results.get("memory") or {}
+    checks = []
+    for key, figure, what in (
+        ("max_peak_rss_mb", "peak_rss_bytes", "worker peak RSS"),
+        ("max_rss_added_by_load_mb", "rss_added_by_load_bytes", "RSS added by loading the model"),
+    ):
+        if key in policy.memory:
+            raw = memory.get(figure)
+            checks.append(
+                limit_check(
+                    "memory",
+                    f"memory.{key}",
+                    what,
+                    None if raw is None else raw / _MB,
+                    policy.memory[key],
+                    "max",
+                    "MB",
+                )
+            )
+    return checks

@@ -350,6 +350,8 @@ def _dispatch(args) -> int:
         return cmd_fleet(args)
     if args.command == "history":
         return cmd_history(args)
+    if args.command == "approve":
+        return _cmd_fleet_approve(args)
     raise AssertionError(args.command)
 
 
@@ -870,14 +872,22 @@ def _add_fleet_parsers(sub) -> None:
         "--no-record", action="store_true", help="do not record the reports in the history"
     )
 
-    fa = fsub.add_parser(
-        "approve", help="keep a verified report, its model, golden set and plan in DIR"
-    )
-    fa.add_argument("report", type=Path)
-    fa.add_argument("--model", type=Path, required=True, help="the model the report measured")
-    fa.add_argument("--golden", type=Path, help="the golden set it used")
-    fa.add_argument("--into", type=Path, required=True, metavar="DIR", help="the approved set")
-    fa.add_argument("--name", help="the model's name in the set (default: the file's stem)")
+    # ``edgequal approve`` and its alias ``edgequal fleet approve``: one parser shape, one command.
+    for parent in (sub, fsub):
+        fa = parent.add_parser(
+            "approve",
+            help="keep a verified report, its model, golden set, plan and runtime "
+            "configuration in DIR",
+        )
+        fa.add_argument("report", type=Path)
+        fa.add_argument(
+            "--model", type=Path, required=True, help="the model the report measured"
+        )
+        fa.add_argument("--golden", type=Path, help="the golden set it used")
+        fa.add_argument(
+            "--into", type=Path, required=True, metavar="DIR", help="the approved set"
+        )
+        fa.add_argument("--name", help="the model's name in the set (default: the file's stem)")
     fq = fsub.add_parser(
         "requalify",
         help="re-run approved models where firmware or runtime changed; gate each against "

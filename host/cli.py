@@ -880,13 +880,9 @@ def _add_fleet_parsers(sub) -> None:
             "configuration in DIR",
         )
         fa.add_argument("report", type=Path)
-        fa.add_argument(
-            "--model", type=Path, required=True, help="the model the report measured"
-        )
+        fa.add_argument("--model", type=Path, required=True, help="the model the report measured")
         fa.add_argument("--golden", type=Path, help="the golden set it used")
-        fa.add_argument(
-            "--into", type=Path, required=True, metavar="DIR", help="the approved set"
-        )
+        fa.add_argument("--into", type=Path, required=True, metavar="DIR", help="the approved set")
         fa.add_argument("--name", help="the model's name in the set (default: the file's stem)")
     fq = fsub.add_parser(
         "requalify",
@@ -906,19 +902,30 @@ def _add_fleet_parsers(sub) -> None:
     h = sub.add_parser("history", help="verified reports over time (docs/fleet.md)")
     hsub = h.add_subparsers(dest="history_command", required=True)
     hl = hsub.add_parser("list", help="recorded runs, newest first")
-    ht = hsub.add_parser("trend", help="one model on one device over time, changes marked")
+    hs = hsub.add_parser(
+        "show", help="one recorded run (RUN_ID, or the newest for --device/--model), verified"
+    )
+    hs.add_argument("run_id", nargs="?", metavar="RUN_ID", help="a run id or its prefix")
+    ht = hsub.add_parser(
+        "trend",
+        help="figures over time per board × model, firmware and runtime changes marked",
+    )
+    ht.add_argument(
+        "--html", type=Path, metavar="PAGE", help="also write the trend page (plots) to PAGE"
+    )
     hr = hsub.add_parser("record", help="verify reports and record them")
     hr.add_argument("reports", type=Path, nargs="+")
     hr.add_argument("--device", help="the device that must have signed them")
-    for q in (hl, ht, hr):
+    for q in (hl, hs, ht, hr):
         q.add_argument(
             "--db", metavar="URL", help="database URL (default: SQLite in the state dir)"
         )
-    for q in (hl, ht):
-        q.add_argument("--device", required=q is ht)
-        q.add_argument("--model", required=q is ht)
-        q.add_argument("--limit", type=int, default=50)
+    for q in (hl, hs, ht):
+        q.add_argument("--device", help="only this device")
+        q.add_argument("--model", help="only this model (name, name without extension, SHA-256)")
         q.add_argument("--json", action="store_true")
+    for q in (hl, ht):
+        q.add_argument("--limit", type=int, default=50, help="rows (per board × model for trend)")
 
 
 def _wait_s(text: str | None) -> float | None:
@@ -1033,7 +1040,7 @@ def cmd_history(args) -> int:
     import json
 
     from .history import History
-    from .render import print_table, write_json
+    from .render import print_note, print_table, write_json
 
     history = History.open(args.db)
     if args.history_command == "record":
@@ -1045,16 +1052,39 @@ def cmd_history(args) -> int:
         )
         print_table("recorded", ["reports", "new"], [[str(len(args.reports)), str(added)]])
         return 0
+    if args.history_command == "show":
+        return _history_show(history, args)
     if args.history_command == "list":
         rows = history.list(device=args.device, model=args.model, limit=args.limit)
-    else:
-        rows = history.trend(device=args.device, model=args.model, limit=args.limit)
-    if args.json:
-        write_json(json.dumps(rows, indent=1, default=str))
+        if args.json:
+            write_json(json.dumps(rows, indent=1, default=str))
+            return 0
+        print_table(f"history ({history.url_for_display})", _HISTORY_COLUMNS, _history_rows(rows))
         return 0
-    columns = ["measured", "device", "model", "status", "p50 ms", "p99 ms", "runtime", "run"]
-    if args.history_command == "trend":
-        columns.append("changed")
+    trends = history.trends(device=args.device, model=args.model, limit=args.limit)
+    if args.html:
+        from .history_page import write_trend_page
+
+        write_trend_page(args.html, trends, source=history.url_for_display)
+    if args.json:
+        payload = [{"device": d, "model": m, "runs": rows} for (d, m), rows in trends.items()]
+        write_json(json.dumps(payload, indent=1, default=str))
+    else:
+        if not trends:
+            print_note("no recorded runs match")
+        for (device, model), rows in trends.items():
+            print_table(
+                f"{model} on {device}", _HISTORY_COLUMNS + ["changed"], _history_rows(rows, True)
+            )
+    if args.html:
+        print_note(f"trend page: {args.html}")
+    return 0
+
+
+_HISTORY_COLUMNS = ["measured", "device", "model", "status", "p50 ms", "p99 ms", "runtime", "run"]
+
+
+def _history_rows(rows: list[dict], changes: bool = False) -> list[list[str]]:
     table = []
     for r in rows:
         line = [
@@ -1067,10 +1097,35 @@ def cmd_history(args) -> int:
             f"{r['runtime'] or ''} {r['runtime_version'] or ''}".strip(),
             r["run_id"],
         ]
-        if args.history_command == "trend":
+        if changes:
             line.append(", ".join(r.get("changes", [])))
         table.append(line)
-    print_table(f"history ({history.url_for_display})", columns, table)
+    return table
+
+
+def _history_show(history, args) -> int:
+    """``history show``: one run's row, and its stored envelope verified again here."""
+    import json
+
+    from .errors import HostError, UsageError
+    from .render import print_table, write_json
+    from .trust import KnownDevices
+    from .verify import verify_envelope
+
+    row = history.show(args.run_id, device=args.device, model=args.model)
+    if row is None:
+        raise UsageError("no recorded run matches", hint="edgequal history list")
+    envelope = row.pop("envelope")
+    try:
+        verify_envelope(envelope, known=KnownDevices(), device=row["device"])
+        row["signature"] = "verified against the pinned key"
+    except HostError as e:
+        row["signature"] = f"not verified here: {e}"
+    if args.json:
+        write_json(json.dumps(row, indent=1, default=str))
+        return 0
+    fields = [[k, "" if v is None else str(v)] for k, v in row.items() if k != "id"]
+    print_table(f"run {row['run_id']} on {row['device']}", ["field", "value"], fields)
     return 0
 
 

@@ -209,7 +209,9 @@ def plan_requalification(
     open_device = open_device or open_lab_device
     approved = load_approved(directory)
     if not approved:
-        raise UsageError(f"no approved set in {directory}", hint="edgequal approve REPORT --model M --into DIR")
+        raise UsageError(
+            f"no approved set in {directory}", hint="edgequal approve REPORT --model M --into DIR"
+        )
     lab_devices = {d.name: d for d in lab.devices}
     infos: dict[str, dict] = {}
     unreachable: dict[str, str] = {}

@@ -871,6 +871,33 @@ def _add_fleet_parsers(sub) -> None:
     fr.add_argument(
         "--no-record", action="store_true", help="do not record the reports in the history"
     )
+    fr.add_argument(
+        "--health-file",
+        type=Path,
+        metavar="FILE",
+        help="boards marked unhealthy here are skipped (default: the lab's, see fleet health)",
+    )
+
+    fh = fsub.add_parser(
+        "health",
+        help="a small known model on every board; unhealthy boards are skipped by fleet run",
+        description="Run the micro example model on every board; report fingerprint, agent "
+        "version, clock sync, disk limits and temperature at rest; mark a board that fails or "
+        "drifted (firmware, kernel, OS, runtime changed since its last healthy check) "
+        "unhealthy until it passes again.",
+    )
+    fh.add_argument("lab", type=Path)
+    fh.add_argument("--tags", help="only devices with all these tags")
+    fh.add_argument("--out", type=Path, default=Path("health-out"), help="the check runs' outputs")
+    fh.add_argument("--health-file", type=Path, metavar="FILE", help="the health state file")
+    fh.add_argument(
+        "--accept",
+        action="store_true",
+        help="accept fingerprint changes (a deliberate update) as the new healthy state",
+    )
+    fh.add_argument("--wait", nargs="?", const="forever", metavar="TIMEOUT")
+    fh.add_argument("--retries", type=int, default=1)
+    fh.add_argument("--json", action="store_true")
 
     # ``edgequal approve`` and its alias ``edgequal fleet approve``: one parser shape, one command.
     for parent in (sub, fsub):
@@ -972,16 +999,20 @@ def _run_fleet(lab, models, options, args, title: str, **kwargs) -> int:
 def cmd_fleet(args) -> int:
     if args.fleet_command == "approve":
         return _cmd_fleet_approve(args)
+    if args.fleet_command == "health":
+        return _cmd_fleet_health(args)
     if args.fleet_command == "requalify":
         return _cmd_fleet_requalify(args)
     from edgequal.agent.plan import parse_duration_s
 
     from .fleet import FleetOptions
+    from .health import HealthState, default_health_path
     from .inventory import load_lab, load_models, parse_tags
 
     lab = load_lab(args.lab)
     models = load_models(args.models)
     wait_s = _wait_s(args.wait)
+    unhealthy = HealthState.load(args.health_file or default_health_path(lab)).unhealthy()
     overrides = {"sustain_s": parse_duration_s(args.sustain)} if args.sustain else {}
     options = FleetOptions(
         out_dir=args.out,
@@ -993,8 +1024,80 @@ def cmd_fleet(args) -> int:
         wait_s=wait_s,
         retries=max(0, args.retries),
         lease_ttl_s=lab.lease_ttl_s,
+        unhealthy=unhealthy,
     )
     return _run_fleet(lab, models, options, args, f"fleet {lab.name}")
+
+
+def _cmd_fleet_health(args) -> int:
+    """``fleet health``: 0 every board healthy, 1 any unhealthy."""
+    import json
+
+    from .health import check_health, default_health_path
+    from .inventory import load_lab, parse_tags
+    from .render import print_note, print_table, write_json
+
+    lab = load_lab(args.lab)
+    state_path = args.health_file or default_health_path(lab)
+    checks = check_health(
+        lab,
+        state_path,
+        args.out,
+        tags=parse_tags(args.tags),
+        accept=args.accept,
+        wait_s=_wait_s(args.wait),
+        retries=max(0, args.retries),
+    )
+    if args.json:
+        write_json(json.dumps([c.to_json() for c in checks], indent=1, default=str))
+    else:
+        rows = []
+        for c in checks:
+            clock = c.clock or {}
+            offset = clock.get("offset_s")
+            rows.append(
+                [
+                    c.device,
+                    "healthy" if c.healthy else "UNHEALTHY",
+                    c.status or "",
+                    c.agent_version or "",
+                    ""
+                    if not clock
+                    else ("synced" if clock.get("synced") else "UNSYNCED")
+                    + ("" if offset is None else f" ({offset:+.1f} s)"),
+                    _disk_text(c.disk),
+                    c.temp_at_rest_c
+                    if isinstance(c.temp_at_rest_c, str)
+                    else f"{c.temp_at_rest_c:.1f} °C",
+                    (c.key_fingerprint or "")[:23],
+                    "; ".join(c.reasons),
+                ]
+            )
+        columns = [
+            "device",
+            "health",
+            "check",
+            "agent",
+            "clock",
+            "disk",
+            "temp at rest",
+            "key",
+            "why",
+        ]
+        print_table(f"health {lab.name}", columns, rows)
+        print_note(f"health state: {state_path}")
+    return 0 if all(c.healthy for c in checks) else 1
+
+
+def _disk_text(disk: dict) -> str:
+    parts = []
+    if disk.get("free_bytes"):
+        parts.append(f"{disk['free_bytes'] / 2**30:.1f} GiB free")
+    quota = disk.get("quota_bytes")
+    parts.append(f"quota {quota / 2**30:.1f} GiB" if quota else "no quota")
+    if disk.get("max_artifact_bytes"):
+        parts.append(f"artifacts ≤ {disk['max_artifact_bytes'] / 2**20:.0f} MiB")
+    return ", ".join(parts)
 
 
 def _cmd_fleet_approve(args) -> int:

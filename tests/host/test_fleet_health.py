@@ -168,13 +168,14 @@ def test_fleet_health_on_real_agents(tmp_path, local_agents, example_models, cap
         # A fleet run skips it, and runs on dev-0.
         run = ["fleet", "run", str(lab), "--models", str(models), "--no-record"]
         run += ["--health-file", str(state_file), "--sustain", "0", "--retries", "0"]
+        checked = len(agents[1].run_records())  # its health checks (and their retries)
         assert edgequal_main([*run, "--out", str(tmp_path / "r1")]) == 3
         index = json.loads((tmp_path / "r1" / "index.json").read_text())
         states = {r["device"]: r for r in index["runs"]}
         assert states["dev-1"]["state"] == "skipped"
         assert "unhealthy (drifted since the last healthy check: kernel" in states["dev-1"]["error"]
         assert states["dev-0"]["state"] in MEASURED_STATUSES
-        assert len(agents[1].run_records()) == 2  # its two health checks, nothing more
+        assert len(agents[1].run_records()) == checked  # the fleet run measured nothing there
 
         # The kernel change is accepted: dev-1 passes again and the next fleet run uses it.
         assert edgequal_main([*health, "--out", str(tmp_path / "h3"), "--accept"]) == 0

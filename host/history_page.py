@@ -43,7 +43,7 @@ def trend_figure(device: str, model: str, rows: Sequence[dict]) -> str | None:
     timed = [r for r in rows if r.get("measured_at") is not None]
     if not timed:
         return None
-    fig, axes = _figure(10.0, 4.2, rows=2, sharex=True)
+    fig, axes = _figure(10.0, 5.0, rows=2, sharex=True)
     lat, thr = axes[0][0], axes[1][0]
     times = [r["measured_at"] for r in timed]
     for key, label, color in (("p50_ms", "p50", "#1f77b4"), ("p99_ms", "p99", "#d62728")):
@@ -59,13 +59,16 @@ def trend_figure(device: str, model: str, rows: Sequence[dict]) -> str | None:
                 ax.axvline(t, color="#9a6700", linestyle="--", linewidth=1)
             lat.annotate(
                 _change_text(r),
-                (t, 1.0),
+                (t, 0.97),
                 xycoords=("data", "axes fraction"),
+                xytext=(-2, 0),
+                textcoords="offset points",
                 rotation=90,
                 va="top",
                 ha="right",
                 fontsize=7,
                 color="#633c01",
+                bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1},
             )
         if r.get("status") not in ("passed", "degraded"):
             lat.annotate(
@@ -82,7 +85,9 @@ def trend_figure(device: str, model: str, rows: Sequence[dict]) -> str | None:
     thr.set_xlabel("measured (UTC)")
     lat.set_title(f"{model} on {device}", fontsize=10)
     if lat.lines:
-        lat.legend(loc="upper left", fontsize=8)
+        lat.legend(loc="lower right", fontsize=8)
+        low, high = lat.get_ylim()
+        lat.set_ylim(low, high + 0.6 * (high - low))  # room above the lines for the labels
     fig.autofmt_xdate()
     return _png(fig, f"{model} on {device}: latency and throughput over time")
 

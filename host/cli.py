@@ -925,6 +925,9 @@ def _add_fleet_parsers(sub) -> None:
     fq.add_argument("--retries", type=int, default=2)
     fq.add_argument("--history", metavar="URL")
     fq.add_argument("--no-record", action="store_true")
+    fq.add_argument(
+        "--health-file", type=Path, metavar="FILE", help="boards marked unhealthy are skipped"
+    )
 
     h = sub.add_parser("history", help="verified reports over time (docs/fleet.md)")
     hsub = h.add_subparsers(dest="history_command", required=True)
@@ -1126,12 +1129,18 @@ def _cmd_fleet_requalify(args) -> int:
     if not plan.runs:
         print_note("nothing changed since the approvals: nothing to re-qualify")
         return 0
+    from .health import HealthState, default_health_path
+
     options = FleetOptions(
         out_dir=args.out,
         policy_path=args.policy,
         wait_s=_wait_s(args.wait),
         retries=max(0, args.retries),
         lease_ttl_s=lab.lease_ttl_s,
+        # A drifted board is what a re-qualification is for; one that fails its check is not.
+        unhealthy=HealthState.load(args.health_file or default_health_path(lab)).unhealthy(
+            drift=False
+        ),
     )
     notes = {"changes": plan.changes, "unchanged": plan.unchanged}
     return _run_fleet(

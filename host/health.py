@@ -43,6 +43,7 @@ HEALTH_PLAN = {
     "sustain_s": 0.0,
 }
 """A short run: one cold load, a few hundred warm calls, no sustained phase."""
+DRIFTED = "drifted since the last healthy check"
 
 
 @dataclass
@@ -84,13 +85,15 @@ class HealthState:
     last: dict[str, BoardHealth] = field(default_factory=dict)
     healthy: dict[str, BoardHealth] = field(default_factory=dict)
 
-    def unhealthy(self) -> dict[str, str]:
-        """Boards whose last check failed, with the reasons in one line."""
-        return {
-            name: "; ".join(h.reasons) or "unhealthy"
-            for name, h in self.last.items()
-            if not h.healthy
-        }
+    def unhealthy(self, *, drift: bool = True) -> dict[str, str]:
+        """Boards whose last check failed, with the reasons in one line. ``drift=False``
+        leaves out boards unhealthy only because they drifted (what ``requalify`` is for)."""
+        out = {}
+        for name, h in self.last.items():
+            reasons = h.reasons if drift else [r for r in h.reasons if not r.startswith(DRIFTED)]
+            if not h.healthy and (reasons or drift):
+                out[name] = "; ".join(reasons) or "unhealthy"
+        return out
 
     def to_json(self) -> dict:
         """The state file's contents."""
@@ -209,7 +212,7 @@ def judge(
             health.drift = drift
             if drift and not accept:
                 what = ", ".join(f"{c['field']}: {c['approved']} → {c['now']}" for c in drift)
-                reasons.append(f"drifted since the last healthy check: {what}")
+                reasons.append(f"{DRIFTED}: {what}")
     health.healthy = not reasons
     return health
 

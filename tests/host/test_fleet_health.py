@@ -122,6 +122,10 @@ def test_temperature_at_rest_and_the_state_round_trip(tmp_path):
     again = HealthState.load(path)
     assert again == state
     assert again.unhealthy() == {"b": "check run: error: gone"}
+    drifted = BoardHealth("c", False, 1.0, reasons=["drifted since the last healthy check: x"])
+    state.last["c"] = drifted
+    assert sorted(state.unhealthy()) == ["b", "c"]
+    assert state.unhealthy(drift=False) == {"b": "check run: error: gone"}  # requalify runs c
     assert HealthState.load(tmp_path / "none.json") == HealthState()
 
 

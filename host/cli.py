@@ -350,6 +350,8 @@ def _dispatch(args) -> int:
         return cmd_fleet(args)
     if args.command == "history":
         return cmd_history(args)
+    if args.command == "approve":
+        return _cmd_fleet_approve(args)
     raise AssertionError(args.command)
 
 
@@ -870,15 +872,46 @@ def _add_fleet_parsers(sub) -> None:
     fr.add_argument(
         "--no-record", action="store_true", help="do not record the reports in the history"
     )
-
-    fa = fsub.add_parser(
-        "approve", help="keep a verified report, its model, golden set and plan in DIR"
+    fr.add_argument(
+        "--health-file",
+        type=Path,
+        metavar="FILE",
+        help="boards marked unhealthy here are skipped (default: the lab's, see fleet health)",
     )
-    fa.add_argument("report", type=Path)
-    fa.add_argument("--model", type=Path, required=True, help="the model the report measured")
-    fa.add_argument("--golden", type=Path, help="the golden set it used")
-    fa.add_argument("--into", type=Path, required=True, metavar="DIR", help="the approved set")
-    fa.add_argument("--name", help="the model's name in the set (default: the file's stem)")
+
+    fh = fsub.add_parser(
+        "health",
+        help="a small known model on every board; unhealthy boards are skipped by fleet run",
+        description="Run the micro example model on every board; report fingerprint, agent "
+        "version, clock sync, disk limits and temperature at rest; mark a board that fails or "
+        "drifted (firmware, kernel, OS, runtime changed since its last healthy check) "
+        "unhealthy until it passes again.",
+    )
+    fh.add_argument("lab", type=Path)
+    fh.add_argument("--tags", help="only devices with all these tags")
+    fh.add_argument("--out", type=Path, default=Path("health-out"), help="the check runs' outputs")
+    fh.add_argument("--health-file", type=Path, metavar="FILE", help="the health state file")
+    fh.add_argument(
+        "--accept",
+        action="store_true",
+        help="accept fingerprint changes (a deliberate update) as the new healthy state",
+    )
+    fh.add_argument("--wait", nargs="?", const="forever", metavar="TIMEOUT")
+    fh.add_argument("--retries", type=int, default=1)
+    fh.add_argument("--json", action="store_true")
+
+    # ``edgequal approve`` and its alias ``edgequal fleet approve``: one parser shape, one command.
+    for parent in (sub, fsub):
+        fa = parent.add_parser(
+            "approve",
+            help="keep a verified report, its model, golden set, plan and runtime "
+            "configuration in DIR",
+        )
+        fa.add_argument("report", type=Path)
+        fa.add_argument("--model", type=Path, required=True, help="the model the report measured")
+        fa.add_argument("--golden", type=Path, help="the golden set it used")
+        fa.add_argument("--into", type=Path, required=True, metavar="DIR", help="the approved set")
+        fa.add_argument("--name", help="the model's name in the set (default: the file's stem)")
     fq = fsub.add_parser(
         "requalify",
         help="re-run approved models where firmware or runtime changed; gate each against "
@@ -893,23 +926,37 @@ def _add_fleet_parsers(sub) -> None:
     fq.add_argument("--retries", type=int, default=2)
     fq.add_argument("--history", metavar="URL")
     fq.add_argument("--no-record", action="store_true")
+    fq.add_argument(
+        "--health-file", type=Path, metavar="FILE", help="boards marked unhealthy are skipped"
+    )
 
     h = sub.add_parser("history", help="verified reports over time (docs/fleet.md)")
     hsub = h.add_subparsers(dest="history_command", required=True)
     hl = hsub.add_parser("list", help="recorded runs, newest first")
-    ht = hsub.add_parser("trend", help="one model on one device over time, changes marked")
+    hs = hsub.add_parser(
+        "show", help="one recorded run (RUN_ID, or the newest for --device/--model), verified"
+    )
+    hs.add_argument("run_id", nargs="?", metavar="RUN_ID", help="a run id or its prefix")
+    ht = hsub.add_parser(
+        "trend",
+        help="figures over time per board × model, firmware and runtime changes marked",
+    )
+    ht.add_argument(
+        "--html", type=Path, metavar="PAGE", help="also write the trend page (plots) to PAGE"
+    )
     hr = hsub.add_parser("record", help="verify reports and record them")
     hr.add_argument("reports", type=Path, nargs="+")
     hr.add_argument("--device", help="the device that must have signed them")
-    for q in (hl, ht, hr):
+    for q in (hl, hs, ht, hr):
         q.add_argument(
             "--db", metavar="URL", help="database URL (default: SQLite in the state dir)"
         )
-    for q in (hl, ht):
-        q.add_argument("--device", required=q is ht)
-        q.add_argument("--model", required=q is ht)
-        q.add_argument("--limit", type=int, default=50)
+    for q in (hl, hs, ht):
+        q.add_argument("--device", help="only this device")
+        q.add_argument("--model", help="only this model (name, name without extension, SHA-256)")
         q.add_argument("--json", action="store_true")
+    for q in (hl, ht):
+        q.add_argument("--limit", type=int, default=50, help="rows (per board × model for trend)")
 
 
 def _wait_s(text: str | None) -> float | None:
@@ -956,16 +1003,20 @@ def _run_fleet(lab, models, options, args, title: str, **kwargs) -> int:
 def cmd_fleet(args) -> int:
     if args.fleet_command == "approve":
         return _cmd_fleet_approve(args)
+    if args.fleet_command == "health":
+        return _cmd_fleet_health(args)
     if args.fleet_command == "requalify":
         return _cmd_fleet_requalify(args)
     from edgequal.agent.plan import parse_duration_s
 
     from .fleet import FleetOptions
+    from .health import HealthState, default_health_path
     from .inventory import load_lab, load_models, parse_tags
 
     lab = load_lab(args.lab)
     models = load_models(args.models)
     wait_s = _wait_s(args.wait)
+    unhealthy = HealthState.load(args.health_file or default_health_path(lab)).unhealthy()
     overrides = {"sustain_s": parse_duration_s(args.sustain)} if args.sustain else {}
     options = FleetOptions(
         out_dir=args.out,
@@ -977,8 +1028,80 @@ def cmd_fleet(args) -> int:
         wait_s=wait_s,
         retries=max(0, args.retries),
         lease_ttl_s=lab.lease_ttl_s,
+        unhealthy=unhealthy,
     )
     return _run_fleet(lab, models, options, args, f"fleet {lab.name}")
+
+
+def _cmd_fleet_health(args) -> int:
+    """``fleet health``: 0 every board healthy, 1 any unhealthy."""
+    import json
+
+    from .health import check_health, default_health_path
+    from .inventory import load_lab, parse_tags
+    from .render import print_note, print_table, write_json
+
+    lab = load_lab(args.lab)
+    state_path = args.health_file or default_health_path(lab)
+    checks = check_health(
+        lab,
+        state_path,
+        args.out,
+        tags=parse_tags(args.tags),
+        accept=args.accept,
+        wait_s=_wait_s(args.wait),
+        retries=max(0, args.retries),
+    )
+    if args.json:
+        write_json(json.dumps([c.to_json() for c in checks], indent=1, default=str))
+    else:
+        rows = []
+        for c in checks:
+            clock = c.clock or {}
+            offset = clock.get("offset_s")
+            rows.append(
+                [
+                    c.device,
+                    "healthy" if c.healthy else "UNHEALTHY",
+                    c.status or "",
+                    c.agent_version or "",
+                    ""
+                    if not clock
+                    else ("synced" if clock.get("synced") else "UNSYNCED")
+                    + ("" if offset is None else f" ({offset:+.1f} s)"),
+                    _disk_text(c.disk),
+                    c.temp_at_rest_c
+                    if isinstance(c.temp_at_rest_c, str)
+                    else f"{c.temp_at_rest_c:.1f} °C",
+                    (c.key_fingerprint or "")[:23],
+                    "; ".join(c.reasons),
+                ]
+            )
+        columns = [
+            "device",
+            "health",
+            "check",
+            "agent",
+            "clock",
+            "disk",
+            "temp at rest",
+            "key",
+            "why",
+        ]
+        print_table(f"health {lab.name}", columns, rows)
+        print_note(f"health state: {state_path}")
+    return 0 if all(c.healthy for c in checks) else 1
+
+
+def _disk_text(disk: dict) -> str:
+    parts = []
+    if disk.get("free_bytes"):
+        parts.append(f"{disk['free_bytes'] / 2**30:.1f} GiB free")
+    quota = disk.get("quota_bytes")
+    parts.append(f"quota {quota / 2**30:.1f} GiB" if quota else "no quota")
+    if disk.get("max_artifact_bytes"):
+        parts.append(f"artifacts ≤ {disk['max_artifact_bytes'] / 2**20:.0f} MiB")
+    return ", ".join(parts)
 
 
 def _cmd_fleet_approve(args) -> int:
@@ -1007,12 +1130,18 @@ def _cmd_fleet_requalify(args) -> int:
     if not plan.runs:
         print_note("nothing changed since the approvals: nothing to re-qualify")
         return 0
+    from .health import HealthState, default_health_path
+
     options = FleetOptions(
         out_dir=args.out,
         policy_path=args.policy,
         wait_s=_wait_s(args.wait),
         retries=max(0, args.retries),
         lease_ttl_s=lab.lease_ttl_s,
+        # A drifted board is what a re-qualification is for; one that fails its check is not.
+        unhealthy=HealthState.load(args.health_file or default_health_path(lab)).unhealthy(
+            drift=False
+        ),
     )
     notes = {"changes": plan.changes, "unchanged": plan.unchanged}
     return _run_fleet(
@@ -1024,7 +1153,7 @@ def cmd_history(args) -> int:
     import json
 
     from .history import History
-    from .render import print_table, write_json
+    from .render import print_note, print_table, write_json
 
     history = History.open(args.db)
     if args.history_command == "record":
@@ -1036,16 +1165,39 @@ def cmd_history(args) -> int:
         )
         print_table("recorded", ["reports", "new"], [[str(len(args.reports)), str(added)]])
         return 0
+    if args.history_command == "show":
+        return _history_show(history, args)
     if args.history_command == "list":
         rows = history.list(device=args.device, model=args.model, limit=args.limit)
-    else:
-        rows = history.trend(device=args.device, model=args.model, limit=args.limit)
-    if args.json:
-        write_json(json.dumps(rows, indent=1, default=str))
+        if args.json:
+            write_json(json.dumps(rows, indent=1, default=str))
+            return 0
+        print_table(f"history ({history.url_for_display})", _HISTORY_COLUMNS, _history_rows(rows))
         return 0
-    columns = ["measured", "device", "model", "status", "p50 ms", "p99 ms", "runtime", "run"]
-    if args.history_command == "trend":
-        columns.append("changed")
+    trends = history.trends(device=args.device, model=args.model, limit=args.limit)
+    if args.html:
+        from .history_page import write_trend_page
+
+        write_trend_page(args.html, trends, source=history.url_for_display)
+    if args.json:
+        payload = [{"device": d, "model": m, "runs": rows} for (d, m), rows in trends.items()]
+        write_json(json.dumps(payload, indent=1, default=str))
+    else:
+        if not trends:
+            print_note("no recorded runs match")
+        for (device, model), rows in trends.items():
+            print_table(
+                f"{model} on {device}", _HISTORY_COLUMNS + ["changed"], _history_rows(rows, True)
+            )
+    if args.html:
+        print_note(f"trend page: {args.html}")
+    return 0
+
+
+_HISTORY_COLUMNS = ["measured", "device", "model", "status", "p50 ms", "p99 ms", "runtime", "run"]
+
+
+def _history_rows(rows: list[dict], changes: bool = False) -> list[list[str]]:
     table = []
     for r in rows:
         line = [
@@ -1058,10 +1210,35 @@ def cmd_history(args) -> int:
             f"{r['runtime'] or ''} {r['runtime_version'] or ''}".strip(),
             r["run_id"],
         ]
-        if args.history_command == "trend":
+        if changes:
             line.append(", ".join(r.get("changes", [])))
         table.append(line)
-    print_table(f"history ({history.url_for_display})", columns, table)
+    return table
+
+
+def _history_show(history, args) -> int:
+    """``history show``: one run's row, and its stored envelope verified again here."""
+    import json
+
+    from .errors import HostError, UsageError
+    from .render import print_table, write_json
+    from .trust import KnownDevices
+    from .verify import verify_envelope
+
+    row = history.show(args.run_id, device=args.device, model=args.model)
+    if row is None:
+        raise UsageError("no recorded run matches", hint="edgequal history list")
+    envelope = row.pop("envelope")
+    try:
+        verify_envelope(envelope, known=KnownDevices(), device=row["device"])
+        row["signature"] = "verified against the pinned key"
+    except HostError as e:
+        row["signature"] = f"not verified here: {e}"
+    if args.json:
+        write_json(json.dumps(row, indent=1, default=str))
+        return 0
+    fields = [[k, "" if v is None else str(v)] for k, v in row.items() if k != "id"]
+    print_table(f"run {row['run_id']} on {row['device']}", ["field", "value"], fields)
     return 0
 
 

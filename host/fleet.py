@@ -62,6 +62,8 @@ class FleetOptions:
     backoff_s: float = 2.0
     lease_ttl_s: float = 120.0
     html_pages: bool = True
+    unhealthy: dict[str, str] = field(default_factory=dict)
+    """Boards ``fleet health`` marked unhealthy (name: why): their runs are skipped."""
 
 
 @dataclass(frozen=True)
@@ -320,6 +322,16 @@ class FleetRunner:
         if not todo:
             return
         models = {m.name: m for m in self.models}
+        why = self.options.unhealthy.get(device.name)
+        if why is not None:
+            for record in todo:
+                self._set(
+                    record,
+                    state="skipped",
+                    error=f"unhealthy ({why}); runs again once `edgequal fleet health` passes",
+                )
+            self._write_index()
+            return
         transport = None
         try:
             if self.known.get(device.name) is None:

@@ -289,17 +289,14 @@ class History:
         if device:
             q = q.where(reports.c.device == device)
         if model:
-            q = q.where(
-                (reports.c.model_name == model)
-                | (reports.c.model_name.like(f"{model}.%"))
-                | (reports.c.model_sha256 == model)
-            )
+            q = q.where(_model_matches(model))
         order = reports.c.measured_at.desc() if newest_first else reports.c.measured_at.asc()
         q = q.order_by(order, reports.c.id.desc() if newest_first else reports.c.id.asc())
         with self.engine.connect() as conn:
-            return [dict(r._mapping) for r in conn.execute(q.limit(limit))]
+            rows = conn.execute(q if limit is None else q.limit(limit))
+            return [dict(r._mapping) for r in rows]
 
-    def list(self, device: str | None = None, model: str | None = None, limit: int = 50):
+    def list(self, device: str | None = None, model: str | None = None, limit: int | None = 50):
         """Recorded runs, newest first (rows without the envelope)."""
         return self._query(device, model, limit)
 
@@ -318,6 +315,40 @@ class History:
             before = row
         return rows
 
+    def trends(
+        self, device: str | None = None, model: str | None = None, limit: int = 200
+    ) -> dict[tuple[str, str], list[dict]]:
+        """Every board × model pair matching ``device``/``model`` (both optional), each as
+        :meth:`trend` gives it (oldest first, changes marked), pairs in name order."""
+        pairs = sorted({(r["device"], r["model_name"]) for r in self._query(device, model, None)})
+        return {(d, m): self.trend(d, m, limit) for d, m in pairs}
+
+    def show(
+        self, run_id: str | None = None, device: str | None = None, model: str | None = None
+    ) -> dict | None:
+        """One recorded run with its envelope: ``run_id`` (a prefix is enough), else the
+        newest run matching ``device``/``model``; None when nothing matches."""
+        q = select(reports)
+        if run_id:
+            q = q.where(reports.c.run_id.like(f"{run_id}%"))
+        if device:
+            q = q.where(reports.c.device == device)
+        if model:
+            q = q.where(_model_matches(model))
+        q = q.order_by(reports.c.measured_at.desc(), reports.c.id.desc()).limit(2)
+        with self.engine.connect() as conn:
+            rows = [dict(r._mapping) for r in conn.execute(q)]
+        if run_id and len(rows) > 1 and rows[0]["run_id"] != rows[1]["run_id"]:
+            raise UsageError(
+                f"run id {run_id} is ambiguous ({rows[0]['run_id']}, {rows[1]['run_id']}, …)",
+                hint="give more of it, or --device",
+            )
+        if not rows:
+            return None
+        row = rows[0]
+        row["envelope"] = bytes(row["envelope"])
+        return row
+
     def envelope(self, device: str, run_id: str) -> bytes | None:
         """The stored signed envelope of one run (to verify it again)."""
         q = select(reports.c.envelope).where(
@@ -326,6 +357,15 @@ class History:
         with self.engine.connect() as conn:
             value = conn.execute(q).scalar()
         return bytes(value) if value is not None else None
+
+
+def _model_matches(model: str):
+    """A model named by its name, its name without the extension, or its SHA-256."""
+    return (
+        (reports.c.model_name == model)
+        | (reports.c.model_name.like(f"{model}.%"))
+        | (reports.c.model_sha256 == model)
+    )
 
 
 def _sqlite_pragmas(dbapi_conn, _record) -> None:

@@ -32,11 +32,13 @@ WATCHED_CATEGORIES = ("firmware", "kernel", "os", "runtime", "board")
 
 @dataclass
 class ApprovedDevice:
-    """One device's approval of a model: its signed report and the plan it ran."""
+    """One device's approval of a model: its signed report, the plan it ran, and the
+    runtime configuration the report names (runtime, version, threads, providers)."""
 
     report: str
     plan: dict
     approved_unix: float
+    runtime: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -134,8 +136,9 @@ def approve(
         models[name] = entry
     device = report.device_name
     (entry_dir / f"{device}.report.json").write_bytes(envelope)
+    runtime = dict((report.predicate.get("results") or {}).get("runtime") or {})
     entry.devices[device] = ApprovedDevice(
-        f"{name}/{device}.report.json", report.predicate.get("plan") or {}, time.time()
+        f"{name}/{device}.report.json", report.predicate.get("plan") or {}, time.time(), runtime
     )
     _save(directory, models)
     return name, device
@@ -206,7 +209,9 @@ def plan_requalification(
     open_device = open_device or open_lab_device
     approved = load_approved(directory)
     if not approved:
-        raise UsageError(f"no approved set in {directory}", hint="edgequal fleet approve ...")
+        raise UsageError(
+            f"no approved set in {directory}", hint="edgequal approve REPORT --model M --into DIR"
+        )
     lab_devices = {d.name: d for d in lab.devices}
     infos: dict[str, dict] = {}
     unreachable: dict[str, str] = {}

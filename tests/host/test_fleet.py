@@ -69,15 +69,33 @@ def write_models(tmp_path: Path, example_models, golden_sets, names=("micro", "c
 
 @pytest.mark.slow
 def test_fleet_run_matrix_outputs_and_resume(tmp_path, agents, example_models, golden_sets):
-    started = agents(3)
+    from edgequal.host.history import History
+
+    # Four agents, two models (micro, and classifier with its golden set): eight runs.
+    started = agents(4)
     lab = load_lab(write_lab(tmp_path, started))
     models = load_models(write_models(tmp_path, example_models, golden_sets))
     out = tmp_path / "out"
     changes = []
+    history = History.open(f"sqlite:///{tmp_path / 'history.sqlite'}")
     options = FleetOptions(out_dir=out, plan_overrides=SMALL_PLAN, backoff_s=0.1, retries=1)
-    result = FleetRunner(lab, models, options, on_change=lambda r: changes.append(r.state)).run()
+    result = FleetRunner(
+        lab,
+        models,
+        options,
+        on_change=lambda r: changes.append(r.state),
+        record_report=lambda path, device: history.record_file(path, device=device),
+    ).run()
 
-    assert len(result.runs) == 6
+    assert len(result.runs) == 8
+    assert {(r.model, r.device) for r in result.runs} == {
+        (m, f"dev-{i}") for m in ("micro", "classifier") for i in range(4)
+    }
+    # Every final report is in the history (and any report a retry replaced), once each.
+    rows = history.list(limit=None)
+    recorded = {(r["device"], r["run_id"]) for r in rows}
+    assert {(r.device, r.run_id) for r in result.runs} <= recorded
+    assert len(recorded) == len(rows) <= sum(r.attempts for r in result.runs)
     for r in result.runs:
         assert r.state in MEASURED_STATUSES, r
         assert r.attempts >= 1
@@ -95,11 +113,11 @@ def test_fleet_run_matrix_outputs_and_resume(tmp_path, agents, example_models, g
         attempts = sum(r.attempts for r in result.runs if r.device == f"dev-{i}")
         assert len(agent.run_records()) == attempts
     index = json.loads((out / "index.json").read_text())
-    assert index["lab"] == "test-lab" and len(index["runs"]) == 6
+    assert index["lab"] == "test-lab" and len(index["runs"]) == 8
     assert load_index(out).runs[0].model == result.runs[0].model
     suites = ET.parse(out / "junit.xml").getroot().findall("testsuite")
     assert sorted(s.get("name") for s in suites) == [
-        f"edgequal fleet test-lab dev-{i}" for i in range(3)
+        f"edgequal fleet test-lab dev-{i}" for i in range(4)
     ]
     assert all(s.get("tests") == "2" and s.get("errors") == "0" for s in suites)
     page = (out / "index.html").read_text()
@@ -113,7 +131,7 @@ def test_fleet_run_matrix_outputs_and_resume(tmp_path, agents, example_models, g
     options = FleetOptions(out_dir=out, plan_overrides=SMALL_PLAN, resume=True, retries=0)
     again = FleetRunner(lab, models, options).run()
     resumed = [r for r in again.runs if r.resumed]
-    assert len(resumed) == 5
+    assert len(resumed) == 7
     rerun = next(r for r in again.runs if not r.resumed)
     assert (rerun.model, rerun.device) == (missing.model, missing.device)
     assert rerun.state in MEASURED_STATUSES

@@ -164,3 +164,57 @@ def test_history_cli(db_url, signer, tmp_path, capsys):
 def test_a_bad_url_is_a_usage_error(capsys):
     assert edgequal_main(["history", "list", "--db", "not a url"]) == 2
     assert "not a database URL" in capsys.readouterr().err
+
+
+def test_show_trend_per_pair_and_the_trend_page(db_url, signer, tmp_path, capsys):
+    paths = []
+    for i, (p50, version) in enumerate([(1.0, "1.20.0"), (1.2, "1.20.0"), (1.9, "1.21.0")]):
+        path = tmp_path / f"r{i}.json"
+        path.write_bytes(signer(p50, version))
+        paths.append(path)
+    assert edgequal_main(["history", "record", *map(str, paths), "--db", db_url]) == 0
+    history = History.open(db_url)
+    newest = history.show(device="bench", model="micro")
+    assert newest["p50_ms"] == 1.9 and newest["envelope"] == paths[2].read_bytes()
+    first = history.trend("bench", "micro")[0]["run_id"]
+    assert history.show(first[:20])["p50_ms"] == 1.0  # a run id prefix is enough
+    assert history.show(device="other") is None
+    assert list(history.trends()) == [("bench", "micro.onnx")]
+    capsys.readouterr()
+
+    base = ["--device", "bench", "--model", "micro", "--db", db_url]
+    assert edgequal_main(["history", "show", *base, "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["p50_ms"] == 1.9 and shown["signature"] == "verified against the pinned key"
+    assert edgequal_main(["history", "show", first, "--db", db_url]) == 0
+    assert first in capsys.readouterr().out
+    assert edgequal_main(["history", "show", "no-such-run", "--db", db_url]) == 2
+    assert edgequal_main(["history", "list", *base]) == 0
+    assert capsys.readouterr().out.count("micro.onnx") == 3
+
+    page = tmp_path / "trend.html"
+    assert edgequal_main(["history", "trend", *base, "--html", str(page), "--json"]) == 0
+    (pair,) = json.loads(capsys.readouterr().out)
+    assert (pair["device"], pair["model"]) == ("bench", "micro.onnx")
+    assert [r["changes"] for r in pair["runs"]] == [[], [], ["runtime_version"]]
+    text = page.read_text()
+    assert text.count('src="data:image/png;base64,') == 1  # one board × model, one figure
+    assert "runtime version → 1.21.0" in text
+    assert "<script" not in text and "http://" not in text and "https://" not in text
+
+
+def test_the_trend_page_escapes_database_text(tmp_path):
+    from edgequal.host.history_page import render_trend_page
+
+    row = {
+        "measured_at": None,
+        "status": "passed",
+        "p50_ms": 1.0,
+        "firmware": "<script>alert(1)</script>",
+        "run_id": "r&1",
+        "changes": ["firmware"],
+    }
+    page = render_trend_page({("<b>dev</b>", 'm"odel'): [row]})
+    assert "<script>alert" not in page and "&lt;script&gt;" in page
+    assert "<b>dev</b>" not in page and "&lt;b&gt;dev&lt;/b&gt;" in page
+    assert "r&amp;1" in page

@@ -97,7 +97,9 @@ def test_requalify_gates_each_approved_model_against_its_report(
         approved = tmp_path / "approved"
         for r in first.runs:
             model = next(m for m in models if m.name == r.model)
-            args = ["fleet", "approve", str(tmp_path / "first" / r.report)]
+            # The top-level command and its ``fleet approve`` alias run the same code.
+            command = ["approve"] if r.device == "dev-0" else ["fleet", "approve"]
+            args = command + [str(tmp_path / "first" / r.report)]
             args += ["--model", str(model.path), "--into", str(approved)]
             if model.golden:
                 args += ["--golden", str(model.golden)]
@@ -105,6 +107,11 @@ def test_requalify_gates_each_approved_model_against_its_report(
         entries = load_approved(approved)
         assert sorted(entries) == ["classifier", "mid"]
         assert sorted(entries["mid"].devices) == ["dev-0", "dev-1"]
+        kept = entries["classifier"].devices["dev-0"]
+        assert kept.runtime["runtime"] == "onnxruntime" and kept.runtime["version"]
+        assert kept.plan and (approved / kept.report).exists()
+        assert (approved / entries["classifier"].golden).exists()
+        assert (approved / entries["mid"].model).exists()
 
         # Same firmware and runtime: nothing to re-qualify.
         assert plan_requalification(approved, lab).runs == {}

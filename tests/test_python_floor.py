@@ -15,9 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_agent_and_protos_need_no_python_newer_than_3_10():
-    vermin = shutil.which("vermin", path=str(Path(sys.executable).parent)) or shutil.which(
-        "vermin"
-    )
+    vermin = shutil.which("vermin", path=str(Path(sys.executable).parent)) or shutil.which("vermin")
     assert vermin, "vermin is in the test extra: pip install -e '.[test]'"
     proc = subprocess.run(
         [vermin, "--no-tips", "--target=3.10-", "--violations", "--eval-annotations"]

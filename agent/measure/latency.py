@@ -152,7 +152,27 @@ def measure_latency(
     on_phase("latency")
     before = sched() if sched else None
     t0 = time.monotonic()
-    n = time_loop_ns(call, samples, settings.min_runs, settings.min_s, settings.max_s)
+    n = 0
+    while True:
+        elapsed = time.monotonic() - t0
+        n += time_loop_ns(
+            call,
+            samples[n:],
+            max(settings.min_runs - n, 1),
+            max(settings.min_s - elapsed, 0.0),
+            settings.max_s - elapsed if settings.max_s else None,
+        )
+        elapsed = time.monotonic() - t0
+        full = n == len(samples)
+        enough = n >= settings.min_runs and elapsed >= settings.min_s
+        timed_out = settings.max_s is not None and elapsed >= settings.max_s
+        if not full or enough or timed_out or len(samples) >= settings.max_runs:
+            break
+        # The warm-up's pace underestimated this loop's: grow the array between two
+        # calls (outside any timed call) and go on until the runs and seconds are done.
+        samples = np.concatenate(
+            [samples, np.empty(min(len(samples), settings.max_runs - len(samples)), np.int64)]
+        )
     t1 = time.monotonic()
     after = sched() if sched else None
     taken = samples[:n]

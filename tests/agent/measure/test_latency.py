@@ -17,3 +17,32 @@ def test_warm_up_runs_its_minimum_seconds_even_for_a_fast_call():
     result = warm_up(lambda: None, settings)
     assert time.monotonic() - t0 >= 0.3
     assert result["seconds"] >= 0.3 and result["runs"] > 4096  # more than one buffer-full
+
+
+def test_the_timed_loop_runs_its_seconds_when_the_warm_up_underestimated_its_pace():
+    """The sample array is sized from the warm-up's pace; a loop that runs faster than
+    that fills it early, grows it, and still runs its planned seconds."""
+    from edgequal.agent.measure.latency import measure_latency
+
+    pace = {"fast": False}
+
+    def call():
+        if not pace["fast"]:
+            time.sleep(0.002)  # the warm-up's pace: 2 ms a call
+        else:
+            sum(range(300))  # then a few µs: 0.3 s stays far below max_runs
+
+    settings = LatencySettings(
+        warmup_min_runs=10,
+        warmup_min_s=0.05,
+        warmup_max_s=0.2,
+        min_runs=20,
+        min_s=0.3,
+        max_runs=1_000_000,
+    )
+    result = measure_latency(
+        call, settings, on_phase=lambda name: pace.update(fast=name == "latency")
+    )
+    # 0.3 s at the warm-up's pace is about 166 calls: the array held 265 at first.
+    assert result["loop_s"] >= 0.3
+    assert result["summary"]["count"] > 265

@@ -106,7 +106,8 @@ def test_latency_stop_rule_needs_both_runs_and_seconds(example_models):
     # micro runs in microseconds: the 20 runs come long before the 0.5 s, so the loop ran
     # on until the seconds were done too (the loop's own clock, whatever the machine's load).
     assert s["count"] > 20
-    assert entry["loop_s"] >= 0.5
+    # ... unless it reached the plan's cap of raw samples first (docs/measurement.md).
+    assert entry["loop_s"] >= 0.5 or s["count"] == out["plan"]["latency_max_runs"]
     assert s["count"] * s["mean_ms"] <= entry["loop_s"] * 1e3  # timed calls fit in the loop
 
 

@@ -26,6 +26,8 @@ JOB_KINDS = (
     "server",
     "operators",
     "providers",
+    "edge_shape",
+    "coload",
 )
 # Profiled inferences for the operator profile (after one that allocates).
 OPERATOR_PROFILE_RUNS = 20
@@ -37,6 +39,28 @@ class SustainSettings:
 
     duration_s: float
     window_s: float
+
+
+@dataclass(frozen=True)
+class EdgeSettings:
+    """One edge of the input range: its label, the shapes it sets, how long to time it."""
+
+    label: str
+    shapes: dict
+    seconds: float
+    min_runs: int
+
+
+@dataclass(frozen=True)
+class ColoadSettings:
+    """One co-load process: a model in a loop (closed, or at ``rate_per_s``), or a synthetic
+    CPU or memory-bandwidth load busy ``share`` (0..1] of its time on one core."""
+
+    load: str  # "model", "cpu" or "membw"
+    rate_per_s: float | None = None
+    share: float = 1.0
+    buffer_mb: int = 64
+    report_every_s: float = 0.25
 
 
 @dataclass(frozen=True)
@@ -107,6 +131,8 @@ class WorkerJob:
     latency: LatencySettings | None = None  # warm
     sustain: SustainSettings | None = None  # sustained
     scenario: ScenarioSettings | None = None  # batch_sweep, thread_scaling, server, operators
+    edge: EdgeSettings | None = None  # edge_shape
+    coload: ColoadSettings | None = None  # coload
 
     @classmethod
     def for_phase(
@@ -160,13 +186,15 @@ class WorkerJob:
                 else None
             ),
             "scenario": self.scenario.to_json() if self.scenario else None,
+            "edge": asdict(self.edge) if self.edge else None,
+            "coload": asdict(self.coload) if self.coload else None,
         }
         return out
 
     @classmethod
     def from_json(cls, obj: dict) -> WorkerJob:
         """Read the worker's JSON line back."""
-        nested = ("latency", "sustain", "scenario")
+        nested = ("latency", "sustain", "scenario", "edge", "coload")
         job = cls(**{k: v for k, v in obj.items() if k not in nested})
         return replace(
             job,
@@ -174,4 +202,6 @@ class WorkerJob:
             latency=LatencySettings.from_json(obj["latency"]) if obj.get("latency") else None,
             sustain=SustainSettings(**obj["sustain"]) if obj.get("sustain") else None,
             scenario=ScenarioSettings.from_json(obj["scenario"]) if obj.get("scenario") else None,
+            edge=EdgeSettings(**obj["edge"]) if obj.get("edge") else None,
+            coload=ColoadSettings(**obj["coload"]) if obj.get("coload") else None,
         )

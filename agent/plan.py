@@ -97,6 +97,16 @@ DEFAULTS = {
     "operator_profile": False,  # per-operator time (onnxruntime), delegate coverage (LiteRT)
     "scenario_s": 1.0,  # seconds per point of the batch sweep, thread scaling and server steps
     "idle_power_s": 5.0,  # idle power sampled before the sustained loop where rails exist
+    # Declared co-load (docs/measurement.md "Co-load"): background work the agent starts
+    # beside the latency and sustained phases; the latency phase then alternates plain and
+    # co-load segments, coload_rounds of each, so the difference is measured in one run.
+    "coload": None,
+    "coload_rounds": 4,
+    # Edges of the input range: shapes measured one per worker (latency, peak memory,
+    # a successful run), each for edge_latency_s seconds and at least edge_min_runs runs.
+    "edge_shapes": None,
+    "edge_latency_s": 1.0,
+    "edge_min_runs": 10,
 }
 
 _NUMBERS = {
@@ -124,6 +134,9 @@ _NUMBERS = {
     "server_search_steps": int,
     "scenario_s": float,
     "idle_power_s": float,
+    "coload_rounds": int,
+    "edge_latency_s": float,
+    "edge_min_runs": int,
 }
 
 
@@ -174,6 +187,11 @@ class Plan:
     operator_profile: bool = False
     scenario_s: float = 1.0
     idle_power_s: float = 5.0
+    coload: tuple[dict, ...] | None = None
+    coload_rounds: int = 4
+    edge_shapes: tuple[dict, ...] | None = None
+    edge_latency_s: float = 1.0
+    edge_min_runs: int = 10
 
     @classmethod
     def from_json(cls, obj: Mapping) -> Plan:
@@ -181,7 +199,7 @@ class Plan:
         if not isinstance(obj, Mapping):
             raise BadInput("a plan must be a JSON object")
         full = _validated(obj)
-        for key in ("providers", "throttle_indicators", "batch_sizes"):
+        for key in ("providers", "throttle_indicators", "batch_sizes", "coload", "edge_shapes"):
             if full[key] is not None:
                 full[key] = tuple(full[key])
         return cls(**full)
@@ -192,6 +210,9 @@ class Plan:
         for key in ("providers", "throttle_indicators", "batch_sizes"):
             if out[key] is not None:
                 out[key] = list(out[key])
+        for key in ("coload", "edge_shapes"):
+            if out[key] is not None:
+                out[key] = [_copy_json(item) for item in out[key]]
         out["shapes"] = {k: list(v) for k, v in self.shapes.items()}
         return out
 
@@ -232,6 +253,9 @@ _LIMITS = {
     "server_search_steps": 20,
     "scenario_s": 60.0,
     "idle_power_s": 600.0,
+    "coload_rounds": 100,
+    "edge_latency_s": 600.0,
+    "edge_min_runs": 1_000_000,
 }
 # A batch sweep lists at most this many sizes, each at most MAX_BATCH.
 MAX_BATCH_SIZES = 16
@@ -341,7 +365,13 @@ def _validated(plan: Mapping) -> dict:
     for key in ("server_rate_per_s", "server_p99_ms", "scenario_s"):
         if full[key] is not None and full[key] <= 0:
             raise BadInput(f"plan field '{key}' must be positive")
+    if full["coload_rounds"] < 1:
+        raise BadInput("plan field 'coload_rounds' must be at least 1")
+    if full["edge_min_runs"] < 1:
+        raise BadInput("plan field 'edge_min_runs' must be at least 1")
     full["batch_sizes"] = _batch_sizes(full["batch_sizes"])
+    full["coload"] = _coload(full["coload"])
+    full["edge_shapes"] = _edge_shapes(full["edge_shapes"])
     shapes = full.get("shapes") or {}
     if not isinstance(shapes, Mapping) or not all(
         isinstance(v, list) and all(isinstance(d, int) and d > 0 for d in v)
@@ -370,6 +400,173 @@ def _batch_sizes(value) -> list[int] | None:
         if not 1 <= b <= MAX_BATCH:
             raise BadInput(f"plan field 'batch_sizes' holds {b}; sizes must be 1..{MAX_BATCH}")
     return sorted(set(value))
+
+
+# Co-load (docs/measurement.md "Co-load"): what each kind of declaration holds.
+COLOAD_KINDS = ("model", "cpu", "membw", "command")
+MAX_COLOAD = 8
+MAX_COLOAD_CORES = 1024.0
+MAX_COLOAD_BUFFER_MB = 4096
+_COLOAD_FIELDS = {
+    "model": {"kind", "sha256", "name", "rate_per_s", "threads", "shapes"},
+    "cpu": {"kind", "cores"},
+    "membw": {"kind", "cores", "buffer_mb"},
+    "command": {"kind", "name"},
+}
+COMMAND_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _coload(value) -> list[dict] | None:
+    """``coload``: None, or 1..8 declarations, each checked by kind (BadInput names the field).
+
+    ``model``: ``sha256`` of a model in the agent's store, ``name`` (for the report),
+    ``rate_per_s`` (None: a closed loop), ``threads``, ``shapes`` (its dynamic dims);
+    ``cpu``: ``cores`` (a share of cores, e.g. 1.5); ``membw``: ``cores`` and
+    ``buffer_mb`` (default 64, past the caches); ``command``: ``name`` of an entry in
+    the agent's own configuration file (the host never sends a command line).
+    """
+    if value is None:
+        return None
+    if not isinstance(value, (list, tuple)) or not value:
+        raise BadInput("plan field 'coload' must be a non-empty list of co-load declarations")
+    if len(value) > MAX_COLOAD:
+        raise BadInput(f"plan field 'coload' declares {len(value)} loads; at most {MAX_COLOAD}")
+    out = []
+    for i, item in enumerate(value):
+        where = f"coload[{i}]"
+        if not isinstance(item, Mapping):
+            raise BadInput(f"plan field '{where}' must be an object with a 'kind'")
+        kind = item.get("kind")
+        if kind not in COLOAD_KINDS:
+            raise BadInput(
+                f"plan field '{where}.kind' is {str(kind)[:40]!r}; use one of: {', '.join(COLOAD_KINDS)}"
+            )
+        extra = sorted(set(item) - _COLOAD_FIELDS[kind])
+        if extra:
+            raise BadInput(f"plan field '{where}' has unknown key '{extra[0]}' for a {kind} load")
+        entry = {"kind": kind}
+        if kind == "model":
+            digest = item.get("sha256")
+            if not isinstance(digest, str) or not _SHA256.fullmatch(digest):
+                raise BadInput(f"plan field '{where}.sha256' must be 64 lowercase hex digits")
+            name = item.get("name", "coload-model")
+            if not isinstance(name, str) or not name or len(name) > 200:
+                raise BadInput(f"plan field '{where}.name' must be a short string")
+            entry.update(sha256=digest, name=name)
+            entry["rate_per_s"] = _positive(item.get("rate_per_s"), f"{where}.rate_per_s", 1e5)
+            threads = item.get("threads")
+            if threads is not None and (
+                isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= 1024
+            ):
+                raise BadInput(f"plan field '{where}.threads' must be 1..1024 or null")
+            entry["threads"] = threads
+            shapes = item.get("shapes") or {}
+            if not isinstance(shapes, Mapping) or not all(
+                isinstance(v, list) and all(_dim(d) and d > 0 for d in v) for v in shapes.values()
+            ):
+                raise BadInput(f"plan field '{where}.shapes' must map input names to lists of positive ints")
+            entry["shapes"] = {str(k): list(v) for k, v in shapes.items()}
+        elif kind in ("cpu", "membw"):
+            cores = _positive(item.get("cores"), f"{where}.cores", MAX_COLOAD_CORES)
+            if cores is None:
+                raise BadInput(f"plan field '{where}.cores' is required: a share of cores, e.g. 1.5")
+            entry["cores"] = cores
+            if kind == "membw":
+                mb = item.get("buffer_mb", 64)
+                if not _dim(mb) or not 1 <= mb <= MAX_COLOAD_BUFFER_MB:
+                    raise BadInput(
+                        f"plan field '{where}.buffer_mb' must be 1..{MAX_COLOAD_BUFFER_MB}"
+                    )
+                entry["buffer_mb"] = mb
+        else:
+            name = item.get("name")
+            if not isinstance(name, str) or not COMMAND_NAME.fullmatch(name):
+                raise BadInput(
+                    f"plan field '{where}.name' must name a command of the agent's configuration "
+                    "(letters, digits, '.', '_', '-')"
+                )
+            entry["name"] = name
+        out.append(entry)
+    return out
+
+
+MAX_EDGE_SHAPES = 16
+EDGE_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,31}$")
+
+
+def _edge_shapes(value) -> list[dict] | None:
+    """``edge_shapes``: None, or 1..16 ``{"label", "shapes": {input: [dims]}}``.
+
+    Dimensions may be 0 (an empty sequence); a label names the shape in the report
+    (``largest``, ``smallest``, ``empty``...) and is unique.
+    """
+    if value is None:
+        return None
+    if not isinstance(value, (list, tuple)) or not value:
+        raise BadInput("plan field 'edge_shapes' must be a non-empty list of {label, shapes}")
+    if len(value) > MAX_EDGE_SHAPES:
+        raise BadInput(
+            f"plan field 'edge_shapes' lists {len(value)} shapes; at most {MAX_EDGE_SHAPES}"
+        )
+    out, labels = [], set()
+    for i, item in enumerate(value):
+        where = f"edge_shapes[{i}]"
+        if not isinstance(item, Mapping) or set(item) - {"label", "shapes"}:
+            raise BadInput(f"plan field '{where}' must be an object {{label, shapes}}")
+        label = item.get("label")
+        if not isinstance(label, str) or not EDGE_LABEL.fullmatch(label):
+            raise BadInput(
+                f"plan field '{where}.label' must be a short name (letters, digits, '.', '_', '-')"
+            )
+        if label in labels:
+            raise BadInput(f"plan field 'edge_shapes' names '{label}' twice")
+        labels.add(label)
+        shapes = item.get("shapes")
+        if (
+            not isinstance(shapes, Mapping)
+            or not shapes
+            or not all(
+                isinstance(v, list) and v and all(_dim(d) for d in v) and len(v) <= 16
+                for v in shapes.values()
+            )
+        ):
+            raise BadInput(
+                f"plan field '{where}.shapes' must map input names to lists of sizes (0 or more)"
+            )
+        if any(math.prod(v) > MAX_EDGE_ELEMENTS for v in shapes.values()):
+            raise BadInput(
+                f"plan field '{where}.shapes' asks for an input of over {MAX_EDGE_ELEMENTS:,} elements"
+            )
+        out.append({"label": label, "shapes": {str(k): list(v) for k, v in shapes.items()}})
+    return out
+
+
+# An edge shape's input is synthesized on the device: bounded, so a typo cannot ask for terabytes.
+MAX_EDGE_ELEMENTS = 1 << 30
+
+
+def _dim(d) -> bool:
+    return isinstance(d, int) and not isinstance(d, bool) and 0 <= d <= 1 << 31
+
+
+def _positive(value, where: str, limit: float) -> float | None:
+    """None, or a finite positive number up to ``limit`` (BadInput naming ``where``)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise BadInput(f"plan field '{where}' must be a number, got {str(value)[:20]}")
+    if not (math.isfinite(value) and 0 < value <= limit):
+        raise BadInput(f"plan field '{where}' must be above 0 and at most {limit:g}")
+    return float(value)
+
+
+def _copy_json(value):
+    if isinstance(value, Mapping):
+        return {k: _copy_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_copy_json(v) for v in value]
+    return value
 
 
 _DURATION = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?\s*$")

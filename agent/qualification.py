@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from . import __version__
@@ -140,11 +141,14 @@ def measure_cold_load(
     }
 
 
-def _run_sampled(job: WorkerJob, on_worker_started=None, **worker_args):
-    """Run one worker job while sampling who else used the CPU; ``(ended, samples, sampler)``."""
+def _run_sampled(job: WorkerJob, on_worker_started=None, declared_pgids=(), **worker_args):
+    """Run one worker job while sampling who else used the CPU; ``(ended, samples, sampler)``.
+
+    ``declared_pgids``: the declared co-load's process groups, counted apart from the others.
+    """
     worker = Worker(job.to_json(), **worker_args)
     worker.start()
-    sampler = ContentionSampler(worker.pid)
+    sampler = ContentionSampler(worker.pid, declared_pgids=declared_pgids)
     sampler.start()
     if on_worker_started:
         on_worker_started(worker)
@@ -167,12 +171,14 @@ def latency_cause(entry: dict) -> str:
 
 
 def measure_warm(
-    model, golden, plan: Plan, runtime, emit: EventSink, cancel, findings
+    model, golden, plan: Plan, runtime, emit: EventSink, cancel, findings, coload=None
 ) -> dict | None:
     """One worker: warm-up, latency per input shape, drift over the golden set, memory.
 
     Each shape's latency loop gets the contention measured over the same span
-    (``interference``) and a ``cause`` when it was unsteady or heavy-tailed.
+    (``interference``) and a ``cause`` when it was unsteady or heavy-tailed. With a
+    declared co-load (``coload``: ``coload.Load`` s) the loop alternates plain and
+    co-load segments (``measure.coload``), the worker pausing and resuming the co-load.
     """
     settings = latency_settings(plan)
 
@@ -180,16 +186,32 @@ def measure_warm(
         if event.get("event") == "phase":
             emit({"type": "progress", "phase": "latency", "message": event["phase"]})
 
-    ended, samples, sampler = _run_sampled(
-        WorkerJob.for_phase("warm", model, golden, plan, runtime, latency=settings),
-        phase_timeout_s=plan.phase_timeout_s + plan.latency_min_s + plan.warmup_max_s,
-        memory_limit_mb=plan.memory_limit_mb,
-        on_event=forward,
-        cancel=cancel,
-    )
+    job = WorkerJob.for_phase("warm", model, golden, plan, runtime, latency=settings)
+    timeout_s = plan.phase_timeout_s + plan.latency_min_s + plan.warmup_max_s
+    run = None
+    if coload:
+        run = _start_coload(coload, plan, cancel, emit, findings, runtime, "latency", paused=True)
+        if run is None:
+            return None
+        job = replace(job, coload_pgids=tuple(run.pgids), coload_rounds=plan.coload_rounds)
+        timeout_s += plan.latency_min_s
+    try:
+        ended, samples, sampler = _run_sampled(
+            job,
+            declared_pgids=run.pgids if run else (),
+            phase_timeout_s=timeout_s,
+            memory_limit_mb=plan.memory_limit_mb,
+            on_event=forward,
+            cancel=cancel,
+        )
+    finally:
+        if run is not None:
+            run.stop()
     if not ended.ok:
         findings.append(_finding_from(ended, "latency", runtime))
         return None
+    if run is not None:
+        return _with_coload_evidence(ended.result, run, samples, sampler, findings, runtime)
     for entry in ended.result["latency"]:
         t0, t1 = entry.pop("loop_monotonic_s")
         entry["interference"] = contention_between(
@@ -204,8 +226,101 @@ def measure_warm(
     return ended.result
 
 
+def _start_coload(loads, plan: Plan, cancel, emit, findings, runtime, phase, paused):
+    """Start the declared co-load for ``phase``; None (and a finding) when it could not start."""
+    from .coload import ColoadRun
+
+    emit({"type": "progress", "phase": phase, "message": "starting the declared co-load"})
+    run = ColoadRun(loads, plan, cancel)
+    failure = run.start(paused=paused)
+    if failure is None:
+        return run
+    run.stop()
+    findings.append(_coload_finding(phase, failure, runtime))
+    return None
+
+
+def _coload_finding(phase: str, message: str, runtime: str) -> dict:
+    return {
+        "phase": phase,
+        "cause": "coload",
+        "kind": "coload_failed",
+        "message": message,
+        "hint": "the declared co-load must run on this device on its own first",
+        "runtime": runtime,
+    }
+
+
+def _with_coload_evidence(result: dict, run, samples, sampler, findings, runtime) -> dict:
+    """Contention per condition for each shape, the co-load's achieved rate, its causes.
+
+    The plain segments are judged as any latency loop (the co-load was paused); the
+    co-load segments only on what was not declared: other processes' CPU and steal,
+    since waiting behind the declared co-load is what the run set out to measure.
+    """
+    from .measure.attribution import contention_over
+
+    ticks, cpus = sampler.clock_ticks_per_s, sampler.cpu_count
+    loaded_spans = []
+    for entry in result["latency"]:
+        segments = entry.pop("segments")
+        by = {c: [s for s in segments if s["coload"] is c] for c in (False, True)}
+        entry["interference"] = contention_over(samples, by[False], cpus, ticks)
+        entry["cause"] = latency_cause(entry)
+        loaded = entry["coload"]
+        loaded["interference"] = contention_over(samples, by[True], cpus, ticks)
+        loaded["cause"] = coload_cause(loaded)
+        loaded["segments"] = [
+            {k: s[k] for k in ("round", "coload", "runs", "p50_ms")} for s in segments
+        ]
+        loaded_spans += [(s["t0"] - SETTLE_SPAN_S, s["t1"]) for s in by[True]]
+    loaded_s = sum(t1 - t0 for t0, t1 in loaded_spans)
+    result["coload_latency"] = run.achieved(
+        loaded_spans, _declared_cpus(samples, run.pgids, ticks, loaded_s)
+    )
+    ended = run.ended_early()
+    if ended:
+        findings.append(_coload_finding("latency", ended, runtime))
+    return result
+
+
+# A co-load segment's achieved rate counts its settle time too (the co-load ran then).
+SETTLE_SPAN_S = 0.1
+
+
+def _declared_cpus(samples, pgids, ticks_per_s: int, seconds: float) -> dict[int, float] | None:
+    """CPUs each co-load process group used over the sampled span, per second of ``seconds``."""
+    from .measure.attribution import declared_ticks_between
+
+    if len(samples) < 2 or seconds <= 0:
+        return None
+    return {
+        pgid: declared_ticks_between(samples[0], samples[-1], pgid) / ticks_per_s / seconds
+        for pgid in pgids
+    }
+
+
+def coload_cause(loaded: dict) -> str:
+    """``interference`` when undeclared processes or the hypervisor took the CPU during the
+    co-load segments; else ``none``."""
+    return (
+        "interference"
+        if interference_present(loaded.get("interference"), declared=True)
+        else "none"
+    )
+
+
 def measure_sustained(
-    model, golden, plan: Plan, runtime, root: Path, emit: EventSink, cancel, findings, idle_c=None
+    model,
+    golden,
+    plan: Plan,
+    runtime,
+    root: Path,
+    emit: EventSink,
+    cancel,
+    findings,
+    idle_c=None,
+    coload=None,
 ) -> dict:
     """Closed-loop inference in windows; telemetry and contention sampled at 1 Hz by this process.
 
@@ -288,6 +403,11 @@ def measure_sustained(
                     return
                 extended = True
 
+    run = None
+    if coload:
+        run = _start_coload(coload, plan, cancel, emit, findings, runtime, "sustained", False)
+        if run is None:
+            return {"duration_s": duration, "verdict": "failed", "reason": findings[-1]["message"]}
     telemetry.start()
     try:
         ended, contention, sampler = _run_sampled(
@@ -304,6 +424,7 @@ def measure_sustained(
             ).start(),
             phase_timeout_s=plan.phase_timeout_s + hard_limit_s,
             memory_limit_mb=plan.memory_limit_mb,
+            declared_pgids=run.pgids if run else (),
             on_event=on_event,
             cancel=cancel,
         )
@@ -311,6 +432,8 @@ def measure_sustained(
         watcher_done.set()
         samples = telemetry.stop()
         power_samples = power_sampler.stop() if power_sampler else []
+        if run is not None:
+            run.stop()
     result: dict = {
         "duration_s": duration,
         "window_s": window_s,
@@ -320,6 +443,14 @@ def measure_sustained(
         "max_temp_c_limit": max_c,
         "telemetry": telemetry.describe(),
     }
+    if run is not None:
+        result["coload"] = True
+        span_s = contention[-1]["t"] - contention[0]["t"] if len(contention) > 1 else 0.0
+        result["coload_achieved"] = run.achieved(
+            None, _declared_cpus(contention, run.pgids, sampler.clock_ticks_per_s, span_s)
+        )
+        if run.ended_early():
+            findings.append(_coload_finding("sustained", run.ended_early(), runtime))
     if not ended.ok:
         findings.append(_finding_from(ended, "sustained", runtime))
         result.update({"windows_detail": windows, "verdict": "failed", "reason": ended.describe()})
@@ -528,6 +659,11 @@ def decide_status(results: dict, findings: list[dict]) -> tuple[str, str | None]
             )
         elif unsteady:
             reasons.append(f"latency for {entry['shape']} never reached a steady state")
+        if (entry.get("coload") or {}).get("cause") == "interference":
+            interference.append(
+                f"latency with co-load for {entry['shape']} ran while undeclared processes "
+                "took the CPU"
+            )
     if verdict == "inconclusive":
         why = str(sustained.get("reason") or "").removesuffix("; re-run on a quiet board")
         interference.append(f"sustained: {why}")
@@ -570,10 +706,12 @@ def run_measurement(
     on_event: EventSink | None = None,
     cancel: threading.Event | None = None,
     model_name: str | None = None,
+    coload=None,
 ) -> dict:
     """Run every planned phase and return ``{plan, fingerprint, results, findings, status, reason}``.
 
     ``plan`` is a :class:`Plan` or its JSON; the returned ``plan`` is the JSON as run.
+    ``coload`` is the plan's co-load resolved on this device (``coload.resolve``).
     """
     emit = on_event or (lambda e: None)
     cancel = cancel or threading.Event()
@@ -583,6 +721,11 @@ def run_measurement(
         raise BadInput(f"model file not found: {model_path}")
     if golden_path is not None and not Path(golden_path).is_file():
         raise BadInput(f"golden set not found: {golden_path}")
+    if plan.coload and coload is None:
+        raise BadInput(
+            "a co-load needs the agent's store and configuration",
+            hint="qualify through a serving agent or edgequal-agent run-plan",
+        )
     runtime = runtime_for(model_path, plan.runtime, model_name)
     check_providers(runtime, plan, cancel)
     findings: list[dict] = []
@@ -604,9 +747,16 @@ def run_measurement(
             results["cold_load"] = value
 
     def latency() -> None:
-        value = measure_warm(model_path, golden_path, plan, runtime, emit, cancel, findings)
+        value = measure_warm(model_path, golden_path, plan, runtime, emit, cancel, findings, coload)
         if value is None:
             return
+        if coload:
+            results["coload"] = {
+                "declared": [{"label": load.label, **load.decl} for load in coload],
+                "rounds": plan.coload_rounds,
+                "latency": value.pop("coload_latency"),
+                "sustained": None,
+            }
         results["runtime"] = value["runtime"]
         results["model_io"] = {"inputs": value["inputs"], "outputs": value["outputs"]}
         results["latency"] = {"per_shape": value["latency"]}
@@ -616,8 +766,10 @@ def run_measurement(
 
     def sustained() -> None:
         results["sustained"] = measure_sustained(
-            model_path, golden_path, plan, runtime, root, emit, cancel, findings, idle_c
+            model_path, golden_path, plan, runtime, root, emit, cancel, findings, idle_c, coload
         )
+        if coload and "coload" in results:
+            results["coload"]["sustained"] = results["sustained"].pop("coload_achieved", None)
 
     def scenario(kind: str, key: str) -> Callable[[], None]:
         def run() -> None:

@@ -232,13 +232,32 @@ def run_warm(job: WorkerJob) -> dict:
     else:
         feeds = synthesize_inputs(rt.inputs(), job.shapes or {}, job.seed)
         groups = {shape_key(feeds): feeds}
-    latency = [
-        {
-            "shape": key,
-            **measure_latency(rt.bind(feeds), job.latency, on_phase=phase, sched=own_schedstat),
-        }
-        for key, feeds in groups.items()
-    ]
+    if job.coload_pgids:
+        from .measure.coload import interleaved_latency
+
+        switch = coload_switch(job.coload_pgids)
+        latency = [
+            {
+                "shape": key,
+                **interleaved_latency(
+                    rt.bind(feeds),
+                    job.latency,
+                    job.coload_rounds,
+                    switch,
+                    on_phase=phase,
+                    sched=own_schedstat,
+                ),
+            }
+            for key, feeds in groups.items()
+        ]
+    else:
+        latency = [
+            {
+                "shape": key,
+                **measure_latency(rt.bind(feeds), job.latency, on_phase=phase, sched=own_schedstat),
+            }
+            for key, feeds in groups.items()
+        ]
     result = {
         "runtime": rt.describe(),
         "inputs": [s.to_dict() for s in rt.inputs()],
@@ -254,6 +273,51 @@ def run_warm(job: WorkerJob) -> dict:
         "peak_rss_bytes": peak_rss_bytes(),
     }
     return result
+
+
+def coload_switch(pgids):
+    """Pause (SIGSTOP) or resume (SIGCONT) the declared co-load's process groups.
+
+    A co-load that has gone cannot be resumed: the agent reports its end from its own
+    side (its worker's outcome), so a missing group is not an error here.
+    """
+
+    def switch(on: bool) -> None:
+        for pgid in pgids:
+            try:
+                os.killpg(pgid, signal.SIGCONT if on else signal.SIGSTOP)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    return switch
+
+
+def run_coload(job: WorkerJob) -> dict:
+    """A declared co-load (``loadgen``): report a running total until asked to stop (SIGTERM)."""
+    from .loadgen import cpu_loop, membw_loop, model_loop
+
+    signal.signal(signal.SIGTERM, _request_stop)
+    settings = job.coload
+
+    def report(count: float) -> None:
+        emit({"event": "coload", "t": time.monotonic(), "count": count})
+
+    def stop() -> bool:
+        return _stop_requested
+
+    every = settings.report_every_s
+    if settings.load == "model":
+        rt, _, _ = load_runtime(job)
+        call = _warmed(rt.bind(_first_feeds(job, rt)))
+        phase("ready")
+        model_loop(call, settings.rate_per_s, report, stop, every)
+        return {"load": "model", "runtime": rt.describe()}
+    phase("ready")
+    if settings.load == "cpu":
+        cpu_loop(settings.share, report, stop, every)
+    else:
+        membw_loop(settings.share, settings.buffer_mb, report, stop, every)
+    return {"load": settings.load}
 
 
 def _request_stop(signum, frame) -> None:
@@ -478,6 +542,7 @@ JOBS = {
     "server": with_own_contention(run_server),
     "operators": run_operators,
     "providers": run_providers,
+    "coload": run_coload,
 }
 
 

@@ -380,12 +380,25 @@ def _add_measurement_flags(q) -> None:
         "--operators", action="store_true", default=None, help="per-operator time, delegate use"
     )
     m.add_argument("--scenario-time", metavar="DURATION", help="time per scenario point")
+    c = q.add_argument_group("declared co-load (docs/measurement.md)")
+    c.add_argument(
+        "--coload",
+        action="append",
+        metavar="KIND:VALUE",
+        help="background work beside the latency and sustained phases: model:PATH[@RATE], "
+        "cpu:CORES, membw:CORES or command:NAME (a name in the agent's configuration); repeatable",
+    )
+    c.add_argument(
+        "--coload-rounds", type=int, metavar="N", help="plain/co-load alternations (default 4)"
+    )
 
 
 def _measurement_flags(args) -> dict:
     """The plan fields of the flags ``_add_measurement_flags`` adds (None: not given)."""
     from edgequal.agent.errors import BadInput
     from edgequal.agent.plan import parse_duration_s
+
+    from .coload_args import parse_coload
 
     def duration(text):
         return parse_duration_s(text) if text else None
@@ -412,6 +425,8 @@ def _measurement_flags(args) -> dict:
         "server_p99_ms": p99 * 1e3 if p99 is not None else None,
         "operator_profile": args.operators,
         "scenario_s": duration(args.scenario_time),
+        "coload": parse_coload(args.coload)[0],
+        "coload_rounds": args.coload_rounds,
     }
 
 
@@ -449,6 +464,7 @@ def _pick_profile(args, transport, address: str):
 def cmd_qualify(args) -> int:
     import json
 
+    from .coload_args import parse_coload
     from .qualify import printable, qualify
     from .render import ProgressDisplay, print_note, print_summary, write_json
 
@@ -477,6 +493,7 @@ def cmd_qualify(args) -> int:
                 out=args.output or _default_report_path(model),
                 allow_golden_mismatch=args.allow_golden_mismatch,
                 on_notice=print_note,
+                coload_models=parse_coload(args.coload)[1],
             )
     from .nonces import NonceLedger
 

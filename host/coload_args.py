@@ -9,6 +9,7 @@ load; ``command:NAME``: an entry of the agent's own configuration file on the de
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 
@@ -23,6 +24,13 @@ def parse_coload(items: list[str] | None) -> tuple[list[dict] | None, dict[str, 
     """The plan's ``coload`` declarations and the co-load model files to push (``{sha256: path}``)."""
     if not items:
         return None, {}
+    decls, models = _parse(tuple(items))
+    return [dict(d) for d in decls], dict(models)
+
+
+@functools.lru_cache(maxsize=8)
+def _parse(items: tuple[str, ...]) -> tuple[list[dict], dict[str, Path]]:
+    # Cached: the flags are read before connecting and again for the plan; a model is hashed once.
     decls, models = [], {}
     for item in items:
         kind, sep, value = item.partition(":")

@@ -24,7 +24,6 @@ import math
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -53,9 +52,9 @@ def read_commands(path: Path) -> dict[str, dict]:
     A missing file has none. A file that cannot be read or holds a bad entry is a
     BadInput naming the file and the entry.
     """
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover - Python 3.10
+    try:
+        import tomllib  # novermin: the fallback below is for 3.10
+    except ModuleNotFoundError:  # Python 3.10
         import tomli as tomllib
     try:
         text = Path(path).read_text()

@@ -218,7 +218,9 @@ def planned_edge_shapes(plan: Plan, golden: Path | None) -> list[dict]:
 
         labels = {e["label"] for e in own}
         recorded = [
-            {**e, "source": "golden"} for e in golden_edge_shapes(golden) if e["label"] not in labels
+            {**e, "source": "golden"}
+            for e in golden_edge_shapes(golden)
+            if e["label"] not in labels
         ]
     return own + recorded
 
@@ -267,7 +269,9 @@ def measure_edge_shapes(
 
         settings = EdgeSettings(label, edge["shapes"], plan.edge_latency_s, plan.edge_min_runs)
         ended = run_job(
-            WorkerJob.for_phase("edge_shape", model, golden, plan, runtime, edge=settings).to_json(),
+            WorkerJob.for_phase(
+                "edge_shape", model, golden, plan, runtime, edge=settings
+            ).to_json(),
             phase_timeout_s=plan.phase_timeout_s + plan.edge_latency_s,
             memory_limit_mb=plan.memory_limit_mb,
             on_event=forward,

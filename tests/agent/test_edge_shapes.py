@@ -189,62 +189,6 @@ def test_golden_make_records_edge_shapes_and_a_later_run_repeats_them(
     assert out["plan"]["edge_shapes"] == [{"label": "wide", "shapes": {"image": [1, 3, 8, 64]}}]
 
 
-def test_golden_make_refuses_an_edge_shape_the_model_cannot_take(example_models, tmp_path, capsys):
-    rc, golden = _golden_make(example_models["dynamic"], tmp_path, "--edge-shape", "x:img=1x3x8x8")
-    err = capsys.readouterr().err.strip()
-    assert rc == 2 and len(err.splitlines()) == 1
-    assert "--edge-shape 'x' names input 'img', which the model does not have" in err
-    assert not golden.exists()
-    rc, golden = _golden_make(
-        example_models["dynamic"], tmp_path, "--edge-shape", "x:image=1x4x8x8"
-    )
-    err = " ".join(capsys.readouterr().err.split())
-    assert rc == 2
-    assert (
-        "input 'image' is declared float32 [batch,3,height,width]; 1x4x8x8 does not fit it" in err
-    )
-
-
-@pytest.mark.parametrize(
-    "value, message",
-    [
-        ("largest", "cannot read --edge-shape 'largest'"),
-        ("largest:", "cannot read --edge-shape 'largest:'"),
-        (":image=1x3", "cannot read --edge-shape ':image=1x3'"),
-        ("big:image=1xtwo", "cannot read --edge-shape 'big:image=1xtwo'"),
-        ("big:image=1x-3", "cannot read --edge-shape 'big:image=1x-3'"),
-        ("big:image=1x3,image=1x4", "cannot read --edge-shape 'big:image=1x3,image=1x4'"),
-        ("big one:image=1x3", "the label must be a short name"),
-        ("big:image=65536x65536x2", "asks for an input of over 1,073,741,824 elements"),
-    ],
-)
-@pytest.mark.parametrize("command", ["qualify", "golden"])
-def test_edge_shape_flag_errors_are_one_line_exit_2(command, value, message, tmp_path, capsys):
-    model = tmp_path / "m.onnx"
-    model.write_bytes(b"not read: the flag is refused first")
-    if command == "qualify":
-        argv = ["qualify", str(model), "--device", "nowhere", "--edge-shape", value]
-    else:
-        argv = ["golden", "make", str(model), "--inputs", "i.npz", "-o", str(tmp_path / "g.npz")]
-        argv += ["--edge-shape", value]
-    assert edgequal_main(argv) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "Traceback" not in err
-    assert message in err
-
-
-def test_edge_shape_flags_become_the_plans_edge_shapes(tmp_path):
-    from edgequal.host.cli import parse_edge_shape_args
-
-    assert parse_edge_shape_args([]) is None
-    assert parse_edge_shape_args(["largest:image=1x3x1024x1024,mask=1X0", "empty:tokens=1x0"]) == [
-        {"label": "largest", "shapes": {"image": [1, 3, 1024, 1024], "mask": [1, 0]}},
-        {"label": "empty", "shapes": {"tokens": [1, 0]}},
-    ]
-    with pytest.raises(BadInput, match="names the label 'a' twice"):
-        parse_edge_shape_args(["a:x=1", "a:x=2"])
-
-
 @pytest.mark.parametrize(
     "edges, message",
     [
@@ -347,3 +291,49 @@ def test_only_failed_edge_shapes_let_later_phases_run():
     assert not stops_later_phases([])
     assert not stops_later_phases([edge, edge])
     assert stops_later_phases([edge, {"phase": "latency", "kind": "worker_failure"}])
+
+
+def _loaded(model):
+    from edgequal.agent.runtimes import runtime_class
+
+    cls = runtime_class("onnxruntime")
+    cls.import_module()
+    rt = cls()
+    rt.load(model)
+    return rt
+
+
+def test_inputs_an_edge_shape_does_not_name_keep_the_main_shape(example_models, golden_sets):
+    from edgequal.agent.worker import edge_feeds
+
+    model = example_models["multi_input"]
+    rt = _loaded(model)
+    edge = EdgeSettings("wide", {"features": [1, 16]}, 0.1, 1)
+    plan = make_plan("quick")
+    with_golden = WorkerJob.for_phase(
+        "edge_shape", model, golden_sets["multi_input"], plan, "onnxruntime", edge=edge
+    )
+    feeds = edge_feeds(with_golden, rt)
+    case0 = read_golden(golden_sets["multi_input"]).cases[0].inputs
+    # 'scale' is golden case 0's own array; 'features' is synthesized at the edge's size.
+    np.testing.assert_array_equal(feeds["scale"], case0["scale"])
+    assert feeds["features"].shape == (1, 16) and feeds["features"].dtype == np.float32
+    assert not np.array_equal(feeds["features"], case0["features"])
+    without = WorkerJob.for_phase("edge_shape", model, None, plan, "onnxruntime", edge=edge)
+    feeds = edge_feeds(without, rt)
+    assert feeds["scale"].shape == () and feeds["scale"].dtype == np.int64
+    assert list(feeds) == ["features", "scale"]
+    rt.close()
+
+
+def test_zero_sized_dimensions_are_synthesized(example_models):
+    from edgequal.agent.worker import edge_feeds
+
+    model = example_models["dynamic"]
+    rt = _loaded(model)
+    edge = EdgeSettings("empty", {"image": [0, 3, 5, 0]}, 0.1, 1)
+    job = WorkerJob.for_phase(
+        "edge_shape", model, None, make_plan("quick"), "onnxruntime", edge=edge
+    )
+    assert edge_feeds(job, rt)["image"].shape == (0, 3, 5, 0)
+    rt.close()

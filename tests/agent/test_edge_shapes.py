@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import zipfile
 
 import numpy as np
@@ -337,3 +338,27 @@ def test_zero_sized_dimensions_are_synthesized(example_models):
     )
     assert edge_feeds(job, rt)["image"].shape == (0, 3, 5, 0)
     rt.close()
+
+
+def test_a_worker_that_shows_no_progress_in_time_is_a_timeout_finding(example_models):
+    from edgequal.agent.qualification import measure_edge_shapes
+
+    # No interpreter starts, imports numpy and onnxruntime and loads a model in 10 ms.
+    plan = make_plan("quick", phase_timeout_s=0.01, edge_latency_s=0.0)
+    edges = [{"label": "any", "shapes": {"image": [1, 3, 8, 8]}, "source": "plan"}]
+    findings: list[dict] = []
+    entries = measure_edge_shapes(
+        example_models["dynamic"],
+        None,
+        plan,
+        "onnxruntime",
+        edges,
+        lambda e: None,
+        threading.Event(),
+        findings,
+    )
+    assert entries[0]["ok"] is False and entries[0]["cause"] == "timeout"
+    assert entries[0]["message"].startswith("edge shape 'any' (image=1x3x8x8): timeout")
+    assert [(f["kind"], f["cause"], f["input"], f["shape"]) for f in findings] == [
+        ("edge_shape_failed", "timeout", "image", [1, 3, 8, 8])
+    ]

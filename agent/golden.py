@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import BadInput, GoldenMismatch
-from .runtimes.base import TensorSpec, check_feeds, shape_key
+from .runtimes.base import TensorSpec, check_feeds, shape_fits, shape_key
 
 FORMAT = "edgequal.golden/v1"
 MANIFEST_KEY = "__manifest__"
@@ -196,6 +196,25 @@ def check_edge_shapes(value, field: str) -> list[dict]:
         return _edge_shapes(value) or []
     except BadInput as e:
         raise BadInput(str(e).replace("plan field", field, 1), hint=e.hint) from None
+
+
+def edge_shape_misfit(shapes: Mapping, specs: list[TensorSpec]) -> dict | None:
+    """The first input an edge shape names that the model lacks, or whose declared fixed
+    dims (rank, channels) its sizes contradict: ``{"input", "message"}``; None when every
+    input fits (a dynamic dim takes any size, 0 included)."""
+    by_name = {s.name: s for s in specs}
+    for name, dims in shapes.items():
+        spec = by_name.get(name)
+        if spec is None:
+            inputs = ", ".join(by_name) or "none"
+            return {"input": name, "message": f"the model has no input '{name}' (inputs: {inputs})"}
+        if not shape_fits(spec, tuple(dims)):
+            sizes = "x".join(str(d) for d in dims)
+            return {
+                "input": name,
+                "message": f"input '{name}' is declared {spec.describe()}; {sizes} does not fit it",
+            }
+    return None
 
 
 def manifest_edge_shapes(path: Path, manifest: Mapping) -> list[dict]:
@@ -401,6 +420,7 @@ def file_sha256(path: Path, chunk: int = 1 << 20) -> str:
 __all__ = [
     "FORMAT",
     "check_edge_shapes",
+    "edge_shape_misfit",
     "golden_edge_shapes",
     "manifest_edge_shapes",
     "read_manifest",

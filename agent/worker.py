@@ -276,26 +276,6 @@ def edge_feeds(job: WorkerJob, rt) -> dict:
     return {s.name: feeds[s.name] for s in specs}
 
 
-def _edge_misfit(edge, specs) -> dict | None:
-    """The first input the edge shape names that the model lacks or whose declared
-    (fixed) dims its sizes contradict: ``{"input", "message"}``, else None."""
-    from .runtimes.base import shape_fits
-
-    by_name = {s.name: s for s in specs}
-    for name, dims in edge.shapes.items():
-        spec = by_name.get(name)
-        sizes = "x".join(str(d) for d in dims)
-        if spec is None:
-            inputs = ", ".join(by_name) or "none"
-            return {"input": name, "message": f"the model has no input '{name}' (inputs: {inputs})"}
-        if not shape_fits(spec, tuple(dims)):
-            return {
-                "input": name,
-                "message": f"input '{name}' is declared {spec.describe()}; {sizes} does not fit it",
-            }
-    return None
-
-
 def run_edge_shape(job: WorkerJob) -> dict:
     """One edge of the input range in this fresh process: a successful run, then latency
     (``measure_latency``: a short warm-up, then ``seconds`` and ``min_runs``), peak RSS,
@@ -304,6 +284,7 @@ def run_edge_shape(job: WorkerJob) -> dict:
     The runtime refusing the shape is a result (``ok: false``, ``cause: error``, naming
     the input), not a crash; a crash, hang or memory kill is the supervisor's to report.
     """
+    from .golden import edge_shape_misfit
     from .measure.latency import LatencySettings, measure_latency
 
     edge = job.edge
@@ -314,7 +295,7 @@ def run_edge_shape(job: WorkerJob) -> dict:
         return {"ok": False, "cause": cause, "message": message, "input": name, "shape": shape}
 
     rt, _, rss_loaded = load_runtime(job)
-    misfit = _edge_misfit(edge, rt.inputs())
+    misfit = edge_shape_misfit(edge.shapes, rt.inputs())
     if misfit is not None:
         return failed("error", misfit["message"], misfit["input"])
     try:

@@ -224,24 +224,13 @@ def _checked_edge_shapes(edge_shapes: list[dict] | None) -> list[dict]:
 
 def check_edge_shapes_fit(edges: list[dict], inputs) -> None:
     """UsageError naming an edge shape's input the model lacks, or whose declared fixed dims
-    (rank, channels) its sizes contradict; dynamic dims take any size, 0 included."""
-    from edgequal.agent.runtimes.base import shape_fits
+    its sizes contradict (``agent.golden.edge_shape_misfit``, the rule the worker applies)."""
+    from edgequal.agent.golden import edge_shape_misfit
 
-    by_name = {s.name: s for s in inputs}
     for edge in edges:
-        for name, dims in edge["shapes"].items():
-            sizes = "x".join(str(d) for d in dims)
-            where = f"--edge-shape '{edge['label']}'"
-            if name not in by_name:
-                raise UsageError(
-                    f"{where} names input '{name}', which the model does not have",
-                    hint=f"inputs: {', '.join(by_name)}",
-                )
-            if not shape_fits(by_name[name], tuple(dims)):
-                raise UsageError(
-                    f"{where}: input '{name}' is declared {by_name[name].describe()}; "
-                    f"{sizes} does not fit it"
-                )
+        misfit = edge_shape_misfit(edge["shapes"], inputs)
+        if misfit is not None:
+            raise UsageError(f"--edge-shape '{edge['label']}': {misfit['message']}")
 
 
 def recorded_model(golden: Path) -> dict:

@@ -362,3 +362,20 @@ def test_a_worker_that_shows_no_progress_in_time_is_a_timeout_finding(example_mo
     assert [(f["kind"], f["cause"], f["input"], f["shape"]) for f in findings] == [
         ("edge_shape_failed", "timeout", "image", [1, 3, 8, 8])
     ]
+
+
+def test_an_edge_shape_must_fit_the_declared_inputs():
+    from edgequal.agent.golden import edge_shape_misfit
+    from edgequal.agent.runtimes.base import TensorSpec
+
+    specs = [TensorSpec("image", "float32", ["batch", 3, "height", "width"])]
+    assert edge_shape_misfit({"image": [0, 3, 0, 0]}, specs) is None
+    assert edge_shape_misfit({"image": [1, 4, 8, 8]}, specs) == {
+        "input": "image",
+        "message": "input 'image' is declared float32 [batch,3,height,width]; 1x4x8x8 does not fit it",
+    }
+    assert edge_shape_misfit({"image": [1, 3, 8]}, specs)["input"] == "image"
+    assert edge_shape_misfit({"img": [1]}, specs) == {
+        "input": "img",
+        "message": "the model has no input 'img' (inputs: image)",
+    }

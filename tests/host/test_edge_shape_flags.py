@@ -22,7 +22,7 @@ def test_golden_make_refuses_an_edge_shape_the_model_cannot_take(example_models,
     rc, golden = _golden_make(example_models["dynamic"], tmp_path, "--edge-shape", "x:img=1x3x8x8")
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1
-    assert "--edge-shape 'x' names input 'img', which the model does not have" in err
+    assert "--edge-shape 'x': the model has no input 'img' (inputs: image)" in err
     assert not golden.exists()
     rc, golden = _golden_make(
         example_models["dynamic"], tmp_path, "--edge-shape", "x:image=1x4x8x8"

@@ -10,6 +10,7 @@ reports are.
 from __future__ import annotations
 
 import json
+from html.parser import HTMLParser
 from pathlib import Path
 
 import numpy as np
@@ -18,9 +19,14 @@ from edgequal.agent.keys import DeviceKey
 from edgequal.agent.measure.latency import encode_samples
 from edgequal.agent.measure.stats import summarize_latency
 from edgequal.agent.report.signing import build_statement, sign_envelope
+from edgequal.host import render
+from edgequal.host.cli import main as edgequal_main
+from edgequal.host.compare import compare_reports
 from edgequal.host.errors import UsageError
 from edgequal.host.gate import run_gate
 from edgequal.host.policy import parse_policy
+from edgequal.host.report_file import load_report
+from edgequal.host.report_html import render_report_html
 from edgequal.host.trust import KnownDevices
 
 MB = 1 << 20
@@ -343,3 +349,196 @@ def test_unknown_condition_keys_are_refused_with_the_closest_valid_one(data, mes
     with pytest.raises(UsageError) as e:
         parse_policy(data)
     assert message in str(e.value)
+
+
+# ---------------------------------------------------------------------------
+# The summary
+
+
+def _edges() -> list[dict]:
+    return [
+        _edge_ok("largest", [1, 3, 1024, 1024], 180.0, 280.0, seed=3),
+        _edge_failed("empty", [0, 3, 1, 1]),
+    ]
+
+
+def test_summary_shows_the_coload_line_and_one_row_per_edge_shape(capsys):
+    pred = _predicate(coload_ms=50.0, edges=_edges())
+    render.print_summary(pred, "board", "r.json")
+    text = " ".join(capsys.readouterr().out.split())
+    co = pred["results"]["latency"]["per_shape"][0]
+    plain, loaded = co["summary"], co["coload"]["summary"]
+    assert (
+        "co-load (4 rounds, plain and co-load interleaved): "
+        "model:detector.onnx 24.5/30 inferences/s, cpu:1.5 1.48/1.5 CPUs" in text
+    )
+    assert (
+        f"co-load {SHAPE}: p50 {loaded['p50_ms']:.2f} ms "
+        f"(×{co['coload']['p50_ratio']:.2f} of plain {plain['p50_ms']:.2f} ms)" in text
+    )
+    assert f"p99 {loaded['p99_ms']:.2f} ms" in text and "slower in 4 of 4 rounds" in text
+    largest = pred["results"]["edge_shapes"][0]
+    assert "Edge shapes" in text
+    assert (
+        f"largest │ x=1x3x1024x1024 │ plan │ 40 │ {largest['summary']['p50_ms']:.0f} ms │ — "
+        "│ 280.0 MB │ 168.0 MB │ ran" in text
+    )
+    assert "empty │ x=0x3x1x1 │ golden │ — │ — │ — │ — │ — │ FAILED" in text
+    assert "edge shape empty (x=0x3x1x1) did not run: memory: the worker was killed" in text
+    assert "to change this: an input at the edge of its range crashed" in text
+
+
+def test_summary_without_conditions_prints_neither(capsys):
+    render.print_summary(_predicate(), "board")
+    text = capsys.readouterr().out
+    assert "co-load" not in text and "Edge shapes" not in text
+
+
+# ---------------------------------------------------------------------------
+# compare
+
+
+def test_compare_rows_for_coload_and_edge_shapes_with_deltas(sign, capsys):
+    a = sign("a", _predicate(coload_ms=30.0, edges=_edges()[:1], run_id="r-a"))
+    heavier = [_edge_ok("largest", [1, 3, 1024, 1024], 200.0, 330.0, seed=5), _edges()[1]]
+    b = sign("b", _predicate(coload_ms=45.0, edges=heavier, run_id="r-b", seed=10))
+    known = KnownDevices()
+    comparison = compare_reports([load_report(a, known=known), load_report(b, known=known)])
+    rows = {row.figure: row for row in comparison.rows}
+    p50 = rows[f"co-load p50 {SHAPE}"]
+    assert p50.values[1] / p50.values[0] == pytest.approx(1.5, rel=0.03)
+    assert p50.deltas[0] is None and p50.deltas[1] == pytest.approx(0.5, rel=0.06)
+    assert p50.significance[1].startswith("slower: ×")
+    ratio = rows[f"co-load p50 / plain p50 {SHAPE}"]
+    assert ratio.values[0] == pytest.approx(1.5, rel=0.03)
+    assert ratio.values[1] == pytest.approx(2.25, rel=0.03)
+    assert rows[f"co-load p99 {SHAPE}"].deltas[1] > 0.4
+    assert f"co-load p99 / plain p99 {SHAPE}" in rows
+    rss = rows["edge largest peak RSS"]
+    assert rss.values == [280.0, 330.0] and rss.deltas[1] == pytest.approx(50 / 280)
+    assert rows["edge largest p50"].deltas[1] == pytest.approx(
+        rows["edge largest p50"].values[1] / rows["edge largest p50"].values[0] - 1
+    )
+    assert rows["edge shapes that ran"].values == [1, 1]
+    assert "edge largest p99" not in rows  # 40 runs: no p99 in either report
+    assert "edge empty p50" not in rows  # it never ran
+
+    assert edgequal_main(["compare", str(a), str(b)]) == 0
+    text = capsys.readouterr().out
+    assert f"co-load p50 {SHAPE}" in text and "edge largest peak RSS" in text
+    assert "330 MB (+17.9%)" in text
+
+
+# ---------------------------------------------------------------------------
+# The report page
+
+
+class _Tables(HTMLParser):
+    """Every table on the page: (the h3 above it, its rows of cell texts); and the images."""
+
+    def __init__(self):
+        super().__init__()
+        self.tables: list[tuple[str, list[list[str]]]] = []
+        self.images: list[dict] = []
+        self.scripts = 0
+        self._h3 = ""
+        self._in: str | None = None
+        self._text = ""
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "h3":
+            self._in, self._text = "h3", ""
+        elif tag == "table":
+            self.tables.append((self._h3, []))
+        elif tag == "tr":
+            self.tables[-1][1].append([])
+        elif tag in ("td", "th"):
+            self._in, self._text = "cell", ""
+        elif tag == "img":
+            self.images.append(dict(attrs))
+        elif tag == "script":
+            self.scripts += 1
+
+    def handle_endtag(self, tag):
+        if tag == "h3" and self._in == "h3":
+            self._h3, self._in = self._text, None
+        elif tag in ("td", "th") and self._in == "cell":
+            self.tables[-1][1][-1].append(self._text)
+            self._in = None
+
+    def handle_data(self, data):
+        if self._in:
+            self._text += data
+
+    def table(self, title: str) -> list[list[str]]:
+        return next(rows for h3, rows in self.tables if h3.startswith(title))
+
+
+def test_the_page_has_the_coload_and_edge_tables_with_real_numbers(sign):
+    pred = _predicate(coload_ms=50.0, edges=_edges())
+    report = load_report(sign("p", pred), known=KnownDevices())
+    assert report.verified
+    page = _Tables()
+    page.feed(render_report_html([report]))
+    assert page.scripts == 0
+    assert all(img["src"].startswith("data:image/png;base64,") for img in page.images)
+    assert any("co-load" in img["alt"] for img in page.images)
+
+    declared = page.table("Declared co-load")
+    assert declared[0][:4] == ["", "load", "kind", "achieved"]
+    assert declared[1] == [
+        "A",
+        "model:detector.onnx",
+        "model",
+        "24.5",
+        "30",
+        "inferences/s",
+        "0.9",
+        "not run",
+    ]
+    assert declared[2][:6] == ["A", "cpu:1.5", "cpu", "1.48", "1.5", "CPUs"]
+
+    entry = pred["results"]["latency"]["per_shape"][0]
+    co = entry["coload"]
+    latency = page.table("Latency beside the co-load")
+    assert latency[1] == [
+        "A",
+        SHAPE,
+        f"{entry['summary']['p50_ms']:.4g}",
+        f"{co['summary']['p50_ms']:.4g}",
+        f"{co['p50_ratio']:.3f}",
+        f"{entry['summary']['p99_ms']:.4g}",
+        f"{co['summary']['p99_ms']:.4g}",
+        f"{co['p99_ratio']:.3f}",
+        "4 of 4",
+        "—",
+    ]
+
+    edges = page.table("Edge shapes")
+    largest = pred["results"]["edge_shapes"][0]
+    assert edges[1] == [
+        "A",
+        "largest",
+        "x=1x3x1024x1024",
+        "plan",
+        "ran",
+        "40",
+        f"{largest['summary']['p50_ms']:.4g}",
+        "—",
+        "280.0",
+        "168.0",
+        "y=1x1000",
+    ]
+    assert edges[2][:5] == [
+        "A",
+        "empty",
+        "x=0x3x1x1",
+        "golden",
+        "did not run: memory: the worker was killed at the memory limit (512 MB)",
+    ]
+
+
+def test_the_page_without_conditions_says_so(sign):
+    report = load_report(sign("plain", _predicate()), known=KnownDevices())
+    html = render_report_html([report])
+    assert "No declared co-load and no edge shapes." in html

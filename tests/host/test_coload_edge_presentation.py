@@ -30,6 +30,7 @@ from edgequal.host.report_html import render_report_html
 from edgequal.host.trust import KnownDevices
 
 MB = 1 << 20
+POLICIES = Path(__file__).resolve().parents[2] / "docs" / "policies"
 SHAPE = "x=1x3x224x224"
 
 
@@ -328,6 +329,24 @@ def test_edge_shapes_all_ran_memory_and_per_label_limits(sign):
     missing = parse_policy({"edge_shapes": {"labels": {"largets": {"max_peak_rss_mb": 300}}}})
     check = _check(run_gate(ok, missing, known=KnownDevices()), "edge_shapes.labels.largets")
     assert not check.passed and "(edge shapes: largest, smallest)" in check.message
+
+
+def test_the_example_product_conditions_policy(sign):
+    """docs/policies/product-conditions.toml: passes a fitting report, fails a slow one."""
+    from edgequal.host.policy import load_policy
+
+    policy = load_policy(POLICIES / "product-conditions.toml")
+    edges = [
+        _edge_ok("largest", [1, 3, 1024, 1024], 100.0, 280.0, seed=3),
+        _edge_ok("smallest", [1, 3, 1, 1], 2.0, 60.0, seed=4),
+    ]
+    good = sign("good", _predicate(plain_ms=18.0, coload_ms=26.0, edges=edges))
+    result = run_gate(good, policy, known=KnownDevices())
+    assert result.passed, [c.message for c in result.failed_checks]
+    assert {c.section for c in result.checks} >= {"latency", "coload", "edge_shapes"}
+    slow = sign("slow", _predicate(plain_ms=18.0, coload_ms=50.0, edges=edges))
+    failed = {c.name for c in run_gate(slow, policy, known=KnownDevices()).failed_checks}
+    assert failed == {f"coload.max_p99_ms[{SHAPE}]", f"coload.max_p50_ratio[{SHAPE}]"}
 
 
 @pytest.mark.parametrize(

@@ -65,6 +65,21 @@ def coload_checks(results: dict, policy: Policy) -> list[Check]:
             )
         )
     beside = ", ".join(labels)
+    per_shape = (results.get("latency") or {}).get("per_shape") or []
+    for entry in per_shape:
+        if entry not in entries:
+            shape = entry.get("shape", "?")
+            checks.append(
+                Check(
+                    f"coload.measured[{shape}]",
+                    "coload",
+                    False,
+                    "measured beside the co-load",
+                    "none",
+                    f"{shape}: not measured beside the co-load (the report has it for "
+                    f"{', '.join(e.get('shape', '?') for e in entries)})",
+                )
+            )
     for entry in entries:
         shape = entry.get("shape", "?")
         co = entry["coload"]

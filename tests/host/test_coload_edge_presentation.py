@@ -248,6 +248,18 @@ def test_coload_interference_marks_retry_and_required_names_the_loads(sign):
     check = _check(result, f"coload.max_p99_ms[{SHAPE}]")
     assert not check.passed and check.retry and result.retry
 
+    # A second shape measured without the co-load: its limit cannot pass.
+    pred = _predicate(coload_ms=27.0)
+    other = _latency_entry(5.0, None, seed=7)
+    other["shape"] = "x=1x3x64x64"
+    pred["results"]["latency"]["per_shape"].append(other)
+    result = run_gate(
+        sign("two", pred), parse_policy({"coload": {"max_p99_ms": 40}}), known=KnownDevices()
+    )
+    assert _check(result, f"coload.max_p99_ms[{SHAPE}]").passed
+    missing = _check(result, "coload.measured[x=1x3x64x64]")
+    assert not missing.passed and "not measured beside the co-load" in missing.message
+
 
 def test_a_limit_on_a_feature_the_report_lacks_fails_as_not_measured(sign):
     plain = sign("plain", _predicate())

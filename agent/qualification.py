@@ -399,8 +399,8 @@ def measure_edge_shapes(
             message = ended.describe()
             name = next(iter(edge["shapes"]))
             shape = edge["shapes"][name]
-        message = f"edge shape '{label}' ({name}={_dims(shape)}): {message}"
         out.append({**entry, "ok": False, "cause": cause, "message": message})
+        message = f"edge shape '{label}' ({name}={_dims(shape)}): {message}"
         findings.append(
             {
                 "phase": "edge_shapes",

@@ -353,3 +353,27 @@ def _jobs_for(load: Load, plan) -> list:
         )
         for share in shares
     ]
+
+
+def start_for_phase(loads, plan, cancel, emit, findings, runtime, phase, paused):
+    """Start the declared co-load for ``phase``; None (and a finding) when it could not start."""
+    emit({"type": "progress", "phase": phase, "message": "starting the declared co-load"})
+    run = ColoadRun(loads, plan, cancel)
+    failure = run.start(paused=paused)
+    if failure is None:
+        return run
+    run.stop()
+    findings.append(coload_finding(phase, failure, runtime))
+    return None
+
+
+def coload_finding(phase: str, message: str, runtime: str) -> dict:
+    """The finding of a co-load that could not start or ended mid-phase."""
+    return {
+        "phase": phase,
+        "cause": "coload",
+        "kind": "coload_failed",
+        "message": message,
+        "hint": "the declared co-load must run on this device on its own first",
+        "runtime": runtime,
+    }

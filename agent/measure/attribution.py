@@ -244,3 +244,15 @@ def attribute_windows(windows: Sequence[dict]) -> dict:
         w["cause"] = cause
         w["cause_detail"] = detail
     return {"drops": drops, "reference_index": reference["index"]}
+
+
+def declared_cpus(
+    samples: Sequence[dict], pgids, ticks_per_s: int, seconds: float
+) -> dict[int, float] | None:
+    """CPUs each co-load process group used over the sampled span, per second of ``seconds``."""
+    if len(samples) < 2 or seconds <= 0:
+        return None
+    return {
+        pgid: declared_ticks_between(samples[0], samples[-1], pgid) / ticks_per_s / seconds
+        for pgid in pgids
+    }

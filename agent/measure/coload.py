@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from .attribution import interference_present
 from .latency import LatencySettings, encode_samples, time_loop_ns, warm_up
 from .stats import summarize_latency
 
@@ -140,3 +141,13 @@ def _delta(before, after) -> list[int] | None:
     if before is None or after is None:
         return None
     return [after[0] - before[0], after[1] - before[1]]
+
+
+def coload_cause(loaded: dict) -> str:
+    """``interference`` when undeclared processes or the hypervisor took the CPU during the
+    co-load segments; else ``none``."""
+    return (
+        "interference"
+        if interference_present(loaded.get("interference"), declared=True)
+        else "none"
+    )

@@ -11,6 +11,7 @@ import zipfile
 
 import numpy as np
 import pytest
+from edgequal.agent.edge_shapes import planned_edge_shapes, stops_later_phases
 from edgequal.agent.errors import BadInput
 from edgequal.agent.golden import (
     GoldenCase,
@@ -21,12 +22,7 @@ from edgequal.agent.golden import (
 )
 from edgequal.agent.jobs import EdgeSettings, WorkerJob
 from edgequal.agent.plan import make_plan
-from edgequal.agent.qualification import (
-    exit_code_for,
-    planned_edge_shapes,
-    run_measurement,
-    stops_later_phases,
-)
+from edgequal.agent.qualification import exit_code_for, run_measurement
 from edgequal.host.cli import main as edgequal_main
 from edgequal.host.examples import example_inputs
 
@@ -341,7 +337,7 @@ def test_zero_sized_dimensions_are_synthesized(example_models):
 
 
 def test_a_worker_that_shows_no_progress_in_time_is_a_timeout_finding(example_models):
-    from edgequal.agent.qualification import measure_edge_shapes
+    from edgequal.agent.edge_shapes import measure_edge_shapes
 
     # No interpreter starts, imports numpy and onnxruntime and loads a model in 10 ms.
     plan = make_plan("quick", phase_timeout_s=0.01, edge_latency_s=0.0)

@@ -177,3 +177,37 @@ def test_sampler_counts_the_declared_co_load_apart_from_other_processes():
     assert e["coload_cpus"] > 0.2
     own = [s["declared"][declared.pid][1] for s in samples if declared.pid in s["declared"]]
     assert own[-1] > own[0]
+
+
+@pytest.mark.slow
+def test_a_fixed_rate_model_co_load_holds_its_rate_and_does_not_burst_after_a_pause(
+    example_models,
+):
+    plan = make_plan("quick")
+    decl = {"kind": "model", "sha256": "0" * 64, "name": "micro.onnx", "rate_per_s": 40.0}
+    load = Load(
+        decl={**decl, "threads": 1, "shapes": {}},
+        label="model:micro.onnx",
+        model=example_models["micro"],
+        runtime="onnxruntime",
+    )
+    run = ColoadRun([load], plan)
+    try:
+        assert run.start(paused=False) is None
+        t0 = time.monotonic()
+        time.sleep(1.5)
+        t1 = time.monotonic()
+        run.signal(signal.SIGSTOP)
+        time.sleep(1.0)  # 40 calls missed: a resumed loop must not make them up
+        run.signal(signal.SIGCONT)
+        t2 = time.monotonic()
+        time.sleep(1.0)
+        t3 = time.monotonic()
+    finally:
+        run.stop()
+    (before,) = run.achieved([(t0, t1)])
+    (after,) = run.achieved([(t2, t3)])
+    assert before["achieved"]["target"] == 40.0 and before["achieved"]["unit"] == "inferences/s"
+    # A micro model takes microseconds: the loop is paced by its schedule, never above it.
+    assert 20 < before["achieved"]["value"] <= 44
+    assert after["achieved"]["value"] <= 44

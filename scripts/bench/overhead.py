@@ -134,7 +134,7 @@ def interleaved_us(path: Path, threads: int, seconds: float, chunk_s: float = 0.
     Short alternating chunks put both under the same machine load, so this isolates
     what the agent's timing loop and runtime set-up add, without the worker process.
     """
-    from edgequal.agent.worker import time_loop_ns
+    from edgequal.agent.measure.latency import time_loop_ns
 
     bare, agent = bare_call(path, threads), agent_call(path, threads)
     warm(bare)

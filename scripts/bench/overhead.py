@@ -121,7 +121,7 @@ def bare_p50_us(path: Path, threads: int, seconds: float) -> tuple[float, int]:
 def agent_call(path: Path, threads: int):
     """The agent's loop body: its runtime adapter's ``bind`` on the worker's inputs."""
     from edgequal.agent.runtimes import RuntimeOptions, runtime_class, runtime_for
-    from edgequal.agent.worker import synthesize_inputs
+    from edgequal.agent.worker_io import synthesize_inputs
 
     rt = runtime_class(runtime_for(path))(RuntimeOptions(threads=threads))
     rt.load(path)

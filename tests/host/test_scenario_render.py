@@ -7,7 +7,8 @@ from edgequal.agent.errors import BadInput
 from edgequal.agent.plan import make_plan
 from edgequal.agent.qualification import run_measurement
 from edgequal.host import render
-from edgequal.host.cli import _parser, _plan_from_args
+from edgequal.host.cli import _parser
+from edgequal.host.cli_qualify import _plan_from_args
 
 
 def _qualify_args(*flags):

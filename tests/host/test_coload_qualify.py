@@ -14,6 +14,7 @@ from edgequal.agent.report.signing import MEASURED_STATUSES
 from edgequal.host.cli import main as edgequal_main
 from edgequal.host.coload_args import parse_coload
 from edgequal.host.qualify import pin_device_key, qualify
+from edgequal.host.regression import decode_samples_ns, mann_whitney_u
 from edgequal.host.transport.local import LocalTransport
 from edgequal.host.trust import KnownDevices
 
@@ -87,10 +88,15 @@ def test_a_second_model_as_co_load_raises_p50_against_interleaved_plain_runs(
     assert ran["cpus"] > 0.2  # its CPU was counted as the declared co-load's
     (entry,) = results["latency"]["per_shape"]
     loaded = entry["coload"]
-    # Interleaved in one run: the co-load's segments are slower than the plain ones.
+    # Interleaved in one run: the co-load's segments are slower than the plain ones, in
+    # most rounds and beyond chance over all samples. (How much slower depends on what
+    # else this shared machine runs: about 1.6 x beside two busy loops.)
     assert loaded["summary"]["p50_ms"] > entry["summary"]["p50_ms"]
-    assert loaded["p50_ratio"] > 1.1
     assert loaded["rounds_slower"] >= 3
+    rise = mann_whitney_u(
+        decode_samples_ns(entry["samples_ns_b64"]), decode_samples_ns(loaded["samples_ns_b64"])
+    )
+    assert rise.p_value < 1e-3 and rise.prob_candidate_slower > 0.6, rise
     assert len(loaded["segments"]) == 8 and sum(s["coload"] for s in loaded["segments"]) == 4
     assert loaded["summary"]["count"] >= 40 and entry["summary"]["count"] >= 40
     # Waiting behind the declared co-load is what was measured, not interference: the

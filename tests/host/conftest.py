@@ -95,6 +95,49 @@ def _gate_reports():
     return sys.modules[name]
 
 
+SCENARIO_RAIL_W = 3.0
+"""What the hwmon rail of :func:`scenario_measurement`'s board tree reads, in watts."""
+
+
+@pytest.fixture(scope="session")
+def scenario_measurement(example_models, golden_sets, tmp_path_factory) -> dict:
+    """One real measurement of the dynamic example with every service scenario (batch sweep
+    1, 2, 4; thread scaling; server; operators) and a 2 s sustained phase on a board tree
+    whose ina226 rail reads :data:`SCENARIO_RAIL_W`; the predicate (run id "scenarios").
+
+    Shared by the summary, report-page, compare and gate tests of the scenarios; they only
+    read it (copy before changing anything).
+    """
+    from edgequal.agent.plan import make_plan
+    from edgequal.agent.qualification import run_measurement
+
+    root = tmp_path_factory.mktemp("board")
+    hwmon = root / "sys/class/hwmon/hwmon0"
+    hwmon.mkdir(parents=True)
+    (hwmon / "name").write_text("ina226\n")
+    (hwmon / "power1_input").write_text(f"{round(SCENARIO_RAIL_W * 1e6)}\n")
+    plan = make_plan(
+        "quick",
+        cold_runs=1,
+        warmup_min_s=0.05,
+        warmup_max_s=0.5,
+        latency_min_runs=50,
+        latency_min_s=0.1,
+        sustain_s=2.0,
+        window_s=1.0,
+        idle_power_s=1.0,
+        cooldown=False,
+        batch_sizes=[1, 2, 4],
+        thread_scaling=True,
+        server=True,
+        server_search_steps=2,
+        operator_profile=True,
+        scenario_s=0.2,
+    )
+    out = run_measurement(example_models["dynamic"], golden_sets["dynamic"], plan, root=root)
+    return {**out, "run_id": "scenarios"}
+
+
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory, example_models):
     """Signed reports from real runs (tests/gate_reports.py), produced once per session."""

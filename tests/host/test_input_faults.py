@@ -18,7 +18,6 @@ from edgequal.host.cli import main as edgequal_main
 from edgequal.host.errors import UsageError
 from edgequal.host.golden import check_golden_for_model
 
-
 # These tests qualify through the CLI, whose quick preset warms up until the latency is
 # steady (at most 10 s): a model with a golden set that gets there in about a second.
 STEADY = "multi_input"

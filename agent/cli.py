@@ -223,6 +223,7 @@ class _EventLines:
 def cmd_run_plan(args, state_dir: Path) -> int:
     import signal
 
+    from .coload import config_path, resolve_plan
     from .keys import load_or_create_device_key
     from .lease import DEFAULT_MAX_RUN_S, Lease
     from .runs import (
@@ -260,6 +261,7 @@ def cmd_run_plan(args, state_dir: Path) -> int:
     check_plan_bounds(request.plan, DEFAULT_MAX_RUN_S)
     store = ArtifactStore(Path(state_dir) / "artifacts")
     request.extra_files = check_extra_files(request.model_name, request.extra_files, store)
+    resolve_plan(request.plan, store, config_path(Path(state_dir)))  # refused before anything runs
     try:
         lock = StateLock.acquire(state_dir, "run-plan")
     except DeviceBusy:

@@ -7,13 +7,16 @@ One ``.npz`` file (a zip of ``.npy`` arrays, read with ``allow_pickle=False``):
 
 The manifest (``format: edgequal.golden/v1``) records the model's input and output
 specs, the preprocessing contract for raw inputs, the reference runtime and its
-version, per-output tolerances and an optional decision rule. The file is
-content-addressed by the sha256 of its bytes. The agent only reads golden sets;
-the host writes them (``edgequal golden make``).
+version, per-output tolerances, an optional decision rule and optional edge shapes
+(``edge_shapes``: ``[{"label", "shapes": {input: [dims]}}]``, the edges of the input
+range every qualification with this set repeats). The file is content-addressed by
+the sha256 of its bytes. The agent only reads golden sets; the host writes them
+(``edgequal golden make``).
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import math
@@ -28,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import BadInput, GoldenMismatch
-from .runtimes.base import TensorSpec, check_feeds, shape_key
+from .runtimes.base import TensorSpec, check_feeds, shape_fits, shape_key
 
 FORMAT = "edgequal.golden/v1"
 MANIFEST_KEY = "__manifest__"
@@ -181,6 +184,134 @@ def _check_manifest(path: Path, manifest: dict) -> None:
         raise bad("preprocessing", "an object or null")
     if not isinstance(manifest.get("decision"), (str, type(None))):
         raise bad("decision", "a string or null")
+    manifest_edge_shapes(path, manifest)
+
+
+def check_edge_shapes(value, field: str) -> list[dict]:
+    """Edge shapes checked by the plan's own rule (``plan.edge_shapes``); BadInput names
+    ``field`` (``manifest field``, ``--edge-shape``) where the plan's message says ``plan field``."""
+    from .plan import _edge_shapes
+
+    try:
+        return _edge_shapes(value) or []
+    except BadInput as e:
+        raise BadInput(str(e).replace("plan field", field, 1), hint=e.hint) from None
+
+
+def edge_shape_misfit(shapes: Mapping, specs: list[TensorSpec]) -> dict | None:
+    """The first input an edge shape names that the model lacks, or whose declared fixed
+    dims (rank, channels) its sizes contradict: ``{"input", "message"}``; None when every
+    input fits (a dynamic dim takes any size, 0 included)."""
+    by_name = {s.name: s for s in specs}
+    for name, dims in shapes.items():
+        spec = by_name.get(name)
+        if spec is None:
+            inputs = ", ".join(by_name) or "none"
+            return {"input": name, "message": f"the model has no input '{name}' (inputs: {inputs})"}
+        if not shape_fits(spec, tuple(dims)):
+            sizes = "x".join(str(d) for d in dims)
+            return {
+                "input": name,
+                "message": f"input '{name}' is declared {spec.describe()}; {sizes} does not fit it",
+            }
+    return None
+
+
+def manifest_edge_shapes(path: Path, manifest: Mapping) -> list[dict]:
+    """The edge shapes a golden manifest records (``[]`` when none); BadInput naming the field."""
+    value = manifest.get("edge_shapes")
+    if value is None:
+        return []
+    try:
+        return check_edge_shapes(value, "manifest field")
+    except BadInput as e:
+        raise BadInput(f"{path}: {e}", hint=e.hint) from None
+
+
+# The manifest is a few kilobytes of JSON; a member claiming more is not one.
+MAX_MANIFEST_BYTES = 16 << 20
+
+
+def read_manifest(path: Path) -> dict:
+    """The manifest alone, read with zipfile and json: no array is loaded.
+
+    The agent's own process calls this (for the edge shapes every qualification with
+    the set repeats) before any worker runs; the golden set is hostile input, so only
+    the manifest member is read, bounded, and its ``.npy`` header is parsed as a
+    literal (never unpickled). BadInput for anything that is not a golden set.
+    """
+    path = Path(path)
+    member = MANIFEST_KEY + ".npy"
+    try:
+        with zipfile.ZipFile(path) as zf:
+            info = zf.getinfo(member)
+            if info.file_size > MAX_MANIFEST_BYTES:
+                raise BadInput(f"{path}: its manifest claims {info.file_size} bytes")
+            data = zf.read(info)
+        manifest = json.loads(_npy_uint8_bytes(data).decode("utf-8"))
+    except KeyError:
+        raise BadInput(
+            f"{path} has no manifest: not an edgequal golden set", hint="edgequal golden make"
+        ) from None
+    except FileNotFoundError:
+        raise BadInput(f"golden set not found: {path}") from None
+    except BadInput:
+        raise
+    except (
+        ValueError,  # json, utf-8, the header
+        OSError,
+        EOFError,
+        zipfile.BadZipFile,
+        NotImplementedError,
+        RuntimeError,
+        zlib.error,
+        RecursionError,
+        MemoryError,
+    ) as e:
+        raise BadInput(
+            f"{path} is not a golden set file ({type(e).__name__}: {str(e)[:200]})"
+        ) from None
+    if not isinstance(manifest, dict):
+        raise BadInput(f"{path}: the manifest is not a JSON object")
+    if manifest.get("format") != FORMAT:
+        shown = manifest.get("format")
+        shown = repr(shown[:80]) if isinstance(shown, str) else type(shown).__name__
+        raise BadInput(f"{path}: unknown golden format {shown}, expected {FORMAT}")
+    return manifest
+
+
+def _npy_uint8_bytes(data: bytes) -> bytes:
+    """The bytes of a one-dimensional uint8 ``.npy`` array (format versions 1 to 3)."""
+    if data[:6] != b"\x93NUMPY" or len(data) < 10:
+        raise ValueError("the manifest member is not a .npy array")
+    if data[6] == 1:
+        size, start = int.from_bytes(data[8:10], "little"), 10
+    elif data[6] in (2, 3):
+        size, start = int.from_bytes(data[8:12], "little"), 12
+    else:
+        raise ValueError(f"the manifest is .npy version {data[6]}")
+    try:
+        header = ast.literal_eval(data[start : start + size].decode("latin1"))
+    except SyntaxError as e:
+        raise ValueError("the manifest's .npy header is not a literal") from e
+    if (
+        not isinstance(header, dict)
+        or header.get("descr") not in ("|u1", "<u1", ">u1")
+        or header.get("fortran_order") is not False
+        or not isinstance(header.get("shape"), tuple)
+        or len(header["shape"]) != 1
+        or not isinstance(header["shape"][0], int)
+    ):
+        raise ValueError("the manifest is not a one-dimensional uint8 array")
+    body = data[start + size :]
+    if len(body) < header["shape"][0]:
+        raise ValueError("the manifest array is shorter than its header says")
+    return body[: header["shape"][0]]
+
+
+def golden_edge_shapes(path: Path) -> list[dict]:
+    """The edge shapes recorded in a golden set's manifest (``[]`` when none), validated."""
+    return manifest_edge_shapes(path, read_manifest(path))
 
 
 def _read_npz(path: Path, *, what: str, not_ours: str, hint: str | None = None) -> dict:
@@ -288,6 +419,11 @@ def file_sha256(path: Path, chunk: int = 1 << 20) -> str:
 
 __all__ = [
     "FORMAT",
+    "check_edge_shapes",
+    "edge_shape_misfit",
+    "golden_edge_shapes",
+    "manifest_edge_shapes",
+    "read_manifest",
     "GoldenCase",
     "GoldenMismatch",
     "GoldenSet",

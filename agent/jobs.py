@@ -133,6 +133,10 @@ class WorkerJob:
     scenario: ScenarioSettings | None = None  # batch_sweep, thread_scaling, server, operators
     edge: EdgeSettings | None = None  # edge_shape
     coload: ColoadSettings | None = None  # coload
+    # warm with a declared co-load: the process groups the worker pauses and resumes
+    # between its plain and co-load segments, and how many rounds of each.
+    coload_pgids: tuple[int, ...] | None = None
+    coload_rounds: int = 0
 
     @classmethod
     def for_phase(
@@ -188,6 +192,8 @@ class WorkerJob:
             "scenario": self.scenario.to_json() if self.scenario else None,
             "edge": asdict(self.edge) if self.edge else None,
             "coload": asdict(self.coload) if self.coload else None,
+            "coload_pgids": list(self.coload_pgids) if self.coload_pgids else None,
+            "coload_rounds": self.coload_rounds,
         }
         return out
 
@@ -204,4 +210,5 @@ class WorkerJob:
             scenario=ScenarioSettings.from_json(obj["scenario"]) if obj.get("scenario") else None,
             edge=EdgeSettings(**obj["edge"]) if obj.get("edge") else None,
             coload=ColoadSettings(**obj["coload"]) if obj.get("coload") else None,
+            coload_pgids=tuple(obj["coload_pgids"]) if obj.get("coload_pgids") else None,
         )

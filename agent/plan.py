@@ -457,7 +457,9 @@ def _coload(value) -> list[dict] | None:
             entry["rate_per_s"] = _positive(item.get("rate_per_s"), f"{where}.rate_per_s", 1e5)
             threads = item.get("threads")
             if threads is not None and (
-                isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= 1024
+                isinstance(threads, bool)
+                or not isinstance(threads, int)
+                or not 1 <= threads <= 1024
             ):
                 raise BadInput(f"plan field '{where}.threads' must be 1..1024 or null")
             entry["threads"] = threads
@@ -465,12 +467,16 @@ def _coload(value) -> list[dict] | None:
             if not isinstance(shapes, Mapping) or not all(
                 isinstance(v, list) and all(_dim(d) and d > 0 for d in v) for v in shapes.values()
             ):
-                raise BadInput(f"plan field '{where}.shapes' must map input names to lists of positive ints")
+                raise BadInput(
+                    f"plan field '{where}.shapes' must map input names to lists of positive ints"
+                )
             entry["shapes"] = {str(k): list(v) for k, v in shapes.items()}
         elif kind in ("cpu", "membw"):
             cores = _positive(item.get("cores"), f"{where}.cores", MAX_COLOAD_CORES)
             if cores is None:
-                raise BadInput(f"plan field '{where}.cores' is required: a share of cores, e.g. 1.5")
+                raise BadInput(
+                    f"plan field '{where}.cores' is required: a share of cores, e.g. 1.5"
+                )
             entry["cores"] = cores
             if kind == "membw":
                 mb = item.get("buffer_mb", 64)

@@ -1,9 +1,10 @@
-"""One qualification, phase by phase: cold load, warm latency, drift, memory, sustained.
+"""One qualification, phase by phase: cold load, warm latency, drift, memory, the service
+scenarios, edge shapes (``edge_shapes.py``), sustained (``sustained_phase.py``).
 
 Every phase runs in fresh worker processes (``jobs.WorkerJob``); this module starts
-them, samples the board and the competition for CPU from the agent while they run
-(``probes/telemetry.py``, ``probes/contention.py``), hands the samples to the pure
-scoring in ``measure/``, and assembles the results object (schema
+them, samples the competition for CPU from the agent while they run
+(``phase_workers.run_sampled``), hands the samples to the pure scoring in
+``measure/``, and assembles the results object (schema
 ``edgequal.results/v1``, docs/report-schema.md). It never raises for trouble with
 the model or the runtime: that becomes a finding and a status. It raises AgentError
 only for a request that cannot start at all.
@@ -17,51 +18,33 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from . import __version__
-from .errors import BadInput, GoldenMismatch
-from .jobs import ScenarioSettings, SustainSettings, WorkerJob, latency_settings
-from .measure.attribution import contention_between, interference_present
+from .coload import coload_finding, start_for_phase
+from .edge_shapes import measure_edge_shapes, planned_edge_shapes, stops_later_phases
+from .errors import BadInput
+from .jobs import ScenarioSettings, WorkerJob, latency_settings
+from .measure.attribution import (
+    contention_between,
+    contention_over,
+    declared_cpus,
+    interference_present,
+)
+from .measure.coload import SETTLE_S, coload_cause
+from .phase_workers import EventSink, finding_from, run_sampled
 from .plan import Plan
-from .probes.contention import ContentionSampler
 from .probes.fingerprint import fingerprint as probe_fingerprint
 from .probes.thermal import read_thermal
 from .runtimes import runtime_for
-from .supervisor import Worker, WorkerOutcome, run_job
+from .supervisor import run_job
+from .sustained_phase import measure_sustained
 
 RESULTS_SCHEMA = "edgequal.results/v1"
 # A latency phase whose p99 (p95 with too few samples for p99) is above this many
 # times its median has a heavy tail worth explaining.
 HEAVY_TAIL_RATIO = 3.0
-
-EventSink = Callable[[dict], None]
-_BAD_INPUT_ERRORS = {"BadInput": BadInput, "GoldenMismatch": GoldenMismatch}
-
-
-def _finding_from(ended: WorkerOutcome, phase: str, runtime: str) -> dict:
-    """A finding for a worker that failed; a bad request (golden mismatch, missing --shape) raises instead."""
-    error = ended.error or {}
-    if error.get("type") in _BAD_INPUT_ERRORS:
-        raise _BAD_INPUT_ERRORS[error["type"]](error["message"], hint=error.get("hint"))
-    finding = {
-        "phase": phase,
-        "cause": ended.cause,
-        "kind": {
-            "ModelRejected": "model_rejected",
-            "GoldenMismatch": "golden_mismatch",
-            "RuntimeUnavailable": "runtime_unavailable",
-        }.get(error.get("type"), "worker_failure"),
-        "message": error.get("message", ended.describe()),
-        "worker_phase": ended.phase,
-        "runtime": runtime,
-    }
-    for key in ("operator", "hint", "signal"):
-        if error.get(key):
-            finding[key] = error[key]
-    if ended.stderr_tail and ended.cause in ("signal", "exit"):
-        finding["stderr_tail"] = ended.stderr_tail[-5:]
-    return finding
 
 
 def _input_contract_findings(mismatches: list[dict], runtime: str) -> list[dict]:
@@ -108,7 +91,7 @@ def measure_cold_load(
             cancel=cancel,
         )
         if not ended.ok:
-            findings.append(_finding_from(ended, "cold_load", runtime))
+            findings.append(finding_from(ended, "cold_load", runtime))
             return None
         r = ended.result
         if r.get("input_contract"):
@@ -140,21 +123,6 @@ def measure_cold_load(
     }
 
 
-def _run_sampled(job: WorkerJob, on_worker_started=None, **worker_args):
-    """Run one worker job while sampling who else used the CPU; ``(ended, samples, sampler)``."""
-    worker = Worker(job.to_json(), **worker_args)
-    worker.start()
-    sampler = ContentionSampler(worker.pid)
-    sampler.start()
-    if on_worker_started:
-        on_worker_started(worker)
-    try:
-        ended = worker.wait()
-    finally:
-        samples = sampler.stop()
-    return ended, samples, sampler
-
-
 def latency_cause(entry: dict) -> str:
     """``none`` for a steady latency phase with a light tail; else whether interference explains it."""
     summary = entry["summary"]
@@ -166,13 +134,46 @@ def latency_cause(entry: dict) -> str:
     return "interference" if interference_present(entry.get("interference")) else "unexplained"
 
 
+def _with_coload_evidence(result: dict, run, samples, sampler, findings, runtime) -> dict:
+    """Contention per condition for each shape, the co-load's achieved rate, its causes.
+
+    The plain segments are judged as any latency loop (the co-load was paused); the
+    co-load segments only on what was not declared: other processes' CPU and steal,
+    since waiting behind the declared co-load is what the run set out to measure.
+    """
+    ticks, cpus = sampler.clock_ticks_per_s, sampler.cpu_count
+    loaded_spans = []
+    for entry in result["latency"]:
+        segments = entry.pop("segments")
+        by = {c: [s for s in segments if s["coload"] is c] for c in (False, True)}
+        entry["interference"] = contention_over(samples, by[False], cpus, ticks)
+        entry["cause"] = latency_cause(entry)
+        loaded = entry["coload"]
+        loaded["interference"] = contention_over(samples, by[True], cpus, ticks)
+        loaded["cause"] = coload_cause(loaded)
+        loaded["segments"] = [
+            {k: s[k] for k in ("round", "coload", "runs", "p50_ms")} for s in segments
+        ]
+        loaded_spans += [(s["t0"] - SETTLE_S, s["t1"]) for s in by[True]]
+    loaded_s = sum(t1 - t0 for t0, t1 in loaded_spans)
+    result["coload_latency"] = run.achieved(
+        loaded_spans, declared_cpus(samples, run.pgids, ticks, loaded_s)
+    )
+    ended = run.ended_early()
+    if ended:
+        findings.append(coload_finding("latency", ended, runtime))
+    return result
+
+
 def measure_warm(
-    model, golden, plan: Plan, runtime, emit: EventSink, cancel, findings
+    model, golden, plan: Plan, runtime, emit: EventSink, cancel, findings, coload=None
 ) -> dict | None:
     """One worker: warm-up, latency per input shape, drift over the golden set, memory.
 
     Each shape's latency loop gets the contention measured over the same span
-    (``interference``) and a ``cause`` when it was unsteady or heavy-tailed.
+    (``interference``) and a ``cause`` when it was unsteady or heavy-tailed. With a
+    declared co-load (``coload``: ``coload.Load`` s) the loop alternates plain and
+    co-load segments (``measure.coload``), the worker pausing and resuming the co-load.
     """
     settings = latency_settings(plan)
 
@@ -180,16 +181,32 @@ def measure_warm(
         if event.get("event") == "phase":
             emit({"type": "progress", "phase": "latency", "message": event["phase"]})
 
-    ended, samples, sampler = _run_sampled(
-        WorkerJob.for_phase("warm", model, golden, plan, runtime, latency=settings),
-        phase_timeout_s=plan.phase_timeout_s + plan.latency_min_s + plan.warmup_max_s,
-        memory_limit_mb=plan.memory_limit_mb,
-        on_event=forward,
-        cancel=cancel,
-    )
+    job = WorkerJob.for_phase("warm", model, golden, plan, runtime, latency=settings)
+    timeout_s = plan.phase_timeout_s + plan.latency_min_s + plan.warmup_max_s
+    run = None
+    if coload:
+        run = start_for_phase(coload, plan, cancel, emit, findings, runtime, "latency", paused=True)
+        if run is None:
+            return None
+        job = replace(job, coload_pgids=tuple(run.pgids), coload_rounds=plan.coload_rounds)
+        timeout_s += plan.latency_min_s
+    try:
+        ended, samples, sampler = run_sampled(
+            job,
+            declared_pgids=run.pgids if run else (),
+            phase_timeout_s=timeout_s,
+            memory_limit_mb=plan.memory_limit_mb,
+            on_event=forward,
+            cancel=cancel,
+        )
+    finally:
+        if run is not None:
+            run.stop()
     if not ended.ok:
-        findings.append(_finding_from(ended, "latency", runtime))
+        findings.append(finding_from(ended, "latency", runtime))
         return None
+    if run is not None:
+        return _with_coload_evidence(ended.result, run, samples, sampler, findings, runtime)
     for entry in ended.result["latency"]:
         t0, t1 = entry.pop("loop_monotonic_s")
         entry["interference"] = contention_between(
@@ -202,157 +219,6 @@ def measure_warm(
         )
         entry["cause"] = latency_cause(entry)
     return ended.result
-
-
-def measure_sustained(
-    model, golden, plan: Plan, runtime, root: Path, emit: EventSink, cancel, findings, idle_c=None
-) -> dict:
-    """Closed-loop inference in windows; telemetry and contention sampled at 1 Hz by this process.
-
-    ``idle_c`` is the temperature before the run loaded the board: the cooldown waits
-    to get back within 5 °C of it.
-    """
-    from .measure.energy import idle_power, window_energy
-    from .measure.sustained import nominal_clocks_khz, score_windows, window_telemetry
-    from .probes.cooldown import wait_for_cooldown
-    from .probes.power import PowerProbe, PowerSampler
-    from .probes.telemetry import BoardTelemetry
-
-    telemetry = BoardTelemetry.open(root)
-    power_probe = PowerProbe.open(root)
-    cooldown = {"waited_s": 0.0, "reached": None, "reason": "no temperature sensor"}
-    if telemetry.has_temperature and plan.cooldown:
-        emit({"type": "progress", "phase": "sustained", "message": "waiting for cooldown"})
-        cooldown = wait_for_cooldown(
-            telemetry.read_temp_c, idle_c, plan.cooldown_timeout_s, cancel=cancel
-        )
-    duration = plan.sustain_s
-    # soak: keep going past the planned duration (up to sustain_extend_to_s) while the
-    # temperature still rises faster than 0.5 °C/min; the worker runs until told to stop.
-    hard_limit_s = max(duration, plan.sustain_extend_to_s or 0.0)
-    extended = False
-    window_s = plan.sustain_window_s
-    # The board's own passive trip when its thermal zones expose one, else the profile's.
-    trip_c = telemetry.trip_c if telemetry.trip_c is not None else plan.trip_c
-    trip_source = "sysfs" if telemetry.trip_c is not None else "profile" if trip_c else None
-    max_c = plan.max_temp_c
-    windows: list[dict] = []
-    stop_reason = None
-    t_begin = time.monotonic()
-
-    def on_event(event: dict) -> None:
-        if event.get("event") != "window":
-            return
-        keys = ("index", "t0", "t1", "count", "rate_per_s", "p50_ms", "p90_ms", "partial")
-        keys += ("sched_ns",)
-        w = {k: event[k] for k in keys}
-        windows.append(w)
-        emit(
-            {
-                "type": "progress",
-                "phase": "sustained",
-                "done": round(w["t1"] - t_begin, 1),
-                "total": duration,
-                "rate_per_s": round(w["rate_per_s"], 2),
-                "temp_c": telemetry.latest_temp_c(),
-            }
-        )
-
-    # Idle power: the board at rest after the cooldown, before the worker loads it.
-    idle = None
-    power_sampler = None
-    if power_probe.present:
-        if plan.idle_power_s > 0:
-            emit({"type": "progress", "phase": "sustained", "message": "measuring idle power"})
-            idle_sampler = PowerSampler(power_probe)
-            idle_sampler.start()
-            cancel.wait(plan.idle_power_s)
-            idle = idle_power(idle_sampler.stop())
-        power_sampler = PowerSampler(power_probe)
-        power_sampler.start()
-
-    watcher_done = threading.Event()
-
-    def watch_temperature(worker: Worker) -> None:
-        nonlocal stop_reason, extended
-        while not watcher_done.wait(1.0):
-            temp = telemetry.latest_temp_c()
-            if max_c is not None and temp is not None and temp >= max_c:
-                stop_reason = f"stopped early: {temp:.1f} °C reached the maximum {max_c:g} °C"
-                worker.request_stop()
-                return
-            if hard_limit_s > duration and time.monotonic() - t_begin >= duration:
-                slope = telemetry.slope_c_per_min(last_s=60.0)
-                if slope is None or slope <= 0.5:
-                    worker.request_stop()
-                    return
-                extended = True
-
-    telemetry.start()
-    try:
-        ended, contention, sampler = _run_sampled(
-            WorkerJob.for_phase(
-                "sustained",
-                model,
-                golden,
-                plan,
-                runtime,
-                sustain=SustainSettings(duration_s=hard_limit_s, window_s=window_s),
-            ),
-            on_worker_started=lambda worker: threading.Thread(
-                target=watch_temperature, args=(worker,), daemon=True
-            ).start(),
-            phase_timeout_s=plan.phase_timeout_s + hard_limit_s,
-            memory_limit_mb=plan.memory_limit_mb,
-            on_event=on_event,
-            cancel=cancel,
-        )
-    finally:
-        watcher_done.set()
-        samples = telemetry.stop()
-        power_samples = power_sampler.stop() if power_sampler else []
-    result: dict = {
-        "duration_s": duration,
-        "window_s": window_s,
-        "cooldown": cooldown,
-        "trip_c": trip_c,
-        "trip_c_source": trip_source,
-        "max_temp_c_limit": max_c,
-        "telemetry": telemetry.describe(),
-    }
-    if not ended.ok:
-        findings.append(_finding_from(ended, "sustained", runtime))
-        result.update({"windows_detail": windows, "verdict": "failed", "reason": ended.describe()})
-        return result
-    nominal = nominal_clocks_khz(samples)
-    for w in windows:
-        w.update(window_telemetry(w, samples, trip_c, nominal, plan.throttle_indicators))
-        w["interference"] = contention_between(
-            contention,
-            w["t0"],
-            w["t1"],
-            sampler.cpu_count,
-            sampler.clock_ticks_per_s,
-            w.pop("sched_ns"),
-        )
-    idle_w = idle["watts"] if idle else None
-    if power_probe.present:
-        for w in windows:
-            w["energy"] = window_energy(w, power_samples, idle_w)
-    started_at = ended.result["started_at"]
-    result["power"] = _power_result(power_probe, idle, windows, power_samples, started_at)
-    score = score_windows(windows, started_at)
-    if trip_c is not None and score.get("peak_temp_c") is not None:
-        score["headroom_c"] = round(trip_c - score["peak_temp_c"], 2)
-    result.update(score)
-    result["windows_detail"] = windows
-    result["loop_started_monotonic_s"] = started_at  # CLOCK_MONOTONIC: the board's own logs
-    result["telemetry_samples"] = [_flat_sample(s, started_at) for s in samples]
-    if stop_reason:
-        result["stopped_early"] = stop_reason
-    if extended:
-        result["extended_to_s"] = round(windows[-1]["t1"] - started_at, 1) if windows else None
-    return result
 
 
 # The optional service scenarios, in the order they run: (plan switch, job kind, result key).
@@ -401,7 +267,7 @@ def measure_scenario(
         if event.get("event") == "phase":
             emit({"type": "progress", "phase": kind, "message": event["phase"]})
 
-    ended, samples, sampler = _run_sampled(
+    ended, samples, sampler = run_sampled(
         WorkerJob.for_phase(
             kind, model, golden, plan, runtime, scenario=ScenarioSettings.from_plan(plan)
         ),
@@ -411,7 +277,7 @@ def measure_scenario(
         cancel=cancel,
     )
     if not ended.ok:
-        findings.append(_finding_from(ended, kind, runtime))
+        findings.append(finding_from(ended, kind, runtime))
         return None
     result = ended.result
     if "span_monotonic_s" in result:
@@ -464,40 +330,6 @@ def check_providers(runtime: str, plan: Plan, cancel=None) -> dict | None:
     return ended.result
 
 
-def _power_result(probe, idle, windows, samples, started_at) -> dict:
-    """The sustained phase's power figures, or why there are none (never an estimate)."""
-    from .measure.energy import energy_summary
-
-    described = probe.describe()
-    if not described["present"]:
-        return described
-    totals = [s.get("total_from") for s in samples if s.get("total_from")]
-    return {
-        **described,
-        "total_from": totals[-1] if totals else None,
-        "idle": idle,
-        "summary": energy_summary([{**w, **(w.get("energy") or {})} for w in windows]),
-        "samples": [
-            {"t": round(s["t"] - started_at, 3), "total_w": s["total_w"], "rails_w": s["rails_w"]}
-            for s in samples
-        ],
-    }
-
-
-def _flat_sample(sample: dict, started_at: float) -> dict:
-    """A 1 Hz telemetry sample for the report: seconds from the loop start, the lowest clock."""
-    clocks = [c for c in (sample.get("clocks_khz") or {}).values() if c]
-    if sample.get("arm_clock_khz"):
-        clocks.append(sample["arm_clock_khz"])
-    return {
-        "t": round(sample["t"] - started_at, 3),
-        "temp_c": sample.get("temp_c"),
-        "clock_khz": min(clocks) if clocks else None,
-        "throttled": sample.get("throttled"),
-        "cooling": sample.get("cooling_states") or {},
-    }
-
-
 def decide_status(results: dict, findings: list[dict]) -> tuple[str, str | None]:
     """passed, degraded, inconclusive or failed, with the reason for anything but passed.
 
@@ -528,6 +360,11 @@ def decide_status(results: dict, findings: list[dict]) -> tuple[str, str | None]
             )
         elif unsteady:
             reasons.append(f"latency for {entry['shape']} never reached a steady state")
+        if (entry.get("coload") or {}).get("cause") == "interference":
+            interference.append(
+                f"latency with co-load for {entry['shape']} ran while undeclared processes "
+                "took the CPU"
+            )
     if verdict == "inconclusive":
         why = str(sustained.get("reason") or "").removesuffix("; re-run on a quiet board")
         interference.append(f"sustained: {why}")
@@ -570,10 +407,12 @@ def run_measurement(
     on_event: EventSink | None = None,
     cancel: threading.Event | None = None,
     model_name: str | None = None,
+    coload=None,
 ) -> dict:
     """Run every planned phase and return ``{plan, fingerprint, results, findings, status, reason}``.
 
     ``plan`` is a :class:`Plan` or its JSON; the returned ``plan`` is the JSON as run.
+    ``coload`` is the plan's co-load resolved on this device (``coload.resolve``).
     """
     emit = on_event or (lambda e: None)
     cancel = cancel or threading.Event()
@@ -583,8 +422,14 @@ def run_measurement(
         raise BadInput(f"model file not found: {model_path}")
     if golden_path is not None and not Path(golden_path).is_file():
         raise BadInput(f"golden set not found: {golden_path}")
+    if plan.coload and coload is None:
+        raise BadInput(
+            "a co-load needs the agent's store and configuration",
+            hint="qualify through a serving agent or edgequal-agent run-plan",
+        )
     runtime = runtime_for(model_path, plan.runtime, model_name)
     check_providers(runtime, plan, cancel)
+    edges = planned_edge_shapes(plan, Path(golden_path) if golden_path is not None else None)
     findings: list[dict] = []
     results: dict = {"schema": RESULTS_SCHEMA}
     t_start = time.monotonic()  # an NTP step mid-run must not change it
@@ -604,9 +449,16 @@ def run_measurement(
             results["cold_load"] = value
 
     def latency() -> None:
-        value = measure_warm(model_path, golden_path, plan, runtime, emit, cancel, findings)
+        value = measure_warm(model_path, golden_path, plan, runtime, emit, cancel, findings, coload)
         if value is None:
             return
+        if coload:
+            results["coload"] = {
+                "declared": [{"label": load.label, **load.decl} for load in coload],
+                "rounds": plan.coload_rounds,
+                "latency": value.pop("coload_latency"),
+                "sustained": None,
+            }
         results["runtime"] = value["runtime"]
         results["model_io"] = {"inputs": value["inputs"], "outputs": value["outputs"]}
         results["latency"] = {"per_shape": value["latency"]}
@@ -614,10 +466,17 @@ def run_measurement(
         if "drift" in value:
             results["drift"] = value["drift"]
 
+    def edge_shapes() -> None:
+        results["edge_shapes"] = measure_edge_shapes(
+            model_path, golden_path, plan, runtime, edges, emit, cancel, findings
+        )
+
     def sustained() -> None:
         results["sustained"] = measure_sustained(
-            model_path, golden_path, plan, runtime, root, emit, cancel, findings, idle_c
+            model_path, golden_path, plan, runtime, root, emit, cancel, findings, idle_c, coload
         )
+        if coload and "coload" in results:
+            results["coload"]["sustained"] = results["sustained"].pop("coload_achieved", None)
 
     def scenario(kind: str, key: str) -> Callable[[], None]:
         def run() -> None:
@@ -630,11 +489,13 @@ def run_measurement(
         return run
 
     phases = [("cold_load", cold_load), ("latency", latency)]
+    if edges:
+        phases.append(("edge_shapes", edge_shapes))
     phases += [(kind, scenario(kind, key)) for kind, key in planned_scenarios(plan)]
     if plan.sustain_s > 0:
         phases.append(("sustained", sustained))
     for name, run in phases:
-        if findings or cancel.is_set():
+        if stops_later_phases(findings) or cancel.is_set():
             break
         emit({"type": "phase", "phase": name, "state": "started"})
         run()

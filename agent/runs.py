@@ -119,13 +119,19 @@ def check_plan_bounds(plan: dict, max_run_s: float) -> None:
 
 
 def subjects_for(request: RunRequest) -> list[dict]:
-    """The statement's subjects: the model, its external-data files, then the golden set.
+    """The statement's subjects: the model, its external-data files, co-load models, the golden set.
 
     A golden set whose file name equals another subject's is named ``golden/<name>``,
     so two inputs with one file name never make a report that cannot be signed.
     """
     subjects = [{"name": request.model_name or "model", "sha256": request.model_digest}]
     subjects += [{"name": f["name"], "sha256": f["sha256"]} for f in request.extra_files]
+    for i, decl in enumerate((request.plan or {}).get("coload") or []):
+        if isinstance(decl, dict) and decl.get("kind") == "model" and decl.get("sha256"):
+            name = f"coload/{decl.get('name') or 'model'}"
+            if name in {s["name"] for s in subjects}:
+                name = f"coload/{i}/{decl.get('name') or 'model'}"
+            subjects.append({"name": name, "sha256": decl["sha256"]})
     if request.golden_digest:
         name = request.golden_name or "golden.npz"
         if name in {s["name"] for s in subjects}:
@@ -342,6 +348,7 @@ class Runs:
         Trouble with the model or runtime yields a signed ``failed`` report; only a
         request that cannot start (unknown digest, bad plan, full disk) raises.
         """
+        from .coload import config_path, resolve_plan
         from .qualification import run_measurement
 
         check_run_id(request.run_id)
@@ -384,6 +391,7 @@ class Runs:
                     on_event=on_event,
                     cancel=cancel,
                     model_name=request.model_name,
+                    coload=resolve_plan(request.plan, self.store, config_path(self.state_dir)),
                 )
         except AgentError as e:
             if isinstance(e, BadInput):

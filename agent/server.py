@@ -39,6 +39,7 @@ from .auth import (
     check_listen_allowed,
     server_credentials,
 )
+from .coload import config_path, resolve_plan
 from .errors import (
     AgentError,
     BadInput,
@@ -171,8 +172,10 @@ class AgentService(pb_grpc.AgentServicer):
         runtimes_fn: Callable[[], list[RuntimeStatus]] | None = None,
         max_run_s: float = DEFAULT_MAX_RUN_S,
         slot: RunSlot | None = None,
+        config: Path | None = None,
     ):
         self.root = Path(root)
+        self.config = config  # the agent's configuration file: its named co-load commands
         self.store = store
         self.key = key
         self.runs = runs
@@ -284,6 +287,7 @@ class AgentService(pb_grpc.AgentServicer):
         """Start a run, stream its events, end with its signed envelope."""
         plan = _parse_json(request.plan_json or "{}", "plan_json", dict)
         check_plan_bounds(plan, self.max_run_s)
+        resolve_plan(plan, self.store, self.config)  # refused before the device is taken
         model_digest = validate_digest(request.model_digest)
         self.store.path(model_digest)  # a clear error before taking the device
         golden_digest = request.golden_digest or None
@@ -536,6 +540,7 @@ def build_server(
             runtimes_fn=runtimes_fn,
             max_run_s=max_run_s,
             slot=RunSlot(on_change=state_lock.set_lease),
+            config=config_path(state_dir),
         )
         health_servicer = health.HealthServicer()
         # NOT_SERVING until start(), so a probe never sees a half-ready agent as healthy.

@@ -232,13 +232,32 @@ def run_warm(job: WorkerJob) -> dict:
     else:
         feeds = synthesize_inputs(rt.inputs(), job.shapes or {}, job.seed)
         groups = {shape_key(feeds): feeds}
-    latency = [
-        {
-            "shape": key,
-            **measure_latency(rt.bind(feeds), job.latency, on_phase=phase, sched=own_schedstat),
-        }
-        for key, feeds in groups.items()
-    ]
+    if job.coload_pgids:
+        from .measure.coload import interleaved_latency
+
+        switch = coload_switch(job.coload_pgids)
+        latency = [
+            {
+                "shape": key,
+                **interleaved_latency(
+                    rt.bind(feeds),
+                    job.latency,
+                    job.coload_rounds,
+                    switch,
+                    on_phase=phase,
+                    sched=own_schedstat,
+                ),
+            }
+            for key, feeds in groups.items()
+        ]
+    else:
+        latency = [
+            {
+                "shape": key,
+                **measure_latency(rt.bind(feeds), job.latency, on_phase=phase, sched=own_schedstat),
+            }
+            for key, feeds in groups.items()
+        ]
     result = {
         "runtime": rt.describe(),
         "inputs": [s.to_dict() for s in rt.inputs()],
@@ -254,6 +273,123 @@ def run_warm(job: WorkerJob) -> dict:
         "peak_rss_bytes": peak_rss_bytes(),
     }
     return result
+
+
+def coload_switch(pgids):
+    """Pause (SIGSTOP) or resume (SIGCONT) the declared co-load's process groups.
+
+    A co-load that has gone cannot be resumed: the agent reports its end from its own
+    side (its worker's outcome), so a missing group is not an error here.
+    """
+
+    def switch(on: bool) -> None:
+        for pgid in pgids:
+            try:
+                os.killpg(pgid, signal.SIGCONT if on else signal.SIGSTOP)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    return switch
+
+
+def run_coload(job: WorkerJob) -> dict:
+    """A declared co-load (``loadgen``): report a running total until asked to stop (SIGTERM)."""
+    from .loadgen import cpu_loop, membw_loop, model_loop
+
+    signal.signal(signal.SIGTERM, _request_stop)
+    settings = job.coload
+
+    def report(count: float) -> None:
+        emit({"event": "coload", "t": time.monotonic(), "count": count})
+
+    def stop() -> bool:
+        return _stop_requested
+
+    every = settings.report_every_s
+    if settings.load == "model":
+        rt, _, _ = load_runtime(job)
+        call = _warmed(rt.bind(_first_feeds(job, rt)))
+        phase("ready")
+        model_loop(call, settings.rate_per_s, report, stop, every)
+        return {"load": "model", "runtime": rt.describe()}
+    phase("ready")
+    if settings.load == "cpu":
+        cpu_loop(settings.share, report, stop, every)
+    else:
+        membw_loop(settings.share, settings.buffer_mb, report, stop, every)
+    return {"load": settings.load}
+
+
+# An edge shape's warm-up: a few runs, then rounds until steady for at most half its seconds.
+EDGE_WARMUP_RUNS = 3
+EDGE_MAX_RUNS = 100_000
+
+
+def edge_feeds(job: WorkerJob, rt) -> dict:
+    """The inputs of one edge shape: the inputs it names synthesized at its sizes (0 allowed),
+    the others at the main shape (golden case 0's arrays, else synthesized at ``job.shapes``)."""
+    edge = job.edge
+    golden = _read_golden(job, rt)
+    base = golden.cases[0].inputs if golden is not None else {}
+    specs = rt.inputs()
+    feeds = {name: a for name, a in base.items() if name not in edge.shapes}
+    others = [s for s in specs if s.name not in edge.shapes and s.name not in feeds]
+    feeds.update(synthesize_inputs(others, job.shapes or {}, job.seed))
+    named = [s for s in specs if s.name in edge.shapes]
+    feeds.update(synthesize_inputs(named, edge.shapes, job.seed))
+    return {s.name: feeds[s.name] for s in specs}
+
+
+def run_edge_shape(job: WorkerJob) -> dict:
+    """One edge of the input range in this fresh process: a successful run, then latency
+    (``measure_latency``: a short warm-up, then ``seconds`` and ``min_runs``), peak RSS,
+    RSS added since the load, and the output shapes.
+
+    The runtime refusing the shape is a result (``ok: false``, ``cause: error``, naming
+    the input), not a crash; a crash, hang or memory kill is the supervisor's to report.
+    """
+    from .golden import edge_shape_misfit
+    from .measure.latency import LatencySettings, measure_latency
+
+    edge = job.edge
+    first = next(iter(edge.shapes))
+
+    def failed(cause: str, message: str, name: str = first) -> dict:
+        shape = edge.shapes.get(name)
+        return {"ok": False, "cause": cause, "message": message, "input": name, "shape": shape}
+
+    rt, _, rss_loaded = load_runtime(job)
+    misfit = edge_shape_misfit(edge.shapes, rt.inputs())
+    if misfit is not None:
+        return failed("error", misfit["message"], misfit["input"])
+    try:
+        feeds = edge_feeds(job, rt)
+        phase("first_run")
+        outputs = rt.run(feeds)
+        call = rt.bind(feeds)
+        settings = LatencySettings(
+            warmup_min_runs=EDGE_WARMUP_RUNS,
+            warmup_min_s=0.0,
+            warmup_max_s=edge.seconds / 2,
+            min_runs=edge.min_runs,
+            min_s=edge.seconds,
+            max_runs=max(edge.min_runs, EDGE_MAX_RUNS),
+        )
+        timed = measure_latency(call, settings, on_phase=phase)
+    except MemoryError:
+        return failed("memory", "out of memory (MemoryError in the worker)")
+    except Exception as e:  # the runtime's own error for this shape (any exception type)
+        text = (str(e).strip().splitlines() or [type(e).__name__])[0][:400]
+        return failed("error", f"{rt.name} failed: {text}")
+    rss_after = rss_bytes()
+    return {
+        "ok": True,
+        "runs": timed["summary"]["count"],
+        "summary": timed["summary"],
+        "peak_rss_bytes": peak_rss_bytes(),
+        "rss_added_by_inference_bytes": rss_after - rss_loaded,
+        "outputs": {name: [int(d) for d in np.shape(a)] for name, a in outputs.items()},
+    }
 
 
 def _request_stop(signum, frame) -> None:
@@ -478,6 +614,8 @@ JOBS = {
     "server": with_own_contention(run_server),
     "operators": run_operators,
     "providers": run_providers,
+    "coload": run_coload,
+    "edge_shape": run_edge_shape,
 }
 
 

@@ -157,6 +157,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="NAME=1x3x224x224",
         help="sizes for an input with dynamic dimensions (repeat for each input)",
     )
+    _add_edge_shape_flag(q)
     _add_measurement_flags(q)
     _add_connection_options(q)
     q.add_argument(
@@ -192,6 +193,7 @@ def _parser() -> argparse.ArgumentParser:
         "--outputs", type=Path, help="reference outputs, same naming; default: run the model here"
     )
     gm.add_argument("--decision", help="argmax | topk:K | threshold:OUTPUT>VALUE")
+    _add_edge_shape_flag(gm, recorded=True)
     pre = gm.add_argument_group(
         "input contract",
         "what the model was trained on (every input; per input in a TOML, see docs/measurement.md)",
@@ -380,12 +382,86 @@ def _add_measurement_flags(q) -> None:
         "--operators", action="store_true", default=None, help="per-operator time, delegate use"
     )
     m.add_argument("--scenario-time", metavar="DURATION", help="time per scenario point")
+    c = q.add_argument_group("declared co-load (docs/measurement.md)")
+    c.add_argument(
+        "--coload",
+        action="append",
+        metavar="KIND:VALUE",
+        help="background work beside the latency and sustained phases: model:PATH[@RATE], "
+        "cpu:CORES, membw:CORES or command:NAME (a name in the agent's configuration); repeatable",
+    )
+    c.add_argument(
+        "--coload-rounds", type=int, metavar="N", help="plain/co-load alternations (default 4)"
+    )
+
+
+EDGE_SHAPE_HINT = (
+    "write LABEL:INPUT=DIMS[,INPUT2=DIMS], e.g. largest:image=1x3x1024x1024 or empty:tokens=1x0"
+)
+
+
+def _add_edge_shape_flag(parser, recorded: bool = False) -> None:
+    """``--edge-shape``, repeatable (docs/measurement.md "Edges of the input range")."""
+    parser.add_argument(
+        "--edge-shape",
+        action="append",
+        default=[],
+        metavar="LABEL:INPUT=DIMS[,INPUT=DIMS]",
+        help=(
+            "record an edge of the input range every qualification with this set measures"
+            if recorded
+            else "also measure this edge of the input range (latency, peak memory, a run)"
+        )
+        + ", e.g. largest:image=1x3x1024x1024 or empty:tokens=1x0 (repeat for each)",
+    )
+
+
+def parse_edge_shape_args(items: list[str]) -> list[dict] | None:
+    """``LABEL:INPUT=1x3x1024x1024[,INPUT2=1x0]`` arguments into the plan's ``edge_shapes``
+    (sizes may be 0); labels and limits are checked by the plan's own rule."""
+    from edgequal.agent.errors import BadInput
+    from edgequal.agent.plan import EDGE_LABEL
+
+    out = []
+    for item in items or []:
+        label, sep, rest = item.partition(":")
+        shapes: dict[str, list[int]] = {}
+        ok = bool(sep and label.strip() and rest)
+        for part in rest.split(",") if ok else ():
+            name, eq, dims = part.strip().partition("=")
+            try:
+                values = [int(d) for d in dims.lower().split("x")] if dims else []
+            except ValueError:
+                values = []
+            if not eq or not name or not values or any(v < 0 for v in values) or name in shapes:
+                ok = False
+                break
+            shapes[name] = values
+        if not ok:
+            raise BadInput(f"cannot read --edge-shape '{item}'", hint=EDGE_SHAPE_HINT)
+        label = label.strip()
+        if not EDGE_LABEL.fullmatch(label):
+            raise BadInput(
+                f"--edge-shape '{item}': the label must be a short name "
+                "(up to 32 letters, digits, '.', '_', '-')",
+                hint=EDGE_SHAPE_HINT,
+            )
+        if any(e["label"] == label for e in out):
+            raise BadInput(f"--edge-shape names the label '{label}' twice")
+        out.append({"label": label, "shapes": shapes})
+    if not out:
+        return None
+    from edgequal.agent.golden import check_edge_shapes
+
+    return check_edge_shapes(out, "--edge-shape")
 
 
 def _measurement_flags(args) -> dict:
     """The plan fields of the flags ``_add_measurement_flags`` adds (None: not given)."""
     from edgequal.agent.errors import BadInput
     from edgequal.agent.plan import parse_duration_s
+
+    from .coload_args import parse_coload
 
     def duration(text):
         return parse_duration_s(text) if text else None
@@ -412,6 +488,8 @@ def _measurement_flags(args) -> dict:
         "server_p99_ms": p99 * 1e3 if p99 is not None else None,
         "operator_profile": args.operators,
         "scenario_s": duration(args.scenario_time),
+        "coload": parse_coload(args.coload)[0],
+        "coload_rounds": args.coload_rounds,
     }
 
 
@@ -424,6 +502,7 @@ def _plan_from_args(args, profile=None) -> Plan:
         "runtime": args.runtime,
         "threads": args.threads,
         "shapes": parse_shape_args(args.shape) or None,
+        "edge_shapes": parse_edge_shape_args(args.edge_shape),
         "sustain_s": parse_duration_s(args.sustain) if args.sustain else None,
         "window_s": parse_duration_s(args.window) if args.window else None,
         **_measurement_flags(args),
@@ -449,6 +528,7 @@ def _pick_profile(args, transport, address: str):
 def cmd_qualify(args) -> int:
     import json
 
+    from .coload_args import parse_coload
     from .qualify import printable, qualify
     from .render import ProgressDisplay, print_note, print_summary, write_json
 
@@ -477,6 +557,7 @@ def cmd_qualify(args) -> int:
                 out=args.output or _default_report_path(model),
                 allow_golden_mismatch=args.allow_golden_mismatch,
                 on_notice=print_note,
+                coload_models=parse_coload(args.coload)[1],
             )
     from .nonces import NonceLedger
 
@@ -522,6 +603,7 @@ def cmd_golden_make(args) -> int:
         decision=args.decision,
         preprocessing=_declared_preprocessing(args),
         on_warning=lambda text: print_line(f"warning: {text}"),
+        edge_shapes=parse_edge_shape_args(args.edge_shape),
     )
     print_line(f"golden set {args.output} sha256 {digest}")
     return 0

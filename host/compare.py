@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .baseline import compare_latency, fingerprint_changes
+from .conditions import edge_shapes, mb
 from .policy import BASELINE_DEFAULTS
 from .report_file import ReportFile
 
@@ -125,6 +126,24 @@ def _per_shape(r: ReportFile) -> dict[str, dict]:
     return {e.get("shape"): e for e in entries}
 
 
+def _coload(r: ReportFile, shape: str) -> dict | None:
+    """The co-load measurement of one latency shape, or None (no co-load declared)."""
+    co = _get(_per_shape(r).get(shape), "coload")
+    return co if isinstance(co, dict) else None
+
+
+def _edge(r: ReportFile, label: str) -> dict | None:
+    """One edge shape's entry by its label, or None."""
+    results = _get(r.predicate, "results") or {}
+    return next((e for e in edge_shapes(results) if e.get("label") == label), None)
+
+
+def _edge_figure(r: ReportFile, label: str, *path: str) -> float | None:
+    """A figure of an edge shape that ran (a shape that did not run has none)."""
+    entry = _edge(r, label)
+    return _get(entry, *path) if entry and entry.get("ok") else None
+
+
 def _significance(cmp: dict) -> str:
     r = cmp.get("median_ratio") or {}
     verdict = cmp["verdict"]
@@ -176,6 +195,24 @@ def compare_reports(reports: list[ReportFile], settings: dict | None = None) -> 
             lambda r, s=shape: _get(_per_shape(r).get(s), "summary", "cv"),
         )
 
+    # Beside the declared co-load: the same shape's figures, and co-load / plain.
+    coload_rows: list[tuple[Row, str]] = []
+    for shape in shapes:
+        for key, label in (("p50_ms", "p50"), ("p99_ms", "p99")):
+            row = add(
+                f"co-load {label} {shape}",
+                "ms",
+                lambda r, s=shape, k=key: _get(_coload(r, s), "summary", k),
+            )
+            if key == "p50_ms":
+                coload_rows.append((row, shape))
+        for key, label in (("p50_ratio", "p50"), ("p99_ratio", "p99")):
+            add(
+                f"co-load {label} / plain {label} {shape}",
+                "×",
+                lambda r, s=shape, k=key: _get(_coload(r, s), k),
+            )
+
     for key, label, unit, better in (
         ("peak_per_s", "sustained peak", "/s", "higher"),
         ("sustained_per_s", "sustained throughput", "/s", "higher"),
@@ -221,6 +258,36 @@ def compare_reports(reports: list[ReportFile], settings: dict | None = None) -> 
 
     add("peak RSS", "MB", peak_mb)
 
+    # Edges of the input range: per label, how many ran, latency and memory.
+    labels: list[str] = []
+    for r in reports:
+        for entry in edge_shapes(_get(r.predicate, "results") or {}):
+            if entry.get("label") not in labels:
+                labels.append(entry.get("label"))
+    if labels:
+        add(
+            "edge shapes that ran",
+            "",
+            lambda r: (
+                sum(1 for e in edge_shapes(_get(r.predicate, "results") or {}) if e.get("ok"))
+                if _get(r.predicate, "results", "edge_shapes")
+                else None
+            ),
+            "higher",
+        )
+    for label in labels:
+        for key, name in (("p50_ms", "p50"), ("p99_ms", "p99")):
+            add(
+                f"edge {label} {name}",
+                "ms",
+                lambda r, lb=label, k=key: _edge_figure(r, lb, "summary", k),
+            )
+        add(
+            f"edge {label} peak RSS",
+            "MB",
+            lambda r, lb=label: mb(_edge_figure(r, lb, "peak_rss_bytes")),
+        )
+
     # The service scenarios and energy: each one's headline figure.
     for label, unit, path, better in SCENARIO_FIGURES:
         add(label, unit, lambda r, p=path: _get(r.predicate, "results", *p), better)
@@ -238,6 +305,12 @@ def compare_reports(reports: list[ReportFile], settings: dict | None = None) -> 
             entry = _per_shape(r).get(shape)
             if ref_entry and entry:
                 row.significance[i] = _significance(compare_latency(ref_entry, entry, settings))
+    for row, shape in coload_rows:
+        ref_co = _coload(reports[0], shape)
+        for i, r in enumerate(reports[1:], start=1):
+            co = _coload(r, shape)
+            if ref_co and co:
+                row.significance[i] = _significance(compare_latency(ref_co, co, settings))
     # Keep only rows with at least one value.
     rows = [row for row in rows if any(v is not None for v in row.values)]
     changes = [[]] + [fingerprint_changes(reports[0], r) for r in reports[1:]]

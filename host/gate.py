@@ -32,6 +32,7 @@ from .gate_checks import (
     status_checks,
     sustained_checks,
 )
+from .gate_conditions import coload_checks, edge_shape_checks
 from .gate_scenarios import (
     batch_checks,
     energy_checks,
@@ -125,6 +126,8 @@ def evaluate(predicate: dict, policy: Policy) -> list[Check]:
         *server_checks(results, policy),
         *operator_checks(results, policy),
         *energy_checks(results, policy),
+        *coload_checks(results, policy),
+        *edge_shape_checks(results, policy),
     ]
 
 

@@ -182,8 +182,12 @@ def cold_load_checks(results: dict, policy: Policy) -> list[Check]:
     return checks
 
 
-def _percentile_upper_ci(entry: dict, key: str) -> tuple[float | None, str, str | None]:
-    """(upper 95 % CI bound in ms, detail, why missing) for one percentile limit of a shape."""
+def percentile_upper_ci(entry: dict, key: str) -> tuple[float | None, str, str | None]:
+    """(upper 95 % CI bound in ms, detail, why missing) for one percentile limit of ``entry``.
+
+    ``entry`` holds ``summary`` (and ``samples_ns_b64`` where the report has them): a
+    latency shape, its co-load measurement, or an edge shape.
+    """
     label, q, point_key, ci_key = _PERCENTILE_KEYS[key]
     summary = entry.get("summary") or {}
     n = summary.get("count") or 0
@@ -232,7 +236,7 @@ def latency_checks(results: dict, policy: Policy) -> list[Check]:
             name = f"latency.{key}[{shape}]"
             if key in _PERCENTILE_KEYS:
                 label = _PERCENTILE_KEYS[key][0]
-                upper, detail, missing = _percentile_upper_ci(entry, key)
+                upper, detail, missing = percentile_upper_ci(entry, key)
                 checks.append(
                     limit_check(
                         "latency",

@@ -131,6 +131,7 @@ def make_golden(
     preprocessing: Mapping | None = None,
     runtime: str = "auto",
     on_warning: Callable[[str], None] | None = None,
+    edge_shapes: list[dict] | None = None,
 ) -> str:
     """Write a golden set for ``model``; returns its sha256.
 
@@ -138,11 +139,14 @@ def make_golden(
     the input, what the model expects and what the file holds. ``preprocessing`` is
     what the model was trained on, ``{"*": keys for every input, NAME: keys}``; a TOML
     beside the inputs is read under it. Each input-contract mismatch the qualification
-    would flag on this model goes to ``on_warning``.
+    would flag on this model goes to ``on_warning``. ``edge_shapes`` (``[{"label",
+    "shapes"}]``, checked by the plan's rule and against the model's declared inputs) are
+    recorded in the manifest: every qualification with this set measures them too.
     """
     model = Path(model)
     if not model.is_file():
         raise UsageError(f"model file not found: {model}")
+    edges = _checked_edge_shapes(edge_shapes)
     case_inputs = read_case_inputs(inputs) if isinstance(inputs, (str, Path)) else inputs
     if decision:
         try:
@@ -174,6 +178,7 @@ def make_golden(
             for case in cases:
                 case.outputs = rt.run(case.inputs)
             reference = rt.describe()
+        check_edge_shapes_fit(edges, rt.inputs())
     except AgentError as e:
         raise UsageError(str(e), hint=e.hint) from e
     for tol in (tolerances or {}).values():
@@ -199,8 +204,33 @@ def make_golden(
         "tolerances": tolerances or {},
         "decision": decision,
     }
+    if edges:
+        manifest["edge_shapes"] = edges
     rt.close()
     return write_golden(Path(out), manifest, cases)
+
+
+def _checked_edge_shapes(edge_shapes: list[dict] | None) -> list[dict]:
+    """``--edge-shape`` values by the plan's own rule (labels, sizes, limits); UsageError."""
+    from edgequal.agent.golden import check_edge_shapes
+
+    if not edge_shapes:
+        return []
+    try:
+        return check_edge_shapes(list(edge_shapes), "--edge-shape")
+    except AgentError as e:
+        raise UsageError(str(e), hint=e.hint) from e
+
+
+def check_edge_shapes_fit(edges: list[dict], inputs) -> None:
+    """UsageError naming an edge shape's input the model lacks, or whose declared fixed dims
+    its sizes contradict (``agent.golden.edge_shape_misfit``, the rule the worker applies)."""
+    from edgequal.agent.golden import edge_shape_misfit
+
+    for edge in edges:
+        misfit = edge_shape_misfit(edge["shapes"], inputs)
+        if misfit is not None:
+            raise UsageError(f"--edge-shape '{edge['label']}': {misfit['message']}")
 
 
 def recorded_model(golden: Path) -> dict:

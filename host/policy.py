@@ -44,7 +44,17 @@ DRIFT_METRICS: dict[str, tuple[str, str]] = {
     "max_inf_count": ("inf_count", "max"),
 }
 
-# Section -> key -> kind. "" is the top level; drift.outputs.NAME takes DRIFT_METRICS keys.
+# Limits on each edge shape (results.edge_shapes[]), for every label or one
+# (edge_shapes.labels.LABEL, which overrides the section's value).
+EDGE_SHAPE_LIMITS: dict[str, str] = {
+    "max_p50_ms": NUMBER,
+    "max_p99_ms": NUMBER,
+    "max_peak_rss_mb": NUMBER,
+    "max_rss_added_by_inference_mb": NUMBER,
+}
+
+# Section -> key -> kind. "" is the top level; drift.outputs.NAME takes DRIFT_METRICS keys,
+# edge_shapes.labels.LABEL the EDGE_SHAPE_LIMITS keys.
 SCHEMA: dict[str, dict[str, str]] = {
     "": {"name": TEXT, "description": TEXT},
     "status": {"allowed": TEXT_LIST},
@@ -94,6 +104,17 @@ SCHEMA: dict[str, dict[str, str]] = {
         "require_held_at_target": BOOL,
     },
     "operators": {"allow_cpu_fallback": BOOL, "max_cpu_fallback_nodes": INTEGER},
+    "coload": {
+        "required": BOOL,
+        "max_p50_ms": NUMBER,
+        "max_p99_ms": NUMBER,
+        "max_p50_ratio": NUMBER,
+        "max_p99_ratio": NUMBER,
+    },
+    "edge_shapes": {
+        "require_all_ran": BOOL,
+        **EDGE_SHAPE_LIMITS,
+    },
     "energy": {
         "require_rails": BOOL,
         "max_mj_per_inference": NUMBER,
@@ -112,6 +133,8 @@ SCHEMA: dict[str, dict[str, str]] = {
 
 # Sections limiting the service scenarios and energy (each its own Policy field).
 SCENARIO_SECTIONS = ("batch", "threads", "server", "operators", "energy")
+# Sections limiting the run under real conditions: declared co-load, edge shapes.
+CONDITION_SECTIONS = ("coload", "edge_shapes")
 BASELINE_DEFAULTS = {"min_effect": 0.03, "confidence": 0.95, "iterations": 1000, "seed": 0}
 DEFAULT_ALLOWED_STATUSES = ("passed", "degraded")
 COLD_LOAD_STATISTICS = ("median", "max")
@@ -152,6 +175,9 @@ class Policy:
     server: dict = field(default_factory=dict)
     operators: dict = field(default_factory=dict)
     energy: dict = field(default_factory=dict)
+    coload: dict = field(default_factory=dict)
+    edge_shapes: dict = field(default_factory=dict)
+    edge_shape_labels: dict[str, dict] = field(default_factory=dict)
 
     def to_json(self) -> dict:
         """The policy as JSON (the same sections and keys as the TOML)."""
@@ -165,8 +191,13 @@ class Policy:
             "memory",
             "baseline",
             *SCENARIO_SECTIONS,
+            "coload",
         ):
             out[section] = dict(getattr(self, section))
+        out["edge_shapes"] = {
+            **self.edge_shapes,
+            "labels": {k: dict(v) for k, v in self.edge_shape_labels.items()},
+        }
         out["drift"] = {
             **self.drift,
             "outputs": {k: dict(v) for k, v in self.drift_outputs.items()},
@@ -178,6 +209,7 @@ def _all_keys() -> list[str]:
     keys = [f"{s}.{k}" if s else k for s, ks in SCHEMA.items() for k in ks]
     keys += [s for s in SCHEMA if s]
     keys += [f"drift.outputs.NAME.{k}" for k in DRIFT_METRICS]
+    keys += [f"edge_shapes.labels.LABEL.{k}" for k in EDGE_SHAPE_LIMITS]
     return keys
 
 
@@ -250,6 +282,10 @@ def parse_policy(data: dict, where: str = "<policy>") -> Policy:
                 value = dict(value)
                 outputs = value.pop("outputs")
                 sections["drift.outputs"] = _drift_outputs(where, outputs)
+            if key == "edge_shapes" and isinstance(value, dict) and "labels" in value:
+                value = dict(value)
+                labels = value.pop("labels")
+                sections["edge_shapes.labels"] = _edge_shape_labels(where, labels)
             sections[key] = _section(where, key, value, SCHEMA[key])
         elif key in top_schema:
             top[key] = _check_value(where, key, top_schema[key], value)
@@ -292,7 +328,8 @@ def parse_policy(data: dict, where: str = "<policy>") -> Policy:
         drift_outputs=sections.get("drift.outputs", {}),
         memory=sections.get("memory", {}),
         baseline=baseline,
-        **{name: sections.get(name, {}) for name in SCENARIO_SECTIONS},
+        **{name: sections.get(name, {}) for name in SCENARIO_SECTIONS + CONDITION_SECTIONS},
+        edge_shape_labels=sections.get("edge_shapes.labels", {}),
     )
 
 
@@ -308,6 +345,20 @@ def _drift_outputs(where: str, outputs: Any) -> dict[str, dict]:
                 f"policy {where}: '{section}' must be a table of limits ([drift.outputs.{name}])"
             )
         out[name] = _section(where, section, table, schema)
+    return out
+
+
+def _edge_shape_labels(where: str, labels: Any) -> dict[str, dict]:
+    if not isinstance(labels, dict):
+        raise UsageError(f"policy {where}: 'edge_shapes.labels' must be a table of edge shapes")
+    out = {}
+    for label, table in labels.items():
+        section = f"edge_shapes.labels.{label}"
+        if not isinstance(table, dict):
+            raise UsageError(
+                f"policy {where}: '{section}' must be a table of limits ([edge_shapes.labels.{label}])"
+            )
+        out[label] = _section(where, section, table, EDGE_SHAPE_LIMITS)
     return out
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -93,6 +93,7 @@ def qualify(
     allow_golden_mismatch: bool = False,
     on_notice: Callable[[str], None] = lambda message: None,
     ledger: RunLedger | None = None,
+    coload_models: Mapping[str, Path] | None = None,
 ) -> Qualification:
     """Push, qualify, verify against the pinned key and write the envelope to ``out``.
 
@@ -105,6 +106,9 @@ def qualify(
     cancels it and waits for its signed report, which is verified and written as
     any other (``interrupted`` is set); a second Ctrl-C leaves it to the device
     and raises :class:`~edgequal.host.runs.Interrupted` naming the run.
+
+    ``coload_models`` (``{sha256: path}``) are the plan's co-load models: pushed like
+    the model, and checked against the report's subjects.
     """
     from .golden import check_golden_for_model
 
@@ -123,6 +127,9 @@ def qualify(
         sent += transport.push(model.parent / f["name"], f["sha256"]).bytes_sent
     if golden:
         sent += transport.push(golden, golden_digest).bytes_sent
+    coload_models = dict(coload_models or {})
+    for digest, path in coload_models.items():
+        sent += transport.push(Path(path), digest).bytes_sent
     on_event(
         {
             "type": "progress",
@@ -165,6 +172,7 @@ def qualify(
         interrupted = True
     on_event({"type": "phase", "phase": "signing", "state": "done"})
     artifacts = [model, *(model.parent / f["name"] for f in extra)] + ([golden] if golden else [])
+    artifacts += [Path(p) for p in coload_models.values()]
     report = verify_envelope(
         envelope, known=known, device=device_name, expected_nonce=nonce, artifacts=artifacts
     )

@@ -17,6 +17,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from .conditions import achieved_text, coload_shapes, edge_failure, edge_shapes, shapes_text
+
 # A terminal gets its own width; logs (CI) get 120 columns rather than rich's 80.
 console = Console(stderr=False, highlight=False, width=None if sys.stdout.isatty() else 120)
 err_console = Console(stderr=True, highlight=False)
@@ -53,6 +55,9 @@ STATUS_HINTS = {
     "runtime supports (the finding names the one it refused), or try another --runtime",
     "failed:runtime_unavailable": "install the runtime on the device (e.g. pip install "
     "'edgequal[litert]' or 'edgequal[onnx]'), or pick another with --runtime",
+    "failed:edge_shape_failed": "an input at the edge of its range crashed, hung or ran out "
+    "of memory: fix the model or the runtime for that shape, or drop the shape from the "
+    "production range (and from the plan or golden set)",
     "failed": "fix what the finding above names, then re-run",
     "inconclusive": "other processes interfered with the measurement: re-run on a quiet "
     "board (nothing else running)",
@@ -400,6 +405,7 @@ def print_summary(predicate: dict, device: str, report_path: str | None = None) 
         console.print(
             f"  memory: worker peak RSS {_mb(memory['peak_rss_bytes'])}, added by loading the model {_mb(memory['rss_added_by_load_bytes'])}"
         )
+    print_conditions(results)
     print_scenarios(results)
     print_energy(results.get("sustained") or {})
     for f in predicate.get("findings", []):
@@ -411,6 +417,74 @@ def print_summary(predicate: dict, device: str, report_path: str | None = None) 
     hint = status_hint(predicate)
     if hint:
         console.print(f"  [bold]to change this:[/] {esc(hint)}", soft_wrap=True)
+
+
+def print_conditions(results: dict) -> None:
+    """The run under real conditions: beside the declared co-load, and at the edge shapes."""
+    coload = results.get("coload")
+    if coload:
+        loads = ", ".join(achieved_text(e) for e in coload.get("latency") or [])
+        console.print(
+            f"  co-load ({coload.get('rounds')} rounds, plain and co-load interleaved): "
+            f"{esc(loads or ', '.join(d.get('label', '?') for d in coload.get('declared') or []))}",
+            soft_wrap=True,
+        )
+        for entry in coload_shapes(results):
+            co = entry["coload"]
+            plain, loaded = entry.get("summary") or {}, co.get("summary") or {}
+
+            def pair(key: str, ratio: str, plain=plain, loaded=loaded, co=co) -> str:
+                r = co.get(ratio)
+                times = f"×{r:.2f} of plain {_ms(plain.get(key))}" if r is not None else "no ratio"
+                return f"{_ms(loaded.get(key))} ({times})"
+
+            segments = sum(1 for s in co.get("segments") or [] if s.get("coload"))
+            line = (
+                f"  co-load {entry.get('shape')}: p50 {pair('p50_ms', 'p50_ratio')}, "
+                f"p99 {pair('p99_ms', 'p99_ratio')}; slower in {co.get('rounds_slower')} "
+                f"of {segments or coload.get('rounds')} rounds"
+            )
+            if co.get("cause") not in (None, "none"):
+                line += "; " + describe_cause(co["cause"], co.get("interference"))
+            console.print(esc(line), soft_wrap=True)
+        if (results.get("sustained") or {}).get("coload"):
+            loads = ", ".join(achieved_text(e) for e in coload.get("sustained") or [])
+            console.print(
+                f"  sustained ran beside the co-load{': ' + esc(loads) if loads else ''}",
+                soft_wrap=True,
+            )
+    edges = edge_shapes(results)
+    if edges:
+        t = Table(title="Edge shapes (each input at the edges of its range)", title_justify="left")
+        for col in ("label", "shape", "from", "runs", "p50", "p99", "peak RSS", "RSS added", ""):
+            t.add_column(col, justify="left" if col in ("label", "shape", "from", "") else "right")
+        for e in edges:
+            head = [
+                Text(str(e.get("label"))),
+                Text(shapes_text(e.get("shapes"))),
+                Text(str(e.get("source") or "—")),
+            ]
+            if e.get("ok"):
+                s = e.get("summary") or {}
+                t.add_row(
+                    *head,
+                    str(e.get("runs")),
+                    _ms(s.get("p50_ms")),
+                    _ms(s.get("p99_ms")),
+                    _mb(e.get("peak_rss_bytes")),
+                    _mb(e.get("rss_added_by_inference_bytes")),
+                    Text("ran", style="green"),
+                )
+            else:
+                t.add_row(*head, "—", "—", "—", "—", "—", Text("FAILED", style="bold red"))
+        console.print(t)
+        for e in edges:
+            if not e.get("ok"):
+                console.print(
+                    f"  [red]edge shape[/] {esc(e.get('label'))} "
+                    f"({esc(shapes_text(e.get('shapes')))}) did not run: {esc(edge_failure(e))}",
+                    soft_wrap=True,
+                )
 
 
 def print_scenarios(results: dict) -> None:

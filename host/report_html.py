@@ -8,8 +8,10 @@ Every text that comes from a report, a file name or a policy is escaped with
 
 Sections: overview with signature status, gate results, latency (histogram and CDF
 with the percentiles marked, summary table), sustained throughput, temperature and
-clock per window over time with throttle and interference windows shaded, the drift
-table with decision flips, cold load and memory, findings, the fingerprint.
+clock per window over time with throttle and interference windows shaded, the service
+scenarios and energy, the declared co-load and the edge shapes
+(``report_html_conditions.py``), the drift table with decision flips, cold load and
+memory, findings, the fingerprint.
 """
 
 from __future__ import annotations
@@ -911,6 +913,10 @@ def render_report_html(
     fig = sustained_figure(reports)
     parts += [fig or "", _sustained_table(reports)]
     parts += ["<h2>Service scenarios and energy</h2>", _scenarios_section(reports)]
+    # Imported here: the section's module draws with this module's helpers.
+    from .report_html_conditions import conditions_section
+
+    parts += ["<h2>Co-load and edge shapes</h2>", conditions_section(reports)]
     parts += ["<h2>Output drift and decision flips</h2>", _drift_section(reports)]
     parts += ["<h2>Cold load and memory</h2>", _cold_memory_section(reports)]
     parts += ["<h2>Findings</h2>", _findings_section(reports)]

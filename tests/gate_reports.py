@@ -42,8 +42,8 @@ class GateReports:
     public_key_raw: bytes
 
 
-def chain_model(path: Path, layers: int) -> Path:
-    """x float32 [1, 256] -> layers x (MatMul 256x256, Relu) -> y; fixed weights."""
+def chain_model(path: Path, layers: int, rows: int = 1) -> Path:
+    """x float32 [rows, 256] -> layers x (MatMul 256x256, Relu) -> y; fixed weights."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -62,8 +62,8 @@ def chain_model(path: Path, layers: int) -> Path:
     graph = helper.make_graph(
         nodes,
         f"chain{layers}",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, CHAIN_WIDTH])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, CHAIN_WIDTH])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, CHAIN_WIDTH])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [rows, CHAIN_WIDTH])],
         inits,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])

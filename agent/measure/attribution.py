@@ -31,6 +31,20 @@ STEAL_PRESENT = 0.02
 TOP_PROCESSES = 5
 
 
+def declared_ticks_between(a: dict, b: dict, pgid: int | None = None) -> int:
+    """CPU ticks the declared co-load (one process group, or all) used from sample ``a`` to ``b``.
+
+    Only processes read in both samples count: one that started or ended between them
+    is counted from the next pair on.
+    """
+    first, last = a.get("declared") or {}, b.get("declared") or {}
+    total = 0
+    for pid, (group, ticks) in last.items():
+        if pid in first and (pgid is None or group == pgid):
+            total += max(0, ticks - first[pid][1])
+    return total
+
+
 def _bracket(samples: Sequence[dict], t0: float, t1: float) -> tuple[dict, dict] | None:
     before = [s for s in samples if s["t"] <= t0]
     after = [s for s in samples if s["t"] >= t1]
@@ -58,7 +72,8 @@ def contention_between(
     steal_share, top_processes}``: ``worker_cpus`` CPUs the worker used on average;
     ``cpu_share`` of the time the worker was runnable, the share it ran
     (``runq_wait_share`` = 1 - that; None without schedstat); ``other_cpus`` CPUs used
-    by other processes (not the worker, not the agent); ``other_cpu_share`` that over
+    by other processes (not the worker, not the agent, not a declared co-load:
+    ``coload_cpus`` is that, when one was declared); ``other_cpu_share`` that over
     all CPUs; ``steal_share`` of all CPU time taken by a hypervisor; ``top_processes``
     ``[{name, cpu_share}]`` the busiest others, ``cpu_share`` in CPUs.
     """
@@ -84,8 +99,11 @@ def contention_between(
         agent_s = 0.0
         if a.get("agent_ticks") is not None and b.get("agent_ticks") is not None:
             agent_s = (b["agent_ticks"] - a["agent_ticks"]) / ticks_per_s
-        other_cpus = max(0.0, (busy_s - agent_s) / span - worker_cpus)
+        declared_s = declared_ticks_between(a, b) / ticks_per_s
+        other_cpus = max(0.0, (busy_s - agent_s - declared_s) / span - worker_cpus)
         out["other_cpus"] = round(other_cpus, 4)
+        if a.get("declared") is not None or b.get("declared") is not None:
+            out["coload_cpus"] = round(declared_s / span, 4)
         out["other_cpu_share"] = round(other_cpus / cpu_count, 4)
         out["steal_share"] = (
             round((b["cpu"]["steal"] - a["cpu"]["steal"]) / total, 4) if total > 0 else 0.0
@@ -108,6 +126,49 @@ def contention_between(
     out["top_processes"] = [
         {"name": name, "cpu_share": round(ticks / ticks_per_s / span, 3)} for name, ticks in top
     ]
+    return out
+
+
+def contention_over(
+    samples: Sequence[dict], segments: Sequence[dict], cpu_count: int, ticks_per_s: int
+) -> dict | None:
+    """``contention_between`` over several segments (``{t0, t1, sched_ns}``) of one condition.
+
+    The worker's CPU and run-queue wait are summed over the segments (exact: read at
+    their edges); the machine-wide figures are each segment's, weighted by its length
+    (1 Hz samples bracket a segment, so they blur into its neighbours: they count only
+    undeclared processes, which do not follow the segments). None without samples.
+    """
+    parts = []
+    for s in segments:
+        e = contention_between(samples, s["t0"], s["t1"], cpu_count, ticks_per_s, s["sched_ns"])
+        if e is not None:
+            parts.append((s["t1"] - s["t0"], s["sched_ns"], e))
+    seconds = sum(d for d, _, _ in parts)
+    if not parts or seconds <= 0:
+        return None
+    out: dict = {"span_s": round(seconds, 3), "segments": len(parts)}
+    scheds = [sched for _, sched, _ in parts]
+    if all(sched is not None for sched in scheds):
+        cpu = sum(sched[0] for sched in scheds)
+        wait = sum(sched[1] for sched in scheds)
+        out["worker_cpus"] = round(cpu / 1e9 / seconds, 4)
+        out["cpu_share"] = round(cpu / (cpu + wait), 4) if cpu + wait else None
+        out["runq_wait_share"] = round(wait / (cpu + wait), 4) if cpu + wait else None
+    else:
+        out.update(worker_cpus=None, cpu_share=None, runq_wait_share=None)
+    for key in ("other_cpus", "other_cpu_share", "steal_share", "coload_cpus"):
+        values = [(d, e.get(key)) for d, _, e in parts]
+        if all(v is not None for _, v in values):
+            out[key] = round(sum(d * v for d, v in values) / seconds, 4)
+        elif key != "coload_cpus":
+            out[key] = None
+    used: dict[str, float] = {}
+    for d, _, e in parts:
+        for p in e["top_processes"]:
+            used[p["name"]] = used.get(p["name"], 0.0) + d * p["cpu_share"]
+    top = sorted(used.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_PROCESSES]
+    out["top_processes"] = [{"name": n, "cpu_share": round(v / seconds, 3)} for n, v in top]
     return out
 
 
@@ -134,12 +195,16 @@ def interference_rise(evidence: dict | None, reference: dict | None) -> list[str
     return reasons
 
 
-def interference_present(evidence: dict | None) -> list[str]:
-    """Interference in a span judged on its own (no reference): the worker waited, or time was stolen."""
+def interference_present(evidence: dict | None, declared: bool = False) -> list[str]:
+    """Interference in a span judged on its own (no reference): the worker waited, or time was stolen.
+
+    ``declared``: the span ran beside a declared co-load, so waiting for a CPU is what
+    was measured, not interference: only undeclared processes' CPU and steal count.
+    """
     if not evidence:
         return []
     reasons = []
-    wait = evidence.get("runq_wait_share")
+    wait = None if declared else evidence.get("runq_wait_share")
     if wait is not None and wait >= RUNQ_WAIT_PRESENT:
         reasons.append(f"run-queue wait {wait:.0%} of runnable time")
     steal = evidence.get("steal_share")
@@ -179,3 +244,15 @@ def attribute_windows(windows: Sequence[dict]) -> dict:
         w["cause"] = cause
         w["cause_detail"] = detail
     return {"drops": drops, "reference_index": reference["index"]}
+
+
+def declared_cpus(
+    samples: Sequence[dict], pgids, ticks_per_s: int, seconds: float
+) -> dict[int, float] | None:
+    """CPUs each co-load process group used over the sampled span, per second of ``seconds``."""
+    if len(samples) < 2 or seconds <= 0:
+        return None
+    return {
+        pgid: declared_ticks_between(samples[0], samples[-1], pgid) / ticks_per_s / seconds
+        for pgid in pgids
+    }

@@ -24,6 +24,8 @@ import threading
 import time
 from pathlib import Path
 
+from ..measure.attribution import declared_ticks_between
+
 log = logging.getLogger(__name__)
 
 # /proc/stat's cpu line: user nice system idle iowait irq softirq steal guest guest_nice.
@@ -148,7 +150,9 @@ class ContentionSampler:
     read only while the others used at least :data:`SCAN_ABOVE_CPUS` since the previous
     sample, and at most every ``scan_every_s``; the first scan after a quiet spell is a
     baseline, so ``others`` names them from the next scan on. The first sample after
-    :meth:`start` and the last at :meth:`stop` bracket the phase.
+    :meth:`start` and the last at :meth:`stop` bracket the phase. With
+    ``declared_pgids`` a sample also holds ``declared`` ``{pid: (pgid, ticks)}``: the
+    declared co-load, counted apart from the others.
     """
 
     def __init__(
@@ -157,8 +161,14 @@ class ContentionSampler:
         proc_root: str | os.PathLike = "/proc",
         interval_s: float = 1.0,
         scan_every_s: float = SCAN_EVERY_S,
+        declared_pgids=(),
     ):
         self.proc_root = Path(proc_root)
+        # The declared co-load's process groups: their CPU is expected, so it is counted
+        # apart (``declared``) and never as other processes'. Their members are the group
+        # leaders plus whatever a scan finds in those groups.
+        self.declared_pgids = frozenset(declared_pgids)
+        self._declared_pids: dict[int, int] = {pgid: pgid for pgid in self.declared_pgids}
         self.worker_pid = worker_pid
         self.interval_s = float(interval_s)
         self.scan_every_s = float(scan_every_s)
@@ -182,6 +192,7 @@ class ContentionSampler:
         for key in ("agent_ticks", "worker_ticks"):
             if sample[key] is not None and last[key] is not None:
                 ticks -= sample[key] - last[key]
+        ticks -= declared_ticks_between(last, sample)
         return ticks / self.clock_ticks_per_s / (sample["t"] - last["t"])
 
     def sample_once(self, final: bool = False) -> dict:
@@ -200,6 +211,12 @@ class ContentionSampler:
             "others": {},
             "others_since": None,
         }
+        if self.declared_pgids:
+            sample["declared"] = {
+                pid: (pgid, ticks)
+                for pid, pgid in list(self._declared_pids.items())
+                if (ticks := _pid_ticks(self.proc_root, pid)) is not None
+            }
         with self._lock:
             last = self._samples[-1] if self._samples else None
         busy = self._others_cpus(last, sample)
@@ -211,6 +228,9 @@ class ContentionSampler:
         if busy is None or (busy >= SCAN_ABOVE_CPUS and due):
             procs = read_process_ticks(self.proc_root)
             for pid, (comm, pgrp, ticks) in procs.items():
+                if pgrp in self.declared_pgids:
+                    self._declared_pids.setdefault(pid, pgrp)
+                    continue
                 if pgrp == self.worker_pid or pid == self._agent_pid:
                     continue
                 before = self._previous.get(pid)

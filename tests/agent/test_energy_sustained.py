@@ -13,7 +13,7 @@ import threading
 import psutil
 import pytest
 from edgequal.agent.plan import make_plan
-from edgequal.agent.qualification import measure_sustained
+from edgequal.agent.sustained_phase import measure_sustained
 
 IDLE_W, BUSY_W = 1.5, 4.5
 

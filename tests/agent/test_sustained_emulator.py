@@ -14,7 +14,7 @@ import time
 
 import pytest
 from edgequal.agent.plan import make_plan
-from edgequal.agent.qualification import measure_sustained
+from edgequal.agent.sustained_phase import measure_sustained
 
 # Starts real processes (agents, sshd, the emulator) for seconds each: the fast loop skips it.
 pytestmark = pytest.mark.slow

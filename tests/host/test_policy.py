@@ -11,7 +11,7 @@ from edgequal.host.policy import BASELINE_DEFAULTS, load_policy, parse_policy
 POLICIES = Path(__file__).resolve().parents[2] / "docs" / "policies"
 
 
-@pytest.mark.parametrize("name", ["bench", "nightly", "firmware-release"])
+@pytest.mark.parametrize("name", ["bench", "nightly", "firmware-release", "product-conditions"])
 def test_the_example_policies_load(name):
     policy = load_policy(POLICIES / f"{name}.toml")
     assert policy.name
@@ -91,6 +91,11 @@ def test_gating_doc_shows_the_example_policies_as_they_are():
     blocks = re.findall(
         r"### [^\n]*\(`docs/policies/([\w-]+)\.toml`\)\n\n```toml\n(.*?)```", doc, re.S
     )
-    assert [name for name, _ in blocks] == ["bench", "nightly", "firmware-release"]
+    assert [name for name, _ in blocks] == [
+        "bench",
+        "nightly",
+        "firmware-release",
+        "product-conditions",
+    ]
     for name, text in blocks:
         assert text == (POLICIES / f"{name}.toml").read_text(), name

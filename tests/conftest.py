@@ -197,7 +197,7 @@ def emulated_rail_run(device_emulator, example_models, tmp_path_factory):
     import threading
 
     from edgequal.agent.plan import make_plan
-    from edgequal.agent.qualification import measure_sustained
+    from edgequal.agent.sustained_phase import measure_sustained
 
     root = tmp_path_factory.mktemp("emulated-board")
     emu = device_emulator.DeviceEmulator(

@@ -55,7 +55,8 @@ def chain_model():
 
 @pytest.fixture(scope="session")
 def local_agents():
-    """The tests/local_agents.py module: ``start_agent(base, name)`` on 127.0.0.1."""
+    """The tests/local_agents.py module: ``serve(state, ...)`` and ``start_agent(base, name)``,
+    the one way tests start ``edgequal-agent serve`` processes."""
     return load_test_helper("local_agents")
 
 

@@ -60,7 +60,7 @@ class ColoadSettings:
     rate_per_s: float | None = None
     share: float = 1.0
     buffer_mb: int = 64
-    report_every_s: float = 0.25
+    report_every_s: float = 0.05
 
 
 @dataclass(frozen=True)

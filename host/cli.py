@@ -11,10 +11,6 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from edgequal.agent.plan import Plan
 
 QUALIFY_EXAMPLES = """\
 examples:
@@ -332,27 +328,50 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _dispatch(args) -> int:
+    """Run the command. Its module is imported only now, so ``--help`` loads argparse alone."""
     if args.command == "demo":
+        from .cli_qualify import cmd_demo
+
         return cmd_demo(args)
     if args.command == "qualify":
+        from .cli_qualify import cmd_qualify
+
         return cmd_qualify(args)
     if args.command == "golden":
+        from .cli_qualify import cmd_golden_make
+
         return cmd_golden_make(args)
     if args.command == "verify":
+        from .cli_judge import cmd_verify
+
         return cmd_verify(args)
     if args.command == "devices":
+        from .cli_devices import cmd_devices
+
         return cmd_devices(args)
     if args.command == "runs":
+        from .cli_devices import cmd_runs
+
         return cmd_runs(args)
     if args.command == "agent":
+        from .cli_devices import cmd_agent
+
         return cmd_agent(args)
     if args.command in ("gate", "compare", "report"):
+        from .cli_judge import cmd_gate_compare_report
+
         return cmd_gate_compare_report(args)
     if args.command == "fleet":
+        from .cli_fleet import cmd_fleet
+
         return cmd_fleet(args)
     if args.command == "history":
+        from .cli_history import cmd_history
+
         return cmd_history(args)
     if args.command == "approve":
+        from .cli_fleet import _cmd_fleet_approve
+
         return _cmd_fleet_approve(args)
     raise AssertionError(args.command)
 
@@ -395,11 +414,6 @@ def _add_measurement_flags(q) -> None:
     )
 
 
-EDGE_SHAPE_HINT = (
-    "write LABEL:INPUT=DIMS[,INPUT2=DIMS], e.g. largest:image=1x3x1024x1024 or empty:tokens=1x0"
-)
-
-
 def _add_edge_shape_flag(parser, recorded: bool = False) -> None:
     """``--edge-shape``, repeatable (docs/measurement.md "Edges of the input range")."""
     parser.add_argument(
@@ -416,403 +430,7 @@ def _add_edge_shape_flag(parser, recorded: bool = False) -> None:
     )
 
 
-def parse_edge_shape_args(items: list[str]) -> list[dict] | None:
-    """``LABEL:INPUT=1x3x1024x1024[,INPUT2=1x0]`` arguments into the plan's ``edge_shapes``
-    (sizes may be 0); labels and limits are checked by the plan's own rule."""
-    from edgequal.agent.errors import BadInput
-    from edgequal.agent.plan import EDGE_LABEL
-
-    out = []
-    for item in items or []:
-        label, sep, rest = item.partition(":")
-        shapes: dict[str, list[int]] = {}
-        ok = bool(sep and label.strip() and rest)
-        for part in rest.split(",") if ok else ():
-            name, eq, dims = part.strip().partition("=")
-            try:
-                values = [int(d) for d in dims.lower().split("x")] if dims else []
-            except ValueError:
-                values = []
-            if not eq or not name or not values or any(v < 0 for v in values) or name in shapes:
-                ok = False
-                break
-            shapes[name] = values
-        if not ok:
-            raise BadInput(f"cannot read --edge-shape '{item}'", hint=EDGE_SHAPE_HINT)
-        label = label.strip()
-        if not EDGE_LABEL.fullmatch(label):
-            raise BadInput(
-                f"--edge-shape '{item}': the label must be a short name "
-                "(up to 32 letters, digits, '.', '_', '-')",
-                hint=EDGE_SHAPE_HINT,
-            )
-        if any(e["label"] == label for e in out):
-            raise BadInput(f"--edge-shape names the label '{label}' twice")
-        out.append({"label": label, "shapes": shapes})
-    if not out:
-        return None
-    from edgequal.agent.golden import check_edge_shapes
-
-    return check_edge_shapes(out, "--edge-shape")
-
-
-def _measurement_flags(args) -> dict:
-    """The plan fields of the flags ``_add_measurement_flags`` adds (None: not given)."""
-    from edgequal.agent.errors import BadInput
-    from edgequal.agent.plan import parse_duration_s
-
-    from .coload_args import parse_coload
-
-    def duration(text):
-        return parse_duration_s(text) if text else None
-
-    sizes = None
-    if args.batch_sizes:
-        try:
-            sizes = [int(b) for b in args.batch_sizes.split(",") if b.strip()]
-        except ValueError:
-            raise BadInput(
-                f"cannot read --batch-sizes '{args.batch_sizes}'", hint="write e.g. 1,2,4,8"
-            ) from None
-    p99 = duration(args.p99_bound)
-    return {
-        "providers": [p.strip() for p in args.providers.split(",") if p.strip()]
-        if args.providers
-        else None,
-        "memory_limit_mb": args.memory_limit,
-        "phase_timeout_s": duration(args.phase_timeout),
-        "batch_sizes": sizes,
-        "thread_scaling": args.thread_scaling,
-        "server": args.server,
-        "server_rate_per_s": args.server_rate,
-        "server_p99_ms": p99 * 1e3 if p99 is not None else None,
-        "operator_profile": args.operators,
-        "scenario_s": duration(args.scenario_time),
-        "coload": parse_coload(args.coload)[0],
-        "coload_rounds": args.coload_rounds,
-    }
-
-
-def _plan_from_args(args, profile=None) -> Plan:
-    """The plan: the preset, then the device profile's durations and limits, then explicit flags."""
-    from edgequal.agent.plan import make_plan, parse_duration_s, parse_shape_args
-
-    base = profile.plan_fields(args.plan) if profile is not None else {}
-    flags = {
-        "runtime": args.runtime,
-        "threads": args.threads,
-        "shapes": parse_shape_args(args.shape) or None,
-        "edge_shapes": parse_edge_shape_args(args.edge_shape),
-        "sustain_s": parse_duration_s(args.sustain) if args.sustain else None,
-        "window_s": parse_duration_s(args.window) if args.window else None,
-        **_measurement_flags(args),
-    }
-    return make_plan(args.plan, **{**base, **{k: v for k, v in flags.items() if v is not None}})
-
-
-def _pick_profile(args, transport, address: str):
-    """``--profile``, else the profile the device's fingerprint matches; none for the local agent.
-
-    The local agent is the machine you are sitting at, not a target board: its plan is
-    the preset alone unless a profile is asked for.
-    """
-    from .profiles import load_profile, match_profile
-
-    if args.profile:
-        return load_profile(args.profile)
-    if address == "local":
-        return None
-    return match_profile(transport.info().get("fingerprint") or {})
-
-
-def cmd_qualify(args) -> int:
-    import json
-
-    from .coload_args import parse_coload
-    from .qualify import printable, qualify
-    from .render import ProgressDisplay, print_note, print_summary, write_json
-
-    model = args.model
-    if not model.is_file():
-        from .errors import UsageError
-
-        raise UsageError(f"model file not found: {model}")
-    policy = _load_gate_policy(args.gate) if args.gate else None
-    _plan_from_args(args)  # refuse bad flags before connecting
-    device = _open_device_from_args(args)
-    transport, name, address = device.transport, device.name, device.address
-    with transport:
-        plan = _plan_from_args(args, _pick_profile(args, transport, address))
-        with ProgressDisplay(
-            f"qualifying {printable(model.name)} on {address}", enabled=not args.json
-        ) as display:
-            qualification = qualify(
-                transport,
-                model,
-                args.golden,
-                plan,
-                known=device.known,
-                device_name=name,
-                on_event=display.on_event,
-                out=args.output or _default_report_path(model),
-                allow_golden_mismatch=args.allow_golden_mismatch,
-                on_notice=print_note,
-                coload_models=parse_coload(args.coload)[1],
-            )
-    from .nonces import NonceLedger
-
-    NonceLedger().record(
-        qualification.report.nonce, qualification.report.run_id, qualification.envelope
-    )
-    predicate = qualification.report.predicate
-    for note in qualification.notes:
-        print_note(note)
-    if args.json:
-        write_json(json.dumps(predicate, indent=1))
-        print_note(f"signed report: {printable(qualification.path)}")
-    else:
-        print_summary(predicate, address, printable(qualification.path))
-    if policy is not None or args.html:
-        return _gate_after_qualify(args, policy, qualification.path, name, predicate)
-    from edgequal.agent.qualification import exit_code_for
-
-    if qualification.interrupted:
-        print_note(f"run {qualification.report.run_id} was cancelled; its signed report is above")
-        return 130
-    return exit_code_for(predicate["status"], predicate.get("findings", []))
-
-
-def _default_report_path(model: Path) -> Path:
-    """Where a report goes without ``-o``: the host's reports dir, never the working directory."""
-    import time
-
-    from .paths import reports_dir
-
-    return reports_dir() / f"{model.stem}-{time.strftime('%Y%m%dT%H%M%S')}.report.json"
-
-
-def cmd_golden_make(args) -> int:
-    from .golden import make_golden
-    from .render import print_line
-
-    digest = make_golden(
-        args.model,
-        args.inputs,
-        args.output,
-        outputs=args.outputs,
-        decision=args.decision,
-        preprocessing=_declared_preprocessing(args),
-        on_warning=lambda text: print_line(f"warning: {text}"),
-        edge_shapes=parse_edge_shape_args(args.edge_shape),
-    )
-    print_line(f"golden set {args.output} sha256 {digest}")
-    return 0
-
-
-def _declared_preprocessing(args) -> dict:
-    """The input-contract flags as ``{"*": keys}`` over an optional ``--preprocessing`` TOML's."""
-    from .errors import UsageError
-    from .golden import read_preprocessing_toml
-
-    def numbers(flag: str, text: str | None) -> list[float] | None:
-        if text is None:
-            return None
-        try:
-            return [float(x) for x in text.split(",")]
-        except ValueError:
-            raise UsageError(f"{flag} takes numbers separated by commas, not {text!r}") from None
-
-    resize = None
-    if args.resize is not None:
-        h, _, w = args.resize.lower().partition("x")
-        if not (h.isdigit() and w.isdigit()):
-            raise UsageError(f"--resize takes HEIGHTxWIDTH, e.g. 224x224, not {args.resize!r}")
-        resize = [int(h), int(w)]
-    flags = {
-        "layout": args.layout,
-        "range": numbers("--range", args.range),
-        "mean": numbers("--mean", args.mean),
-        "std": numbers("--std", args.std),
-        "scale": args.scale,
-        "color_order": args.color_order,
-        "resize": resize,
-    }
-    declared = read_preprocessing_toml(args.preprocessing) if args.preprocessing else {}
-    declared.setdefault("*", {}).update({k: v for k, v in flags.items() if v is not None})
-    return declared
-
-
-def cmd_verify(args) -> int:
-    from .errors import UsageError
-    from .nonces import NonceLedger
-    from .render import print_line
-    from .trust import KnownDevices
-    from .verify import verify_envelope
-
-    try:
-        envelope = args.report.read_bytes()
-    except OSError as e:
-        raise UsageError(f"cannot read report {args.report}: {e.strerror}") from e
-    report = verify_envelope(
-        envelope, known=KnownDevices(), device=args.device, artifacts=args.artifact
-    )
-    issued_here = NonceLedger().check(report.nonce, report.run_id, envelope)
-    print_line(
-        f"verified: run {report.run_id} signed by device '{report.device_name}' ({report.fingerprint}), "
-        f"status {report.status}, {len(report.subjects)} subjects"
-        + (", nonce issued by this host" if issued_here else ", nonce not issued by this host")
-    )
-    return 0
-
-
-def cmd_devices(args) -> int:
-    from .errors import UsageError
-    from .render import print_line, print_table
-    from .trust import KnownDevices
-
-    known = KnownDevices()
-    if args.devices_command == "list":
-        rows = [[e.name, " ".join(e.addresses), e.fingerprint] for e in known.list()]
-        print_table("Trusted devices", ["name", "addresses", "key fingerprint"], rows)
-        return 0
-    if args.devices_command == "show":
-        entry = known.get(args.name)
-        if entry is None:
-            raise UsageError(f"unknown device '{args.name}'", hint="edgequal devices list")
-        print_line(
-            f"{entry.name}\n  address {entry.address}\n  key ed25519 {entry.public_key_b64()}\n  fingerprint {entry.fingerprint}"
-            + "".join(f"\n  also at {a}" for a in entry.addresses[1:])
-            + (f"\n  token file {entry.token_file}" if entry.token_file else "")
-            + "".join(f"\n  {k.replace('_', ' ')} {v}" for k, v in entry.tls.items())
-        )
-        return 0
-    if args.devices_command == "forget":
-        known.forget(args.name)
-        print_line(f"forgot device '{args.name}'")
-        return 0
-    if args.devices_command == "profiles":
-        from .profiles import all_profiles
-
-        rows = [[p.name, p.description, p.architecture, str(p.cores)] for p in all_profiles()]
-        print_table("Device profiles", ["name", "description", "arch", "cores"], rows)
-        return 0
-    if args.devices_command == "trust":
-        from .devices import trust_device
-
-        entry = trust_device(
-            known, args.name, args.address, args.token_file, args.fingerprint, _tls_from_args(args)
-        )
-        print_line(f"trusted '{args.name}' at {args.address}: ed25519 key {entry.fingerprint}")
-        return 0
-    raise AssertionError(args.devices_command)
-
-
-def cmd_runs(args) -> int:
-    """``runs list|show|fetch|cancel``: runs on a device, including those a host left behind."""
-    from .render import print_line, print_table
-    from .runs import RunLedger
-
-    ledger = RunLedger()
-    device = _open_device_from_args(args)
-    with device.transport as transport:
-        if args.runs_command == "list":
-            lease = transport.info().get("lease")
-            rows = []
-            if lease:
-                rows.append([lease["run_id"], f"in progress for {lease['holder']}", ""])
-            for run in reversed(ledger.runs(device.name)):
-                if not lease or run.run_id != lease["run_id"]:
-                    rows.append([run.run_id, "started by this host", run.model])
-            print_table(f"Runs on {device.name}", ["run id", "state", "model"], rows)
-            return 0
-        run_id = args.run_id
-        if args.runs_command == "cancel":
-            transport.cancel(run_id)
-            print_line(f"run {run_id} on {device.name} is stopping; it is still signed")
-            if not args.wait:
-                return 0
-        if args.runs_command == "show":
-            lease = transport.info().get("lease")
-            if lease and lease["run_id"] == run_id:
-                print_line(
-                    f"run {run_id} on {device.name}: in progress for {lease['holder']}, "
-                    f"lease expires at unix ms {lease['expires_unix_ms']}"
-                )
-                return 0
-        report, path = _fetch_run(args, transport, device, ledger)
-        reason = report.predicate.get("reason")
-        print_line(
-            f"run {run_id} on {device.name}: {report.status}"
-            + (f" ({reason})" if reason else "")
-            + (f"; signed report written to {path}" if path else "")
-        )
-        return 0
-
-
-def _fetch_run(args, transport, device, ledger):
-    """Fetch (``--wait``: once the run ends), verify and, for fetch/cancel, write a run's report."""
-    from .nonces import NonceLedger
-    from .qualify import printable
-    from .runs import REPORT_WAIT_S, report_path_for, wait_for_report, write_report
-    from .verify import verify_envelope
-
-    run_id = args.run_id
-    wait_s = REPORT_WAIT_S if getattr(args, "wait", False) else 0
-    envelope = wait_for_report(transport, run_id, wait_s)
-    started = ledger.get(run_id)
-    report = verify_envelope(
-        envelope,
-        known=device.known,
-        device=device.name,
-        expected_run_id=run_id,
-        expected_nonce=started.nonce if started else None,
-    )
-    nonces = NonceLedger()
-    if started and not nonces.check(report.nonce, run_id, envelope):
-        nonces.record(report.nonce, run_id, envelope)
-    if args.runs_command == "show":
-        return report, None
-    path = write_report(args.output or report_path_for(run_id), envelope)
-    return report, printable(path)
-
-
-def cmd_agent(args) -> int:
-    import json
-
-    from .render import print_line, print_note
-
-    if args.agent_command == "install":
-        from .install import install_agent
-
-        result = install_agent(
-            args.url,
-            extras=tuple(x for x in args.extras.split(",") if x),
-            wheelhouse=args.wheelhouse,
-            service=args.service,
-            listen=args.listen,
-            prefix=args.prefix,
-            python=args.python,
-            device_name=args.name,
-            system_site_packages=args.system_site_packages,
-            known_hosts=args.known_hosts,
-            key_file=args.ssh_key,
-            on_step=lambda message: print_note(f"agent install: {message}"),
-        )
-        print_line(str(result))
-        return 0
-    from .install import agent_status
-
-    print_line(json.dumps(agent_status(args.target, known_hosts=args.known_hosts), indent=1))
-    return 0
-
-
-def cmd_demo(args) -> int:
-    from .demo import run_demo
-
-    return run_demo(args.out, args.sustain)
-
-
-# --- gate, compare, report html (host/gate.py, host/compare.py, host/report_html.py) ---
+# --- gate, compare, report html (host/cli_judge.py) ---
 
 
 def _add_gate_parsers(sub) -> None:
@@ -835,90 +453,7 @@ def _add_gate_parsers(sub) -> None:
     rh.add_argument("--device", help="the device that must have signed the reports")
 
 
-def _load_gate_policy(path: Path):
-    from .policy import load_policy
-
-    return load_policy(path)
-
-
-def cmd_gate_compare_report(args) -> int:
-    """``gate``: exit 0 passed, 1 failed; ``compare``/``report html``: 1 if a report did not verify."""
-    import json
-
-    from .render import print_line, write_json
-    from .report_file import load_report
-    from .trust import KnownDevices
-
-    if args.command == "gate":
-        from .gate import run_gate
-
-        policy = _load_gate_policy(args.policy)
-        result = run_gate(args.report, policy, device=args.device, baseline_path=args.baseline)
-        return _finish_gate(args, result)
-    known = KnownDevices()
-    reports = [
-        load_report(p, known=known, device=getattr(args, "device", None)) for p in args.reports
-    ]
-    if args.command == "compare":
-        from .compare import compare_reports
-        from .render import print_comparison
-
-        comparison = compare_reports(reports).to_json()
-        if args.json:
-            write_json(json.dumps(comparison, indent=1))
-        else:
-            print_comparison(comparison)
-    else:
-        from .report_html import write_report_html
-
-        write_report_html(args.output, reports)
-        print_line(f"report page {args.output}")
-    return 0 if all(r.verified for r in reports) else 1
-
-
-def _finish_gate(args, result) -> int:
-    """JUnit, page, and the verdict on the screen or as JSON; the gate's exit code."""
-    import json
-
-    from .render import print_gate_result, write_json
-
-    if getattr(args, "junit", None):
-        from .junit import write_junit
-
-        write_junit(args.junit, [result])
-    if getattr(args, "html", None):
-        from .report_file import load_report
-        from .report_html import write_report_html
-        from .trust import KnownDevices
-
-        write_report_html(
-            args.html, [load_report(result.report, known=KnownDevices())], gate=[result]
-        )
-    if args.command == "gate" and args.json:
-        write_json(json.dumps(result.to_json(), indent=1))
-    elif args.command == "gate" or not args.json:  # qualify --json keeps stdout one JSON document
-        print_gate_result(result.to_json())
-    return 0 if result.passed else 1
-
-
-def _gate_after_qualify(args, policy, report_path: Path, device_name: str, predicate) -> int:
-    """``qualify --gate POLICY`` / ``--html PAGE``: the gate decides the exit code when asked."""
-    if policy is None:
-        from edgequal.agent.qualification import exit_code_for
-
-        from .report_file import load_report
-        from .report_html import write_report_html
-        from .trust import KnownDevices
-
-        write_report_html(args.html, [load_report(report_path, known=KnownDevices())])
-        return exit_code_for(predicate["status"], predicate.get("findings", []))
-    from .gate import run_gate
-
-    result = run_gate(report_path, policy, device=device_name)
-    return _finish_gate(args, result)
-
-
-# -- fleet and history -----------------------------------------------------------
+# -- fleet and history (host/cli_fleet.py, host/cli_history.py) ------------------
 
 
 def _add_fleet_parsers(sub) -> None:
@@ -1039,289 +574,6 @@ def _add_fleet_parsers(sub) -> None:
         q.add_argument("--json", action="store_true")
     for q in (hl, ht):
         q.add_argument("--limit", type=int, default=50, help="rows (per board × model for trend)")
-
-
-def _wait_s(text: str | None) -> float | None:
-    """``--wait``: absent 0 (fail fast), bare None (no limit), else the duration."""
-    from edgequal.agent.plan import parse_duration_s
-
-    if text == "forever":
-        return None
-    return 0.0 if text is None else parse_duration_s(text)
-
-
-def _history_recorder(args, lab):
-    from .history import History
-
-    if args.no_record:
-        return None
-    url = args.history or (lab.history_url.read("lab history_url") if lab.history_url else None)
-    history = History.open(url)
-    return lambda path, device: history.record_file(path, device=device)
-
-
-def _run_fleet(lab, models, options, args, title: str, **kwargs) -> int:
-    from .fleet import FleetRunner
-    from .render import FleetMatrix, print_note, print_table
-
-    notes = kwargs.pop("notes", None)
-    runner = FleetRunner(lab, models, options, record_report=_history_recorder(args, lab), **kwargs)
-    matrix = FleetMatrix(
-        title, [m.name for m in models], list(dict.fromkeys(r.device for r in runner.result.runs))
-    )
-    runner.on_change = matrix.on_change
-    runner.result.notes = notes or {}
-    with matrix:
-        result = runner.run()
-    rows = [
-        [r.model, r.device, r.state, str(r.attempts), r.gate_summary or "", r.error or ""]
-        for r in result.runs
-    ]
-    print_table(title, ["model", "device", "state", "attempts", "gate", "error"], rows)
-    print_note(f"reports, index.json, junit.xml and index.html in {options.out_dir}")
-    return result.exit_code()
-
-
-def cmd_fleet(args) -> int:
-    if args.fleet_command == "approve":
-        return _cmd_fleet_approve(args)
-    if args.fleet_command == "health":
-        return _cmd_fleet_health(args)
-    if args.fleet_command == "requalify":
-        return _cmd_fleet_requalify(args)
-    from edgequal.agent.plan import parse_duration_s
-
-    from .fleet import FleetOptions
-    from .health import HealthState, default_health_path
-    from .inventory import load_lab, load_models, parse_tags
-
-    lab = load_lab(args.lab)
-    models = load_models(args.models)
-    wait_s = _wait_s(args.wait)
-    unhealthy = HealthState.load(args.health_file or default_health_path(lab)).unhealthy()
-    overrides = {"sustain_s": parse_duration_s(args.sustain)} if args.sustain else {}
-    options = FleetOptions(
-        out_dir=args.out,
-        tags=parse_tags(args.tags),
-        plan=args.plan,
-        plan_overrides=overrides,
-        resume=args.resume,
-        policy_path=args.gate,
-        wait_s=wait_s,
-        retries=max(0, args.retries),
-        lease_ttl_s=lab.lease_ttl_s,
-        unhealthy=unhealthy,
-    )
-    return _run_fleet(lab, models, options, args, f"fleet {lab.name}")
-
-
-def _cmd_fleet_health(args) -> int:
-    """``fleet health``: 0 every board healthy, 1 any unhealthy."""
-    import json
-
-    from .health import check_health, default_health_path
-    from .inventory import load_lab, parse_tags
-    from .render import print_note, print_table, write_json
-
-    lab = load_lab(args.lab)
-    state_path = args.health_file or default_health_path(lab)
-    checks = check_health(
-        lab,
-        state_path,
-        args.out,
-        tags=parse_tags(args.tags),
-        accept=args.accept,
-        wait_s=_wait_s(args.wait),
-        retries=max(0, args.retries),
-    )
-    if args.json:
-        write_json(json.dumps([c.to_json() for c in checks], indent=1, default=str))
-    else:
-        rows = []
-        for c in checks:
-            clock = c.clock or {}
-            offset = clock.get("offset_s")
-            rows.append(
-                [
-                    c.device,
-                    "healthy" if c.healthy else "UNHEALTHY",
-                    c.status or "",
-                    c.agent_version or "",
-                    ""
-                    if not clock
-                    else ("synced" if clock.get("synced") else "UNSYNCED")
-                    + ("" if offset is None else f" ({offset:+.1f} s)"),
-                    _disk_text(c.disk),
-                    c.temp_at_rest_c
-                    if isinstance(c.temp_at_rest_c, str)
-                    else f"{c.temp_at_rest_c:.1f} °C",
-                    (c.key_fingerprint or "")[:23],
-                    "; ".join(c.reasons),
-                ]
-            )
-        columns = [
-            "device",
-            "health",
-            "check",
-            "agent",
-            "clock",
-            "disk",
-            "temp at rest",
-            "key",
-            "why",
-        ]
-        print_table(f"health {lab.name}", columns, rows)
-        print_note(f"health state: {state_path}")
-    return 0 if all(c.healthy for c in checks) else 1
-
-
-def _disk_text(disk: dict) -> str:
-    parts = []
-    if disk.get("free_bytes"):
-        parts.append(f"{disk['free_bytes'] / 2**30:.1f} GiB free")
-    quota = disk.get("quota_bytes")
-    parts.append(f"quota {quota / 2**30:.1f} GiB" if quota else "no quota")
-    if disk.get("max_artifact_bytes"):
-        parts.append(f"artifacts ≤ {disk['max_artifact_bytes'] / 2**20:.0f} MiB")
-    return ", ".join(parts)
-
-
-def _cmd_fleet_approve(args) -> int:
-    from .render import print_note
-    from .requalify import approve
-
-    name, device = approve(args.report, args.model, args.golden, args.into, name=args.name)
-    print_note(f"approved {name} on {device} in {args.into}")
-    return 0
-
-
-def _cmd_fleet_requalify(args) -> int:
-    from .fleet import FleetOptions
-    from .inventory import load_lab
-    from .render import print_note
-    from .requalify import plan_requalification
-
-    lab = load_lab(args.lab)
-    _load_gate_policy(args.policy)  # a bad policy is refused even when nothing runs
-    plan = plan_requalification(args.approved, lab, every=args.all)
-    for u in plan.unchanged:
-        print_note(f"{u['model']} on {u['device']}: firmware and runtime unchanged; not re-run")
-    for key, changes in plan.changes.items():
-        what = ", ".join(f"{c['field']}: {c['approved']} → {c['now']}" for c in changes)
-        print_note(f"{key}: {what or 're-run'}")
-    if not plan.runs:
-        print_note("nothing changed since the approvals: nothing to re-qualify")
-        return 0
-    from .health import HealthState, default_health_path
-
-    options = FleetOptions(
-        out_dir=args.out,
-        policy_path=args.policy,
-        wait_s=_wait_s(args.wait),
-        retries=max(0, args.retries),
-        lease_ttl_s=lab.lease_ttl_s,
-        # A drifted board is what a re-qualification is for; one that fails its check is not.
-        unhealthy=HealthState.load(args.health_file or default_health_path(lab)).unhealthy(
-            drift=False
-        ),
-    )
-    notes = {"changes": plan.changes, "unchanged": plan.unchanged}
-    return _run_fleet(
-        lab, plan.models, options, args, f"requalify {lab.name}", pairs=plan.runs, notes=notes
-    )
-
-
-def cmd_history(args) -> int:
-    import json
-
-    from .history import History
-    from .render import print_note, print_table, write_json
-
-    history = History.open(args.db)
-    if args.history_command == "record":
-        from .trust import KnownDevices
-
-        known = KnownDevices()
-        added = sum(
-            1 for p in args.reports if history.record_file(p, device=args.device, known=known)
-        )
-        print_table("recorded", ["reports", "new"], [[str(len(args.reports)), str(added)]])
-        return 0
-    if args.history_command == "show":
-        return _history_show(history, args)
-    if args.history_command == "list":
-        rows = history.list(device=args.device, model=args.model, limit=args.limit)
-        if args.json:
-            write_json(json.dumps(rows, indent=1, default=str))
-            return 0
-        print_table(f"history ({history.url_for_display})", _HISTORY_COLUMNS, _history_rows(rows))
-        return 0
-    trends = history.trends(device=args.device, model=args.model, limit=args.limit)
-    if args.html:
-        from .history_page import write_trend_page
-
-        write_trend_page(args.html, trends, source=history.url_for_display)
-    if args.json:
-        payload = [{"device": d, "model": m, "runs": rows} for (d, m), rows in trends.items()]
-        write_json(json.dumps(payload, indent=1, default=str))
-    else:
-        if not trends:
-            print_note("no recorded runs match")
-        for (device, model), rows in trends.items():
-            print_table(
-                f"{model} on {device}", _HISTORY_COLUMNS + ["changed"], _history_rows(rows, True)
-            )
-    if args.html:
-        print_note(f"trend page: {args.html}")
-    return 0
-
-
-_HISTORY_COLUMNS = ["measured", "device", "model", "status", "p50 ms", "p99 ms", "runtime", "run"]
-
-
-def _history_rows(rows: list[dict], changes: bool = False) -> list[list[str]]:
-    table = []
-    for r in rows:
-        line = [
-            str(r["measured_at"])[:19],
-            r["device"],
-            r["model_name"],
-            r["status"],
-            "" if r["p50_ms"] is None else f"{r['p50_ms']:.3f}",
-            "" if r["p99_ms"] is None else f"{r['p99_ms']:.3f}",
-            f"{r['runtime'] or ''} {r['runtime_version'] or ''}".strip(),
-            r["run_id"],
-        ]
-        if changes:
-            line.append(", ".join(r.get("changes", [])))
-        table.append(line)
-    return table
-
-
-def _history_show(history, args) -> int:
-    """``history show``: one run's row, and its stored envelope verified again here."""
-    import json
-
-    from .errors import HostError, UsageError
-    from .render import print_table, write_json
-    from .trust import KnownDevices
-    from .verify import verify_envelope
-
-    row = history.show(args.run_id, device=args.device, model=args.model)
-    if row is None:
-        raise UsageError("no recorded run matches", hint="edgequal history list")
-    envelope = row.pop("envelope")
-    try:
-        verify_envelope(envelope, known=KnownDevices(), device=row["device"])
-        row["signature"] = "verified against the pinned key"
-    except HostError as e:
-        row["signature"] = f"not verified here: {e}"
-    if args.json:
-        write_json(json.dumps(row, indent=1, default=str))
-        return 0
-    fields = [[k, "" if v is None else str(v)] for k, v in row.items() if k != "id"]
-    print_table(f"run {row['run_id']} on {row['device']}", ["field", "value"], fields)
-    return 0
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from .report_html import _CSS, _e, _figure, _num, _png, _status, _table
+from .report_html_parts import _CSS, _e, _figure, _num, _png, _status, _table
 
 CHANGE_LABELS = {
     "firmware": "firmware",

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from .conditions import coload_shapes, edge_failure, edge_shapes, mb, shapes_text
 from .report_file import ReportFile
-from .report_html import _COLORS, _e, _figure, _get, _label, _num, _png, _table
+from .report_html_parts import _COLORS, _e, _figure, _get, _label, _num, _png, _table
 
 
 def _results(r: ReportFile) -> dict:

@@ -121,7 +121,7 @@ def bare_p50_us(path: Path, threads: int, seconds: float) -> tuple[float, int]:
 def agent_call(path: Path, threads: int):
     """The agent's loop body: its runtime adapter's ``bind`` on the worker's inputs."""
     from edgequal.agent.runtimes import RuntimeOptions, runtime_class, runtime_for
-    from edgequal.agent.worker import synthesize_inputs
+    from edgequal.agent.worker_io import synthesize_inputs
 
     rt = runtime_class(runtime_for(path))(RuntimeOptions(threads=threads))
     rt.load(path)
@@ -134,7 +134,7 @@ def interleaved_us(path: Path, threads: int, seconds: float, chunk_s: float = 0.
     Short alternating chunks put both under the same machine load, so this isolates
     what the agent's timing loop and runtime set-up add, without the worker process.
     """
-    from edgequal.agent.worker import time_loop_ns
+    from edgequal.agent.measure.latency import time_loop_ns
 
     bare, agent = bare_call(path, threads), agent_call(path, threads)
     warm(bare)

@@ -75,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     from edgequal.agent.measure.server import poisson_arrivals_s, run_open_loop, score_run
     from edgequal.agent.runtimes.base import RuntimeOptions
     from edgequal.agent.runtimes.onnxruntime import OnnxRuntime
-    from edgequal.agent.worker import _wait_until, synthesize_inputs
+    from edgequal.agent.worker_io import synthesize_inputs
+    from edgequal.agent.worker_scenarios import wait_until as _wait_until
     from edgequal.host.examples import build_example
 
     t_start = time.monotonic()

@@ -158,3 +158,59 @@ def test_bad_coload_flags_exit_2_with_one_line(example_models, capsys, flag, mes
     )
     err = capsys.readouterr().err
     assert rc == 2 and message in err
+
+
+@pytest.mark.slow
+def test_over_ssh_the_co_load_model_is_pushed_run_and_a_subject(
+    sshd_server, agent_cmd, example_models, tmp_path, quick_plan
+):
+    """Over SSH (real sshd on 127.0.0.1, run-plan): the co-load model is pushed by digest,
+    runs beside the latency loop and is a subject; an unnamed command is refused."""
+    from edgequal.agent.keys import load_or_create_device_key
+    from edgequal.host.transport.ssh import SSHTransport
+
+    state = tmp_path / "agent-state"
+    _configure_spin(state)
+    decls, models = parse_coload([f"model:{example_models['classifier']}"])
+    transport = SSHTransport(
+        sshd_server.url,
+        known_hosts=sshd_server.known_hosts,
+        key_file=sshd_server.client_key,
+        agent_cmd=agent_cmd,
+        state_dir=str(state),
+        step_timeout_s=30,
+        allow_agent=False,
+        look_for_keys=False,
+    )
+    with transport:
+        key = load_or_create_device_key(state)
+        known = KnownDevices(tmp_path / "known_devices")
+        known.trust("sshboard", transport.address, key.public_key_raw())
+        q = qualify(
+            transport,
+            example_models["micro"],
+            None,
+            quick_plan(coload=decls, coload_rounds=2),
+            known=known,
+            device_name="sshboard",
+            coload_models=models,
+        )
+        with pytest.raises(Exception) as refused:
+            qualify(
+                transport,
+                example_models["micro"],
+                None,
+                quick_plan(coload=[{"kind": "command", "name": "camera"}]),
+                known=known,
+                device_name="sshboard",
+            )
+    assert "co-load command 'camera' is not in this agent's configuration" in str(refused.value)
+    assert "spin" in str(refused.value)
+    p = q.report.predicate
+    assert p["status"] in MEASURED_STATUSES, p["reason"]
+    subjects = {s["name"]: s["sha256"] for s in q.report.subjects}
+    assert subjects["coload/classifier.onnx"] == next(iter(models))
+    (ran,) = p["results"]["coload"]["latency"]
+    assert ran["label"] == "model:classifier.onnx" and ran["achieved"]["value"] > 1
+    # Only the first run was measured: the refused one left no run behind.
+    assert len(list((state / "reports").glob("*.dsse.json"))) == 1

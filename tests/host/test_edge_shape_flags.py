@@ -63,7 +63,7 @@ def test_edge_shape_flag_errors_are_one_line_exit_2(command, value, message, tmp
 
 
 def test_edge_shape_flags_become_the_plans_edge_shapes(tmp_path):
-    from edgequal.host.cli import parse_edge_shape_args
+    from edgequal.host.cli_qualify import parse_edge_shape_args
 
     assert parse_edge_shape_args([]) is None
     assert parse_edge_shape_args(["largest:image=1x3x1024x1024,mask=1X0", "empty:tokens=1x0"]) == [

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 from edgequal.host.cli import main as edgequal_main
 from edgequal.host.report_file import ReportFile, load_report
-from edgequal.host.report_html import render_report_html, window_cause
+from edgequal.host.report_html import render_report_html
+from edgequal.host.report_html_plots import window_cause
 
 
 def _chromium() -> str:

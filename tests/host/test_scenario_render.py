@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from edgequal.agent.errors import BadInput
 from edgequal.host import render
-from edgequal.host.cli import _parser, _plan_from_args
+from edgequal.host.cli import _parser
+from edgequal.host.cli_qualify import _plan_from_args
 
 
 def _qualify_args(*flags):

@@ -1,0 +1,105 @@
+"""The report page's building blocks, shared by its sections and the history's trend page:
+escaping, numbers, tables, status colours, the style sheet, and a matplotlib figure
+turned into an inline PNG."""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from collections.abc import Sequence
+from typing import Any
+
+_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
+
+
+_STATUS_COLORS = {
+    "passed": "#1a7f37",
+    "degraded": "#9a6700",
+    "failed": "#cf222e",
+    "inconclusive": "#bc4c00",
+    "incomplete": "#8250df",
+}
+
+
+_CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px;color:#1f2328;
+background:#fff;max-width:1280px}
+h1{font-size:22px;margin:0 0 4px}h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #d0d7de;
+padding-bottom:4px}h3{font-size:15px;margin:16px 0 6px}
+table{border-collapse:collapse;margin:6px 0 12px;font-size:13px}
+th,td{border:1px solid #d0d7de;padding:3px 8px;text-align:left;vertical-align:top}
+th{background:#f6f8fa}td.num{text-align:right;font-variant-numeric:tabular-nums}
+.pass{color:#1a7f37;font-weight:600}.fail{color:#cf222e;font-weight:600}.retry{color:#bc4c00;font-weight:600}
+.banner{padding:8px 12px;border-radius:6px;margin:8px 0;font-weight:600}
+.bad{background:#ffebe9;border:1px solid #cf222e;color:#82071e}
+.good{background:#dafbe1;border:1px solid #1a7f37;color:#116329}
+.warn{background:#fff8c5;border:1px solid #9a6700;color:#633c01}
+.diff{background:#fff8c5}.muted{color:#656d76}img.plot{max-width:100%;border:1px solid #d0d7de}
+"""
+
+
+def _e(value: Any) -> str:
+    """Escaped text of any value; None as an em dash."""
+    if value is None:
+        return "—"
+    return html.escape(str(value), quote=True)
+
+
+def _num(value: Any, fmt: str = "{:.4g}", unit: str = "") -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    try:
+        text = fmt.format(value)
+    except (TypeError, ValueError):
+        text = str(value)
+    return _e(f"{text} {unit}".rstrip())
+
+
+def _get(d: Any, *path: str) -> Any:
+    for key in path:
+        if not isinstance(d, dict):
+            return None
+        d = d.get(key)
+    return d
+
+
+def _table(
+    headers: Sequence[str], rows: Sequence[Sequence[str]], numeric: Sequence[bool] = ()
+) -> str:
+    """A table; ``rows`` cells are already-escaped HTML."""
+    head = "".join(f"<th>{_e(h)}</th>" for h in headers)
+    body = []
+    for row in rows:
+        cells = []
+        for i, cell in enumerate(row):
+            cls = ' class="num"' if i < len(numeric) and numeric[i] else ""
+            cells.append(f"<td{cls}>{cell}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def _status(status: Any) -> str:
+    color = _STATUS_COLORS.get(str(status), "#1f2328")
+    return f'<span style="color:{color};font-weight:600">{_e(status)}</span>'
+
+
+def _label(i: int) -> str:
+    return _e(chr(65 + i))
+
+
+def _figure(width_in: float, height_in: float, rows: int = 1, cols: int = 1, sharex=False):
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width_in, height_in), dpi=100, layout="constrained")
+    axes = fig.subplots(rows, cols, sharex=sharex, squeeze=False)
+    return fig, axes
+
+
+def _png(fig, alt: str) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    data = base64.b64encode(buf.getvalue()).decode("ascii")
+    return f'<img class="plot" alt="{_e(alt)}" src="data:image/png;base64,{data}">'

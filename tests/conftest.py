@@ -55,7 +55,8 @@ def chain_model():
 
 @pytest.fixture(scope="session")
 def local_agents():
-    """The tests/local_agents.py module: ``start_agent(base, name)`` on 127.0.0.1."""
+    """The tests/local_agents.py module: ``serve(state, ...)`` and ``start_agent(base, name)``,
+    the one way tests start ``edgequal-agent serve`` processes."""
     return load_test_helper("local_agents")
 
 
@@ -168,6 +169,68 @@ def golden_sets(tmp_path_factory, example_models) -> dict[str, Path]:
         sets[name] = out / f"{name}.npz"
         make_golden(example_models[name], cases, sets[name], decision=EXAMPLES[name].decision_rule)
     return sets
+
+
+@pytest.fixture(scope="session")
+def device_emulator():
+    """scripts/device_emulator.py (a script, not a package module), imported once."""
+    name = "_edgequal_tests_device_emulator"
+    if name not in sys.modules:
+        path = TESTS_DIR.parent / "scripts" / "device_emulator.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+@pytest.fixture(scope="session")
+def emulated_rail_run(device_emulator, example_models, tmp_path_factory):
+    """One real sustained run (``measure_sustained``, the production path) on the device
+    emulator, shared by the tests that only read it: ``(result, emulator)``.
+
+    The mid model, one thread, 10 s in 2 s windows after 2 s of idle power. The emulated
+    board has INA3221 rails that read 1.5 W at rest and 4 W more per CPU the worker uses,
+    and heats 4 °C per CPU second from 40 °C (cool rate 0.05) towards a trip point at
+    150 °C that it cannot reach: with one CPU it levels off at 40 + 4 / 0.05 = 120 °C.
+    The emulator's log (``emulator.log``) holds every tick's watts.
+    """
+    import threading
+
+    from edgequal.agent.plan import make_plan
+    from edgequal.agent.sustained_phase import measure_sustained
+
+    root = tmp_path_factory.mktemp("emulated-board")
+    emu = device_emulator.DeviceEmulator(
+        root,
+        os.getpid(),
+        ambient_c=40.0,
+        trip_c=150.0,
+        heat_c_per_cpu_s=4.0,
+        cool_rate=0.05,
+        throttle_duty=0.5,
+        period_s=0.25,
+        rails="ina3221",
+        idle_w=1.5,
+        w_per_cpu=4.0,
+    )
+    plan = make_plan(
+        "quick", threads=1, sustain_s=10.0, window_s=2.0, cooldown=False, idle_power_s=2.0
+    )
+    findings: list = []
+    with emu:
+        result = measure_sustained(
+            example_models["mid"],
+            None,
+            plan,
+            "onnxruntime",
+            root,
+            lambda e: None,
+            threading.Event(),
+            findings,
+        )
+    assert not findings, findings
+    return result, emu
 
 
 QUICK_TEST_PLAN = {

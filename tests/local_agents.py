@@ -1,40 +1,89 @@
-"""Real ``edgequal-agent serve`` processes on 127.0.0.1, each with its own state directory.
+"""Real ``edgequal-agent serve`` processes, each with its own state directory: the one way
+the tests start an agent process.
 
-Loaded with ``load_test_helper("local_agents")`` by the lease and fleet tests.
+Loaded with ``load_test_helper("local_agents")`` (the ``local_agents`` fixture of
+tests/conftest.py); tests/host/conftest.py's ``start_agent`` fixture wraps :func:`serve`.
+
+- :func:`serve`: ``edgequal-agent --state-dir STATE serve --listen HOST:0`` with the
+  options a test asks for (``--root``, ``--token-file``, ``--debug``, anything else).
+- :func:`start_agent`: the same with the state under ``base/name`` (the fleet tests).
 """
 
 from __future__ import annotations
 
+import base64
 import datetime
+import os
 import re
+import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 _RUN_LINE = re.compile(r"^(\S+ \S+) INFO edgequal\.agent\.server: run (\S+) (started|ended)")
 
+AGENT = [sys.executable, "-m", "edgequal.agent.cli"]
+"""The agent's command line, run by the interpreter running the tests."""
+
 
 @dataclass
 class LocalAgent:
-    """One started agent: its process, address, state directory."""
+    """One started agent: its process, address, port, state directory and log file.
+
+    The log holds the process's stdout and stderr (with ``debug``, every authorized call).
+    """
 
     proc: subprocess.Popen
     address: str
+    port: int
     state_dir: Path
+    log_path: Path
+    new_session: bool = False
+
+    @property
+    def state(self) -> Path:
+        """The agent's state directory (``state_dir``)."""
+        return self.state_dir
+
+    def log(self) -> str:
+        """What the agent wrote so far."""
+        return self.log_path.read_text(errors="replace")
+
+    def public_key_raw(self) -> bytes:
+        """The device key's raw public bytes, as the agent stored them."""
+        return base64.b64decode((self.state_dir / "device_key.pub").read_text())
 
     def stop(self) -> None:
-        """Terminate it (kill when it does not stop) and wait."""
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+        """SIGTERM (the whole session when it has its own), SIGKILL after 10 s; then wait."""
+        if self.proc.poll() is not None:
+            return
+        self._signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._signal(signal.SIGKILL)
+            self.proc.wait(timeout=10)
 
-    log_path: Path | None = None
+    def _signal(self, sig: int) -> None:
+        try:
+            if self.new_session:
+                os.killpg(self.proc.pid, sig)
+            else:
+                self.proc.send_signal(sig)
+        except ProcessLookupError:
+            pass
+
+    def stored_files(self) -> list[str]:
+        """Every artifact (committed or partial) and report the agent holds."""
+        found = []
+        for sub in ("artifacts", "reports", "runs"):
+            root = self.state_dir / sub
+            if root.exists():
+                found += [str(p) for p in root.rglob("*") if p.is_file()]
+        return found
 
     def run_records(self) -> list[Path]:
         """The signed reports the agent stored (one per qualification it ran)."""
@@ -44,7 +93,7 @@ class LocalAgent:
     def run_intervals(self) -> list[tuple[datetime.datetime, datetime.datetime]]:
         """(start, end) of every run, from the agent's own log ("run R started" / "ended")."""
         starts, ends = {}, {}
-        for line in self.log_path.read_text().splitlines():
+        for line in self.log().splitlines():
             m = _RUN_LINE.match(line)
             if m:
                 when = datetime.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f")
@@ -52,37 +101,56 @@ class LocalAgent:
         return sorted((starts[r], ends[r]) for r in starts if r in ends)
 
 
-def start_agent(base: Path, name: str) -> LocalAgent:
-    """Start ``edgequal-agent serve --listen 127.0.0.1:0`` with state under ``base/name``."""
-    state = base / name / "state"
-    port_file = base / name / "port"
-    port_file.parent.mkdir(parents=True, exist_ok=True)
-    log = open(base / name / "agent.log", "wb")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "edgequal.agent.cli",
-            "--state-dir",
-            str(state),
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--port-file",
-            str(port_file),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=log,
-    )
-    log.close()
-    deadline = time.monotonic() + 60
-    while not port_file.exists():
+def serve(
+    state: Path,
+    *,
+    root: Path | None = None,
+    token_file: Path | None = None,
+    args: Sequence[str] = (),
+    debug: bool = False,
+    host: str = "127.0.0.1",
+    wrapper: Sequence[str] = (),
+    new_session: bool = False,
+    env: dict | None = None,
+    start_timeout_s: float = 60.0,
+) -> LocalAgent:
+    """Start ``edgequal-agent --state-dir STATE serve --listen HOST:0`` and wait for its port.
+
+    ``root``: ``--root`` (the probe root, a board's sysfs tree); ``token_file``:
+    ``--token-file``; ``args``: any other ``serve`` options; ``debug``: ``--debug``.
+    ``wrapper`` goes in front of the command (e.g. ``ip netns exec NS``); ``new_session``
+    starts it in its own session, so :meth:`LocalAgent.stop` (or ``os.killpg``) reaches
+    its workers too. The log is ``STATE.log`` beside the state directory.
+    """
+    state = Path(state)
+    state.parent.mkdir(parents=True, exist_ok=True)
+    port_file = state.parent / f"{state.name}.port"
+    port_file.unlink(missing_ok=True)  # an agent that ran on this state before
+    log_path = state.parent / f"{state.name}.log"
+    command = [*wrapper, *AGENT, *(["--debug"] if debug else []), "--state-dir", str(state)]
+    command += ["serve", "--listen", f"{host}:0", "--port-file", str(port_file)]
+    if root is not None:
+        command += ["--root", str(root)]
+    if token_file is not None:
+        command += ["--token-file", str(token_file)]
+    command += list(args)
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, start_new_session=new_session, env=env
+        )
+    deadline = time.monotonic() + start_timeout_s
+    while not (port_file.exists() and port_file.read_text().strip()):
         if proc.poll() is not None:
-            raise RuntimeError((base / name / "agent.log").read_text())
+            raise RuntimeError(f"agent on {state} exited {proc.returncode}: {log_path.read_text()}")
         if time.monotonic() > deadline:
             proc.kill()
-            raise RuntimeError(f"agent {name} did not start in 60 s")
+            proc.wait(timeout=10)
+            raise RuntimeError(f"agent on {state} did not start in {start_timeout_s:g} s")
         time.sleep(0.05)
-    return LocalAgent(
-        proc, f"grpc://127.0.0.1:{port_file.read_text().strip()}", state, base / name / "agent.log"
-    )
+    port = int(port_file.read_text())
+    return LocalAgent(proc, f"grpc://{host}:{port}", port, state, log_path, new_session)
+
+
+def start_agent(base: Path, name: str, **options) -> LocalAgent:
+    """:func:`serve` with the state directory ``base/name/state``."""
+    return serve(Path(base) / name / "state", **options)

@@ -55,31 +55,6 @@ def one_line_error(proc: subprocess.CompletedProcess) -> str:
     return errors[0]
 
 
-def start_serve(state: Path, tmp_path: Path, *extra: str) -> tuple[subprocess.Popen, int]:
-    port_file = tmp_path / f"port-{time.monotonic_ns()}"
-    proc = subprocess.Popen(
-        agent_cmd(state, "serve", "--listen", "127.0.0.1:0", "--port-file", str(port_file), *extra),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    deadline = time.monotonic() + 30
-    while not port_file.exists():
-        assert proc.poll() is None, proc.stderr.read()
-        assert time.monotonic() < deadline, "agent did not start"
-        time.sleep(0.05)
-    return proc, int(port_file.read_text())
-
-
-def stop(proc: subprocess.Popen) -> None:
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
 def info_over_grpc(port: int) -> pb.InfoResponse:
     with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
         return pb_grpc.AgentStub(channel).Info(pb.InfoRequest(), timeout=10)
@@ -115,9 +90,12 @@ def predicate_of(envelope: bytes) -> dict:
 
 
 @pytest.mark.slow
-def test_a_second_agent_on_one_state_directory_refuses_and_the_first_keeps_serving(tmp_path):
+def test_a_second_agent_on_one_state_directory_refuses_and_the_first_keeps_serving(
+    tmp_path, local_agents
+):
     state = tmp_path / "state"
-    first, port = start_serve(state, tmp_path)
+    first = local_agents.serve(state)
+    port = first.port
     try:
         second = subprocess.run(
             agent_cmd(state, "serve", "--listen", "127.0.0.1:0"),
@@ -127,7 +105,10 @@ def test_a_second_agent_on_one_state_directory_refuses_and_the_first_keeps_servi
         )
         assert second.returncode == 3
         line = one_line_error(second)
-        assert f"another agent (pid {first.pid}, edgequal-agent serve) is using the state " in line
+        assert (
+            f"another agent (pid {first.proc.pid}, edgequal-agent serve) is using the state "
+            in line
+        )
         assert "its own --state-dir" in line
         # run-plan hands its plan to the serving agent, which refuses an unknown model.
         plan = plan_file(tmp_path, "a" * 64, {})
@@ -137,23 +118,26 @@ def test_a_second_agent_on_one_state_directory_refuses_and_the_first_keeps_servi
         assert not (state / "runs").exists() or not any((state / "runs").iterdir())
         # The lock file says where the running agent listens, for a second local host.
         holder = json.loads((state / "agent.lock").read_text())
-        assert (holder["pid"], holder["command"], holder["port"]) == (first.pid, "serve", port)
+        assert (holder["pid"], holder["command"], holder["port"]) == (first.proc.pid, "serve", port)
         assert holder["lease"] is None
         assert info_over_grpc(port).protocol == PROTOCOL
     finally:
-        stop(first)
+        first.stop()
     # Once the first has gone, the state directory is free again.
-    again, port = start_serve(state, tmp_path)
+    again = local_agents.serve(state)
     try:
         assert (
-            info_over_grpc(port).key_fingerprint == load_or_create_device_key(state).fingerprint()
+            info_over_grpc(again.port).key_fingerprint
+            == load_or_create_device_key(state).fingerprint()
         )
     finally:
-        stop(again)
+        again.stop()
 
 
 @pytest.mark.slow
-def test_run_plan_beside_a_serving_agent_runs_through_it(tmp_path, example_models, quick_plan):
+def test_run_plan_beside_a_serving_agent_runs_through_it(
+    tmp_path, local_agents, example_models, quick_plan
+):
     """An agent installed as a service holds the state directory: an SSH host's run-plan
     hands its plan to that agent over loopback gRPC (with the service's token) and prints
     the same event lines and signed envelope it would print itself."""
@@ -161,7 +145,8 @@ def test_run_plan_beside_a_serving_agent_runs_through_it(tmp_path, example_model
     token = tmp_path / "agent.token"
     token.write_text("service-token-" + "e" * 24 + "\n")
     token.chmod(0o600)
-    serving, port = start_serve(state, tmp_path, "--token-file", str(token))
+    serving = local_agents.serve(state, token_file=token)
+    port = serving.port
     try:
         digest = put(state, example_models["micro"])
         proc = run_agent(state, "run-plan", str(plan_file(tmp_path, digest, quick_plan())))
@@ -183,7 +168,7 @@ def test_run_plan_beside_a_serving_agent_runs_through_it(tmp_path, example_model
             assert not stub.Info(pb.InfoRequest(), metadata=auth, timeout=10).busy
         assert predicate["device_key"] == key.fingerprint()  # signed by this device's key
     finally:
-        stop(serving)
+        serving.stop()
 
 
 # -- defect 12: the token file -----------------------------------------------------
@@ -338,7 +323,7 @@ def test_run_plan_cancelled_by_a_hang_up_sends_the_signed_report(
     assert not idle.busy and idle.lease is None
 
 
-def test_info_json_carries_what_grpc_info_does(tmp_path):
+def test_info_json_carries_what_grpc_info_does(tmp_path, local_agents):
     state = tmp_path / "state"
     proc = run_agent(state, "info", "--json")
     assert proc.returncode == 0, proc.stderr
@@ -353,11 +338,11 @@ def test_info_json_carries_what_grpc_info_does(tmp_path):
     assert raw["busy"] is False and raw["lease"] is None
     assert info.fingerprint["python"] and "fingerprint" in raw["probes"]
     # The same fields as the gRPC Info of an agent on this state directory.
-    server, port = start_serve(state, tmp_path)
+    server = local_agents.serve(state)
     try:
-        over_grpc = AgentInfo.from_pb2(info_over_grpc(port))
+        over_grpc = AgentInfo.from_pb2(info_over_grpc(server.port))
     finally:
-        stop(server)
+        server.stop()
     assert set(vars(over_grpc)) == set(vars(info))
     assert (over_grpc.limits, over_grpc.protocol, over_grpc.key_fingerprint) == (
         info.limits,
@@ -391,7 +376,7 @@ def test_agent_info_round_trips_through_json_and_protobuf():
 
 @pytest.mark.slow
 def test_serve_learns_of_a_crashing_runtime_in_the_background(
-    tmp_path, crashing_onnxruntime, monkeypatch
+    tmp_path, local_agents, crashing_onnxruntime, monkeypatch
 ):
     from edgequal.agent.runtimes import ProbedRuntimes
 
@@ -403,14 +388,14 @@ def test_serve_learns_of_a_crashing_runtime_in_the_background(
     assert found["onnxruntime"].reason.endswith("kills the process with SIGSEGV")
     assert found["litert"].available
     # And over gRPC, from a real serve process in that environment.
-    proc, port = start_serve(tmp_path / "state", tmp_path)
+    agent = local_agents.serve(tmp_path / "state")
     try:
         deadline = time.monotonic() + 60
         while True:
-            ort = next(r for r in info_over_grpc(port).runtimes if r.name == "onnxruntime")
+            ort = next(r for r in info_over_grpc(agent.port).runtimes if r.name == "onnxruntime")
             if not ort.available or time.monotonic() > deadline:
                 break
             time.sleep(0.2)
         assert ort.reason == "broken: importing onnxruntime kills the process with SIGSEGV"
     finally:
-        stop(proc)
+        agent.stop()

@@ -16,8 +16,6 @@ import hashlib
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -165,44 +163,13 @@ def _probe_root(tmp_path: Path, boot_id: str) -> Path:
     return root
 
 
-def _start_agent(state: Path, root: Path, tmp_path: Path) -> tuple[subprocess.Popen, int]:
-    port_file = tmp_path / f"port-{time.monotonic_ns()}"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "edgequal.agent.cli",
-            "--state-dir",
-            str(state),
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--port-file",
-            str(port_file),
-            "--root",
-            str(root),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    deadline = time.monotonic() + 60
-    while not port_file.exists():
-        assert proc.poll() is None, proc.stderr.read()
-        assert time.monotonic() < deadline, "agent did not start"
-        time.sleep(0.05)
-    return proc, int(port_file.read_text())
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
+def _kill_group(agent) -> None:
     """SIGKILL the agent and its workers at once: what a power cut does to them."""
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
+        os.killpg(agent.proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
-    proc.wait(timeout=30)
-    proc.stderr.close()
+    agent.proc.wait(timeout=30)
 
 
 def _import(stub, path: Path) -> str:
@@ -215,15 +182,17 @@ def _import(stub, path: Path) -> str:
 
 
 @pytest.mark.slow
-def test_a_reboot_mid_run_is_signed_incomplete_device_reboot(tmp_path, example_models, quick_plan):
+def test_a_reboot_mid_run_is_signed_incomplete_device_reboot(
+    tmp_path, local_agents, example_models, quick_plan
+):
     state = tmp_path / "state"
     root = _probe_root(tmp_path, str(uuid.uuid4()))
     key = load_or_create_device_key(state)
     known = KnownDevices(tmp_path / "known_devices")
     known.trust("board", "grpc://127.0.0.1:1", key.public_key_raw())
-    proc, port = _start_agent(state, root, tmp_path)
+    agent = local_agents.serve(state, root=root, new_session=True)
     try:
-        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        with grpc.insecure_channel(f"127.0.0.1:{agent.port}") as channel:
             stub = pb_grpc.AgentStub(channel)
             digest = _import(stub, example_models["classifier"])
             nonce = new_nonce()
@@ -247,15 +216,15 @@ def test_a_reboot_mid_run_is_signed_incomplete_device_reboot(tmp_path, example_m
                     break
             stream.cancel()
         # The power goes: the agent and its worker die at once; the board boots again.
-        _kill_group(proc)
+        _kill_group(agent)
         (root / "proc/sys/kernel/random/boot_id").write_text(str(uuid.uuid4()) + "\n")
-        proc, port = _start_agent(state, root, tmp_path)
-        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        agent = local_agents.serve(state, root=root, new_session=True)
+        with grpc.insecure_channel(f"127.0.0.1:{agent.port}") as channel:
             stub = pb_grpc.AgentStub(channel)
             assert not stub.Info(pb.InfoRequest(), timeout=10).busy
             envelope = stub.GetReport(pb.GetReportRequest(run_id=run_id), timeout=10).envelope
     finally:
-        _kill_group(proc)
+        _kill_group(agent)
     report = verify_envelope(
         envelope, known=known, device="board", expected_nonce=nonce, expected_run_id=run_id
     )

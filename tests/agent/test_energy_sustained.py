@@ -107,25 +107,16 @@ def test_a_board_without_rails_reports_power_absent(example_models, tmp_path):
     assert all("energy" not in w for w in result["windows_detail"])
 
 
-def _emulator_module():
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[2] / "scripts" / "device_emulator.py"
-    spec = importlib.util.spec_from_file_location("_edgequal_device_emulator_rails", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize(
     ("rails", "total_from", "sources"),
     [("hwmon", "ina226/power1", ["hwmon"]), ("ina3221", "VDD_IN", ["ina3221"])],
 )
-def test_the_emulator_rails_read_as_the_power_it_draws(tmp_path, rails, total_from, sources):
+def test_the_emulator_rails_read_as_the_power_it_draws(
+    device_emulator, tmp_path, rails, total_from, sources
+):
     from edgequal.agent.probes.power import PowerProbe
 
-    emu = _emulator_module().DeviceEmulator(
+    emu = device_emulator.DeviceEmulator(
         tmp_path, os.getpid(), rails=rails, idle_w=2.0, w_per_cpu=3.0
     )
     probe = PowerProbe.open(tmp_path)
@@ -152,40 +143,16 @@ def _drawn_j(log: list[dict], t0: float, t1: float) -> float:
 
 
 @pytest.mark.slow
-def test_energy_on_the_emulator_follows_the_workers_cpu(example_models, tmp_path):
-    """A real sustained run on the emulator, whose INA3221 rails draw 1.5 W at rest and 4 W
-    more per CPU the worker uses. Each window's reported watts and mJ per inference agree
-    with what the emulator's log says it drew, within the sampling error: the agent reads
-    the rails once a second, so its figure lies within the range of watts the emulator
-    drew over the samples that bracket the window, whatever else the machine runs."""
-    idle_w, w_per_cpu, interval_s = 1.5, 4.0, 1.0
-    root = tmp_path / "board"
-    emu = _emulator_module().DeviceEmulator(
-        root,
-        os.getpid(),
-        trip_c=150.0,
-        heat_c_per_cpu_s=0.5,
-        period_s=0.25,
-        rails="ina3221",
-        idle_w=idle_w,
-        w_per_cpu=w_per_cpu,
-    )
-    plan = make_plan(
-        "quick", threads=1, sustain_s=10.0, window_s=2.0, cooldown=False, idle_power_s=2.0
-    )
-    findings: list = []
-    with emu:
-        result = measure_sustained(
-            example_models["mid"],
-            None,
-            plan,
-            "onnxruntime",
-            root,
-            lambda e: None,
-            threading.Event(),
-            findings,
-        )
-    assert not findings, findings
+def test_energy_on_the_emulator_follows_the_workers_cpu(emulated_rail_run):
+    """A real sustained run on the emulator (the shared run of tests/conftest.py), whose
+    INA3221 rails draw 1.5 W at rest and 4 W more per CPU the worker uses. Each window's
+    reported watts and mJ per inference agree with what the emulator's log says it drew,
+    within the sampling error: the agent reads the rails once a second, so its figure lies
+    within the range of watts the emulator drew over the samples that bracket the window,
+    whatever else the machine runs."""
+    result, emu = emulated_rail_run
+    idle_w, w_per_cpu, interval_s = emu.idle_w, emu.w_per_cpu, 1.0
+    assert (emu.rails, idle_w, w_per_cpu) == ("ina3221", 1.5, 4.0)
     power = result["power"]
     assert power["present"] and power["total_from"] == "VDD_IN"
     log = emu.log

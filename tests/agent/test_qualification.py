@@ -221,6 +221,7 @@ def test_dynamic_model_with_shape(example_models):
         "quick",
         cold_runs=1,
         warmup_min_s=0.05,
+        warmup_max_s=0.5,
         latency_min_runs=20,
         latency_min_s=0.05,
         shapes={"image": [2, 3, 20, 24]},

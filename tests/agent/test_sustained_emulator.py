@@ -19,46 +19,13 @@ from edgequal.agent.sustained_phase import measure_sustained
 # Starts real processes (agents, sshd, the emulator) for seconds each: the fast loop skips it.
 pytestmark = pytest.mark.slow
 
-DURATION_S = 16.0
-WINDOW_S = 2.0
 
-
-@pytest.fixture(scope="module")
-def emulator_module():
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[2] / "scripts" / "device_emulator.py"
-    spec = importlib.util.spec_from_file_location("_edgequal_device_emulator", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def _run(emulator, example_models, root):
-    plan = make_plan("quick", threads=1, sustain_s=DURATION_S, window_s=WINDOW_S, cooldown=False)
-    findings: list = []
-    events: list = []
-    result = measure_sustained(
-        example_models["mid"],
-        None,
-        plan,
-        "onnxruntime",
-        root,
-        events.append,
-        threading.Event(),
-        findings,
-    )
-    assert not findings, findings
-    return result, events
-
-
-def test_throttling_past_the_trip_point_is_detected(emulator_module, example_models, tmp_path):
+def test_throttling_past_the_trip_point_is_detected(device_emulator, example_models, tmp_path):
     root = tmp_path / "board"
     # The board heats by the worker's CPU time (4 °C per CPU second, slow cooling), so the
     # trip comes after about 5 CPU seconds however busy the machine is; past it half of
     # every 0.1 s is stopped, and the run ends at 68 °C, some CPU seconds after the trip.
-    emu = emulator_module.DeviceEmulator(
+    emu = device_emulator.DeviceEmulator(
         root,
         watch_pid=os.getpid(),
         ambient_c=40.0,
@@ -115,19 +82,11 @@ def test_throttling_past_the_trip_point_is_detected(emulator_module, example_mod
     assert live and all(e.get("temp_c") is not None for e in live)
 
 
-def test_trip_point_out_of_reach_is_not_throttled(emulator_module, example_models, tmp_path):
-    root = tmp_path / "board"
-    emu = emulator_module.DeviceEmulator(
-        root,
-        watch_pid=os.getpid(),
-        ambient_c=40.0,
-        trip_c=150.0,
-        heat_c_per_cpu_s=4.0,
-        cool_rate=0.05,
-        throttle_duty=0.5,
-    )
-    with emu:
-        result, _ = _run(emu, example_models, root)
+def test_trip_point_out_of_reach_is_not_throttled(emulated_rail_run):
+    """The shared run on the emulator (tests/conftest.py): the board heats 4 °C per CPU
+    second towards a trip point at 150 °C it cannot reach (it levels off at 120 °C)."""
+    result, emu = emulated_rail_run
+    assert emu.trip_c == 150.0
     assert emu.trip_time_s is None
     assert result["throttled"] is False
     assert result["time_to_first_throttle_s"] is None
@@ -211,10 +170,10 @@ def test_a_competitor_started_half_way_is_interference_not_a_failure(example_mod
     assert "re-run on a quiet board" in result["reason"]
 
 
-def test_soak_extends_while_the_temperature_still_rises(emulator_module, example_models, tmp_path):
+def test_soak_extends_while_the_temperature_still_rises(device_emulator, example_models, tmp_path):
     root = tmp_path / "board"
     # Slow cooling: the board is still heating well past the planned 4 s.
-    emu = emulator_module.DeviceEmulator(
+    emu = device_emulator.DeviceEmulator(
         root,
         watch_pid=os.getpid(),
         ambient_c=30.0,
@@ -263,9 +222,9 @@ def test_without_sensors_the_phase_runs_and_temperatures_are_absent(example_mode
     assert_never_failed_without_throttling(result)
 
 
-def test_run_stops_early_at_the_maximum_temperature(emulator_module, example_models, tmp_path):
+def test_run_stops_early_at_the_maximum_temperature(device_emulator, example_models, tmp_path):
     root = tmp_path / "board"
-    emu = emulator_module.DeviceEmulator(
+    emu = device_emulator.DeviceEmulator(
         root,
         watch_pid=os.getpid(),
         ambient_c=40.0,

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import base64
 import json
-import subprocess
-import sys
-import time
 
 import pytest
 from edgequal.agent.qualification import exit_code_for
@@ -21,38 +18,14 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def token_agent(tmp_path):
+def token_agent(tmp_path, local_agents):
     """``edgequal-agent serve`` with a bearer token, on an ephemeral loopback port."""
     token_file = tmp_path / "agent.token"
     token_file.write_text("s3cret-token\n")
     token_file.chmod(0o600)  # the agent refuses a token file others can read
-    port_file = tmp_path / "port"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "edgequal.agent.cli",
-            "--state-dir",
-            str(tmp_path / "state"),
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--token-file",
-            str(token_file),
-            "--port-file",
-            str(port_file),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    deadline = time.monotonic() + 30
-    while not port_file.exists():
-        assert proc.poll() is None, proc.stderr.read().decode()
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-    yield f"grpc://127.0.0.1:{port_file.read_text()}", token_file, tmp_path / "state"
-    proc.terminate()
-    proc.wait(timeout=10)
+    agent = local_agents.serve(tmp_path / "state", token_file=token_file)
+    yield agent.address, token_file, agent.state
+    agent.stop()
 
 
 def test_trust_list_show_qualify_by_name_forget(token_agent, example_models, tmp_path, capsys):

@@ -18,11 +18,14 @@ from edgequal.host.trust import KnownDevices
 from edgequal.host.verify import verify_envelope
 
 # Small enough for a busy 2-core machine; every phase but the sustained one still runs.
+# The warm-up is capped too: on a loaded machine a model may never reach the steady state,
+# and the quick preset's 10 s cap then makes every run (and its retry) last that long.
 SMALL_PLAN = {
     "cold_runs": 1,
     "latency_min_runs": 20,
     "latency_min_s": 0.2,
     "warmup_min_s": 0.2,
+    "warmup_max_s": 0.5,
     "sustain_s": 0.0,
 }
 

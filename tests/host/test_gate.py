@@ -7,7 +7,6 @@ the failing side, so the tests assert the decision rather than the machine's spe
 from __future__ import annotations
 
 import base64
-import importlib.util
 import json
 import os
 import xml.etree.ElementTree as ET
@@ -541,7 +540,7 @@ def test_unknown_keys_are_refused_with_the_closest_valid_one():
 
 
 @pytest.fixture(scope="module")
-def throttled_report(tmp_path_factory, example_models):
+def throttled_report(tmp_path_factory, example_models, device_emulator):
     """A signed report of a run on the device emulator (scripts/device_emulator.py): the
     agent reads a sysfs tree that heats with its workers' CPU use and, past 60 °C,
     throttles them from outside; the agent has no code for the emulator."""
@@ -550,10 +549,6 @@ def throttled_report(tmp_path_factory, example_models):
     from edgequal.host.transport.local import LocalTransport
     from edgequal.host.trust import KnownDevices
 
-    path = Path(__file__).resolve().parents[2] / "scripts" / "device_emulator.py"
-    spec = importlib.util.spec_from_file_location("_edgequal_gate_device_emulator", path)
-    emulator = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(emulator)
     base = tmp_path_factory.mktemp("throttled")
     out = base / "throttled.report.json"
     with pytest.MonkeyPatch.context() as mp:
@@ -564,7 +559,7 @@ def throttled_report(tmp_path_factory, example_models):
         mp.delenv("EDGEQUAL_TOKEN", raising=False)
         known = KnownDevices()
         # The tree must exist before the agent starts reading it.
-        emu = emulator.DeviceEmulator(
+        emu = device_emulator.DeviceEmulator(
             base / "board", os.getpid(), trip_c=60.0, heat_c_per_cpu_s=8.0
         )
         with LocalTransport() as transport:

@@ -27,6 +27,13 @@ LONG_RUN = ["--sustain", "120s"]
 """Long enough that the test always interrupts it while it measures."""
 
 
+def _sigint_default() -> None:
+    """In the child: Ctrl-C does what it does in a terminal, even when the tests run with
+    SIGINT ignored (started in the background by a non-interactive shell, or under nohup),
+    which a child would inherit; the host would then measure its full 120 s."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _host(model: Path, device_args: list[str], report: Path) -> subprocess.Popen:
     """``edgequal qualify`` in its own process, as a user would run it."""
     return subprocess.Popen(
@@ -34,6 +41,7 @@ def _host(model: Path, device_args: list[str], report: Path) -> subprocess.Popen
         + [*LONG_RUN, "-o", str(report)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        preexec_fn=_sigint_default,
     )
 
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import pytest
 from edgequal.agent.errors import BadInput
-from edgequal.agent.plan import make_plan
-from edgequal.agent.qualification import run_measurement
 from edgequal.host import render
 from edgequal.host.cli import _parser
 from edgequal.host.cli_qualify import _plan_from_args
@@ -56,30 +54,10 @@ def test_a_bad_batch_list_is_one_line():
 
 
 @pytest.mark.slow
-def test_summary_shows_every_scenario_and_energy(example_models, golden_sets, tmp_path, capsys):
-    hwmon = tmp_path / "sys/class/hwmon/hwmon0"
-    hwmon.mkdir(parents=True)
-    (hwmon / "name").write_text("ina226\n")
-    (hwmon / "power1_input").write_text("3000000\n")
-    plan = make_plan(
-        "quick",
-        cold_runs=1,
-        warmup_min_s=0.05,
-        warmup_max_s=0.5,
-        latency_min_runs=50,
-        latency_min_s=0.1,
-        sustain_s=2.0,
-        window_s=1.0,
-        idle_power_s=1.0,
-        cooldown=False,
-        batch_sizes=[1, 2],
-        thread_scaling=True,
-        server=True,
-        server_search_steps=2,
-        operator_profile=True,
-        scenario_s=0.2,
-    )
-    out = run_measurement(example_models["dynamic"], golden_sets["dynamic"], plan, root=tmp_path)
+def test_summary_shows_every_scenario_and_energy(scenario_measurement, capsys):
+    """The shared measurement (tests/host/conftest.py): the dynamic example with every
+    scenario on a board tree whose rail reads 3 W."""
+    out = scenario_measurement
     render.print_summary({**out, "run_id": "x"}, "local")
     text = capsys.readouterr().out
     for expected in (

@@ -1,17 +1,17 @@
 """The service scenarios and energy on the report page, in compare, and under gate limits.
 
 One real qualification (onnxruntime in workers, a board tree whose hwmon rail reads 3 W)
-of the dynamic example with every scenario; each limit is set from the measured figure
-itself, once on the passing side and once on the failing side.
+of the dynamic example with every scenario, shared with test_scenario_render.py
+(``scenario_measurement`` in tests/host/conftest.py); each limit is set from the measured
+figure itself, once on the passing side and once on the failing side.
 """
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import pytest
-from edgequal.agent.plan import make_plan
-from edgequal.agent.qualification import run_measurement
 from edgequal.host.compare import compare_reports
 from edgequal.host.errors import UsageError
 from edgequal.host.gate import evaluate
@@ -21,37 +21,14 @@ from edgequal.host.report_html import render_report_html
 
 pytestmark = pytest.mark.slow
 ALL_STATUSES = {"status": {"allowed": list(STATUSES)}}
-RAIL_W = 3.0
+RAIL_W = 3.0  # SCENARIO_RAIL_W of tests/host/conftest.py
 
 
-@pytest.fixture(scope="module")
-def measured(example_models, golden_sets, tmp_path_factory) -> dict:
-    root = tmp_path_factory.mktemp("board")
-    hwmon = root / "sys/class/hwmon/hwmon0"
-    hwmon.mkdir(parents=True)
-    (hwmon / "name").write_text("ina226\n")
-    (hwmon / "power1_input").write_text(f"{round(RAIL_W * 1e6)}\n")
-    plan = make_plan(
-        "quick",
-        cold_runs=1,
-        warmup_min_s=0.05,
-        warmup_max_s=0.5,
-        latency_min_runs=50,
-        latency_min_s=0.1,
-        sustain_s=2.0,
-        window_s=1.0,
-        idle_power_s=1.0,
-        cooldown=False,
-        batch_sizes=[1, 2, 4],
-        thread_scaling=True,
-        server=True,
-        server_search_steps=2,
-        operator_profile=True,
-        scenario_s=0.2,
-    )
-    out = run_measurement(example_models["dynamic"], golden_sets["dynamic"], plan, root=root)
-    assert not out["findings"], out["findings"]
-    return {**out, "run_id": "scenarios"}
+@pytest.fixture
+def measured(scenario_measurement) -> dict:
+    """The shared measurement (tests/host/conftest.py): the dynamic example, every scenario."""
+    assert not scenario_measurement["findings"], scenario_measurement["findings"]
+    return copy.deepcopy(scenario_measurement)  # a test may change its own copy
 
 
 def _report(pred: dict, name: str = "a.report.json") -> ReportFile:

@@ -104,3 +104,31 @@ def reports(tmp_path_factory, example_models):
 def known(reports):
     """The local agent's key pinned as device 'local' in this test's own config."""
     return _gate_reports().trust_local(reports)
+
+
+@pytest.fixture
+def device_key():
+    """A device key pinned as device 'board' in this test's own config."""
+    from edgequal.agent.keys import DeviceKey
+    from edgequal.host.trust import KnownDevices
+
+    key = DeviceKey.generate()
+    KnownDevices().trust("board", "local", key.public_key_raw())
+    return key
+
+
+@pytest.fixture
+def sign(device_key, tmp_path):
+    """``sign(name, predicate, subjects=None)``: the predicate signed by the device key, as a
+    report file (pinned as device 'board')."""
+
+    from edgequal.agent.report.signing import build_statement, sign_envelope
+
+    def write(name: str, predicate: dict, subjects: list[dict] | None = None) -> Path:
+        subjects = subjects or [{"name": "model.onnx", "sha256": "cd" * 32}]
+        statement = build_statement(subjects, predicate)
+        path = tmp_path / f"{name}.report.json"
+        path.write_bytes(sign_envelope(device_key, statement))
+        return path
+
+    return write

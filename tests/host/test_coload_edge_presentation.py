@@ -15,10 +15,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from edgequal.agent.keys import DeviceKey
 from edgequal.agent.measure.latency import encode_samples
 from edgequal.agent.measure.stats import summarize_latency
-from edgequal.agent.report.signing import build_statement, sign_envelope
 from edgequal.host import render
 from edgequal.host.cli import main as edgequal_main
 from edgequal.host.compare import compare_reports
@@ -179,27 +177,6 @@ def _predicate(
         "results": results,
         "findings": findings,
     }
-
-
-@pytest.fixture
-def device_key() -> DeviceKey:
-    """A device key pinned as device 'board' in this test's own config."""
-    key = DeviceKey.generate()
-    KnownDevices().trust("board", "local", key.public_key_raw())
-    return key
-
-
-@pytest.fixture
-def sign(device_key, tmp_path):
-    """``sign(name, predicate)``: the predicate signed by the device key, as a report file."""
-
-    def write(name: str, predicate: dict) -> Path:
-        statement = build_statement([{"name": "model.onnx", "sha256": "cd" * 32}], predicate)
-        path = tmp_path / f"{name}.report.json"
-        path.write_bytes(sign_envelope(device_key, statement))
-        return path
-
-    return write
 
 
 def _check(result, name):

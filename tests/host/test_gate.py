@@ -18,7 +18,7 @@ from edgequal.host.cli import main as edgequal_main
 from edgequal.host.errors import UsageError
 from edgequal.host.gate import evaluate, run_gate
 from edgequal.host.policy import STATUSES, parse_policy
-from edgequal.host.report_file import ReportFile, load_report
+from edgequal.host.report_file import load_report
 
 ALL_STATUSES = {"status": {"allowed": list(STATUSES)}}
 # Where the status is not what a test is about: a run on this shared machine may be
@@ -295,7 +295,7 @@ def test_baseline_two_runs_of_the_same_model_pass_a_heavier_graph_fails(reports,
 
 @pytest.mark.slow
 def test_fingerprint_changes_name_firmware_kernel_runtime_power_mode_governor_clocks(
-    reports, known
+    reports, known, sign
 ):
     base = load_report(reports.chain_a, known=known)
     pred = json.loads(json.dumps(base.predicate))
@@ -307,7 +307,7 @@ def test_fingerprint_changes_name_firmware_kernel_runtime_power_mode_governor_cl
         "jetson_clocks": {"active": True},
     }
     pred["results"]["runtime"]["version"] = "1.99.0"
-    cand = ReportFile(base.path, pred, base.subjects, True, "verified")
+    cand = load_report(sign("cand", pred), known=known, require=True)
     categories = {c["category"] for c in fingerprint_changes(base, cand)}
     assert {"kernel", "governor", "firmware", "power mode", "clocks", "runtime"} <= categories
 

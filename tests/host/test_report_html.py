@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from edgequal.host.cli import main as edgequal_main
-from edgequal.host.report_file import ReportFile, load_report
+from edgequal.host.report_file import load_report
 from edgequal.host.report_html import render_report_html
 from edgequal.host.report_html_plots import window_cause
 
@@ -129,7 +129,7 @@ def test_several_reports_overlay_and_an_unverified_one_is_marked(reports, known,
 
 
 @pytest.mark.slow
-def test_text_is_escaped_and_interference_windows_are_shown(reports, known):
+def test_text_is_escaped_and_interference_windows_are_shown(reports, known, sign):
     base = load_report(reports.classifier, known=known)
     pred = json.loads(json.dumps(base.predicate))
     pred["reason"] = "<script>alert(1)</script>"
@@ -146,10 +146,8 @@ def test_text_is_escaped_and_interference_windows_are_shown(reports, known):
     }
     windows[2]["cause"] = "throttling"
     pred["results"]["sustained"]["cause"] = "interference"
-    report = ReportFile(
-        base.path, pred, [{"name": "m<i>.onnx", "sha256": "ab" * 32}], True, "verified"
-    )
-    html = render_report_html([report])
+    path = sign("escaped", pred, [{"name": "m<i>.onnx", "sha256": "ab" * 32}])
+    html = render_report_html([load_report(path, known=known, require=True)])
     assert "<script>alert" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
     assert "<b>stress-ng" not in html and "&lt;b&gt;stress-ng&lt;/b&gt; 0.55 CPU" in html
     assert "m&lt;i&gt;.onnx" in html

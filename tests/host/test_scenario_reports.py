@@ -9,15 +9,15 @@ figure itself, once on the passing side and once on the failing side.
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 
 import pytest
 from edgequal.host.compare import compare_reports
 from edgequal.host.errors import UsageError
 from edgequal.host.gate import evaluate
 from edgequal.host.policy import STATUSES, parse_policy
-from edgequal.host.report_file import ReportFile
+from edgequal.host.report_file import ReportFile, load_report
 from edgequal.host.report_html import render_report_html
+from edgequal.host.trust import KnownDevices
 
 pytestmark = pytest.mark.slow
 ALL_STATUSES = {"status": {"allowed": list(STATUSES)}}
@@ -31,9 +31,16 @@ def measured(scenario_measurement) -> dict:
     return copy.deepcopy(scenario_measurement)  # a test may change its own copy
 
 
-def _report(pred: dict, name: str = "a.report.json") -> ReportFile:
-    subjects = [{"name": "dynamic.onnx", "sha256": "0" * 64}]
-    return ReportFile(Path(name), pred, subjects, verified=True, signature="verified (test)")
+@pytest.fixture
+def signed(sign):
+    """``signed(predicate, name)``: the measurement signed by a pinned device key and read
+    back verified, as ``gate``, ``compare`` and ``report html`` read a report file."""
+
+    def read(pred: dict, name: str = "a") -> ReportFile:
+        path = sign(name, {**pred, "nonce": "1" * 32})
+        return load_report(path, known=KnownDevices(), require=True)
+
+    return read
 
 
 def _checks(pred, section, limits):
@@ -149,14 +156,14 @@ def test_unknown_scenario_keys_are_refused_with_the_closest_one(toml_key, closes
     assert f"did you mean '{closest}'?" in str(e.value)
 
 
-def test_the_page_has_a_table_per_scenario_with_escaped_text(measured):
+def test_the_page_has_a_table_per_scenario_with_escaped_text(measured, signed):
     pred = {**measured}
     results = dict(pred["results"])
     rec = dict(results["thread_scaling"]["recommended"])
     rec["reason"] = "<script>alert(1)</script>"
     results["thread_scaling"] = {**results["thread_scaling"], "recommended": rec}
     pred["results"] = results
-    page = render_report_html([_report(pred)])
+    page = render_report_html([signed(pred)])
     for heading in (
         "<h3>Batch sweep</h3>",
         "<h3>Thread scaling</h3>",
@@ -171,14 +178,14 @@ def test_the_page_has_a_table_per_scenario_with_escaped_text(measured):
     assert "ina226/power1" in page
 
 
-def test_compare_puts_the_scenario_headlines_side_by_side(measured):
+def test_compare_puts_the_scenario_headlines_side_by_side(measured, signed):
     slower = {**measured, "results": {**measured["results"]}}
     sweep = measured["results"]["batch_sweep"]
     slower["results"]["batch_sweep"] = {
         **sweep,
         "best": {**sweep["best"], "items_per_s": sweep["best"]["items_per_s"] / 2},
     }
-    cmp = compare_reports([_report(measured), _report(slower, "b.report.json")])
+    cmp = compare_reports([signed(measured), signed(slower, "b")])
     rows = {row.figure: row for row in cmp.rows}
     for figure in (
         "batch: best items/s",

@@ -39,9 +39,14 @@ def test_a_second_model_as_co_load_raises_p50_against_interleaved_plain_runs(
 
     _configure_spin(Path(os.environ["EDGEQUAL_LOCAL_STATE"]))
     # About 10 ms an inference on one thread: longer than a scheduler time slice, so a
-    # competitor for the CPU slows the typical inference, not only the tail.
+    # competitor for the CPUs slows the typical inference, not only the tail.
     heavy = chain_model(tmp_path / "heavy.onnx", 32, rows=256)
     decls, models = parse_coload([f"model:{heavy}"])
+    # Both models use every CPU this process may run on: each process group gets a fair
+    # share of the CPUs (the kernel's autogroup), so a co-load only takes CPU time from a
+    # model that wants more than the co-load leaves it.
+    cpus = len(os.sched_getaffinity(0))
+    decls[0]["threads"] = cpus
     known = KnownDevices()
     with LocalTransport() as transport:
         pin_device_key(transport, known, "local", "local")
@@ -49,9 +54,8 @@ def test_a_second_model_as_co_load_raises_p50_against_interleaved_plain_runs(
             transport,
             heavy,
             None,
-            # One thread for the model; the co-load model uses the runtime's default (all cores).
             make_plan(
-                "quick", **SHORT, threads=1, latency_min_runs=40, latency_min_s=1.2, coload=decls
+                "quick", **SHORT, threads=cpus, latency_min_runs=40, latency_min_s=1.2, coload=decls
             ),
             known=known,
             device_name="local",

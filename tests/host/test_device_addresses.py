@@ -79,6 +79,7 @@ def test_a_pinned_key_reached_at_another_address_is_the_same_device(device, firs
     assert KnownDevices().get(name).addresses == [addresses[first], addresses[then]]
 
 
+@pytest.mark.slow
 def test_qualify_over_ssh_a_device_pinned_over_grpc(device, example_models, tmp_path, capsys):
     """The README flow: pinned as bench-pi5 at grpc://, qualified with --device ssh://..."""
     agent, addresses = device["agent"], device["addresses"]

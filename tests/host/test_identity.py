@@ -163,6 +163,7 @@ def test_a_fake_agent_never_sees_the_token(fake_agent, token_file, example_model
     assert KnownDevices().get("fake") is None  # Info failed: nothing pinned
 
 
+@pytest.mark.slow
 def test_mutual_tls_end_to_end(start_agent, make_pki, tmp_path, example_models, capsys):
     (tmp_path / "pki").mkdir()
     pki = make_pki(tmp_path / "pki")
@@ -218,6 +219,7 @@ def test_mutual_tls_end_to_end(start_agent, make_pki, tmp_path, example_models, 
     assert "TLS options apply to grpc:// addresses" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_rekeyed_board_over_ssh_gets_no_model_or_golden_set(
     sshd_server, example_models, golden_sets, tmp_path, capsys
 ):

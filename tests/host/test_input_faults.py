@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import pytest
 from edgequal.agent.golden import file_sha256
 from edgequal.agent.qualification import exit_code_for
 from edgequal.agent.report.signing import MEASURED_STATUSES
@@ -41,6 +42,7 @@ def test_a_port_above_65535_is_refused_not_wrapped(example_models, capsys):
         assert "outside 1-65535" in line
 
 
+@pytest.mark.slow
 def test_a_file_name_that_is_not_utf8_is_qualified_and_printed(
     example_models, golden_sets, tmp_path, capsys
 ):
@@ -99,6 +101,7 @@ def test_verify_of_deeply_nested_json_is_a_failed_verification(tmp_path, capsys)
     assert "nested too deeply" in _one_line(capsys.readouterr().err)
 
 
+@pytest.mark.slow
 def test_a_golden_set_made_for_another_model_is_refused_before_anything_is_sent(
     example_models, golden_sets, tmp_path, capsys
 ):

@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from edgequal.agent.qualification import exit_code_for
 from edgequal.agent.report.signing import MEASURED_STATUSES
 from edgequal.agent.state_lock import peek
@@ -29,6 +30,7 @@ def _wait_for_lease(state: Path, proc: subprocess.Popen, timeout_s: float = 120)
         time.sleep(0.1)
 
 
+@pytest.mark.slow
 def test_two_local_qualifications_at_once_never_measure_together(example_models, tmp_path, capsys):
     state = Path(os.environ["EDGEQUAL_LOCAL_STATE"])
     first_report = tmp_path / "first.json"

@@ -157,6 +157,7 @@ def ssh_board(sshd_server, tmp_path):
     return state, ["--device", sshd_server.url, *options]
 
 
+@pytest.mark.slow
 def test_over_ssh_ctrl_c_and_runs_cancel_sign_the_run_cancelled(
     ssh_board, example_models, tmp_path, capsys
 ):

@@ -276,7 +276,7 @@ def print_conditions(results: dict) -> None:
                 f"of {segments or coload.get('rounds')} rounds"
             )
             if co.get("cause") not in (None, "none"):
-                line += "; " + describe_cause(co["cause"], co.get("interference"))
+                line += "; " + describe_cause(co["cause"], co.get("interference"), declared=True)
             console.print(esc(line), soft_wrap=True)
         if (results.get("sustained") or {}).get("coload"):
             loads = ", ".join(achieved_text(e) for e in coload.get("sustained") or [])
@@ -345,18 +345,24 @@ def window_marks(windows: list[dict]) -> str:
     return "".join(_CAUSE_MARKS.get(w.get("cause"), " ") for w in windows)
 
 
-def describe_cause(cause: str, interference: dict | None) -> str:
-    """A cause in words, with the interference evidence measured in the same span."""
+def describe_cause(cause: str, interference: dict | None, declared: bool = False) -> str:
+    """A cause in words, with the interference evidence measured in the same span.
+
+    ``declared``: the span ran beside a declared co-load, whose CPU and the wait behind
+    it were expected; only undeclared processes and steal are named (the evidence the
+    agent judged that span on).
+    """
     if cause != "interference" or not interference:
         return {
             "unexplained": "unexplained (no throttling or interference measured)",
             "throttling": "throttling",
         }.get(cause, cause)
     parts = []
-    if interference.get("runq_wait_share") is not None:
+    if interference.get("runq_wait_share") is not None and not declared:
         parts.append(f"run-queue wait {interference['runq_wait_share']:.0%}")
     if interference.get("other_cpus") is not None:
-        parts.append(f"other processes {interference['other_cpus']:.2f} CPUs")
+        others = "undeclared processes" if declared else "other processes"
+        parts.append(f"{others} {interference['other_cpus']:.2f} CPUs")
     if interference.get("steal_share"):
         parts.append(f"steal {interference['steal_share']:.0%}")
     top = ", ".join(

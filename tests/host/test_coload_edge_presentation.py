@@ -396,6 +396,25 @@ def test_summary_shows_the_coload_line_and_one_row_per_edge_shape(capsys):
     assert "to change this: an input at the edge of its range crashed" in text
 
 
+def test_coload_interference_names_only_undeclared_evidence(capsys):
+    """The co-load segments were judged on undeclared processes and steal: waiting behind
+    the declared co-load is not named as the cause."""
+    pred = _predicate(coload_ms=50.0)
+    loaded = pred["results"]["latency"]["per_shape"][0]["coload"]
+    loaded["cause"] = "interference"
+    loaded["interference"] = {
+        "runq_wait_share": 0.62,
+        "other_cpus": 0.9,
+        "steal_share": 0.0,
+        "coload_cpus": 1.4,
+        "top_processes": [{"name": "stress-ng", "cpu_share": 0.85}],
+    }
+    render.print_summary(pred, "board")
+    text = " ".join(capsys.readouterr().out.split())
+    assert "interference: undeclared processes 0.90 CPUs (busiest: stress-ng 0.85)" in text
+    assert "run-queue wait 62%" not in text
+
+
 def test_summary_without_conditions_prints_neither(capsys):
     render.print_summary(_predicate(), "board")
     text = capsys.readouterr().out

@@ -32,7 +32,7 @@ from .measure.attribution import (
     declared_cpus,
     interference_present,
 )
-from .measure.coload import SETTLE_S, coload_cause
+from .measure.coload import coload_cause
 from .phase_workers import EventSink, finding_from, run_sampled
 from .plan import Plan
 from .probes.fingerprint import fingerprint as probe_fingerprint
@@ -154,7 +154,8 @@ def _with_coload_evidence(result: dict, run, samples, sampler, findings, runtime
         loaded["segments"] = [
             {k: s[k] for k in ("round", "coload", "runs", "p50_ms")} for s in segments
         ]
-        loaded_spans += [(s["t0"] - SETTLE_S, s["t1"]) for s in by[True]]
+        # The co-load ran from its resume (settle included) to the segment's end.
+        loaded_spans += [(s["switched"], s["t1"]) for s in by[True]]
     loaded_s = sum(t1 - t0 for t0, t1 in loaded_spans)
     result["coload_latency"] = run.achieved(
         loaded_spans, declared_cpus(samples, run.pgids, ticks, loaded_s)

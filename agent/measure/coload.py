@@ -39,8 +39,9 @@ def interleaved_latency(
     most ``max_runs / rounds`` runs), so each condition gets the plan's runs and
     seconds. Returns the plain condition in the shape of ``latency.measure_latency``
     (``warmup, loop_s, summary, samples_ns_b64``) plus ``segments``
-    (``{round, coload, runs, p50_ms, t0, t1, sched_ns}``; ``t0``/``t1`` on
-    CLOCK_MONOTONIC around the timed part, settle excluded) and ``coload``
+    (``{round, coload, runs, p50_ms, switched, t0, t1, sched_ns}``: ``t0``/``t1``
+    on CLOCK_MONOTONIC around the timed part, ``switched`` when the co-load was
+    paused or resumed before its settle) and ``coload``
     (``{summary, samples_ns_b64, p50_ratio, p99_ratio, rounds_slower}``). The co-load
     is left paused.
     """
@@ -59,7 +60,8 @@ def interleaved_latency(
         for loaded in order:
             on_phase(f"latency round {r + 1}/{rounds} {'with' if loaded else 'without'} co-load")
             set_coload(loaded)
-            settle_until = time.monotonic() + settle_s
+            switched = time.monotonic()
+            settle_until = switched + settle_s
             while time.monotonic() < settle_until:
                 call()
             samples = np.empty(cap, dtype=np.int64)
@@ -75,6 +77,7 @@ def interleaved_latency(
                     "coload": loaded,
                     "runs": n,
                     "p50_ms": round(float(np.median(samples[:n])) / 1e6, 6),
+                    "switched": switched,
                     "t0": t0,
                     "t1": t1,
                     "sched_ns": _delta(before, after),

@@ -333,33 +333,29 @@ def parse_policy(data: dict, where: str = "<policy>") -> Policy:
     )
 
 
-def _drift_outputs(where: str, outputs: Any) -> dict[str, dict]:
-    if not isinstance(outputs, dict):
-        raise UsageError(f"policy {where}: 'drift.outputs' must be a table of outputs")
-    schema = {k: SCHEMA["drift"][k] for k in DRIFT_METRICS}
+def _named_tables(where: str, parent: str, tables: Any, schema: dict, what: str) -> dict:
+    """``[parent.NAME]`` tables (``drift.outputs``, ``edge_shapes.labels``), each checked
+    against ``schema``; ``what`` names the NAMEs in the error."""
+    if not isinstance(tables, dict):
+        raise UsageError(f"policy {where}: '{parent}' must be a table of {what}")
     out = {}
-    for name, table in outputs.items():
-        section = f"drift.outputs.{name}"
+    for name, table in tables.items():
+        section = f"{parent}.{name}"
         if not isinstance(table, dict):
             raise UsageError(
-                f"policy {where}: '{section}' must be a table of limits ([drift.outputs.{name}])"
+                f"policy {where}: '{section}' must be a table of limits ([{parent}.{name}])"
             )
         out[name] = _section(where, section, table, schema)
     return out
 
 
+def _drift_outputs(where: str, outputs: Any) -> dict[str, dict]:
+    schema = {k: SCHEMA["drift"][k] for k in DRIFT_METRICS}
+    return _named_tables(where, "drift.outputs", outputs, schema, "outputs")
+
+
 def _edge_shape_labels(where: str, labels: Any) -> dict[str, dict]:
-    if not isinstance(labels, dict):
-        raise UsageError(f"policy {where}: 'edge_shapes.labels' must be a table of edge shapes")
-    out = {}
-    for label, table in labels.items():
-        section = f"edge_shapes.labels.{label}"
-        if not isinstance(table, dict):
-            raise UsageError(
-                f"policy {where}: '{section}' must be a table of limits ([edge_shapes.labels.{label}])"
-            )
-        out[label] = _section(where, section, table, EDGE_SHAPE_LIMITS)
-    return out
+    return _named_tables(where, "edge_shapes.labels", labels, EDGE_SHAPE_LIMITS, "edge shapes")
 
 
 def load_policy(path: str | Path) -> Policy:

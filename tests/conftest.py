@@ -48,6 +48,26 @@ def make_pki():
 
 
 @pytest.fixture(scope="session")
+def sustain():
+    """``sustain(model, plan, root, on_event=None)``: the sustained phase on onnxruntime
+    (``measure_sustained``) with the board tree ``root``; asserts it raised no finding."""
+    import threading
+
+    from edgequal.agent.sustained_phase import measure_sustained
+
+    def run(model, plan, root, on_event=None):
+        findings: list = []
+        result = measure_sustained(
+            model, None, plan, "onnxruntime", root, on_event or (lambda e: None),
+            threading.Event(), findings,
+        )  # fmt: skip
+        assert not findings, findings
+        return result
+
+    return run
+
+
+@pytest.fixture(scope="session")
 def chain_model():
     """tests/gate_reports.py's ``chain_model(path, layers, rows=1)``: a MatMul chain of set cost."""
     return load_test_helper("gate_reports").chain_model
@@ -185,7 +205,7 @@ def device_emulator():
 
 
 @pytest.fixture(scope="session")
-def emulated_rail_run(device_emulator, example_models, tmp_path_factory):
+def emulated_rail_run(device_emulator, example_models, tmp_path_factory, sustain):
     """One real sustained run (``measure_sustained``, the production path) on the device
     emulator, shared by the tests that only read it: ``(result, emulator)``.
 
@@ -195,10 +215,8 @@ def emulated_rail_run(device_emulator, example_models, tmp_path_factory):
     150 °C that it cannot reach: with one CPU it levels off at 40 + 4 / 0.05 = 120 °C.
     The emulator's log (``emulator.log``) holds every tick's watts.
     """
-    import threading
 
     from edgequal.agent.plan import make_plan
-    from edgequal.agent.sustained_phase import measure_sustained
 
     root = tmp_path_factory.mktemp("emulated-board")
     emu = device_emulator.DeviceEmulator(
@@ -217,19 +235,8 @@ def emulated_rail_run(device_emulator, example_models, tmp_path_factory):
     plan = make_plan(
         "quick", threads=1, sustain_s=10.0, window_s=2.0, cooldown=False, idle_power_s=2.0
     )
-    findings: list = []
     with emu:
-        result = measure_sustained(
-            example_models["mid"],
-            None,
-            plan,
-            "onnxruntime",
-            root,
-            lambda e: None,
-            threading.Event(),
-            findings,
-        )
-    assert not findings, findings
+        result = sustain(example_models["mid"], plan, root)
     return result, emu
 
 

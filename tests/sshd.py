@@ -81,6 +81,21 @@ class SSHServer:
         """Return ``ssh://USER@127.0.0.1:PORT``."""
         return f"ssh://{self.user}@{self.host}:{self.port}"
 
+    def transport(self, agent_cmd: str, state_dir: Path, step_timeout_s: float = 30):
+        """A host ``SSHTransport`` to this server (its key, its known_hosts, no ssh-agent)."""
+        from edgequal.host.transport.ssh import SSHTransport
+
+        return SSHTransport(
+            self.url,
+            known_hosts=self.known_hosts,
+            key_file=self.client_key,
+            agent_cmd=agent_cmd,
+            state_dir=str(state_dir),
+            step_timeout_s=step_timeout_s,
+            allow_agent=False,
+            look_for_keys=False,
+        )
+
     def other_host_key_known_hosts(self, path: Path) -> Path:
         """Write a known_hosts at ``path`` that pins a *different* ed25519 key for this server."""
         other = path.with_suffix(".otherkey")

@@ -13,7 +13,6 @@ import threading
 import psutil
 import pytest
 from edgequal.agent.plan import make_plan
-from edgequal.agent.sustained_phase import measure_sustained
 
 IDLE_W, BUSY_W = 1.5, 4.5
 
@@ -49,24 +48,13 @@ class RailPlayer:
 
 
 @pytest.mark.slow
-def test_energy_per_inference_matches_the_power_drawn(example_models, tmp_path):
+def test_energy_per_inference_matches_the_power_drawn(example_models, tmp_path, sustain):
     root = tmp_path / "board"
     with RailPlayer(root):
         plan = make_plan(
             "quick", threads=1, sustain_s=6.0, window_s=1.0, cooldown=False, idle_power_s=2.0
         )
-        findings: list = []
-        result = measure_sustained(
-            example_models["classifier"],
-            None,
-            plan,
-            "onnxruntime",
-            root,
-            lambda e: None,
-            threading.Event(),
-            findings,
-        )
-    assert not findings, findings
+        result = sustain(example_models["classifier"], plan, root)
     power = result["power"]
     assert (
         power["present"]
@@ -88,20 +76,9 @@ def test_energy_per_inference_matches_the_power_drawn(example_models, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_board_without_rails_reports_power_absent(example_models, tmp_path):
+def test_a_board_without_rails_reports_power_absent(example_models, tmp_path, sustain):
     plan = make_plan("quick", threads=1, sustain_s=1.0, window_s=1.0, cooldown=False)
-    findings: list = []
-    result = measure_sustained(
-        example_models["micro"],
-        None,
-        plan,
-        "onnxruntime",
-        tmp_path,
-        lambda e: None,
-        threading.Event(),
-        findings,
-    )
-    assert not findings
+    result = sustain(example_models["micro"], plan, tmp_path)
     assert result["power"]["present"] is False
     assert "no readable power rail" in result["power"]["reason"]
     assert all("energy" not in w for w in result["windows_detail"])

@@ -34,7 +34,6 @@ from edgequal.host.golden import make_golden
 from edgequal.host.qualify import external_data_files, qualify
 from edgequal.host.transport.base import QualifyRequest
 from edgequal.host.transport.grpc import GrpcTransport
-from edgequal.host.transport.ssh import SSHTransport
 from edgequal.host.trust import KnownDevices
 from edgequal.host.verify import verify_envelope
 from edgequal.protos import edgequal_v1_pb2 as pb
@@ -323,16 +322,7 @@ def test_a_bundle_over_ssh_gives_the_same_subjects(sshd_server, agent_cmd, tmp_p
     """Over SSH (real sshd on 127.0.0.1, run-plan): the same bundle, the same subjects and checks."""
     model = build_model(tmp_path / "host")
     weights = model.parent / "weights.bin"
-    transport = SSHTransport(
-        sshd_server.url,
-        known_hosts=sshd_server.known_hosts,
-        key_file=sshd_server.client_key,
-        agent_cmd=agent_cmd,
-        state_dir=str(tmp_path / "agent-state"),
-        step_timeout_s=30,
-        allow_agent=False,
-        look_for_keys=False,
-    )
+    transport = sshd_server.transport(agent_cmd, tmp_path / "agent-state")
     with transport:
         key = load_or_create_device_key(tmp_path / "agent-state")
         known = KnownDevices(tmp_path / "known_devices")

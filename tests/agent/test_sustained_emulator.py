@@ -9,18 +9,18 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
 from edgequal.agent.plan import make_plan
-from edgequal.agent.sustained_phase import measure_sustained
 
 # Starts real processes (agents, sshd, the emulator) for seconds each: the fast loop skips it.
 pytestmark = pytest.mark.slow
 
 
-def test_throttling_past_the_trip_point_is_detected(device_emulator, example_models, tmp_path):
+def test_throttling_past_the_trip_point_is_detected(
+    device_emulator, example_models, tmp_path, sustain
+):
     root = tmp_path / "board"
     # The board heats by the worker's CPU time (4 °C per CPU second, slow cooling), so the
     # trip comes after about 5 CPU seconds however busy the machine is; past it half of
@@ -37,20 +37,9 @@ def test_throttling_past_the_trip_point_is_detected(device_emulator, example_mod
     plan = make_plan(
         "quick", threads=1, sustain_s=90.0, window_s=1.0, cooldown=False, max_temp_c=68.0
     )
-    findings: list = []
     events: list = []
     with emu:
-        result = measure_sustained(
-            example_models["mid"],
-            None,
-            plan,
-            "onnxruntime",
-            root,
-            events.append,
-            threading.Event(),
-            findings,
-        )
-    assert not findings, findings
+        result = sustain(example_models["mid"], plan, root, events.append)
     assert emu.trip_time_s is not None, "the emulator never reached its trip point"
     assert result["stopped_early"].startswith("stopped early: ")
     assert result["telemetry"] == {"zones": ["cpu-thermal"]}
@@ -109,7 +98,9 @@ def assert_never_failed_without_throttling(result: dict) -> None:
         assert result["stability"] >= 0.97
 
 
-def test_a_competitor_started_half_way_is_interference_not_a_failure(example_models, tmp_path):
+def test_a_competitor_started_half_way_is_interference_not_a_failure(
+    example_models, tmp_path, sustain
+):
     """Busy processes start half-way through a run on a board without sensors, on the CPU
     the worker runs on: the slower windows are attributed to interference, and the run is
     inconclusive. The worker inherits this process's CPU affinity, so the competition is
@@ -129,26 +120,16 @@ def test_a_competitor_started_half_way_is_interference_not_a_failure(example_mod
             for _ in range(4):
                 competitors.append(subprocess.Popen([sys.executable, "-c", busy]))
 
-    findings: list = []
     affinity = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {cpu})
     try:
-        result = measure_sustained(
-            example_models["mid"],
-            None,
-            plan,
-            "onnxruntime",
-            tmp_path / "bare",
-            on_event,
-            threading.Event(),
-            findings,
-        )
+        result = sustain(example_models["mid"], plan, tmp_path / "bare", on_event)
     finally:
         os.sched_setaffinity(0, affinity)
         for p in competitors:
             p.kill()
             p.wait()
-    assert not findings and competitors
+    assert competitors
     assert result["telemetry"] == "absent" and result["throttled"] is False
     assert result["verdict"] == "inconclusive", result["reason"]
     assert result["cause"] == "interference"
@@ -170,7 +151,9 @@ def test_a_competitor_started_half_way_is_interference_not_a_failure(example_mod
     assert "re-run on a quiet board" in result["reason"]
 
 
-def test_soak_extends_while_the_temperature_still_rises(device_emulator, example_models, tmp_path):
+def test_soak_extends_while_the_temperature_still_rises(
+    device_emulator, example_models, tmp_path, sustain
+):
     root = tmp_path / "board"
     # Slow cooling: the board is still heating well past the planned 4 s.
     emu = device_emulator.DeviceEmulator(
@@ -184,37 +167,17 @@ def test_soak_extends_while_the_temperature_still_rises(device_emulator, example
     plan = make_plan(
         "soak", threads=1, sustain_s=4.0, sustain_extend_to_s=8.0, window_s=1.0, cooldown=False
     )
-    findings: list = []
     with emu:
-        result = measure_sustained(
-            example_models["mid"],
-            None,
-            plan,
-            "onnxruntime",
-            root,
-            lambda e: None,
-            threading.Event(),
-            findings,
-        )
-    assert not findings
+        result = sustain(example_models["mid"], plan, root)
     assert result["extended_to_s"] is not None and result["extended_to_s"] >= 7.0
     assert result["windows"] >= 7
 
 
-def test_without_sensors_the_phase_runs_and_temperatures_are_absent(example_models, tmp_path):
+def test_without_sensors_the_phase_runs_and_temperatures_are_absent(
+    example_models, tmp_path, sustain
+):
     plan = make_plan("quick", threads=1, sustain_s=3.0, window_s=1.0)
-    findings: list = []
-    result = measure_sustained(
-        example_models["micro"],
-        None,
-        plan,
-        "onnxruntime",
-        tmp_path / "bare",
-        lambda e: None,
-        threading.Event(),
-        findings,
-    )
-    assert not findings
+    result = sustain(example_models["micro"], plan, tmp_path / "bare")
     assert result["telemetry"] == "absent"
     assert result["peak_temp_c"] is None and result["trip_c"] is None
     assert result["cooldown"]["reason"] == "no temperature sensor"
@@ -222,7 +185,9 @@ def test_without_sensors_the_phase_runs_and_temperatures_are_absent(example_mode
     assert_never_failed_without_throttling(result)
 
 
-def test_run_stops_early_at_the_maximum_temperature(device_emulator, example_models, tmp_path):
+def test_run_stops_early_at_the_maximum_temperature(
+    device_emulator, example_models, tmp_path, sustain
+):
     root = tmp_path / "board"
     emu = device_emulator.DeviceEmulator(
         root,
@@ -235,21 +200,11 @@ def test_run_stops_early_at_the_maximum_temperature(device_emulator, example_mod
     plan = make_plan(
         "quick", threads=1, sustain_s=30.0, window_s=1.0, cooldown=False, max_temp_c=50.0
     )
-    findings: list = []
-    t0 = time.monotonic()
     with emu:
-        result = measure_sustained(
-            example_models["mid"],
-            None,
-            plan,
-            "onnxruntime",
-            root,
-            lambda e: None,
-            threading.Event(),
-            findings,
-        )
-    assert not findings
-    assert time.monotonic() - t0 < 20  # far short of the planned 30 s
+        result = sustain(example_models["mid"], plan, root)
+    # The loop itself ended well before its planned 30 s (its own clock, not the test's).
+    last = result["windows_detail"][-1]["t1"]
+    assert last - result["loop_started_monotonic_s"] < 20
     assert result["stopped_early"].startswith("stopped early: ")
     assert "reached the maximum 50 °C" in result["stopped_early"]
     assert result["peak_temp_c"] >= 50.0

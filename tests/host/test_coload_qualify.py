@@ -177,21 +177,11 @@ def test_over_ssh_the_co_load_model_is_pushed_run_and_a_subject(
     """Over SSH (real sshd on 127.0.0.1, run-plan): the co-load model is pushed by digest,
     runs beside the latency loop and is a subject; an unnamed command is refused."""
     from edgequal.agent.keys import load_or_create_device_key
-    from edgequal.host.transport.ssh import SSHTransport
 
     state = tmp_path / "agent-state"
     _configure_spin(state)
     decls, models = parse_coload([f"model:{example_models['classifier']}"])
-    transport = SSHTransport(
-        sshd_server.url,
-        known_hosts=sshd_server.known_hosts,
-        key_file=sshd_server.client_key,
-        agent_cmd=agent_cmd,
-        state_dir=str(state),
-        step_timeout_s=30,
-        allow_agent=False,
-        look_for_keys=False,
-    )
+    transport = sshd_server.transport(agent_cmd, state)
     with transport:
         key = load_or_create_device_key(state)
         known = KnownDevices(tmp_path / "known_devices")

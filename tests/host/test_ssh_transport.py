@@ -21,7 +21,6 @@ from edgequal.agent.report.signing import MEASURED_STATUSES
 from edgequal.host.errors import TransportError, UsageError
 from edgequal.host.examples import build_example
 from edgequal.host.transport.base import QualifyRequest
-from edgequal.host.transport.ssh import SSHTransport
 from edgequal.host.trust import KnownDevices
 from edgequal.host.verify import verify_envelope
 
@@ -36,16 +35,7 @@ def state_dir(tmp_path) -> Path:
 
 @pytest.fixture
 def ssh(sshd_server, agent_cmd, state_dir):
-    transport = SSHTransport(
-        sshd_server.url,
-        known_hosts=sshd_server.known_hosts,
-        key_file=sshd_server.client_key,
-        agent_cmd=agent_cmd,
-        state_dir=str(state_dir),
-        step_timeout_s=20,
-        allow_agent=False,
-        look_for_keys=False,
-    )
+    transport = sshd_server.transport(agent_cmd, state_dir, step_timeout_s=20)
     with transport:
         yield transport
 

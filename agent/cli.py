@@ -121,10 +121,10 @@ def main(argv: list[str] | None = None) -> int:
 def cmd_serve(args, state_dir: Path) -> int:
     import signal
 
-    from .auth import read_token_file
     from .probes.fingerprint import fingerprint
     from .runtimes import ProbedRuntimes
-    from .server import serve
+    from .service.auth import read_token_file
+    from .service.server import serve
 
     token = read_token_file(args.token_file) if args.token_file else None
     tls = None
@@ -223,9 +223,8 @@ class _EventLines:
 def cmd_run_plan(args, state_dir: Path) -> int:
     import signal
 
-    from .coload import config_path, resolve_plan
     from .keys import load_or_create_device_key
-    from .lease import DEFAULT_MAX_RUN_S, Lease
+    from .phases.coload import config_path, resolve_plan
     from .runs import (
         RunRequest,
         Runs,
@@ -234,8 +233,9 @@ def cmd_run_plan(args, state_dir: Path) -> int:
         new_run_id,
         subjects_as_files,
     )
-    from .state_lock import StateLock
-    from .store import ArtifactStore
+    from .service.lease import DEFAULT_MAX_RUN_S, Lease
+    from .service.state_lock import StateLock
+    from .service.store import ArtifactStore
 
     try:
         spec = json.loads(args.plan_file.read_text())
@@ -302,7 +302,7 @@ def cmd_run_plan(args, state_dir: Path) -> int:
 
 def _serving_agent(state_dir: Path) -> dict | None:
     """The ``serve`` agent holding ``state_dir``, if it can take a plan over loopback gRPC."""
-    from .state_lock import peek
+    from .service.state_lock import peek
 
     holder = peek(state_dir) or {}
     if holder.get("command") != "serve" or not holder.get("port") or holder.get("tls"):
@@ -323,7 +323,7 @@ def _run_plan_through(serving: dict, request, holder: str) -> int:
 
     from ..protos import edgequal_v1_pb2 as pb
     from ..protos import edgequal_v1_pb2_grpc as pb_grpc
-    from .auth import AUTHORIZATION_KEY, read_token_file
+    from .service.auth import AUTHORIZATION_KEY, read_token_file
 
     token = read_token_file(Path(serving["token_file"])) if serving.get("token_file") else None
     metadata = ((AUTHORIZATION_KEY, f"Bearer {token}"),) if token else ()
@@ -376,8 +376,8 @@ def _run_plan_through(serving: dict, request, holder: str) -> int:
 
 
 def cmd_measure(args, state_dir: Path) -> int:
+    from .phases.qualification import exit_code_for, run_measurement
     from .plan import make_plan, parse_duration_s, parse_shape_args
-    from .qualification import exit_code_for, run_measurement
     from .report.signing import json_clean
     from .report.summary import format_summary
 
@@ -427,7 +427,7 @@ def cmd_key(args, state_dir: Path) -> int:
 
 def _prove(key, challenge_hex: str | None) -> int:
     """``key prove --challenge HEX``: one JSON line, the SSH form of the Prove RPC."""
-    from .identity import prove_identity
+    from .service.identity import prove_identity
 
     try:
         challenge = bytes.fromhex(challenge_hex or "")
@@ -447,19 +447,19 @@ def _prove(key, challenge_hex: str | None) -> int:
 
 
 def agent_info(state_dir: Path, root: Path):
-    """This device's :class:`~edgequal.agent.info.AgentInfo`, as gRPC Info would answer it.
+    """This device's :class:`~edgequal.agent.service.info.AgentInfo`, as gRPC Info would answer it.
 
     Runtimes are found by a trial import in a child process each, never here;
     the lease is that of whichever agent holds the state directory, if any.
     """
     from . import __version__
-    from .info import AgentInfo, Limits
     from .keys import load_or_create_device_key
-    from .lease import Lease
     from .probes import read_all
     from .runtimes import detect_runtimes
-    from .state_lock import peek
-    from .store import ArtifactStore
+    from .service.info import AgentInfo, Limits
+    from .service.lease import Lease
+    from .service.state_lock import peek
+    from .service.store import ArtifactStore
 
     readings = read_all(root)
     holder = peek(state_dir) or {}
@@ -494,7 +494,7 @@ def cmd_info(args, state_dir: Path) -> int:
 
 
 def cmd_store(args, state_dir: Path) -> int:
-    from .store import store_main
+    from .service.store import store_main
 
     return store_main(args.args, state_dir)
 
@@ -516,7 +516,7 @@ def cmd_cancel(args, state_dir: Path) -> int:
     import signal
 
     from .runs import check_run_id
-    from .state_lock import peek
+    from .service.state_lock import peek
 
     run_id = check_run_id(args.run_id)
     holder = peek(state_dir) or {}

@@ -146,7 +146,7 @@ def check_extra_files(model_name: str, extra: object, store) -> list[dict]:
     Names must be bundle names (relative, no ``..``), unique, not the model's own
     name; every digest must be in the store. Checked before the device is taken.
     """
-    from .store import MAX_BUNDLE_FILES, check_bundle_name, validate_digest
+    from .service.store import MAX_BUNDLE_FILES, check_bundle_name, validate_digest
 
     if not isinstance(extra, list) or len(extra) > MAX_BUNDLE_FILES:
         raise BadInput(f"extra files must be a list of at most {MAX_BUNDLE_FILES} files")
@@ -178,7 +178,7 @@ def subjects_as_files(subjects: list) -> list:
 
 def _bundle_model_name(model_name: str | None) -> str:
     """The model's file name inside its bundle: the host's name when it is one plain file name."""
-    from .store import check_bundle_name
+    from .service.store import check_bundle_name
 
     try:
         if model_name and "/" not in model_name:
@@ -348,8 +348,8 @@ class Runs:
         Trouble with the model or runtime yields a signed ``failed`` report; only a
         request that cannot start (unknown digest, bad plan, full disk) raises.
         """
-        from .coload import config_path, resolve_plan
-        from .qualification import run_measurement
+        from .phases.coload import config_path, resolve_plan
+        from .phases.qualification import run_measurement
 
         check_run_id(request.run_id)
         model_path = self.store.path(request.model_digest)

@@ -212,10 +212,10 @@ record "installed packages" "$([ "$STEP_RC" = 0 ] && echo ok || echo FAIL)" \
 run_step "example models" "$PY" -c '
 import sys
 from pathlib import Path
-from edgequal.host.demo import prepare
+from edgequal.host.examples.demo import prepare
 for model, golden in prepare(Path(sys.argv[1])):
     print(model, golden)' "$WORK/examples"
-record "example models" "$([ "$STEP_RC" = 0 ] && echo ok || echo FAIL)" "edgequal.host.demo.prepare"
+record "example models" "$([ "$STEP_RC" = 0 ] && echo ok || echo FAIL)" "edgequal.host.examples.demo.prepare"
 TFLITE=$WORK/examples/models/classifier.tflite
 ONNX=$WORK/examples/models/classifier.onnx
 for m in "$TFLITE" "$ONNX"; do
@@ -227,8 +227,8 @@ check_report() { # check_report REPORT MODEL EXPECT: the report's claims, after 
     "$PY" - "$1" "$2" "$3" <<'EOF'
 import json, sys
 from pathlib import Path
-from edgequal.host.trust import KnownDevices
-from edgequal.host.verify import verify_envelope
+from edgequal.host.devices.trust import KnownDevices
+from edgequal.host.devices.verify import verify_envelope
 report = verify_envelope(Path(sys.argv[1]).read_bytes(), known=KnownDevices(), artifacts=[Path(sys.argv[2])])
 expect = sys.argv[3]
 p = report.predicate
@@ -286,7 +286,7 @@ qualify_one() { # qualify_one ROUND LABEL MODEL GOLDEN RUNTIME EXPECT
         printf '%s' "$STEP_OUT" | grep -q 'is already pinned for device'; then
         # `agent install` pinned the key as NAME at grpc://; `qualify --device ssh://...`
         # does not find that pin by the ssh:// address and refuses to pin the same key
-        # under a second name (host/devices.py open_device). Recorded, then worked around.
+        # under a second name (host/devices/resolve.py open_device). Recorded, then worked around.
         record "qualify $label: README order" FAIL "$(printf '%s' "$STEP_OUT" | grep -m1 error | cut -c1-150)"
         FORGOT_PIN=1
         run_step "forget the pin" edgequal devices forget arm64-board

@@ -11,7 +11,7 @@ import hashlib
 import sys
 
 from edgequal.host.errors import HostError
-from edgequal.host.examples import EXAMPLES, build_all, build_example
+from edgequal.host.examples.catalog import EXAMPLES, build_all, build_example
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -53,7 +53,7 @@ def sustain():
     (``measure_sustained``) with the board tree ``root``; asserts it raised no finding."""
     import threading
 
-    from edgequal.agent.sustained_phase import measure_sustained
+    from edgequal.agent.phases.sustained import measure_sustained
 
     def run(model, plan, root, on_event=None):
         findings: list = []
@@ -163,8 +163,8 @@ def isolated_config(tmp_path_factory, monkeypatch):
 
 @pytest.fixture(scope="session")
 def example_models(tmp_path_factory) -> dict[str, Path]:
-    """Every example model (host/examples.py), built once per session."""
-    from edgequal.host.examples import build_all
+    """Every example model (host/examples/catalog.py), built once per session."""
+    from edgequal.host.examples.catalog import build_all
 
     return build_all(tmp_path_factory.mktemp("models"))
 
@@ -172,7 +172,7 @@ def example_models(tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def golden_sets(tmp_path_factory, example_models) -> dict[str, Path]:
     """A golden set per runnable example model, reference outputs from the host runtime."""
-    from edgequal.host.examples import EXAMPLES, example_inputs
+    from edgequal.host.examples.catalog import EXAMPLES, example_inputs
     from edgequal.host.golden import make_golden
 
     out = tmp_path_factory.mktemp("golden")

@@ -75,7 +75,7 @@ def chain_model(path: Path, layers: int, rows: int = 1) -> Path:
 def _shifted_golden(model: Path, out: Path, work: Path) -> Path:
     """A golden set of the classifier whose reference ``score`` is shifted by SCORE_SHIFT."""
     import onnxruntime as ort
-    from edgequal.host.examples import EXAMPLES, example_inputs
+    from edgequal.host.examples.catalog import EXAMPLES, example_inputs
     from edgequal.host.golden import make_golden
 
     cases = {f"c{i}": feeds for i, feeds in enumerate(example_inputs("classifier", 12))}
@@ -100,9 +100,9 @@ def produce(tmp_path_factory, example_models: dict[str, Path]) -> GateReports:
     import base64
 
     from edgequal.agent.plan import make_plan
-    from edgequal.host.qualify import pin_device_key, qualify
+    from edgequal.host.devices.qualify import pin_device_key, qualify
+    from edgequal.host.devices.trust import KnownDevices
     from edgequal.host.transport.local import LocalTransport
-    from edgequal.host.trust import KnownDevices
 
     base = tmp_path_factory.mktemp("gate-reports")
     models = {
@@ -163,7 +163,7 @@ def produce(tmp_path_factory, example_models: dict[str, Path]) -> GateReports:
 
 def trust_local(reports: GateReports):
     """Pin the agent's key as device 'local' in the current (per-test) config; returns it."""
-    from edgequal.host.trust import KnownDevices
+    from edgequal.host.devices.trust import KnownDevices
 
     known = KnownDevices()
     if known.get("local") is None:

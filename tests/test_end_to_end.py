@@ -16,12 +16,12 @@ import psutil
 import pytest
 from edgequal.agent.plan import make_plan
 from edgequal.agent.report.signing import MEASURED_STATUSES
-from edgequal.host.cli import main as edgequal_main
+from edgequal.host.cli.main import main as edgequal_main
+from edgequal.host.devices.qualify import pin_device_key, qualify
+from edgequal.host.devices.trust import KnownDevices
 from edgequal.host.errors import TransportError, UsageError
-from edgequal.host.qualify import pin_device_key, qualify
 from edgequal.host.transport import QualifyRequest
 from edgequal.host.transport.local import LocalTransport
-from edgequal.host.trust import KnownDevices
 
 # Starts real processes (agents, sshd, the emulator) for seconds each: the fast loop skips it.
 pytestmark = pytest.mark.slow
@@ -136,7 +136,7 @@ def test_worker_crash_is_a_signed_failed_report_and_the_agent_keeps_serving(
         while time.monotonic() < deadline and not killed:
             for child in agent.children(recursive=True):
                 try:
-                    if "edgequal.agent.worker" in " ".join(child.cmdline()):
+                    if "edgequal.agent.worker.main" in " ".join(child.cmdline()):
                         time.sleep(1.0)  # well into the run
                         child.kill()
                         killed.append(child.pid)
@@ -248,7 +248,7 @@ def test_demo_command_writes_verifiable_reports(tmp_path, capsys):
 
 
 def test_agent_killed_mid_run_signs_it_incomplete_on_restart(example_models, tmp_path, quick_plan):
-    from edgequal.host.verify import verify_envelope
+    from edgequal.host.devices.verify import verify_envelope
 
     known = KnownDevices()
     transport = LocalTransport()

@@ -28,10 +28,10 @@ from edgequal.agent.golden import GoldenCase, load_npz_arrays, read_golden, writ
 from edgequal.agent.keys import DeviceKey
 from edgequal.agent.plan import DEFAULTS, PRESETS, Plan
 from edgequal.agent.report.signing import build_statement, sign_envelope
+from edgequal.host.devices.profiles import ProfileError, _parse, load_profile, profile_from_dict
+from edgequal.host.devices.trust import KnownDevices, parse_line
+from edgequal.host.devices.verify import verify_envelope
 from edgequal.host.errors import UsageError, VerificationFailed
-from edgequal.host.profiles import ProfileError, _parse, load_profile, profile_from_dict
-from edgequal.host.trust import KnownDevices, parse_line
-from edgequal.host.verify import verify_envelope
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 

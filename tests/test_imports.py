@@ -28,7 +28,7 @@ def _modules_after(code: str) -> set[str]:
 
 def test_every_agent_module_imports_without_host_or_heavy_packages():
     names = [m.name for m in pkgutil.walk_packages([str(AGENT_DIR)], prefix="edgequal.agent.")]
-    assert "edgequal.agent.worker" in names and "edgequal.agent.server" in names
+    assert "edgequal.agent.worker.main" in names and "edgequal.agent.service.server" in names
     loaded = _modules_after("\n".join(f"import {n}" for n in names))
     assert not [m for m in loaded if m.startswith("edgequal.host")]
     for heavy in HEAVY:
@@ -36,7 +36,7 @@ def test_every_agent_module_imports_without_host_or_heavy_packages():
 
 
 def test_help_imports_no_third_party_package():
-    loaded = _modules_after("import edgequal.host.cli")
+    loaded = _modules_after("import edgequal.host.cli.main")
     for name in ["numpy", "grpc", *HEAVY]:
         assert name not in loaded, f"edgequal --help would import {name}"
     out = subprocess.run(

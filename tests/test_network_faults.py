@@ -37,12 +37,12 @@ import pytest
 from edgequal.agent.clock import new_nonce
 from edgequal.agent.keys import load_or_create_device_key
 from edgequal.agent.report.signing import MEASURED_STATUSES
+from edgequal.host.devices.trust import KnownDevices
+from edgequal.host.devices.verify import verify_envelope
 from edgequal.host.errors import HostError, TransportError
 from edgequal.host.transport import QualifyRequest
 from edgequal.host.transport import grpc as grpc_transport
 from edgequal.host.transport.grpc import GrpcTransport
-from edgequal.host.trust import KnownDevices
-from edgequal.host.verify import verify_envelope
 
 pytestmark = pytest.mark.slow
 

@@ -8,7 +8,7 @@ a hostile model could read any file the agent's user can (``../device_key.pem``,
 
 :func:`check_external_data` refuses, before onnxruntime reads anything, a
 location that is absolute or has ``..`` (or any name the bundle rule of
-``agent/store.py`` refuses), a path through a symlink, a file that is not in the
+``agent/service/store.py`` refuses), a path through a symlink, a file that is not in the
 model's directory (the agent puts there exactly the files the host pushed), and
 an offset or length beyond the file. Only ``stat`` is called on the data files.
 
@@ -253,7 +253,7 @@ def check_external_data(model_path: Path) -> list[ExternalRef]:
 
     Reads the model file only (mapped); the data files are only ``lstat``-ed.
     """
-    from ..store import check_bundle_name
+    from ..service.store import check_bundle_name
 
     model_path = Path(model_path)
     with open(model_path, "rb") as f:

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
+from edgequal.agent.service.info import AgentInfo
 
-from ...agent.info import AgentInfo
 from ...protos import edgequal_v1_pb2 as pb
 from ...protos import edgequal_v1_pb2_grpc as pb_grpc
 from ..errors import DeviceBusy, HostError, TransportError, UsageError
@@ -423,7 +423,7 @@ class GrpcTransport(Transport):
             if on_wait is not None:
                 on_wait({"position": r.position, "lease": current})
             if deadline is not None and time.monotonic() >= deadline:
-                from edgequal.agent.lease import Lease
+                from edgequal.agent.service.lease import Lease
 
                 held = Lease.from_json(current).describe() if current else "others are waiting"
                 raise DeviceBusy(
@@ -465,7 +465,7 @@ class GrpcTransport(Transport):
 
 
 def _lease_json(lease) -> dict:
-    """A protobuf ``Lease`` as the JSON of ``edgequal.agent.lease.Lease``."""
+    """A protobuf ``Lease`` as the JSON of ``edgequal.agent.service.lease.Lease``."""
     return {
         "run_id": lease.run_id,
         "holder": lease.holder,

@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from edgequal.agent.state_lock import describe_holder, peek
+from edgequal.agent.service.state_lock import describe_holder, peek
 
 from ..errors import TransportError
 from ..paths import local_agent_state_dir

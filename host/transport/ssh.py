@@ -1,7 +1,7 @@
 """The ``ssh://USER@HOST[:PORT]`` transport: the agent's one-shot CLI over OpenSSH.
 
 Nothing listens on the device: every operation is an ``edgequal-agent``
-command run over an exec channel of an :class:`~edgequal.host.ssh_session.SSHSession`
+command run over an exec channel of an :class:`~edgequal.host.transport.ssh_session.SSHSession`
 (host keys checked against known_hosts, every step under a watchdog), and
 artifacts travel over SFTP.
 
@@ -29,11 +29,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import paramiko
+from edgequal.agent.service.info import AgentInfo
 
-from ...agent.info import AgentInfo
 from ..errors import TransportError, UsageError
-from ..ssh_session import SSHSession, last_line, short
 from .base import IdentityProof, ProgressEvent, PushResult, QualifyRequest, Transport
+from .ssh_session import SSHSession, last_line, short
 
 log = logging.getLogger(__name__)
 

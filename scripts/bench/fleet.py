@@ -100,11 +100,11 @@ def main() -> int:
     os.environ["XDG_STATE_HOME"] = str(work / "state")
     procs = []
     try:
-        from edgequal.host.devices import trust_device
-        from edgequal.host.examples import build_example
-        from edgequal.host.fleet import FleetOptions, FleetRunner
-        from edgequal.host.inventory import FleetModel, load_lab
-        from edgequal.host.trust import KnownDevices
+        from edgequal.host.devices.resolve import trust_device
+        from edgequal.host.devices.trust import KnownDevices
+        from edgequal.host.examples.catalog import build_example
+        from edgequal.host.lab.fleet import FleetOptions, FleetRunner
+        from edgequal.host.lab.inventory import FleetModel, load_lab
 
         t0 = time.perf_counter()
         procs = [start_agent(work / "agents", f"dev-{i}") for i in range(args.agents)]

@@ -7,7 +7,7 @@ In one run, on the same model file and thread count, for each model:
   warmed up for as long as the agent warms up, then ``session.run(None, feeds)`` (or
   ``invoke()``) timed with ``perf_counter_ns`` into a plain list for ``--seconds``;
   p50 by nearest rank;
-- agent: ``edgequal.agent.qualification.run_measurement`` with the ``quick`` plan
+- agent: ``edgequal.agent.phases.qualification.run_measurement`` with the ``quick`` plan
   (one cold start, ``latency_min_s = --seconds``, same threads): fresh worker
   processes, warm-up until steady, the agent's timing loop; the p50 read from
   ``results.latency.per_shape[0].summary.p50_ms``.
@@ -121,7 +121,7 @@ def bare_p50_us(path: Path, threads: int, seconds: float) -> tuple[float, int]:
 def agent_call(path: Path, threads: int):
     """The agent's loop body: its runtime adapter's ``bind`` on the worker's inputs."""
     from edgequal.agent.runtimes import RuntimeOptions, runtime_class, runtime_for
-    from edgequal.agent.worker_io import synthesize_inputs
+    from edgequal.agent.worker.io import synthesize_inputs
 
     rt = runtime_class(runtime_for(path))(RuntimeOptions(threads=threads))
     rt.load(path)
@@ -158,8 +158,8 @@ def interleaved_us(path: Path, threads: int, seconds: float, chunk_s: float = 0.
 
 def agent_p50_us(path: Path, threads: int, seconds: float) -> tuple[float, int, list | None]:
     """The p50 the agent reports (µs), its sample count and its 95 % CI (µs)."""
+    from edgequal.agent.phases.qualification import run_measurement
     from edgequal.agent.plan import make_plan
-    from edgequal.agent.qualification import run_measurement
 
     plan = make_plan("quick", threads=threads, latency_min_s=seconds, cold_runs=1)
     out = run_measurement(path, None, plan)
@@ -220,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.seconds, args.rounds, args.inproc_seconds = 1.0, 1, 2.0
 
-    from edgequal.host.examples import build_example
+    from edgequal.host.examples.catalog import build_example
 
     t_start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="edgequal-overhead-") as tmp:

@@ -4,7 +4,7 @@
 Both servers run as separate processes on 127.0.0.1 (as an agent would) and
 receive the same 1 MiB PushChunk messages from this process:
 
-- agent: ``GrpcTransport.push`` to ``edgequal.agent.server`` — Stat, stream,
+- agent: ``GrpcTransport.push`` to ``edgequal.agent.service.server`` — Stat, stream,
   hash, write, fsync, verify, atomic rename (the artifact is stored);
 - bare: a minimal generic-handler server that only feeds each chunk to sha256.
 
@@ -35,7 +35,7 @@ from edgequal.protos import edgequal_v1_pb2 as pb
 AGENT_SERVER = r"""
 import sys
 from pathlib import Path
-from edgequal.agent.server import build_server
+from edgequal.agent.service.server import build_server
 state = Path(sys.argv[1])
 agent = build_server("127.0.0.1:0", state, state, max_artifact_bytes=int(sys.argv[2])).start()
 print(agent.port, flush=True)

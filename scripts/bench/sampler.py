@@ -4,7 +4,7 @@
 The sustained phase runs closed-loop inference in a worker process while the agent
 process samples telemetry (thermal zones, clocks, cooling devices) at 1 Hz. This
 benchmark runs that same worker job (``kind: sustain``, mid.onnx, 1 thread) through
-``edgequal.agent.supervisor.run_job`` several times, alternating:
+``edgequal.agent.worker.supervisor.run_job`` several times, alternating:
 
 - ``off``: no sampler;
 - ``1hz``: a ``TelemetrySampler(root, interval_s=1.0)`` and a ``ContentionSampler``
@@ -92,8 +92,8 @@ class EmulatorProcess:
 
 def sustain_job(model: Path, duration_s: float, window_s: float, threads: int) -> dict:
     """The worker job the agent's sustained phase sends (``jobs.WorkerJob``, kind ``sustained``)."""
-    from edgequal.agent.jobs import SustainSettings, WorkerJob
     from edgequal.agent.plan import make_plan
+    from edgequal.agent.worker.jobs import SustainSettings, WorkerJob
 
     plan = make_plan("quick", threads=threads)
     sustain = SustainSettings(duration_s=duration_s, window_s=window_s)
@@ -116,7 +116,7 @@ def run_arm(job: dict, root: Path, interval_s: float | None) -> dict:
     from edgequal.agent.probes.contention import ContentionSampler
     from edgequal.agent.probes.power import PowerProbe, PowerSampler
     from edgequal.agent.probes.telemetry import TelemetrySampler
-    from edgequal.agent.supervisor import Worker
+    from edgequal.agent.worker.supervisor import Worker
 
     sampler = TelemetrySampler(root, interval_s=interval_s) if interval_s else None
     # Power rails (issue 13): sampled beside the telemetry wherever the tree has any.
@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.seconds, args.rounds, args.calls = 4.0, 1, 200
 
-    from edgequal.host.examples import build_example
+    from edgequal.host.examples.catalog import build_example
 
     t_start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="edgequal-sampler-") as tmp:

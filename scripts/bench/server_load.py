@@ -75,9 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     from edgequal.agent.measure.server import poisson_arrivals_s, run_open_loop, score_run
     from edgequal.agent.runtimes.base import RuntimeOptions
     from edgequal.agent.runtimes.onnxruntime import OnnxRuntime
-    from edgequal.agent.worker_io import synthesize_inputs
-    from edgequal.agent.worker_scenarios import wait_until as _wait_until
-    from edgequal.host.examples import build_example
+    from edgequal.agent.worker.io import synthesize_inputs
+    from edgequal.agent.worker.scenarios import wait_until as _wait_until
+    from edgequal.host.examples.catalog import build_example
 
     t_start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="edgequal-server-bench-") as tmp:

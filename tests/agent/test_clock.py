@@ -32,12 +32,12 @@ from edgequal.agent.clock import (
 from edgequal.agent.keys import DeviceKey, load_or_create_device_key
 from edgequal.agent.report.signing import MEASURED_STATUSES
 from edgequal.agent.runs import RunRequest, Runs
-from edgequal.agent.server import build_server
-from edgequal.agent.store import ArtifactStore
-from edgequal.host.qualify import qualify
+from edgequal.agent.service.server import build_server
+from edgequal.agent.service.store import ArtifactStore
+from edgequal.host.devices.qualify import qualify
+from edgequal.host.devices.trust import KnownDevices
+from edgequal.host.devices.verify import verify_envelope
 from edgequal.host.transport.grpc import GrpcTransport
-from edgequal.host.trust import KnownDevices
-from edgequal.host.verify import verify_envelope
 from edgequal.protos import edgequal_v1_pb2 as pb
 from edgequal.protos import edgequal_v1_pb2_grpc as pb_grpc
 

@@ -28,14 +28,14 @@ from edgequal.agent.runtimes.onnx_external_data import (
     check_external_data,
     external_data_refs,
 )
-from edgequal.agent.server import build_server
+from edgequal.agent.service.server import build_server
+from edgequal.host.devices.qualify import external_data_files, qualify
+from edgequal.host.devices.trust import KnownDevices
+from edgequal.host.devices.verify import verify_envelope
 from edgequal.host.errors import UsageError
 from edgequal.host.golden import make_golden
-from edgequal.host.qualify import external_data_files, qualify
 from edgequal.host.transport.base import QualifyRequest
 from edgequal.host.transport.grpc import GrpcTransport
-from edgequal.host.trust import KnownDevices
-from edgequal.host.verify import verify_envelope
 from edgequal.protos import edgequal_v1_pb2 as pb
 from edgequal.protos import edgequal_v1_pb2_grpc as pb_grpc
 from onnx import TensorProto, helper, numpy_helper

@@ -121,8 +121,8 @@ def _onnx_model(path, input_dtype, shape):
 
 
 def _qualify(model, golden):
+    from edgequal.agent.phases.qualification import run_measurement
     from edgequal.agent.plan import make_plan
-    from edgequal.agent.qualification import run_measurement
 
     plan = make_plan("quick", cold_runs=1, latency_min_runs=10, latency_min_s=0.1)
     return run_measurement(model, golden, plan)

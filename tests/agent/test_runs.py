@@ -30,8 +30,8 @@ from edgequal.agent.runs import (
     check_run_id,
     sign_report,
 )
-from edgequal.agent.server import build_server, serve
-from edgequal.agent.store import ArtifactStore
+from edgequal.agent.service.server import build_server, serve
+from edgequal.agent.service.store import ArtifactStore
 from edgequal.protos import edgequal_v1_pb2 as pb
 from edgequal.protos import edgequal_v1_pb2_grpc as pb_grpc
 

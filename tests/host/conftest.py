@@ -64,8 +64,8 @@ def scenario_measurement(example_models, golden_sets, tmp_path_factory) -> dict:
     Shared by the summary, report-page, compare and gate tests of the scenarios; they only
     read it (copy before changing anything).
     """
+    from edgequal.agent.phases.qualification import run_measurement
     from edgequal.agent.plan import make_plan
-    from edgequal.agent.qualification import run_measurement
 
     root = tmp_path_factory.mktemp("board")
     hwmon = root / "sys/class/hwmon/hwmon0"
@@ -110,7 +110,7 @@ def known(reports):
 def device_key():
     """A device key pinned as device 'board' in this test's own config."""
     from edgequal.agent.keys import DeviceKey
-    from edgequal.host.trust import KnownDevices
+    from edgequal.host.devices.trust import KnownDevices
 
     key = DeviceKey.generate()
     KnownDevices().trust("board", "local", key.public_key_raw())

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from edgequal.agent.golden import read_golden
-from edgequal.host.cli import main as edgequal_main
-from edgequal.host.examples import example_inputs
+from edgequal.host.cli.main import main as edgequal_main
+from edgequal.host.examples.catalog import example_inputs
 
 
 def _make(example_models, tmp_path, *flags, inputs=None):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from edgequal.agent.runtimes.base import RuntimeOptions
 from edgequal.agent.runtimes.litert import LiteRtRuntime
 from edgequal.agent.runtimes.onnxruntime import OnnxRuntime
-from edgequal.agent.worker_io import synthesize_inputs
+from edgequal.agent.worker.io import synthesize_inputs
 
 
 def test_onnxruntime_profiles_each_node_per_run(example_models):

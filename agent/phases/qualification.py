@@ -1,0 +1,516 @@
+"""One qualification, phase by phase: cold load, warm latency, drift, memory, the service
+scenarios, edge shapes (``edge_shapes.py``), sustained (``sustained_phase.py``).
+
+Every phase runs in fresh worker processes (``jobs.WorkerJob``); this module starts
+them, samples the competition for CPU from the agent while they run
+(``phase_workers.run_sampled``), hands the samples to the pure scoring in
+``measure/``, and assembles the results object (schema
+``edgequal.results/v1``, docs/report-schema.md). It never raises for trouble with
+the model or the runtime: that becomes a finding and a status. It raises AgentError
+only for a request that cannot start at all.
+"""
+
+from __future__ import annotations
+
+import platform
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from pathlib import Path
+
+from .. import __version__
+from ..errors import BadInput
+from ..measure.attribution import (
+    contention_between,
+    contention_over,
+    declared_cpus,
+    interference_present,
+)
+from ..measure.coload import coload_cause
+from ..plan import Plan
+from ..probes.fingerprint import fingerprint as probe_fingerprint
+from ..probes.thermal import read_thermal
+from ..runtimes import runtime_for
+from ..worker.jobs import ScenarioSettings, WorkerJob, latency_settings
+from ..worker.supervisor import run_job
+from .coload import coload_finding, start_for_phase
+from .edge_shapes import measure_edge_shapes, planned_edge_shapes, stops_later_phases
+from .sustained import measure_sustained
+from .workers import EventSink, finding_from, run_sampled
+
+RESULTS_SCHEMA = "edgequal.results/v1"
+# A latency phase whose p99 (p95 with too few samples for p99) is above this many
+# times its median has a heavy tail worth explaining.
+HEAVY_TAIL_RATIO = 3.0
+
+
+def _input_contract_findings(mismatches: list[dict], runtime: str) -> list[dict]:
+    """A finding per input whose golden data the model does not take as recorded (input named)."""
+    return [
+        {
+            "phase": "cold_load",
+            "cause": "inputs",
+            "kind": "input_contract",
+            "input": m["input"],
+            "mismatch": m["mismatch"],
+            "message": m["message"],
+            "hint": m["hint"],
+            "runtime": runtime,
+        }
+        for m in mismatches
+    ]
+
+
+def _summary(values: list[float]) -> dict:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def measure_cold_load(
+    model, golden, plan: Plan, runtime, emit: EventSink, cancel, findings
+) -> dict | None:
+    """N fresh worker processes, each timing import, load, first inference and the total."""
+    runs = []
+    total = plan.cold_runs
+    for i in range(total):
+        emit(
+            {
+                "type": "progress",
+                "phase": "cold_load",
+                "done": i,
+                "total": total,
+                "message": f"cold start {i + 1}/{total}",
+            }
+        )
+        ended = run_job(
+            WorkerJob.for_phase("cold_load", model, golden, plan, runtime).to_json(),
+            phase_timeout_s=plan.phase_timeout_s,
+            memory_limit_mb=plan.memory_limit_mb,
+            cancel=cancel,
+        )
+        if not ended.ok:
+            findings.append(finding_from(ended, "cold_load", runtime))
+            return None
+        r = ended.result
+        if r.get("input_contract"):
+            findings.extend(_input_contract_findings(r["input_contract"], runtime))
+            return None
+        r["process_to_result_ms"] = ended.wall_ms
+        runs.append(r)
+    if golden is None and runs[0].get("nonfinite_outputs"):
+        # Without a golden set nothing else compares the outputs: non-finite values on
+        # ordinary inputs are a finding, not a pass (with one, drift counts them).
+        name, c = next(iter(runs[0]["nonfinite_outputs"].items()))
+        findings.append(
+            {
+                "phase": "cold_load",
+                "cause": "model",
+                "kind": "nonfinite_output",
+                "message": f"output '{name}' holds {c['nan']} NaN and {c['inf']} Inf of "
+                f"{c['size']} values on the first inference",
+                "runtime": runtime,
+                "hint": "check the export and the input range; a golden set shows drift per case",
+            }
+        )
+    keys = ("import_ms", "load_ms", "first_inference_ms", "total_ms", "process_to_result_ms")
+    return {
+        "runs": [{k: r[k] for k in (*keys, "page_cache", "rss_added_by_load_bytes")} for r in runs],
+        **{k: _summary([r[k] for r in runs]) for k in keys},
+        "page_cache_evicted": all(r["page_cache"].get("evicted") for r in runs),
+        "runtime": runs[0]["runtime"],
+    }
+
+
+def latency_cause(entry: dict) -> str:
+    """``none`` for a steady latency phase with a light tail; else whether interference explains it."""
+    summary = entry["summary"]
+    tail = summary.get("p99_ms") or summary.get("p95_ms")
+    heavy = bool(tail and summary["p50_ms"] and tail > HEAVY_TAIL_RATIO * summary["p50_ms"])
+    entry["heavy_tail"] = heavy
+    if entry["warmup"]["steady"] and not heavy:
+        return "none"
+    return "interference" if interference_present(entry.get("interference")) else "unexplained"
+
+
+def _with_coload_evidence(result: dict, run, samples, sampler, findings, runtime) -> dict:
+    """Contention per condition for each shape, the co-load's achieved rate, its causes.
+
+    The plain segments are judged as any latency loop (the co-load was paused); the
+    co-load segments only on what was not declared: other processes' CPU and steal,
+    since waiting behind the declared co-load is what the run set out to measure.
+    """
+    ticks, cpus = sampler.clock_ticks_per_s, sampler.cpu_count
+    loaded_spans = []
+    for entry in result["latency"]:
+        segments = entry.pop("segments")
+        by = {c: [s for s in segments if s["coload"] is c] for c in (False, True)}
+        entry["interference"] = contention_over(samples, by[False], cpus, ticks)
+        entry["cause"] = latency_cause(entry)
+        loaded = entry["coload"]
+        loaded["interference"] = contention_over(samples, by[True], cpus, ticks)
+        loaded["cause"] = coload_cause(loaded)
+        loaded["segments"] = [
+            {k: s[k] for k in ("round", "coload", "runs", "p50_ms")} for s in segments
+        ]
+        # The co-load ran from its resume (settle included) to the segment's end.
+        loaded_spans += [(s["switched"], s["t1"]) for s in by[True]]
+    loaded_s = sum(t1 - t0 for t0, t1 in loaded_spans)
+    result["coload_latency"] = run.achieved(
+        loaded_spans, declared_cpus(samples, run.pgids, ticks, loaded_s)
+    )
+    ended = run.ended_early()
+    if ended:
+        findings.append(coload_finding("latency", ended, runtime))
+    return result
+
+
+def measure_warm(
+    model, golden, plan: Plan, runtime, emit: EventSink, cancel, findings, coload=None
+) -> dict | None:
+    """One worker: warm-up, latency per input shape, drift over the golden set, memory.
+
+    Each shape's latency loop gets the contention measured over the same span
+    (``interference``) and a ``cause`` when it was unsteady or heavy-tailed. With a
+    declared co-load (``coload``: ``coload.Load`` s) the loop alternates plain and
+    co-load segments (``measure.coload``), the worker pausing and resuming the co-load.
+    """
+    settings = latency_settings(plan)
+
+    def forward(event: dict) -> None:
+        if event.get("event") == "phase":
+            emit({"type": "progress", "phase": "latency", "message": event["phase"]})
+
+    job = WorkerJob.for_phase("warm", model, golden, plan, runtime, latency=settings)
+    timeout_s = plan.phase_timeout_s + plan.latency_min_s + plan.warmup_max_s
+    run = None
+    if coload:
+        run = start_for_phase(coload, plan, cancel, emit, findings, runtime, "latency", paused=True)
+        if run is None:
+            return None
+        job = replace(job, coload_pgids=tuple(run.pgids), coload_rounds=plan.coload_rounds)
+        timeout_s += plan.latency_min_s
+    try:
+        ended, samples, sampler = run_sampled(
+            job,
+            declared_pgids=run.pgids if run else (),
+            phase_timeout_s=timeout_s,
+            memory_limit_mb=plan.memory_limit_mb,
+            on_event=forward,
+            cancel=cancel,
+        )
+    finally:
+        if run is not None:
+            run.stop()
+    if not ended.ok:
+        findings.append(finding_from(ended, "latency", runtime))
+        return None
+    if run is not None:
+        return _with_coload_evidence(ended.result, run, samples, sampler, findings, runtime)
+    for entry in ended.result["latency"]:
+        t0, t1 = entry.pop("loop_monotonic_s")
+        entry["interference"] = contention_between(
+            samples,
+            t0,
+            t1,
+            sampler.cpu_count,
+            sampler.clock_ticks_per_s,
+            entry.pop("sched_ns"),
+        )
+        entry["cause"] = latency_cause(entry)
+    return ended.result
+
+
+# The optional service scenarios, in the order they run: (plan switch, job kind, result key).
+SCENARIOS = (
+    ("operator_profile", "operators", "operators"),
+    ("batch_sizes", "batch_sweep", "batch_sweep"),
+    ("thread_scaling", "thread_scaling", "thread_scaling"),
+    ("server", "server", "server"),
+)
+
+
+def planned_scenarios(plan: Plan) -> list[tuple[str, str]]:
+    """``(job kind, result key)`` of each service scenario the plan asks for.
+
+    Asking for an accelerator provider runs the operator phase too: which nodes fell
+    back to the CPU is only known from what ran where.
+    """
+    from ..measure.operators import CPU_PROVIDER
+
+    accelerator = any(p != CPU_PROVIDER for p in plan.providers or ())
+    return [
+        (kind, key)
+        for switch, kind, key in SCENARIOS
+        if getattr(plan, switch) or (kind == "operators" and accelerator)
+    ]
+
+
+def _scenario_budget_s(kind: str, plan: Plan) -> float:
+    """How long a scenario's worker may run beyond the phase timeout (its planned seconds)."""
+    s = plan.scenario_s
+    if kind == "batch_sweep":
+        return s * len(plan.batch_sizes or ())
+    if kind == "thread_scaling":
+        return s * 64
+    if kind == "server":
+        return s * (3 + plan.server_search_steps) * 4  # a saturated step drains its queue
+    return 0.0
+
+
+def measure_scenario(
+    kind: str, model, golden, plan: Plan, runtime, emit: EventSink, cancel, findings
+) -> dict | None:
+    """One service scenario in its own worker (docs/measurement.md "Service scenarios")."""
+
+    def forward(event: dict) -> None:
+        if event.get("event") == "phase":
+            emit({"type": "progress", "phase": kind, "message": event["phase"]})
+
+    ended, samples, sampler = run_sampled(
+        WorkerJob.for_phase(
+            kind, model, golden, plan, runtime, scenario=ScenarioSettings.from_plan(plan)
+        ),
+        phase_timeout_s=plan.phase_timeout_s + _scenario_budget_s(kind, plan),
+        memory_limit_mb=plan.memory_limit_mb,
+        on_event=forward,
+        cancel=cancel,
+    )
+    if not ended.ok:
+        findings.append(finding_from(ended, kind, runtime))
+        return None
+    result = ended.result
+    if "span_monotonic_s" in result:
+        # What else used the CPU while the scenario ran: its figures are read with this.
+        t0, t1 = result.pop("span_monotonic_s")
+        evidence = contention_between(
+            samples, t0, t1, sampler.cpu_count, sampler.clock_ticks_per_s, result.pop("sched_ns")
+        )
+        result["interference"] = evidence
+        result["interference_present"] = interference_present(evidence)
+    fallback = result.get("cpu_fallback")
+    if fallback and fallback["finding"]:
+        nodes = fallback["cpu_nodes"]
+        findings_note = ", ".join(f"{n['node']} ({n['op_type']})" for n in nodes[:5])
+        result["fallback_finding"] = (
+            f"{len(nodes)} node(s) ran on the CPU although {', '.join(fallback['accelerators'])} "
+            f"was asked for: {findings_note}{' …' if len(nodes) > 5 else ''}"
+        )
+    return result
+
+
+def check_providers(runtime: str, plan: Plan, cancel=None) -> dict | None:
+    """Refuse, before anything runs, execution providers this device does not have.
+
+    The agent imports no runtime itself: a short worker asks onnxruntime's
+    ``get_available_providers()``. Returns what it said (None when none were asked).
+    """
+    if not plan.providers:
+        return None
+    if runtime != "onnxruntime":
+        raise BadInput(
+            f"execution providers apply to onnxruntime; this model runs on {runtime}",
+            hint="drop --providers (LiteRT's XNNPACK delegate is on unless --no-xnnpack)",
+        )
+    ended = run_job(
+        WorkerJob.for_phase("providers", Path("-"), None, plan, runtime).to_json(),
+        phase_timeout_s=plan.phase_timeout_s,
+        cancel=cancel,
+    )
+    if not ended.ok:
+        return None  # the runtime itself is broken: the cold load reports that as a finding
+    offered = ended.result["available"] or []
+    missing = [p for p in plan.providers if p not in offered]
+    if missing:
+        raise BadInput(
+            f"execution provider {missing[0]} is not installed on this device "
+            f"(onnxruntime {ended.result['version']} offers {', '.join(offered)})",
+            hint="drop it from --providers, or install the onnxruntime build that has it",
+        )
+    return ended.result
+
+
+def decide_status(results: dict, findings: list[dict]) -> tuple[str, str | None]:
+    """passed, degraded, inconclusive or failed, with the reason for anything but passed.
+
+    failed: a phase could not complete (rejection, crash, timeout), drift out of
+    tolerance, or a failed sustained verdict (throttling or under-voltage).
+    inconclusive: a sustained drop or an unsteady latency phase that interference
+    (other processes' CPU, run-queue wait, steal) explains: re-run on a quiet board.
+    degraded: latency never steadied with no interference measured, the sustained
+    verdict is degraded (throttled) or unexplained, or nodes fell back to the CPU under
+    an accelerator provider the plan asked for.
+    """
+    if findings:
+        return "failed", findings[0]["message"]
+    drift = results.get("drift")
+    if drift is not None and not drift.get("passed", True):
+        return "failed", drift.get("reason") or "outputs drifted beyond tolerance"
+    sustained = results.get("sustained") or {}
+    verdict = sustained.get("verdict")
+    if verdict == "failed":
+        return "failed", f"sustained verdict failed: {sustained.get('reason') or 'throttling'}"
+    interference, reasons = [], []
+    for entry in (results.get("latency") or {}).get("per_shape", []):
+        unsteady = not entry["warmup"]["steady"]
+        if entry.get("cause") == "interference":
+            what = "never reached a steady state" if unsteady else "has a heavy tail"
+            interference.append(
+                f"latency for {entry['shape']} {what} while other processes took the CPU"
+            )
+        elif unsteady:
+            reasons.append(f"latency for {entry['shape']} never reached a steady state")
+        if (entry.get("coload") or {}).get("cause") == "interference":
+            interference.append(
+                f"latency with co-load for {entry['shape']} ran while undeclared processes "
+                "took the CPU"
+            )
+    if verdict == "inconclusive":
+        why = str(sustained.get("reason") or "").removesuffix("; re-run on a quiet board")
+        interference.append(f"sustained: {why}")
+    if interference:
+        return "inconclusive", "; ".join(interference) + "; re-run on a quiet board"
+    if verdict in ("degraded", "unexplained"):
+        reasons.append(f"sustained: {sustained.get('reason')}")
+    fallback = (results.get("operators") or {}).get("fallback_finding")
+    if fallback:  # a silent CPU fallback is what makes a board slow for a reason nobody sees
+        reasons.append(fallback)
+    if reasons:
+        return "degraded", "; ".join(reasons)
+    return "passed", None
+
+
+def exit_code_for(status: str, findings: list[dict]) -> int:
+    """The CLI exit code of a finished measurement (docs/gating.md's table).
+
+    0 passed or degraded; 3 when the run could not finish (incomplete); 2 when the
+    model file is not a model the runtime can read at all (a bad input file); 1 for any
+    other outcome: failed, including a model the runtime reads but refuses (an
+    unsupported operator: the model is not qualified), and inconclusive.
+    """
+    if status in ("passed", "degraded"):
+        return 0
+    if status == "incomplete":
+        return 3
+    first = findings[0] if findings else {}
+    if first.get("kind") == "model_rejected" and not first.get("operator"):
+        return 2
+    return 1
+
+
+def run_measurement(
+    model_path: Path,
+    golden_path: Path | None,
+    plan: Plan | Mapping,
+    *,
+    root: Path = Path("/"),
+    on_event: EventSink | None = None,
+    cancel: threading.Event | None = None,
+    model_name: str | None = None,
+    coload=None,
+) -> dict:
+    """Run every planned phase and return ``{plan, fingerprint, results, findings, status, reason}``.
+
+    ``plan`` is a :class:`Plan` or its JSON; the returned ``plan`` is the JSON as run.
+    ``coload`` is the plan's co-load resolved on this device (``coload.resolve``).
+    """
+    emit = on_event or (lambda e: None)
+    cancel = cancel or threading.Event()
+    plan = plan if isinstance(plan, Plan) else Plan.from_json(plan)
+    model_path = Path(model_path)
+    if not model_path.is_file():
+        raise BadInput(f"model file not found: {model_path}")
+    if golden_path is not None and not Path(golden_path).is_file():
+        raise BadInput(f"golden set not found: {golden_path}")
+    if plan.coload and coload is None:
+        raise BadInput(
+            "a co-load needs the agent's store and configuration",
+            hint="qualify through a serving agent or edgequal-agent run-plan",
+        )
+    runtime = runtime_for(model_path, plan.runtime, model_name)
+    check_providers(runtime, plan, cancel)
+    edges = planned_edge_shapes(plan, Path(golden_path) if golden_path is not None else None)
+    findings: list[dict] = []
+    results: dict = {"schema": RESULTS_SCHEMA}
+    t_start = time.monotonic()  # an NTP step mid-run must not change it
+
+    emit({"type": "phase", "phase": "fingerprint", "state": "started"})
+    fingerprint = probe_fingerprint(root)
+    # The board's temperature before this run loaded it: the sustained phase's cooldown target.
+    idle_c = read_thermal(root)["authoritative_temp_c"] if plan.sustain_s > 0 else None
+    fingerprint.setdefault("agent_version", __version__)
+    fingerprint.setdefault("python", platform.python_version())
+    fingerprint.setdefault("python_executable", sys.executable)
+    emit({"type": "phase", "phase": "fingerprint", "state": "done"})
+
+    def cold_load() -> None:
+        value = measure_cold_load(model_path, golden_path, plan, runtime, emit, cancel, findings)
+        if value is not None:
+            results["cold_load"] = value
+
+    def latency() -> None:
+        value = measure_warm(model_path, golden_path, plan, runtime, emit, cancel, findings, coload)
+        if value is None:
+            return
+        if coload:
+            results["coload"] = {
+                "declared": [{"label": load.label, **load.decl} for load in coload],
+                "rounds": plan.coload_rounds,
+                "latency": value.pop("coload_latency"),
+                "sustained": None,
+            }
+        results["runtime"] = value["runtime"]
+        results["model_io"] = {"inputs": value["inputs"], "outputs": value["outputs"]}
+        results["latency"] = {"per_shape": value["latency"]}
+        results["memory"] = value["memory"]
+        if "drift" in value:
+            results["drift"] = value["drift"]
+
+    def edge_shapes() -> None:
+        results["edge_shapes"] = measure_edge_shapes(
+            model_path, golden_path, plan, runtime, edges, emit, cancel, findings
+        )
+
+    def sustained() -> None:
+        results["sustained"] = measure_sustained(
+            model_path, golden_path, plan, runtime, root, emit, cancel, findings, idle_c, coload
+        )
+        if coload and "coload" in results:
+            results["coload"]["sustained"] = results["sustained"].pop("coload_achieved", None)
+
+    def scenario(kind: str, key: str) -> Callable[[], None]:
+        def run() -> None:
+            value = measure_scenario(
+                kind, model_path, golden_path, plan, runtime, emit, cancel, findings
+            )
+            if value is not None:
+                results[key] = value
+
+        return run
+
+    phases = [("cold_load", cold_load), ("latency", latency)]
+    if edges:
+        phases.append(("edge_shapes", edge_shapes))
+    phases += [(kind, scenario(kind, key)) for kind, key in planned_scenarios(plan)]
+    if plan.sustain_s > 0:
+        phases.append(("sustained", sustained))
+    for name, run in phases:
+        if stops_later_phases(findings) or cancel.is_set():
+            break
+        emit({"type": "phase", "phase": name, "state": "started"})
+        run()
+        emit({"type": "phase", "phase": name, "state": "done"})
+    results["elapsed_s"] = round(time.monotonic() - t_start, 3)
+    if cancel.is_set():
+        status, reason = "incomplete", "cancelled"
+    else:
+        status, reason = decide_status(results, findings)
+    return {
+        "plan": plan.to_json(),
+        "fingerprint": fingerprint,
+        "results": results,
+        "findings": findings,
+        "status": status,
+        "reason": reason,
+    }

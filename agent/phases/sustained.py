@@ -1,0 +1,230 @@
+"""The sustained phase: closed-loop inference in windows while the agent samples the board.
+
+Cooldown first, idle power where rails exist, then one worker runs the closed loop
+(``measure/sustained.py``) while this process samples telemetry, power and the
+competition for CPU at 1 Hz; the windows are scored and attributed
+(``measure/attribution.py``). A declared co-load runs beside it throughout.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+from ..measure.attribution import contention_between, declared_cpus
+from ..plan import Plan
+from ..worker.jobs import SustainSettings, WorkerJob
+from ..worker.supervisor import Worker
+from .coload import coload_finding, start_for_phase
+from .workers import EventSink, finding_from, run_sampled
+
+
+def measure_sustained(
+    model,
+    golden,
+    plan: Plan,
+    runtime,
+    root: Path,
+    emit: EventSink,
+    cancel,
+    findings,
+    idle_c=None,
+    coload=None,
+) -> dict:
+    """Closed-loop inference in windows; telemetry and contention sampled at 1 Hz by this process.
+
+    ``idle_c`` is the temperature before the run loaded the board: the cooldown waits
+    to get back within 5 °C of it.
+    """
+    from ..measure.energy import idle_power, window_energy
+    from ..measure.sustained import nominal_clocks_khz, score_windows, window_telemetry
+    from ..probes.cooldown import wait_for_cooldown
+    from ..probes.power import PowerProbe, PowerSampler
+    from ..probes.telemetry import BoardTelemetry
+
+    telemetry = BoardTelemetry.open(root)
+    power_probe = PowerProbe.open(root)
+    cooldown = {"waited_s": 0.0, "reached": None, "reason": "no temperature sensor"}
+    if telemetry.has_temperature and plan.cooldown:
+        emit({"type": "progress", "phase": "sustained", "message": "waiting for cooldown"})
+        cooldown = wait_for_cooldown(
+            telemetry.read_temp_c, idle_c, plan.cooldown_timeout_s, cancel=cancel
+        )
+    duration = plan.sustain_s
+    # soak: keep going past the planned duration (up to sustain_extend_to_s) while the
+    # temperature still rises faster than 0.5 °C/min; the worker runs until told to stop.
+    hard_limit_s = max(duration, plan.sustain_extend_to_s or 0.0)
+    extended = False
+    window_s = plan.sustain_window_s
+    # The board's own passive trip when its thermal zones expose one, else the profile's.
+    trip_c = telemetry.trip_c if telemetry.trip_c is not None else plan.trip_c
+    trip_source = "sysfs" if telemetry.trip_c is not None else "profile" if trip_c else None
+    max_c = plan.max_temp_c
+    windows: list[dict] = []
+    stop_reason = None
+    t_begin = time.monotonic()
+
+    def on_event(event: dict) -> None:
+        if event.get("event") != "window":
+            return
+        keys = ("index", "t0", "t1", "count", "rate_per_s", "p50_ms", "p90_ms", "partial")
+        keys += ("sched_ns",)
+        w = {k: event[k] for k in keys}
+        windows.append(w)
+        emit(
+            {
+                "type": "progress",
+                "phase": "sustained",
+                "done": round(w["t1"] - t_begin, 1),
+                "total": duration,
+                "rate_per_s": round(w["rate_per_s"], 2),
+                "temp_c": telemetry.latest_temp_c(),
+            }
+        )
+
+    # Idle power: the board at rest after the cooldown, before the worker loads it.
+    idle = None
+    power_sampler = None
+    if power_probe.present:
+        if plan.idle_power_s > 0:
+            emit({"type": "progress", "phase": "sustained", "message": "measuring idle power"})
+            idle_sampler = PowerSampler(power_probe)
+            idle_sampler.start()
+            cancel.wait(plan.idle_power_s)
+            idle = idle_power(idle_sampler.stop())
+        power_sampler = PowerSampler(power_probe)
+        power_sampler.start()
+
+    watcher_done = threading.Event()
+
+    def watch_temperature(worker: Worker) -> None:
+        nonlocal stop_reason, extended
+        while not watcher_done.wait(1.0):
+            temp = telemetry.latest_temp_c()
+            if max_c is not None and temp is not None and temp >= max_c:
+                stop_reason = f"stopped early: {temp:.1f} °C reached the maximum {max_c:g} °C"
+                worker.request_stop()
+                return
+            if hard_limit_s > duration and time.monotonic() - t_begin >= duration:
+                slope = telemetry.slope_c_per_min(last_s=60.0)
+                if slope is None or slope <= 0.5:
+                    worker.request_stop()
+                    return
+                extended = True
+
+    run = None
+    if coload:
+        run = start_for_phase(coload, plan, cancel, emit, findings, runtime, "sustained", False)
+        if run is None:
+            return {"duration_s": duration, "verdict": "failed", "reason": findings[-1]["message"]}
+    telemetry.start()
+    try:
+        ended, contention, sampler = run_sampled(
+            WorkerJob.for_phase(
+                "sustained",
+                model,
+                golden,
+                plan,
+                runtime,
+                sustain=SustainSettings(duration_s=hard_limit_s, window_s=window_s),
+            ),
+            on_worker_started=lambda worker: threading.Thread(
+                target=watch_temperature, args=(worker,), daemon=True
+            ).start(),
+            phase_timeout_s=plan.phase_timeout_s + hard_limit_s,
+            memory_limit_mb=plan.memory_limit_mb,
+            declared_pgids=run.pgids if run else (),
+            on_event=on_event,
+            cancel=cancel,
+        )
+    finally:
+        watcher_done.set()
+        samples = telemetry.stop()
+        power_samples = power_sampler.stop() if power_sampler else []
+        if run is not None:
+            run.stop()
+    result: dict = {
+        "duration_s": duration,
+        "window_s": window_s,
+        "cooldown": cooldown,
+        "trip_c": trip_c,
+        "trip_c_source": trip_source,
+        "max_temp_c_limit": max_c,
+        "telemetry": telemetry.describe(),
+    }
+    if run is not None:
+        result["coload"] = True
+        span_s = contention[-1]["t"] - contention[0]["t"] if len(contention) > 1 else 0.0
+        result["coload_achieved"] = run.achieved(
+            None, declared_cpus(contention, run.pgids, sampler.clock_ticks_per_s, span_s)
+        )
+        if run.ended_early():
+            findings.append(coload_finding("sustained", run.ended_early(), runtime))
+    if not ended.ok:
+        findings.append(finding_from(ended, "sustained", runtime))
+        result.update({"windows_detail": windows, "verdict": "failed", "reason": ended.describe()})
+        return result
+    nominal = nominal_clocks_khz(samples)
+    for w in windows:
+        w.update(window_telemetry(w, samples, trip_c, nominal, plan.throttle_indicators))
+        w["interference"] = contention_between(
+            contention,
+            w["t0"],
+            w["t1"],
+            sampler.cpu_count,
+            sampler.clock_ticks_per_s,
+            w.pop("sched_ns"),
+        )
+    idle_w = idle["watts"] if idle else None
+    if power_probe.present:
+        for w in windows:
+            w["energy"] = window_energy(w, power_samples, idle_w)
+    started_at = ended.result["started_at"]
+    result["power"] = _power_result(power_probe, idle, windows, power_samples, started_at)
+    score = score_windows(windows, started_at)
+    if trip_c is not None and score.get("peak_temp_c") is not None:
+        score["headroom_c"] = round(trip_c - score["peak_temp_c"], 2)
+    result.update(score)
+    result["windows_detail"] = windows
+    result["loop_started_monotonic_s"] = started_at  # CLOCK_MONOTONIC: the board's own logs
+    result["telemetry_samples"] = [_flat_sample(s, started_at) for s in samples]
+    if stop_reason:
+        result["stopped_early"] = stop_reason
+    if extended:
+        result["extended_to_s"] = round(windows[-1]["t1"] - started_at, 1) if windows else None
+    return result
+
+
+def _power_result(probe, idle, windows, samples, started_at) -> dict:
+    """The sustained phase's power figures, or why there are none (never an estimate)."""
+    from ..measure.energy import energy_summary
+
+    described = probe.describe()
+    if not described["present"]:
+        return described
+    totals = [s.get("total_from") for s in samples if s.get("total_from")]
+    return {
+        **described,
+        "total_from": totals[-1] if totals else None,
+        "idle": idle,
+        "summary": energy_summary([{**w, **(w.get("energy") or {})} for w in windows]),
+        "samples": [
+            {"t": round(s["t"] - started_at, 3), "total_w": s["total_w"], "rails_w": s["rails_w"]}
+            for s in samples
+        ],
+    }
+
+
+def _flat_sample(sample: dict, started_at: float) -> dict:
+    """A 1 Hz telemetry sample for the report: seconds from the loop start, the lowest clock."""
+    clocks = [c for c in (sample.get("clocks_khz") or {}).values() if c]
+    if sample.get("arm_clock_khz"):
+        clocks.append(sample["arm_clock_khz"])
+    return {
+        "t": round(sample["t"] - started_at, 3),
+        "temp_c": sample.get("temp_c"),
+        "clock_khz": min(clocks) if clocks else None,
+        "throttled": sample.get("throttled"),
+        "cooling": sample.get("cooling_states") or {},
+    }

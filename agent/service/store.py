@@ -1,0 +1,564 @@
+"""The device's artifact store: models and golden sets, addressed by sha256 only.
+
+Layout under ``root`` (normally ``<state>/artifacts``)::
+
+    sha256/<hex>          committed artifacts, verified against their name, read-only
+    partial/<hex>.part    uploads in progress; a resumed upload continues at its size
+
+A client never chooses a path: every name is derived from a validated digest
+(64 lowercase hex characters). An upload is appended at exactly the committed
+offset, hashed, fsync'ed, and only then renamed to its final name, so a reader
+never sees a partial or wrong file under a digest name. Bytes that do not match
+their digest are deleted, never stored.
+
+The same store serves gRPC ``Push`` (chunks over the wire) and the SSH transport
+(SFTP writes ``partial/<hex>.part``, then ``edgequal-agent store commit``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import json
+import mmap
+import os
+import re
+import sys
+import threading
+import time
+from pathlib import Path
+
+from ..errors import AgentError, BadInput, DigestMismatch, QuotaExceeded
+from ..files import fsync_dir, is_no_space
+
+DEFAULT_MAX_ARTIFACT_BYTES = 2 * 1024**3
+"""Largest artifact accepted by default: 2 GiB (ONNX's protobuf limit, TFLite's unverified range)."""
+
+DEFAULT_RESERVE_BYTES = 256 * 1024**2
+"""Free disk kept back from uploads so reports and run state can always be written."""
+
+DEFAULT_PARTIAL_MAX_AGE_S = 7 * 24 * 3600.0
+"""Partial uploads untouched this long are removed by ``remove_stale_partials``."""
+
+SYNC_INTERVAL_BYTES = 32 * 1024 * 1024
+"""An upload is fdatasync'ed every this many bytes: dirty memory stays bounded on a small
+board, the final fsync has little left to do, and a crash loses at most this much."""
+
+DIRECT_IO_ALIGN = 4096
+"""Offset and length alignment for O_DIRECT writes (covers 512- and 4096-byte logical blocks)."""
+
+_DIGEST_RE = re.compile(r"[0-9a-f]{64}")
+_READ_BYTES = 1024 * 1024
+_LOCK_STRIPES = 64
+
+
+def validate_digest(digest: object) -> str:
+    """Return ``digest`` if it is 64 lowercase hex characters, else raise BadInput."""
+    if not isinstance(digest, str) or not _DIGEST_RE.fullmatch(digest):
+        shown = repr(digest) if not isinstance(digest, str) else repr(digest[:80])
+        raise BadInput(
+            f"not a sha256 digest: {shown}",
+            hint="a digest is 64 lowercase hex characters, without a 'sha256:' prefix",
+        )
+    return digest
+
+
+MAX_BUNDLE_FILES = 4096
+"""Most files one model bundle (the model plus its external data) may name."""
+
+_BUNDLE_PART = re.compile(r"[^/\\\x00-\x1f\x7f]{1,255}")
+
+
+def check_bundle_name(name: object) -> str:
+    """Return ``name`` if it can name a file inside a bundle directory, else raise BadInput.
+
+    A bundle name is a relative POSIX path of at most 8 parts, each 1 to 255
+    characters without control characters or backslash, and none ``.`` or ``..``:
+    it can only name a place below the bundle directory. The same rule is applied
+    to a host's pushed file names and to the locations a model's external data names.
+    """
+    if not isinstance(name, str) or not name or len(name) > 1024:
+        raise BadInput(f"not a file name for a bundle: {str(name)[:80]!r}")
+    parts = name.split("/")
+    if name.startswith("/"):
+        raise BadInput(f"{name[:120]!r} is an absolute path")
+    if len(parts) > 8 or not all(_BUNDLE_PART.fullmatch(p) for p in parts):
+        raise BadInput(f"{name[:120]!r} is not a plain relative file name")
+    if any(p in (".", "..") for p in parts):
+        raise BadInput(f"{name[:120]!r} leaves its directory ('..' or '.')")
+    if "_ORT_MEM_ADDR_" in name:  # onnxruntime reads process memory for this location
+        raise BadInput(f"{name[:120]!r} is onnxruntime's in-memory location, not a file")
+    return name
+
+
+class Upload:
+    """One upload session for one digest: appends chunks and hashes them as they arrive.
+
+    Opened by :meth:`ArtifactStore.open_upload`. The running sha256 covers the
+    whole partial file (an existing prefix is hashed when the session opens), so
+    :meth:`commit` does not read the file again. Each write first checks that the
+    file still ends exactly where this session expects, so a second writer of the
+    same digest makes this session fail instead of corrupting it.
+
+    Whole aligned chunks are written with O_DIRECT where the file system allows
+    it: an upload then neither fills the page cache of a small board (the
+    bytes are already hashed; nothing reads them back until a worker loads the
+    model, cold) nor pays for copying into it. Other writes, such as the last
+    chunk, go through the page cache and are fdatasync'ed every
+    SYNC_INTERVAL_BYTES.
+    """
+
+    def __init__(self, store: ArtifactStore, digest: str, total_size: int):
+        self.store = store
+        self.digest = digest
+        self.total_size = total_size
+        self.bytes_received = 0
+        self._fd: int | None = None
+        self._sha = hashlib.sha256()
+        self.offset = 0
+        self.complete = False
+        self._unsynced_bytes = 0
+        self._direct_fd: int | None = None
+        self._direct_buf: mmap.mmap | None = None
+
+    def _open(self) -> None:
+        store, digest = self.store, self.digest
+        with store._lock(digest):
+            if store.has(digest):
+                self.complete = True
+                self.offset = store.path(digest).stat().st_size
+                return
+            part = store.partial_path(digest)
+            fd = os.open(part, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            try:
+                size = os.fstat(fd).st_size
+                if size > self.total_size:
+                    # A prefix of this artifact cannot be longer than the artifact:
+                    # this partial came from a wrong declaration; start over.
+                    os.ftruncate(fd, 0)
+                    size = 0
+                store._check_space(digest, self.total_size, size)
+                pos = 0
+                while pos < size:
+                    block = os.pread(fd, min(_READ_BYTES, size - pos), pos)
+                    if not block:
+                        break
+                    self._sha.update(block)
+                    pos += len(block)
+                self.offset = pos
+            except BaseException:
+                os.close(fd)
+                raise
+            self._fd = fd
+            self._direct_fd = _open_direct(part, fd)
+
+    def write(self, offset: int, data: bytes) -> int:
+        """Append ``data`` at ``offset`` (which must be the committed offset); return the new offset."""
+        if self.complete:
+            raise BadInput(f"artifact sha256:{self.digest} is already stored; nothing to upload")
+        assert self._fd is not None
+        if offset != self.offset:
+            raise BadInput(
+                f"chunk at offset {offset}, expected {self.offset} for sha256:{self.digest}",
+                hint="ask Stat for the committed offset and resume from there",
+            )
+        end = offset + len(data)
+        if end > self.total_size:
+            raise BadInput(
+                f"chunk ends at {end}, past the declared total size {self.total_size} "
+                f"of sha256:{self.digest}"
+            )
+        with self.store._lock(self.digest):
+            size = os.fstat(self._fd).st_size
+            if size != offset:
+                raise BadInput(
+                    f"chunk at offset {offset}, expected {size} for sha256:{self.digest} "
+                    "(another upload of the same artifact is writing it)",
+                    hint="ask Stat for the committed offset and resume from there",
+                )
+            if not self._write_direct(offset, data):
+                _pwrite_all(self._fd, data, offset, self.digest)
+                self._unsynced_bytes += len(data)
+        self._sha.update(data)
+        self.offset = end
+        self.bytes_received += len(data)
+        if self._unsynced_bytes >= SYNC_INTERVAL_BYTES:
+            os.fdatasync(self._fd)
+            self._unsynced_bytes = 0
+        return end
+
+    def _write_direct(self, offset: int, data: bytes) -> bool:
+        """Write an aligned chunk with O_DIRECT; False when it must go through the page cache."""
+        n = len(data)
+        if self._direct_fd is None or not n or offset % DIRECT_IO_ALIGN or n % DIRECT_IO_ALIGN:
+            return False
+        if self._direct_buf is None or len(self._direct_buf) < n:
+            if self._direct_buf is not None:
+                self._direct_buf.close()
+            # An anonymous mapping is page-aligned, as O_DIRECT requires of the buffer.
+            self._direct_buf = mmap.mmap(-1, n)
+        self._direct_buf[:n] = data
+        try:
+            with memoryview(self._direct_buf) as view:
+                _pwrite_all(self._direct_fd, view[:n], offset, self.digest)
+        except OSError as e:
+            if e.errno != errno.EINVAL:
+                raise
+            # The file system accepted O_DIRECT at open but not for this write.
+            self._close_direct()
+            return False
+        return True
+
+    def _close_direct(self) -> None:
+        if self._direct_fd is not None:
+            os.close(self._direct_fd)
+            self._direct_fd = None
+        if self._direct_buf is not None:
+            self._direct_buf.close()
+            self._direct_buf = None
+
+    def commit(self) -> Path:
+        """Verify the digest, fsync and rename into place; return the stored path.
+
+        On a mismatch the partial is deleted and DigestMismatch raised: nothing is stored.
+        """
+        store, digest = self.store, self.digest
+        if self.complete:
+            return store.path(digest)
+        if self.offset != self.total_size:
+            raise BadInput(
+                f"upload of sha256:{digest} is incomplete: {self.offset} of {self.total_size} bytes"
+            )
+        assert self._fd is not None
+        with store._lock(digest):
+            got = self._sha.hexdigest()
+            part = store.partial_path(digest)
+            if got != digest:
+                self.close()
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(part)
+                raise DigestMismatch(
+                    f"bytes received do not match sha256:{digest} (they hash to sha256:{got}); "
+                    "nothing stored",
+                    hint="the file changed during the upload or its digest was computed from "
+                    "other bytes; push it again",
+                )
+            os.fsync(self._fd)
+            self.close()
+            path = store._publish(part, digest)
+        self.complete = True
+        return path
+
+    def close(self) -> None:
+        """Release the file; the partial stays for a later resume unless committed."""
+        self._close_direct()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> Upload:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _open_direct(path: Path, fd: int) -> int | None:
+    """A second, O_DIRECT descriptor of the file open as ``fd``; None where unsupported."""
+    flag = getattr(os, "O_DIRECT", 0)
+    if not flag:
+        return None
+    try:
+        dfd = os.open(path, os.O_WRONLY | flag | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None  # e.g. tmpfs on older kernels
+    a, b = os.fstat(fd), os.fstat(dfd)
+    if (a.st_dev, a.st_ino) != (b.st_dev, b.st_ino):
+        os.close(dfd)  # the name now points elsewhere; write only through ``fd``
+        return None
+    return dfd
+
+
+def _pwrite_all(fd: int, data, offset: int, digest: str) -> None:
+    """Write all of ``data`` at ``offset``; on a full disk, cut the file back and raise QuotaExceeded."""
+    view = memoryview(data)
+    pos = 0
+    try:
+        while pos < len(view):
+            pos += os.pwrite(fd, view[pos:], offset + pos)
+    except OSError as e:
+        if is_no_space(e):
+            # Keep the committed offset meaningful: drop the half-written chunk.
+            os.ftruncate(fd, offset)
+            raise QuotaExceeded(
+                f"device disk is full while storing sha256:{digest}",
+                hint="free space on the device, then push again (the upload resumes)",
+            ) from e
+        raise
+
+
+class ArtifactStore:
+    """Artifacts stored by sha256 digest under ``root`` (``<state>/artifacts``).
+
+    ``max_artifact_bytes`` caps one artifact; ``quota_bytes`` (None: no quota)
+    caps everything stored, committed and partial; ``reserve_bytes`` of free disk
+    are always kept back.
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES,
+        quota_bytes: int | None = None,
+        reserve_bytes: int = DEFAULT_RESERVE_BYTES,
+    ):
+        self.root = Path(root)
+        self.max_artifact_bytes = int(max_artifact_bytes)
+        self.quota_bytes = None if quota_bytes is None else int(quota_bytes)
+        self.reserve_bytes = int(reserve_bytes)
+        self.committed_dir = self.root / "sha256"
+        self.partial_dir = self.root / "partial"
+        for d in (self.root, self.committed_dir, self.partial_dir):
+            d.mkdir(mode=0o700, parents=True, exist_ok=True)
+        # Striped locks: bounded memory however many digests pass through.
+        self._locks = [threading.Lock() for _ in range(_LOCK_STRIPES)]
+
+    def _lock(self, digest: str) -> threading.Lock:
+        return self._locks[int(digest[:4], 16) % _LOCK_STRIPES]
+
+    # -- names ---------------------------------------------------------------
+
+    def committed_path(self, digest: str) -> Path:
+        """Where the artifact ``digest`` lives once committed (it may not exist)."""
+        return self.committed_dir / validate_digest(digest)
+
+    def partial_path(self, digest: str) -> Path:
+        """Where an upload of ``digest`` in progress is written."""
+        return self.partial_dir / f"{validate_digest(digest)}.part"
+
+    # -- queries -------------------------------------------------------------
+
+    def has(self, digest: str) -> bool:
+        """True when the artifact is committed (verified and stored)."""
+        return self.committed_path(digest).is_file()
+
+    def path(self, digest: str) -> Path:
+        """The committed artifact's path; BadInput naming the digest when it is absent."""
+        p = self.committed_path(digest)
+        if not p.is_file():
+            raise BadInput(
+                f"artifact sha256:{digest} is not on this device; push it first",
+                hint="the host pushes artifacts before it qualifies them",
+            )
+        return p
+
+    def link_bundle(self, dest: Path, files: dict[str, str]) -> None:
+        """Lay out committed artifacts under ``dest`` by name (``{name: digest}``).
+
+        ``dest`` must not exist; each name must pass :func:`check_bundle_name`. Files
+        are hard links to the store (copies where the file system refuses links),
+        never symlinks, so nothing in the bundle leads outside it.
+        """
+        dest = Path(dest)
+        dest.mkdir(mode=0o700, parents=True)
+        for name, digest in files.items():
+            target = dest / check_bundle_name(name)
+            source = self.path(digest)
+            target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            try:
+                os.link(source, target)
+            except FileExistsError:
+                raise BadInput(f"bundle file name {name!r} appears twice") from None
+            except OSError:
+                import shutil
+
+                shutil.copyfile(source, target)
+
+    def committed_offset(self, digest: str) -> int:
+        """Bytes held for ``digest``: the full size if committed, else the partial's size (0 if none)."""
+        p = self.committed_path(digest)
+        try:
+            return p.stat().st_size
+        except FileNotFoundError:
+            pass
+        try:
+            return self.partial_path(digest).stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    def stat(self, digest: str) -> dict:
+        """``{"digest", "committed_offset", "complete", "partial_path"}`` for one digest."""
+        complete = self.has(digest)
+        return {
+            "digest": digest,
+            "committed_offset": self.committed_offset(digest),
+            "complete": complete,
+            "partial_path": str(self.partial_path(digest)),
+        }
+
+    def used_bytes(self) -> int:
+        """Bytes held by committed artifacts and partial uploads together."""
+        total = 0
+        for d in (self.committed_dir, self.partial_dir):
+            with os.scandir(d) as it:
+                for entry in it:
+                    with contextlib.suppress(FileNotFoundError):
+                        if entry.is_file(follow_symlinks=False):
+                            total += entry.stat(follow_symlinks=False).st_size
+        return total
+
+    # -- limits --------------------------------------------------------------
+
+    def _check_size(self, label: str, total_size: int) -> None:
+        """Refuse a negative size or one over the per-artifact limit; ``label`` names the artifact."""
+        if total_size < 0:
+            raise BadInput(f"negative total size {total_size} for {label}")
+        if total_size > self.max_artifact_bytes:
+            raise QuotaExceeded(
+                f"artifact {label} is {total_size} bytes, over this device's limit of "
+                f"{self.max_artifact_bytes} bytes",
+                hint="raise the agent's artifact size limit, or qualify a smaller model",
+            )
+
+    def _check_space(self, digest: str, total_size: int, have_bytes: int) -> None:
+        """Refuse an upload that the size limit, the quota or the free disk cannot hold."""
+        self._check_size(f"sha256:{digest}", total_size)
+        need = total_size - have_bytes
+        if self.quota_bytes is not None:
+            used = self.used_bytes()
+            if used + need > self.quota_bytes:
+                raise QuotaExceeded(
+                    f"storing sha256:{digest} ({total_size} bytes) would exceed the artifact "
+                    f"quota: {used} of {self.quota_bytes} bytes used",
+                    hint="remove old artifacts from the device's store or raise its quota",
+                )
+        st = os.statvfs(self.root)
+        free = st.f_bavail * st.f_frsize
+        if need > free - self.reserve_bytes:
+            raise QuotaExceeded(
+                f"not enough disk on the device for sha256:{digest}: {need} bytes needed, "
+                f"{max(free - self.reserve_bytes, 0)} available (keeping {self.reserve_bytes} "
+                "in reserve)",
+                hint="free space on the device",
+            )
+
+    # -- writing -------------------------------------------------------------
+
+    def open_upload(self, digest: str, total_size: int) -> Upload:
+        """Start (or resume) an upload session; checks the size limit, quota and free disk."""
+        validate_digest(digest)
+        self._check_size(f"sha256:{digest}", total_size)
+        upload = Upload(self, digest, int(total_size))
+        upload._open()
+        return upload
+
+    def commit(self, digest: str) -> Path:
+        """Hash the partial upload; store it under its digest if it matches.
+
+        A mismatch deletes the partial and raises DigestMismatch (nothing stored);
+        a missing partial raises BadInput. Committing an artifact already stored
+        returns its path.
+        """
+        validate_digest(digest)
+        with self._lock(digest):
+            if self.has(digest):
+                return self.committed_path(digest)
+            part = self.partial_path(digest)
+            try:
+                fd = os.open(part, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            except FileNotFoundError:
+                raise BadInput(
+                    f"no upload of sha256:{digest} to commit",
+                    hint=f"upload the artifact to {part} first",
+                ) from None
+            try:
+                size = os.fstat(fd).st_size
+                if size > self.max_artifact_bytes:
+                    os.unlink(part)
+                    self._check_size(f"sha256:{digest}", size)
+                sha = hashlib.sha256()
+                while True:
+                    block = os.read(fd, _READ_BYTES)
+                    if not block:
+                        break
+                    sha.update(block)
+                got = sha.hexdigest()
+                if got != digest:
+                    os.unlink(part)
+                    raise DigestMismatch(
+                        f"uploaded bytes do not match sha256:{digest} (they hash to "
+                        f"sha256:{got}, {size} bytes); nothing stored",
+                        hint="upload the artifact again",
+                    )
+                # Another process (SFTP) may have written the partial: make it durable first.
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            return self._publish(part, digest)
+
+    def _publish(self, part: Path, digest: str) -> Path:
+        """Rename a verified partial to its digest name, durably. Caller holds the digest lock."""
+        final = self.committed_path(digest)
+        os.chmod(part, 0o444)
+        os.rename(part, final)
+        fsync_dir(self.committed_dir)
+        return final
+
+    def remove_stale_partials(
+        self, max_age_s: float = DEFAULT_PARTIAL_MAX_AGE_S, now_s: float | None = None
+    ) -> list[str]:
+        """Delete partial uploads untouched for ``max_age_s``; return their names.
+
+        Ages come from the device clock, which may have been wrong (a board without
+        RTC boots in 1970): a partial stamped before ``clock.CLOCK_FLOOR_UNIX`` or in
+        the future has no known age, so its age starts now; while the clock itself
+        reads before the floor, nothing is removed.
+        """
+        from ..clock import CLOCK_FLOOR_UNIX
+
+        now = time.time() if now_s is None else now_s
+        if now < CLOCK_FLOOR_UNIX:
+            return []
+        cutoff = now - max_age_s
+        removed = []
+        with os.scandir(self.partial_dir) as it:
+            for entry in it:
+                with contextlib.suppress(FileNotFoundError):
+                    mtime = entry.stat(follow_symlinks=False).st_mtime
+                    if mtime < CLOCK_FLOOR_UNIX or mtime > now + 86_400:
+                        os.utime(entry.path, (now, now))
+                    elif mtime < cutoff:
+                        os.unlink(entry.path)
+                        removed.append(entry.name)
+        return removed
+
+
+def store_main(argv: list[str], state_dir: Path) -> int:
+    """``edgequal-agent store stat DIGEST`` / ``store commit DIGEST``: one JSON line on stdout.
+
+    Used by the SSH transport around an SFTP upload into the ``partial_path``
+    that ``stat`` prints. Returns the exit code: 0, or 2 with one line on stderr.
+    """
+    usage = "usage: edgequal-agent store {stat|commit} DIGEST"
+    if len(argv) != 2 or argv[0] not in ("stat", "commit"):
+        print(usage, file=sys.stderr)
+        return 2
+    command, digest = argv
+    try:
+        validate_digest(digest)
+        store = ArtifactStore(Path(state_dir) / "artifacts")
+        if command == "stat":
+            result = store.stat(digest)
+        else:
+            path = store.commit(digest)
+            result = {"digest": digest, "size": path.stat().st_size, "complete": True}
+    except AgentError as e:
+        line = str(e) + (f" ({e.hint})" if e.hint else "")
+        print(f"edgequal-agent store {command}: {line}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"edgequal-agent store {command}: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(result, sort_keys=True))
+    return 0

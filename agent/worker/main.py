@@ -1,0 +1,393 @@
+"""The worker: a child process that loads and runs one model (crash isolation).
+
+Started with exec (``python -m edgequal.agent.worker.main``) by the supervisor, in its
+own process group. It is plumbing only: it reads one job (``jobs.WorkerJob``, JSON)
+on stdin, loads the runtime, calls the measurement code in ``measure/`` and writes JSON-lines events
+to the stdout it was given; the runtime's own prints go to stderr, so they cannot
+corrupt the event stream. A model is hostile input: it is parsed and run only here.
+
+Events: ``{"event": "phase", "phase": P, "state": "started"}``,
+``{"event": "progress", ...}``, ``{"event": "window", ...}`` (sustained runs),
+``{"event": "result", "result": {...}}`` or ``{"event": "error", "error": {...}}``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .io import (
+    emit,
+    first_feeds,
+    load_runtime,
+    open_event_stream,
+    own_schedstat,
+    peak_rss_bytes,
+    phase,
+    read_golden_for,
+    rss_bytes,
+    synthesize_inputs,
+    warmed,
+)
+from .jobs import WorkerJob
+from .scenarios import (
+    run_batch_sweep,
+    run_operators,
+    run_providers,
+    run_server,
+    run_thread_scaling,
+    with_own_contention,
+)
+
+_stop_requested = False
+
+
+def evict_page_cache(path: Path) -> dict:
+    """Drop the model file's pages from the page cache so the load reads from storage.
+
+    POSIX_FADV_DONTNEED is advisory: pages mapped by another process stay cached.
+    The result says what was done, not a guess at what the kernel did.
+    """
+    if not hasattr(os, "posix_fadvise"):
+        return {"evicted": False, "method": None, "reason": "posix_fadvise not available"}
+    try:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)  # dirty pages cannot be dropped
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        return {"evicted": False, "method": "posix_fadvise", "reason": str(e)}
+    return {"evicted": True, "method": "posix_fadvise(DONTNEED)"}
+
+
+def _input_contract_mismatches(job: WorkerJob, rt) -> list[dict]:
+    """The golden set's input contract against the model's declared inputs ([] without one)."""
+    if not job.golden:
+        return []
+    from ..golden import read_golden
+    from ..input_contract import contract_mismatches
+
+    pre = read_golden(Path(job.golden)).preprocessing
+    return contract_mismatches(pre, rt.inputs()) if pre is not None else []
+
+
+def run_cold_load(job: WorkerJob) -> dict:
+    """Cold load: runtime import, session creation, first inference, all in this fresh process."""
+    from ..runtimes import runtime_class
+
+    t_start = time.perf_counter_ns()
+    model = Path(job.model)
+    eviction = (
+        evict_page_cache(model)
+        if job.evict_page_cache
+        else {"evicted": False, "reason": "not asked"}
+    )
+    phase("import")
+    cls = runtime_class(job.runtime)
+    t0 = time.perf_counter_ns()
+    cls.import_module()
+    t1 = time.perf_counter_ns()
+    rss_before = rss_bytes()
+    phase("load")
+    rt = cls(job.runtime_options())
+    rt.load(model)
+    t2 = time.perf_counter_ns()
+    rss_loaded = rss_bytes()
+    mismatches = _input_contract_mismatches(job, rt)
+    if mismatches:  # checked before the golden inputs are fed: they may not even fit
+        return {"input_contract": mismatches}
+    feeds = first_feeds(job, rt)
+    phase("first_inference")
+    t3 = time.perf_counter_ns()
+    outputs = rt.run(feeds)
+    t4 = time.perf_counter_ns()
+    from ..measure.drift import nonfinite_counts
+
+    return {
+        "nonfinite_outputs": nonfinite_counts(outputs),
+        "import_ms": (t1 - t0) / 1e6,
+        "load_ms": (t2 - t1) / 1e6,
+        "first_inference_ms": (t4 - t3) / 1e6,
+        "total_ms": (t4 - t_start) / 1e6,
+        "page_cache": eviction,
+        "rss_before_load_bytes": rss_before,
+        "rss_added_by_load_bytes": rss_loaded - rss_before,
+        "peak_rss_bytes": peak_rss_bytes(),
+        "runtime": rt.describe(),
+    }
+
+
+def run_warm(job: WorkerJob) -> dict:
+    """Warm latency per input shape (``measure.latency``), drift over the golden set, memory."""
+    from ..measure.drift import measure_drift
+    from ..measure.latency import measure_latency
+    from ..runtimes.base import shape_key
+
+    rt, rss_before, rss_loaded = load_runtime(job)
+    golden = read_golden_for(job, rt)
+    if golden is not None:
+        groups = {key: cases[0].inputs for key, cases in golden.shape_groups().items()}
+    else:
+        feeds = synthesize_inputs(rt.inputs(), job.shapes or {}, job.seed)
+        groups = {shape_key(feeds): feeds}
+    if job.coload_pgids:
+        from ..measure.coload import interleaved_latency
+
+        switch = coload_switch(job.coload_pgids)
+        latency = [
+            {
+                "shape": key,
+                **interleaved_latency(
+                    rt.bind(feeds),
+                    job.latency,
+                    job.coload_rounds,
+                    switch,
+                    on_phase=phase,
+                    sched=own_schedstat,
+                ),
+            }
+            for key, feeds in groups.items()
+        ]
+    else:
+        latency = [
+            {
+                "shape": key,
+                **measure_latency(rt.bind(feeds), job.latency, on_phase=phase, sched=own_schedstat),
+            }
+            for key, feeds in groups.items()
+        ]
+    result = {
+        "runtime": rt.describe(),
+        "inputs": [s.to_dict() for s in rt.inputs()],
+        "outputs": [s.to_dict() for s in rt.outputs()],
+        "latency": latency,
+    }
+    if golden is not None:
+        phase("drift")
+        result["drift"] = measure_drift(rt, golden)
+    result["memory"] = {
+        "rss_before_load_bytes": rss_before,
+        "rss_added_by_load_bytes": rss_loaded - rss_before,
+        "peak_rss_bytes": peak_rss_bytes(),
+    }
+    return result
+
+
+def coload_switch(pgids):
+    """Pause (SIGSTOP) or resume (SIGCONT) the declared co-load's process groups.
+
+    A co-load that has gone cannot be resumed: the agent reports its end from its own
+    side (its worker's outcome), so a missing group is not an error here.
+    """
+
+    def switch(on: bool) -> None:
+        for pgid in pgids:
+            try:
+                os.killpg(pgid, signal.SIGCONT if on else signal.SIGSTOP)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    return switch
+
+
+def run_coload(job: WorkerJob) -> dict:
+    """A declared co-load (``loadgen``): report a running total until asked to stop (SIGTERM)."""
+    from .loadgen import cpu_loop, membw_loop, model_loop
+
+    signal.signal(signal.SIGTERM, _request_stop)
+    settings = job.coload
+
+    def report(count: float) -> None:
+        emit({"event": "coload", "t": time.monotonic(), "count": count})
+
+    def stop() -> bool:
+        return _stop_requested
+
+    every = settings.report_every_s
+    if settings.load == "model":
+        rt, _, _ = load_runtime(job)
+        call = warmed(rt.bind(first_feeds(job, rt)))
+        phase("ready")
+        model_loop(call, settings.rate_per_s, report, stop, every)
+        return {"load": "model", "runtime": rt.describe()}
+    phase("ready")
+    if settings.load == "cpu":
+        cpu_loop(settings.share, report, stop, every)
+    else:
+        membw_loop(settings.share, settings.buffer_mb, report, stop, every)
+    return {"load": settings.load}
+
+
+# An edge shape's warm-up: a few runs, then rounds until steady for at most half its seconds.
+EDGE_WARMUP_RUNS = 3
+EDGE_MAX_RUNS = 100_000
+
+
+def edge_feeds(job: WorkerJob, rt) -> dict:
+    """The inputs of one edge shape: the inputs it names synthesized at its sizes (0 allowed),
+    the others at the main shape (golden case 0's arrays, else synthesized at ``job.shapes``)."""
+    edge = job.edge
+    golden = read_golden_for(job, rt)
+    base = golden.cases[0].inputs if golden is not None else {}
+    specs = rt.inputs()
+    feeds = {name: a for name, a in base.items() if name not in edge.shapes}
+    others = [s for s in specs if s.name not in edge.shapes and s.name not in feeds]
+    feeds.update(synthesize_inputs(others, job.shapes or {}, job.seed))
+    named = [s for s in specs if s.name in edge.shapes]
+    feeds.update(synthesize_inputs(named, edge.shapes, job.seed))
+    return {s.name: feeds[s.name] for s in specs}
+
+
+def run_edge_shape(job: WorkerJob) -> dict:
+    """One edge of the input range in this fresh process: a successful run, then latency
+    (``measure_latency``: a short warm-up, then ``seconds`` and ``min_runs``), peak RSS,
+    RSS added since the load, and the output shapes.
+
+    The runtime refusing the shape is a result (``ok: false``, ``cause: error``, naming
+    the input), not a crash; a crash, hang or memory kill is the supervisor's to report.
+    """
+    from ..golden import edge_shape_misfit
+    from ..measure.latency import LatencySettings, measure_latency
+
+    edge = job.edge
+    first = next(iter(edge.shapes))
+
+    def failed(cause: str, message: str, name: str = first) -> dict:
+        shape = edge.shapes.get(name)
+        return {"ok": False, "cause": cause, "message": message, "input": name, "shape": shape}
+
+    rt, _, rss_loaded = load_runtime(job)
+    misfit = edge_shape_misfit(edge.shapes, rt.inputs())
+    if misfit is not None:
+        return failed("error", misfit["message"], misfit["input"])
+    try:
+        feeds = edge_feeds(job, rt)
+        phase("first_run")
+        outputs = rt.run(feeds)
+        call = rt.bind(feeds)
+        settings = LatencySettings(
+            warmup_min_runs=EDGE_WARMUP_RUNS,
+            warmup_min_s=0.0,
+            warmup_max_s=edge.seconds / 2,
+            min_runs=edge.min_runs,
+            min_s=edge.seconds,
+            max_runs=max(edge.min_runs, EDGE_MAX_RUNS),
+        )
+        timed = measure_latency(call, settings, on_phase=phase)
+    except MemoryError:
+        return failed("memory", "out of memory (MemoryError in the worker)")
+    except Exception as e:  # the runtime's own error for this shape (any exception type)
+        text = (str(e).strip().splitlines() or [type(e).__name__])[0][:400]
+        return failed("error", f"{rt.name} failed: {text}")
+    rss_after = rss_bytes()
+    return {
+        "ok": True,
+        "runs": timed["summary"]["count"],
+        "summary": timed["summary"],
+        "peak_rss_bytes": peak_rss_bytes(),
+        "rss_added_by_inference_bytes": rss_after - rss_loaded,
+        "outputs": {name: [int(d) for d in np.shape(a)] for name, a in outputs.items()},
+    }
+
+
+def _request_stop(signum, frame) -> None:
+    global _stop_requested
+    _stop_requested = True
+
+
+def run_sustained(job: WorkerJob) -> dict:
+    """The closed loop of ``measure.sustained``, each window emitted as it closes.
+
+    SIGTERM ends the run early and cleanly: the window in progress is reported as partial.
+    """
+    from ..measure.sustained import closed_loop
+
+    signal.signal(signal.SIGTERM, _request_stop)
+    rt, _, _ = load_runtime(job)
+    call = rt.bind(first_feeds(job, rt))
+    for _ in range(3):
+        call()
+    phase("sustain")
+    return closed_loop(
+        call,
+        job.sustain.duration_s,
+        job.sustain.window_s,
+        on_window=lambda window: emit({"event": "window", **window}),
+        stop_requested=lambda: _stop_requested,
+        sched=own_schedstat,
+    )
+
+
+JOBS = {
+    "cold_load": run_cold_load,
+    "warm": run_warm,
+    "sustained": run_sustained,
+    "batch_sweep": with_own_contention(run_batch_sweep),
+    "thread_scaling": with_own_contention(run_thread_scaling),
+    "server": with_own_contention(run_server),
+    "operators": run_operators,
+    "providers": run_providers,
+    "coload": run_coload,
+    "edge_shape": run_edge_shape,
+}
+
+
+def die_with_parent() -> None:
+    """Ask Linux to SIGKILL this worker when the agent dies (PR_SET_PDEATHSIG).
+
+    The worker lives in its own session so the agent can kill its whole group; without
+    this, a worker of a killed agent would run on and disturb the next measurement.
+    The supervisor's thread waits for the worker, so the parent thread outlives it.
+    """
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return  # not Linux: the supervisor's own kill is all there is
+
+
+def main() -> int:
+    """Read the job from stdin, run it, emit a result or a structured error."""
+    parent = os.getppid()
+    die_with_parent()
+    if os.getppid() != parent:  # the agent died before the request took effect
+        return 1
+    open_event_stream()
+    job = WorkerJob.from_json(json.loads(sys.stdin.readline()))
+    from ..errors import AgentError
+
+    try:
+        result = JOBS[job.kind](job)
+    except AgentError as e:
+        emit(
+            {
+                "event": "error",
+                "error": {
+                    "type": type(e).__name__,
+                    "message": str(e),
+                    "hint": e.hint,
+                    "operator": getattr(e, "operator", None),
+                },
+            }
+        )
+        return 0
+    except MemoryError:
+        emit(
+            {
+                "event": "error",
+                "error": {"type": "MemoryError", "message": "out of memory (memory limit reached)"},
+            }
+        )
+        return 0
+    emit({"event": "result", "result": result})
+    return 0

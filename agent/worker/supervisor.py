@@ -1,0 +1,238 @@
+"""Runs one worker job in a child process and turns every way it can end into a result.
+
+The child is started with exec (never a bare fork of a process that may hold gRPC
+threads), in its own process group, so a timeout kills the runtime's threads and any
+helpers with it. A crash (signal), hang (phase timeout) or memory kill becomes a
+``WorkerOutcome`` naming the phase and the cause; the caller never dies with it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+STDERR_TAIL_LINES = 20
+
+
+@dataclass
+class WorkerOutcome:
+    """How a worker job ended: ``ok`` with a result, or a failure with phase and cause."""
+
+    ok: bool
+    result: dict | None = None
+    error: dict | None = None  # {"type", "message", "hint"?, "operator"?}
+    phase: str | None = None  # the phase running when it ended
+    cause: str | None = None  # "error" | "signal" | "timeout" | "memory" | "exit" | "cancelled"
+    returncode: int | None = None
+    wall_ms: float = 0.0
+    first_event_ms: float | None = None
+    stderr_tail: list[str] = field(default_factory=list)
+    pid: int | None = None
+
+    def describe(self) -> str:
+        """One line: what failed, in which phase, and why."""
+        if self.ok:
+            return "ok"
+        where = f" during {self.phase}" if self.phase else ""
+        message = (self.error or {}).get("message", "")
+        return f"{self.cause}{where}: {message}".strip()
+
+
+def _signal_name(num: int) -> str:
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return f"signal {num}"
+
+
+class Worker:
+    """One worker child process running one job.
+
+    ``phase_timeout_s`` bounds each phase (the clock restarts at every phase event);
+    ``memory_limit_mb`` is enforced from outside by polling the child's RSS every
+    0.1 s (RLIMIT_AS would also count the address space runtimes reserve but never
+    touch, and fails their imports); ``on_event`` sees every event as it arrives.
+    """
+
+    def __init__(
+        self,
+        job: dict,
+        phase_timeout_s: float = 300.0,
+        memory_limit_mb: int | None = None,
+        on_event: Callable[[dict], None] | None = None,
+        cancel: threading.Event | None = None,
+        env: dict | None = None,
+    ):
+        self.job = dict(job)
+        self.phase_timeout_s = phase_timeout_s
+        self.memory_limit_mb = memory_limit_mb
+        self.on_event = on_event or (lambda e: None)
+        self.cancel = cancel or threading.Event()
+        self.env = env
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        """Exec the worker and send it the job."""
+        self._t_start = time.perf_counter()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "edgequal.agent.worker.main"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            close_fds=True,
+            env=self.env,
+        )
+        self._events: queue.Queue = queue.Queue()
+        self._stderr: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
+        threading.Thread(target=self._read_stdout, daemon=True).start()
+        threading.Thread(target=self._read_stderr, daemon=True).start()
+        try:
+            self.proc.stdin.write((json.dumps(self.job) + "\n").encode())
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            pass  # the child died at once; wait() reports how
+
+    @property
+    def pid(self) -> int | None:
+        """The worker's pid (also its process group id)."""
+        return self.proc.pid if self.proc else None
+
+    def _read_stdout(self) -> None:
+        for line in self.proc.stdout:
+            try:
+                self._events.put(json.loads(line))
+            except ValueError:
+                self._stderr.append(line.decode(errors="replace").rstrip())
+        self._events.put(None)
+
+    def _read_stderr(self) -> None:
+        for line in self.proc.stderr:
+            self._stderr.append(line.decode(errors="replace").rstrip())
+
+    def kill(self) -> None:
+        """Kill the worker's whole process group (SIGCONT first, in case it was stopped)."""
+        if self.proc and self.proc.poll() is None:
+            for sig in (signal.SIGKILL, signal.SIGCONT):
+                try:
+                    os.killpg(self.proc.pid, sig)
+                except ProcessLookupError:
+                    pass
+
+    def request_stop(self) -> None:
+        """Ask a sustained run to end early and report what it has (SIGTERM)."""
+        if self.proc and self.proc.poll() is None:
+            try:
+                os.kill(self.proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+    def wait(self) -> WorkerOutcome:
+        """Follow events until the worker ends; returns the outcome, never raises for worker trouble."""
+        phase = "start"
+        deadline = time.monotonic() + self.phase_timeout_s
+        result = error = None
+        first_event_ms = None
+        cause = None
+        while True:
+            if self.cancel.is_set() and cause is None:
+                cause = "cancelled"
+                self.kill()
+            if cause is None and self.memory_limit_mb and self._rss_mb() > self.memory_limit_mb:
+                cause = "memory"
+                self.kill()
+            try:
+                event = self._events.get(timeout=0.1)
+            except queue.Empty:
+                if cause is None and time.monotonic() > deadline:
+                    cause = "timeout"
+                    self.kill()
+                continue
+            if event is None:
+                break
+            if first_event_ms is None:
+                first_event_ms = (time.perf_counter() - self._t_start) * 1e3
+            kind = event.get("event")
+            if kind == "phase":
+                phase = event["phase"]
+                deadline = time.monotonic() + self.phase_timeout_s
+            elif kind == "result":
+                result = event["result"]
+            elif kind == "error":
+                error = event["error"]
+            self.on_event(event)
+        returncode = self.proc.wait()
+        self.kill()  # leftovers in the group (helpers a runtime spawned)
+        wall_ms = (time.perf_counter() - self._t_start) * 1e3
+        outcome = WorkerOutcome(
+            ok=False,
+            phase=phase,
+            returncode=returncode,
+            wall_ms=wall_ms,
+            first_event_ms=first_event_ms,
+            stderr_tail=list(self._stderr),
+            pid=self.proc.pid,
+        )
+        if result is not None and cause is None:
+            outcome.ok, outcome.result, outcome.phase = True, result, None
+        elif error is not None and cause is None:
+            outcome.cause, outcome.error = "error", error
+        elif cause == "timeout":
+            outcome.cause = "timeout"
+            outcome.error = {
+                "type": "Timeout",
+                "message": f"no progress for {self.phase_timeout_s:g} s in phase {phase}; worker killed",
+            }
+        elif cause == "memory":
+            outcome.cause = "memory"
+            outcome.error = {
+                "type": "MemoryLimit",
+                "message": f"worker exceeded the {self.memory_limit_mb} MB memory limit; killed",
+            }
+        elif cause == "cancelled":
+            outcome.cause = "cancelled"
+            outcome.error = {"type": "Cancelled", "message": "run cancelled"}
+        elif returncode < 0:
+            name = _signal_name(-returncode)
+            note = (
+                " (possibly the kernel's out-of-memory killer)"
+                if returncode == -signal.SIGKILL
+                else ""
+            )
+            outcome.cause = "signal"
+            outcome.error = {
+                "type": "Crash",
+                "message": f"worker killed by {name}{note}",
+                "signal": name,
+            }
+        else:
+            last = self._stderr[-1] if self._stderr else "no output"
+            outcome.cause = "exit"
+            outcome.error = {
+                "type": "Crash",
+                "message": f"worker exited with code {returncode}: {last}",
+            }
+        return outcome
+
+    def _rss_mb(self) -> float:
+        try:
+            with open(f"/proc/{self.proc.pid}/statm") as f:
+                return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / (1 << 20)
+        except (OSError, ValueError, IndexError):
+            return 0.0
+
+
+def run_job(job: dict, **kwargs) -> WorkerOutcome:
+    """Start a worker for ``job`` and wait for its outcome."""
+    worker = Worker(job, **kwargs)
+    worker.start()
+    return worker.wait()

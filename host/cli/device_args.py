@@ -1,0 +1,53 @@
+"""The options every device command shares, and the device they name.
+
+``add_connection_options`` and ``add_tls_options`` put them on a parser;
+:func:`open_device_from_args` opens the device ``--device`` names with them (identity
+proved first). Imported by the parser and by each command module; it imports the device
+library only when a device is opened.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_tls_options(parser: argparse.ArgumentParser) -> None:
+    """``--tls-ca``, ``--tls-cert``, ``--tls-key`` for a grpc:// device (kept in its entry)."""
+    parser.add_argument(
+        "--tls-ca", type=Path, help="CA certificate (PEM) that signed the agent's TLS certificate"
+    )
+    parser.add_argument("--tls-cert", type=Path, help="this host's certificate for mutual TLS")
+    parser.add_argument("--tls-key", type=Path, help="the private key of --tls-cert")
+
+
+def add_connection_options(parser: argparse.ArgumentParser) -> None:
+    """How to reach a device: token and TLS (grpc://), known_hosts, key and agent command (ssh://)."""
+    parser.add_argument("--token-file", type=Path, help="bearer token for a grpc:// device")
+    add_tls_options(parser)
+    parser.add_argument(
+        "--known-hosts", type=Path, help="known_hosts for ssh:// (default ~/.ssh/known_hosts)"
+    )
+    parser.add_argument("--agent-cmd", help="edgequal-agent command on an ssh:// device")
+    parser.add_argument("--ssh-key", type=Path, help="private key file for an ssh:// device")
+
+
+def open_device_from_args(args):
+    """The device ``--device`` names, opened with the connection options (identity proved)."""
+    from ..devices.resolve import open_device
+
+    return open_device(
+        args.device,
+        args.token_file,
+        args.known_hosts,
+        args.agent_cmd,
+        args.ssh_key,
+        tls=tls_from_args(args),
+    )
+
+
+def tls_from_args(args) -> dict[str, str] | None:
+    """``--tls-ca``, ``--tls-cert``, ``--tls-key`` as the device entry keeps them, or None."""
+    from ..devices.resolve import tls_options
+
+    return tls_options(args.tls_ca, args.tls_cert, args.tls_key) or None

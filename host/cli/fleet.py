@@ -1,0 +1,196 @@
+"""``edgequal fleet run``, ``fleet health``, ``fleet requalify`` and ``approve``: many models
+on a lab's boards (host/lab/fleet.py, host/lab/health.py, host/lab/requalify.py; docs/fleet.md)."""
+
+from __future__ import annotations
+
+from .judge import _load_gate_policy
+
+
+def _wait_s(text: str | None) -> float | None:
+    """``--wait``: absent 0 (fail fast), bare None (no limit), else the duration."""
+    from edgequal.agent.plan import parse_duration_s
+
+    if text == "forever":
+        return None
+    return 0.0 if text is None else parse_duration_s(text)
+
+
+def _history_recorder(args, lab):
+    from ..lab.history import History
+
+    if args.no_record:
+        return None
+    url = args.history or (lab.history_url.read("lab history_url") if lab.history_url else None)
+    history = History.open(url)
+    return lambda path, device: history.record_file(path, device=device)
+
+
+def _run_fleet(lab, models, options, args, title: str, **kwargs) -> int:
+    from ..lab.fleet import FleetRunner
+    from ..present.terminal.summary import FleetMatrix, print_note, print_table
+
+    notes = kwargs.pop("notes", None)
+    runner = FleetRunner(lab, models, options, record_report=_history_recorder(args, lab), **kwargs)
+    matrix = FleetMatrix(
+        title, [m.name for m in models], list(dict.fromkeys(r.device for r in runner.result.runs))
+    )
+    runner.on_change = matrix.on_change
+    runner.result.notes = notes or {}
+    with matrix:
+        result = runner.run()
+    rows = [
+        [r.model, r.device, r.state, str(r.attempts), r.gate_summary or "", r.error or ""]
+        for r in result.runs
+    ]
+    print_table(title, ["model", "device", "state", "attempts", "gate", "error"], rows)
+    print_note(f"reports, index.json, junit.xml and index.html in {options.out_dir}")
+    return result.exit_code()
+
+
+def cmd_fleet(args) -> int:
+    if args.fleet_command == "approve":
+        return _cmd_fleet_approve(args)
+    if args.fleet_command == "health":
+        return _cmd_fleet_health(args)
+    if args.fleet_command == "requalify":
+        return _cmd_fleet_requalify(args)
+    from edgequal.agent.plan import parse_duration_s
+
+    from ..lab.fleet import FleetOptions
+    from ..lab.health import HealthState, default_health_path
+    from ..lab.inventory import load_lab, load_models, parse_tags
+
+    lab = load_lab(args.lab)
+    models = load_models(args.models)
+    wait_s = _wait_s(args.wait)
+    unhealthy = HealthState.load(args.health_file or default_health_path(lab)).unhealthy()
+    overrides = {"sustain_s": parse_duration_s(args.sustain)} if args.sustain else {}
+    options = FleetOptions(
+        out_dir=args.out,
+        tags=parse_tags(args.tags),
+        plan=args.plan,
+        plan_overrides=overrides,
+        resume=args.resume,
+        policy_path=args.gate,
+        wait_s=wait_s,
+        retries=max(0, args.retries),
+        lease_ttl_s=lab.lease_ttl_s,
+        unhealthy=unhealthy,
+    )
+    return _run_fleet(lab, models, options, args, f"fleet {lab.name}")
+
+
+def _cmd_fleet_health(args) -> int:
+    """``fleet health``: 0 every board healthy, 1 any unhealthy."""
+    import json
+
+    from ..lab.health import check_health, default_health_path
+    from ..lab.inventory import load_lab, parse_tags
+    from ..present.terminal.summary import print_note, print_table, write_json
+
+    lab = load_lab(args.lab)
+    state_path = args.health_file or default_health_path(lab)
+    checks = check_health(
+        lab,
+        state_path,
+        args.out,
+        tags=parse_tags(args.tags),
+        accept=args.accept,
+        wait_s=_wait_s(args.wait),
+        retries=max(0, args.retries),
+    )
+    if args.json:
+        write_json(json.dumps([c.to_json() for c in checks], indent=1, default=str))
+    else:
+        rows = []
+        for c in checks:
+            clock = c.clock or {}
+            offset = clock.get("offset_s")
+            rows.append(
+                [
+                    c.device,
+                    "healthy" if c.healthy else "UNHEALTHY",
+                    c.status or "",
+                    c.agent_version or "",
+                    ""
+                    if not clock
+                    else ("synced" if clock.get("synced") else "UNSYNCED")
+                    + ("" if offset is None else f" ({offset:+.1f} s)"),
+                    _disk_text(c.disk),
+                    c.temp_at_rest_c
+                    if isinstance(c.temp_at_rest_c, str)
+                    else f"{c.temp_at_rest_c:.1f} °C",
+                    (c.key_fingerprint or "")[:23],
+                    "; ".join(c.reasons),
+                ]
+            )
+        columns = [
+            "device",
+            "health",
+            "check",
+            "agent",
+            "clock",
+            "disk",
+            "temp at rest",
+            "key",
+            "why",
+        ]
+        print_table(f"health {lab.name}", columns, rows)
+        print_note(f"health state: {state_path}")
+    return 0 if all(c.healthy for c in checks) else 1
+
+
+def _disk_text(disk: dict) -> str:
+    parts = []
+    if disk.get("free_bytes"):
+        parts.append(f"{disk['free_bytes'] / 2**30:.1f} GiB free")
+    quota = disk.get("quota_bytes")
+    parts.append(f"quota {quota / 2**30:.1f} GiB" if quota else "no quota")
+    if disk.get("max_artifact_bytes"):
+        parts.append(f"artifacts ≤ {disk['max_artifact_bytes'] / 2**20:.0f} MiB")
+    return ", ".join(parts)
+
+
+def _cmd_fleet_approve(args) -> int:
+    from ..lab.requalify import approve
+    from ..present.terminal.summary import print_note
+
+    name, device = approve(args.report, args.model, args.golden, args.into, name=args.name)
+    print_note(f"approved {name} on {device} in {args.into}")
+    return 0
+
+
+def _cmd_fleet_requalify(args) -> int:
+    from ..lab.fleet import FleetOptions
+    from ..lab.inventory import load_lab
+    from ..lab.requalify import plan_requalification
+    from ..present.terminal.summary import print_note
+
+    lab = load_lab(args.lab)
+    _load_gate_policy(args.policy)  # a bad policy is refused even when nothing runs
+    plan = plan_requalification(args.approved, lab, every=args.all)
+    for u in plan.unchanged:
+        print_note(f"{u['model']} on {u['device']}: firmware and runtime unchanged; not re-run")
+    for key, changes in plan.changes.items():
+        what = ", ".join(f"{c['field']}: {c['approved']} → {c['now']}" for c in changes)
+        print_note(f"{key}: {what or 're-run'}")
+    if not plan.runs:
+        print_note("nothing changed since the approvals: nothing to re-qualify")
+        return 0
+    from ..lab.health import HealthState, default_health_path
+
+    options = FleetOptions(
+        out_dir=args.out,
+        policy_path=args.policy,
+        wait_s=_wait_s(args.wait),
+        retries=max(0, args.retries),
+        lease_ttl_s=lab.lease_ttl_s,
+        # A drifted board is what a re-qualification is for; one that fails its check is not.
+        unhealthy=HealthState.load(args.health_file or default_health_path(lab)).unhealthy(
+            drift=False
+        ),
+    )
+    notes = {"changes": plan.changes, "unchanged": plan.unchanged}
+    return _run_fleet(
+        lab, plan.models, options, args, f"requalify {lab.name}", pairs=plan.runs, notes=notes
+    )

@@ -1,0 +1,96 @@
+"""``edgequal history``: verified reports over time (host/lab/history.py, host/present/html/trend.py)."""
+
+from __future__ import annotations
+
+
+def cmd_history(args) -> int:
+    import json
+
+    from ..lab.history import History
+    from ..present.terminal.summary import print_note, print_table, write_json
+
+    history = History.open(args.db)
+    if args.history_command == "record":
+        from ..devices.trust import KnownDevices
+
+        known = KnownDevices()
+        added = sum(
+            1 for p in args.reports if history.record_file(p, device=args.device, known=known)
+        )
+        print_table("recorded", ["reports", "new"], [[str(len(args.reports)), str(added)]])
+        return 0
+    if args.history_command == "show":
+        return _history_show(history, args)
+    if args.history_command == "list":
+        rows = history.list(device=args.device, model=args.model, limit=args.limit)
+        if args.json:
+            write_json(json.dumps(rows, indent=1, default=str))
+            return 0
+        print_table(f"history ({history.url_for_display})", _HISTORY_COLUMNS, _history_rows(rows))
+        return 0
+    trends = history.trends(device=args.device, model=args.model, limit=args.limit)
+    if args.html:
+        from ..present.html.trend import write_trend_page
+
+        write_trend_page(args.html, trends, source=history.url_for_display)
+    if args.json:
+        payload = [{"device": d, "model": m, "runs": rows} for (d, m), rows in trends.items()]
+        write_json(json.dumps(payload, indent=1, default=str))
+    else:
+        if not trends:
+            print_note("no recorded runs match")
+        for (device, model), rows in trends.items():
+            print_table(
+                f"{model} on {device}", _HISTORY_COLUMNS + ["changed"], _history_rows(rows, True)
+            )
+    if args.html:
+        print_note(f"trend page: {args.html}")
+    return 0
+
+
+_HISTORY_COLUMNS = ["measured", "device", "model", "status", "p50 ms", "p99 ms", "runtime", "run"]
+
+
+def _history_rows(rows: list[dict], changes: bool = False) -> list[list[str]]:
+    table = []
+    for r in rows:
+        line = [
+            str(r["measured_at"])[:19],
+            r["device"],
+            r["model_name"],
+            r["status"],
+            "" if r["p50_ms"] is None else f"{r['p50_ms']:.3f}",
+            "" if r["p99_ms"] is None else f"{r['p99_ms']:.3f}",
+            f"{r['runtime'] or ''} {r['runtime_version'] or ''}".strip(),
+            r["run_id"],
+        ]
+        if changes:
+            line.append(", ".join(r.get("changes", [])))
+        table.append(line)
+    return table
+
+
+def _history_show(history, args) -> int:
+    """``history show``: one run's row, and its stored envelope verified again here."""
+    import json
+
+    from ..devices.trust import KnownDevices
+    from ..devices.verify import verify_envelope
+    from ..errors import HostError, UsageError
+    from ..present.terminal.summary import print_table, write_json
+
+    row = history.show(args.run_id, device=args.device, model=args.model)
+    if row is None:
+        raise UsageError("no recorded run matches", hint="edgequal history list")
+    envelope = row.pop("envelope")
+    try:
+        verify_envelope(envelope, known=KnownDevices(), device=row["device"])
+        row["signature"] = "verified against the pinned key"
+    except HostError as e:
+        row["signature"] = f"not verified here: {e}"
+    if args.json:
+        write_json(json.dumps(row, indent=1, default=str))
+        return 0
+    fields = [[k, "" if v is None else str(v)] for k, v in row.items() if k != "id"]
+    print_table(f"run {row['run_id']} on {row['device']}", ["field", "value"], fields)
+    return 0

@@ -1,0 +1,113 @@
+"""``edgequal verify``, ``gate``, ``compare`` and ``report html``: reading signed reports
+(host/devices/verify.py, host/judge/gate.py, host/judge/compare.py, host/present/html/report.py); also the gate and page
+``qualify --gate``/``--html`` run after a qualification."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def cmd_verify(args) -> int:
+    from ..devices.nonces import NonceLedger
+    from ..devices.trust import KnownDevices
+    from ..devices.verify import verify_envelope
+    from ..errors import UsageError
+    from ..present.terminal.summary import print_line
+
+    try:
+        envelope = args.report.read_bytes()
+    except OSError as e:
+        raise UsageError(f"cannot read report {args.report}: {e.strerror}") from e
+    report = verify_envelope(
+        envelope, known=KnownDevices(), device=args.device, artifacts=args.artifact
+    )
+    issued_here = NonceLedger().check(report.nonce, report.run_id, envelope)
+    print_line(
+        f"verified: run {report.run_id} signed by device '{report.device_name}' ({report.fingerprint}), "
+        f"status {report.status}, {len(report.subjects)} subjects"
+        + (", nonce issued by this host" if issued_here else ", nonce not issued by this host")
+    )
+    return 0
+
+
+def _load_gate_policy(path: Path):
+    from ..judge.policy import load_policy
+
+    return load_policy(path)
+
+
+def cmd_gate_compare_report(args) -> int:
+    """``gate``: exit 0 passed, 1 failed; ``compare``/``report html``: 1 if a report did not verify."""
+    import json
+
+    from ..devices.trust import KnownDevices
+    from ..judge.report_file import load_report
+    from ..present.terminal.summary import print_line, write_json
+
+    if args.command == "gate":
+        from ..judge.gate import run_gate
+
+        policy = _load_gate_policy(args.policy)
+        result = run_gate(args.report, policy, device=args.device, baseline_path=args.baseline)
+        return _finish_gate(args, result)
+    known = KnownDevices()
+    reports = [
+        load_report(p, known=known, device=getattr(args, "device", None)) for p in args.reports
+    ]
+    if args.command == "compare":
+        from ..judge.compare import compare_reports
+        from ..present.terminal.summary import print_comparison
+
+        comparison = compare_reports(reports).to_json()
+        if args.json:
+            write_json(json.dumps(comparison, indent=1))
+        else:
+            print_comparison(comparison)
+    else:
+        from ..present.html.report import write_report_html
+
+        write_report_html(args.output, reports)
+        print_line(f"report page {args.output}")
+    return 0 if all(r.verified for r in reports) else 1
+
+
+def _finish_gate(args, result) -> int:
+    """JUnit, page, and the verdict on the screen or as JSON; the gate's exit code."""
+    import json
+
+    from ..present.terminal.summary import print_gate_result, write_json
+
+    if getattr(args, "junit", None):
+        from ..judge.junit import write_junit
+
+        write_junit(args.junit, [result])
+    if getattr(args, "html", None):
+        from ..devices.trust import KnownDevices
+        from ..judge.report_file import load_report
+        from ..present.html.report import write_report_html
+
+        write_report_html(
+            args.html, [load_report(result.report, known=KnownDevices())], gate=[result]
+        )
+    if args.command == "gate" and args.json:
+        write_json(json.dumps(result.to_json(), indent=1))
+    elif args.command == "gate" or not args.json:  # qualify --json keeps stdout one JSON document
+        print_gate_result(result.to_json())
+    return 0 if result.passed else 1
+
+
+def _gate_after_qualify(args, policy, report_path: Path, device_name: str, predicate) -> int:
+    """``qualify --gate POLICY`` / ``--html PAGE``: the gate decides the exit code when asked."""
+    if policy is None:
+        from edgequal.agent.phases.qualification import exit_code_for
+
+        from ..devices.trust import KnownDevices
+        from ..judge.report_file import load_report
+        from ..present.html.report import write_report_html
+
+        write_report_html(args.html, [load_report(report_path, known=KnownDevices())])
+        return exit_code_for(predicate["status"], predicate.get("findings", []))
+    from ..judge.gate import run_gate
+
+    result = run_gate(report_path, policy, device=device_name)
+    return _finish_gate(args, result)

@@ -1,0 +1,89 @@
+"""``edgequal``: the host CLI's entry point. A thin layer over the host library.
+
+Exit codes: 0 pass, 1 gate or verification failed (or a failed qualification),
+2 bad usage or input file, 3 device, transport or runtime failure. Errors print
+one line with a hint; tracebacks only with --debug. Only argparse is imported at
+start, so ``edgequal --help`` is fast; a command's module is imported when it runs.
+"""
+
+from __future__ import annotations
+
+from .parser import build_parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``edgequal``."""
+    args = build_parser().parse_args(argv)
+    from edgequal.agent.errors import AgentError
+
+    from ..errors import HostError
+
+    try:
+        return _dispatch(args)
+    except (HostError, AgentError) as e:
+        if args.debug:
+            raise
+        from ..present.terminal.summary import print_error
+
+        print_error(str(e), e.hint)
+        return e.exit_code
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:  # a bug, not a user error: still one line unless --debug
+        if args.debug:
+            raise
+        from ..present.terminal.summary import print_error
+
+        print_error(
+            f"internal error: {type(e).__name__}: {e}", "run again with --debug for the traceback"
+        )
+        return 3
+
+
+def _dispatch(args) -> int:
+    """Run the command. Its module is imported only now, so ``--help`` loads argparse alone."""
+    if args.command == "demo":
+        from .qualify import cmd_demo
+
+        return cmd_demo(args)
+    if args.command == "qualify":
+        from .qualify import cmd_qualify
+
+        return cmd_qualify(args)
+    if args.command == "golden":
+        from .qualify import cmd_golden_make
+
+        return cmd_golden_make(args)
+    if args.command == "verify":
+        from .judge import cmd_verify
+
+        return cmd_verify(args)
+    if args.command == "devices":
+        from .devices import cmd_devices
+
+        return cmd_devices(args)
+    if args.command == "runs":
+        from .devices import cmd_runs
+
+        return cmd_runs(args)
+    if args.command == "agent":
+        from .devices import cmd_agent
+
+        return cmd_agent(args)
+    if args.command in ("gate", "compare", "report"):
+        from .judge import cmd_gate_compare_report
+
+        return cmd_gate_compare_report(args)
+    if args.command == "fleet":
+        from .fleet import cmd_fleet
+
+        return cmd_fleet(args)
+    if args.command == "history":
+        from .history import cmd_history
+
+        return cmd_history(args)
+    if args.command == "approve":
+        from .fleet import _cmd_fleet_approve
+
+        return _cmd_fleet_approve(args)
+    raise AssertionError(args.command)

@@ -1,0 +1,459 @@
+"""The argparse tree of ``edgequal``: every command, its options and its help.
+
+Exit codes: 0 pass, 1 gate or verification failed (or a failed qualification),
+2 bad usage or input file, 3 device, transport or runtime failure. Errors print
+one line with a hint; tracebacks only with --debug. Only argparse is imported at
+start, so ``edgequal --help`` is fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from .device_args import add_connection_options, add_tls_options
+
+QUALIFY_EXAMPLES = """\
+examples:
+  edgequal qualify model.onnx --golden golden.npz
+  edgequal qualify model.onnx --golden golden.npz --device pi5 --plan standard -o pi5.report.json
+  edgequal qualify dynamic.onnx --device ssh://pi@bench-pi5 --shape image=1x3x224x224
+"""
+
+
+def _add_global_options(parser: argparse.ArgumentParser, top: bool) -> None:
+    """Options that may stand before or after the subcommand (``--debug``).
+
+    The top parser holds the defaults; below it a default would overwrite what
+    was given before the subcommand, so there the option is set only when given.
+    """
+    default = False if top else argparse.SUPPRESS
+    parser.add_argument("--debug", action="store_true", default=default, help="show tracebacks")
+
+
+def _add_global_options_below(parser: argparse.ArgumentParser) -> None:
+    """Give every subcommand, at any depth, the global options."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in dict.fromkeys(action.choices.values()):
+                _add_global_options(sub, top=False)
+                _add_global_options_below(sub)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="edgequal", description="Qualify an exported model on the device that will run it."
+    )
+    _add_global_options(p, top=True)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    d = sub.add_parser("demo", help="qualify example models on a local agent (no device needed)")
+    d.add_argument(
+        "--out",
+        type=Path,
+        default=Path("edgequal-demo"),
+        help="where models and reports go (default ./edgequal-demo)",
+    )
+    d.add_argument(
+        "--sustain",
+        default="0",
+        help="also run a sustained phase on the ONNX model, e.g. 30s (default: skip)",
+    )
+
+    q = sub.add_parser(
+        "qualify",
+        help="qualify MODEL on a device",
+        description="Measure MODEL on a device (load, latency, sustained throughput, drift) "
+        "and write the report it signs.",
+        epilog=QUALIFY_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    q.add_argument("model", type=Path, help="the model file (.onnx or .tflite)")
+    q.add_argument(
+        "--golden",
+        type=Path,
+        help="golden set (.npz from 'edgequal golden make'); without it, no drift check",
+    )
+    q.add_argument(
+        "--device",
+        default="local",
+        help="local (default), a trusted NAME, grpc://HOST:PORT or ssh://USER@HOST[:PORT]",
+    )
+    q.add_argument(
+        "--profile",
+        help="device profile, e.g. raspberry-pi/5 (default: matched from the fingerprint)",
+    )
+    q.add_argument(
+        "--plan",
+        default="quick",
+        choices=["quick", "standard", "soak"],
+        help="quick (default, CI): 3 cold loads, 200 runs/3 s warm, no sustained phase; "
+        "standard: 7 cold loads, 1000 runs/60 s warm, 10 min sustained; "
+        "soak: as standard with 30 min sustained (up to 60 while still heating)",
+    )
+    q.add_argument(
+        "--sustain", help="sustained phase duration, e.g. 90s, 10m (0 to skip); overrides --plan"
+    )
+    q.add_argument(
+        "--window", help="sustained window length (default 30 s, or a tenth of runs under 5 min)"
+    )
+    q.add_argument(
+        "--runtime",
+        default="auto",
+        help="auto (default: from the model file), onnxruntime or litert",
+    )
+    q.add_argument(
+        "--threads",
+        type=int,
+        help="intra-op threads for the runtime (default: the device profile's, else the runtime's)",
+    )
+    q.add_argument(
+        "--shape",
+        action="append",
+        default=[],
+        metavar="NAME=1x3x224x224",
+        help="sizes for an input with dynamic dimensions (repeat for each input)",
+    )
+    _add_edge_shape_flag(q)
+    _add_measurement_flags(q)
+    add_connection_options(q)
+    q.add_argument(
+        "--allow-golden-mismatch",
+        action="store_true",
+        help="qualify with a golden set made for another model file (its recorded sha256 differs)",
+    )
+    q.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        help="write the signed report here (default: MODEL-TIME.report.json in "
+        "$XDG_STATE_HOME/edgequal/reports, ~/.local/state/edgequal/reports)",
+    )
+    q.add_argument("--json", action="store_true", help="print the verified predicate as JSON")
+    q.add_argument(
+        "--gate", type=Path, metavar="POLICY", help="then gate the report on POLICY.toml"
+    )
+    q.add_argument("--html", type=Path, metavar="PAGE", help="also write the report page here")
+    q.add_argument("--junit", type=Path, metavar="FILE", help="with --gate: write JUnit XML here")
+
+    g = sub.add_parser("golden", help="golden sets")
+    gsub = g.add_subparsers(dest="golden_command", required=True)
+    gm = gsub.add_parser("make", help="make a golden set: inputs plus reference outputs")
+    gm.add_argument("model", type=Path)
+    gm.add_argument(
+        "--inputs",
+        type=Path,
+        required=True,
+        help="NPZ (NAME or CASE/NAME arrays) or a DIR of NPZ files",
+    )
+    gm.add_argument(
+        "--outputs", type=Path, help="reference outputs, same naming; default: run the model here"
+    )
+    gm.add_argument("--decision", help="argmax | topk:K | threshold:OUTPUT>VALUE")
+    _add_edge_shape_flag(gm, recorded=True)
+    pre = gm.add_argument_group(
+        "input contract",
+        "what the model was trained on (every input; per input in a TOML, see docs/measurement.md)",
+    )
+    pre.add_argument(
+        "--preprocessing", type=Path, metavar="TOML", help="default: a TOML beside --inputs"
+    )
+    pre.add_argument("--layout", choices=("NCHW", "NHWC"), type=str.upper)
+    pre.add_argument("--range", metavar="LO,HI", help="values the model was trained on, e.g. 0,1")
+    pre.add_argument("--mean", metavar="M[,M..]", help="normalization mean per channel")
+    pre.add_argument("--std", metavar="S[,S..]", help="normalization std per channel")
+    pre.add_argument("--scale", type=float, help="scale applied to 8-bit pixels, e.g. 0.00392")
+    pre.add_argument("--color-order", choices=("RGB", "BGR", "GRAY"), type=str.upper)
+    pre.add_argument("--resize", metavar="HxW", help="the size inputs were resized to")
+    gm.add_argument("-o", "--output", type=Path, required=True)
+
+    v = sub.add_parser("verify", help="verify a signed report")
+    v.add_argument("report", type=Path)
+    v.add_argument("--device", help="the device that must have signed it")
+    v.add_argument(
+        "--artifact",
+        type=Path,
+        action="append",
+        default=[],
+        help="a file whose sha256 must be a subject",
+    )
+
+    dv = sub.add_parser("devices", help="trusted devices")
+    dsub = dv.add_subparsers(dest="devices_command", required=True)
+    dsub.add_parser("list", help="list trusted devices")
+    ds = dsub.add_parser("show", help="show one device")
+    ds.add_argument("name")
+    dt = dsub.add_parser("trust", help="pin a device's key (shows its fingerprint)")
+    dt.add_argument("name")
+    dt.add_argument("address", help="grpc://HOST:PORT")
+    dt.add_argument("--token-file", type=Path)
+    add_tls_options(dt)
+    dt.add_argument(
+        "--fingerprint", help="expected key fingerprint (SHA256:...); refuse if different"
+    )
+    df = dsub.add_parser("forget", help="forget a device")
+    df.add_argument("name")
+    dsub.add_parser("profiles", help="list device profiles")
+
+    rn = sub.add_parser(
+        "runs",
+        help="runs on a device: list, show, fetch or cancel (also one a host left behind)",
+    )
+    rsub = rn.add_subparsers(dest="runs_command", required=True)
+    for command, text in (
+        ("list", "the run in progress and the runs this host started there"),
+        ("show", "one run: in progress, or its signed report's status"),
+        ("fetch", "verify a run's signed report and write it"),
+        ("cancel", "cancel the run in progress (it is still signed: incomplete, cancelled)"),
+    ):
+        rp = rsub.add_parser(command, help=text)
+        if command != "list":
+            rp.add_argument("run_id")
+        rp.add_argument("--device", default="local", help="local (default), NAME or address")
+        add_connection_options(rp)
+        if command in ("fetch", "cancel"):
+            rp.add_argument(
+                "--wait", action="store_true", help="wait for the run to end and fetch its report"
+            )
+            rp.add_argument(
+                "-o",
+                "--output",
+                type=Path,
+                help="write the report here (default: RUN_ID.report.json in the reports dir "
+                "of qualify)",
+            )
+
+    a = sub.add_parser("agent", help="install or inspect the agent on a board")
+    asub = a.add_subparsers(dest="agent_command", required=True)
+    ai = asub.add_parser("install", help="install the agent over SSH")
+    ai.add_argument("url", help="ssh://USER@HOST[:PORT]")
+    ai.add_argument("--extras", default="onnx,litert")
+    ai.add_argument(
+        "--wheelhouse", type=Path, help="install only from this directory (labs without internet)"
+    )
+    ai.add_argument(
+        "--service",
+        default="systemd",
+        choices=["systemd", "background", "none"],
+        help="systemd unit (default), a background process, or install only",
+    )
+    ai.add_argument("--ssh-key", type=Path, help="private key file for SSH")
+    ai.add_argument(
+        "--prefix", default="~/.local/share/edgequal", help="install prefix on the board"
+    )
+    ai.add_argument("--python", default="python3", help="the board's Python 3.10+")
+    ai.add_argument(
+        "--system-site-packages",
+        action="store_true",
+        help="let the venv see the board's system packages (e.g. a vendor onnxruntime-gpu)",
+    )
+    ai.add_argument("--listen", default="0.0.0.0:50051")
+    ai.add_argument("--name", help="device name to pin (default: the host name)")
+    ai.add_argument("--known-hosts", type=Path)
+    ast = asub.add_parser("status", help="agent version, runtimes, key, service")
+    ast.add_argument("target", help="ssh://USER@HOST or a device name")
+    ast.add_argument("--known-hosts", type=Path)
+    _add_gate_parsers(sub)
+    _add_fleet_parsers(sub)
+    _add_global_options_below(p)
+    return p
+
+
+def _add_measurement_flags(q) -> None:
+    """qualify's flags for providers, limits and the service scenarios (docs/measurement.md)."""
+    m = q.add_argument_group("providers, limits and service scenarios")
+    m.add_argument(
+        "--providers",
+        help="onnxruntime execution providers in priority order, e.g. "
+        "CUDAExecutionProvider,CPUExecutionProvider (refused if the device lacks one)",
+    )
+    m.add_argument("--memory-limit", type=int, metavar="MB", help="kill a worker above this RSS")
+    m.add_argument("--phase-timeout", metavar="DURATION", help="a worker silent this long hangs")
+    m.add_argument(
+        "--batch-sizes", metavar="1,2,4,8", help="batch sweep over these sizes (dynamic batch)"
+    )
+    m.add_argument(
+        "--thread-scaling", action="store_true", default=None, help="latency for 1..N threads"
+    )
+    m.add_argument(
+        "--server", action="store_true", default=None, help="server scenario (Poisson arrivals)"
+    )
+    m.add_argument("--server-rate", type=float, metavar="PER_S", help="server target rate")
+    m.add_argument("--p99-bound", metavar="DURATION", help="server p99 bound, e.g. 15ms")
+    m.add_argument(
+        "--operators", action="store_true", default=None, help="per-operator time, delegate use"
+    )
+    m.add_argument("--scenario-time", metavar="DURATION", help="time per scenario point")
+    c = q.add_argument_group("declared co-load (docs/measurement.md)")
+    c.add_argument(
+        "--coload",
+        action="append",
+        metavar="KIND:VALUE",
+        help="background work beside the latency and sustained phases: model:PATH[@RATE], "
+        "cpu:CORES, membw:CORES or command:NAME (a name in the agent's configuration); repeatable",
+    )
+    c.add_argument(
+        "--coload-rounds", type=int, metavar="N", help="plain/co-load alternations (default 4)"
+    )
+
+
+def _add_edge_shape_flag(parser, recorded: bool = False) -> None:
+    """``--edge-shape``, repeatable (docs/measurement.md "Edges of the input range")."""
+    parser.add_argument(
+        "--edge-shape",
+        action="append",
+        default=[],
+        metavar="LABEL:INPUT=DIMS[,INPUT=DIMS]",
+        help=(
+            "record an edge of the input range every qualification with this set measures"
+            if recorded
+            else "also measure this edge of the input range (latency, peak memory, a run)"
+        )
+        + ", e.g. largest:image=1x3x1024x1024 or empty:tokens=1x0 (repeat for each)",
+    )
+
+
+# --- gate, compare, report html (host/cli/judge.py) ---
+
+
+def _add_gate_parsers(sub) -> None:
+    gt = sub.add_parser("gate", help="judge a signed report against a policy (and a baseline)")
+    gt.add_argument("report", type=Path)
+    gt.add_argument("--policy", type=Path, required=True, help="policy TOML (docs/gating.md)")
+    gt.add_argument("--baseline", type=Path, help="the last approved report to compare with")
+    gt.add_argument("--junit", type=Path, metavar="FILE", help="write JUnit XML here")
+    gt.add_argument("--json", action="store_true", help="print the verdict as JSON")
+    gt.add_argument("--device", help="the device that must have signed the report")
+    gt.add_argument("--html", type=Path, metavar="PAGE", help="also write the report page here")
+    c = sub.add_parser("compare", help="compare reports side by side (the first is the reference)")
+    c.add_argument("reports", type=Path, nargs="+", metavar="REPORT")
+    c.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    r = sub.add_parser("report", help="render reports")
+    rsub = r.add_subparsers(dest="report_command", required=True)
+    rh = rsub.add_parser("html", help="one self-contained HTML page with plots")
+    rh.add_argument("reports", type=Path, nargs="+", metavar="REPORT")
+    rh.add_argument("-o", "--output", type=Path, required=True, metavar="PAGE")
+    rh.add_argument("--device", help="the device that must have signed the reports")
+
+
+# -- fleet and history (host/cli/fleet.py, host/cli/history.py) ------------------
+
+
+def _add_fleet_parsers(sub) -> None:
+    f = sub.add_parser("fleet", help="qualify many models on a lab's boards (docs/fleet.md)")
+    fsub = f.add_subparsers(dest="fleet_command", required=True)
+    fr = fsub.add_parser(
+        "run",
+        help="every model on every matching device, devices in parallel",
+        description="Run every model of MODELS.toml on every device of LAB.toml that carries "
+        "the tags, one run at a time per device under its lease; write the signed reports, "
+        "index.json, junit.xml and a matrix page to --out.",
+    )
+    fr.add_argument("lab", type=Path, help="the lab file (docs/lab.example.toml)")
+    fr.add_argument("--models", type=Path, required=True, help="the models file")
+    fr.add_argument("--tags", help="only devices with all these tags, e.g. pi,arm64")
+    fr.add_argument("--plan", choices=["quick", "standard", "soak"], default="quick")
+    fr.add_argument("--sustain", help="sustained phase duration for every run (0 to skip)")
+    fr.add_argument("--out", type=Path, default=Path("fleet-out"), help="output directory")
+    fr.add_argument(
+        "--resume", action="store_true", help="keep runs whose report in --out verifies"
+    )
+    fr.add_argument("--gate", type=Path, metavar="POLICY", help="gate every report on POLICY")
+    fr.add_argument(
+        "--wait",
+        nargs="?",
+        const="forever",
+        metavar="TIMEOUT",
+        help="wait for a device another host holds (in order of arrival), up to TIMEOUT "
+        "(e.g. 30m) or without limit; default: fail fast naming the holder",
+    )
+    fr.add_argument("--retries", type=int, default=2, help="retries per run (default 2)")
+    fr.add_argument("--history", metavar="URL", help="history database URL (default: the lab's)")
+    fr.add_argument(
+        "--no-record", action="store_true", help="do not record the reports in the history"
+    )
+    fr.add_argument(
+        "--health-file",
+        type=Path,
+        metavar="FILE",
+        help="boards marked unhealthy here are skipped (default: the lab's, see fleet health)",
+    )
+
+    fh = fsub.add_parser(
+        "health",
+        help="a small known model on every board; unhealthy boards are skipped by fleet run",
+        description="Run the micro example model on every board; report fingerprint, agent "
+        "version, clock sync, disk limits and temperature at rest; mark a board that fails or "
+        "drifted (firmware, kernel, OS, runtime changed since its last healthy check) "
+        "unhealthy until it passes again.",
+    )
+    fh.add_argument("lab", type=Path)
+    fh.add_argument("--tags", help="only devices with all these tags")
+    fh.add_argument("--out", type=Path, default=Path("health-out"), help="the check runs' outputs")
+    fh.add_argument("--health-file", type=Path, metavar="FILE", help="the health state file")
+    fh.add_argument(
+        "--accept",
+        action="store_true",
+        help="accept fingerprint changes (a deliberate update) as the new healthy state",
+    )
+    fh.add_argument("--wait", nargs="?", const="forever", metavar="TIMEOUT")
+    fh.add_argument("--retries", type=int, default=1)
+    fh.add_argument("--json", action="store_true")
+
+    # ``edgequal approve`` and its alias ``edgequal fleet approve``: one parser shape, one command.
+    for parent in (sub, fsub):
+        fa = parent.add_parser(
+            "approve",
+            help="keep a verified report, its model, golden set, plan and runtime "
+            "configuration in DIR",
+        )
+        fa.add_argument("report", type=Path)
+        fa.add_argument("--model", type=Path, required=True, help="the model the report measured")
+        fa.add_argument("--golden", type=Path, help="the golden set it used")
+        fa.add_argument("--into", type=Path, required=True, metavar="DIR", help="the approved set")
+        fa.add_argument("--name", help="the model's name in the set (default: the file's stem)")
+    fq = fsub.add_parser(
+        "requalify",
+        help="re-run approved models where firmware or runtime changed; gate each against "
+        "its approved report",
+    )
+    fq.add_argument("approved", type=Path, metavar="DIR", help="the approved set")
+    fq.add_argument("lab", type=Path)
+    fq.add_argument("--policy", type=Path, required=True, help="gate policy with [baseline]")
+    fq.add_argument("--all", action="store_true", help="re-run every approved pair")
+    fq.add_argument("--out", type=Path, default=Path("requalify-out"))
+    fq.add_argument("--wait", nargs="?", const="forever", metavar="TIMEOUT")
+    fq.add_argument("--retries", type=int, default=2)
+    fq.add_argument("--history", metavar="URL")
+    fq.add_argument("--no-record", action="store_true")
+    fq.add_argument(
+        "--health-file", type=Path, metavar="FILE", help="boards marked unhealthy are skipped"
+    )
+
+    h = sub.add_parser("history", help="verified reports over time (docs/fleet.md)")
+    hsub = h.add_subparsers(dest="history_command", required=True)
+    hl = hsub.add_parser("list", help="recorded runs, newest first")
+    hs = hsub.add_parser(
+        "show", help="one recorded run (RUN_ID, or the newest for --device/--model), verified"
+    )
+    hs.add_argument("run_id", nargs="?", metavar="RUN_ID", help="a run id or its prefix")
+    ht = hsub.add_parser(
+        "trend",
+        help="figures over time per board × model, firmware and runtime changes marked",
+    )
+    ht.add_argument(
+        "--html", type=Path, metavar="PAGE", help="also write the trend page (plots) to PAGE"
+    )
+    hr = hsub.add_parser("record", help="verify reports and record them")
+    hr.add_argument("reports", type=Path, nargs="+")
+    hr.add_argument("--device", help="the device that must have signed them")
+    for q in (hl, hs, ht, hr):
+        q.add_argument(
+            "--db", metavar="URL", help="database URL (default: SQLite in the state dir)"
+        )
+    for q in (hl, hs, ht):
+        q.add_argument("--device", help="only this device")
+        q.add_argument("--model", help="only this model (name, name without extension, SHA-256)")
+        q.add_argument("--json", action="store_true")
+    for q in (hl, ht):
+        q.add_argument("--limit", type=int, default=50, help="rows (per board × model for trend)")

@@ -1,0 +1,250 @@
+"""``edgequal qualify``, ``golden make`` and ``demo``: the plan from the flags (preset, then
+device profile, then flags), the run on the device, the report written and summarised."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .device_args import open_device_from_args
+from .judge import _gate_after_qualify, _load_gate_policy
+
+if TYPE_CHECKING:
+    from edgequal.agent.plan import Plan
+
+
+EDGE_SHAPE_HINT = (
+    "write LABEL:INPUT=DIMS[,INPUT2=DIMS], e.g. largest:image=1x3x1024x1024 or empty:tokens=1x0"
+)
+
+
+def parse_edge_shape_args(items: list[str]) -> list[dict] | None:
+    """``LABEL:INPUT=1x3x1024x1024[,INPUT2=1x0]`` arguments into the plan's ``edge_shapes``
+    (sizes may be 0); labels and limits are checked by the plan's own rule."""
+    from edgequal.agent.errors import BadInput
+    from edgequal.agent.plan import EDGE_LABEL
+
+    out = []
+    for item in items or []:
+        label, sep, rest = item.partition(":")
+        shapes: dict[str, list[int]] = {}
+        ok = bool(sep and label.strip() and rest)
+        for part in rest.split(",") if ok else ():
+            name, eq, dims = part.strip().partition("=")
+            try:
+                values = [int(d) for d in dims.lower().split("x")] if dims else []
+            except ValueError:
+                values = []
+            if not eq or not name or not values or any(v < 0 for v in values) or name in shapes:
+                ok = False
+                break
+            shapes[name] = values
+        if not ok:
+            raise BadInput(f"cannot read --edge-shape '{item}'", hint=EDGE_SHAPE_HINT)
+        label = label.strip()
+        if not EDGE_LABEL.fullmatch(label):
+            raise BadInput(
+                f"--edge-shape '{item}': the label must be a short name "
+                "(up to 32 letters, digits, '.', '_', '-')",
+                hint=EDGE_SHAPE_HINT,
+            )
+        if any(e["label"] == label for e in out):
+            raise BadInput(f"--edge-shape names the label '{label}' twice")
+        out.append({"label": label, "shapes": shapes})
+    if not out:
+        return None
+    from edgequal.agent.golden import check_edge_shapes
+
+    return check_edge_shapes(out, "--edge-shape")
+
+
+def _measurement_flags(args) -> dict:
+    """The plan fields of the flags ``_add_measurement_flags`` adds (None: not given)."""
+    from edgequal.agent.errors import BadInput
+    from edgequal.agent.plan import parse_duration_s
+
+    from .coload_args import parse_coload
+
+    def duration(text):
+        return parse_duration_s(text) if text else None
+
+    sizes = None
+    if args.batch_sizes:
+        try:
+            sizes = [int(b) for b in args.batch_sizes.split(",") if b.strip()]
+        except ValueError:
+            raise BadInput(
+                f"cannot read --batch-sizes '{args.batch_sizes}'", hint="write e.g. 1,2,4,8"
+            ) from None
+    p99 = duration(args.p99_bound)
+    return {
+        "providers": [p.strip() for p in args.providers.split(",") if p.strip()]
+        if args.providers
+        else None,
+        "memory_limit_mb": args.memory_limit,
+        "phase_timeout_s": duration(args.phase_timeout),
+        "batch_sizes": sizes,
+        "thread_scaling": args.thread_scaling,
+        "server": args.server,
+        "server_rate_per_s": args.server_rate,
+        "server_p99_ms": p99 * 1e3 if p99 is not None else None,
+        "operator_profile": args.operators,
+        "scenario_s": duration(args.scenario_time),
+        "coload": parse_coload(args.coload)[0],
+        "coload_rounds": args.coload_rounds,
+    }
+
+
+def _plan_from_args(args, profile=None) -> Plan:
+    """The plan: the preset, then the device profile's durations and limits, then explicit flags."""
+    from edgequal.agent.plan import make_plan, parse_duration_s, parse_shape_args
+
+    base = profile.plan_fields(args.plan) if profile is not None else {}
+    flags = {
+        "runtime": args.runtime,
+        "threads": args.threads,
+        "shapes": parse_shape_args(args.shape) or None,
+        "edge_shapes": parse_edge_shape_args(args.edge_shape),
+        "sustain_s": parse_duration_s(args.sustain) if args.sustain else None,
+        "window_s": parse_duration_s(args.window) if args.window else None,
+        **_measurement_flags(args),
+    }
+    return make_plan(args.plan, **{**base, **{k: v for k, v in flags.items() if v is not None}})
+
+
+def _pick_profile(args, transport, address: str):
+    """``--profile``, else the profile the device's fingerprint matches; none for the local agent.
+
+    The local agent is the machine you are sitting at, not a target board: its plan is
+    the preset alone unless a profile is asked for.
+    """
+    from ..devices.profiles import load_profile, match_profile
+
+    if args.profile:
+        return load_profile(args.profile)
+    if address == "local":
+        return None
+    return match_profile(transport.info().get("fingerprint") or {})
+
+
+def cmd_qualify(args) -> int:
+    import json
+
+    from ..devices.qualify import printable, qualify
+    from ..present.terminal.summary import ProgressDisplay, print_note, print_summary, write_json
+    from .coload_args import parse_coload
+
+    model = args.model
+    if not model.is_file():
+        from ..errors import UsageError
+
+        raise UsageError(f"model file not found: {model}")
+    policy = _load_gate_policy(args.gate) if args.gate else None
+    _plan_from_args(args)  # refuse bad flags before connecting
+    device = open_device_from_args(args)
+    transport, name, address = device.transport, device.name, device.address
+    with transport:
+        plan = _plan_from_args(args, _pick_profile(args, transport, address))
+        with ProgressDisplay(
+            f"qualifying {printable(model.name)} on {address}", enabled=not args.json
+        ) as display:
+            qualification = qualify(
+                transport,
+                model,
+                args.golden,
+                plan,
+                known=device.known,
+                device_name=name,
+                on_event=display.on_event,
+                out=args.output or _default_report_path(model),
+                allow_golden_mismatch=args.allow_golden_mismatch,
+                on_notice=print_note,
+                coload_models=parse_coload(args.coload)[1],
+            )
+    from ..devices.nonces import NonceLedger
+
+    NonceLedger().record(
+        qualification.report.nonce, qualification.report.run_id, qualification.envelope
+    )
+    predicate = qualification.report.predicate
+    for note in qualification.notes:
+        print_note(note)
+    if args.json:
+        write_json(json.dumps(predicate, indent=1))
+        print_note(f"signed report: {printable(qualification.path)}")
+    else:
+        print_summary(predicate, address, printable(qualification.path))
+    if policy is not None or args.html:
+        return _gate_after_qualify(args, policy, qualification.path, name, predicate)
+    from edgequal.agent.phases.qualification import exit_code_for
+
+    if qualification.interrupted:
+        print_note(f"run {qualification.report.run_id} was cancelled; its signed report is above")
+        return 130
+    return exit_code_for(predicate["status"], predicate.get("findings", []))
+
+
+def _default_report_path(model: Path) -> Path:
+    """Where a report goes without ``-o``: the host's reports dir, never the working directory."""
+    import time
+
+    from ..paths import reports_dir
+
+    return reports_dir() / f"{model.stem}-{time.strftime('%Y%m%dT%H%M%S')}.report.json"
+
+
+def cmd_golden_make(args) -> int:
+    from ..golden import make_golden
+    from ..present.terminal.summary import print_line
+
+    digest = make_golden(
+        args.model,
+        args.inputs,
+        args.output,
+        outputs=args.outputs,
+        decision=args.decision,
+        preprocessing=_declared_preprocessing(args),
+        on_warning=lambda text: print_line(f"warning: {text}"),
+        edge_shapes=parse_edge_shape_args(args.edge_shape),
+    )
+    print_line(f"golden set {args.output} sha256 {digest}")
+    return 0
+
+
+def _declared_preprocessing(args) -> dict:
+    """The input-contract flags as ``{"*": keys}`` over an optional ``--preprocessing`` TOML's."""
+    from ..errors import UsageError
+    from ..golden import read_preprocessing_toml
+
+    def numbers(flag: str, text: str | None) -> list[float] | None:
+        if text is None:
+            return None
+        try:
+            return [float(x) for x in text.split(",")]
+        except ValueError:
+            raise UsageError(f"{flag} takes numbers separated by commas, not {text!r}") from None
+
+    resize = None
+    if args.resize is not None:
+        h, _, w = args.resize.lower().partition("x")
+        if not (h.isdigit() and w.isdigit()):
+            raise UsageError(f"--resize takes HEIGHTxWIDTH, e.g. 224x224, not {args.resize!r}")
+        resize = [int(h), int(w)]
+    flags = {
+        "layout": args.layout,
+        "range": numbers("--range", args.range),
+        "mean": numbers("--mean", args.mean),
+        "std": numbers("--std", args.std),
+        "scale": args.scale,
+        "color_order": args.color_order,
+        "resize": resize,
+    }
+    declared = read_preprocessing_toml(args.preprocessing) if args.preprocessing else {}
+    declared.setdefault("*", {}).update({k: v for k, v in flags.items() if v is not None})
+    return declared
+
+
+def cmd_demo(args) -> int:
+    from ..examples.demo import run_demo
+
+    return run_demo(args.out, args.sustain)

@@ -1,0 +1,183 @@
+"""One qualification from the host's side: push, run, verify, save.
+
+The host makes a fresh nonce (which carries its clock, see agent/clock.py), pushes the model and golden set by digest (skipped
+when the agent holds them), streams progress, and verifies the signed envelope
+against the device's pinned key before it reads a single result from it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from edgequal.agent.clock import new_nonce
+from edgequal.agent.errors import ModelRejected
+from edgequal.agent.golden import file_sha256
+from edgequal.agent.plan import Plan
+from edgequal.agent.runtimes.onnx_external_data import check_external_data
+
+from ..errors import UsageError
+from ..transport import QualifyRequest, Transport
+from .runs import RunLedger, StartedRun, cancel_and_fetch
+from .trust import KnownDevices
+from .verify import VerifiedReport, verify_envelope
+
+
+def printable(path: Path | str) -> str:
+    """A file name or path as text that can be printed and sent (UTF-8).
+
+    File names are bytes on POSIX; one that is not UTF-8 reaches Python with
+    surrogate escapes, which neither protobuf, JSON reports nor a UTF-8 terminal
+    accept. Its undecodable bytes are shown as ``\\xNN``.
+    """
+    return os.fsencode(str(path)).decode("utf-8", "backslashreplace")
+
+
+@dataclass
+class Qualification:
+    """The verified report and where its bytes were written."""
+
+    report: VerifiedReport
+    envelope: bytes
+    path: Path | None
+    bytes_sent: int
+    notes: list[str] = field(default_factory=list)
+    """Things the user should know (e.g. a golden set let through for another model)."""
+    interrupted: bool = False
+    """Ctrl-C cancelled the run; the report is its signed ``incomplete: cancelled`` one."""
+
+
+def pin_device_key(transport: Transport, known: KnownDevices, name: str, address: str) -> None:
+    """Trust on first use, for the local agent only; a changed key stays a hard failure.
+
+    The agent proves it holds the key (a fresh challenge) before it is pinned or
+    compared; UntrustedDevice when it holds another key than the pinned one.
+    """
+    entry = known.get(name)
+    raw = transport.prove_identity(entry.public_key_raw if entry else None)
+    if entry is None:
+        known.trust(name, address, raw)
+
+
+def external_data_files(model: Path) -> list[dict]:
+    """The files an ONNX model keeps its external data in, ``{"name", "sha256"}`` each.
+
+    The same checks the agent applies (agent/runtimes/onnx_external_data.py), here
+    before anything is sent: a location outside the model's directory, through a
+    symlink, missing, or too short for its offset and length is a UsageError.
+    """
+    try:
+        refs = check_external_data(model)
+    except ModelRejected as e:
+        raise UsageError(f"{model}: {e}", hint=e.hint) from None
+    except OSError as e:
+        raise UsageError(f"cannot read model {model}: {e.strerror or e}") from e
+    names = sorted({r.location for r in refs})
+    return [{"name": n, "sha256": file_sha256(model.parent / n)} for n in names]
+
+
+def qualify(
+    transport: Transport,
+    model: Path,
+    golden: Path | None,
+    plan: Plan | dict,
+    *,
+    known: KnownDevices,
+    device_name: str,
+    on_event: Callable[[dict], None] = lambda e: None,
+    out: Path | None = None,
+    holder: str = "",
+    allow_golden_mismatch: bool = False,
+    on_notice: Callable[[str], None] = lambda message: None,
+    ledger: RunLedger | None = None,
+    coload_models: Mapping[str, Path] | None = None,
+) -> Qualification:
+    """Push, qualify, verify against the pinned key and write the envelope to ``out``.
+
+    ``plan`` is a :class:`Plan` or its JSON, checked here before anything is sent;
+    so is the golden set: one made for another model file is a UsageError unless
+    ``allow_golden_mismatch`` (see :func:`~edgequal.host.golden.check_golden_for_model`).
+
+    The run is recorded in ``ledger`` (default: this host's :class:`RunLedger`) as
+    soon as the device accepts it. Ctrl-C (KeyboardInterrupt) during the run
+    cancels it and waits for its signed report, which is verified and written as
+    any other (``interrupted`` is set); a second Ctrl-C leaves it to the device
+    and raises :class:`~edgequal.host.devices.runs.Interrupted` naming the run.
+
+    ``coload_models`` (``{sha256: path}``) are the plan's co-load models: pushed like
+    the model, and checked against the report's subjects.
+    """
+    from ..golden import check_golden_for_model
+
+    plan = plan if isinstance(plan, Plan) else Plan.from_json(plan)
+    model, golden = Path(model), Path(golden) if golden else None
+    model_digest = file_sha256(model)
+    golden_digest = file_sha256(golden) if golden else None
+    notes = []
+    if golden:
+        note = check_golden_for_model(golden, model_digest, allow_mismatch=allow_golden_mismatch)
+        notes += [note] if note else []
+    extra = external_data_files(model)
+    on_event({"type": "phase", "phase": "upload", "state": "started"})
+    sent = transport.push(model, model_digest).bytes_sent
+    for f in extra:
+        sent += transport.push(model.parent / f["name"], f["sha256"]).bytes_sent
+    if golden:
+        sent += transport.push(golden, golden_digest).bytes_sent
+    coload_models = dict(coload_models or {})
+    for digest, path in coload_models.items():
+        sent += transport.push(Path(path), digest).bytes_sent
+    on_event(
+        {
+            "type": "progress",
+            "phase": "upload",
+            "message": f"{sent} bytes sent" if sent else "already on the device",
+        }
+    )
+    on_event({"type": "phase", "phase": "upload", "state": "done"})
+    # Fresh random bits plus this host's clock, which the agent checks its own against.
+    nonce = new_nonce()
+    request = QualifyRequest(
+        model_digest=model_digest,
+        golden_digest=golden_digest,
+        plan=plan.to_json(),
+        nonce=nonce,
+        model_name=printable(model.name),
+        golden_name=printable(golden.name) if golden else None,
+        holder=holder,
+        extra_files=extra,
+    )
+    ledger = ledger or RunLedger()
+
+    def recording(event: dict) -> None:
+        if event.get("type") == "run" and event.get("run_id"):
+            ledger.record(
+                StartedRun(
+                    device_name, transport.address, event["run_id"], nonce,
+                    printable(model.name), time.time(),
+                )
+            )  # fmt: skip
+        on_event(event)
+
+    interrupted = False
+    try:
+        envelope = transport.qualify(request, recording)
+    except KeyboardInterrupt:
+        if not transport.last_run_id:
+            raise
+        envelope = cancel_and_fetch(transport, transport.last_run_id, device_name, on_notice)
+        interrupted = True
+    on_event({"type": "phase", "phase": "signing", "state": "done"})
+    artifacts = [model, *(model.parent / f["name"] for f in extra)] + ([golden] if golden else [])
+    artifacts += [Path(p) for p in coload_models.values()]
+    report = verify_envelope(
+        envelope, known=known, device=device_name, expected_nonce=nonce, artifacts=artifacts
+    )
+    if out is not None:
+        out = Path(out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_bytes(envelope)
+    return Qualification(report, envelope, out, sent, notes, interrupted)

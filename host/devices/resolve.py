@@ -1,0 +1,202 @@
+"""Which device a ``--device`` argument names, how to reach it, and trusting a new one.
+
+``local`` is the agent this host starts on loopback; a NAME is looked up in
+``known_devices``; a ``grpc://`` or ``ssh://`` address is used as it is (the
+trusted device reached at that address, or holding the key the agent proves,
+lends its name and token). Every device first proves it holds its pinned key,
+before a token, model or golden set is sent. A device reached over ``ssh://``
+whose key is not pinned yet is enrolled on first use: its host key was checked
+against known_hosts, and its report-signing key is proved over that channel.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from edgequal.agent.errors import BadInput
+from edgequal.agent.keys import fingerprint_of
+from edgequal.agent.service.auth import read_token_file
+
+from ..errors import UntrustedDevice, UsageError
+from ..transport import Transport, open_transport
+from .trust import DeviceEntry, KnownDevices
+
+
+def read_token(path: Path) -> str:
+    """A device token from a file, read by the agent's own rule (one token on one line)."""
+    try:
+        return read_token_file(Path(path).expanduser())
+    except BadInput as e:
+        raise UsageError(str(e), hint=e.hint) from e
+
+
+def resolve_token(token_file: Path | None, entry_token_file: str | None) -> str | None:
+    """The device token: ``--token-file``, then ``$EDGEQUAL_TOKEN``, then the device's config entry."""
+    if token_file:
+        return read_token(Path(token_file))
+    if os.environ.get("EDGEQUAL_TOKEN"):
+        return os.environ["EDGEQUAL_TOKEN"].strip()
+    if entry_token_file:
+        return read_token(Path(entry_token_file))
+    return None
+
+
+@dataclass
+class OpenDevice:
+    """A device ready to use: its transport, its name in the trust store, the address shown.
+
+    The transport's agent has proved it holds the device's pinned key.
+    """
+
+    transport: Transport
+    name: str
+    address: str
+    known: KnownDevices
+
+
+def tls_options(
+    ca: Path | None = None, cert: Path | None = None, key: Path | None = None
+) -> dict[str, str]:
+    """``--tls-ca/--tls-cert/--tls-key`` as the known-devices options (absolute paths).
+
+    Mutual TLS needs both the certificate and its key; each file must exist.
+    """
+    given = {"tls_ca": ca, "tls_cert": cert, "tls_key": key}
+    if (cert is None) != (key is None):
+        raise UsageError(
+            "mutual TLS needs both --tls-cert and --tls-key",
+            hint="give this host's certificate and its private key (PEM)",
+        )
+    options = {}
+    for option, path in given.items():
+        if path is None:
+            continue
+        path = Path(path).expanduser()
+        if not path.is_file():
+            raise UsageError(f"--{option.replace('_', '-')}: file not found: {path}")
+        options[option] = str(path.resolve())
+    return options
+
+
+def open_device(
+    device: str,
+    token_file: Path | None = None,
+    known_hosts: Path | None = None,
+    agent_cmd: str | None = None,
+    ssh_key: Path | None = None,
+    known: KnownDevices | None = None,
+    tls: dict[str, str] | None = None,
+) -> OpenDevice:
+    """Open a transport to ``device`` (``local``, a trusted NAME, ``grpc://`` or ``ssh://``).
+
+    Before anything else crosses the connection, the agent proves it holds the
+    pinned key (a fresh challenge; UntrustedDevice when it holds another one);
+    only then does the token go with the calls. An address no trusted device
+    has is matched by the key it proved: the device pinned with that key is
+    used and the address recorded as one of its addresses. Otherwise an
+    ``ssh://`` address is enrolled (its host key was checked against
+    known_hosts), and anything else raises UntrustedDevice, having sent nothing.
+    """
+    from ..install.commands import default_device_name
+
+    known = known or KnownDevices()
+    if device == "local":
+        entry = known.get("local") or known.find_by_address("local")
+        address = "local"
+    else:
+        entry = _lookup(known, device)
+        address = device if "://" in device else entry.address
+    if tls is None and entry is not None and address.startswith("grpc://"):
+        tls = entry.tls or None
+    pinned = entry.public_key_raw if entry else None
+    transport = open_transport(
+        address,
+        known_hosts=known_hosts,
+        ssh_agent_cmd=agent_cmd,
+        ssh_key=ssh_key,
+        tls=tls,
+        pinned_key=pinned,
+    )
+    with _closed_on_error(transport):
+        raw = transport.prove_identity(pinned)
+        if entry is None:
+            entry = known.find_by_key(raw)
+            if entry is not None:
+                # The same device, reached at another address: one name, one key.
+                entry = known.add_address(entry.name, address)
+            elif address == "local":
+                entry = known.trust("local", "local", raw)  # the agent this host started
+            elif address.startswith("ssh://"):
+                # The SSH host key was checked against known_hosts; the device key was proved over it.
+                name = default_device_name(address.removeprefix("ssh://"))
+                entry = known.trust(name, address, raw)
+            else:
+                raise UntrustedDevice(
+                    f"device {device} is not trusted (its key {fingerprint_of(raw)} is pinned "
+                    "for no device); nothing was sent to it",
+                    hint=f"edgequal devices trust NAME {device}",
+                )
+        transport.use_token(resolve_token(token_file, entry.token_file))
+    return OpenDevice(transport, entry.name, address, known)
+
+
+@contextlib.contextmanager
+def _closed_on_error(transport: Transport):
+    """Close ``transport`` when the block raises (Ctrl-C included)."""
+    try:
+        yield
+    except BaseException:
+        transport.close()
+        raise
+
+
+def _lookup(known: KnownDevices, device: str) -> DeviceEntry | None:
+    """The pinned device called ``device``, or reached at the address ``device``."""
+    entry = known.get(device)
+    if entry is None and "://" not in device:
+        raise UntrustedDevice(
+            f"unknown device '{device}'", hint=f"edgequal devices trust {device} grpc://HOST:PORT"
+        )
+    if entry is None:
+        entry = known.find_by_address(device)
+    return entry
+
+
+def trust_device(
+    known: KnownDevices,
+    name: str,
+    address: str,
+    token_file: Path | None = None,
+    expected_fingerprint: str | None = None,
+    tls: dict[str, str] | None = None,
+) -> DeviceEntry:
+    """Pin as ``name`` the key the agent at ``address`` proves it holds.
+
+    The agent signs a fresh challenge and the key that signed it is the one
+    pinned; only then is the token sent (an Info call checks it is accepted).
+    ``expected_fingerprint`` (``SHA256:...``, compared out of band) must match
+    when given; nothing is pinned otherwise. ``tls`` (see :func:`tls_options`) is
+    used for the connection and stored in the entry.
+    """
+    if not address.startswith(("grpc://", "ssh://")):
+        raise UsageError(f"cannot trust address '{address}'", hint="use grpc://HOST:PORT")
+    token = resolve_token(token_file, None)
+    with open_transport(address, tls=tls) as transport:
+        raw = transport.prove_identity(None)
+        fingerprint = fingerprint_of(raw)
+        if expected_fingerprint and expected_fingerprint != fingerprint:
+            raise UsageError(
+                f"device key fingerprint is {fingerprint}, not the expected {expected_fingerprint}"
+            )
+        transport.use_token(token)
+        transport.info()  # the token (or client certificate) is accepted
+    return known.trust(
+        name,
+        address,
+        raw,
+        token_file=str(token_file.resolve()) if token_file else None,
+        tls=tls,
+    )

@@ -1,0 +1,292 @@
+"""A candidate report against a baseline: what changed in the fingerprint, and whether
+latency regressed on the raw samples (a bootstrap interval of the median ratio plus a
+minimum effect size, host/judge/regression.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .checks import Check, blamed_on_interference, fmt_value
+from .policy import Policy
+from .regression import bootstrap_median_ratio, decode_samples_ns, judge_ratio, mann_whitney_u
+from .report_file import ReportFile
+
+# ---------------------------------------------------------------------------
+# Baseline
+
+
+_FINGERPRINT_SKIP = {
+    "absent",
+    "boot_id",
+    "python_executable",
+    "memory_total_kb",
+    "board_model_source",
+}
+
+
+def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _flatten(f"{prefix}.{k}" if prefix else str(k), v, out)
+    elif isinstance(value, list):
+        out[prefix] = ", ".join(map(str, value))
+    else:
+        out[prefix] = value
+
+
+def fingerprint_fields(predicate: dict, subjects: list[dict] | None = None) -> dict[str, Any]:
+    """The fields whose change explains a different result, flattened to dotted keys."""
+    out: dict[str, Any] = {}
+    fp = {
+        k: v for k, v in (predicate.get("fingerprint") or {}).items() if k not in _FINGERPRINT_SKIP
+    }
+    _flatten("", fp, out)
+    results = predicate.get("results") or {}
+    runtime = results.get("runtime") or (results.get("cold_load") or {}).get("runtime") or {}
+    _flatten("runtime", {k: v for k, v in runtime.items() if k != "providers_requested"}, out)
+    sustained = results.get("sustained") or {}
+    clocks = [
+        w.get("max_clock_khz")
+        for w in sustained.get("windows_detail") or []
+        if w.get("max_clock_khz")
+    ]
+    if clocks:
+        out["clocks.max_clock_khz"] = max(clocks)
+    plan = predicate.get("plan") or {}
+    for key in ("profile", "threads", "preset"):
+        if key in plan:
+            out[f"plan.{key}"] = plan[key]
+    for s in subjects or []:
+        kind = "golden" if s["name"].endswith(".npz") else "model"
+        out.setdefault(kind, f"{s['name']} sha256 {s['sha256'][:12]}")
+    return out
+
+
+def change_category(key: str) -> str:
+    """What kind of change a fingerprint key is: firmware, kernel, runtime, power mode, ..."""
+    if "firmware" in key or key.startswith("jetson.l4t"):
+        return "firmware"
+    if key in ("kernel", "os_release"):
+        return "kernel" if key == "kernel" else "os"
+    if key.startswith("runtime."):
+        return "runtime"
+    if key.startswith("jetson.nvpmodel"):
+        return "power mode"
+    if key.startswith("cpu_governors"):
+        return "governor"
+    if key.startswith(("jetson.jetson_clocks", "clocks.")):
+        return "clocks"
+    if key.startswith("raspberry_pi."):
+        return "throttle state"
+    if key in ("model", "golden"):
+        return key
+    if key.startswith("plan."):
+        return "plan"
+    return "board"
+
+
+def fingerprint_changes(base: ReportFile, cand: ReportFile) -> list[dict]:
+    """[{field, category, baseline, candidate}] for every fingerprint field that differs."""
+    a = fingerprint_fields(base.predicate, base.subjects)
+    b = fingerprint_fields(cand.predicate, cand.subjects)
+    changes = []
+    for key in sorted(set(a) | set(b)):
+        if a.get(key) != b.get(key):
+            changes.append(
+                {
+                    "field": key,
+                    "category": change_category(key),
+                    "baseline": a.get(key),
+                    "candidate": b.get(key),
+                }
+            )
+    return changes
+
+
+_SAME_FIELD_KEYS = {
+    "runtime": "runtime.runtime",
+    "runtime_version": "runtime.version",
+    "threads": "runtime.threads",
+}
+
+
+def compare_latency(base_entry: dict, cand_entry: dict, settings: dict) -> dict:
+    """Median-ratio bootstrap, Mann–Whitney U and the verdict for one input shape."""
+    if base_entry.get("samples_ns_b64") and cand_entry.get("samples_ns_b64"):
+        a = decode_samples_ns(base_entry["samples_ns_b64"])
+        b = decode_samples_ns(cand_entry["samples_ns_b64"])
+        ratio = bootstrap_median_ratio(
+            a,
+            b,
+            confidence=settings["confidence"],
+            iterations=settings["iterations"],
+            seed=settings["seed"],
+        )
+        return {
+            "median_ratio": ratio.to_json(),
+            "mann_whitney": mann_whitney_u(a, b).to_json(),
+            "verdict": judge_ratio(ratio, settings["min_effect"]),
+            "min_effect": settings["min_effect"],
+        }
+    # Reports without raw samples: the point medians only, no interval.
+    p_a = (base_entry.get("summary") or {}).get("p50_ms")
+    p_b = (cand_entry.get("summary") or {}).get("p50_ms")
+    if not p_a or p_b is None:
+        return {"verdict": "unresolved", "min_effect": settings["min_effect"], "median_ratio": None}
+    r = p_b / p_a
+    e = settings["min_effect"]
+    verdict = "slower" if r >= 1 + e else "faster" if r <= 1 - e else "same"
+    return {
+        "verdict": verdict,
+        "min_effect": e,
+        "median_ratio": {
+            "ratio": r,
+            "ci_low": None,
+            "ci_high": None,
+            "baseline_median_ms": p_a,
+            "candidate_median_ms": p_b,
+        },
+    }
+
+
+def _latency_message(shape: str, cmp: dict) -> str:
+    r = cmp.get("median_ratio")
+    if not r:
+        return f"{shape}: no median latency to compare"
+    change = f"median {r['candidate_median_ms']:.4g} ms vs {r['baseline_median_ms']:.4g} ms, ×{r['ratio']:.3f}"
+    if r.get("ci_low") is not None:
+        change += f" (95 % CI {r['ci_low']:.3f}–{r['ci_high']:.3f})"
+    else:
+        change += " (no raw samples: no interval)"
+    effect = f"{cmp['min_effect']:.0%} minimum effect"
+    return {
+        "slower": f"{shape}: slower than the baseline, {change}; beyond the {effect}: a regression",
+        "faster": f"{shape}: faster than the baseline, {change}",
+        "same": f"{shape}: same as the baseline within the {effect}, {change}",
+        "unresolved": f"{shape}: a change beyond the {effect} the interval does not confirm, {change}",
+    }[cmp["verdict"]]
+
+
+def baseline_checks(base: ReportFile, cand: ReportFile, policy: Policy) -> tuple[list[Check], dict]:
+    """Checks against the baseline, and the comparison (with fingerprint changes) for the verdict."""
+    settings = policy.baseline
+    changes = fingerprint_changes(base, cand)
+    summary: dict[str, Any] = {
+        "report": str(base.path),
+        "run_id": base.predicate.get("run_id"),
+        "verified": base.verified,
+        "signature": base.signature,
+        "fingerprint_changes": changes,
+        "latency": [],
+        "throughput": None,
+    }
+    checks: list[Check] = []
+    if not base.verified:
+        checks.append(
+            Check(
+                "baseline.verify",
+                "baseline",
+                False,
+                "verified",
+                "not verified",
+                f"baseline {base.path}: {base.signature}",
+            )
+        )
+        return checks, summary
+    a = fingerprint_fields(base.predicate, base.subjects)
+    b = fingerprint_fields(cand.predicate, cand.subjects)
+    for f in settings.get("require_same", []):
+        key = _SAME_FIELD_KEYS.get(f, f)
+        same = a.get(key) == b.get(key)
+        checks.append(
+            Check(
+                f"baseline.require_same[{f}]",
+                "baseline",
+                same,
+                fmt_value(a.get(key)),
+                fmt_value(b.get(key)),
+                f"{f} is the baseline's"
+                if same
+                else f"{f} differs from the baseline's ({a.get(key)} → {b.get(key)}): the comparison is not like for like",
+            )
+        )
+    base_shapes = {
+        e.get("shape"): e
+        for e in (base.predicate.get("results") or {}).get("latency", {}).get("per_shape") or []
+    }
+    cand_shapes = {
+        e.get("shape"): e
+        for e in (cand.predicate.get("results") or {}).get("latency", {}).get("per_shape") or []
+    }
+    for shape, base_entry in base_shapes.items():
+        name = f"baseline.latency[{shape}]"
+        cand_entry = cand_shapes.get(shape)
+        if cand_entry is None:
+            checks.append(
+                Check(
+                    name,
+                    "baseline",
+                    False,
+                    "measured",
+                    "—",
+                    f"{shape}: measured in the baseline but not in this report",
+                )
+            )
+            continue
+        cmp = compare_latency(base_entry, cand_entry, settings)
+        summary["latency"].append({"shape": shape, **cmp})
+        r = cmp.get("median_ratio") or {}
+        ok = cmp["verdict"] != "slower"
+        retry = not ok and blamed_on_interference(cand_entry)
+        msg = _latency_message(shape, cmp)
+        if retry:
+            msg += "; the run saw interference: re-run on a quiet board"
+        checks.append(
+            Check(
+                name,
+                "baseline",
+                ok,
+                f"median ratio < {1 + settings['min_effect']:.3f} or not significant",
+                fmt_value(r.get("ratio")),
+                msg,
+                retry,
+            )
+        )
+    if "max_throughput_drop" in settings:
+        sa = (base.predicate.get("results") or {}).get("sustained") or {}
+        sb = (cand.predicate.get("results") or {}).get("sustained") or {}
+        drop = settings["max_throughput_drop"]
+        name = "baseline.max_throughput_drop"
+        if not sa.get("sustained_per_s") or sb.get("sustained_per_s") is None:
+            checks.append(
+                Check(
+                    name,
+                    "baseline",
+                    False,
+                    f"≥ {1 - drop:.3f}× baseline",
+                    "—",
+                    "sustained throughput: not measured in both reports",
+                )
+            )
+        else:
+            ratio = sb["sustained_per_s"] / sa["sustained_per_s"]
+            summary["throughput"] = {
+                "baseline_per_s": sa["sustained_per_s"],
+                "candidate_per_s": sb["sustained_per_s"],
+                "ratio": ratio,
+            }
+            ok = ratio >= 1 - drop
+            retry = not ok and sb.get("cause") == "interference"
+            checks.append(
+                Check(
+                    name,
+                    "baseline",
+                    ok,
+                    f"≥ {1 - drop:.3f}× baseline",
+                    f"{ratio:.3f}×",
+                    f"sustained throughput {sb['sustained_per_s']:.4g}/s vs {sa['sustained_per_s']:.4g}/s "
+                    f"(×{ratio:.3f}; at most {drop:.0%} drop allowed)",
+                    retry,
+                )
+            )
+    return checks, summary

@@ -1,0 +1,203 @@
+"""``edgequal gate``: judge a verified report against a policy and, optionally, a baseline.
+
+Every limit in the policy becomes one :class:`Check` with its limit, the measured
+value and a message, so a pipeline can say why it failed. The report is verified
+first: one that does not verify fails the gate before any figure is read. Latency
+percentiles are judged on the upper end of their 95 % confidence interval, so a
+lucky run cannot pass a limit its own data does not support.
+
+Against a baseline, latency is compared on the raw samples (host/judge/regression.py):
+a bootstrap interval of the median ratio plus a minimum effect size. What changed
+in the fingerprint (firmware, kernel, runtime, power mode, governor, clocks) is
+listed beside the verdict, because that is usually the reason.
+
+An ``inconclusive`` report (a drop explained by interference from other processes)
+fails with ``retry``: re-run it on a quiet board; it is not a regression.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..devices.trust import KnownDevices
+from ..errors import VerificationFailed
+from .baseline import baseline_checks
+from .checks import (
+    Check,
+    cold_load_checks,
+    drift_checks,
+    findings_checks,
+    latency_checks,
+    memory_checks,
+    status_checks,
+    sustained_checks,
+)
+from .condition_checks import coload_checks, edge_shape_checks
+from .policy import Policy
+from .report_file import ReportFile, load_report
+from .scenario_checks import (
+    batch_checks,
+    energy_checks,
+    operator_checks,
+    server_checks,
+    thread_checks,
+)
+
+
+@dataclass
+class GateResult:
+    """The verdict on one report. True when it verified and every check passed."""
+
+    report: str
+    policy: str
+    verified: bool
+    signature: str
+    checks: list[Check] = field(default_factory=list)
+    run_id: str | None = None
+    status: str | None = None
+    reason: str | None = None
+    device: str | None = None
+    baseline: dict | None = None
+
+    @property
+    def passed(self) -> bool:
+        """Verified, and no check failed."""
+        return self.verified and all(c.passed for c in self.checks)
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    @property
+    def failed_checks(self) -> list[Check]:
+        """The checks that failed, in policy order."""
+        return [c for c in self.checks if not c.passed]
+
+    @property
+    def retry(self) -> bool:
+        """Failed only because of interference: re-run on a quiet board; not a regression."""
+        failed = self.failed_checks
+        return self.verified and bool(failed) and all(c.retry for c in failed)
+
+    @property
+    def summary(self) -> str:
+        """One line: the verdict and the first reason."""
+        if self.passed:
+            return f"gate passed: {len(self.checks)} checks of policy '{self.policy}'"
+        failed = self.failed_checks
+        first = failed[0].message if failed else self.signature
+        more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+        if self.retry:
+            return f"gate failed, re-run on a quiet board (interference, not a regression): {first}{more}"
+        return f"gate failed: {first}{more}"
+
+    def to_json(self) -> dict:
+        """The verdict as JSON: passed, retry, every check, the baseline comparison."""
+        return {
+            "report": self.report,
+            "policy": self.policy,
+            "passed": self.passed,
+            "retry": self.retry,
+            "summary": self.summary,
+            "verified": self.verified,
+            "signature": self.signature,
+            "run_id": self.run_id,
+            "status": self.status,
+            "reason": self.reason,
+            "device": self.device,
+            "checks": [c.to_json() for c in self.checks],
+            "baseline": self.baseline,
+        }
+
+
+def evaluate(predicate: dict, policy: Policy) -> list[Check]:
+    """Every check of ``policy`` on a verified predicate, in the policy's section order."""
+    results = predicate.get("results") or {}
+    return [
+        *status_checks(predicate, policy),
+        *findings_checks(predicate, policy),
+        *cold_load_checks(results, policy),
+        *latency_checks(results, policy),
+        *sustained_checks(results, policy),
+        *drift_checks(results, policy),
+        *memory_checks(results, policy),
+        *batch_checks(results, policy),
+        *thread_checks(results, policy),
+        *server_checks(results, policy),
+        *operator_checks(results, policy),
+        *energy_checks(results, policy),
+        *coload_checks(results, policy),
+        *edge_shape_checks(results, policy),
+    ]
+
+
+# ---------------------------------------------------------------------------
+# The gate
+
+
+def run_gate(
+    report_path: str | Path,
+    policy: Policy,
+    *,
+    known: KnownDevices | None = None,
+    device: str | None = None,
+    baseline_path: str | Path | None = None,
+) -> GateResult:
+    """Verify the report, then every check of the policy (and the baseline's, when given).
+
+    An unreadable file raises UsageError (exit 2); a report that does not verify gives
+    a failed result with no checks read from it.
+    """
+    known = known if known is not None else KnownDevices()
+    try:
+        cand = load_report(report_path, known=known, device=device, require=True)
+    except VerificationFailed as e:
+        return GateResult(
+            str(report_path),
+            policy.name,
+            False,
+            f"NOT VERIFIED: {e}",
+            [
+                Check(
+                    "verify",
+                    "verify",
+                    False,
+                    "signed by a pinned device key",
+                    "not verified",
+                    str(e),
+                )
+            ],
+        )
+    base = None
+    if baseline_path is not None:
+        try:
+            base = load_report(baseline_path, known=known, require=True)
+        except VerificationFailed as e:
+            base = ReportFile(Path(baseline_path), {}, [], False, f"NOT VERIFIED: {e}")
+    pred = cand.predicate
+    result = GateResult(
+        report=str(report_path),
+        policy=policy.name,
+        verified=True,
+        signature=cand.signature,
+        checks=[
+            Check(
+                "verify",
+                "verify",
+                True,
+                "signed by a pinned device key",
+                "verified",
+                cand.signature,
+            )
+        ],
+        run_id=pred.get("run_id"),
+        status=pred.get("status"),
+        reason=pred.get("reason"),
+        device=cand.device_name,
+    )
+    result.checks += evaluate(pred, policy)
+    if base is not None:
+        checks, summary = baseline_checks(base, cand, policy)
+        result.checks += checks
+        result.baseline = summary
+    return result

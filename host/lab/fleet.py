@@ -1,0 +1,687 @@
+"""A fleet run: every model on every matching device of a lab, devices in parallel.
+
+Each device is worked by its own thread, one run at a time, each run under the
+device's lease (taken, renewed while the run goes on, released), so any number of
+hosts can share the lab (docs/fleet.md). A run is retried with backoff when the
+transport failed or the measurement came back ``inconclusive`` (interference) or
+``incomplete`` (the run could not finish); a ``failed`` measurement is a result,
+never retried. A device that stops answering is marked ``unreachable`` and its
+remaining runs ``skipped``; the other devices finish.
+
+The output directory holds one signed report per run (``reports/``), its page
+(``pages/``), the index (``index.json``, ``junit.xml``) and the matrix page
+(``index.html``). ``resume`` keeps every run whose report in the directory
+verifies (an ``incomplete`` one measured nothing and runs again), and runs only the
+rest.
+"""
+
+from __future__ import annotations
+
+import getpass
+import html
+import json
+import logging
+import os
+import socket
+import threading
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from edgequal.agent.plan import Plan, make_plan
+
+from ..devices.trust import KnownDevices
+from ..errors import DeviceBusy, HostError, TransportError, UsageError, VerificationFailed
+from ..transport import Transport, open_transport
+from .inventory import FleetModel, Lab, LabDevice
+
+log = logging.getLogger(__name__)
+
+RETRY_STATUSES = ("inconclusive", "incomplete")
+"""Report statuses a fleet run measures again: interference, or a run that could not finish."""
+OK_STATUSES = ("passed", "degraded")
+FINAL_STATES = ("passed", "degraded", "failed", "inconclusive", "incomplete", "error", "skipped")
+
+
+@dataclass
+class FleetOptions:
+    """How a fleet run goes: where results go, which plan, retries, waiting, gate, history."""
+
+    out_dir: Path
+    tags: frozenset[str] = frozenset()
+    plan: str = "quick"
+    plan_overrides: dict = field(default_factory=dict)
+    resume: bool = False
+    policy_path: Path | None = None
+    wait_s: float | None = 0.0
+    """How long to wait for a device another host holds: 0 fails fast, None without limit."""
+    retries: int = 2
+    backoff_s: float = 2.0
+    lease_ttl_s: float = 120.0
+    html_pages: bool = True
+    unhealthy: dict[str, str] = field(default_factory=dict)
+    """Boards ``fleet health`` marked unhealthy (name: why): their runs are skipped."""
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """A run fixed in advance (re-qualification): its plan JSON, the report to gate against."""
+
+    plan: dict | None = None
+    baseline: Path | None = None
+
+
+@dataclass
+class RunRecord:
+    """One model on one device: its state, the signed report's status, where its files are."""
+
+    model: str
+    device: str
+    state: str = "pending"
+    """pending, waiting, running, retrying, then passed/degraded/failed/inconclusive/
+    incomplete (the report's status), error (no report) or skipped."""
+    status: str | None = None
+    run_id: str | None = None
+    attempts: int = 0
+    report: str | None = None
+    page: str | None = None
+    error: str | None = None
+    resumed: bool = False
+    gate_passed: bool | None = None
+    gate_summary: str | None = None
+    duration_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """Qualified: an acceptable status and, when gated, a passed gate."""
+        if self.state not in OK_STATUSES:
+            return False
+        return self.gate_passed is not False
+
+    def to_json(self) -> dict:
+        """The record as JSON (``ok`` included for readers of the index)."""
+        return {**asdict(self), "ok": self.ok}
+
+    @classmethod
+    def from_json(cls, data: dict) -> RunRecord:
+        """The inverse of :meth:`to_json`."""
+        names = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+@dataclass
+class FleetResult:
+    """Every run of a fleet run, and the devices that went away."""
+
+    lab: str
+    runs: list[RunRecord]
+    unreachable: dict[str, str] = field(default_factory=dict)
+    started_unix: float = 0.0
+    finished_unix: float = 0.0
+    notes: dict = field(default_factory=dict)
+    """Extra facts for the index (re-qualification: what changed, what was left alone)."""
+
+    def exit_code(self) -> int:
+        """0 every run qualified; 3 any device or transport failure; else 1."""
+        if any(r.state in ("error", "skipped") for r in self.runs) or self.unreachable:
+            return 3
+        return 0 if all(r.ok for r in self.runs) else 1
+
+    def to_json(self) -> dict:
+        """The index: lab, times, devices that went away, every run."""
+        return {
+            "lab": self.lab,
+            "started_unix": self.started_unix,
+            "finished_unix": self.finished_unix,
+            "host": _holder(),
+            "unreachable": self.unreachable,
+            "passed": self.exit_code() == 0,
+            "runs": [r.to_json() for r in self.runs],
+            **self.notes,
+        }
+
+
+def _holder() -> str:
+    try:
+        user = getpass.getuser()
+    except Exception:  # no login name in some containers
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
+
+
+def run_file_stem(model: str, device: str) -> str:
+    """The file name stem of one run's report and page: ``MODEL@DEVICE``."""
+    return f"{model}@{device}"
+
+
+def fleet_plan(preset: str, profile_name: str | None, overrides: dict | None = None) -> Plan:
+    """The plan of one run: the preset, then the device profile's durations, then overrides."""
+    base: dict = {}
+    if profile_name:
+        from ..devices.profiles import load_profile
+
+        base = load_profile(profile_name).plan_fields(preset)
+    return make_plan(preset, **{**base, **(overrides or {})})
+
+
+def open_lab_device(device: LabDevice) -> Transport:
+    """A transport to a lab device, its token read from where the lab file says."""
+    if device.transport_kind == "grpc":
+        from ..transport.grpc import GrpcTransport
+
+        token = device.token.read(f"device {device.name}") if device.token else None
+        return GrpcTransport(device.address, token=token, holder=f"{_holder()} (pid {os.getpid()})")
+    return open_transport(
+        device.address,
+        known_hosts=device.known_hosts_file,
+        ssh_agent_cmd=device.agent_cmd,
+        ssh_key=device.ssh_key_file,
+    )
+
+
+class _LeaseKeeper:
+    """Renews a transport's lease every third of its TTL until stopped."""
+
+    def __init__(self, transport: Transport, ttl_s: float):
+        self.transport = transport
+        self.ttl_s = ttl_s
+        self.lost: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True, name="lease-renew")
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.ttl_s / 3):
+            try:
+                self.transport.renew_lease(self.ttl_s)
+            except HostError as e:  # the run still ends; the next one takes a fresh lease
+                self.lost = str(e)
+                log.warning("lease renewal failed: %s", e)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
+class FleetRunner:
+    """Runs a fleet: builds the matrix, works each device in its own thread, writes DIR.
+
+    ``open_device`` makes a transport for a lab device (a constructor argument so a
+    test can count or wrap connections); ``on_change(record)`` is called whenever a
+    run changes state; ``record_report(path, device)`` (history) after each final
+    report.
+    """
+
+    def __init__(
+        self,
+        lab: Lab,
+        models: list[FleetModel],
+        options: FleetOptions,
+        *,
+        known: KnownDevices | None = None,
+        open_device: Callable[[LabDevice], Transport] = open_lab_device,
+        on_change: Callable[[RunRecord], None] = lambda r: None,
+        on_event: Callable[[RunRecord, dict], None] = lambda r, e: None,
+        record_report: Callable[[Path, str], None] | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        pairs: dict[tuple[str, str], RunPlan] | None = None,
+    ):
+        self.lab = lab
+        self.models = models
+        self.options = options
+        self.known = known or KnownDevices()
+        self.open_device = open_device
+        self.on_change = on_change
+        self.on_event = on_event
+        self.record_report = record_report
+        self.sleep = sleep
+        self.devices = lab.select(options.tags)
+        if not self.devices:
+            raise UsageError(
+                f"no device of lab {lab.name} carries the tags {', '.join(sorted(options.tags))}"
+            )
+        self.policy = None
+        if options.policy_path is not None:
+            from ..judge.policy import load_policy
+
+            self.policy = load_policy(options.policy_path)
+        self.pairs = pairs
+        self.result = FleetResult(
+            lab.name,
+            [
+                RunRecord(m.name, d.name)
+                for m in models
+                for d in self.devices
+                if (d.matches(frozenset(m.tags)) if pairs is None else (m.name, d.name) in pairs)
+            ],
+        )
+        if not self.result.runs:
+            raise UsageError("no model matches any selected device (check the models' tags)")
+        self._lock = threading.Lock()
+        self.out = Path(options.out_dir)
+
+    # -- the whole run -------------------------------------------------------------
+
+    def run(self) -> FleetResult:
+        """Run every pending run; returns the result (also written to the output directory)."""
+        self.result.started_unix = time.time()
+        for sub in ("reports", "pages"):
+            (self.out / sub).mkdir(parents=True, exist_ok=True)
+        if self.options.resume:
+            self._resume()
+        self._write_index()
+        with ThreadPoolExecutor(max_workers=len(self.devices), thread_name_prefix="fleet") as ex:
+            futures = [ex.submit(self._work_device, d) for d in self.devices]
+            for f in futures:
+                f.result()
+        self.result.finished_unix = time.time()
+        self._write_index()
+        self._write_matrix_page()
+        return self.result
+
+    def _records(self, device: str) -> list[RunRecord]:
+        return [r for r in self.result.runs if r.device == device]
+
+    def _set(self, record: RunRecord, **changes) -> None:
+        with self._lock:
+            for k, v in changes.items():
+                setattr(record, k, v)
+        self.on_change(record)
+
+    # -- resume --------------------------------------------------------------------
+
+    def _resume(self) -> None:
+        """Keep runs whose report in the directory verifies (and is not ``incomplete``)."""
+        from ..devices.verify import verify_envelope
+
+        models = {m.name: m for m in self.models}
+        for record in self.result.runs:
+            path = self.out / "reports" / f"{run_file_stem(record.model, record.device)}.json"
+            if not path.is_file():
+                continue
+            model = models[record.model]
+            artifacts = [model.path] + ([model.golden] if model.golden else [])
+            try:
+                report = verify_envelope(
+                    path.read_bytes(), known=self.known, device=record.device, artifacts=artifacts
+                )
+            except (HostError, OSError) as e:
+                log.info("resume: %s does not verify (%s); it runs again", path.name, e)
+                continue
+            if report.status == "incomplete":  # the run did not finish: nothing was measured
+                continue
+            self._finish_record(record, path, report.predicate, resumed=True)
+
+    # -- one device ----------------------------------------------------------------
+
+    def _work_device(self, device: LabDevice) -> None:
+        todo = [r for r in self._records(device.name) if r.state == "pending"]
+        if not todo:
+            return
+        models = {m.name: m for m in self.models}
+        why = self.options.unhealthy.get(device.name)
+        if why is not None:
+            for record in todo:
+                self._set(
+                    record,
+                    state="skipped",
+                    error=f"unhealthy ({why}); runs again once `edgequal fleet health` passes",
+                )
+            self._write_index()
+            return
+        transport = None
+        try:
+            if self.known.get(device.name) is None:
+                raise UsageError(
+                    f"device {device.name} is not trusted",
+                    hint=f"edgequal devices trust {device.name} {device.address}",
+                )
+            transport = self.open_device(device)
+            profile = self._check_device(transport, device)
+            for record in todo:
+                gone = self.result.unreachable.get(device.name)
+                if gone:
+                    self._set(record, state="skipped", error=f"device unreachable: {gone}")
+                    continue
+                self._run_one(transport, device, profile, models[record.model], record)
+                self._write_index()
+                if record.state == "error" and self._unreachable(transport):
+                    with self._lock:
+                        self.result.unreachable[device.name] = record.error or "no answer"
+        except HostError as e:
+            # The device could not even be opened (not trusted, no token, no answer).
+            if isinstance(e, TransportError):
+                with self._lock:
+                    self.result.unreachable[device.name] = str(e)
+            for record in todo:
+                if record.state == "pending":
+                    self._set(record, state="error", error=str(e))
+        finally:
+            if transport is not None:
+                transport.close()
+        self._write_index()
+
+    def _check_device(self, transport: Transport, device: LabDevice) -> str | None:
+        """Info from the device: it must present its pinned key; returns its profile name
+        (the lab's, else the one its fingerprint matches, as ``qualify`` picks it)."""
+        import base64
+
+        from ..devices.profiles import match_profile
+        from ..errors import UntrustedDevice
+
+        info = transport.info()
+        entry = self.known.get(device.name)
+        if base64.b64decode(info["public_key_b64"]) != entry.public_key_raw:
+            raise UntrustedDevice(
+                f"device {device.name} presents a key other than the one pinned "
+                f"({entry.fingerprint})",
+                hint=f"if it was reset on purpose: edgequal devices forget {device.name}, "
+                "then trust it again",
+            )
+        if device.profile:
+            return device.profile
+        return match_profile(info.get("fingerprint") or {}).name
+
+    def _unreachable(self, transport: Transport) -> bool:
+        """Whether the device stopped answering (its Info fails)."""
+        try:
+            transport.info()
+            return False
+        except HostError:
+            return True
+
+    def _run_one(
+        self,
+        transport: Transport,
+        device: LabDevice,
+        profile: str | None,
+        model: FleetModel,
+        record: RunRecord,
+    ) -> None:
+        opts = self.options
+        started = time.monotonic()
+        fixed = (self.pairs or {}).get((model.name, device.name))
+        if fixed is not None and fixed.plan is not None:
+            plan = Plan.from_json(fixed.plan)
+        else:
+            plan = fleet_plan(model.plan or opts.plan, profile, opts.plan_overrides)
+        final_path = self.out / "reports" / f"{run_file_stem(model.name, device.name)}.json"
+        attempts = 1 + max(0, opts.retries)
+        for attempt in range(1, attempts + 1):
+            self._set(record, attempts=attempt, state="running", error=None)
+            try:
+                predicate, tmp = self._attempt(transport, device, model, record, plan)
+            except DeviceBusy as e:
+                # Waiting was the caller's choice (--wait); a busy device is not retried.
+                self._set(record, state="error", error=str(e))
+                break
+            except (TransportError, VerificationFailed) as e:
+                transport_failed = isinstance(e, TransportError)
+                if transport_failed and attempt < attempts:
+                    self._set(record, state="retrying", error=str(e))
+                    self.sleep(opts.backoff_s * 2 ** (attempt - 1))
+                    continue
+                self._set(record, state="error", error=str(e))
+                break
+            except HostError as e:  # a bad model or golden set: no retry makes it good
+                self._set(record, state="error", error=str(e))
+                break
+            tmp.replace(final_path)
+            gate_retry = self._finish_record(record, final_path, predicate)
+            retry = record.status in RETRY_STATUSES or gate_retry
+            if retry and attempt < attempts:
+                self._set(record, state="retrying")
+                self.sleep(opts.backoff_s * 2 ** (attempt - 1))
+                continue
+            break
+        self._set(record, duration_s=round(time.monotonic() - started, 3))
+
+    def _attempt(
+        self,
+        transport: Transport,
+        device: LabDevice,
+        model: FleetModel,
+        record: RunRecord,
+        plan: Plan,
+    ) -> tuple[dict, Path]:
+        """One qualification under the device's lease; returns its predicate and report file."""
+        from ..devices.qualify import qualify
+
+        keeper = None
+        leased = device.transport_kind == "grpc"
+        if leased:
+            self._set(record, state="waiting")
+            transport.acquire_lease(
+                f"fleet run {self.lab.name}: {model.name}",
+                self.options.lease_ttl_s,
+                wait_s=self.options.wait_s,
+                on_wait=lambda w: self.on_event(record, {"type": "wait", **w}),
+            )
+            keeper = _LeaseKeeper(transport, self.options.lease_ttl_s)
+            self._set(record, state="running")
+        tmp = self.out / "reports" / f".{run_file_stem(model.name, device.name)}.json.part"
+        try:
+            outcome = qualify(
+                transport,
+                model.path,
+                model.golden,
+                plan,
+                known=self.known,
+                device_name=device.name,
+                on_event=lambda e: self._event(record, e),
+                out=tmp,
+            )
+        finally:
+            if keeper is not None:
+                keeper.stop()
+            if leased:
+                try:
+                    transport.release_lease()
+                except HostError as e:  # gone with the device; the lease expires by itself
+                    log.info("releasing the lease of %s failed: %s", device.name, e)
+        return outcome.report.predicate, tmp
+
+    def _event(self, record: RunRecord, event: dict) -> None:
+        if event.get("type") == "run":
+            self._set(record, run_id=event.get("run_id"))
+        self.on_event(record, event)
+
+    def _finish_record(
+        self, record: RunRecord, path: Path, predicate: dict, resumed: bool = False
+    ) -> bool:
+        """Gate the report, write its page, record it in history; set the record's final state.
+
+        Returns whether the gate failed only on interference (a run to measure again).
+        """
+        gate = None
+        if self.policy is not None:
+            from ..judge.gate import run_gate
+
+            fixed = (self.pairs or {}).get((record.model, record.device))
+            gate = run_gate(
+                path,
+                self.policy,
+                known=self.known,
+                device=record.device,
+                baseline_path=fixed.baseline if fixed is not None else None,
+            )
+        page = None
+        if self.options.html_pages:
+            from ..judge.report_file import load_report
+            from ..present.html.report import write_report_html
+
+            page = self.out / "pages" / f"{path.stem}.html"
+            rf = load_report(path, known=self.known, device=record.device)
+            write_report_html(page, [rf], [gate] if gate is not None else [])
+        if self.record_report is not None and not resumed:
+            try:
+                self.record_report(path, record.device)
+            except HostError as e:
+                log.warning("history: %s", e)
+        self._set(
+            record,
+            state=predicate["status"],
+            status=predicate["status"],
+            run_id=predicate.get("run_id"),
+            report=str(path.relative_to(self.out)),
+            page=str(page.relative_to(self.out)) if page else None,
+            resumed=resumed,
+            gate_passed=None if gate is None else gate.passed,
+            gate_summary=None if gate is None else gate.summary,
+            error=None,
+        )
+        return gate is not None and not gate.passed and gate.retry
+
+    # -- outputs -------------------------------------------------------------------
+
+    def _write_index(self) -> None:
+        """index.json and junit.xml, rewritten atomically after every run."""
+        with self._lock:
+            data = self.result.to_json()
+            xml = fleet_junit(self.result)
+        _atomic_write(self.out / "index.json", json.dumps(data, indent=1).encode())
+        _atomic_write(self.out / "junit.xml", xml)
+
+    def _write_matrix_page(self) -> None:
+        _atomic_write(self.out / "index.html", matrix_html(self.result).encode("utf-8"))
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.{threading.get_ident()}.tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+
+
+def fleet_junit(result: FleetResult) -> bytes:
+    """JUnit XML of a fleet run: one test suite per device, one test case per model."""
+    root = ET.Element("testsuites", {"name": f"edgequal fleet {result.lab}"})
+    devices = list(dict.fromkeys(r.device for r in result.runs))
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(result.started_unix or time.time()))
+    for device in devices:
+        runs = [r for r in result.runs if r.device == device]
+        suite = ET.SubElement(
+            root,
+            "testsuite",
+            {
+                "name": f"edgequal fleet {result.lab} {device}",
+                "tests": str(len(runs)),
+                "failures": str(
+                    sum(
+                        1
+                        for r in runs
+                        if r.state not in ("error", "skipped", "pending") and not r.ok
+                    )
+                ),
+                "errors": str(sum(1 for r in runs if r.state == "error")),
+                "skipped": str(sum(1 for r in runs if r.state in ("skipped", "pending"))),
+                "time": f"{sum(r.duration_s for r in runs):.3f}",
+                "timestamp": stamp,
+            },
+        )
+        for r in runs:
+            case = ET.SubElement(
+                suite,
+                "testcase",
+                {
+                    "name": r.model,
+                    "classname": f"edgequal.fleet.{device}",
+                    "time": f"{r.duration_s:.3f}",
+                },
+            )
+            if r.state == "error":
+                ET.SubElement(case, "error", {"message": r.error or "error", "type": "DeviceError"})
+            elif r.state in ("skipped", "pending"):
+                ET.SubElement(case, "skipped", {"message": r.error or r.state})
+            elif not r.ok:
+                kind = "retry" if r.state in RETRY_STATUSES else "NotQualified"
+                message = f"status {r.status}" + (
+                    f"; gate: {r.gate_summary}" if r.gate_summary else ""
+                )
+                ET.SubElement(case, "failure", {"message": message, "type": kind})
+            out = ET.SubElement(case, "system-out")
+            out.text = (
+                f"status={r.status} run_id={r.run_id} attempts={r.attempts} report={r.report}"
+            )
+    ET.indent(root)
+    return b'<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="utf-8")
+
+
+_CELL_STYLE = {
+    "passed": "#c8efc8",
+    "degraded": "#f6e7a6",
+    "inconclusive": "#f6d7a6",
+    "failed": "#f3b3b3",
+    "incomplete": "#e3c3f0",
+    "error": "#f3b3b3",
+    "skipped": "#dddddd",
+}
+
+
+def matrix_html(result: FleetResult) -> str:
+    """The matrix page: models down, devices across, each cell linking to its report page."""
+    e = html.escape
+    models = list(dict.fromkeys(r.model for r in result.runs))
+    devices = list(dict.fromkeys(r.device for r in result.runs))
+    cells = {(r.model, r.device): r for r in result.runs}
+    rows = []
+    for m in models:
+        tds = [f"<th>{e(m)}</th>"]
+        for d in devices:
+            r = cells.get((m, d))
+            if r is None:
+                tds.append('<td class="na">–</td>')
+                continue
+            text = e(r.state) + (" ✓" if r.ok else "")
+            if r.gate_passed is not None:
+                text += f"<br><small>gate {'passed' if r.gate_passed else 'FAILED'}</small>"
+            if r.attempts > 1:
+                text += f"<br><small>{r.attempts} attempts</small>"
+            if r.page:
+                text = f'<a href="{e(r.page)}">{text}</a>'
+            title = e(r.error or r.run_id or "")
+            color = _CELL_STYLE.get(r.state, "#ffffff")
+            tds.append(f'<td style="background:{color}" title="{title}">{text}</td>')
+        rows.append("<tr>" + "".join(tds) + "</tr>")
+    gone = "".join(f"<li>{e(d)}: {e(why)}</li>" for d, why in sorted(result.unreachable.items()))
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(result.finished_unix or time.time()))
+    return "\n".join(
+        [
+            "<!DOCTYPE html>",
+            '<html lang="en"><head><meta charset="utf-8">',
+            '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
+            "style-src 'unsafe-inline'\">",
+            f"<title>edgequal fleet {e(result.lab)}</title>",
+            "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
+            "td,th{border:1px solid #999;padding:.4em .8em;text-align:center}"
+            "a{color:inherit}</style></head><body>",
+            f"<h1>edgequal fleet {e(result.lab)}</h1>",
+            f"<p>{len(result.runs)} runs · finished {e(stamp)} · "
+            f'<a href="index.json">index.json</a> · <a href="junit.xml">junit.xml</a></p>',
+            "<table><tr><th>model \\ device</th>"
+            + "".join(f"<th>{e(d)}</th>" for d in devices)
+            + "</tr>",
+            *rows,
+            "</table>",
+            f"<h2>Devices that went away</h2><ul>{gone}</ul>" if gone else "",
+            "</body></html>",
+        ]
+    )
+
+
+def load_index(out_dir: Path) -> FleetResult | None:
+    """The index a fleet run left in ``out_dir`` (None when there is none)."""
+    path = Path(out_dir) / "index.json"
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return FleetResult(
+        data.get("lab", ""),
+        [RunRecord.from_json(r) for r in data.get("runs", [])],
+        data.get("unreachable", {}),
+        data.get("started_unix", 0.0),
+        data.get("finished_unix", 0.0),
+    )

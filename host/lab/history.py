@@ -1,0 +1,376 @@
+"""History of verified reports in a database: SQLite by default, PostgreSQL when a lab shares one.
+
+One table row per verified report (device × run id is unique, so recording the same
+report twice, from two CI runners at once, keeps one row), holding the figures a
+trend needs (status, latency percentiles, sustained throughput, cold load, memory),
+what may explain a change (board, kernel, OS, firmware, runtime and version), and
+the signed envelope itself, so any row can be verified again later.
+
+The database is reached through SQLAlchemy Core (psycopg 3 for PostgreSQL). The
+schema is versioned: :func:`migrate` creates it or upgrades it step by step, under
+an advisory lock on PostgreSQL so several runners starting at once do not race.
+The default URL is ``sqlite:///<state dir>/history.sqlite``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+from collections.abc import Callable
+from pathlib import Path
+
+from sqlalchemy import (
+    Column,
+    DateTime,
+    Float,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+    UniqueConstraint,
+    create_engine,
+    event,
+    select,
+    text,
+)
+from sqlalchemy.engine import Connection, Engine, make_url
+from sqlalchemy.exc import ArgumentError, OperationalError, SQLAlchemyError
+
+from ..errors import HostError, UsageError
+
+SCHEMA_VERSION = 1
+_MIGRATION_LOCK_KEY = 0x6564_6765_7175_616C  # "edgequal", a PostgreSQL advisory lock key
+
+
+class HistoryError(HostError):
+    """The history database cannot be reached or written (exit 3)."""
+
+
+metadata = MetaData()
+
+schema_version = Table(
+    "edgequal_schema",
+    metadata,
+    Column("version", Integer, nullable=False),
+)
+
+reports = Table(
+    "edgequal_reports",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("device", String(64), nullable=False),
+    Column("key_fingerprint", String(80), nullable=False),
+    Column("run_id", String(64), nullable=False),
+    Column("measured_at", DateTime(timezone=True), nullable=False),
+    Column("recorded_at", DateTime(timezone=True), nullable=False),
+    Column("model_name", String(255), nullable=False),
+    Column("model_sha256", String(64), nullable=False),
+    Column("golden_sha256", String(64)),
+    Column("status", String(16), nullable=False),
+    Column("preset", String(16)),
+    Column("profile", String(80)),
+    Column("p50_ms", Float),
+    Column("p99_ms", Float),
+    Column("cv", Float),
+    Column("cold_total_ms", Float),
+    Column("sustained_per_s", Float),
+    Column("peak_rss_mb", Float),
+    Column("board", String(255)),
+    Column("kernel", String(255)),
+    Column("os_release", String(255)),
+    Column("firmware", String(255)),
+    Column("runtime", String(32)),
+    Column("runtime_version", String(64)),
+    Column("envelope_sha256", String(64), nullable=False),
+    Column("envelope", LargeBinary, nullable=False),
+    UniqueConstraint("device", "run_id", name="edgequal_reports_device_run"),
+)
+
+TREND_FIELDS = ("board", "kernel", "os_release", "firmware", "runtime", "runtime_version")
+"""Fields whose change a trend marks beside the figures (firmware and runtime updates)."""
+
+
+def _create_v1(conn: Connection) -> None:
+    reports.create(conn, checkfirst=True)
+
+
+MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [(1, _create_v1)]
+"""(version, step): each step upgrades the schema from version - 1."""
+
+
+def default_url() -> str:
+    """``sqlite:///`` of ``history.sqlite`` in the host's state directory."""
+    from ..paths import state_dir
+
+    path = state_dir() / "history.sqlite"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{path}"
+
+
+def migrate(engine: Engine) -> int:
+    """Create or upgrade the schema to SCHEMA_VERSION; returns the version found before."""
+    with engine.begin() as conn:
+        if engine.dialect.name == "postgresql":
+            conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _MIGRATION_LOCK_KEY})
+        schema_version.create(conn, checkfirst=True)
+        found = conn.execute(select(schema_version.c.version)).scalar()
+        before = found or 0
+        if before > SCHEMA_VERSION:
+            raise HistoryError(
+                f"history database schema is version {before}, newer than this edgequal's "
+                f"{SCHEMA_VERSION}",
+                hint="upgrade edgequal on this host",
+            )
+        for version, step in MIGRATIONS:
+            if version > before:
+                step(conn)
+        if found is None:
+            conn.execute(schema_version.insert().values(version=SCHEMA_VERSION))
+        elif before < SCHEMA_VERSION:
+            conn.execute(schema_version.update().values(version=SCHEMA_VERSION))
+        return before
+
+
+def _float(value) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _text(value, limit: int = 255) -> str | None:
+    if value is None or value == "":
+        return None
+    return str(value)[:limit]
+
+
+def _firmware(fp: dict) -> str | None:
+    """The firmware (or L4T) version the fingerprint names, if any."""
+    for key in ("firmware", "firmware_version", "l4t"):
+        if fp.get(key):
+            return str(fp[key])
+    for section in ("raspberry_pi", "jetson"):
+        part = fp.get(section) or {}
+        for key in ("firmware", "firmware_version", "l4t_release", "l4t"):
+            if isinstance(part, dict) and part.get(key):
+                return str(part[key])
+    return None
+
+
+def row_of(envelope: bytes, report, device: str, key_fingerprint: str) -> dict:
+    """The table row of a verified report (``verify.VerifiedReport``)."""
+    p = report.predicate
+    results = p.get("results") or {}
+    fp = p.get("fingerprint") or {}
+    shapes = (results.get("latency") or {}).get("per_shape") or []
+    summary = (shapes[0].get("summary") or {}) if shapes else {}
+    runtime = results.get("runtime") or (results.get("cold_load") or {}).get("runtime") or {}
+    cold = (results.get("cold_load") or {}).get("total_ms") or {}
+    sustained = results.get("sustained") or {}
+    peak_rss = (results.get("memory") or {}).get("peak_rss_bytes")
+    plan = p.get("plan") or {}
+    subjects = report.subjects
+    try:
+        measured = dt.datetime.strptime(p.get("finished_at", ""), "%Y-%m-%dT%H:%M:%SZ")
+        measured = measured.replace(tzinfo=dt.timezone.utc)
+    except ValueError:
+        measured = dt.datetime.now(dt.timezone.utc)
+    return {
+        "device": device,
+        "key_fingerprint": key_fingerprint,
+        "run_id": report.run_id,
+        "measured_at": measured,
+        "recorded_at": dt.datetime.now(dt.timezone.utc),
+        "model_name": subjects[0]["name"] if subjects else "model",
+        "model_sha256": subjects[0]["sha256"] if subjects else "",
+        "golden_sha256": subjects[1]["sha256"] if len(subjects) > 1 else None,
+        "status": p["status"],
+        "preset": _text(plan.get("preset"), 16),
+        "profile": _text(plan.get("profile"), 80),
+        "p50_ms": _float(summary.get("p50_ms")),
+        "p99_ms": _float(summary.get("p99_ms")),
+        "cv": _float(summary.get("cv")),
+        "cold_total_ms": _float(cold.get("median") if isinstance(cold, dict) else None),
+        "sustained_per_s": _float(sustained.get("sustained_per_s")),
+        "peak_rss_mb": _float(peak_rss / 2**20) if _float(peak_rss) is not None else None,
+        "board": _text(fp.get("board_model") or fp.get("architecture")),
+        "kernel": _text(fp.get("kernel")),
+        "os_release": _text(fp.get("os_release")),
+        "firmware": _text(_firmware(fp)),
+        "runtime": _text(runtime.get("runtime"), 32),
+        "runtime_version": _text(runtime.get("version"), 64),
+        "envelope_sha256": hashlib.sha256(envelope).hexdigest(),
+        "envelope": envelope,
+    }
+
+
+class History:
+    """The history database: record verified reports, list them, follow one model on one board."""
+
+    def __init__(self, engine: Engine):
+        self.engine = engine
+        migrate(engine)
+
+    @classmethod
+    def open(cls, url: str | None = None) -> History:
+        """Connect to ``url`` (default: SQLite in the state directory) and migrate the schema."""
+        url = url or default_url()
+        try:
+            parsed = make_url(url)
+        except ArgumentError as e:
+            raise UsageError(
+                f"not a database URL: {e}", hint="e.g. postgresql+psycopg://..."
+            ) from e
+        if parsed.drivername == "postgresql":
+            parsed = parsed.set(drivername="postgresql+psycopg")  # psycopg 3, not psycopg2
+        kwargs: dict = {"pool_pre_ping": True}
+        if parsed.get_backend_name() == "sqlite":
+            # Several writers: wait for the lock rather than fail at once.
+            kwargs["connect_args"] = {"timeout": 60}
+        try:
+            engine = create_engine(parsed, **kwargs)
+        except (ArgumentError, ImportError) as e:
+            raise UsageError(f"cannot use database {parsed.render_as_string()}: {e}") from e
+        if parsed.get_backend_name() == "sqlite":
+            event.listen(engine, "connect", _sqlite_pragmas)
+        try:
+            return cls(engine)
+        except OperationalError as e:
+            raise HistoryError(
+                f"cannot reach the history database {parsed.render_as_string()}: {e.orig}",
+                hint="check the URL, that the server runs and the credentials",
+            ) from e
+
+    @property
+    def url_for_display(self) -> str:
+        """The URL with any password hidden."""
+        return self.engine.url.render_as_string(hide_password=True)
+
+    def close(self) -> None:
+        """Close every pooled connection."""
+        self.engine.dispose()
+
+    # -- writing -----------------------------------------------------------------
+
+    def record(self, envelope: bytes, report, device: str, key_fingerprint: str) -> bool:
+        """Insert one verified report; False when that device's run was recorded already."""
+        row = row_of(envelope, report, device, key_fingerprint)
+        if self.engine.dialect.name == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert
+        else:
+            from sqlalchemy.dialects.sqlite import insert
+        stmt = (
+            insert(reports)
+            .values(**row)
+            .on_conflict_do_nothing(index_elements=["device", "run_id"])
+            .returning(reports.c.id)
+        )
+        try:
+            with self.engine.begin() as conn:
+                # A row comes back only when it was inserted (rowcount is -1 under psycopg).
+                return conn.execute(stmt).first() is not None
+        except SQLAlchemyError as e:
+            raise HistoryError(f"cannot record run {report.run_id}: {e}") from e
+
+    def record_file(self, path: str | Path, device: str | None = None, known=None) -> bool:
+        """Verify a report file against the pinned keys, then record it."""
+        from ..devices.trust import KnownDevices
+        from ..devices.verify import verify_envelope
+
+        envelope = Path(path).read_bytes()
+        known = known or KnownDevices()
+        report = verify_envelope(envelope, known=known, device=device)
+        entry = known.get(report.device_name)
+        return self.record(envelope, report, report.device_name, entry.fingerprint)
+
+    # -- reading -----------------------------------------------------------------
+
+    def _query(self, device, model, limit, newest_first=True):
+        cols = [c for c in reports.c if c.name != "envelope"]
+        q = select(*cols)
+        if device:
+            q = q.where(reports.c.device == device)
+        if model:
+            q = q.where(_model_matches(model))
+        order = reports.c.measured_at.desc() if newest_first else reports.c.measured_at.asc()
+        q = q.order_by(order, reports.c.id.desc() if newest_first else reports.c.id.asc())
+        with self.engine.connect() as conn:
+            rows = conn.execute(q if limit is None else q.limit(limit))
+            return [dict(r._mapping) for r in rows]
+
+    def list(self, device: str | None = None, model: str | None = None, limit: int | None = 50):
+        """Recorded runs, newest first (rows without the envelope)."""
+        return self._query(device, model, limit)
+
+    def trend(self, device: str, model: str, limit: int = 200) -> list[dict]:
+        """One model on one device, oldest first; each row lists the fields that changed
+        since the row before (``changes``: firmware, runtime, kernel...)."""
+        rows = self._query(device, model, limit, newest_first=False)
+        before = None
+        for row in rows:
+            row["changes"] = (
+                []
+                if before is None
+                else [f for f in TREND_FIELDS if row[f] != before[f]]
+                + (["model"] if row["model_sha256"] != before["model_sha256"] else [])
+            )
+            before = row
+        return rows
+
+    def trends(
+        self, device: str | None = None, model: str | None = None, limit: int = 200
+    ) -> dict[tuple[str, str], list[dict]]:
+        """Every board × model pair matching ``device``/``model`` (both optional), each as
+        :meth:`trend` gives it (oldest first, changes marked), pairs in name order."""
+        pairs = sorted({(r["device"], r["model_name"]) for r in self._query(device, model, None)})
+        return {(d, m): self.trend(d, m, limit) for d, m in pairs}
+
+    def show(
+        self, run_id: str | None = None, device: str | None = None, model: str | None = None
+    ) -> dict | None:
+        """One recorded run with its envelope: ``run_id`` (a prefix is enough), else the
+        newest run matching ``device``/``model``; None when nothing matches."""
+        q = select(reports)
+        if run_id:
+            q = q.where(reports.c.run_id.like(f"{run_id}%"))
+        if device:
+            q = q.where(reports.c.device == device)
+        if model:
+            q = q.where(_model_matches(model))
+        q = q.order_by(reports.c.measured_at.desc(), reports.c.id.desc()).limit(2)
+        with self.engine.connect() as conn:
+            rows = [dict(r._mapping) for r in conn.execute(q)]
+        if run_id and len(rows) > 1 and rows[0]["run_id"] != rows[1]["run_id"]:
+            raise UsageError(
+                f"run id {run_id} is ambiguous ({rows[0]['run_id']}, {rows[1]['run_id']}, …)",
+                hint="give more of it, or --device",
+            )
+        if not rows:
+            return None
+        row = rows[0]
+        row["envelope"] = bytes(row["envelope"])
+        return row
+
+    def envelope(self, device: str, run_id: str) -> bytes | None:
+        """The stored signed envelope of one run (to verify it again)."""
+        q = select(reports.c.envelope).where(
+            (reports.c.device == device) & (reports.c.run_id == run_id)
+        )
+        with self.engine.connect() as conn:
+            value = conn.execute(q).scalar()
+        return bytes(value) if value is not None else None
+
+
+def _model_matches(model: str):
+    """A model named by its name, its name without the extension, or its SHA-256."""
+    return (
+        (reports.c.model_name == model)
+        | (reports.c.model_name.like(f"{model}.%"))
+        | (reports.c.model_sha256 == model)
+    )
+
+
+def _sqlite_pragmas(dbapi_conn, _record) -> None:
+    cur = dbapi_conn.cursor()
+    # WAL: readers never block the writer; several runners on one host may write.
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA busy_timeout=60000")
+    cur.close()

@@ -1,0 +1,253 @@
+"""Approved sets and re-qualification after a firmware or runtime update.
+
+``approve`` keeps what a release was qualified with, per model: the model file, its
+golden set, and per device the signed report and the plan it ran (runtime, threads,
+providers, durations), in a directory with an index (``approved.json``).
+
+``requalify`` compares each approved device's current state (Info: fingerprint and
+runtime versions) with the approved report's; where the firmware, kernel, OS or the
+runtime's version changed (or always, with ``every``), it runs the approved model
+with the approved plan again, as a fleet run, and gates each new report against the
+approved one (the policy's ``[baseline]`` section decides what a regression is).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from edgequal.agent.golden import file_sha256
+
+from ..devices.trust import KnownDevices
+from ..errors import HostError, UsageError
+from .inventory import FleetModel, Lab
+
+INDEX_NAME = "approved.json"
+WATCHED_CATEGORIES = ("firmware", "kernel", "os", "runtime", "board")
+"""Fingerprint categories (``gate.change_category``) whose change calls for a re-run."""
+
+
+@dataclass
+class ApprovedDevice:
+    """One device's approval of a model: its signed report, the plan it ran, and the
+    runtime configuration the report names (runtime, version, threads, providers)."""
+
+    report: str
+    plan: dict
+    approved_unix: float
+    runtime: dict = field(default_factory=dict)
+
+
+@dataclass
+class ApprovedModel:
+    """An approved model: its file and golden set (paths in the set), and its devices."""
+
+    name: str
+    model: str
+    model_sha256: str
+    golden: str | None = None
+    devices: dict[str, ApprovedDevice] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        """The entry as JSON."""
+        return {
+            "model": self.model,
+            "model_sha256": self.model_sha256,
+            "golden": self.golden,
+            "devices": {d: vars(a) for d, a in self.devices.items()},
+        }
+
+    @classmethod
+    def from_json(cls, name: str, data: dict) -> ApprovedModel:
+        """The inverse of :meth:`to_json`."""
+        return cls(
+            name,
+            data["model"],
+            data["model_sha256"],
+            data.get("golden"),
+            {d: ApprovedDevice(**a) for d, a in data.get("devices", {}).items()},
+        )
+
+
+def load_approved(directory: Path) -> dict[str, ApprovedModel]:
+    """The approved set in ``directory`` (empty when there is none yet)."""
+    path = Path(directory) / INDEX_NAME
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+        return {n: ApprovedModel.from_json(n, e) for n, e in data["models"].items()}
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise UsageError(f"cannot read approved set {path}: {e}") from e
+
+
+def _save(directory: Path, models: dict[str, ApprovedModel]) -> None:
+    path = Path(directory) / INDEX_NAME
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps({"models": {n: m.to_json() for n, m in models.items()}}, indent=1))
+    tmp.replace(path)
+
+
+def approve(
+    report_path: Path,
+    model: Path,
+    golden: Path | None,
+    directory: Path,
+    *,
+    name: str | None = None,
+    known: KnownDevices | None = None,
+) -> tuple[str, str]:
+    """Verify ``report_path`` against its device's pinned key and ``model``/``golden``, then
+    keep model, golden set, report and plan in ``directory``; returns (name, device)."""
+    from ..devices.verify import verify_envelope
+
+    known = known or KnownDevices()
+    envelope = Path(report_path).read_bytes()
+    artifacts = [Path(model)] + ([Path(golden)] if golden else [])
+    report = verify_envelope(envelope, known=known, artifacts=artifacts)
+    if len(report.subjects) != len(artifacts):
+        raise UsageError(
+            f"{report_path} was measured with{'' if len(report.subjects) > 1 else 'out'} a "
+            "golden set; give the same files it names",
+        )
+    name = name or Path(model).stem
+    directory = Path(directory)
+    entry_dir = directory / name
+    entry_dir.mkdir(parents=True, exist_ok=True)
+    models = load_approved(directory)
+    digest = file_sha256(Path(model))
+    entry = models.get(name)
+    if entry is not None and entry.model_sha256 != digest:
+        raise UsageError(
+            f"the approved set already holds another model called {name}",
+            hint="give this one another --name",
+        )
+    if entry is None:
+        model_copy = entry_dir / Path(model).name
+        shutil.copyfile(model, model_copy)
+        golden_rel = None
+        if golden:
+            shutil.copyfile(golden, entry_dir / Path(golden).name)
+            golden_rel = f"{name}/{Path(golden).name}"
+        entry = ApprovedModel(name, f"{name}/{model_copy.name}", digest, golden_rel)
+        models[name] = entry
+    device = report.device_name
+    (entry_dir / f"{device}.report.json").write_bytes(envelope)
+    runtime = dict((report.predicate.get("results") or {}).get("runtime") or {})
+    entry.devices[device] = ApprovedDevice(
+        f"{name}/{device}.report.json", report.predicate.get("plan") or {}, time.time(), runtime
+    )
+    _save(directory, models)
+    return name, device
+
+
+def update_changes(approved_predicate: dict, info: dict) -> list[dict]:
+    """What changed on the device since the approved report: firmware, kernel, OS, board,
+    and the version of the runtime the approved run used. ``info`` is the device's Info."""
+    from ..judge.baseline import change_category, fingerprint_fields
+
+    runtime = dict((approved_predicate.get("results") or {}).get("runtime") or {})
+    approved = fingerprint_fields(
+        {"fingerprint": approved_predicate.get("fingerprint"), "results": {"runtime": runtime}}
+    )
+    now_runtime = dict(runtime)
+    for rt in info.get("runtimes") or []:
+        if rt.get("name") == runtime.get("runtime"):
+            now_runtime["version"] = rt.get("version") if rt.get("available") else None
+    current = fingerprint_fields(
+        {"fingerprint": info.get("fingerprint"), "results": {"runtime": now_runtime}}
+    )
+    changes = []
+    for key in sorted(set(approved) | set(current)):
+        category = change_category(key)
+        if category not in WATCHED_CATEGORIES:
+            continue
+        if category == "runtime" and key not in ("runtime.runtime", "runtime.version"):
+            continue  # threads, providers: the plan's, not the device's
+        if key in ("agent_version", "memory_mb", "online_cpus", "python"):
+            continue  # not what a board update is about
+        if approved.get(key) != current.get(key):
+            changes.append(
+                {
+                    "field": key,
+                    "category": category,
+                    "approved": approved.get(key),
+                    "now": current.get(key),
+                }
+            )
+    return changes
+
+
+@dataclass
+class RequalifyPlan:
+    """What a re-qualification will do: the runs, why each, and what it leaves alone."""
+
+    models: list[FleetModel]
+    runs: dict
+    changes: dict[str, list[dict]]
+    unchanged: list[dict]
+    unreachable: dict[str, str]
+
+
+def plan_requalification(
+    directory: Path,
+    lab: Lab,
+    *,
+    every: bool = False,
+    open_device=None,
+    known: KnownDevices | None = None,
+) -> RequalifyPlan:
+    """Which approved (model, device) pairs of the lab to run again, and why."""
+    from ..devices.verify import verify_envelope
+    from .fleet import RunPlan, open_lab_device
+
+    directory = Path(directory)
+    known = known or KnownDevices()
+    open_device = open_device or open_lab_device
+    approved = load_approved(directory)
+    if not approved:
+        raise UsageError(
+            f"no approved set in {directory}", hint="edgequal approve REPORT --model M --into DIR"
+        )
+    lab_devices = {d.name: d for d in lab.devices}
+    infos: dict[str, dict] = {}
+    unreachable: dict[str, str] = {}
+    for name in sorted({d for m in approved.values() for d in m.devices if d in lab_devices}):
+        try:
+            with open_device(lab_devices[name]) as transport:
+                infos[name] = transport.info()
+        except HostError as e:
+            unreachable[name] = str(e)
+    runs, changes, unchanged, models = {}, {}, [], []
+    for m in approved.values():
+        wanted = False
+        for device, a in m.devices.items():
+            if device not in lab_devices:
+                continue
+            key = f"{m.name}@{device}"
+            if device in unreachable:
+                changes[key] = []
+                runs[(m.name, device)] = RunPlan(a.plan, directory / a.report)
+                wanted = True
+                continue
+            envelope = (directory / a.report).read_bytes()
+            predicate = verify_envelope(envelope, known=known, device=device).predicate
+            found = update_changes(predicate, infos[device])
+            if found or every:
+                changes[key] = found
+                runs[(m.name, device)] = RunPlan(a.plan, directory / a.report)
+                wanted = True
+            else:
+                unchanged.append({"model": m.name, "device": device})
+        if wanted:
+            models.append(
+                FleetModel(
+                    m.name,
+                    directory / m.model,
+                    directory / m.golden if m.golden else None,
+                )
+            )
+    return RequalifyPlan(models, runs, changes, unchanged, unreachable)

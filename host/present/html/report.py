@@ -1,0 +1,92 @@
+"""``edgequal report html``: one self-contained HTML page of one or more reports.
+
+Plots are drawn by matplotlib (Agg, no display) and embedded as base64 PNG, the
+style sheet is inline, and there is no script: the page opens with no network (no
+CDN, font or script is fetched). Several reports on one page overlay their curves.
+Every text that comes from a report, a file name or a policy is escaped with
+``html.escape``.
+
+Sections: overview with signature status, gate results, latency (histogram and CDF
+with the percentiles marked, summary table), sustained throughput, temperature and
+clock per window over time with throttle and interference windows shaded, the service
+scenarios and energy, the declared co-load and the edge shapes, the drift table with
+decision flips, cold load and memory, findings, the fingerprint.
+
+This module assembles the page; the parts live beside it: ``report_html_parts.py``
+(escaping, tables, style sheet, figure to PNG), ``report_html_plots.py`` (the
+matplotlib figures), ``report_html_sections.py`` (the tables),
+``report_html_scenarios.py`` (service scenarios and energy) and
+``report_html_conditions.py`` (co-load and edge shapes).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from ...judge.gate import GateResult
+from ...judge.report_file import ReportFile
+from .conditions import conditions_section
+from .parts import _CSS, _e
+from .plots import latency_figure, sustained_figure
+from .scenarios import _scenarios_section
+from .sections import (
+    _cold_memory_section,
+    _drift_section,
+    _findings_section,
+    _fingerprint_section,
+    _gate_section,
+    _latency_table,
+    _overview,
+    _sustained_table,
+)
+
+
+def render_report_html(
+    reports: Sequence[ReportFile], gate: Sequence[GateResult] = (), title: str | None = None
+) -> str:
+    """The whole page as a string."""
+    title = title or ("edgequal report: " + ", ".join(r.model_name or r.path.name for r in reports))
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        # No network: nothing on this page may be fetched, whatever a report contains.
+        '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
+        "img-src data:; style-src 'unsafe-inline'\">",
+        f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>",
+        f"<h1>{_e(title)}</h1>",
+        f'<p class="muted">generated {_e(time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()))} '
+        f"by edgequal · {len(reports)} report(s)</p>",
+        "<h2>Overview and signatures</h2>",
+        _overview(reports),
+    ]
+    if gate:
+        parts += ["<h2>Gate</h2>", _gate_section(gate)]
+    parts += ["<h2>Warm latency</h2>"]
+    fig = latency_figure(reports)
+    parts += [
+        fig or '<p class="muted">No raw latency samples to plot.</p>',
+        _latency_table(reports),
+    ]
+    parts += ["<h2>Sustained</h2>"]
+    fig = sustained_figure(reports)
+    parts += [fig or "", _sustained_table(reports)]
+    parts += ["<h2>Service scenarios and energy</h2>", _scenarios_section(reports)]
+    parts += ["<h2>Co-load and edge shapes</h2>", conditions_section(reports)]
+    parts += ["<h2>Output drift and decision flips</h2>", _drift_section(reports)]
+    parts += ["<h2>Cold load and memory</h2>", _cold_memory_section(reports)]
+    parts += ["<h2>Findings</h2>", _findings_section(reports)]
+    parts += ["<h2>Fingerprint</h2>", _fingerprint_section(reports)]
+    parts += ["</body></html>"]
+    return "\n".join(parts)
+
+
+def write_report_html(
+    path: str | Path, reports: Sequence[ReportFile], gate: Sequence[GateResult] = ()
+) -> Path:
+    """Write the page (parents created); returns its path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render_report_html(reports, gate), encoding="utf-8")
+    return path

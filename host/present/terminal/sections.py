@@ -1,0 +1,380 @@
+"""The sections of the qualification summary (cold load, latency, drift, sustained, memory,
+co-load and edge shapes, energy), and the consoles and formatting every render module shares.
+
+Only imported by :mod:`edgequal.host.present.terminal.summary` and :mod:`edgequal.host.present.terminal.scenarios`, so
+rich is still imported only when something is shown. Text that is not this package's own
+markup is escaped (:func:`esc`) or printed with markup off.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from ...judge.conditions import achieved_text, coload_shapes, edge_failure, edge_shapes, shapes_text
+
+# A terminal gets its own width; logs (CI) get 120 columns rather than rich's 80.
+console = Console(stderr=False, highlight=False, width=None if sys.stdout.isatty() else 120)
+err_console = Console(stderr=True, highlight=False)
+
+
+def esc(value) -> str:
+    """``str(value)`` with rich markup escaped, for text that is not this module's."""
+    return escape(str(value))
+
+
+def _ms(value) -> str:
+    if value is None:
+        return "—"
+    if value < 1:
+        return f"{value * 1000:.1f} µs"
+    return f"{value:.2f} ms" if value < 100 else f"{value:.0f} ms"
+
+
+def _mb(n) -> str:
+    return "—" if n is None else f"{n / (1 << 20):.1f} MB"
+
+
+def _num(v, fmt="{:.4g}") -> str:
+    return "—" if v is None else fmt.format(v)
+
+
+def print_table(title: str, columns: list[str], rows: list[list[str]]) -> None:
+    """A plain table (devices list, profiles)."""
+    t = Table(title=esc(title), title_justify="left")
+    for c in columns:
+        t.add_column(esc(c))
+    for r in rows:
+        t.add_row(*[Text(str(x)) for x in r])
+    console.print(t)
+
+
+def print_cold_load(results: dict) -> None:
+    """Cold load: import, session create and first inference over fresh processes."""
+    cold = results.get("cold_load")
+    if cold:
+        t = Table(title=f"Cold load ({len(cold['runs'])} fresh processes)", title_justify="left")
+        for col in ("", "median", "min", "max"):
+            t.add_column(col, justify="right" if col else "left")
+        for key, label in (
+            ("import_ms", "runtime import"),
+            ("load_ms", "session create"),
+            ("first_inference_ms", "first inference"),
+            ("total_ms", "total to first result"),
+        ):
+            s = cold[key]
+            t.add_row(label, _ms(s["median"]), _ms(s["min"]), _ms(s["max"]))
+        t.caption = f"page cache {'evicted' if cold['page_cache_evicted'] else 'not evicted'} before each load"
+        console.print(t)
+
+
+def print_latency(results: dict) -> None:
+    """Warm latency per shape with order-statistic intervals, and what slowed a shape."""
+    per_shape = (results.get("latency") or {}).get("per_shape", [])
+    if per_shape:
+        # One unit per table keeps the columns narrow enough for an 80-column CI log.
+        micro = max(e["summary"]["p50_ms"] or 0 for e in per_shape) < 1.0
+        unit, scale = ("µs", 1000.0) if micro else ("ms", 1.0)
+
+        def v(x):
+            if x is None:
+                return "—"
+            x *= scale
+            return f"{x:.2f}" if x < 10 else f"{x:.1f}" if x < 100 else f"{x:.0f}"
+
+        def ci(pair):
+            return "—" if not pair else f"{v(pair[0])}–{v(pair[1])}"
+
+        t = Table(
+            title=f"Warm latency ({unit}; 95 % CIs are order-statistic)", title_justify="left"
+        )
+        for col in ("shape", "n", "p50", "p50 CI", "p90", "p99", "p99 CI", "max", "CV"):
+            t.add_column(col, justify="left" if col == "shape" else "right")
+        for entry in per_shape:
+            s = entry["summary"]
+            shape = entry["shape"] if ";" in entry["shape"] else entry["shape"].split("=")[-1]
+            steady = "" if entry["warmup"]["steady"] else " [yellow](unsteady)[/]"
+            t.add_row(
+                esc(shape) + steady,
+                str(s["count"]),
+                v(s["p50_ms"]),
+                ci(s.get("p50_ci_ms")),
+                v(s["p90_ms"]),
+                v(s["p99_ms"]),
+                ci(s.get("p99_ci_ms")),
+                v(s["max_ms"]),
+                _num(s["cv"], "{:.2f}"),
+            )
+        console.print(t)
+        for entry in per_shape:
+            if entry.get("cause") in (None, "none"):
+                continue
+            what = "unsteady" if not entry["warmup"]["steady"] else "heavy tail"
+            console.print(
+                f"  latency {esc(entry['shape'])} {what}: "
+                f"{esc(describe_cause(entry['cause'], entry.get('interference')))}",
+                soft_wrap=True,
+            )
+
+
+def print_drift(results: dict) -> None:
+    """Output drift per output over the golden set, and decision flips."""
+    drift = results.get("drift")
+    if drift:
+        t = Table(title="Output drift (worst case over the golden set)", title_justify="left")
+        for col in (
+            "output",
+            "tol",
+            "max abs",
+            "cosine",
+            "PSNR dB",
+            "top-1",
+            "NaN/Inf",
+            "min atol",
+            "result",
+        ):
+            t.add_column(col, justify="left" if col in ("output", "tol") else "right")
+        failures = []
+        for name, o in drift["outputs"].items():
+            tol = o.get("tolerance", {})
+            t.add_row(
+                esc(name),
+                esc(tol.get("class") or tol.get("cls") or ""),
+                _num(o.get("max_abs"), "{:.3g}"),
+                _num(o.get("cosine"), "{:.5f}"),
+                "exact" if o.get("exact") else _num(o.get("psnr_db"), "{:.1f}"),
+                _num(o.get("top1_agreement"), "{:.0%}"),
+                f"{o.get('nan_count', 0)}/{o.get('inf_count', 0)}",
+                _num(o.get("smallest_passing_atol"), "{:.2g}"),
+                "[green]pass[/]" if o.get("passed") else "[red]FAIL[/]",
+            )
+            if not o.get("passed"):
+                failures.append(esc(f"{name}: {o.get('reason')}"))
+        console.print(t)
+        for line in failures:
+            console.print(f"  [red]drift[/] {line}")
+        d = drift.get("decisions")
+        if d:
+            style = "green" if d["passed"] else "red"
+            console.print(
+                f"  decisions [{style}]{d['flip_count']} flips[/] in {d['total_cases']} cases ({esc(d['rule'])}); "
+                f"{d['flips_near_threshold_count']} of {d['near_threshold_count']} cases near the threshold flipped"
+                + (f": {esc(', '.join(d['flips'][:8]))}" if d["flips"] else "")
+            )
+
+
+def print_sustained(results: dict) -> None:
+    """Sustained throughput, temperature and their causes, window by window."""
+    sustained = results.get("sustained")
+    if sustained and "peak_per_s" in sustained:
+        t = Table(
+            title=f"Sustained ({sustained['duration_s']:g} s, {sustained['window_s']:g} s windows)",
+            title_justify="left",
+        )
+        for col in (
+            "peak /s",
+            "sustained /s",
+            "stability",
+            "first throttle",
+            "3% drop",
+            "peak temp",
+            "headroom",
+            "verdict",
+            "cause",
+        ):
+            t.add_column(col, justify="right")
+
+        def secs(v):
+            return "never" if v is None else f"{v:.0f} s"
+
+        temp = (
+            "absent"
+            if sustained.get("peak_temp_c") is None
+            else f"{sustained['peak_temp_c']:.1f} °C"
+        )
+        verdict_style = {
+            "stable": "green",
+            "degraded": "yellow",
+            "failed": "red",
+            "inconclusive": "yellow",
+            "unexplained": "yellow",
+        }.get(sustained["verdict"], "")
+        t.add_row(
+            f"{sustained['peak_per_s']:.1f}",
+            f"{sustained['sustained_per_s']:.1f}",
+            f"{sustained['stability']:.3f}",
+            secs(sustained.get("time_to_first_throttle_s")),
+            secs(sustained.get("time_to_3pct_drop_s")),
+            temp,
+            "—" if sustained.get("headroom_c") is None else f"{sustained['headroom_c']:.1f} °C",
+            Text(str(sustained["verdict"]), style=verdict_style),
+            Text(str(sustained.get("cause") or "—")),
+        )
+        console.print(t)
+        full = [w for w in sustained.get("windows_detail", []) if not w.get("partial")]
+        rates = [w["rate_per_s"] for w in full]
+        if rates:
+            console.print(
+                f"  throughput per window: {sparkline(rates)}  ({min(rates):.1f}–{max(rates):.1f}/s)"
+            )
+            marks = window_marks(full)
+            if marks.strip():
+                console.print(
+                    f"  cause per window:      {marks}  (t throttling, i interference, ? unexplained)",
+                    markup=False,
+                )
+        if sustained.get("reason"):
+            console.print(f"  sustained: {esc(sustained['reason'])}", soft_wrap=True)
+        temps = [w.get("max_temp_c") for w in sustained.get("windows_detail", [])]
+        if any(t is not None for t in temps):
+            known = [t for t in temps if t is not None]
+            console.print(
+                f"  temperature per window: {sparkline(known)}  ({min(known):.1f}–{max(known):.1f} °C)"
+            )
+        if sustained.get("telemetry") == "absent":
+            console.print(
+                "  [dim]no thermal sensors on this device: temperatures are absent, not estimated[/]"
+            )
+
+
+def print_memory(results: dict) -> None:
+    """Worker peak RSS and what loading the model added."""
+    memory = results.get("memory")
+    if memory:
+        console.print(
+            f"  memory: worker peak RSS {_mb(memory['peak_rss_bytes'])}, added by loading the model {_mb(memory['rss_added_by_load_bytes'])}"
+        )
+
+
+def print_conditions(results: dict) -> None:
+    """The run under real conditions: beside the declared co-load, and at the edge shapes."""
+    coload = results.get("coload")
+    if coload:
+        loads = ", ".join(achieved_text(e) for e in coload.get("latency") or [])
+        console.print(
+            f"  co-load ({coload.get('rounds')} rounds, plain and co-load interleaved): "
+            f"{esc(loads or ', '.join(d.get('label', '?') for d in coload.get('declared') or []))}",
+            soft_wrap=True,
+        )
+        for entry in coload_shapes(results):
+            co = entry["coload"]
+            plain, loaded = entry.get("summary") or {}, co.get("summary") or {}
+
+            def pair(key: str, ratio: str, plain=plain, loaded=loaded, co=co) -> str:
+                r = co.get(ratio)
+                times = f"×{r:.2f} of plain {_ms(plain.get(key))}" if r is not None else "no ratio"
+                return f"{_ms(loaded.get(key))} ({times})"
+
+            segments = sum(1 for s in co.get("segments") or [] if s.get("coload"))
+            line = (
+                f"  co-load {entry.get('shape')}: p50 {pair('p50_ms', 'p50_ratio')}, "
+                f"p99 {pair('p99_ms', 'p99_ratio')}; slower in {co.get('rounds_slower')} "
+                f"of {segments or coload.get('rounds')} rounds"
+            )
+            if co.get("cause") not in (None, "none"):
+                line += "; " + describe_cause(co["cause"], co.get("interference"), declared=True)
+            console.print(esc(line), soft_wrap=True)
+        if (results.get("sustained") or {}).get("coload"):
+            loads = ", ".join(achieved_text(e) for e in coload.get("sustained") or [])
+            console.print(
+                f"  sustained ran beside the co-load{': ' + esc(loads) if loads else ''}",
+                soft_wrap=True,
+            )
+    edges = edge_shapes(results)
+    if edges:
+        t = Table(title="Edge shapes (each input at the edges of its range)", title_justify="left")
+        for col in ("label", "shape", "from", "runs", "p50", "p99", "peak RSS", "RSS added", ""):
+            t.add_column(col, justify="left" if col in ("label", "shape", "from", "") else "right")
+        for e in edges:
+            head = [
+                Text(str(e.get("label"))),
+                Text(shapes_text(e.get("shapes"))),
+                Text(str(e.get("source") or "—")),
+            ]
+            if e.get("ok"):
+                s = e.get("summary") or {}
+                t.add_row(
+                    *head,
+                    str(e.get("runs")),
+                    _ms(s.get("p50_ms")),
+                    _ms(s.get("p99_ms")),
+                    _mb(e.get("peak_rss_bytes")),
+                    _mb(e.get("rss_added_by_inference_bytes")),
+                    Text("ran", style="green"),
+                )
+            else:
+                t.add_row(*head, "—", "—", "—", "—", "—", Text("FAILED", style="bold red"))
+        console.print(t)
+        for e in edges:
+            if not e.get("ok"):
+                console.print(
+                    f"  [red]edge shape[/] {esc(e.get('label'))} "
+                    f"({esc(shapes_text(e.get('shapes')))}) did not run: {esc(edge_failure(e))}",
+                    soft_wrap=True,
+                )
+
+
+def print_energy(sustained: dict) -> None:
+    """Watts and millijoules per inference of the sustained phase, or why there are none."""
+    power = sustained.get("power")
+    if not power:
+        return
+    if not power.get("present"):
+        console.print(f"  [dim]power: absent, not estimated ({esc(power.get('reason'))})[/]")
+        return
+    summary = power.get("summary") or {}
+    idle = (power.get("idle") or {}).get("watts")
+    parts = [f"{_num(summary.get('power_w_median'))} W ({esc(power.get('total_from'))})"]
+    if idle is not None:
+        parts.append(f"idle {_num(idle)} W")
+    parts.append(f"{_num(summary.get('mj_per_inference_median'))} mJ/inference")
+    if summary.get("mj_per_inference_above_idle_median") is not None:
+        parts.append(f"{_num(summary['mj_per_inference_above_idle_median'])} mJ above idle")
+    console.print("  energy: " + ", ".join(parts))
+
+
+_CAUSE_MARKS = {"throttling": "t", "interference": "i", "unexplained": "?"}
+
+
+def window_marks(windows: list[dict]) -> str:
+    """One character per window, under its sparkline bar: what slowed it (blank: nothing)."""
+    return "".join(_CAUSE_MARKS.get(w.get("cause"), " ") for w in windows)
+
+
+def describe_cause(cause: str, interference: dict | None, declared: bool = False) -> str:
+    """A cause in words, with the interference evidence measured in the same span.
+
+    ``declared``: the span ran beside a declared co-load, whose CPU and the wait behind
+    it were expected; only undeclared processes and steal are named (the evidence the
+    agent judged that span on).
+    """
+    if cause != "interference" or not interference:
+        return {
+            "unexplained": "unexplained (no throttling or interference measured)",
+            "throttling": "throttling",
+        }.get(cause, cause)
+    parts = []
+    if interference.get("runq_wait_share") is not None and not declared:
+        parts.append(f"run-queue wait {interference['runq_wait_share']:.0%}")
+    if interference.get("other_cpus") is not None:
+        others = "undeclared processes" if declared else "other processes"
+        parts.append(f"{others} {interference['other_cpus']:.2f} CPUs")
+    if interference.get("steal_share"):
+        parts.append(f"steal {interference['steal_share']:.0%}")
+    top = ", ".join(
+        f"{p['name']} {p['cpu_share']:.2f}" for p in interference.get("top_processes", [])[:3]
+    )
+    return "interference: " + "; ".join(parts) + (f" (busiest: {top})" if top else "")
+
+
+def sparkline(values: list[float]) -> str:
+    """Values as a row of block characters, lowest to highest (a curve in one line)."""
+    blocks = "▁▂▃▄▅▆▇█"
+    lo, hi = min(values), max(values)
+    if hi == lo:
+        return blocks[-1] * len(values)
+    return "".join(blocks[round((v - lo) / (hi - lo) * (len(blocks) - 1))] for v in values)

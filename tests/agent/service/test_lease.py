@@ -1,0 +1,167 @@
+"""The device lease: acquire, renew, release, reclaim, waiting in order of arrival; and two
+hosts sharing one real agent on 127.0.0.1."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+
+import pytest
+from edgequal.agent.errors import BadInput, DeviceBusy
+from edgequal.agent.plan import make_plan
+from edgequal.agent.report.signing import MEASURED_STATUSES
+from edgequal.agent.service.lease import RunSlot
+from edgequal.host import errors as host_errors
+from edgequal.host.devices.qualify import qualify
+from edgequal.host.devices.resolve import trust_device
+from edgequal.host.devices.trust import KnownDevices
+from edgequal.host.transport.grpc import GrpcTransport
+
+
+def test_acquire_fails_fast_naming_holder_and_expiry():
+    slot = RunSlot()
+    got = slot.acquire("alice@ci", "fleet run nightly", 60)
+    assert got.granted and got.lease_id
+    with pytest.raises(DeviceBusy) as e:
+        slot.acquire("bob@ci", "bench", 60)
+    assert "leased to alice@ci for fleet run nightly" in str(e.value)
+    assert re.search(r"lease expires in (59|60) s", str(e.value))
+    # A run without the lease is refused; under it, it starts and shows its purpose.
+    with pytest.raises(DeviceBusy, match="alice@ci"):
+        slot.start("r1", "bob@ci", 60)
+    run = slot.start("r1", "ignored", 60, lease_id=got.lease_id)
+    assert run.lease.holder == "alice@ci" and run.lease.purpose == "fleet run nightly"
+    assert slot.lease().run_id == "r1"
+    slot.finish(run)
+    assert slot.lease().run_id == "" and slot.lease().holder == "alice@ci"  # still leased
+    assert slot.release(got.lease_id)
+    assert not slot.release(got.lease_id)
+    assert slot.lease() is None
+    run = slot.start("r2", "bob@ci", 60)  # free and nobody waiting: a run alone may go
+    slot.finish(run)
+
+
+def test_renew_extends_and_an_expired_lease_is_reclaimed():
+    slot = RunSlot()
+    a = slot.acquire("a", "", 1)
+    first_expiry = slot.lease().expires_unix_ms
+    assert slot.renew(a.lease_id, 1.2).expires_unix_ms > first_expiry
+    with pytest.raises(BadInput):
+        slot.renew(a.lease_id, 0)
+    with pytest.raises(DeviceBusy, match="lease not held"):
+        slot.renew("not-the-id", 5)
+    # Not renewed again: b waits in line and gets the device once a's lease runs out.
+    b = slot.acquire("b", "", 5, wait_s=5)
+    while not b.granted:
+        b = slot.acquire("b", "", 5, wait_s=5, ticket=b.ticket)
+    assert slot.lease().holder == "b"
+    with pytest.raises(DeviceBusy, match="lease not held"):
+        slot.renew(a.lease_id, 5)
+    with pytest.raises(DeviceBusy, match="lease not held"):
+        slot.start("r", "a", 60, lease_id=a.lease_id)
+
+
+def test_a_lease_is_not_reclaimed_while_its_run_goes_on():
+    slot = RunSlot()
+    a = slot.acquire("a", "", 1)
+    run = slot.start("r", "a", 60, lease_id=a.lease_id)
+    time.sleep(1.1)
+    with pytest.raises(DeviceBusy, match="run r for a"):
+        slot.acquire("b", "", 5)
+    slot.finish(run)
+    assert slot.acquire("b", "", 5).granted  # expired and its run ended: reclaimed
+
+
+def test_waiting_hosts_are_served_in_order_of_arrival():
+    slot = RunSlot()
+    held = slot.acquire("first", "", 60)
+    order: list[str] = []
+    arrived = []
+
+    def wait_for(name: str):
+        r = slot.acquire(name, "", 60, wait_s=0.2)
+        arrived.append(name)
+        while not r.granted:
+            r = slot.acquire(name, "", 60, wait_s=0.2, ticket=r.ticket)
+        order.append(name)
+        slot.release(r.lease_id)
+
+    threads = []
+    for name in ("second", "third", "fourth"):
+        t = threading.Thread(target=wait_for, args=(name,))
+        t.start()
+        threads.append(t)
+        while name not in arrived:  # each is in line before the next one arrives
+            time.sleep(0.01)
+    # Nobody may jump the line, not even a run that names no lease.
+    with pytest.raises(DeviceBusy):
+        slot.start("r", "x", 60)
+    slot.release(held.lease_id)
+    for t in threads:
+        t.join(10)
+    assert order == ["second", "third", "fourth"]
+
+
+def test_a_waiter_that_stops_asking_loses_its_place():
+    slot = RunSlot(ticket_grace_s=0.2)
+    held = slot.acquire("a", "", 60)
+    gone = slot.acquire("gone", "", 60, wait_s=0.05)
+    assert not gone.granted and gone.position == 1
+    time.sleep(0.3)
+    slot.release(held.lease_id)
+    assert slot.acquire("c", "", 60).granted
+
+
+@pytest.mark.slow
+def test_two_hosts_share_one_real_agent(tmp_path, example_models, local_agents):
+    """Host A leases the device and qualifies under the lease; host B fails fast, then waits
+    in line and gets it when A releases; a lease A stops renewing is reclaimed for B."""
+    agent = local_agents.start_agent(tmp_path, "agent")
+    try:
+        known = KnownDevices()
+        trust_device(known, "bench", agent.address)
+        a = GrpcTransport(agent.address, holder="alice@runner1")
+        b = GrpcTransport(agent.address, holder="bob@runner2")
+        a.acquire_lease("fleet run nightly", ttl_s=60)
+        with pytest.raises(host_errors.DeviceBusy) as e:
+            b.acquire_lease("bench", ttl_s=60)
+        assert "leased to alice@runner1 for fleet run nightly" in str(e.value)
+        assert "lease expires in" in str(e.value)
+        info = b.info()
+        assert info["busy"] and info["lease"]["holder"] == "alice@runner1"
+        assert info["lease"]["purpose"] == "fleet run nightly"
+
+        # B waits in line (in a thread) while A qualifies under its lease.
+        waited: list[dict] = []
+        b_got = threading.Event()
+
+        def b_waits():
+            b.acquire_lease("bench", ttl_s=60, wait_s=120, on_wait=waited.append)
+            b_got.set()
+
+        t = threading.Thread(target=b_waits)
+        t.start()
+        plan = make_plan("quick", sustain_s=0, cold_runs=1, latency_min_runs=20, latency_min_s=0.1)
+        outcome = qualify(a, example_models["micro"], None, plan, known=known, device_name="bench")
+        assert outcome.report.status in MEASURED_STATUSES
+        # B could not run a qualification of its own meanwhile (no lease: refused).
+        assert not b_got.is_set()
+        with pytest.raises(host_errors.DeviceBusy, match="alice@runner1"):
+            qualify(b, example_models["micro"], None, plan, known=known, device_name="bench")
+        assert a.release_lease()
+        t.join(30)
+        assert b_got.is_set()
+        assert all(w["position"] == 1 and w["lease"]["holder"] == "alice@runner1" for w in waited)
+        assert b.info()["lease"]["holder"] == "bob@runner2"
+
+        # B stops renewing (a host that died); A waits and reclaims it after the TTL.
+        b.renew_lease(1)
+        b.lease_id = None  # B "dies" without releasing
+        lease = a.acquire_lease("fleet run nightly", ttl_s=60, wait_s=30)
+        assert lease["holder"] == "alice@runner1"
+        assert a.release_lease()
+        a.close()
+        b.close()
+    finally:
+        agent.stop()

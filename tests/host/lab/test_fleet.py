@@ -1,0 +1,349 @@
+"""Fleet runs over real agents on 127.0.0.1: the matrix, its outputs, resume, two fleet runs
+sharing the agents, and a device that goes away mid-run."""
+
+from __future__ import annotations
+
+import json
+import threading
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from edgequal.agent.report.signing import MEASURED_STATUSES
+from edgequal.host.cli.main import main as edgequal_main
+from edgequal.host.devices.resolve import trust_device
+from edgequal.host.devices.trust import KnownDevices
+from edgequal.host.devices.verify import verify_envelope
+from edgequal.host.lab.fleet import FleetOptions, FleetRunner, load_index, matrix_html
+from edgequal.host.lab.inventory import load_lab, load_models
+
+# Small enough for a busy 2-core machine; every phase but the sustained one still runs.
+# The warm-up is capped too: on a loaded machine a model may never reach the steady state,
+# and the quick preset's 10 s cap then makes every run (and its retry) last that long.
+SMALL_PLAN = {
+    "cold_runs": 1,
+    "latency_min_runs": 20,
+    "latency_min_s": 0.2,
+    "warmup_min_s": 0.2,
+    "warmup_max_s": 0.5,
+    "sustain_s": 0.0,
+}
+
+
+@pytest.fixture
+def agents(tmp_path, local_agents, request):
+    """``n`` real agents (default 3), trusted under the names dev-0, dev-1, ..."""
+    started = []
+
+    def start(n: int = 3):
+        known = KnownDevices()
+        for i in range(n):
+            agent = local_agents.start_agent(tmp_path / "agents", f"dev-{i}")
+            started.append(agent)
+            trust_device(known, f"dev-{i}", agent.address)
+        return started
+
+    yield start
+    for agent in started:
+        agent.stop()
+
+
+def write_lab(tmp_path: Path, agents, tags=None) -> Path:
+    lines = ['[lab]\nname = "test-lab"\n']
+    for i, agent in enumerate(agents):
+        t = (tags or {}).get(i, ["x86"])
+        lines.append(f'[devices.dev-{i}]\naddress = "{agent.address}"\ntags = {json.dumps(t)}\n')
+    path = tmp_path / "lab.toml"
+    path.write_text("\n".join(lines))
+    return path
+
+
+def write_models(tmp_path: Path, example_models, golden_sets, names=("micro", "classifier")):
+    lines = []
+    for name in names:
+        lines.append(f'[models.{name}]\npath = "{example_models[name]}"')
+        if name in golden_sets:
+            lines.append(f'golden = "{golden_sets[name]}"')
+        lines.append("")
+    path = tmp_path / "models.toml"
+    path.write_text("\n".join(lines))
+    return path
+
+
+@pytest.mark.slow
+def test_fleet_run_matrix_outputs_and_resume(tmp_path, agents, example_models, golden_sets):
+    from edgequal.host.lab.history import History
+
+    # Four agents, two models (micro, and classifier with its golden set): eight runs.
+    started = agents(4)
+    lab = load_lab(write_lab(tmp_path, started))
+    models = load_models(write_models(tmp_path, example_models, golden_sets))
+    out = tmp_path / "out"
+    changes = []
+    history = History.open(f"sqlite:///{tmp_path / 'history.sqlite'}")
+    options = FleetOptions(out_dir=out, plan_overrides=SMALL_PLAN, backoff_s=0.1, retries=1)
+    result = FleetRunner(
+        lab,
+        models,
+        options,
+        on_change=lambda r: changes.append(r.state),
+        record_report=lambda path, device: history.record_file(path, device=device),
+    ).run()
+
+    assert len(result.runs) == 8
+    assert {(r.model, r.device) for r in result.runs} == {
+        (m, f"dev-{i}") for m in ("micro", "classifier") for i in range(4)
+    }
+    # Every final report is in the history (and any report a retry replaced), once each.
+    rows = history.list(limit=None)
+    recorded = {(r["device"], r["run_id"]) for r in rows}
+    assert {(r.device, r.run_id) for r in result.runs} <= recorded
+    assert len(recorded) == len(rows) <= sum(r.attempts for r in result.runs)
+    for r in result.runs:
+        assert r.state in MEASURED_STATUSES, r
+        assert r.attempts >= 1
+        envelope = (out / r.report).read_bytes()
+        model = next(m for m in models if m.name == r.model)
+        artifacts = [model.path] + ([model.golden] if model.golden else [])
+        report = verify_envelope(
+            envelope, known=KnownDevices(), device=r.device, artifacts=artifacts
+        )
+        assert report.run_id == r.run_id
+        assert (out / r.page).is_file()
+    assert "running" in changes and "waiting" in changes
+    # Each agent ran exactly the runs of its column (and retries), never two at once.
+    for i, agent in enumerate(started):
+        attempts = sum(r.attempts for r in result.runs if r.device == f"dev-{i}")
+        assert len(agent.run_records()) == attempts
+    index = json.loads((out / "index.json").read_text())
+    assert index["lab"] == "test-lab" and len(index["runs"]) == 8
+    assert load_index(out).runs[0].model == result.runs[0].model
+    suites = ET.parse(out / "junit.xml").getroot().findall("testsuite")
+    assert sorted(s.get("name") for s in suites) == [
+        f"edgequal fleet test-lab dev-{i}" for i in range(4)
+    ]
+    assert all(s.get("tests") == "2" and s.get("errors") == "0" for s in suites)
+    page = (out / "index.html").read_text()
+    for r in result.runs:
+        assert f'href="{r.page}"' in page
+
+    # Resume after an interrupted run: only the missing report is measured again.
+    missing = result.runs[0]
+    (out / missing.report).unlink()
+    counts = [len(a.run_records()) for a in started]
+    options = FleetOptions(out_dir=out, plan_overrides=SMALL_PLAN, resume=True, retries=0)
+    again = FleetRunner(lab, models, options).run()
+    resumed = [r for r in again.runs if r.resumed]
+    assert len(resumed) == 7
+    rerun = next(r for r in again.runs if not r.resumed)
+    assert (rerun.model, rerun.device) == (missing.model, missing.device)
+    assert rerun.state in MEASURED_STATUSES
+    for i, agent in enumerate(started):
+        extra = rerun.attempts if f"dev-{i}" == missing.device else 0
+        assert len(agent.run_records()) == counts[i] + extra
+
+
+@pytest.mark.slow
+def test_two_fleet_runs_at_once_never_measure_together_on_one_agent(
+    tmp_path, agents, example_models, golden_sets
+):
+    started = agents(2)
+    lab = load_lab(write_lab(tmp_path, started))
+    models = load_models(write_models(tmp_path, example_models, golden_sets))
+    results = {}
+
+    def fleet(name: str):
+        options = FleetOptions(
+            out_dir=tmp_path / name, plan_overrides=SMALL_PLAN, wait_s=None, retries=0
+        )
+        results[name] = FleetRunner(lab, models, options).run()
+
+    threads = [threading.Thread(target=fleet, args=(n,)) for n in ("first", "second")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(600)
+    for name in ("first", "second"):
+        assert all(r.state in MEASURED_STATUSES for r in results[name].runs), results[name]
+    for agent in started:
+        intervals = agent.run_intervals()
+        assert len(intervals) >= 4  # 2 models x 2 fleet runs
+        for (_, end), (start, _) in zip(intervals, intervals[1:]):
+            assert end <= start, f"two runs overlapped on {agent.address}: {intervals}"
+
+
+@pytest.mark.slow
+def test_a_device_that_goes_away_is_marked_and_the_others_finish(
+    tmp_path, agents, example_models, golden_sets
+):
+    started = agents(3)
+    lab = load_lab(write_lab(tmp_path, started))
+    models = load_models(write_models(tmp_path, example_models, golden_sets))
+    killed = threading.Event()
+
+    def on_event(record, event):
+        # Kill dev-2's agent as soon as it accepted its first run.
+        if record.device == "dev-2" and event.get("type") == "run" and not killed.is_set():
+            killed.set()
+            started[2].proc.kill()
+
+    options = FleetOptions(
+        out_dir=tmp_path / "out", plan_overrides=SMALL_PLAN, backoff_s=0.1, retries=1
+    )
+    result = FleetRunner(lab, models, options, on_event=on_event).run()
+    assert killed.is_set()
+    gone = [r for r in result.runs if r.device == "dev-2"]
+    assert gone[0].state == "error" and gone[0].attempts == 2  # retried with backoff
+    assert gone[1].state == "skipped" and "device unreachable" in gone[1].error
+    assert "dev-2" in result.unreachable
+    others = [r for r in result.runs if r.device != "dev-2"]
+    assert all(r.state in MEASURED_STATUSES for r in others)
+    assert result.exit_code() == 3
+    index = json.loads((tmp_path / "out" / "index.json").read_text())
+    assert "dev-2" in index["unreachable"]
+    page = (tmp_path / "out" / "index.html").read_text()
+    assert "Devices that went away" in page and "dev-2" in page
+
+
+def test_matrix_page_escapes_names(tmp_path):
+    from edgequal.host.lab.fleet import FleetResult, RunRecord
+
+    result = FleetResult("<lab>", [RunRecord("m<1>", "d&2", state="error", error='"quoted" <b>')])
+    page = matrix_html(result)
+    assert "<lab>" not in page and "&lt;lab&gt;" in page
+    assert "m&lt;1&gt;" in page and "d&amp;2" in page and "<b>" not in page
+
+
+def test_an_untrusted_device_runs_nothing(tmp_path, example_models, golden_sets):
+    lab_path = tmp_path / "lab.toml"
+    lab_path.write_text('[devices.nobody]\naddress = "grpc://127.0.0.1:9"\n')
+    models = load_models(write_models(tmp_path, example_models, golden_sets, names=("micro",)))
+    result = FleetRunner(load_lab(lab_path), models, FleetOptions(out_dir=tmp_path / "out")).run()
+    (record,) = result.runs
+    assert record.state == "error" and "not trusted" in record.error
+    assert result.exit_code() == 3
+
+
+@pytest.mark.slow
+def test_fleet_run_cli(tmp_path, agents, example_models, golden_sets, capsys, monkeypatch):
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state-home"))
+    started = agents(2)
+    lab = write_lab(tmp_path, started, tags={0: ["x86", "nightly"], 1: ["x86"]})
+    models = write_models(tmp_path, example_models, golden_sets, names=("micro",))
+    out = tmp_path / "out"
+    rc = edgequal_main(
+        ["fleet", "run", str(lab), "--models", str(models), "--tags", "nightly"]
+        + ["--out", str(out), "--sustain", "0", "--wait", "60", "--retries", "0"]
+    )
+    index = json.loads((out / "index.json").read_text())
+    (run,) = index["runs"]
+    assert run["device"] == "dev-0"
+    assert run["status"] in MEASURED_STATUSES
+    assert rc == (0 if run["ok"] else 1)
+    err = capsys.readouterr().err
+    assert "fleet: micro on dev-0:" in err  # plain lines in a log
+    # Recorded in the default history database (SQLite in the state directory).
+    from edgequal.host.lab.history import History
+
+    (row,) = History.open().list()
+    assert (row["device"], row["run_id"]) == ("dev-0", run["run_id"])
+    assert edgequal_main(["fleet", "run", str(lab), "--models", str(tmp_path / "nope")]) == 2
+
+
+class ScriptedTransport:
+    """A plumbing stand-in for one device: each qualify answers the next scripted outcome,
+    a report signed by a real device key with that status, or an exception to raise."""
+
+    address = "grpc://127.0.0.1:1"
+    lease_id = None
+
+    def __init__(self, key, outcomes):
+        self.key = key
+        self.outcomes = list(outcomes)
+        self.calls = 0
+        self.leases = 0
+
+    def info(self):
+        import base64
+
+        pub = base64.b64encode(self.key.public_key_raw()).decode()
+        return {"public_key_b64": pub, "fingerprint": {"architecture": "x86_64"}}
+
+    def push(self, path, digest, on_progress=None):
+        from edgequal.host.transport import PushResult
+
+        return PushResult(digest, Path(path).stat().st_size, 0)
+
+    def qualify(self, request, on_event):
+        from edgequal.agent.runs import RunRequest, new_run_id, sign_report
+
+        self.calls += 1
+        outcome = self.outcomes.pop(0)
+        if isinstance(outcome, Exception):
+            raise outcome
+        run = RunRequest(
+            new_run_id(),
+            request.model_digest,
+            request.golden_digest,
+            request.plan,
+            request.nonce,
+            request.model_name,
+            request.golden_name,
+        )
+        on_event({"type": "run", "run_id": run.run_id})
+        return sign_report(self.key, run, {"status": outcome, "reason": f"scripted {outcome}"})
+
+    def acquire_lease(self, purpose, ttl_s, wait_s=0.0, on_wait=None):
+        self.leases += 1
+        self.lease_id = "lease"
+        return {}
+
+    def renew_lease(self, ttl_s):
+        return {}
+
+    def release_lease(self):
+        self.lease_id = None
+        return True
+
+    def close(self):
+        pass
+
+
+@pytest.mark.parametrize(
+    ("outcomes", "state", "attempts"),
+    [
+        (["inconclusive", "passed"], "passed", 2),
+        (["inconclusive", "inconclusive", "inconclusive"], "inconclusive", 3),
+        (["incomplete", "degraded"], "degraded", 2),
+        (["failed"], "failed", 1),  # a failed measurement is a result: never retried
+        (["TransportError", "passed"], "passed", 2),
+        (["TransportError"] * 3, "error", 3),
+        (["UsageError"], "error", 1),  # a bad model: no retry makes it good
+        (["DeviceBusy"], "error", 1),  # failing fast was asked for
+    ],
+)
+def test_retries_with_backoff(tmp_path, example_models, outcomes, state, attempts):
+    from edgequal.agent.keys import load_or_create_device_key
+    from edgequal.host import errors
+
+    key = load_or_create_device_key(tmp_path / "key")
+    KnownDevices().trust("dev", "grpc://127.0.0.1:1", key.public_key_raw())
+    scripted = [getattr(errors, o)(f"{o} on purpose") if o[0].isupper() else o for o in outcomes]
+    transport = ScriptedTransport(key, scripted)
+    lab_path = tmp_path / "lab.toml"
+    lab_path.write_text('[devices.dev]\naddress = "grpc://127.0.0.1:1"\n')
+    models = load_models(write_models(tmp_path, example_models, {}, names=("micro",)))
+    slept = []
+    runner = FleetRunner(
+        load_lab(lab_path),
+        models,
+        FleetOptions(out_dir=tmp_path / "out", retries=2, backoff_s=1.5, html_pages=False),
+        open_device=lambda d: transport,
+        sleep=slept.append,
+    )
+    (record,) = runner.run().runs
+    assert (record.state, record.attempts) == (state, attempts)
+    assert transport.calls == attempts and transport.leases == attempts
+    assert slept == [1.5, 3.0][: attempts - 1]  # exponential backoff
+    if record.status:
+        assert (tmp_path / "out" / record.report).is_file()

@@ -1,0 +1,220 @@
+"""The history database, against SQLite and a real PostgreSQL server: migrations, recording
+verified reports (once, from two writers at once), list and trend with changes marked."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+
+import pytest
+from edgequal.agent.keys import load_or_create_device_key
+from edgequal.agent.runs import RunRequest, new_run_id, sign_report
+from edgequal.host.cli.main import main as edgequal_main
+from edgequal.host.devices.trust import KnownDevices
+from edgequal.host.errors import VerificationFailed
+from edgequal.host.lab.history import SCHEMA_VERSION, History, migrate
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request, tmp_path):
+    """A fresh database of each kind: an SQLite file, or a new database on the server."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'history.sqlite'}"
+    server_url = request.getfixturevalue("postgres_url")
+    from sqlalchemy import create_engine, text
+
+    name = f"h_{tmp_path.name.lower().replace('-', '_')[-40:]}"
+    engine = create_engine(server_url, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    engine.dispose()
+    return server_url.rsplit("/", 1)[0] + f"/{name}"
+
+
+@pytest.fixture
+def signer(tmp_path):
+    """A device key trusted as 'bench', and a function signing a report as that device."""
+    key = load_or_create_device_key(tmp_path / "device-state")
+    KnownDevices().trust("bench", "grpc://127.0.0.1:1", key.public_key_raw())
+
+    def sign(p50_ms: float, runtime_version: str = "1.20.0", status: str = "passed") -> bytes:
+        request = RunRequest(
+            run_id=new_run_id(),
+            model_digest=hashlib.sha256(b"model").hexdigest(),
+            golden_digest=None,
+            plan={"preset": "quick", "profile": "generic/linux-x86_64"},
+            nonce="n",
+            model_name="micro.onnx",
+        )
+        measurement = {
+            "status": status,
+            "fingerprint": {"kernel": "6.1.0", "os_release": "Debian 12", "architecture": "x86_64"},
+            "results": {
+                "runtime": {"runtime": "onnxruntime", "version": runtime_version},
+                "latency": {"per_shape": [{"summary": {"p50_ms": p50_ms, "p99_ms": None}}]},
+                "cold_load": {"total_ms": {"median": 40.0}},
+                "memory": {"peak_rss_bytes": 64 * 2**20},
+            },
+        }
+        return sign_report(key, request, measurement)
+
+    return sign
+
+
+def test_records_lists_and_trends(db_url, signer, tmp_path):
+    history = History.open(db_url)
+    paths = []
+    for i, (p50, version) in enumerate([(1.0, "1.20.0"), (1.1, "1.20.0"), (1.6, "1.21.0")]):
+        path = tmp_path / f"r{i}.json"
+        path.write_bytes(signer(p50, version))
+        paths.append(path)
+        assert history.record_file(path, device="bench")
+    assert not history.record_file(paths[0], device="bench")  # the same run: kept once
+    rows = history.list(device="bench")
+    assert len(rows) == 3
+    assert {r["p50_ms"] for r in rows} == {1.0, 1.1, 1.6}
+    assert rows[0]["model_name"] == "micro.onnx" and rows[0]["peak_rss_mb"] == 64.0
+    trend = history.trend("bench", "micro")
+    assert [r["p50_ms"] for r in trend] == [1.0, 1.1, 1.6]
+    assert [r["changes"] for r in trend] == [[], [], ["runtime_version"]]
+    # The stored envelope is the signed bytes, so a row can be verified again.
+    assert history.envelope("bench", trend[0]["run_id"]) == paths[0].read_bytes()
+    assert history.list(device="other") == []
+    history.close()
+
+
+def test_an_unverified_report_is_not_recorded(db_url, signer, tmp_path):
+    path = tmp_path / "r.json"
+    envelope = json.loads(signer(1.0))
+    payload = envelope["payload"]
+    middle = len(payload) // 2
+    flipped = "A" if payload[middle] != "A" else "B"
+    envelope["payload"] = payload[:middle] + flipped + payload[middle + 1 :]  # tampered
+    path.write_text(json.dumps(envelope))
+    history = History.open(db_url)
+    with pytest.raises(VerificationFailed):
+        history.record_file(path, device="bench")
+    assert history.list() == []
+
+
+def test_migrate_is_idempotent_and_versioned(db_url):
+    history = History.open(db_url)
+    assert migrate(history.engine) == SCHEMA_VERSION  # already current: nothing to do
+    from sqlalchemy import text
+
+    with history.engine.begin() as conn:
+        conn.execute(text("UPDATE edgequal_schema SET version = 99"))
+    from edgequal.host.lab.history import HistoryError
+
+    with pytest.raises(HistoryError, match="newer than this edgequal's"):
+        History.open(db_url)
+
+
+@pytest.mark.slow
+def test_two_writers_at_once_lose_nothing(db_url, signer, tmp_path):
+    envelopes = [signer(1.0 + i / 100) for i in range(40)]
+    paths = []
+    for i, e in enumerate(envelopes):
+        path = tmp_path / f"w{i}.json"
+        path.write_bytes(e)
+        paths.append(path)
+    History.open(db_url).close()  # both writers find the schema; first-time creation is separate
+    errors = []
+
+    def writer(order):
+        try:
+            h = History.open(db_url)
+            for p in order:
+                h.record_file(p, device="bench")
+            h.close()
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    # Both record every report, in opposite orders: each row once, none lost.
+    threads = [
+        threading.Thread(target=writer, args=(paths,)),
+        threading.Thread(target=writer, args=(paths[::-1],)),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert errors == []
+    rows = History.open(db_url).list(limit=1000)
+    assert len(rows) == 40
+    assert len({r["run_id"] for r in rows}) == 40
+
+
+def test_history_cli(db_url, signer, tmp_path, capsys):
+    path = tmp_path / "r.json"
+    path.write_bytes(signer(2.5))
+    assert edgequal_main(["history", "record", str(path), "--db", db_url]) == 0
+    assert edgequal_main(["history", "list", "--db", db_url]) == 0
+    out = capsys.readouterr().out
+    assert "micro.onnx" in out and "2.500" in out
+    rc = edgequal_main(
+        ["history", "trend", "--device", "bench", "--model", "micro", "--db", db_url, "--json"]
+    )
+    assert rc == 0
+    assert '"p50_ms": 2.5' in capsys.readouterr().out
+
+
+def test_a_bad_url_is_a_usage_error(capsys):
+    assert edgequal_main(["history", "list", "--db", "not a url"]) == 2
+    assert "not a database URL" in capsys.readouterr().err
+
+
+def test_show_trend_per_pair_and_the_trend_page(db_url, signer, tmp_path, capsys):
+    paths = []
+    for i, (p50, version) in enumerate([(1.0, "1.20.0"), (1.2, "1.20.0"), (1.9, "1.21.0")]):
+        path = tmp_path / f"r{i}.json"
+        path.write_bytes(signer(p50, version))
+        paths.append(path)
+    assert edgequal_main(["history", "record", *map(str, paths), "--db", db_url]) == 0
+    history = History.open(db_url)
+    newest = history.show(device="bench", model="micro")
+    assert newest["p50_ms"] == 1.9 and newest["envelope"] == paths[2].read_bytes()
+    first = history.trend("bench", "micro")[0]["run_id"]
+    assert history.show(first[:20])["p50_ms"] == 1.0  # a run id prefix is enough
+    assert history.show(device="other") is None
+    assert list(history.trends()) == [("bench", "micro.onnx")]
+    capsys.readouterr()
+
+    base = ["--device", "bench", "--model", "micro", "--db", db_url]
+    assert edgequal_main(["history", "show", *base, "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["p50_ms"] == 1.9 and shown["signature"] == "verified against the pinned key"
+    assert edgequal_main(["history", "show", first, "--db", db_url]) == 0
+    assert first in capsys.readouterr().out
+    assert edgequal_main(["history", "show", "no-such-run", "--db", db_url]) == 2
+    assert edgequal_main(["history", "list", *base]) == 0
+    assert capsys.readouterr().out.count("micro.onnx") == 3
+
+    page = tmp_path / "trend.html"
+    assert edgequal_main(["history", "trend", *base, "--html", str(page), "--json"]) == 0
+    (pair,) = json.loads(capsys.readouterr().out)
+    assert (pair["device"], pair["model"]) == ("bench", "micro.onnx")
+    assert [r["changes"] for r in pair["runs"]] == [[], [], ["runtime_version"]]
+    text = page.read_text()
+    assert text.count('src="data:image/png;base64,') == 1  # one board × model, one figure
+    assert "runtime version → 1.21.0" in text
+    assert "<script" not in text and "http://" not in text and "https://" not in text
+
+
+def test_the_trend_page_escapes_database_text(tmp_path):
+    from edgequal.host.present.html.trend import render_trend_page
+
+    row = {
+        "measured_at": None,
+        "status": "passed",
+        "p50_ms": 1.0,
+        "firmware": "<script>alert(1)</script>",
+        "run_id": "r&1",
+        "changes": ["firmware"],
+    }
+    page = render_trend_page({("<b>dev</b>", 'm"odel'): [row]})
+    assert "<script>alert" not in page and "&lt;script&gt;" in page
+    assert "<b>dev</b>" not in page and "&lt;b&gt;dev&lt;/b&gt;" in page
+    assert "r&amp;1" in page

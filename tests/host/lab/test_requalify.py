@@ -1,0 +1,176 @@
+"""Approved sets and re-qualification: what counts as an update, and a re-qualification on
+real agents where one approved model now runs in a slower configuration and fails its gate."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from edgequal.host.cli.main import main as edgequal_main
+from edgequal.host.lab.fleet import FleetOptions, FleetRunner
+from edgequal.host.lab.inventory import load_lab, load_models
+from edgequal.host.lab.requalify import load_approved, plan_requalification, update_changes
+
+APPROVED = {
+    "fingerprint": {
+        "kernel": "6.1.0-rpi7",
+        "os_release": "Debian 12",
+        "board_model": "Raspberry Pi 5 Model B Rev 1.0",
+        "raspberry_pi": {"firmware": "2024-09-23"},
+        "boot_id": "a",
+        "python": "3.11.2",
+    },
+    "results": {"runtime": {"runtime": "onnxruntime", "version": "1.20.0", "threads": 4}},
+}
+
+
+def info(**fingerprint_changes) -> dict:
+    fp = {**APPROVED["fingerprint"], "boot_id": "b", **fingerprint_changes}
+    return {
+        "fingerprint": fp,
+        "runtimes": [{"name": "onnxruntime", "available": True, "version": "1.20.0"}],
+    }
+
+
+def test_update_changes_sees_firmware_kernel_and_runtime_but_not_a_reboot():
+    assert update_changes(APPROVED, info()) == []  # a new boot id is not an update
+    fw = update_changes(APPROVED, info(raspberry_pi={"firmware": "2025-01-10"}))
+    assert fw == [
+        {
+            "field": "raspberry_pi.firmware",
+            "category": "firmware",
+            "approved": "2024-09-23",
+            "now": "2025-01-10",
+        }
+    ]
+    assert [c["field"] for c in update_changes(APPROVED, info(kernel="6.6.31"))] == ["kernel"]
+    newer = info()
+    newer["runtimes"][0]["version"] = "1.21.1"
+    (change,) = update_changes(APPROVED, newer)
+    assert (change["field"], change["approved"], change["now"]) == (
+        "runtime.version",
+        "1.20.0",
+        "1.21.1",
+    )
+    gone = info()
+    gone["runtimes"][0]["available"] = False
+    assert [c["now"] for c in update_changes(APPROVED, gone)] == [None]
+
+
+POLICY = """
+name = "requalify-test"
+[status]
+# A busy test machine may interfere; the baseline comparison is what this test is about.
+allowed = ["passed", "degraded", "inconclusive"]
+[baseline]
+# Far above the noise of a shared CI machine, far below the 4x of the slower configuration.
+min_effect = 0.5
+"""
+
+
+@pytest.mark.slow
+def test_requalify_gates_each_approved_model_against_its_report(
+    tmp_path, local_agents, example_models, golden_sets
+):
+    from edgequal.host.devices.resolve import trust_device
+    from edgequal.host.devices.trust import KnownDevices
+
+    agents = [local_agents.start_agent(tmp_path / "agents", f"dev-{i}") for i in range(2)]
+    try:
+        for i, a in enumerate(agents):
+            trust_device(KnownDevices(), f"dev-{i}", a.address)
+        lab_path = tmp_path / "lab.toml"
+        lab_path.write_text(
+            "".join(f'[devices.dev-{i}]\naddress = "{a.address}"\n' for i, a in enumerate(agents))
+        )
+        models_path = tmp_path / "models.toml"
+        models_path.write_text(
+            f'[models.mid]\npath = "{example_models["mid"]}"\n'
+            f'[models.classifier]\npath = "{example_models["classifier"]}"\n'
+            f'golden = "{golden_sets["classifier"]}"\n'
+        )
+        lab, models = load_lab(lab_path), load_models(models_path)
+        # The warm-up capped at 1 s: the classifier's microsecond calls never settle on a
+        # busy machine and would warm up for the quick preset's 10 s in every run.
+        plan = {
+            "cold_runs": 1,
+            "warmup_max_s": 1.0,
+            "latency_min_runs": 200,
+            "latency_min_s": 0.5,
+            "sustain_s": 0.0,
+        }
+        first = FleetRunner(
+            lab, models, FleetOptions(out_dir=tmp_path / "first", plan_overrides=plan, retries=0)
+        ).run()
+        approved = tmp_path / "approved"
+        for r in first.runs:
+            model = next(m for m in models if m.name == r.model)
+            # The top-level command and its ``fleet approve`` alias run the same code.
+            command = ["approve"] if r.device == "dev-0" else ["fleet", "approve"]
+            args = command + [str(tmp_path / "first" / r.report)]
+            args += ["--model", str(model.path), "--into", str(approved)]
+            if model.golden:
+                args += ["--golden", str(model.golden)]
+            assert edgequal_main(args) == 0
+        entries = load_approved(approved)
+        assert sorted(entries) == ["classifier", "mid"]
+        assert sorted(entries["mid"].devices) == ["dev-0", "dev-1"]
+        kept = entries["classifier"].devices["dev-0"]
+        assert kept.runtime["runtime"] == "onnxruntime" and kept.runtime["version"]
+        assert kept.plan and (approved / kept.report).exists()
+        assert (approved / entries["classifier"].golden).exists()
+        assert (approved / entries["mid"].model).exists()
+
+        # Same firmware and runtime: nothing to re-qualify.
+        assert plan_requalification(approved, lab).runs == {}
+        out = tmp_path / "nothing"
+        assert (
+            edgequal_main(
+                ["fleet", "requalify", str(approved), str(lab_path)]
+                + ["--policy", str(tmp_path / "p.toml"), "--out", str(out)]
+            )
+            == 2
+        )
+        policy = tmp_path / "p.toml"
+        policy.write_text(POLICY)
+        assert (
+            edgequal_main(
+                ["fleet", "requalify", str(approved), str(lab_path)]
+                + ["--policy", str(policy), "--out", str(out)]
+            )
+            == 0
+        )
+        assert not (out / "index.json").exists()
+
+        # The lab changed mid's runtime configuration on dev-1 (one thread, no graph
+        # optimizations): re-qualifying every approved pair fails exactly that gate.
+        index = json.loads((approved / "approved.json").read_text())
+        index["models"]["mid"]["devices"]["dev-1"]["plan"].update(
+            threads=1, graph_optimization="disabled"
+        )
+        (approved / "approved.json").write_text(json.dumps(index))
+        out = tmp_path / "requalified"
+        rc = edgequal_main(
+            ["fleet", "requalify", str(approved), str(lab_path), "--policy", str(policy)]
+            + ["--all", "--out", str(out), "--retries", "1", "--no-record"]
+        )
+        result = json.loads((out / "index.json").read_text())
+        runs = {(r["model"], r["device"]): r for r in result["runs"]}
+        assert len(runs) == 4
+        regressed = runs[("mid", "dev-1")]
+        assert regressed["gate_passed"] is False, regressed
+        for key, r in runs.items():
+            if key != ("mid", "dev-1"):
+                # Passed; or, where other processes on this shared machine took the CPU
+                # through its retry too, inconclusive: a re-run, never a regression.
+                assert r["gate_passed"] is True or r["status"] == "inconclusive", r
+        assert rc == 1
+        assert sorted(result["changes"]) == [
+            "classifier@dev-0",
+            "classifier@dev-1",
+            "mid@dev-0",
+            "mid@dev-1",
+        ]
+    finally:
+        for a in agents:
+            a.stop()

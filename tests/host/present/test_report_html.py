@@ -1,0 +1,165 @@
+"""``edgequal report html``: one self-contained page, opened in a real headless Chromium
+with the network blocked; the plots and tables must be there and rendered."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from edgequal.host.cli.main import main as edgequal_main
+from edgequal.host.judge.report_file import load_report
+from edgequal.host.present.html.plots import window_cause
+from edgequal.host.present.html.report import render_report_html
+
+
+def _chromium() -> str:
+    """The chromium binary; skip (or fail in CI, which installs it) when it is absent."""
+    for name in ("chromium", "chromium-browser"):
+        path = shutil.which(name)
+        if path:
+            return path
+    reason = (
+        "chromium not found: install Debian's chromium (apt-get install chromium) to open the page"
+    )
+    if os.environ.get("CI"):
+        pytest.fail(reason + " ($CI is set, so this is an error: .ci/run installs it)")
+    pytest.skip(reason)
+
+
+def _headless(chromium: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    """Chromium with every network request sent to a closed port and every name unresolvable."""
+    return subprocess.run(
+        [
+            chromium,
+            "--headless",
+            "--disable-gpu",
+            "--no-sandbox",
+            "--no-first-run",
+            "--disable-extensions",
+            "--disable-background-networking",
+            "--proxy-server=127.0.0.1:9",
+            "--host-resolver-rules=MAP * ~NOTFOUND",
+            f"--user-data-dir={tmp_path / 'chromium-profile'}",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.slow
+def test_the_page_renders_in_headless_chromium_with_the_network_blocked(reports, known, tmp_path):
+    chromium = _chromium()
+    page = tmp_path / "report.html"
+    policy = tmp_path / "p.toml"
+    policy.write_text(
+        '[status]\nallowed = ["passed", "degraded", "failed"]\n[latency]\nmax_p50_ms = 1e-6\n'
+    )
+    # Through gate --html, so the gate's results are on the page too.
+    assert (
+        edgequal_main(
+            ["gate", str(reports.classifier), "--policy", str(policy), "--html", str(page)]
+        )
+        == 1
+    )
+    html = page.read_text()
+    # Self-contained: no URL to fetch anywhere, images inline.
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//)""", html)
+    assert "<script" not in html
+    assert html.count('src="data:image/png;base64,') == 2
+
+    dom = _headless(chromium, tmp_path, "--dump-dom", page.as_uri())
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    text = dom.stdout
+    assert text.count("<img") == 2
+    assert 'alt="latency histogram and cumulative distribution"' in text
+    assert 'alt="sustained throughput, temperature and clock over time"' in text
+    for heading in (
+        "Gate",
+        "Warm latency",
+        "Sustained",
+        "Output drift and decision flips",
+        "Fingerprint",
+    ):
+        assert f"<h2>{heading}" in text
+    assert text.count("<table") >= 6
+    assert "threshold:score&gt;0.5" in text  # the decision rule, escaped
+    assert "latency.max_p50_ms" in text  # the failed gate check
+
+    shot = tmp_path / "report.png"
+    run = _headless(
+        chromium, tmp_path, f"--screenshot={shot}", "--window-size=1280,2400", page.as_uri()
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert shot.is_file() and shot.stat().st_size > 10_000
+    import matplotlib.image
+
+    pixels = matplotlib.image.imread(shot)
+    colours = np.unique(pixels.reshape(-1, pixels.shape[-1]), axis=0)
+    assert len(colours) > 50, "the screenshot is (nearly) one colour: the page did not render"
+    print(f"screenshot: {shot}")
+
+
+@pytest.mark.slow
+def test_several_reports_overlay_and_an_unverified_one_is_marked(reports, known, tmp_path, capsys):
+    page = tmp_path / "three.html"
+    paths = [reports.chain_a, reports.chain_b, reports.chain_heavy]
+    assert edgequal_main(["report", "html", *map(str, paths), "-o", str(page)]) == 0
+    html = page.read_text()
+    assert html.count("<img") == 1  # one latency figure, three curves; no sustained phase
+    for label in ("A x=1x256", "B x=1x256", "C x=1x256"):
+        assert label in html
+    assert html.count("verified: signed by device &#x27;local&#x27;") == 3
+
+    data = bytearray(reports.chain_a.read_bytes())
+    i = data.index(b'"sig":"') + 12
+    data[i] = ord("A") if data[i] != ord("A") else ord("B")
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(bytes(data))
+    assert edgequal_main(["report", "html", str(bad), "-o", str(page)]) == 1
+    assert "the signature did not verify" in page.read_text()
+    assert edgequal_main(["report", "html", str(tmp_path / "none.json"), "-o", str(page)]) == 2
+
+
+@pytest.mark.slow
+def test_text_is_escaped_and_interference_windows_are_shown(reports, known, sign):
+    base = load_report(reports.classifier, known=known)
+    pred = json.loads(json.dumps(base.predicate))
+    pred["reason"] = "<script>alert(1)</script>"
+    pred["status"] = "inconclusive"
+    windows = pred["results"]["sustained"]["windows_detail"]
+    windows[1]["cause"] = "interference"
+    windows[1]["cause_detail"] = ["other processes +0.60 CPUs"]
+    windows[1]["interference"] = {
+        "cpu_share": 0.4,
+        "runq_wait_share": 0.5,
+        "other_cpu_share": 0.6,
+        "steal_share": 0.0,
+        "top_processes": [{"name": "<b>stress-ng</b>", "cpu_share": 0.55}],
+    }
+    windows[2]["cause"] = "throttling"
+    pred["results"]["sustained"]["cause"] = "interference"
+    path = sign("escaped", pred, [{"name": "m<i>.onnx", "sha256": "ab" * 32}])
+    html = render_report_html([load_report(path, known=known, require=True)])
+    assert "<script>alert" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert "<b>stress-ng" not in html and "&lt;b&gt;stress-ng&lt;/b&gt; 0.55 CPU" in html
+    assert "m&lt;i&gt;.onnx" in html
+    assert "Windows with a cause" in html and "interference" in html and "throttling" in html
+    assert "other processes +0.60 CPUs" in html
+    assert html.count("<img") == 2
+
+
+def test_window_cause_uses_the_report_cause_else_the_throttle_rule():
+    assert window_cause({"cause": "interference"}, None) == "interference"
+    assert window_cause({"throttle_flags": True}, None) == "throttling"
+    assert window_cause({"over_trip": True}, None) == "throttling"
+    assert window_cause({"min_clock_khz": 1_450_000}, 1_500_000) == "none"
+    assert window_cause({"min_clock_khz": 1_000_000}, 1_500_000) == "throttling"
+    assert window_cause({}, None) == "none"

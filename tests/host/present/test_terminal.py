@@ -1,0 +1,152 @@
+"""The host's rendering: every section of a real measurement prints, absent sensors say so."""
+
+from __future__ import annotations
+
+import pytest
+from edgequal.agent.phases.qualification import run_measurement
+from edgequal.agent.plan import make_plan
+from edgequal.host.present.terminal import summary
+
+
+def test_sparkline_maps_lowest_to_highest():
+    assert summary.sparkline([1, 2, 3, 4, 5, 6, 7, 8]) == "▁▂▃▄▅▆▇█"
+    assert summary.sparkline([5, 5, 5]) == "███"
+    assert summary.sparkline([10, 0]) == "█▁"
+
+
+@pytest.mark.slow
+def test_summary_of_a_real_measurement_with_sustained_and_drift(
+    example_models, golden_sets, tmp_path, capsys
+):
+    plan = make_plan(
+        "quick",
+        cold_runs=1,
+        warmup_min_s=0.05,
+        warmup_max_s=0.5,
+        latency_min_runs=50,
+        latency_min_s=0.1,
+        sustain_s=2.0,
+        window_s=1.0,
+    )
+    out = run_measurement(
+        example_models["classifier"], golden_sets["classifier"], plan, root=tmp_path
+    )
+    predicate = {**out, "run_id": "20261130T000000Z-00000000"}
+    summary.print_summary(predicate, "local", "r.json")
+    text = capsys.readouterr().out
+    for expected in (
+        "Cold load",
+        "Warm latency",
+        "Output drift",
+        "decisions 0 flips in 12 cases",
+        "Sustained (2 s, 1 s windows)",
+        "throughput per window:",
+        "temperatures are absent, not estimated",
+        "signed report: r.json",
+    ):
+        assert expected in text, expected
+
+
+def test_summary_of_a_rejected_model_names_the_operator(example_models, capsys):
+    plan = make_plan("quick", cold_runs=1)
+    out = run_measurement(example_models["unsupported_op"], None, plan)
+    summary.print_summary({**out, "run_id": "x"}, "local")
+    text = capsys.readouterr().out
+    assert "FAILED" in text
+    assert "operator com.example:Frobnicate" in " ".join(text.split())
+
+
+def test_text_from_elsewhere_is_not_markup(capsys):
+    summary.print_error("cannot read models[v2]/m.onnx", "pip install 'edgequal[litert]'")
+    summary.print_line("models[v2]/m.onnx and a[/b]")
+    summary.print_table("devices [/x]", ["name"], [["a[/b]"]])
+    out, err = capsys.readouterr()
+    assert "cannot read models[v2]/m.onnx" in err
+    assert "(hint: pip install 'edgequal[litert]')" in err
+    assert "models[v2]/m.onnx and a[/b]" in out
+    assert "[/x]" in out and "│ a[/b] │" in out
+
+
+def test_summary_prints_names_and_findings_as_they_are(capsys):
+    predicate = {
+        "status": "failed",
+        "run_id": "r-1",
+        "reason": "input [batch?, 3] of models[v2]",
+        "results": {},
+        "findings": [{"kind": "model_rejected", "message": "op [/x] unsupported"}],
+    }
+    summary.print_summary(predicate, "grpc://[::1]:7441", "reports/m[v2].report.json")
+    text = capsys.readouterr().out
+    assert "reason: input [batch?, 3] of models[v2]" in text
+    assert "finding [model_rejected] op [/x] unsupported" in text
+    assert "signed report: reports/m[v2].report.json" in text
+
+
+def _latency(steady: bool) -> dict:
+    return {"per_shape": [{"shape": "x=1x4", "warmup": {"steady": steady}}]}
+
+
+@pytest.mark.parametrize(
+    ("predicate", "expected"),
+    [
+        ({"status": "passed"}, None),
+        (
+            {"status": "degraded", "results": {"latency": _latency(False)}},
+            "re-run on a quiet machine",
+        ),
+        (
+            {"status": "degraded", "results": {"sustained": {"verdict": "degraded"}}},
+            "improve cooling or power",
+        ),
+        (
+            {"status": "failed", "results": {"drift": {"passed": False}}},
+            "raise the output's tolerance in the golden set",
+        ),
+        (
+            {"status": "failed", "findings": [{"kind": "model_rejected", "message": "m"}]},
+            "export it with operators this runtime supports",
+        ),
+        (
+            {"status": "failed", "findings": [{"kind": "x", "message": "m", "hint": "do this"}]},
+            "do this",
+        ),
+        ({"status": "inconclusive"}, "re-run on a quiet board"),
+        ({"status": "incomplete", "reason": "cancelled"}, "fetched by its run id"),
+    ],
+)
+def test_status_hint_says_what_would_change_the_status(predicate, expected):
+    hint = summary.status_hint(predicate)
+    assert hint is None if expected is None else expected in hint
+
+
+def test_a_non_passing_summary_ends_with_what_would_change_it(capsys):
+    summary.print_summary({"status": "inconclusive", "run_id": "r-2", "results": {}}, "local")
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].startswith("edgequal INCONCLUSIVE")
+    assert lines[-1].strip() == (
+        "to change this: other processes interfered with the measurement: "
+        "re-run on a quiet board (nothing else running)"
+    )
+
+
+def test_window_causes_are_marked_under_the_sparkline_and_named():
+    from edgequal.host.present.terminal.summary import describe_cause, window_marks
+
+    windows = [
+        {"cause": "none"},
+        {"cause": "throttling"},
+        {"cause": "interference"},
+        {"cause": "unexplained"},
+    ]
+    assert window_marks(windows) == " ti?"
+    evidence = {
+        "runq_wait_share": 0.42,
+        "other_cpus": 1.9,
+        "steal_share": 0.0,
+        "top_processes": [{"name": "stress[/x]", "cpu_share": 0.97}],
+    }
+    text = describe_cause("interference", evidence)
+    assert text == (
+        "interference: run-queue wait 42%; other processes 1.90 CPUs (busiest: stress[/x] 0.97)"
+    )
+    assert describe_cause("unexplained", None).startswith("unexplained")

@@ -136,7 +136,7 @@ def test_worker_crash_is_a_signed_failed_report_and_the_agent_keeps_serving(
         while time.monotonic() < deadline and not killed:
             for child in agent.children(recursive=True):
                 try:
-                    if "edgequal.agent.worker.main" in " ".join(child.cmdline()):
+                    if "edgequal.agent.worker" in " ".join(child.cmdline()):
                         time.sleep(1.0)  # well into the run
                         child.kill()
                         killed.append(child.pid)

@@ -1,6 +1,6 @@
 """The worker: a child process that loads and runs one model (crash isolation).
 
-Started with exec (``python -m edgequal.agent.worker.main``) by the supervisor, in its
+Started with exec (``python -m edgequal.agent.worker``) by the supervisor, in its
 own process group. It is plumbing only: it reads one job (``jobs.WorkerJob``, JSON)
 on stdin, loads the runtime, calls the measurement code in ``measure/`` and writes JSON-lines events
 to the stdout it was given; the runtime's own prints go to stderr, so they cannot

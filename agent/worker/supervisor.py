@@ -84,7 +84,7 @@ class Worker:
         """Exec the worker and send it the job."""
         self._t_start = time.perf_counter()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "edgequal.agent.worker.main"],
+            [sys.executable, "-m", "edgequal.agent.worker"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -1,4 +1,5 @@
-"""JUnit XML of gate results: one test case per check, the form CI servers read.
+"""JUnit XML of gate results (one test case per check) and of fleet runs (one test case per
+model on each device), the form CI servers read.
 
 The layout follows the Ant/Jenkins JUnit schema (``junit-10.xsd``) that Jenkins,
 GitLab, GitHub Actions reporters and Azure DevOps accept: ``testsuites`` >
@@ -13,8 +14,12 @@ from __future__ import annotations
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .gate import GateResult
+
+if TYPE_CHECKING:
+    from ..lab.fleet import FleetResult
 
 
 def _suite(result: GateResult, timestamp: str) -> ET.Element:
@@ -88,3 +93,59 @@ def write_junit(path: str | Path, results: list[GateResult]) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(junit_xml(results))
+
+
+def fleet_junit(result: FleetResult) -> bytes:
+    """JUnit XML of a fleet run: one test suite per device, one test case per model."""
+    from ..lab.fleet import RETRY_STATUSES
+
+    root = ET.Element("testsuites", {"name": f"edgequal fleet {result.lab}"})
+    devices = list(dict.fromkeys(r.device for r in result.runs))
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(result.started_unix or time.time()))
+    for device in devices:
+        runs = [r for r in result.runs if r.device == device]
+        suite = ET.SubElement(
+            root,
+            "testsuite",
+            {
+                "name": f"edgequal fleet {result.lab} {device}",
+                "tests": str(len(runs)),
+                "failures": str(
+                    sum(
+                        1
+                        for r in runs
+                        if r.state not in ("error", "skipped", "pending") and not r.ok
+                    )
+                ),
+                "errors": str(sum(1 for r in runs if r.state == "error")),
+                "skipped": str(sum(1 for r in runs if r.state in ("skipped", "pending"))),
+                "time": f"{sum(r.duration_s for r in runs):.3f}",
+                "timestamp": stamp,
+            },
+        )
+        for r in runs:
+            case = ET.SubElement(
+                suite,
+                "testcase",
+                {
+                    "name": r.model,
+                    "classname": f"edgequal.fleet.{device}",
+                    "time": f"{r.duration_s:.3f}",
+                },
+            )
+            if r.state == "error":
+                ET.SubElement(case, "error", {"message": r.error or "error", "type": "DeviceError"})
+            elif r.state in ("skipped", "pending"):
+                ET.SubElement(case, "skipped", {"message": r.error or r.state})
+            elif not r.ok:
+                kind = "retry" if r.state in RETRY_STATUSES else "NotQualified"
+                message = f"status {r.status}" + (
+                    f"; gate: {r.gate_summary}" if r.gate_summary else ""
+                )
+                ET.SubElement(case, "failure", {"message": message, "type": kind})
+            out = ET.SubElement(case, "system-out")
+            out.text = (
+                f"status={r.status} run_id={r.run_id} attempts={r.attempts} report={r.report}"
+            )
+    ET.indent(root)
+    return b'<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="utf-8")

@@ -9,8 +9,8 @@ never retried. A device that stops answering is marked ``unreachable`` and its
 remaining runs ``skipped``; the other devices finish.
 
 The output directory holds one signed report per run (``reports/``), its page
-(``pages/``), the index (``index.json``, ``junit.xml``) and the matrix page
-(``index.html``). ``resume`` keeps every run whose report in the directory
+(``pages/``), the index (``index.json``, ``junit.xml``: judge/junit.py) and the matrix
+page (``index.html``: present/html/matrix.py). ``resume`` keeps every run whose report in the directory
 verifies (an ``incomplete`` one measured nothing and runs again), and runs only the
 rest.
 """
@@ -18,14 +18,12 @@ rest.
 from __future__ import annotations
 
 import getpass
-import html
 import json
 import logging
 import os
 import socket
 import threading
 import time
-import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -35,6 +33,8 @@ from edgequal.agent.plan import Plan, make_plan
 
 from ..devices.trust import KnownDevices
 from ..errors import DeviceBusy, HostError, TransportError, UsageError, VerificationFailed
+from ..judge.junit import fleet_junit
+from ..present.html.matrix import matrix_html
 from ..transport import Transport, open_transport
 from .inventory import FleetModel, Lab, LabDevice
 
@@ -553,122 +553,6 @@ def _atomic_write(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.{threading.get_ident()}.tmp")
     tmp.write_bytes(data)
     tmp.replace(path)
-
-
-def fleet_junit(result: FleetResult) -> bytes:
-    """JUnit XML of a fleet run: one test suite per device, one test case per model."""
-    root = ET.Element("testsuites", {"name": f"edgequal fleet {result.lab}"})
-    devices = list(dict.fromkeys(r.device for r in result.runs))
-    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(result.started_unix or time.time()))
-    for device in devices:
-        runs = [r for r in result.runs if r.device == device]
-        suite = ET.SubElement(
-            root,
-            "testsuite",
-            {
-                "name": f"edgequal fleet {result.lab} {device}",
-                "tests": str(len(runs)),
-                "failures": str(
-                    sum(
-                        1
-                        for r in runs
-                        if r.state not in ("error", "skipped", "pending") and not r.ok
-                    )
-                ),
-                "errors": str(sum(1 for r in runs if r.state == "error")),
-                "skipped": str(sum(1 for r in runs if r.state in ("skipped", "pending"))),
-                "time": f"{sum(r.duration_s for r in runs):.3f}",
-                "timestamp": stamp,
-            },
-        )
-        for r in runs:
-            case = ET.SubElement(
-                suite,
-                "testcase",
-                {
-                    "name": r.model,
-                    "classname": f"edgequal.fleet.{device}",
-                    "time": f"{r.duration_s:.3f}",
-                },
-            )
-            if r.state == "error":
-                ET.SubElement(case, "error", {"message": r.error or "error", "type": "DeviceError"})
-            elif r.state in ("skipped", "pending"):
-                ET.SubElement(case, "skipped", {"message": r.error or r.state})
-            elif not r.ok:
-                kind = "retry" if r.state in RETRY_STATUSES else "NotQualified"
-                message = f"status {r.status}" + (
-                    f"; gate: {r.gate_summary}" if r.gate_summary else ""
-                )
-                ET.SubElement(case, "failure", {"message": message, "type": kind})
-            out = ET.SubElement(case, "system-out")
-            out.text = (
-                f"status={r.status} run_id={r.run_id} attempts={r.attempts} report={r.report}"
-            )
-    ET.indent(root)
-    return b'<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="utf-8")
-
-
-_CELL_STYLE = {
-    "passed": "#c8efc8",
-    "degraded": "#f6e7a6",
-    "inconclusive": "#f6d7a6",
-    "failed": "#f3b3b3",
-    "incomplete": "#e3c3f0",
-    "error": "#f3b3b3",
-    "skipped": "#dddddd",
-}
-
-
-def matrix_html(result: FleetResult) -> str:
-    """The matrix page: models down, devices across, each cell linking to its report page."""
-    e = html.escape
-    models = list(dict.fromkeys(r.model for r in result.runs))
-    devices = list(dict.fromkeys(r.device for r in result.runs))
-    cells = {(r.model, r.device): r for r in result.runs}
-    rows = []
-    for m in models:
-        tds = [f"<th>{e(m)}</th>"]
-        for d in devices:
-            r = cells.get((m, d))
-            if r is None:
-                tds.append('<td class="na">–</td>')
-                continue
-            text = e(r.state) + (" ✓" if r.ok else "")
-            if r.gate_passed is not None:
-                text += f"<br><small>gate {'passed' if r.gate_passed else 'FAILED'}</small>"
-            if r.attempts > 1:
-                text += f"<br><small>{r.attempts} attempts</small>"
-            if r.page:
-                text = f'<a href="{e(r.page)}">{text}</a>'
-            title = e(r.error or r.run_id or "")
-            color = _CELL_STYLE.get(r.state, "#ffffff")
-            tds.append(f'<td style="background:{color}" title="{title}">{text}</td>')
-        rows.append("<tr>" + "".join(tds) + "</tr>")
-    gone = "".join(f"<li>{e(d)}: {e(why)}</li>" for d, why in sorted(result.unreachable.items()))
-    stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(result.finished_unix or time.time()))
-    return "\n".join(
-        [
-            "<!DOCTYPE html>",
-            '<html lang="en"><head><meta charset="utf-8">',
-            '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
-            "style-src 'unsafe-inline'\">",
-            f"<title>edgequal fleet {e(result.lab)}</title>",
-            "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
-            "td,th{border:1px solid #999;padding:.4em .8em;text-align:center}"
-            "a{color:inherit}</style></head><body>",
-            f"<h1>edgequal fleet {e(result.lab)}</h1>",
-            f"<p>{len(result.runs)} runs · finished {e(stamp)} · "
-            f'<a href="index.json">index.json</a> · <a href="junit.xml">junit.xml</a></p>',
-            "<table><tr><th>model \\ device</th>"
-            + "".join(f"<th>{e(d)}</th>" for d in devices)
-            + "</tr>",
-            *rows,
-            "</table>",
-            f"<h2>Devices that went away</h2><ul>{gone}</ul>" if gone else "",
-            "</body></html>",
-        ]
-    )
 
 
 def load_index(out_dir: Path) -> FleetResult | None:

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import grpc
 import pytest
-from edgequal.agent.service import server as server_mod
 from edgequal.agent.errors import (
     AgentError,
     BadInput,
@@ -33,6 +32,7 @@ from edgequal.agent.errors import (
 )
 from edgequal.agent.keys import DeviceKey
 from edgequal.agent.runtimes import RuntimeStatus, detect_runtimes
+from edgequal.agent.service import server as server_mod
 from edgequal.agent.service.auth import (
     check_listen_allowed,
     is_loopback_host,

@@ -14,8 +14,9 @@ from edgequal.host.cli.main import main as edgequal_main
 from edgequal.host.devices.resolve import trust_device
 from edgequal.host.devices.trust import KnownDevices
 from edgequal.host.devices.verify import verify_envelope
-from edgequal.host.lab.fleet import FleetOptions, FleetRunner, load_index, matrix_html
+from edgequal.host.lab.fleet import FleetOptions, FleetRunner, load_index
 from edgequal.host.lab.inventory import load_lab, load_models
+from edgequal.host.present.html.matrix import matrix_html
 
 # Small enough for a busy 2-core machine; every phase but the sustained one still runs.
 # The warm-up is capped too: on a loaded machine a model may never reach the steady state,

@@ -29,6 +29,12 @@ def load_test_helper(name: str):
 
 
 @pytest.fixture(scope="session")
+def test_helper():
+    """:func:`load_test_helper`, for the conftest.py files of test folders."""
+    return load_test_helper
+
+
+@pytest.fixture(scope="session")
 def corrupt_model_bytes():
     """tests/corrupt_models.py's ``corrupt_model_bytes(kind, src, dst)``: a broken model file."""
     return load_test_helper("corrupt_models").corrupt_model_bytes
@@ -48,57 +54,10 @@ def make_pki():
 
 
 @pytest.fixture(scope="session")
-def sustain():
-    """``sustain(model, plan, root, on_event=None)``: the sustained phase on onnxruntime
-    (``measure_sustained``) with the board tree ``root``; asserts it raised no finding."""
-    import threading
-
-    from edgequal.agent.phases.sustained import measure_sustained
-
-    def run(model, plan, root, on_event=None):
-        findings: list = []
-        result = measure_sustained(
-            model, None, plan, "onnxruntime", root, on_event or (lambda e: None),
-            threading.Event(), findings,
-        )  # fmt: skip
-        assert not findings, findings
-        return result
-
-    return run
-
-
-@pytest.fixture(scope="session")
-def chain_model():
-    """tests/gate_reports.py's ``chain_model(path, layers, rows=1)``: a MatMul chain of set cost."""
-    return load_test_helper("gate_reports").chain_model
-
-
-@pytest.fixture(scope="session")
 def local_agents():
     """The tests/local_agents.py module: ``serve(state, ...)`` and ``start_agent(base, name)``,
     the one way tests start ``edgequal-agent serve`` processes."""
     return load_test_helper("local_agents")
-
-
-@pytest.fixture(scope="session")
-def postgres_url():
-    """The URL of a real PostgreSQL server (tests/postgres.py) for this test session.
-
-    Skipped with the reason when the PostgreSQL binaries are absent; in CI ($CI set)
-    that is an error, because .ci/run installs them.
-    """
-    helpers = load_test_helper("postgres")
-    bin_dir = helpers.find_bin_dir()
-    if bin_dir is None:
-        reason = "PostgreSQL not found (no initdb): install postgresql to run these tests"
-        if os.environ.get("CI"):
-            pytest.fail(reason + " ($CI is set, so this is an error)")
-        pytest.skip(reason)
-    server = helpers.start_postgres(bin_dir)
-    try:
-        yield server.url
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="session")
@@ -202,42 +161,6 @@ def device_emulator():
         sys.modules[name] = module
         spec.loader.exec_module(module)
     return sys.modules[name]
-
-
-@pytest.fixture(scope="session")
-def emulated_rail_run(device_emulator, example_models, tmp_path_factory, sustain):
-    """One real sustained run (``measure_sustained``, the production path) on the device
-    emulator, shared by the tests that only read it: ``(result, emulator)``.
-
-    The mid model, one thread, 10 s in 2 s windows after 2 s of idle power. The emulated
-    board has INA3221 rails that read 1.5 W at rest and 4 W more per CPU the worker uses,
-    and heats 4 °C per CPU second from 40 °C (cool rate 0.05) towards a trip point at
-    150 °C that it cannot reach: with one CPU it levels off at 40 + 4 / 0.05 = 120 °C.
-    The emulator's log (``emulator.log``) holds every tick's watts.
-    """
-
-    from edgequal.agent.plan import make_plan
-
-    root = tmp_path_factory.mktemp("emulated-board")
-    emu = device_emulator.DeviceEmulator(
-        root,
-        os.getpid(),
-        ambient_c=40.0,
-        trip_c=150.0,
-        heat_c_per_cpu_s=4.0,
-        cool_rate=0.05,
-        throttle_duty=0.5,
-        period_s=0.25,
-        rails="ina3221",
-        idle_w=1.5,
-        w_per_cpu=4.0,
-    )
-    plan = make_plan(
-        "quick", threads=1, sustain_s=10.0, window_s=2.0, cooldown=False, idle_power_s=2.0
-    )
-    with emu:
-        result = sustain(example_models["mid"], plan, root)
-    return result, emu
 
 
 QUICK_TEST_PLAN = {

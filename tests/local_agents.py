@@ -23,7 +23,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-_RUN_LINE = re.compile(r"^(\S+ \S+) INFO edgequal\.agent\.service\.server: run (\S+) (started|ended)")
+_RUN_LINE = re.compile(
+    r"^(\S+ \S+) INFO edgequal\.agent\.service\.server: run (\S+) (started|ended)"
+)
 
 AGENT = [sys.executable, "-m", "edgequal.agent.cli"]
 """The agent's command line, run by the interpreter running the tests."""

@@ -1,0 +1,43 @@
+"""Fixtures for the device tests: real ``edgequal-agent serve`` processes with a token, and
+models of set cost."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+TOKEN = "host-tests-token-" + "d" * 24
+
+
+@pytest.fixture
+def token_file(tmp_path) -> Path:
+    """A private file holding :data:`TOKEN`."""
+    path = tmp_path / "agent.token"
+    path.write_text(TOKEN + "\n")
+    path.chmod(0o600)
+    return path
+
+
+@pytest.fixture
+def start_agent(tmp_path, local_agents):
+    """``start_agent(name, *serve_args)``: a real agent (tests/local_agents.py, ``--debug``:
+    it logs every authorized call) with state ``tmp_path/name``, stopped at the end of the
+    test. It has ``address``, ``state``, ``proc``, ``log()``, ``public_key_raw()`` and
+    ``stored_files()``."""
+    started = []
+
+    def start(name: str, *serve_args: str):
+        agent = local_agents.serve(tmp_path / name, args=serve_args, debug=True)
+        started.append(agent)
+        return agent
+
+    yield start
+    for agent in started:
+        agent.stop()
+
+
+@pytest.fixture(scope="session")
+def chain_model(test_helper):
+    """tests/gate_reports.py's ``chain_model(path, layers, rows=1)``: a MatMul chain of set cost."""
+    return test_helper("gate_reports").chain_model

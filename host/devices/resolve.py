@@ -100,7 +100,7 @@ def open_device(
     ``ssh://`` address is enrolled (its host key was checked against
     known_hosts), and anything else raises UntrustedDevice, having sent nothing.
     """
-    from ..install.commands import default_device_name
+    from .trust import default_device_name
 
     known = known or KnownDevices()
     if device == "local":

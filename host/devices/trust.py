@@ -50,6 +50,22 @@ KNOWN_DEVICES_FILE_NAME = "known_devices"
 KEY_TYPE = "ed25519"
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def check_device_name(name: str | None) -> None:
+    """UsageError unless ``name`` can name a device in ``known_devices``."""
+    if not _NAME.fullmatch(name or ""):
+        raise UsageError(
+            f"bad device name {name!r}",
+            hint="use letters, digits, '.', '_' and '-' (e.g. pi5 or lab-orin-1)",
+        )
+
+
+def default_device_name(alias: str) -> str:
+    """A ``known_devices`` name from an SSH host alias: disallowed characters become '-'."""
+    return re.sub(r"[^A-Za-z0-9._-]", "-", alias).strip("-._") or "device"
+
+
 _OPTION_KEY = re.compile(r"[a-z][a-z0-9_]*")
 ALSO_AT = "also_at"
 TLS_OPTIONS = ("tls_ca", "tls_cert", "tls_key")
@@ -223,11 +239,7 @@ class KnownDevices:
         A different key for a known name raises UntrustedDevice unless
         ``replace=True``; a key pinned under another name raises UsageError.
         """
-        if not _NAME.fullmatch(name or ""):
-            raise UsageError(
-                f"bad device name {name!r}",
-                hint="use letters, digits, '.', '_' and '-' (e.g. pi5 or lab-orin-1)",
-            )
+        check_device_name(name)
         if not address or any(c.isspace() for c in address):
             raise UsageError(f"bad address {address!r} for device {name}: it must be one word")
         if token_file is not None and (not token_file or any(c.isspace() for c in token_file)):

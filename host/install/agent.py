@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import secrets
 import shlex
 import tempfile
@@ -48,14 +47,13 @@ from pathlib import Path
 from edgequal.agent.errors import AgentError
 from edgequal.agent.service.auth import read_token_file
 
-from ..devices.trust import KnownDevices, decode_public_key
+from ..devices.trust import KnownDevices, check_device_name, decode_public_key, default_device_name
 from ..errors import HostError, TransportError, UsageError
 from ..transport.ssh import DEFAULT_INSTALL_PREFIX, SSHTransport
 from ..transport.ssh_session import SSHSession
 from ..transport.ssh_target import resolve_target
 from .commands import (
     check_extras,
-    default_device_name,
     grpc_address_for,
     listen_address,
     pip_install_command,
@@ -72,7 +70,6 @@ MIN_PYTHON = (3, 10)
 PIP_TIMEOUT_S = 1800.0
 PIP_IDLE_TIMEOUT_S = 600.0
 VENV_TIMEOUT_S = 300.0
-_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 @dataclass
@@ -162,8 +159,7 @@ def install_agent(
     step = on_step or (lambda _msg: None)
     target = resolve_target(url, ssh_config)
     name = device_name or default_device_name(target.alias)
-    if not _NAME_RE.fullmatch(name):
-        raise UsageError(f"bad device name {name!r}", hint="use letters, digits, '.', '_' and '-'")
+    check_device_name(name)
 
     with tempfile.TemporaryDirectory(prefix="edgequal-install-") as tmp:
         if wheel is None:

@@ -51,11 +51,6 @@ def loopback_for(listen: str) -> tuple[str, int]:
     return host, port
 
 
-def default_device_name(alias: str) -> str:
-    """A ``known_devices`` name from an SSH host alias: disallowed characters become '-'."""
-    return re.sub(r"[^A-Za-z0-9._-]", "-", alias).strip("-._") or "device"
-
-
 def check_extras(extras: Sequence[str]) -> tuple[str, ...]:
     """The extras to install, stripped; UsageError naming the first unknown one."""
     extras = tuple(e.strip() for e in extras if e and e.strip())

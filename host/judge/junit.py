@@ -97,8 +97,6 @@ def write_junit(path: str | Path, results: list[GateResult]) -> None:
 
 def fleet_junit(result: FleetResult) -> bytes:
     """JUnit XML of a fleet run: one test suite per device, one test case per model."""
-    from ..lab.fleet import RETRY_STATUSES
-
     root = ET.Element("testsuites", {"name": f"edgequal fleet {result.lab}"})
     devices = list(dict.fromkeys(r.device for r in result.runs))
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(result.started_unix or time.time()))
@@ -138,7 +136,7 @@ def fleet_junit(result: FleetResult) -> bytes:
             elif r.state in ("skipped", "pending"):
                 ET.SubElement(case, "skipped", {"message": r.error or r.state})
             elif not r.ok:
-                kind = "retry" if r.state in RETRY_STATUSES else "NotQualified"
+                kind = "retry" if r.retryable else "NotQualified"
                 message = f"status {r.status}" + (
                     f"; gate: {r.gate_summary}" if r.gate_summary else ""
                 )

@@ -101,6 +101,11 @@ class RunRecord:
             return False
         return self.gate_passed is not False
 
+    @property
+    def retryable(self) -> bool:
+        """Its status is one a fleet run measures again (interference, or unfinished)."""
+        return self.state in RETRY_STATUSES
+
     def to_json(self) -> dict:
         """The record as JSON (``ok`` included for readers of the index)."""
         return {**asdict(self), "ok": self.ok}

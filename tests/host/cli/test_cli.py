@@ -253,8 +253,7 @@ def test_qualify_over_ssh_from_the_cli_pins_on_first_use(
     assert predicate["status"] in MEASURED_STATUSES, err
     assert rc == exit_code_for(predicate["status"], predicate["findings"])
     # Same envelope format as over gRPC: it verifies by device name through the CLI.
-    from edgequal.host.devices.trust import KnownDevices
-    from edgequal.host.install.commands import default_device_name
+    from edgequal.host.devices.trust import KnownDevices, default_device_name
 
     name = default_device_name(sshd_server.url.removeprefix("ssh://"))
     assert KnownDevices().get(name).address == sshd_server.url

@@ -26,13 +26,12 @@ from pathlib import Path
 import pytest
 from edgequal.agent.keys import load_or_create_device_key
 from edgequal.agent.report.signing import MEASURED_STATUSES
-from edgequal.host.devices.trust import KnownDevices
+from edgequal.host.devices.trust import KnownDevices, default_device_name
 from edgequal.host.devices.verify import verify_envelope
 from edgequal.host.errors import HostError, TransportError, UsageError
 from edgequal.host.examples.catalog import build_example
 from edgequal.host.install.agent import agent_status, install_agent
 from edgequal.host.install.commands import (
-    default_device_name,
     grpc_address_for,
     listen_address,
     pip_install_command,

@@ -1,9 +1,9 @@
 """One qualification, phase by phase: cold load, warm latency, drift, memory, the service
-scenarios, edge shapes (``edge_shapes.py``), sustained (``sustained_phase.py``).
+scenarios, edge shapes (``edge_shapes.py``), sustained (``sustained.py``).
 
 Every phase runs in fresh worker processes (``jobs.WorkerJob``); this module starts
 them, samples the competition for CPU from the agent while they run
-(``phase_workers.run_sampled``), hands the samples to the pure scoring in
+(``workers.run_sampled``), hands the samples to the pure scoring in
 ``measure/``, and assembles the results object (schema
 ``edgequal.results/v1``, docs/report-schema.md). It never raises for trouble with
 the model or the runtime: that becomes a finding and a status. It raises AgentError

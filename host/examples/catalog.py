@@ -2,8 +2,8 @@
 
 This is the catalogue: each model's name, file, description and decision rule,
 and realistic inputs for it. Every model is generated from code: ONNX graphs in
-:mod:`.example_onnx`, TFLite flatbuffers in :mod:`.example_tflite`, from the
-deterministic weights of :mod:`.example_weights`, so a build writes
+:mod:`.onnx_models`, TFLite flatbuffers in :mod:`.tflite_models`, from the
+deterministic weights of :mod:`.weights`, so a build writes
 byte-identical files every time.
 
 ``onnx``, ``flatbuffers`` and ``ai_edge_litert`` (for its flatbuffer schema) are

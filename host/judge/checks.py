@@ -2,7 +2,7 @@
 
 Status, findings, cold load, latency (percentiles judged on the upper end of their
 95 % confidence interval), sustained, drift and memory here; the service scenarios'
-and energy limits in ``gate_scenarios.py``. Pure: a predicate and a policy in, checks out.
+and energy limits in ``scenario_checks.py``. Pure: a predicate and a policy in, checks out.
 """
 
 from __future__ import annotations

@@ -12,11 +12,11 @@ clock per window over time with throttle and interference windows shaded, the se
 scenarios and energy, the declared co-load and the edge shapes, the drift table with
 decision flips, cold load and memory, findings, the fingerprint.
 
-This module assembles the page; the parts live beside it: ``report_html_parts.py``
-(escaping, tables, style sheet, figure to PNG), ``report_html_plots.py`` (the
-matplotlib figures), ``report_html_sections.py`` (the tables),
-``report_html_scenarios.py`` (service scenarios and energy) and
-``report_html_conditions.py`` (co-load and edge shapes).
+This module assembles the page; the parts live beside it: ``parts.py``
+(escaping, tables, style sheet, figure to PNG), ``plots.py`` (the
+matplotlib figures), ``sections.py`` (the tables),
+``scenarios.py`` (service scenarios and energy) and
+``conditions.py`` (co-load and edge shapes).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ One section per (device, model): a plot of p50 and p99 latency (ms) and sustaine
 throughput (inferences/s) against the measurement time, a dashed vertical line at
 each run whose firmware or runtime differs from the run before (labelled with what
 changed), and the table of runs. Plots are matplotlib PNGs embedded as base64, as on
-the report page (``report_html``): the page is one file, fetches nothing, runs no
+the report page (``report.py``): the page is one file, fetches nothing, runs no
 script, and every text that comes from the database is escaped.
 """
 

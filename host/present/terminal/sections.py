@@ -1,5 +1,5 @@
 """The sections of the qualification summary (cold load, latency, drift, sustained, memory,
-co-load and edge shapes, energy), and the consoles and formatting every render module shares.
+co-load and edge shapes, energy), and the consoles and formatting every module here shares.
 
 Only imported by :mod:`edgequal.host.present.terminal.summary` and :mod:`edgequal.host.present.terminal.scenarios`, so
 rich is still imported only when something is shown. Text that is not this package's own

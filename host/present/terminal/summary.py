@@ -1,5 +1,5 @@
-"""Everything the host shows a person. With :mod:`.render_sections` and
-:mod:`.render_scenarios` (the summary's sections, imported only from here), the only
+"""Everything the host shows a person. With :mod:`.sections` and
+:mod:`.scenarios` (the summary's sections, imported only from here), the only
 modules that import rich; the rest of the host imports its names from this one.
 
 Only these modules' own markup is markup: every name, path, message and hint

@@ -30,6 +30,8 @@ from ..measure.attribution import (
     interference_present,
 )
 from ..measure.coload import coload_cause
+from ..measure.latency import CLEAN_EXTENSION
+from ..measure.preemption import decided_on_clean, decisive_summary, preemption_evidence
 from ..plan import Plan
 from ..probes.fingerprint import fingerprint as probe_fingerprint
 from ..probes.thermal import read_thermal
@@ -124,14 +126,29 @@ def measure_cold_load(
 
 
 def latency_cause(entry: dict) -> str:
-    """``none`` for a steady latency phase with a light tail; else whether interference explains it."""
-    summary = entry["summary"]
+    """The cause behind a latency shape's figures: ``none``, ``interference`` or ``unexplained``.
+
+    A tagged shape (``preemption``) is judged on its decisive figures (the clean calls
+    when they were enough): ``interference`` whenever the worker waited for a CPU, time
+    was stolen or other processes took the CPU in the loop's span, steady or not, so a
+    busy neighbour is never ``none``; else ``none`` when steady with a light tail.
+    An untagged shape (the plain segments of a co-load run) keeps the older rule:
+    ``none`` when steady with a light tail, else whether interference explains it.
+    """
+    summary = decisive_summary(entry)
     tail = summary.get("p99_ms") or summary.get("p95_ms")
-    heavy = bool(tail and summary["p50_ms"] and tail > HEAVY_TAIL_RATIO * summary["p50_ms"])
+    heavy = bool(tail and summary.get("p50_ms") and tail > HEAVY_TAIL_RATIO * summary["p50_ms"])
     entry["heavy_tail"] = heavy
+    present = bool(interference_present(entry.get("interference")))
+    if "preemption" in entry:
+        entry["decided_on"] = "clean" if decided_on_clean(entry) else "all"
+        entry["preemption"]["evidence"] = preemption_evidence(entry.get("interference"))
+        if present:
+            return "interference"
+        return "none" if entry["warmup"]["steady"] and not heavy else "unexplained"
     if entry["warmup"]["steady"] and not heavy:
         return "none"
-    return "interference" if interference_present(entry.get("interference")) else "unexplained"
+    return "interference" if present else "unexplained"
 
 
 def _with_coload_evidence(result: dict, run, samples, sampler, findings, runtime) -> dict:
@@ -183,7 +200,9 @@ def measure_warm(
             emit({"type": "progress", "phase": "latency", "message": event["phase"]})
 
     job = WorkerJob.for_phase("warm", model, golden, plan, runtime, latency=settings)
-    timeout_s = plan.phase_timeout_s + plan.latency_min_s + plan.warmup_max_s
+    # The timed loop may run on to its limit while clean calls are short (measure/latency.py).
+    loop_limit_s = plan.latency_max_s or plan.latency_min_s * (1.0 + CLEAN_EXTENSION)
+    timeout_s = plan.phase_timeout_s + loop_limit_s + plan.warmup_max_s
     run = None
     if coload:
         run = start_for_phase(coload, plan, cancel, emit, findings, runtime, "latency", paused=True)
@@ -336,8 +355,10 @@ def decide_status(results: dict, findings: list[dict]) -> tuple[str, str | None]
 
     failed: a phase could not complete (rejection, crash, timeout), drift out of
     tolerance, or a failed sustained verdict (throttling or under-voltage).
-    inconclusive: a sustained drop or an unsteady latency phase that interference
-    (other processes' CPU, run-queue wait, steal) explains: re-run on a quiet board.
+    inconclusive: a sustained drop that interference (other processes' CPU, run-queue
+    wait, steal) explains, a latency shape that got too few calls that kept the CPU
+    within the plan's limits, or an unsteady untagged latency phase (co-load) that
+    interference explains: re-run on a quiet board.
     degraded: latency never steadied with no interference measured, the sustained
     verdict is degraded (throttled) or unexplained, or nodes fell back to the CPU under
     an accelerator provider the plan asked for.
@@ -354,7 +375,26 @@ def decide_status(results: dict, findings: list[dict]) -> tuple[str, str | None]
     interference, reasons = [], []
     for entry in (results.get("latency") or {}).get("per_shape", []):
         unsteady = not entry["warmup"]["steady"]
-        if entry.get("cause") == "interference":
+        pre = entry.get("preemption")
+        if pre is not None:
+            # Measured through interference: only too few clean calls leave it undecided.
+            if not pre["clean_enough"]:
+                interference.append(
+                    f"latency for {entry['shape']}: {pre['calls'] - pre['excluded']} of "
+                    f"{pre['calls']} calls kept the CPU, {pre['needed']} needed within the "
+                    "plan's limits, while other processes took the CPU"
+                )
+            elif unsteady:
+                busy = (
+                    " while other processes took the CPU"
+                    if entry.get("cause") == "interference"
+                    else ""
+                )
+                reasons.append(
+                    f"latency for {entry['shape']} never reached a steady state{busy} "
+                    "(judged on the calls that kept the CPU)"
+                )
+        elif entry.get("cause") == "interference":
             what = "never reached a steady state" if unsteady else "has a heavy tail"
             interference.append(
                 f"latency for {entry['shape']} {what} while other processes took the CPU"

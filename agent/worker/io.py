@@ -99,6 +99,15 @@ def own_schedstat() -> tuple[int, int] | None:
     return read_worker_schedstat(Path("/proc"), os.getpid())
 
 
+def involuntary_switches() -> int:
+    """Involuntary context switches of this worker so far, all threads (getrusage).
+
+    The latency loop reads it between timed calls to tag the calls during which the
+    worker was switched out (measure/latency.py); about a microsecond a read.
+    """
+    return resource.getrusage(resource.RUSAGE_SELF).ru_nivcsw
+
+
 def load_runtime(job: WorkerJob):
     """Import the job's runtime and load its model: ``(runtime, rss_before_load, rss_after_load)``."""
     from ..runtimes import runtime_class

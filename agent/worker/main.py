@@ -25,6 +25,7 @@ import numpy as np
 from .io import (
     emit,
     first_feeds,
+    involuntary_switches,
     load_runtime,
     open_event_stream,
     own_schedstat,
@@ -160,7 +161,13 @@ def run_warm(job: WorkerJob) -> dict:
         latency = [
             {
                 "shape": key,
-                **measure_latency(rt.bind(feeds), job.latency, on_phase=phase, sched=own_schedstat),
+                **measure_latency(
+                    rt.bind(feeds),
+                    job.latency,
+                    on_phase=phase,
+                    sched=own_schedstat,
+                    switches=involuntary_switches,
+                ),
             }
             for key, feeds in groups.items()
         ]

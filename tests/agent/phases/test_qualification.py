@@ -30,18 +30,29 @@ RUNNABLE = [
 
 def assert_passed_or_explained(out: dict) -> None:
     """Passed; or, where a 0.5 s warm-up did not settle on a shared machine, a status whose
-    cause the report's own evidence shows: inconclusive only with interference measured."""
-    if out["status"] == "passed":
-        return
-    assert out["status"] in ("degraded", "inconclusive"), out["reason"]
+    cause the report's own evidence shows: inconclusive only when too few calls kept the
+    CPU, degraded only for a warm-up that never settled on the calls that did."""
     causes = set()
     for entry in out["results"]["latency"]["per_shape"]:
         causes.add(entry["cause"])
         if entry["cause"] == "interference":
             ev = entry["interference"]
-            assert ev["runq_wait_share"] >= 0.05 or ev["steal_share"] >= 0.02, ev
-    assert (out["status"] == "inconclusive") == ("interference" in causes)
-    assert ("other processes took the CPU" in out["reason"]) == (out["status"] == "inconclusive")
+            assert (
+                ev["runq_wait_share"] >= 0.05
+                or ev["steal_share"] >= 0.02
+                or ev["other_cpus"] >= 0.5
+            ), ev
+    if out["status"] == "passed":
+        return
+    assert out["status"] in ("degraded", "inconclusive"), out["reason"]
+    short = [
+        e for e in out["results"]["latency"]["per_shape"] if not e["preemption"]["clean_enough"]
+    ]
+    assert (out["status"] == "inconclusive") == bool(short)
+    if short:
+        assert "calls kept the CPU" in out["reason"], out["reason"]
+    else:
+        assert "never reached a steady state" in out["reason"], out["reason"]
 
 
 @pytest.mark.parametrize("name", RUNNABLE)

@@ -1,0 +1,84 @@
+"""Which figures of a latency shape decide: the calls that kept the CPU, or all of them.
+
+The worker tags every timed call it was switched out during (measure/latency.py). A
+shape whose clean calls are enough (``preemption.clean_enough``) is decided on them:
+its verdict, steadiness and tail, the gate's limits, compare and a baseline read the
+``clean`` summary and the untagged samples. The as-measured ``summary`` and every raw
+sample stay in the report beside them. Pure: report dicts and numpy in, figures out.
+"""
+
+from __future__ import annotations
+
+import base64
+
+import numpy as np
+
+from .latency import decode_tags
+
+
+def decided_on_clean(entry: dict) -> bool:
+    """The shape's clean calls were enough to decide on (a tagged loop that got them)."""
+    pre = entry.get("preemption") or {}
+    return bool(pre.get("clean_enough")) and bool(entry.get("clean"))
+
+
+def decisive_summary(entry: dict) -> dict:
+    """The summary a verdict or a limit reads: ``clean`` when it decides, else ``summary``."""
+    return entry["clean"] if decided_on_clean(entry) else (entry.get("summary") or {})
+
+
+def clean_samples_ns(entry: dict, samples_ns: np.ndarray) -> np.ndarray:
+    """The samples of the calls that kept the CPU, in order (all of them without tags)."""
+    tags = entry.get("preempted_b64")
+    if not tags or not decided_on_clean(entry):
+        return samples_ns
+    return samples_ns[~decode_tags(tags, len(samples_ns))]
+
+
+def decisive_entry(entry: dict) -> dict:
+    """``entry`` as the host's judges read it: ``summary`` and ``samples_ns_b64`` replaced
+    by the clean ones when they decide (the entry itself when they do not)."""
+    if not decided_on_clean(entry):
+        return entry
+    out = {**entry, "summary": entry["clean"]}
+    raw = entry.get("samples_ns_b64")
+    if raw:
+        samples = np.frombuffer(base64.b64decode(raw), dtype="<i8")
+        kept = clean_samples_ns(entry, samples)
+        out["samples_ns_b64"] = base64.b64encode(kept.astype("<i8").tobytes()).decode()
+    return out
+
+
+def preemption_evidence(interference: dict | None) -> dict:
+    """What competed while the calls were tagged, from the same span's contention figures:
+    the worker's run-queue wait share, other processes' CPUs, steal (None where unread)."""
+    ev = interference or {}
+    return {
+        "runq_wait_share": ev.get("runq_wait_share"),
+        "other_cpus": ev.get("other_cpus"),
+        "steal_share": ev.get("steal_share"),
+        "top_processes": [p["name"] for p in ev.get("top_processes") or []][:3],
+    }
+
+
+def excluded_text(entry: dict) -> str | None:
+    """One line: how many calls were excluded and why, how long the worker waited."""
+    pre = entry.get("preemption")
+    if not pre:
+        return None
+    calls, excluded = pre["calls"], pre["excluded"]
+    text = f"{excluded} of {calls} calls excluded (preempted)"
+    ev = pre.get("evidence") or {}
+    wait = ev.get("runq_wait_share")
+    if wait is not None:
+        text += f"; the worker waited {wait:.0%} of its runnable time"
+    others = ev.get("other_cpus")
+    if others:
+        text += f"; other processes used {others:.2f} CPUs"
+        if ev.get("top_processes"):
+            text += f" ({', '.join(ev['top_processes'])})"
+    if ev.get("steal_share"):
+        text += f"; steal {ev['steal_share']:.0%}"
+    if not pre["clean_enough"]:
+        text += f"; {calls - excluded} clean, {pre['needed']} needed"
+    return text

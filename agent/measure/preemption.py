@@ -27,26 +27,25 @@ def decisive_summary(entry: dict) -> dict:
     return entry["clean"] if decided_on_clean(entry) else (entry.get("summary") or {})
 
 
-def clean_samples_ns(entry: dict, samples_ns: np.ndarray) -> np.ndarray:
-    """The samples of the calls that kept the CPU, in order (all of them without tags)."""
+def decisive_samples_ns(entry: dict) -> np.ndarray | None:
+    """The raw samples (int64 ns) a baseline, compare or a confidence interval reads: those
+    of the calls that kept the CPU when they decide, else all; None without raw samples."""
+    raw = entry.get("samples_ns_b64")
+    if not raw:
+        return None
+    samples = np.frombuffer(base64.b64decode(raw), dtype="<i8").astype(np.int64)
     tags = entry.get("preempted_b64")
     if not tags or not decided_on_clean(entry):
-        return samples_ns
-    return samples_ns[~decode_tags(tags, len(samples_ns))]
+        return samples
+    return samples[~decode_tags(tags, len(samples))]
 
 
 def decisive_entry(entry: dict) -> dict:
-    """``entry`` as the host's judges read it: ``summary`` and ``samples_ns_b64`` replaced
-    by the clean ones when they decide (the entry itself when they do not)."""
+    """``entry`` with ``summary`` replaced by the clean one when it decides (the entry itself
+    when it does not); read its samples with :func:`decisive_samples_ns`."""
     if not decided_on_clean(entry):
         return entry
-    out = {**entry, "summary": entry["clean"]}
-    raw = entry.get("samples_ns_b64")
-    if raw:
-        samples = np.frombuffer(base64.b64decode(raw), dtype="<i8")
-        kept = clean_samples_ns(entry, samples)
-        out["samples_ns_b64"] = base64.b64encode(kept.astype("<i8").tobytes()).decode()
-    return out
+    return {**entry, "summary": entry["clean"], "as_measured": entry.get("summary")}
 
 
 def preemption_evidence(interference: dict | None) -> dict:

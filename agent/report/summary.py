@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ..measure.preemption import decided_on_clean, decisive_summary, excluded_text
+
 
 def _ms(value) -> str:
     if value is None:
@@ -34,7 +36,7 @@ def format_summary(measurement: dict) -> str:
             f"total {_ms(cold['total_ms']['median'])}; page cache evicted: {'yes' if cold['page_cache_evicted'] else 'no'}"
         )
     for entry in (results.get("latency") or {}).get("per_shape", []):
-        s = entry["summary"]
+        s = decisive_summary(entry)
         ci = s.get("p50_ci_ms")
         ci_text = f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""
         steady = "" if entry["warmup"]["steady"] else " (not steady)"
@@ -42,6 +44,13 @@ def format_summary(measurement: dict) -> str:
             f"latency {entry['shape']}: n={s['count']} p50 {_ms(s['p50_ms'])}{ci_text} p90 {_ms(s['p90_ms'])} "
             f"p99 {_ms(s['p99_ms'])} max {_ms(s['max_ms'])} cv {s['cv']:.3f}{steady}"
         )
+        excluded = excluded_text(entry)
+        if excluded:
+            basis = "calls that kept the CPU" if decided_on_clean(entry) else "every call"
+            lines.append(
+                f"  figures over the {basis}: {excluded}; "
+                f"p99 as measured {_ms(entry['summary']['p99_ms'])}"
+            )
     drift = results.get("drift")
     if drift:
         for name, out in drift.get("outputs", {}).items():

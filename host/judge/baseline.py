@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from edgequal.agent.measure.preemption import decisive_samples_ns, decisive_summary
+
 from .checks import Check, blamed_on_interference, fmt_value
 from .policy import Policy
-from .regression import bootstrap_median_ratio, decode_samples_ns, judge_ratio, mann_whitney_u
+from .regression import bootstrap_median_ratio, judge_ratio, mann_whitney_u
 from .report_file import ReportFile
 
 # ---------------------------------------------------------------------------
@@ -113,8 +115,9 @@ _SAME_FIELD_KEYS = {
 def compare_latency(base_entry: dict, cand_entry: dict, settings: dict) -> dict:
     """Median-ratio bootstrap, Mann–Whitney U and the verdict for one input shape."""
     if base_entry.get("samples_ns_b64") and cand_entry.get("samples_ns_b64"):
-        a = decode_samples_ns(base_entry["samples_ns_b64"])
-        b = decode_samples_ns(cand_entry["samples_ns_b64"])
+        # The calls that kept the CPU where they decide: a busy neighbour sets no baseline.
+        a = decisive_samples_ns(base_entry)
+        b = decisive_samples_ns(cand_entry)
         ratio = bootstrap_median_ratio(
             a,
             b,
@@ -129,8 +132,8 @@ def compare_latency(base_entry: dict, cand_entry: dict, settings: dict) -> dict:
             "min_effect": settings["min_effect"],
         }
     # Reports without raw samples: the point medians only, no interval.
-    p_a = (base_entry.get("summary") or {}).get("p50_ms")
-    p_b = (cand_entry.get("summary") or {}).get("p50_ms")
+    p_a = decisive_summary(base_entry).get("p50_ms")
+    p_b = decisive_summary(cand_entry).get("p50_ms")
     if not p_a or p_b is None:
         return {"verdict": "unresolved", "min_effect": settings["min_effect"], "median_ratio": None}
     r = p_b / p_a

@@ -11,9 +11,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
+from edgequal.agent.measure.preemption import decided_on_clean, decisive_entry, decisive_samples_ns
 
 from .policy import DRIFT_METRICS, Policy
-from .regression import decode_samples_ns
 
 _MB = 1 << 20
 _PERCENTILE_KEYS = {
@@ -203,7 +203,7 @@ def percentile_upper_ci(entry: dict, key: str) -> tuple[float | None, str, str |
     if ci is None and entry.get("samples_ns_b64"):
         from edgequal.agent.measure.stats import quantile_ci
 
-        ordered = np.sort(decode_samples_ns(entry["samples_ns_b64"]))
+        ordered = np.sort(decisive_samples_ns(entry))
         bounds = quantile_ci(ordered, q)
         ci = None if bounds is None else [bounds[0] / 1e6, bounds[1] / 1e6]
     if not ci:
@@ -213,7 +213,9 @@ def percentile_upper_ci(entry: dict, key: str) -> tuple[float | None, str, str |
 
 
 def blamed_on_interference(entry: dict) -> bool:
-    return entry.get("cause") == "interference"
+    """The shape's figures are not the board's: interference, and too few calls that kept
+    the CPU to decide on (a shape decided on its clean calls is judged, not retried)."""
+    return entry.get("cause") == "interference" and not decided_on_clean(entry)
 
 
 def latency_checks(results: dict, policy: Policy) -> list[Check]:
@@ -228,7 +230,7 @@ def latency_checks(results: dict, policy: Policy) -> list[Check]:
             )
         ]
     checks = []
-    for entry in per_shape:
+    for entry in map(decisive_entry, per_shape):
         shape = entry.get("shape", "?")
         retry = blamed_on_interference(entry)
         summary = entry.get("summary") or {}

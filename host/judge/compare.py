@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from edgequal.agent.measure.preemption import decisive_entry
+
 from .baseline import compare_latency, fingerprint_changes
 from .conditions import edge_shapes, mb
 from .policy import BASELINE_DEFAULTS
@@ -122,8 +124,9 @@ def _get(d: Any, *path: str) -> Any:
 
 
 def _per_shape(r: ReportFile) -> dict[str, dict]:
+    """Each latency shape as judged: its clean figures where they decide (measure/preemption.py)."""
     entries = _get(r.predicate, "results", "latency", "per_shape") or []
-    return {e.get("shape"): e for e in entries}
+    return {e.get("shape"): decisive_entry(e) for e in entries}
 
 
 def _coload(r: ReportFile, shape: str) -> dict | None:

@@ -19,6 +19,7 @@ import hashlib
 from collections.abc import Callable
 from pathlib import Path
 
+from edgequal.agent.measure.preemption import decisive_summary
 from sqlalchemy import (
     Column,
     DateTime,
@@ -161,7 +162,7 @@ def row_of(envelope: bytes, report, device: str, key_fingerprint: str) -> dict:
     results = p.get("results") or {}
     fp = p.get("fingerprint") or {}
     shapes = (results.get("latency") or {}).get("per_shape") or []
-    summary = (shapes[0].get("summary") or {}) if shapes else {}
+    summary = decisive_summary(shapes[0]) if shapes else {}
     runtime = results.get("runtime") or (results.get("cold_load") or {}).get("runtime") or {}
     cold = (results.get("cold_load") or {}).get("total_ms") or {}
     sustained = results.get("sustained") or {}

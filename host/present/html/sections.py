@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from edgequal.agent.measure.preemption import decided_on_clean, decisive_entry, excluded_text
+
 from ...judge.baseline import fingerprint_fields
 from ...judge.gate import GateResult
 from ...judge.report_file import ReportFile
@@ -91,6 +93,8 @@ def _gate_section(results: Sequence[GateResult]) -> str:
 def _latency_table(reports: Sequence[ReportFile]) -> str:
     rows = []
     for label, entry, _ in _latency_series(reports):
+        excluded = excluded_text(entry)
+        entry = decisive_entry(entry)
         s = entry.get("summary") or {}
         warm = entry.get("warmup") or {}
 
@@ -103,7 +107,10 @@ def _latency_table(reports: Sequence[ReportFile]) -> str:
         note = ""
         if cause and cause != "none":
             note = _e(cause)
-            if interference.get("top_processes"):
+            if excluded:
+                basis = "clean calls" if decided_on_clean(entry) else "every call"
+                note += _e(f" (figures over {basis}: {excluded})")
+            elif interference.get("top_processes"):
                 note += ": " + _e(
                     ", ".join(
                         f"{p.get('name')} {p.get('cpu_share') or 0:.2f} CPU"

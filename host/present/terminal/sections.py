@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 
+from edgequal.agent.measure.preemption import decided_on_clean, decisive_entry, excluded_text
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -74,7 +75,7 @@ def print_cold_load(results: dict) -> None:
 
 def print_latency(results: dict) -> None:
     """Warm latency per shape with order-statistic intervals, and what slowed a shape."""
-    per_shape = (results.get("latency") or {}).get("per_shape", [])
+    per_shape = [decisive_entry(e) for e in (results.get("latency") or {}).get("per_shape", [])]
     if per_shape:
         # One unit per table keeps the columns narrow enough for an 80-column CI log.
         micro = max(e["summary"]["p50_ms"] or 0 for e in per_shape) < 1.0
@@ -111,7 +112,17 @@ def print_latency(results: dict) -> None:
             )
         console.print(t)
         for entry in per_shape:
-            if entry.get("cause") in (None, "none"):
+            excluded = excluded_text(entry)
+            if excluded:
+                basis = "calls that kept the CPU" if decided_on_clean(entry) else "every call"
+                measured = (entry.get("as_measured") or entry["summary"]).get("p99_ms")
+                line = f"  latency {esc(entry['shape'])} on the {basis}: {esc(excluded)}"
+                if measured is not None and decided_on_clean(entry):
+                    line += f"; p99 as measured {v(measured)} {unit}"
+                console.print(line, soft_wrap=True)
+            if entry.get("cause") in (None, "none") or (
+                decided_on_clean(entry) and entry["warmup"]["steady"]
+            ):
                 continue
             what = "unsteady" if not entry["warmup"]["steady"] else "heavy tail"
             console.print(

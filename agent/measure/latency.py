@@ -29,8 +29,19 @@ from .stats import MIN_SAMPLES_P99, MIN_SAMPLES_P99_9, steady_state, summarize_l
 WARMUP_ROUND_RUNS = 20
 WARMUP_ROUND_S = 0.2
 # Without the plan's latency_max_s, a loop short of clean samples runs on for at most
-# this share of latency_min_s more (docs/measurement.md).
+# this share of latency_min_s more, and at least CLEAN_EXTENSION_MIN_S (docs/measurement.md).
 CLEAN_EXTENSION = 1.0
+CLEAN_EXTENSION_MIN_S = 0.5
+
+
+def loop_limit_s(min_s: float, max_s: float | None) -> float:
+    """How long a tagged timed loop may run at most: the plan's max seconds, else its
+    minimum seconds plus CLEAN_EXTENSION of them (at least CLEAN_EXTENSION_MIN_S)."""
+    if max_s:
+        return max_s
+    return min_s + max(min_s * CLEAN_EXTENSION, CLEAN_EXTENSION_MIN_S)
+
+
 # Steadiness is judged on the clean warm-up calls when at least this many kept the CPU.
 MIN_CLEAN_FOR_STEADINESS = 20
 
@@ -244,7 +255,7 @@ def measure_latency(
     ``preemption`` (``{calls, excluded, share, needed, clean_enough, extended_s}``) and
     ``preempted_b64`` (the tags, one bit per sample, ``np.packbits`` order). The loop
     runs until the clean calls reach :func:`clean_needed` (and the plan's seconds), or
-    to its limit: ``max_s``, else ``min_s`` times (1 + CLEAN_EXTENSION); or max runs.
+    to :func:`loop_limit_s`, or to max runs.
     """
     on_phase("warmup")
     warm = warm_up(call, settings, switches)
@@ -253,9 +264,7 @@ def measure_latency(
     )
     samples = np.empty(capacity, dtype=np.int64)
     tags = np.zeros(capacity, dtype=bool)
-    limit_s = settings.max_s
-    if switches is not None and limit_s is None:
-        limit_s = settings.min_s * (1.0 + CLEAN_EXTENSION)
+    limit_s = loop_limit_s(settings.min_s, settings.max_s) if switches else settings.max_s
     on_phase("latency")
     before = sched() if sched else None
     t0 = time.monotonic()

@@ -36,8 +36,12 @@ def closed_loop(
     on_window: Callable[[dict], None],
     stop_requested: Callable[[], bool],
     sched: Callable[[], tuple[int, int] | None] | None = None,
+    windows_added: Callable[[], int] = lambda: 0,
 ) -> dict:
     """Call ``call`` back to back for ``duration_s``, closing a window every ``window_s``.
+
+    ``windows_added()`` (read once a window closes) is how many windows the caller asked
+    for beyond ``duration_s``: the loop runs that many windows longer.
 
     Window boundaries are CLOCK_MONOTONIC (``time.monotonic``), the clock the agent's
     samplers share. When ``stop_requested()`` turns true the window in progress is
@@ -91,6 +95,7 @@ def closed_loop(
             if now - w_start >= window_s or now >= end:
                 close_window(now, partial=False)
                 w_start, n = now, 0
+                end = start + duration_s + windows_added() * window_s
                 if now >= end:
                     break
         stopped = stop_requested()
@@ -161,47 +166,68 @@ def _clocks(sample: dict) -> list[int]:
     return clocks
 
 
-def score_windows(windows: Sequence[dict], started_at: float) -> dict:
+INTERFERENCE_EXTENSION = 0.5
+"""How much longer than planned a sustained phase may run to replace windows that
+interference took: up to half the planned duration again (docs/measurement.md)."""
+
+
+def windows_needed(planned_windows: int) -> int:
+    """Scored windows a sustained verdict needs: half the planned ones, at least two."""
+    return max(2, -(-planned_windows // 2))
+
+
+def score_windows(
+    windows: Sequence[dict], started_at: float, planned_windows: int | None = None
+) -> dict:
     """Peak, sustained, stability, first throttle, 3 % drop, the cause of drops and the verdict.
 
     Windows carry ``throttle_reasons`` and ``interference`` (see ``window_telemetry``
-    and ``attribution.contention_between``). Verdicts: ``failed`` (under-voltage, or
-    throttled with stability < 0.90 over the windows interference did not touch),
-    ``inconclusive`` (a drop explained by interference), ``degraded`` (throttled, or
-    stability < 0.97 with throttling), ``unexplained`` (a drop with neither cause
-    measured), ``stable``.
+    and ``attribution.contention_between``). A full window whose drop interference
+    explains is not the board's: it is kept (``scored: false``) but peak, sustained,
+    stability and the drop time are over the other full windows. A throttled window is
+    always scored. Verdicts: ``failed`` (under-voltage, or throttled with stability
+    < 0.90), ``degraded`` (throttled), ``unexplained`` (a drop with neither cause
+    measured), ``stable``; ``inconclusive`` only when fewer than
+    :func:`windows_needed` of ``planned_windows`` (default: the full windows) were left
+    to score.
     """
     if not windows:
         return {"windows": 0, "verdict": "failed", "cause": "none", "reason": "no complete window"}
+    attribution = attribute_windows(windows)
     # A partial window (the run was stopped inside it) counts for temperature and
     # throttling, not for throughput: its rate over a fraction of a window is noise.
     full = [w for w in windows if not w.get("partial")] or list(windows)
-    rates = [w["rate_per_s"] for w in full]
-    starts = [w["t0"] - started_at for w in full]
+    interfered = [w for w in full if w.get("cause") == "interference"]
+    scored = [w for w in full if w.get("cause") != "interference"]
+    for w in windows:
+        w["scored"] = w in scored
+    planned = planned_windows if planned_windows is not None else len(full)
+    too_few = len(scored) < min(windows_needed(planned), len(full)) or not scored
+    basis = scored or full
+    rates = [w["rate_per_s"] for w in basis]
+    starts = [w["t0"] - started_at for w in basis]
     peak = peak_rate(rates)
     sustained = sustained_rate(rates)
-    attribution = attribute_windows(windows)
     throttled_windows = [w for w in windows if w.get("throttle_reasons")]
     first_throttle = throttled_windows[0]["t0"] - started_at if throttled_windows else None
     temps = [w["max_temp_c"] for w in windows if w.get("max_temp_c") is not None]
+    stab_all = stability([w["rate_per_s"] for w in full])
     stab = stability(rates)
-    clean = [w["rate_per_s"] for w in full if w.get("cause") != "interference"]
-    stab_clean = stability(clean) if clean else stab
     under_voltage = any(w.get("under_voltage") for w in windows)
-    interfered = [w for w in full if w.get("cause") == "interference"]
     verdict = sustained_verdict(
-        stab_clean if interfered else stab,
+        stab,
         throttled=first_throttle is not None,
         under_voltage=under_voltage,
-        interference=bool(interfered),
+        interference=too_few and bool(interfered),
         crashed=False,
     )
     return {
         "windows": len(full),
+        "scored_windows": len(scored),
         "peak_per_s": peak,
         "sustained_per_s": sustained,
         "stability": stab,
-        "stability_without_interference": stab_clean,
+        "stability_with_interference": stab_all,
         "sustained_over_peak": sustained / peak if peak else None,
         "time_to_first_throttle_s": first_throttle,
         "time_to_3pct_drop_s": first_drop_time_s(starts, rates, peak, 0.03),
@@ -212,7 +238,7 @@ def score_windows(windows: Sequence[dict], started_at: float) -> dict:
         "drops": attribution["drops"],
         "interference_windows": len(interfered),
         "verdict": verdict,
-        "reason": _verdict_reason(verdict, stab, stab_clean, interfered, throttled_windows),
+        "reason": _verdict_reason(verdict, stab, stab_all, interfered, throttled_windows, planned),
     }
 
 
@@ -227,14 +253,15 @@ _VERDICT_CAUSE = {
 }
 
 
-def _verdict_reason(verdict, stab, stab_clean, interfered, throttled) -> str | None:
+def _verdict_reason(verdict, stab, stab_all, interfered, throttled, planned) -> str | None:
     if verdict == "stable":
         return None
     if verdict == "inconclusive":
         detail = "; ".join(interfered[0].get("cause_detail") or [])
         return (
-            f"throughput fell to {stab:.0%} of its best in {len(interfered)} window(s) while "
-            f"other processes took the CPU ({detail}); re-run on a quiet board"
+            f"other processes took the CPU in {len(interfered)} window(s) ({detail}), leaving "
+            f"fewer than {windows_needed(planned)} of {planned} planned windows to score; "
+            "re-run on a quiet board"
         )
     if verdict == "unexplained":
         return (
@@ -244,7 +271,7 @@ def _verdict_reason(verdict, stab, stab_clean, interfered, throttled) -> str | N
     names = sorted({r for w in throttled for r in w.get("throttle_reasons", [])})
     if verdict == "failed" and not throttled:
         return "under-voltage"
-    low = stab_clean < DEGRADED_MIN_STABILITY
-    return f"throttled ({', '.join(names) or 'under-voltage'}); stability {stab_clean:.2f}" + (
+    low = stab < DEGRADED_MIN_STABILITY
+    return f"throttled ({', '.join(names) or 'under-voltage'}); stability {stab:.2f}" + (
         " below 0.90" if low else ""
     )

@@ -30,7 +30,7 @@ from ..measure.attribution import (
     interference_present,
 )
 from ..measure.coload import coload_cause
-from ..measure.latency import CLEAN_EXTENSION
+from ..measure.latency import loop_limit_s
 from ..measure.preemption import decided_on_clean, decisive_summary, preemption_evidence
 from ..plan import Plan
 from ..probes.fingerprint import fingerprint as probe_fingerprint
@@ -201,8 +201,11 @@ def measure_warm(
 
     job = WorkerJob.for_phase("warm", model, golden, plan, runtime, latency=settings)
     # The timed loop may run on to its limit while clean calls are short (measure/latency.py).
-    loop_limit_s = plan.latency_max_s or plan.latency_min_s * (1.0 + CLEAN_EXTENSION)
-    timeout_s = plan.phase_timeout_s + loop_limit_s + plan.warmup_max_s
+    timeout_s = (
+        plan.phase_timeout_s
+        + loop_limit_s(plan.latency_min_s, plan.latency_max_s)
+        + plan.warmup_max_s
+    )
     run = None
     if coload:
         run = start_for_phase(coload, plan, cancel, emit, findings, runtime, "latency", paused=True)

@@ -12,7 +12,8 @@ import threading
 import time
 from pathlib import Path
 
-from ..measure.attribution import contention_between, declared_cpus
+from ..measure.attribution import attribute_windows, contention_between, declared_cpus
+from ..measure.sustained import INTERFERENCE_EXTENSION
 from ..plan import Plan
 from ..worker.jobs import SustainSettings, WorkerJob
 from ..worker.supervisor import Worker
@@ -52,11 +53,17 @@ def measure_sustained(
             telemetry.read_temp_c, idle_c, plan.cooldown_timeout_s, cancel=cancel
         )
     duration = plan.sustain_s
+    window_s = plan.sustain_window_s
+    planned_windows = max(1, round(duration / window_s)) if window_s else 1
     # soak: keep going past the planned duration (up to sustain_extend_to_s) while the
     # temperature still rises faster than 0.5 °C/min; the worker runs until told to stop.
     hard_limit_s = max(duration, plan.sustain_extend_to_s or 0.0)
     extended = False
-    window_s = plan.sustain_window_s
+    # A full window that interference took is replaced: the worker runs one window more
+    # for each, up to INTERFERENCE_EXTENSION of the planned windows.
+    spare_windows = int(planned_windows * INTERFERENCE_EXTENSION)
+    added_windows = 0
+    running: dict = {}
     # The board's own passive trip when its thermal zones expose one, else the profile's.
     trip_c = telemetry.trip_c if telemetry.trip_c is not None else plan.trip_c
     trip_source = "sysfs" if telemetry.trip_c is not None else "profile" if trip_c else None
@@ -72,6 +79,12 @@ def measure_sustained(
         keys += ("sched_ns",)
         w = {k: event[k] for k in keys}
         windows.append(w)
+        nonlocal added_windows
+        if not w["partial"] and "worker" in running:
+            wanted = min(interfered_so_far(running["sampler"]), spare_windows)
+            while added_windows < wanted:
+                running["worker"].add_window()
+                added_windows += 1
         emit(
             {
                 "type": "progress",
@@ -98,8 +111,31 @@ def measure_sustained(
 
     watcher_done = threading.Event()
 
-    def watch_temperature(worker: Worker) -> None:
+    live_evidence: dict[int, dict | None] = {}
+
+    def interfered_so_far(sampler) -> int:
+        """Full windows so far whose drop interference explains, judged as at the end but
+        without throttle evidence (an extra window costs time, never a wrong verdict: the
+        end's scoring has the telemetry). A window's contention is read once a sample
+        after its end exists."""
+        contention = sampler.snapshot()
+        done = [dict(w) for w in list(windows) if not w.get("partial")]
+        for w in done:
+            if w["index"] not in live_evidence and contention and contention[-1]["t"] >= w["t1"]:
+                live_evidence[w["index"]] = contention_between(
+                    contention, w["t0"], w["t1"], sampler.cpu_count, sampler.clock_ticks_per_s,
+                    w.get("sched_ns"),
+                )  # fmt: skip
+            w["throttle_reasons"] = []
+            w["interference"] = live_evidence.get(w["index"])
+        if not done:
+            return 0
+        attribute_windows(done)
+        return sum(w["cause"] == "interference" for w in done)
+
+    def watch_temperature(worker: Worker, sampler) -> None:
         nonlocal stop_reason, extended
+        running.update(worker=worker, sampler=sampler)
         while not watcher_done.wait(1.0):
             temp = telemetry.latest_temp_c()
             if max_c is not None and temp is not None and temp >= max_c:
@@ -129,10 +165,10 @@ def measure_sustained(
                 runtime,
                 sustain=SustainSettings(duration_s=hard_limit_s, window_s=window_s),
             ),
-            on_worker_started=lambda worker: threading.Thread(
-                target=watch_temperature, args=(worker,), daemon=True
+            on_worker_started=lambda worker, sampler: threading.Thread(
+                target=watch_temperature, args=(worker, sampler), daemon=True
             ).start(),
-            phase_timeout_s=plan.phase_timeout_s + hard_limit_s,
+            phase_timeout_s=plan.phase_timeout_s + hard_limit_s + spare_windows * window_s,
             memory_limit_mb=plan.memory_limit_mb,
             declared_pgids=run.pgids if run else (),
             on_event=on_event,
@@ -182,7 +218,7 @@ def measure_sustained(
             w["energy"] = window_energy(w, power_samples, idle_w)
     started_at = ended.result["started_at"]
     result["power"] = _power_result(power_probe, idle, windows, power_samples, started_at)
-    score = score_windows(windows, started_at)
+    score = score_windows(windows, started_at, planned_windows)
     if trip_c is not None and score.get("peak_temp_c") is not None:
         score["headroom_c"] = round(trip_c - score["peak_temp_c"], 2)
     result.update(score)
@@ -193,6 +229,8 @@ def measure_sustained(
         result["stopped_early"] = stop_reason
     if extended:
         result["extended_to_s"] = round(windows[-1]["t1"] - started_at, 1) if windows else None
+    if added_windows:
+        result["windows_added"] = added_windows
     return result
 
 

@@ -50,7 +50,7 @@ def run_sampled(job: WorkerJob, on_worker_started=None, declared_pgids=(), **wor
     sampler = ContentionSampler(worker.pid, declared_pgids=declared_pgids)
     sampler.start()
     if on_worker_started:
-        on_worker_started(worker)
+        on_worker_started(worker, sampler)
     try:
         ended = worker.wait()
     finally:

@@ -253,6 +253,11 @@ class ContentionSampler:
             except Exception:  # a sampler must outlive any one bad read
                 log.exception("contention sample failed")
 
+    def snapshot(self) -> list[dict]:
+        """The samples taken so far (a copy), for a decision while the phase still runs."""
+        with self._lock:
+            return list(self._samples)
+
     def start(self) -> None:
         """Take the first sample now, then one every ``interval_s`` on a daemon thread."""
         self.sample_once()

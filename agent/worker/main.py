@@ -310,14 +310,24 @@ def _request_stop(signum, frame) -> None:
     _stop_requested = True
 
 
+_windows_added = 0
+
+
+def _add_window(signum, frame) -> None:
+    global _windows_added
+    _windows_added += 1
+
+
 def run_sustained(job: WorkerJob) -> dict:
     """The closed loop of ``measure.sustained``, each window emitted as it closes.
 
     SIGTERM ends the run early and cleanly: the window in progress is reported as partial.
+    SIGUSR1 asks for one window more than planned (one that interference took is replaced).
     """
     from ..measure.sustained import closed_loop
 
     signal.signal(signal.SIGTERM, _request_stop)
+    signal.signal(signal.SIGUSR1, _add_window)
     rt, _, _ = load_runtime(job)
     call = rt.bind(first_feeds(job, rt))
     for _ in range(3):
@@ -330,6 +340,7 @@ def run_sustained(job: WorkerJob) -> dict:
         on_window=lambda window: emit({"event": "window", **window}),
         stop_requested=lambda: _stop_requested,
         sched=own_schedstat,
+        windows_added=lambda: _windows_added,
     )
 
 

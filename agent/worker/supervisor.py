@@ -136,6 +136,15 @@ class Worker:
             except ProcessLookupError:
                 pass
 
+    def add_window(self) -> None:
+        """Ask a sustained run for one window more than planned (SIGUSR1), to replace a
+        window that interference took."""
+        if self.proc and self.proc.poll() is None:
+            try:
+                os.kill(self.proc.pid, signal.SIGUSR1)
+            except ProcessLookupError:
+                pass
+
     def wait(self) -> WorkerOutcome:
         """Follow events until the worker ends; returns the outcome, never raises for worker trouble."""
         phase = "start"

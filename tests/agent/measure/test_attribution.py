@@ -123,15 +123,19 @@ def test_each_window_gets_the_cause_its_evidence_supports():
 
 
 def test_score_windows_verdicts():
-    # Interference only: inconclusive, never failed, whatever the stability.
+    # An interfered window is kept but not scored: the other two decide, stable.
     w = [window(0, 100.0), window(1, 40.0, wait=0.5), window(2, 99.0)]
     s = score_windows(w, started_at=0.0)
-    assert (s["verdict"], s["cause"], s["interference_windows"]) == (
-        "inconclusive",
-        "interference",
-        1,
-    )
-    assert s["stability"] == 0.4 and s["stability_without_interference"] == 0.99
+    assert (s["verdict"], s["cause"], s["interference_windows"]) == ("stable", "none", 1)
+    assert (s["windows"], s["scored_windows"]) == (3, 2)
+    assert s["stability"] == 0.99 and s["stability_with_interference"] == 0.4
+    assert [x["scored"] for x in w] == [True, False, True]
+    assert (s["peak_per_s"], s["sustained_per_s"]) == (100.0, 99.5)
+    # Too few windows left to score (2 of 4 planned needed, 1 left): inconclusive, never failed.
+    w = [window(0, 100.0), window(1, 40.0, wait=0.5), window(2, 45.0, wait=0.5)]
+    s = score_windows(w, started_at=0.0, planned_windows=4)
+    assert (s["verdict"], s["cause"], s["scored_windows"]) == ("inconclusive", "interference", 1)
+    assert "fewer than 2 of 4 planned windows" in s["reason"]
     assert "re-run on a quiet board" in s["reason"]
     # Throttling that fails the run even without the interfered window.
     w = [window(0, 100.0), window(1, 50.0, reasons=["passive_trip"]), window(2, 40.0, wait=0.5)]

@@ -46,3 +46,87 @@ def test_the_timed_loop_runs_its_seconds_when_the_warm_up_underestimated_its_pac
     # 0.3 s at the warm-up's pace is about 166 calls: the array held 265 at first.
     assert result["loop_s"] >= 0.3
     assert result["summary"]["count"] > 265
+
+
+def _switch_every(k: int, slow_ns: int = 0):
+    """A ``switches`` reader and a call: every k-th call moves the reader's count (as a
+    preemption during it would) and, with ``slow_ns``, busies itself that long."""
+    state = {"calls": 0, "switched": 0}
+
+    def call():
+        state["calls"] += 1
+        if state["calls"] % k == 0:
+            state["switched"] += 1
+            t_end = time.perf_counter_ns() + slow_ns
+            while time.perf_counter_ns() < t_end:
+                pass
+
+    return (lambda: state["switched"]), call
+
+
+def test_tagged_calls_are_excluded_from_the_clean_figures_and_the_tags_round_trip():
+    from edgequal.agent.measure.latency import decode_tags, measure_latency
+
+    switches, call = _switch_every(10, slow_ns=2_000_000)
+    settings = LatencySettings(
+        warmup_min_runs=10, warmup_min_s=0.0, warmup_max_s=0.05, min_runs=200, min_s=0.0,
+        max_runs=100_000,
+    )  # fmt: skip
+    out = measure_latency(call, settings, switches=switches)
+    pre = out["preemption"]
+    calls = pre["calls"]
+    # Every 10th call was tagged, and it was exactly the slow one.
+    assert (
+        pre["excluded"] == sum(1 for i in range(calls) if i % 10 == 8)
+        or abs(pre["excluded"] - calls // 10) <= 1
+    )
+    assert out["clean"]["count"] == calls - pre["excluded"] >= 200
+    assert pre["clean_enough"] and pre["needed"] == 200
+    assert out["clean"]["max_ms"] < 1.0 < out["summary"]["max_ms"]  # the 2 ms calls are out
+    tags = decode_tags(out["preempted_b64"], calls)
+    assert int(tags.sum()) == pre["excluded"]
+
+
+def test_the_loop_runs_on_until_clean_calls_reach_the_p99_floor():
+    """200 clean calls come with about 400 in all, past p99's 368-sample floor as measured:
+    the clean figures need 368 too, so with half the calls tagged the loop runs on to ~736."""
+    from edgequal.agent.measure.latency import measure_latency
+
+    switches, call = _switch_every(2)
+    settings = LatencySettings(
+        warmup_min_runs=10, warmup_min_s=0.0, warmup_max_s=0.05, min_runs=200, min_s=0.0,
+        max_runs=100_000, max_s=5.0,
+    )  # fmt: skip
+    out = measure_latency(call, settings, switches=switches)
+    pre = out["preemption"]
+    assert pre["needed"] == 368 and pre["clean_enough"]
+    assert out["clean"]["count"] >= 368 and out["clean"]["p99_ms"] is not None
+    assert pre["calls"] >= 700
+
+
+def test_a_loop_that_cannot_get_enough_clean_calls_says_so_at_its_limit():
+    from edgequal.agent.measure.latency import measure_latency
+
+    settings = LatencySettings(
+        warmup_min_runs=10, warmup_min_s=0.0, warmup_max_s=0.05, min_runs=50, min_s=0.05,
+        max_runs=20_000_000,
+    )  # fmt: skip
+    reads = iter(range(10**9))
+    out = measure_latency(lambda: None, settings, switches=lambda: next(reads))  # all tagged
+    pre = out["preemption"]
+    assert out["clean"] is None and not pre["clean_enough"]
+    assert pre["excluded"] == pre["calls"] > 0
+    # Without the plan's max seconds the loop ran on to its limit (0.05 s + 0.5 s), no longer.
+    assert 0.55 <= out["loop_s"] < 1.0
+
+
+def test_the_closed_loop_runs_one_window_more_for_each_window_asked_for():
+    from edgequal.agent.measure.sustained import closed_loop
+
+    seen = []
+    out = closed_loop(
+        lambda: None, 0.3, 0.1, seen.append, lambda: False,
+        windows_added=lambda: 1 if len(seen) >= 1 else 0,
+    )  # fmt: skip
+    assert [w["index"] for w in out["windows"]] == [0, 1, 2, 3]
+    assert not any(w["partial"] for w in out["windows"])

@@ -54,6 +54,12 @@ def make_pki():
 
 
 @pytest.fixture(scope="session")
+def chain_model():
+    """tests/gate_reports.py's ``chain_model(path, layers, rows=1)``: a MatMul chain of set cost."""
+    return load_test_helper("gate_reports").chain_model
+
+
+@pytest.fixture(scope="session")
 def local_agents():
     """The tests/local_agents.py module: ``serve(state, ...)`` and ``start_agent(base, name)``,
     the one way tests start ``edgequal-agent serve`` processes."""

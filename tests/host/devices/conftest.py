@@ -1,5 +1,4 @@
-"""Fixtures for the device tests: real ``edgequal-agent serve`` processes with a token, and
-models of set cost."""
+"""Fixtures for the device tests: real ``edgequal-agent serve`` processes with a token."""
 
 from __future__ import annotations
 
@@ -35,9 +34,3 @@ def start_agent(tmp_path, local_agents):
     yield start
     for agent in started:
         agent.stop()
-
-
-@pytest.fixture(scope="session")
-def chain_model(test_helper):
-    """tests/gate_reports.py's ``chain_model(path, layers, rows=1)``: a MatMul chain of set cost."""
-    return test_helper("gate_reports").chain_model

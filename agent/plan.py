@@ -107,6 +107,10 @@ DEFAULTS = {
     "edge_shapes": None,
     "edge_latency_s": 1.0,
     "edge_min_runs": 10,
+    # Tag every timed call the worker was switched out during and decide on the calls
+    # that kept the CPU (docs/measurement.md "Measuring through interference"); false
+    # times every call alike and decides on all of them, as edgequal did before.
+    "preemption_tags": True,
 }
 
 _NUMBERS = {
@@ -192,6 +196,7 @@ class Plan:
     edge_shapes: tuple[dict, ...] | None = None
     edge_latency_s: float = 1.0
     edge_min_runs: int = 10
+    preemption_tags: bool = True
 
     @classmethod
     def from_json(cls, obj: Mapping) -> Plan:
@@ -324,6 +329,7 @@ def _validated(plan: Mapping) -> dict:
         "thread_scaling",
         "server",
         "operator_profile",
+        "preemption_tags",
     ):
         if not isinstance(full[key], bool):
             raise BadInput(f"plan field '{key}' must be true or false, got {full[key]!r}")

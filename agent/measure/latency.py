@@ -57,6 +57,7 @@ class LatencySettings:
     min_s: float
     max_runs: int
     max_s: float | None = None
+    preemption_tags: bool = True
 
     def to_json(self) -> dict:
         """As JSON for the worker job."""

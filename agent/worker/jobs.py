@@ -110,6 +110,7 @@ def latency_settings(plan: Plan) -> LatencySettings:
         min_s=plan.latency_min_s,
         max_runs=plan.latency_max_runs,
         max_s=plan.latency_max_s,
+        preemption_tags=plan.preemption_tags,
     )
 
 

@@ -166,7 +166,7 @@ def run_warm(job: WorkerJob) -> dict:
                     job.latency,
                     on_phase=phase,
                     sched=own_schedstat,
-                    switches=involuntary_switches,
+                    switches=involuntary_switches if job.latency.preemption_tags else None,
                 ),
             }
             for key, feeds in groups.items()

@@ -73,7 +73,9 @@ def run_demo(out: Path, sustain: str = "6s") -> int:
             print_summary(qualification.report.predicate, "local", str(path))
             print_line("")
             reports.append(path)
-            statuses.append(qualification.report.status)
+            statuses.append(
+                (qualification.report.status, excluded_note(qualification.report.predicate))
+            )
     from ..judge.report_file import load_report
     from ..present.html.report import write_report_html
 
@@ -81,7 +83,22 @@ def run_demo(out: Path, sustain: str = "6s") -> int:
         out / "report.html", [load_report(p, known=known, device="local") for p in reports]
     )
     print_line("signed reports (verify with: edgequal verify REPORT --device local):")
-    for path, status in zip(reports, statuses):
-        print_line(f"  {path}  ({status})")
+    for path, (status, note) in zip(reports, statuses):
+        print_line(f"  {path}  ({status}{'; ' + note if note else ''})")
     print_line(f"the page with plots: {page}")
-    return 0 if all(s in ("passed", "degraded") for s in statuses) else 1
+    return 0 if all(s in ("passed", "degraded") for s, _ in statuses) else 1
+
+
+def excluded_note(predicate: dict) -> str | None:
+    """How many timed calls were left out of the figures that decide, and why, or None."""
+    shapes = ((predicate.get("results") or {}).get("latency") or {}).get("per_shape") or []
+    pre = [e["preemption"] for e in shapes if e.get("preemption")]
+    if not pre:
+        return None
+    excluded, calls = sum(p["excluded"] for p in pre), sum(p["calls"] for p in pre)
+    waits = [(p.get("evidence") or {}).get("runq_wait_share") for p in pre]
+    waited = max((w for w in waits if w is not None), default=None)
+    note = f"{excluded} of {calls} timed calls excluded: the worker was preempted"
+    if excluded and waited is not None:
+        note += f", it waited {waited:.0%} of its runnable time"
+    return note

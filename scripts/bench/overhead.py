@@ -14,10 +14,11 @@ In one run, on the same model file and thread count, for each model:
 
 Rounds alternate which of the two goes first (the machine may be shared, so load
 drifts), and each figure is the median of the rounds' p50s. Then, as a diagnostic,
-the bare loop and the agent's own loop (``time_loop_ns`` around its adapter's
-``bind``) alternate in 0.25 s chunks in this one process (``--inproc-seconds``):
-the same load on both, so what the agent's loop itself adds is resolved far below
-the end-to-end noise. The target (issue 2):
+the bare loop, the agent's own loop (``time_loop_ns`` around its adapter's
+``bind``) and its preemption-tagged loop (``time_loop_tagged_ns``) alternate in 0.25 s
+chunks in this one process (``--inproc-seconds``): the same load on all three, so
+what the agent's loop and its tags add is resolved far below the end-to-end noise;
+the tags' cost per call outside the timed region is reported beside it. The target (issue 2):
 the agent adds at most max(3 % of the bare p50, 10 µs). Prints one JSON object.
 
     python scripts/bench/overhead.py [--seconds 3] [--threads 1] [--rounds 5] [--quick]
@@ -129,30 +130,54 @@ def agent_call(path: Path, threads: int):
 
 
 def interleaved_us(path: Path, threads: int, seconds: float, chunk_s: float = 0.25) -> dict:
-    """In this process: the bare loop and the agent's ``time_loop_ns`` + ``bind``, alternating.
+    """In this process: the bare loop, the agent's ``time_loop_ns`` and its tagged loop
+    (``time_loop_tagged_ns`` with the worker's ``involuntary_switches``), alternating.
 
-    Short alternating chunks put both under the same machine load, so this isolates
-    what the agent's timing loop and runtime set-up add, without the worker process.
+    Short alternating chunks put all three under the same machine load, so this isolates
+    what the agent's timing loop, its preemption tags and its runtime set-up add, without
+    the worker process. Per loop, the time a call costs outside its timed region is the
+    loop's wall time less the sum of its samples, over the calls.
     """
-    from edgequal.agent.measure.latency import time_loop_ns
+    from edgequal.agent.measure.latency import time_loop_ns, time_loop_tagged_ns
+    from edgequal.agent.worker.io import involuntary_switches
 
     bare, agent = bare_call(path, threads), agent_call(path, threads)
     warm(bare)
     warm(agent)
     bare_samples: list[int] = []
     agent_samples: list[np.ndarray] = []
+    tagged_samples: list[np.ndarray] = []
+    outside = {"plain": [0, 0], "tagged": [0, 0]}  # [ns outside the timed calls, calls]
     buf = np.empty(2_000_000, dtype=np.int64)
-    for _ in range(max(1, round(seconds / (2 * chunk_s)))):
+    tags = np.zeros(len(buf), dtype=bool)
+    for _ in range(max(1, round(seconds / (3 * chunk_s)))):
         bare_samples.extend(timed_list(bare, chunk_s))
+        t0 = time.perf_counter_ns()
         n = time_loop_ns(agent, buf, 1, chunk_s)
+        wall = time.perf_counter_ns() - t0
         agent_samples.append(buf[:n].copy())
+        outside["plain"][0] += wall - int(buf[:n].sum())
+        outside["plain"][1] += n
+        t0 = time.perf_counter_ns()
+        n, _ = time_loop_tagged_ns(agent, buf, tags, involuntary_switches, 1, 0, chunk_s)
+        wall = time.perf_counter_ns() - t0
+        tagged_samples.append(buf[:n].copy())
+        outside["tagged"][0] += wall - int(buf[:n].sum())
+        outside["tagged"][1] += n
     bare_p50 = nearest_rank_p50(bare_samples) / 1e3
     agent_p50 = nearest_rank_p50(np.concatenate(agent_samples).tolist()) / 1e3
+    tagged_p50 = nearest_rank_p50(np.concatenate(tagged_samples).tolist()) / 1e3
+    per_call = {k: v[0] / max(v[1], 1) / 1e3 for k, v in outside.items()}
     return {
         "bare_p50_us": round(bare_p50, 3),
         "agent_loop_p50_us": round(agent_p50, 3),
         "overhead_us": round(agent_p50 - bare_p50, 3),
         "overhead_pct": round(100.0 * (agent_p50 - bare_p50) / bare_p50, 2),
+        "tagged_loop_p50_us": round(tagged_p50, 3),
+        "tagged_overhead_us": round(tagged_p50 - bare_p50, 3),
+        "outside_timed_us_per_call": round(per_call["plain"], 3),
+        "tagged_outside_timed_us_per_call": round(per_call["tagged"], 3),
+        "tag_cost_us_per_call": round(per_call["tagged"] - per_call["plain"], 3),
     }
 
 

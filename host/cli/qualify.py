@@ -96,12 +96,15 @@ def _measurement_flags(args) -> dict:
 
 
 def _plan_from_args(args, profile=None) -> Plan:
-    """The plan: the preset, then the device profile's durations and limits, then explicit flags."""
+    """The plan: the preset, then the device profile's board fields, then explicit flags.
+
+    The profile never adds a phase (``make_plan``); ``sources`` records which of the
+    three set each field.
+    """
     from edgequal.agent.plan import make_plan, parse_duration_s, parse_shape_args
 
-    base = profile.plan_fields(args.plan) if profile is not None else {}
     flags = {
-        "runtime": args.runtime,
+        "runtime": args.runtime if args.runtime != "auto" else None,
         "threads": args.threads,
         "shapes": parse_shape_args(args.shape) or None,
         "edge_shapes": parse_edge_shape_args(args.edge_shape),
@@ -109,7 +112,8 @@ def _plan_from_args(args, profile=None) -> Plan:
         "window_s": parse_duration_s(args.window) if args.window else None,
         **_measurement_flags(args),
     }
-    return make_plan(args.plan, **{**base, **{k: v for k, v in flags.items() if v is not None}})
+    board = profile.plan_fields(args.plan) if profile is not None else None
+    return make_plan(args.plan, board, **flags)
 
 
 def _pick_profile(args, transport, address: str):

@@ -65,6 +65,7 @@ def cmd_fleet(args) -> int:
     wait_s = _wait_s(args.wait)
     unhealthy = HealthState.load(args.health_file or default_health_path(lab)).unhealthy()
     overrides = {"sustain_s": parse_duration_s(args.sustain)} if args.sustain else {}
+    _print_fleet_plans(models, args.plan, overrides)
     options = FleetOptions(
         out_dir=args.out,
         tags=parse_tags(args.tags),
@@ -78,6 +79,15 @@ def cmd_fleet(args) -> int:
         unhealthy=unhealthy,
     )
     return _run_fleet(lab, models, options, args, f"fleet {lab.name}")
+
+
+def _print_fleet_plans(models, preset: str, overrides: dict) -> None:
+    """One line per plan the models run, before any board is contacted."""
+    from ..lab.fleet import fleet_plan
+    from ..present.terminal.summary import print_plan
+
+    for name in dict.fromkeys(m.plan or preset for m in models):
+        print_plan(fleet_plan(name, None, overrides), boards=True)
 
 
 def _cmd_fleet_health(args) -> int:

@@ -135,7 +135,13 @@ def cmd_qualify(args) -> int:
     import json
 
     from ..devices.qualify import printable, qualify
-    from ..present.terminal.summary import ProgressDisplay, print_note, print_summary, write_json
+    from ..present.terminal.summary import (
+        ProgressDisplay,
+        print_note,
+        print_plan,
+        print_summary,
+        write_json,
+    )
     from .coload_args import parse_coload
 
     model = args.model
@@ -149,6 +155,7 @@ def cmd_qualify(args) -> int:
     transport, name, address = device.transport, device.name, device.address
     with transport:
         plan = _plan_from_args(args, _pick_profile(args, transport, address))
+        print_plan(plan, stderr=args.json)
         with ProgressDisplay(
             f"qualifying {printable(model.name)} on {address}", enabled=not args.json
         ) as display:

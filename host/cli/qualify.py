@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .device_args import open_device_from_args
-from .judge import _gate_after_qualify, _load_gate_policy
+from .judge import _check_plan_for_policy, _gate_after_qualify, _load_gate_policy
 
 if TYPE_CHECKING:
     from edgequal.agent.plan import Plan
@@ -150,7 +150,7 @@ def cmd_qualify(args) -> int:
 
         raise UsageError(f"model file not found: {model}")
     policy = _load_gate_policy(args.gate) if args.gate else None
-    _plan_from_args(args)  # refuse bad flags before connecting
+    _check_plan_for_policy(_plan_from_args(args), policy)  # bad flags, before connecting
     device = open_device_from_args(args)
     transport, name, address = device.transport, device.name, device.address
     with transport:

@@ -253,6 +253,18 @@ def _report_predicate(path) -> dict:
     return json.loads(base64.b64decode(envelope["payload"]))["predicate"]
 
 
+def test_qualify_refuses_a_plan_its_gate_policy_would_fail(example_models, tmp_path, capsys):
+    from pathlib import Path
+
+    nightly = Path(__file__).resolve().parents[3] / "docs" / "policies" / "nightly.toml"
+    report = tmp_path / "r.json"
+    args = ["qualify", str(example_models["micro"]), "--gate", str(nightly), "-o", str(report)]
+    assert edgequal_main(args) == 2
+    err = capsys.readouterr().err
+    assert "policy nightly needs plan standard (sustained phase); this run would be quick" in err
+    assert "--plan standard" in err and not report.exists()
+
+
 def test_qualify_unknown_device_is_untrusted(example_models, capsys):
     assert edgequal_main(["qualify", str(example_models["micro"]), "--device", "nosuchboard"]) == 1
     assert "unknown device 'nosuchboard'" in capsys.readouterr().err

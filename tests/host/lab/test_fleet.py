@@ -225,6 +225,20 @@ def test_an_untrusted_device_runs_nothing(tmp_path, example_models, golden_sets)
     assert result.exit_code() == 3
 
 
+def test_fleet_run_refuses_a_plan_its_gate_policy_would_fail(
+    tmp_path, example_models, golden_sets, capsys
+):
+    lab = tmp_path / "lab.toml"
+    lab.write_text('[devices.nobody]\naddress = "grpc://127.0.0.1:9"\n')
+    models = write_models(tmp_path, example_models, golden_sets, names=("micro",))
+    nightly = Path(__file__).resolve().parents[3] / "docs" / "policies" / "nightly.toml"
+    args = ["fleet", "run", str(lab), "--models", str(models), "--out", str(tmp_path / "out")]
+    assert edgequal_main([*args, "--gate", str(nightly)]) == 2
+    err = capsys.readouterr().err
+    assert "policy nightly needs plan standard (sustained phase); this run would be quick" in err
+    assert not (tmp_path / "out").exists()
+
+
 def _predicate(report: Path) -> dict:
     import base64
 

@@ -146,7 +146,12 @@ def plan_checks(pred: dict, policy: Policy) -> list[Check]:
     )
     short = plan_shortfall(plan, need)
     if short is None:
-        msg = f"the report ran {plan.get('preset')}, which has the phases plan {need} runs"
+        msg = (
+            f"the report ran {plan.get('preset')} with a {duration_text(ran_s)} sustained phase, "
+            f"as plan {need} needs"
+            if PRESETS[need]["sustain_s"]
+            else f"plan {need} needs no sustained phase; the report ran {plan.get('preset')}"
+        )
         return [Check("plan.requires_plan", "plan", True, limit, measured, msg)]
     needed, ran = short
     msg = f"this policy needs plan {need} ({needed}); the report ran {ran}"

@@ -80,6 +80,10 @@ def test_a_standard_report_meets_the_requirement(sign):
     assert result.passed, [c.message for c in result.failed_checks]
     check = next(c for c in result.checks if c.name == "plan.requires_plan")
     assert check.passed and check.measured == "standard, sustained 10 min"
+    assert (
+        check.message
+        == "the report ran standard with a 10 min sustained phase, as plan standard needs"
+    )
     # Its sustained limits are checked as usual.
     assert any(c.name == "sustained.min_stability" and c.passed for c in result.checks)
 
@@ -115,7 +119,10 @@ def test_quick_policies_take_a_quick_report(sign):
     assert bench.requires_plan == "quick"
     result = _gate(sign, "quick", _predicate(make_plan("quick"), sustained=False), bench)
     check = next(c for c in result.checks if c.name == "plan.requires_plan")
-    assert check.passed
+    assert (
+        check.passed
+        and check.message == "plan quick needs no sustained phase; the report ran quick"
+    )
     assert load_policy(POLICIES / "product-conditions.toml").requires_plan == "quick"
     assert load_policy(POLICIES / "firmware-release.toml").requires_plan == "standard"
 

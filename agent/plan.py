@@ -2,6 +2,12 @@
 
 On the wire and in the signed report a plan is plain JSON (``Plan.to_json``); inside
 the agent it is a :class:`Plan`, built once by ``Plan.from_json``.
+
+A plan is built from three layers (:func:`make_plan`): the preset, then the device
+profile the host applied, then the caller's flags. The preset alone decides which
+phases run and how long; a profile sets only :data:`PROFILE_FIELDS` (board facts and
+the window of the preset's own sustained phase), so it never adds or lengthens a phase.
+The plan keeps where each field came from in ``sources``.
 """
 
 from __future__ import annotations
@@ -9,7 +15,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 from .errors import BadInput
 
@@ -81,7 +87,7 @@ DEFAULTS = {
     "memory_limit_mb": None,
     "evict_page_cache": True,
     "seed": 0,
-    "profile": None,  # the device profile whose durations and limits the host applied
+    "profile": None,  # the device profile whose board fields (PROFILE_FIELDS) the host applied
     # From the profile: the temperature at which the board throttles, used when its
     # thermal zones expose no passive trip, and the throttle indicators that apply.
     "trip_c": None,
@@ -111,7 +117,19 @@ DEFAULTS = {
     # that kept the CPU (docs/measurement.md "Measuring through interference"); false
     # times every call alike and decides on all of them, as edgequal did before.
     "preemption_tags": True,
+    # Where fields came from: {field: "preset" | "profile" | "flag"}; a field not named
+    # here has the plan's default (DEFAULTS).
+    "sources": {},
 }
+
+# The origins a plan's ``sources`` names: the preset's table, the device profile the host
+# applied, or the caller (a command-line flag, a library or lab-file argument).
+SOURCES = ("preset", "profile", "flag")
+
+# What a device profile may set: the board's thread count, throttle temperature and
+# indicators, the temperature that stops a sustained run, its own name, and the window
+# length of the preset's own sustained phase. No phase length is among them.
+PROFILE_FIELDS = ("profile", "threads", "trip_c", "max_temp_c", "throttle_indicators", "window_s")
 
 _NUMBERS = {
     "cold_runs": int,
@@ -197,6 +215,7 @@ class Plan:
     edge_latency_s: float = 1.0
     edge_min_runs: int = 10
     preemption_tags: bool = True
+    sources: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, obj: Mapping) -> Plan:
@@ -219,6 +238,7 @@ class Plan:
             if out[key] is not None:
                 out[key] = [_copy_json(item) for item in out[key]]
         out["shapes"] = {k: list(v) for k, v in self.shapes.items()}
+        out["sources"] = dict(self.sources)
         return out
 
     @property
@@ -267,12 +287,36 @@ MAX_BATCH_SIZES = 16
 MAX_BATCH = 4096
 
 
-def make_plan(preset: str = "quick", **overrides) -> Plan:
-    """A full plan from a preset name plus overrides (None overrides are ignored)."""
+def make_plan(preset: str = "quick", from_profile: Mapping | None = None, **overrides) -> Plan:
+    """A full plan: the preset, then a device profile's fields, then ``overrides`` (the
+    caller's flags); None values are ignored, and ``sources`` records each field's origin.
+
+    ``from_profile`` may hold only :data:`PROFILE_FIELDS`; its ``window_s`` applies only
+    to the preset's own sustained phase (not when the preset has none, nor when an
+    override sets ``sustain_s``): a profile never adds a phase nor changes its length.
+    """
     if preset not in PRESETS:
         raise BadInput(f"unknown plan '{preset}'", hint=f"use one of: {', '.join(PRESETS)}")
-    plan = {**DEFAULTS, **PRESETS[preset], "preset": preset}
-    plan.update({k: v for k, v in overrides.items() if v is not None})
+    table = PRESETS[preset]
+    flags = {k: v for k, v in overrides.items() if v is not None}
+    if "sources" in flags:
+        raise BadInput("plan field 'sources' is recorded by make_plan, not given")
+    board = {k: v for k, v in (from_profile or {}).items() if v is not None}
+    extra = sorted(set(board) - set(PROFILE_FIELDS))
+    if extra:
+        raise BadInput(
+            f"a device profile may not set plan field '{extra[0]}'",
+            hint=f"a profile sets only {', '.join(PROFILE_FIELDS)}; phase lengths are the preset's",
+        )
+    if not table["sustain_s"] or "sustain_s" in flags:
+        board.pop("window_s", None)  # a window for a phase this plan does not run as the preset's
+    plan = {**DEFAULTS, **table, "preset": preset}
+    sources = dict.fromkeys(table, "preset")
+    for origin, values in (("profile", board), ("flag", flags)):
+        plan.update(values)
+        sources.update(dict.fromkeys(values, origin))
+    sources.pop("preset", None)
+    plan["sources"] = sources
     return Plan.from_json(plan)
 
 
@@ -385,7 +429,26 @@ def _validated(plan: Mapping) -> dict:
     ):
         raise BadInput("plan field 'shapes' must map input names to lists of positive ints")
     full["shapes"] = {str(k): list(v) for k, v in shapes.items()}
+    full["sources"] = _sources(full["sources"])
     return full
+
+
+# Fields a plan's ``sources`` may name: every plan field but the preset's name and itself.
+_SOURCE_FIELDS = (frozenset(DEFAULTS) | frozenset(PRESETS["soak"])) - {"preset", "sources"}
+
+
+def _sources(value) -> dict[str, str]:
+    """``sources``: plan field names, each mapped to "preset", "profile" or "flag"."""
+    if not isinstance(value, Mapping):
+        raise BadInput("plan field 'sources' must map plan fields to preset, profile or flag")
+    for key, origin in value.items():
+        if key not in _SOURCE_FIELDS:
+            raise BadInput(f"plan field 'sources' names '{str(key)[:40]}', which is no plan field")
+        if origin not in SOURCES:
+            raise BadInput(
+                f"plan field 'sources.{key}' is {str(origin)[:40]!r}; use one of: {', '.join(SOURCES)}"
+            )
+    return {str(k): v for k, v in value.items()}
 
 
 def _batch_sizes(value) -> list[int] | None:
@@ -594,6 +657,13 @@ def parse_duration_s(text: str) -> float:
         raise BadInput(f"duration must not be negative: '{text}'")
     unit = m.group(2) or "s"
     return value * {"ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}[unit]
+
+
+def duration_text(seconds: float) -> str:
+    """``3 s``, ``90 s``, ``10 min``: whole minutes from two minutes up, else seconds."""
+    if seconds >= 120 and seconds % 60 == 0:
+        return f"{seconds / 60:g} min"
+    return f"{seconds:g} s"
 
 
 def parse_shape_args(items: list[str]) -> dict[str, list[int]]:

@@ -3,7 +3,7 @@ on a lab's boards (host/lab/fleet.py, host/lab/health.py, host/lab/requalify.py;
 
 from __future__ import annotations
 
-from .judge import _load_gate_policy
+from .judge import _check_plan_for_policy, _load_gate_policy
 
 
 def _wait_s(text: str | None) -> float | None:
@@ -65,6 +65,7 @@ def cmd_fleet(args) -> int:
     wait_s = _wait_s(args.wait)
     unhealthy = HealthState.load(args.health_file or default_health_path(lab)).unhealthy()
     overrides = {"sustain_s": parse_duration_s(args.sustain)} if args.sustain else {}
+    _print_fleet_plans(models, args.plan, overrides, args.gate)
     options = FleetOptions(
         out_dir=args.out,
         tags=parse_tags(args.tags),
@@ -78,6 +79,19 @@ def cmd_fleet(args) -> int:
         unhealthy=unhealthy,
     )
     return _run_fleet(lab, models, options, args, f"fleet {lab.name}")
+
+
+def _print_fleet_plans(models, preset: str, overrides: dict, policy_path) -> None:
+    """One line per plan the models run, before any board is contacted; a plan the
+    ``--gate`` policy would fail for lacking a phase is refused here."""
+    from ..lab.fleet import fleet_plan
+    from ..present.terminal.summary import print_plan
+
+    policy = _load_gate_policy(policy_path) if policy_path else None
+    for name in dict.fromkeys(m.plan or preset for m in models):
+        plan = fleet_plan(name, None, overrides)
+        _check_plan_for_policy(plan, policy)
+        print_plan(plan, boards=True)
 
 
 def _cmd_fleet_health(args) -> int:

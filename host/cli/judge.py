@@ -36,6 +36,24 @@ def _load_gate_policy(path: Path):
     return load_policy(path)
 
 
+def _check_plan_for_policy(plan, policy) -> None:
+    """Refuse a run whose plan (a :class:`Plan`) ``--gate``'s policy would fail for lacking
+    a phase: a profile adds none, so the plan's phases are known before connecting."""
+    if policy is None or policy.requires_plan is None:
+        return
+    from ..errors import UsageError
+    from ..judge.checks import plan_shortfall
+
+    short = plan_shortfall(plan.to_json(), policy.requires_plan)
+    if short is not None:
+        needed, ran = short
+        raise UsageError(
+            f"policy {policy.name} needs plan {policy.requires_plan} ({needed}); "
+            f"this run would be {ran}",
+            hint=f"use --plan {policy.requires_plan}",
+        )
+
+
 def cmd_gate_compare_report(args) -> int:
     """``gate``: exit 0 passed, 1 failed; ``compare``/``report html``: 1 if a report did not verify."""
     import json

@@ -81,7 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     q.add_argument(
         "--profile",
-        help="device profile, e.g. raspberry-pi/5 (default: matched from the fingerprint)",
+        help="device profile, e.g. raspberry-pi/5 (default: matched from the fingerprint); "
+        "it sets threads, trip temperature and throttle indicators, never a phase",
     )
     q.add_argument(
         "--plan",

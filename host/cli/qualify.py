@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .device_args import open_device_from_args
-from .judge import _gate_after_qualify, _load_gate_policy
+from .judge import _check_plan_for_policy, _gate_after_qualify, _load_gate_policy
 
 if TYPE_CHECKING:
     from edgequal.agent.plan import Plan
@@ -96,12 +96,15 @@ def _measurement_flags(args) -> dict:
 
 
 def _plan_from_args(args, profile=None) -> Plan:
-    """The plan: the preset, then the device profile's durations and limits, then explicit flags."""
+    """The plan: the preset, then the device profile's board fields, then explicit flags.
+
+    The profile never adds a phase (``make_plan``); ``sources`` records which of the
+    three set each field.
+    """
     from edgequal.agent.plan import make_plan, parse_duration_s, parse_shape_args
 
-    base = profile.plan_fields(args.plan) if profile is not None else {}
     flags = {
-        "runtime": args.runtime,
+        "runtime": args.runtime if args.runtime != "auto" else None,
         "threads": args.threads,
         "shapes": parse_shape_args(args.shape) or None,
         "edge_shapes": parse_edge_shape_args(args.edge_shape),
@@ -109,7 +112,8 @@ def _plan_from_args(args, profile=None) -> Plan:
         "window_s": parse_duration_s(args.window) if args.window else None,
         **_measurement_flags(args),
     }
-    return make_plan(args.plan, **{**base, **{k: v for k, v in flags.items() if v is not None}})
+    board = profile.plan_fields(args.plan) if profile is not None else None
+    return make_plan(args.plan, board, **flags)
 
 
 def _pick_profile(args, transport, address: str):
@@ -131,7 +135,13 @@ def cmd_qualify(args) -> int:
     import json
 
     from ..devices.qualify import printable, qualify
-    from ..present.terminal.summary import ProgressDisplay, print_note, print_summary, write_json
+    from ..present.terminal.summary import (
+        ProgressDisplay,
+        print_note,
+        print_plan,
+        print_summary,
+        write_json,
+    )
     from .coload_args import parse_coload
 
     model = args.model
@@ -140,11 +150,12 @@ def cmd_qualify(args) -> int:
 
         raise UsageError(f"model file not found: {model}")
     policy = _load_gate_policy(args.gate) if args.gate else None
-    _plan_from_args(args)  # refuse bad flags before connecting
+    _check_plan_for_policy(_plan_from_args(args), policy)  # bad flags, before connecting
     device = open_device_from_args(args)
     transport, name, address = device.transport, device.name, device.address
     with transport:
         plan = _plan_from_args(args, _pick_profile(args, transport, address))
+        print_plan(plan, stderr=args.json)
         with ProgressDisplay(
             f"qualifying {printable(model.name)} on {address}", enabled=not args.json
         ) as display:

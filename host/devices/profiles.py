@@ -2,9 +2,11 @@
 
 A profile names a board (tag ``"raspberry-pi/5"``), what to expect of it
 (architecture, cores, memory, runtimes, execution providers, thermal zones, trip and
-maximum temperatures, throttle indicators, default threads) and how long each plan
-measures. Files are validated strictly when loaded: a missing field, a wrong type or
-an unknown key is refused with the file's path and the field's name.
+maximum temperatures, throttle indicators, default threads) and the window length of
+each plan that runs a sustained phase. It sets no phase's length: the preset and the
+flags decide which phases run and for how long (``edgequal.agent.plan.PROFILE_FIELDS``
+lists what a profile may set). Files are validated strictly when loaded: a missing
+field, a wrong type or an unknown key is refused with the file's path and the field's name.
 
 The host picks the profile whose ``match`` strings best fit the device's fingerprint
 (the longest one found in the board model), falling back to the generic profile of the
@@ -19,6 +21,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from edgequal.agent.plan import PRESETS
 from edgequal.host.errors import UsageError
 
 try:
@@ -27,7 +30,9 @@ except ImportError:  # Python 3.10
     import tomli as tomllib
 
 PACKAGE = "edgequal.device_profiles"
-PLAN_NAMES = ("quick", "standard", "soak")
+PLAN_NAMES = tuple(PRESETS)
+# The plans whose preset runs a sustained phase: the only ones a profile gives a window.
+SUSTAINED_PLANS = tuple(name for name, table in PRESETS.items() if table["sustain_s"])
 KNOWN_RUNTIMES = ("onnxruntime", "litert")
 # Must match the indicator names of edgequal.agent.probes.telemetry.throttle_reasons.
 KNOWN_THROTTLE_INDICATORS = ("get_throttled", "clock_drop", "cooling_device", "passive_trip")
@@ -41,19 +46,9 @@ class ProfileError(UsageError):
 
 
 @dataclass(frozen=True)
-class PlanDurations:
-    """How much one plan measures: cold-load runs, latency minimums, sustained length and window."""
-
-    cold_runs: int
-    latency_min_runs: int
-    latency_min_s: float
-    sustain_s: float
-    window_s: float
-
-
-@dataclass(frozen=True)
 class DeviceProfile:
-    """One board's expectations and plan durations, as loaded from its TOML file."""
+    """One board's expectations, and the sustained window of each plan that runs one
+    (``windows``: plan name -> window_s), as loaded from its TOML file."""
 
     name: str
     description: str
@@ -66,7 +61,7 @@ class DeviceProfile:
     max_c: float
     throttle_indicators: tuple[str, ...]
     default_threads: int
-    plans: dict[str, PlanDurations] = field(hash=False)
+    windows: dict[str, float] = field(hash=False)
     source: str = field(default="", compare=False)
 
     @property
@@ -79,30 +74,21 @@ class DeviceProfile:
         """True for an architecture fallback (no board ``match`` strings)."""
         return not self.match
 
-    def plan(self, name: str) -> PlanDurations:
-        """The durations of plan ``name`` (quick, standard, soak)."""
-        try:
-            return self.plans[name]
-        except KeyError:
-            raise ProfileError(
-                f"{self.name}: no plan {name!r}", hint=f"plans are {', '.join(PLAN_NAMES)}"
-            ) from None
-
     def plan_fields(self, preset: str) -> dict[str, Any]:
-        """What this board sets in a plan of ``preset``: its durations, thread count, throttle
-        temperature and indicators, and the temperature that stops a sustained run."""
-        d = self.plan(preset)
+        """What this board sets in a plan of ``preset`` (``make_plan``'s ``from_profile``):
+        its thread count, throttle temperature and indicators, the temperature that stops a
+        sustained run, and the window of the preset's sustained phase. No phase length."""
+        if preset not in PLAN_NAMES:
+            raise ProfileError(
+                f"{self.name}: no plan {preset!r}", hint=f"plans are {', '.join(PLAN_NAMES)}"
+            )
         return {
-            "cold_runs": d.cold_runs,
-            "latency_min_runs": d.latency_min_runs,
-            "latency_min_s": d.latency_min_s,
-            "sustain_s": d.sustain_s,
-            "window_s": d.window_s,
-            "max_temp_c": self.max_c,
-            "trip_c": self.trip_c,
-            "throttle_indicators": list(self.throttle_indicators),
-            "threads": self.default_threads,
             "profile": self.name,
+            "threads": self.default_threads,
+            "trip_c": self.trip_c,
+            "max_temp_c": self.max_c,
+            "throttle_indicators": list(self.throttle_indicators),
+            "window_s": self.windows.get(preset),
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -129,13 +115,11 @@ _FIELDS: dict[str, str] = {
     "default_threads": "int",
     "plans": "table",
 }
-_PLAN_FIELDS: dict[str, str] = {
-    "cold_runs": "int",
-    "latency_min_runs": "int",
-    "latency_min_s": "float",
-    "sustain_s": "float",
-    "window_s": "float",
-}
+# Fields that may be left out of a profile.
+_OPTIONAL = ("plans",)
+_PLAN_FIELDS: dict[str, str] = {"window_s": "float"}
+# What the earlier profile format set per plan: refused with the reason, not as a typo.
+_PHASE_LENGTHS = ("cold_runs", "latency_min_runs", "latency_min_s", "sustain_s")
 _KIND_WORDS = {
     "str": "a string",
     "int": "an integer",
@@ -186,10 +170,10 @@ def _fields(source: str, table: dict, spec: dict[str, str], prefix: str = "") ->
             f"{source}: unknown key '{prefix}{unknown[0]}'",
             hint=f"allowed keys: {', '.join(prefix + k for k in spec)}",
         )
-    missing = [k for k in spec if k not in table]
+    missing = [k for k in spec if k not in table and k not in _OPTIONAL]
     if missing:
         raise ProfileError(f"{source}: missing field '{prefix}{missing[0]}'")
-    return {k: _check(source, prefix + k, table[k], kind) for k, kind in spec.items()}
+    return {k: _check(source, prefix + k, table[k], kind) for k, kind in spec.items() if k in table}
 
 
 def _positive(source: str, key: str, value: float) -> None:
@@ -225,28 +209,43 @@ def profile_from_dict(data: dict, source: str = "<profile>") -> DeviceProfile:
                     f"{source}: field '{key}' has unknown value {item!r}",
                     hint=f"known: {', '.join(known)}",
                 )
-    plans_table = values["plans"]
-    unknown = sorted(set(plans_table) - set(PLAN_NAMES))
-    if unknown:
-        raise ProfileError(
-            f"{source}: unknown key 'plans.{unknown[0]}'", hint=f"plans are {', '.join(PLAN_NAMES)}"
-        )
-    plans = {}
-    for plan in PLAN_NAMES:
-        if plan not in plans_table:
-            raise ProfileError(f"{source}: missing field 'plans.{plan}'")
-        prefix = f"plans.{plan}."
-        table = _check(source, f"plans.{plan}", plans_table[plan], "table")
-        p = _fields(source, table, _PLAN_FIELDS, prefix)
-        for key, value in p.items():
-            _positive(source, prefix + key, value)
-        if p["window_s"] > p["sustain_s"]:
-            raise ProfileError(
-                f"{source}: field '{prefix}window_s' ({p['window_s']:g}) exceeds '{prefix}sustain_s' ({p['sustain_s']:g})"
-            )
-        plans[plan] = PlanDurations(**p)
-    values["plans"] = plans
+    values["windows"] = _windows(source, values.pop("plans", {}))
     return DeviceProfile(**values, source=source)
+
+
+def _windows(source: str, plans_table: dict) -> dict[str, float]:
+    """``[plans.standard]`` / ``[plans.soak]``: each the window_s of that plan's sustained phase."""
+    windows = {}
+    for plan, table in plans_table.items():
+        where = f"plans.{plan}"
+        if plan not in PLAN_NAMES:
+            raise ProfileError(
+                f"{source}: unknown key '{where}'", hint=f"plans are {', '.join(PLAN_NAMES)}"
+            )
+        table = _check(source, where, table, "table")
+        lengths = [k for k in table if k in _PHASE_LENGTHS]
+        if lengths:
+            raise ProfileError(
+                f"{source}: '{where}.{lengths[0]}': a profile sets no phase length "
+                "(the plan's own are the ones --help lists; --sustain sets the sustained one)",
+                hint=f"keep only window_s, under [plans.{'] and [plans.'.join(SUSTAINED_PLANS)}]; "
+                "see docs/probes.md",
+            )
+        if plan not in SUSTAINED_PLANS:
+            raise ProfileError(
+                f"{source}: plan {plan} runs no sustained phase, so '{where}' has nothing to set",
+                hint=f"a profile sets only the sustained window of {', '.join(SUSTAINED_PLANS)}; "
+                "phase lengths come from --plan and --sustain",
+            )
+        window = _fields(source, table, _PLAN_FIELDS, where + ".")["window_s"]
+        sustain_s = PRESETS[plan]["sustain_s"]
+        if not 1.0 <= window <= sustain_s:
+            raise ProfileError(
+                f"{source}: field '{where}.window_s' must be 1 s to plan {plan}'s "
+                f"sustained {sustain_s:g} s, got {window:g}"
+            )
+        windows[plan] = window
+    return windows
 
 
 def _parse(text: str, source: str) -> DeviceProfile:

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 from edgequal.agent.measure.preemption import decided_on_clean, decisive_entry, decisive_samples_ns
+from edgequal.agent.plan import PRESETS, duration_text
 
 from .policy import DRIFT_METRICS, Policy
 
@@ -104,6 +105,57 @@ def flag_check(section: str, name: str, what: str, bad: bool, message: str, retr
 
 # ---------------------------------------------------------------------------
 # Checks by section
+
+
+def _sustain_s(plan: dict) -> float:
+    value = plan.get("sustain_s")
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
+
+
+def plan_shortfall(plan: dict, need: str) -> tuple[str, str] | None:
+    """What ``plan`` (a plan's JSON) lacks of plan ``need``, or None when it has it all.
+
+    Plan ``need`` requires its sustained phase, at least as long as the preset runs it
+    (10 min for standard, 30 for soak; quick requires none). The cold-load and latency
+    phases every plan runs, and the service scenarios have their own policy sections.
+    Returns (what is needed, what the plan ran): ``("sustained phase", "quick")``.
+    """
+    need_s, ran_s = float(PRESETS[need]["sustain_s"]), _sustain_s(plan)
+    if ran_s >= need_s:
+        return None
+    ran = str(plan.get("preset") or "a plan with no preset")
+    if not ran_s:
+        return "sustained phase", ran
+    origin = " (--sustain)" if (plan.get("sources") or {}).get("sustain_s") == "flag" else ""
+    return (
+        f"sustained phase of {duration_text(need_s)}",
+        f"{ran} with a {duration_text(ran_s)} sustained phase{origin}",
+    )
+
+
+def plan_checks(pred: dict, policy: Policy) -> list[Check]:
+    """``requires_plan``: one check that the report ran the phases of the plan the policy needs."""
+    need = policy.requires_plan
+    if need is None:
+        return []
+    plan = pred.get("plan") or {}
+    limit = f"plan {need}"
+    ran_s = _sustain_s(plan)
+    measured = f"{plan.get('preset') or '—'}" + (
+        f", sustained {duration_text(ran_s)}" if ran_s else ", no sustained phase"
+    )
+    short = plan_shortfall(plan, need)
+    if short is None:
+        msg = (
+            f"the report ran {plan.get('preset')} with a {duration_text(ran_s)} sustained phase, "
+            f"as plan {need} needs"
+            if PRESETS[need]["sustain_s"]
+            else f"plan {need} needs no sustained phase; the report ran {plan.get('preset')}"
+        )
+        return [Check("plan.requires_plan", "plan", True, limit, measured, msg)]
+    needed, ran = short
+    msg = f"this policy needs plan {need} ({needed}); the report ran {ran}"
+    return [Check("plan.requires_plan", "plan", False, limit, measured, msg)]
 
 
 def status_checks(pred: dict, policy: Policy) -> list[Check]:

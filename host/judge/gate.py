@@ -13,6 +13,9 @@ listed beside the verdict, because that is usually the reason.
 
 An ``inconclusive`` report (a drop explained by interference from other processes)
 fails with ``retry``: re-run it on a quiet board; it is not a regression.
+
+A policy that names the plan it needs (``requires_plan``) fails a report from a plan
+without that plan's sustained phase with one check naming both plans.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from .checks import (
     findings_checks,
     latency_checks,
     memory_checks,
+    plan_checks,
     status_checks,
     sustained_checks,
 )
@@ -111,21 +115,29 @@ class GateResult:
 
 
 def evaluate(predicate: dict, policy: Policy) -> list[Check]:
-    """Every check of ``policy`` on a verified predicate, in the policy's section order."""
+    """Every check of ``policy`` on a verified predicate, in the policy's section order.
+
+    When the report's plan lacks the sustained phase ``requires_plan`` needs, that is
+    one failed check, and the sustained and energy limits (which only that phase
+    measures) are not checked.
+    """
     results = predicate.get("results") or {}
+    plan = plan_checks(predicate, policy)
+    short = any(not c.passed for c in plan)
     return [
+        *plan,
         *status_checks(predicate, policy),
         *findings_checks(predicate, policy),
         *cold_load_checks(results, policy),
         *latency_checks(results, policy),
-        *sustained_checks(results, policy),
+        *([] if short else sustained_checks(results, policy)),
         *drift_checks(results, policy),
         *memory_checks(results, policy),
         *batch_checks(results, policy),
         *thread_checks(results, policy),
         *server_checks(results, policy),
         *operator_checks(results, policy),
-        *energy_checks(results, policy),
+        *([] if short else energy_checks(results, policy)),
         *coload_checks(results, policy),
         *edge_shape_checks(results, policy),
     ]

@@ -3,6 +3,10 @@
 Every key is checked against :data:`SCHEMA`; an unknown key is refused with its name
 and the closest valid one (a misspelt limit that were silently ignored would pass
 every report). A limit left out is not checked. See docs/gating.md for each key.
+
+``requires_plan`` names the plan the policy's limits were written for (quick, standard
+or soak): the gate fails a report whose plan lacks that plan's sustained phase with one
+check saying so, rather than with every limit that phase would have measured.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from edgequal.agent.plan import PRESETS
 
 from ..errors import UsageError
 
@@ -56,7 +62,7 @@ EDGE_SHAPE_LIMITS: dict[str, str] = {
 # Section -> key -> kind. "" is the top level; drift.outputs.NAME takes DRIFT_METRICS keys,
 # edge_shapes.labels.LABEL the EDGE_SHAPE_LIMITS keys.
 SCHEMA: dict[str, dict[str, str]] = {
-    "": {"name": TEXT, "description": TEXT},
+    "": {"name": TEXT, "description": TEXT, "requires_plan": TEXT},
     "status": {"allowed": TEXT_LIST},
     "findings": {"allowed_kinds": TEXT_LIST, "max_count": INTEGER},
     "cold_load": {
@@ -131,6 +137,8 @@ SCHEMA: dict[str, dict[str, str]] = {
     },
 }
 
+# Sections whose figures only a sustained phase measures.
+SUSTAINED_SECTIONS = ("sustained", "energy")
 # Sections limiting the service scenarios and energy (each its own Policy field).
 SCENARIO_SECTIONS = ("batch", "threads", "server", "operators", "energy")
 # Sections limiting the run under real conditions: declared co-load, edge shapes.
@@ -161,6 +169,7 @@ class Policy:
     name: str
     source: str
     description: str = ""
+    requires_plan: str | None = None
     allowed_statuses: tuple[str, ...] = DEFAULT_ALLOWED_STATUSES
     findings: dict = field(default_factory=dict)
     cold_load: dict = field(default_factory=dict)
@@ -182,6 +191,8 @@ class Policy:
     def to_json(self) -> dict:
         """The policy as JSON (the same sections and keys as the TOML)."""
         out: dict[str, Any] = {"name": self.name, "description": self.description}
+        if self.requires_plan is not None:
+            out["requires_plan"] = self.requires_plan
         out["status"] = {"allowed": list(self.allowed_statuses)}
         for section in (
             "findings",
@@ -315,10 +326,12 @@ def parse_policy(data: dict, where: str = "<policy>") -> Policy:
             raise UsageError(
                 f"policy {where}: unknown field '{f}' in baseline.require_same ({hint})"
             )
+    requires_plan = _required_plan(where, top.get("requires_plan"), sections)
     return Policy(
         name=top.get("name") or Path(where).stem,
         source=where,
         description=top.get("description", ""),
+        requires_plan=requires_plan,
         allowed_statuses=tuple(allowed),
         findings=sections.get("findings", {}),
         cold_load=cold,
@@ -331,6 +344,35 @@ def parse_policy(data: dict, where: str = "<policy>") -> Policy:
         **{name: sections.get(name, {}) for name in SCENARIO_SECTIONS + CONDITION_SECTIONS},
         edge_shape_labels=sections.get("edge_shapes.labels", {}),
     )
+
+
+def _checks_anything(table: dict) -> bool:
+    """True when a [sustained] or [energy] table makes the gate check something."""
+    switches = ("required", "require_rails")
+    return any(k not in switches for k in table) or any(table.get(k) for k in switches)
+
+
+def _required_plan(where: str, plan: str | None, sections: dict) -> str | None:
+    """``requires_plan``: a preset name, and one that runs the phases the policy limits."""
+    if plan is None:
+        return None
+    if plan not in PRESETS:
+        close = difflib.get_close_matches(plan, list(PRESETS), 1, 0.5)
+        hint = f"did you mean '{close[0]}'?" if close else "one of " + ", ".join(PRESETS)
+        raise UsageError(
+            f"policy {where}: 'requires_plan' must name a plan, got {plan!r} ({hint})",
+            hint="plans are " + ", ".join(PRESETS),
+        )
+    if not PRESETS[plan]["sustain_s"]:
+        limited = [s for s in SUSTAINED_SECTIONS if _checks_anything(sections.get(s) or {})]
+        if limited:
+            sustained = [p for p, table in PRESETS.items() if table["sustain_s"]]
+            raise UsageError(
+                f"policy {where}: [{limited[0]}] limits need a sustained phase, "
+                f"which plan {plan} does not run",
+                hint=f"set requires_plan to {' or '.join(sustained)}, or drop [{limited[0]}]",
+            )
+    return plan
 
 
 def _named_tables(where: str, parent: str, tables: Any, schema: dict, what: str) -> dict:

@@ -163,13 +163,14 @@ def run_file_stem(model: str, device: str) -> str:
 
 
 def fleet_plan(preset: str, profile_name: str | None, overrides: dict | None = None) -> Plan:
-    """The plan of one run: the preset, then the device profile's durations, then overrides."""
-    base: dict = {}
+    """The plan of one run: the preset, then the device profile's board fields (never a
+    phase: see ``make_plan``), then overrides (the command's flags)."""
+    board = None
     if profile_name:
         from ..devices.profiles import load_profile
 
-        base = load_profile(profile_name).plan_fields(preset)
-    return make_plan(preset, **{**base, **(overrides or {})})
+        board = load_profile(profile_name).plan_fields(preset)
+    return make_plan(preset, board, **(overrides or {}))
 
 
 def open_lab_device(device: LabDevice) -> Transport:

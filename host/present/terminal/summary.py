@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from rich.live import Live
 from rich.table import Table
@@ -36,6 +37,9 @@ from .sections import describe_cause as describe_cause
 from .sections import print_table as print_table
 from .sections import sparkline as sparkline
 from .sections import window_marks as window_marks
+
+if TYPE_CHECKING:
+    from edgequal.agent.plan import Plan
 
 PHASES = ("upload", "fingerprint", "cold_load", "latency", "sustained", "signing")
 # Optional phases: a row appears when the run starts one, in this place among PHASES.
@@ -107,6 +111,62 @@ def status_hint(predicate: dict) -> str | None:
         if f"{status}:{cause}" in STATUS_HINTS:
             return STATUS_HINTS[f"{status}:{cause}"]
     return STATUS_HINTS.get(status)
+
+
+def plan_line(plan: Plan, *, boards: bool = False) -> str:
+    """The effective plan in one line: preset, phases with their lengths, threads, profile.
+
+    ``plan: quick (cold load ×3, latency 3 s, no sustained phase) · threads 2 [profile] ·
+    profile generic/linux-x86_64``. A value the preset did not set is marked with where
+    it came from (``[flag]``, ``[profile]``); unmarked phase lengths are the preset's.
+    ``boards``: the plan before each board's profile is applied (a fleet's), which says so.
+    """
+
+    from edgequal.agent.plan import duration_text
+
+    def origin(key: str) -> str:
+        source = plan.sources.get(key)
+        return f" [{source}]" if source in ("flag", "profile") else ""
+
+    phases = [
+        f"cold load ×{plan.cold_runs}{origin('cold_runs')}",
+        f"latency {duration_text(plan.latency_min_s)}{origin('latency_min_s')}",
+    ]
+    if plan.sustain_s:
+        text = f"sustained {duration_text(plan.sustain_s)}{origin('sustain_s')}"
+        if plan.sustain_extend_to_s and plan.sustain_extend_to_s > plan.sustain_s:
+            text += f" (to {duration_text(plan.sustain_extend_to_s)} while heating)"
+        text += f" in {duration_text(plan.sustain_window_s)} windows{origin('window_s')}"
+        phases.append(text)
+    else:
+        phases.append(f"no sustained phase{origin('sustain_s')}")
+    if plan.batch_sizes:
+        phases.append(f"batch sweep {plan.batch_sizes[0]}–{plan.batch_sizes[-1]}")
+    phases += [
+        name
+        for name, on in (
+            ("thread scaling", plan.thread_scaling),
+            ("server scenario", plan.server),
+            ("operator profile", plan.operator_profile),
+        )
+        if on
+    ]
+    if plan.coload:
+        phases.append(f"co-load ×{len(plan.coload)}")
+    if plan.edge_shapes:
+        phases.append(f"edge shapes ×{len(plan.edge_shapes)}")
+    head = f"plan: {plan.preset} ({', '.join(phases)})"
+    if boards:
+        return f"{head} · threads and trip from each board's profile"
+    threads = f"threads {plan.threads}{origin('threads')}" if plan.threads else "threads default"
+    profile = f"profile {plan.profile}" if plan.profile else "no device profile"
+    return f"{head} · {threads} · {profile}"
+
+
+def print_plan(plan: Plan, *, stderr: bool = False, boards: bool = False) -> None:
+    """The effective plan's line (:func:`plan_line`), before a run starts; on stderr
+    beside machine-readable output."""
+    (print_note if stderr else print_line)(plan_line(plan, boards=boards))
 
 
 class ProgressDisplay:

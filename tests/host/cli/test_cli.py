@@ -198,8 +198,6 @@ def test_qualify_applies_the_named_profile(example_models, tmp_path, capsys):
             str(example_models["micro"]),
             "--profile",
             "raspberry-pi/5",
-            "--sustain",
-            "0",
             "-o",
             str(tmp_path / "r.json"),
             "--json",
@@ -217,8 +215,54 @@ def test_qualify_applies_the_named_profile(example_models, tmp_path, capsys):
         "clock_drop",
         "passive_trip",
     ]
-    assert predicate["plan"]["sustain_s"] == 0.0
+    # quick runs no sustained phase: the profile adds none.
+    assert predicate["plan"]["sustain_s"] == 0.0 and "sustained" not in predicate["results"]
+    assert predicate["plan"]["sources"]["max_temp_c"] == "profile"
     assert (tmp_path / "r.json").exists()
+
+
+@pytest.mark.slow
+def test_qualify_prints_the_effective_plan_before_it_starts(example_models, tmp_path, capsys):
+    from edgequal.agent.plan import Plan
+    from edgequal.host.present.terminal.summary import plan_line
+
+    report = tmp_path / "r.json"
+    args = ["qualify", str(example_models["micro"]), *FAST_FLAGS, "-o", str(report)]
+    rc = edgequal_main([*args, "--profile", "generic/linux-x86_64", "--threads", "1"])
+    out = capsys.readouterr().out
+    line = (
+        "plan: quick (cold load ×3, latency 3 s, no sustained phase) · threads 1 [flag] · "
+        "profile generic/linux-x86_64"
+    )
+    # The line comes first, before the summary; the signed plan is the one it describes.
+    assert out.splitlines()[0] == line
+    assert out.index(line) < out.index("edgequal ")
+    predicate = _report_predicate(report)
+    assert rc == exit_code_for(predicate["status"], predicate["findings"])
+    plan = predicate["plan"]
+    assert plan_line(Plan.from_json(plan)) == line
+    assert plan["sustain_s"] == 0.0 and plan["trip_c"] == 85.0 and plan["threads"] == 1
+    assert plan["sources"]["threads"] == "flag" and plan["sources"]["trip_c"] == "profile"
+    assert plan["sources"]["cold_runs"] == "preset" and plan["sources"]["sustain_s"] == "preset"
+
+
+def _report_predicate(path) -> dict:
+    import base64
+
+    envelope = json.loads(path.read_bytes())
+    return json.loads(base64.b64decode(envelope["payload"]))["predicate"]
+
+
+def test_qualify_refuses_a_plan_its_gate_policy_would_fail(example_models, tmp_path, capsys):
+    from pathlib import Path
+
+    nightly = Path(__file__).resolve().parents[3] / "docs" / "policies" / "nightly.toml"
+    report = tmp_path / "r.json"
+    args = ["qualify", str(example_models["micro"]), "--gate", str(nightly), "-o", str(report)]
+    assert edgequal_main(args) == 2
+    err = capsys.readouterr().err
+    assert "policy nightly needs plan standard (sustained phase); this run would be quick" in err
+    assert "--plan standard" in err and not report.exists()
 
 
 def test_qualify_unknown_device_is_untrusted(example_models, capsys):

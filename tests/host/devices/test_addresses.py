@@ -95,6 +95,14 @@ def test_qualify_over_ssh_a_device_pinned_over_grpc(device, example_models, tmp_
     )
     assert rc == 0
     capsys.readouterr()
+    # Over gRPC: the quick plan as asked, though the fingerprint matches a profile whose
+    # board fields (threads, trip) apply; the agent takes the plan and its provenance.
+    rc = edgequal_main(
+        ["qualify", str(example_models["micro"]), "--device", "bench-pi5"]
+        + ["-o", str(tmp_path / "grpc.report.json"), "--json"]
+    )
+    out, err = capsys.readouterr()
+    _assert_quick_as_asked(json.loads(out), rc, err)
     # run-plan over SSH takes the state directory the serving agent holds: stop the service.
     agent.stop()
     options = device["ssh_options"]
@@ -102,15 +110,33 @@ def test_qualify_over_ssh_a_device_pinned_over_grpc(device, example_models, tmp_
     rc = edgequal_main(
         ["qualify", str(example_models["micro"]), "--device", addresses["ssh"]]
         + ["--known-hosts", str(options["known_hosts"]), "--ssh-key", str(options["ssh_key"])]
-        + ["--agent-cmd", options["agent_cmd"], "--sustain", "0", "-o", str(report), "--json"]
+        + ["--agent-cmd", options["agent_cmd"], "-o", str(report), "--json"]
     )
-    predicate = json.loads(capsys.readouterr().out)
-    assert predicate["status"] in MEASURED_STATUSES
-    assert rc == exit_code_for(predicate["status"], predicate["findings"])
+    out, err = capsys.readouterr()
+    predicate = json.loads(out)
+    _assert_quick_as_asked(predicate, rc, err)
     assert [e.name for e in KnownDevices().list()] == ["bench-pi5"]
     assert KnownDevices().get("bench-pi5").addresses == [addresses["grpc"], addresses["ssh"]]
     assert edgequal_main(["verify", str(report), "--device", "bench-pi5"]) == 0
     assert "signed by device 'bench-pi5'" in capsys.readouterr().out
+
+
+def _assert_quick_as_asked(predicate: dict, rc: int, err: str) -> None:
+    """A quick run on a profiled device: no sustained phase, the profile's board fields,
+    and where each came from, in the signed plan and the line printed before the run."""
+    from edgequal.host.devices.profiles import load_profile
+
+    assert predicate["status"] in MEASURED_STATUSES, err
+    assert rc == exit_code_for(predicate["status"], predicate["findings"])
+    plan = predicate["plan"]
+    board = load_profile(plan["profile"])  # matched from the fingerprint
+    assert plan["sustain_s"] == 0.0 and "sustained" not in predicate["results"]
+    assert plan["threads"] == board.default_threads and plan["trip_c"] == board.trip_c
+    assert plan["sources"]["sustain_s"] == "preset" and plan["sources"]["threads"] == "profile"
+    assert (
+        f"plan: quick (cold load ×3, latency 3 s, no sustained phase) · "
+        f"threads {board.default_threads} [profile] · profile {board.name}"
+    ) in err
 
 
 def test_an_address_of_one_device_is_not_given_to_another(tmp_path):

@@ -1,16 +1,17 @@
-"""Device profiles: every packaged file loads, strict validation, matching by fingerprint."""
+"""Device profiles: every packaged file loads, strict validation, matching by fingerprint,
+and what a profile sets in a plan (board fields, never a phase)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from edgequal.agent.plan import Plan, make_plan
 from edgequal.agent.probes.fingerprint import fingerprint
 from edgequal.agent.probes.telemetry import THROTTLE_INDICATORS
 from edgequal.host.devices.profiles import (
     KNOWN_THROTTLE_INDICATORS,
     DeviceProfile,
-    PlanDurations,
     ProfileError,
     all_profiles,
     load_profile,
@@ -48,25 +49,10 @@ max_c = 85.0
 throttle_indicators = ["get_throttled"]
 default_threads = 3
 
-[plans.quick]
-cold_runs = 3
-latency_min_runs = 200
-latency_min_s = 3.0
-sustain_s = 20
-window_s = 2.0
-
 [plans.standard]
-cold_runs = 7
-latency_min_runs = 1000
-latency_min_s = 60.0
-sustain_s = 600.0
-window_s = 30.0
+window_s = 20
 
 [plans.soak]
-cold_runs = 7
-latency_min_runs = 1000
-latency_min_s = 60.0
-sustain_s = 1800.0
 window_s = 30.0
 """
 
@@ -84,9 +70,7 @@ def test_every_packaged_profile_loads_and_is_named_after_its_file():
     for p in profiles:
         assert p.source.endswith(p.name + ".toml")
         assert p.trip_c < p.max_c
-        assert set(p.plans) == {"quick", "standard", "soak"}
-        assert p.plan("standard").sustain_s == 600.0 and p.plan("standard").window_s == 30.0
-        assert p.plan("soak").sustain_s == 1800.0
+        assert p.windows == {"standard": 30.0, "soak": 30.0}
         assert 1 <= p.default_threads <= p.cores
         assert p.is_generic == p.name.startswith("generic/")
 
@@ -110,9 +94,9 @@ def test_load_from_path_and_types(tmp_path):
     assert p.name == "lab/pi" and p.vendor == "lab"
     assert p.trip_c == 80.0 and isinstance(p.trip_c, float)  # an integer is a number
     assert p.match == ("Lab Pi",)
-    assert p.plan("quick") == PlanDurations(3, 200, 3.0, 20.0, 2.0)
+    assert p.windows == {"standard": 20.0, "soak": 30.0}
     assert p.to_dict()["match"] == ["Lab Pi"]
-    assert p.to_dict()["plans"]["quick"]["window_s"] == 2.0
+    assert p.to_dict()["windows"] == {"standard": 20.0, "soak": 30.0}
     assert load_profile(str(_write(tmp_path, GOOD))).name == "lab/pi"
 
 
@@ -130,12 +114,32 @@ def test_missing_field(tmp_path):
     assert "missing field 'trip_c'" in msg
 
 
-def test_missing_plan_field_and_plan(tmp_path):
+def test_missing_plan_window_and_plans(tmp_path):
     assert "missing field 'plans.soak.window_s'" in _refused(
         tmp_path, GOOD[: GOOD.rindex("window_s")]
     )
-    no_soak = GOOD[: GOOD.index("[plans.soak]")]
-    assert "missing field 'plans.soak'" in _refused(tmp_path, no_soak)
+    # A plan table, or all of them, may be left out: the plan's own window rule applies.
+    no_soak = load_profile(_write(tmp_path, GOOD[: GOOD.index("[plans.soak]")]))
+    assert no_soak.windows == {"standard": 20.0}
+    assert load_profile(_write(tmp_path, GOOD[: GOOD.index("[plans.")])).windows == {}
+
+
+def test_a_profile_sets_no_phase_length(tmp_path):
+    # The earlier format's durations are refused with the reason, not taken as typos.
+    msg = _refused(tmp_path, GOOD.replace("window_s = 20", "sustain_s = 600.0\nwindow_s = 20"))
+    assert "'plans.standard.sustain_s': a profile sets no phase length" in msg
+    msg = _refused(tmp_path, GOOD.replace("window_s = 20", "cold_runs = 7\nwindow_s = 20"))
+    assert "'plans.standard.cold_runs': a profile sets no phase length" in msg
+    # A whole profile of that format: the first phase length is named, with what to keep.
+    earlier = GOOD[: GOOD.index("[plans.")] + "[plans.quick]\ncold_runs = 3\nsustain_s = 60.0\n"
+    path = _write(tmp_path, earlier)
+    with pytest.raises(ProfileError) as e:
+        load_profile(path)
+    assert "'plans.quick.cold_runs': a profile sets no phase length" in str(e.value)
+    assert "keep only window_s, under [plans.standard] and [plans.soak]" in e.value.hint
+    # quick runs no sustained phase: there is no window of it to set.
+    msg = _refused(tmp_path, GOOD + "\n[plans.quick]\nwindow_s = 6.0\n")
+    assert "plan quick runs no sustained phase, so 'plans.quick' has nothing to set" in msg
 
 
 def test_wrong_type(tmp_path):
@@ -145,16 +149,16 @@ def test_wrong_type(tmp_path):
     assert "field 'cores' must be an integer, got boolean True" in msg
     msg = _refused(tmp_path, GOOD.replace('match = ["Lab Pi"]', 'match = "Lab Pi"'))
     assert "field 'match' must be a list of strings" in msg
-    msg = _refused(tmp_path, GOOD.replace("sustain_s = 20\n", 'sustain_s = "20s"\n'))
-    assert "field 'plans.quick.sustain_s' must be a number" in msg
+    msg = _refused(tmp_path, GOOD.replace("window_s = 20\n", 'window_s = "20s"\n'))
+    assert "field 'plans.standard.window_s' must be a number" in msg
 
 
 def test_unknown_key(tmp_path):
     msg = _refused(tmp_path, GOOD.replace("cores = 4", "cores = 4\ntrip = 80"))
     assert "unknown key 'trip'" in msg
-    msg = _refused(tmp_path, GOOD.replace("window_s = 2.0", "window_s = 2.0\nwarmup_s = 1"))
-    assert "unknown key 'plans.quick.warmup_s'" in msg
-    msg = _refused(tmp_path, GOOD + "\n[plans.nightly]\ncold_runs = 1\n")
+    msg = _refused(tmp_path, GOOD.replace("window_s = 20", "window_s = 20\nwarmup_s = 1"))
+    assert "unknown key 'plans.standard.warmup_s'" in msg
+    msg = _refused(tmp_path, GOOD + "\n[plans.nightly]\nwindow_s = 1\n")
     assert "unknown key 'plans.nightly'" in msg
 
 
@@ -169,9 +173,10 @@ def test_bad_values(tmp_path):
     assert "field 'name' must look like 'vendor/board'" in _refused(
         tmp_path, GOOD.replace('"lab/pi"', '"Lab Pi"')
     )
-    assert "'plans.quick.cold_runs' must be > 0" in _refused(
-        tmp_path, GOOD.replace("cold_runs = 3", "cold_runs = 0")
+    assert "'plans.standard.window_s' must be 1 s to plan standard's sustained 600 s, got 0" in (
+        _refused(tmp_path, GOOD.replace("window_s = 20", "window_s = 0"))
     )
+    assert "got 3600" in _refused(tmp_path, GOOD.replace("window_s = 20", "window_s = 3600"))
     assert "not valid TOML" in _refused(tmp_path, "name = ")
 
 
@@ -236,3 +241,62 @@ def test_match_recorded_fingerprints(monkeypatch):
     assert match_profile(fingerprint(SYSFS / "pi5")).name == "raspberry-pi/5"
     assert match_profile(fingerprint(SYSFS / "jetson-orin-nano")).name == "nvidia/jetson-orin-nano"
     assert match_profile(fingerprint(SYSFS / "jetson-nano")).name == "nvidia/jetson-nano"
+
+
+# -- what a profile sets in a plan ------------------------------------------------
+
+
+def test_a_profile_never_adds_a_sustained_phase_to_quick():
+    """The generic x86-64 profile on quick: threads and trip from the board, no sustained phase."""
+    board = load_profile("generic/linux-x86_64")
+    plan = make_plan("quick", board.plan_fields("quick"))
+    assert plan.sustain_s == 0.0 and plan.window_s is None
+    assert (plan.cold_runs, plan.latency_min_runs, plan.latency_min_s) == (3, 200, 3.0)
+    assert plan.threads == 2 and plan.trip_c == 85.0 and plan.max_temp_c == 95.0
+    assert plan.throttle_indicators == ("clock_drop", "cooling_device", "passive_trip")
+    assert plan.profile == "generic/linux-x86_64"
+    assert plan.sources["sustain_s"] == "preset" and plan.sources["cold_runs"] == "preset"
+    assert {k: plan.sources[k] for k in ("threads", "trip_c", "max_temp_c", "profile")} == {
+        "threads": "profile",
+        "trip_c": "profile",
+        "max_temp_c": "profile",
+        "profile": "profile",
+    }
+    assert "window_s" not in plan.sources
+
+
+def test_a_profile_keeps_the_preset_lengths_and_sets_its_window(tmp_path):
+    board = load_profile(_write(tmp_path, GOOD))
+    plan = make_plan("standard", board.plan_fields("standard"))
+    assert (plan.cold_runs, plan.latency_min_s, plan.sustain_s) == (7, 60.0, 600.0)
+    assert plan.sustain_window_s == 20.0 and plan.sources["window_s"] == "profile"
+    assert plan.threads == 3 and plan.trip_c == 80.0
+
+
+def test_a_flag_still_adds_a_sustained_phase_and_wins_over_the_profile():
+    board = load_profile("generic/linux-x86_64")
+    plan = make_plan("quick", board.plan_fields("quick"), sustain_s=10.0, threads=1)
+    assert plan.sustain_s == 10.0 and plan.sustain_window_s == 1.0
+    assert plan.sources["sustain_s"] == "flag" and plan.sources["threads"] == "flag"
+    assert plan.threads == 1 and plan.trip_c == 85.0 and plan.sources["trip_c"] == "profile"
+    # The profile's window was chosen for standard's 10 min: a flag's 90 s gets its own.
+    short = make_plan("standard", board.plan_fields("standard"), sustain_s=90.0)
+    assert short.sustain_window_s == 9.0 and "window_s" not in short.sources
+    # The provenance is part of the plan's JSON and comes back from it.
+    assert Plan.from_json(plan.to_json()) == plan
+    assert plan.to_json()["sources"]["sustain_s"] == "flag"
+
+
+def test_a_profile_may_set_only_board_fields():
+    from edgequal.agent.errors import BadInput
+
+    with pytest.raises(BadInput, match="a device profile may not set plan field 'sustain_s'"):
+        make_plan("quick", {"threads": 2, "sustain_s": 60.0})
+    assert set(load_profile("raspberry-pi/5").plan_fields("soak")) == {
+        "profile",
+        "threads",
+        "trip_c",
+        "max_temp_c",
+        "throttle_indicators",
+        "window_s",
+    }

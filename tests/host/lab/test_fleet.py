@@ -225,6 +225,26 @@ def test_an_untrusted_device_runs_nothing(tmp_path, example_models, golden_sets)
     assert result.exit_code() == 3
 
 
+def test_fleet_run_refuses_a_plan_its_gate_policy_would_fail(
+    tmp_path, example_models, golden_sets, capsys
+):
+    lab = tmp_path / "lab.toml"
+    lab.write_text('[devices.nobody]\naddress = "grpc://127.0.0.1:9"\n')
+    models = write_models(tmp_path, example_models, golden_sets, names=("micro",))
+    nightly = Path(__file__).resolve().parents[3] / "docs" / "policies" / "nightly.toml"
+    args = ["fleet", "run", str(lab), "--models", str(models), "--out", str(tmp_path / "out")]
+    assert edgequal_main([*args, "--gate", str(nightly)]) == 2
+    err = capsys.readouterr().err
+    assert "policy nightly needs plan standard (sustained phase); this run would be quick" in err
+    assert not (tmp_path / "out").exists()
+
+
+def _predicate(report: Path) -> dict:
+    import base64
+
+    return json.loads(base64.b64decode(json.loads(report.read_bytes())["payload"]))["predicate"]
+
+
 @pytest.mark.slow
 def test_fleet_run_cli(tmp_path, agents, example_models, golden_sets, capsys, monkeypatch):
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state-home"))
@@ -234,15 +254,22 @@ def test_fleet_run_cli(tmp_path, agents, example_models, golden_sets, capsys, mo
     out = tmp_path / "out"
     rc = edgequal_main(
         ["fleet", "run", str(lab), "--models", str(models), "--tags", "nightly"]
-        + ["--out", str(out), "--sustain", "0", "--wait", "60", "--retries", "0"]
+        + ["--out", str(out), "--wait", "60", "--retries", "0"]
     )
     index = json.loads((out / "index.json").read_text())
     (run,) = index["runs"]
     assert run["device"] == "dev-0"
     assert run["status"] in MEASURED_STATUSES
     assert rc == (0 if run["ok"] else 1)
-    err = capsys.readouterr().err
-    assert "fleet: micro on dev-0:" in err  # plain lines in a log
+    captured = capsys.readouterr()
+    assert "fleet: micro on dev-0:" in captured.err  # plain lines in a log
+    # The plan as asked, printed before the run: the board's profile adds no phase.
+    assert (
+        "plan: quick (cold load ×3, latency 3 s, no sustained phase) · "
+        "threads and trip from each board's profile"
+    ) in captured.out
+    plan = _predicate(out / "reports" / "micro@dev-0.json")["plan"]
+    assert plan["sustain_s"] == 0.0 and plan["sources"]["threads"] == "profile"
     # Recorded in the default history database (SQLite in the state directory).
     from edgequal.host.lab.history import History
 

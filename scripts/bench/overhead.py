@@ -168,6 +168,14 @@ def interleaved_us(path: Path, threads: int, seconds: float, chunk_s: float = 0.
     agent_p50 = nearest_rank_p50(np.concatenate(agent_samples).tolist()) / 1e3
     tagged_p50 = nearest_rank_p50(np.concatenate(tagged_samples).tolist()) / 1e3
     per_call = {k: v[0] / max(v[1], 1) / 1e3 for k, v in outside.items()}
+    # The read itself, timed alone: what a tag costs between two calls. The figures above
+    # also hold the time the kernel switched the worker out at that read's system-call
+    # exit (with lazy preemption a busy machine's switches move there, out of the calls).
+    reads = []
+    for _ in range(20_000):
+        t0 = time.perf_counter_ns()
+        involuntary_switches()
+        reads.append(time.perf_counter_ns() - t0)
     return {
         "bare_p50_us": round(bare_p50, 3),
         "agent_loop_p50_us": round(agent_p50, 3),
@@ -178,6 +186,7 @@ def interleaved_us(path: Path, threads: int, seconds: float, chunk_s: float = 0.
         "outside_timed_us_per_call": round(per_call["plain"], 3),
         "tagged_outside_timed_us_per_call": round(per_call["tagged"], 3),
         "tag_cost_us_per_call": round(per_call["tagged"] - per_call["plain"], 3),
+        "tag_read_p50_us": round(nearest_rank_p50(reads) / 1e3, 3),
     }
 
 

@@ -43,7 +43,7 @@ def decisive_samples_ns(entry: dict) -> np.ndarray | None:
 def decisive_entry(entry: dict) -> dict:
     """``entry`` with ``summary`` replaced by the clean one when it decides (the entry itself
     when it does not); read its samples with :func:`decisive_samples_ns`."""
-    if not decided_on_clean(entry):
+    if not decided_on_clean(entry) or "as_measured" in entry:  # untagged, or already swapped
         return entry
     return {**entry, "summary": entry["clean"], "as_measured": entry.get("summary")}
 

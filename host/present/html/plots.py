@@ -4,9 +4,12 @@ interference windows shaded; also the series they plot, which the tables read to
 
 from __future__ import annotations
 
+import binascii
 from collections.abc import Sequence
 
 import numpy as np
+from edgequal.agent.measure.latency import decode_tags
+from edgequal.agent.measure.preemption import decided_on_clean, decisive_entry
 
 from ...errors import UsageError
 from ...judge.regression import decode_samples_ns
@@ -18,11 +21,16 @@ def _latency_series(reports: Sequence[ReportFile]) -> list[tuple[str, dict, np.n
     out = []
     for i, r in enumerate(reports):
         for entry in _get(r.predicate, "results", "latency", "per_shape") or []:
+            # The calls that kept the CPU where they decide (agent/measure/preemption.py).
+            entry = decisive_entry(entry)
             samples = None
             if entry.get("samples_ns_b64"):
                 try:
-                    samples = decode_samples_ns(entry["samples_ns_b64"]) / 1e6
-                except UsageError:  # an unverified report's samples may be anything
+                    samples = decode_samples_ns(entry["samples_ns_b64"])
+                    if decided_on_clean(entry) and entry.get("preempted_b64"):
+                        samples = samples[~decode_tags(entry["preempted_b64"], len(samples))]
+                    samples = samples / 1e6
+                except (UsageError, ValueError, binascii.Error):  # unverified: may be anything
                     samples = None
             label = f"{chr(65 + i)} {entry.get('shape', '')}"
             out.append((label, entry, samples))
@@ -86,6 +94,8 @@ def latency_figure(reports: Sequence[ReportFile]) -> str | None:
     hist_ax.set_xlabel(f"latency ({unit})")
     hist_ax.set_ylabel("runs")
     hist_ax.set_title("Warm latency (p50 solid, p90 dashed, p99 dotted; tail clipped)")
+    if any(decided_on_clean(e) for _, e, _ in series):
+        hist_ax.set_xlabel(f"latency ({unit}), the calls that kept the CPU")
     cdf_ax.set_xlabel(f"latency ({unit})")
     cdf_ax.set_ylabel("fraction of runs ≤ x")
     cdf_ax.set_title("Cumulative distribution")

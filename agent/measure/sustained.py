@@ -187,9 +187,9 @@ def score_windows(
     stability and the drop time are over the other full windows. A throttled window is
     always scored. Verdicts: ``failed`` (under-voltage, or throttled with stability
     < 0.90), ``degraded`` (throttled), ``unexplained`` (a drop with neither cause
-    measured), ``stable``; ``inconclusive`` only when fewer than
-    :func:`windows_needed` of ``planned_windows`` (default: the full windows) were left
-    to score.
+    measured), ``stable``; ``inconclusive`` when fewer than :func:`windows_needed` of
+    ``planned_windows`` (default: the full windows) were left to score, or when a drop
+    nothing explains sits beside windows that interference took.
     """
     if not windows:
         return {"windows": 0, "verdict": "failed", "cause": "none", "reason": "no complete window"}
@@ -221,6 +221,11 @@ def score_windows(
         interference=too_few and bool(interfered),
         crashed=False,
     )
+    # A drop nothing explains, in a run that interference took windows from, is more
+    # likely interference below the evidence's thresholds than the board's: not decided.
+    unexplained_beside_interference = verdict == "unexplained" and bool(interfered)
+    if unexplained_beside_interference:
+        verdict = "inconclusive"
     return {
         "windows": len(full),
         "scored_windows": len(scored),
@@ -238,7 +243,15 @@ def score_windows(
         "drops": attribution["drops"],
         "interference_windows": len(interfered),
         "verdict": verdict,
-        "reason": _verdict_reason(verdict, stab, stab_all, interfered, throttled_windows, planned),
+        "reason": _verdict_reason(
+            verdict,
+            stab,
+            stab_all,
+            interfered,
+            throttled_windows,
+            planned,
+            unexplained_beside_interference,
+        ),  # fmt: skip
     }
 
 
@@ -253,9 +266,18 @@ _VERDICT_CAUSE = {
 }
 
 
-def _verdict_reason(verdict, stab, stab_all, interfered, throttled, planned) -> str | None:
+def _verdict_reason(
+    verdict, stab, stab_all, interfered, throttled, planned, unexplained_beside=False
+) -> str | None:
     if verdict == "stable":
         return None
+    if verdict == "inconclusive" and unexplained_beside:
+        detail = "; ".join(interfered[0].get("cause_detail") or [])
+        return (
+            f"throughput fell to {stab:.0%} of its best in a window with no throttling or "
+            f"interference measured, while other processes took the CPU in "
+            f"{len(interfered)} other window(s) ({detail}); re-run on a quiet board"
+        )
     if verdict == "inconclusive":
         detail = "; ".join(interfered[0].get("cause_detail") or [])
         return (

@@ -182,3 +182,14 @@ def test_window_telemetry_uses_the_one_throttle_rule_and_the_profile_indicators(
     # 1,455,000 kHz is exactly 97 % of nominal: not a drop.
     edge = [telemetry(0.5, clock=1_500_000), telemetry(1.5, clock=1_455_000)]
     assert window_telemetry(w, edge, None, nominal_clocks_khz(edge))["throttle_reasons"] == []
+
+
+def test_an_unexplained_drop_beside_interfered_windows_is_not_the_boards():
+    # Window 2 dropped with no evidence; window 1 was taken by interference: undecided.
+    w = [window(0, 100.0), window(1, 40.0, wait=0.5), window(2, 60.0), window(3, 99.0)]
+    s = score_windows(w, started_at=0.0, planned_windows=4)
+    assert (s["verdict"], s["cause"], s["scored_windows"]) == ("inconclusive", "interference", 3)
+    assert "no throttling or interference measured" in s["reason"]
+    # Without the interfered window the same drop is unexplained (degraded), as before.
+    s = score_windows([window(0, 100.0), window(1, 60.0), window(2, 99.0)], 0.0)
+    assert (s["verdict"], s["cause"]) == ("unexplained", "unexplained")

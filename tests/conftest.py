@@ -174,6 +174,47 @@ QUICK_TEST_PLAN = {
 }
 
 
+SHORT_QUICK_DURATIONS = {
+    "cold_runs": 1,
+    "latency_min_runs": 20,
+    "latency_min_s": 0.2,
+    "sustain_s": 1.0,  # a profile's must be positive; the tests pass --sustain 0
+    "window_s": 1.0,
+}
+"""The quick plan's durations in :func:`short_profile`: one cold load, 20 runs and 0.2 s of
+latency, 1 s sustained."""
+
+
+@pytest.fixture(scope="session")
+def short_profile(tmp_path_factory) -> Path:
+    """A device profile file for CLI and fleet tests about plumbing (``qualify --profile
+    PATH``, a lab device's ``profile = PATH``): the generic profile of this machine's
+    architecture, whose quick plan has :data:`SHORT_QUICK_DURATIONS`.
+
+    A test that runs ``edgequal qualify`` or ``fleet run`` to check names, pinning, skips or
+    outputs needs a signed report, not the preset's 3 cold loads and 3 s of latency.
+    """
+    import json
+    import platform
+
+    from edgequal.host.devices.profiles import match_profile
+
+    generic = match_profile({"architecture": platform.machine()}).to_dict()
+    lines = [f"name = {json.dumps('test/short-' + generic['architecture'])}"]
+    for key in ("description", "architecture", "cores", "memory_mb", "match", "runtimes"):
+        lines.append(f"{key} = {json.dumps(generic[key])}")
+    for key in ("trip_c", "max_c", "throttle_indicators", "default_threads"):
+        lines.append(f"{key} = {json.dumps(generic[key])}")
+    for name, durations in generic["plans"].items():
+        if name == "quick":
+            durations = SHORT_QUICK_DURATIONS
+        lines.append(f"[plans.{name}]")
+        lines += [f"{key} = {json.dumps(value)}" for key, value in durations.items()]
+    path = tmp_path_factory.mktemp("profile") / "short.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
 @pytest.fixture
 def quick_plan():
     """``make_plan("quick")`` shortened for tests (every phase, real runtimes), as the plan's

@@ -228,7 +228,7 @@ def test_qualify_unknown_device_is_untrusted(example_models, capsys):
 
 @pytest.mark.slow
 def test_qualify_over_ssh_from_the_cli_pins_on_first_use(
-    sshd_server, agent_cmd, example_models, tmp_path, capsys
+    sshd_server, agent_cmd, example_models, short_profile, tmp_path, capsys
 ):
     args = [
         "qualify",
@@ -241,6 +241,8 @@ def test_qualify_over_ssh_from_the_cli_pins_on_first_use(
         str(sshd_server.client_key),
         "--agent-cmd",
         agent_cmd,
+        "--profile",
+        str(short_profile),
         "--sustain",
         "0",
         "-o",
@@ -270,7 +272,7 @@ def test_qualify_over_ssh_from_the_cli_pins_on_first_use(
 
 @pytest.mark.slow
 def test_qualify_without_output_writes_into_the_state_dir_and_shows_the_run_id_first(
-    example_models, tmp_path, monkeypatch, capsys
+    example_models, short_profile, tmp_path, monkeypatch, capsys
 ):
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     monkeypatch.chdir(tmp_path)
@@ -279,7 +281,9 @@ def test_qualify_without_output_writes_into_the_state_dir_and_shows_the_run_id_f
     model = model_dir / "micro.onnx"
     model.write_bytes(example_models["micro"].read_bytes())
     # --debug after the subcommand is the global option.
-    rc = edgequal_main(["qualify", str(model), "--sustain", "0", "--debug"])
+    rc = edgequal_main(
+        ["qualify", str(model), "--profile", str(short_profile), "--sustain", "0", "--debug"]
+    )
     out, err = capsys.readouterr()
     reports = list((tmp_path / "state" / "edgequal" / "reports").glob("micro-*.report.json"))
     assert len(reports) == 1

@@ -80,7 +80,9 @@ def test_a_pinned_key_reached_at_another_address_is_the_same_device(device, firs
 
 
 @pytest.mark.slow
-def test_qualify_over_ssh_a_device_pinned_over_grpc(device, example_models, tmp_path, capsys):
+def test_qualify_over_ssh_a_device_pinned_over_grpc(
+    device, example_models, short_profile, tmp_path, capsys
+):
     """The README flow: pinned as bench-pi5 at grpc://, qualified with --device ssh://..."""
     agent, addresses = device["agent"], device["addresses"]
     rc = edgequal_main(
@@ -102,7 +104,8 @@ def test_qualify_over_ssh_a_device_pinned_over_grpc(device, example_models, tmp_
     rc = edgequal_main(
         ["qualify", str(example_models["micro"]), "--device", addresses["ssh"]]
         + ["--known-hosts", str(options["known_hosts"]), "--ssh-key", str(options["ssh_key"])]
-        + ["--agent-cmd", options["agent_cmd"], "--sustain", "0", "-o", str(report), "--json"]
+        + ["--agent-cmd", options["agent_cmd"], "--profile", str(short_profile)]
+        + ["--sustain", "0", "-o", str(report), "--json"]
     )
     predicate = json.loads(capsys.readouterr().out)
     assert predicate["status"] in MEASURED_STATUSES

@@ -49,11 +49,13 @@ def agents(tmp_path, local_agents, request):
         agent.stop()
 
 
-def write_lab(tmp_path: Path, agents, tags=None) -> Path:
+def write_lab(tmp_path: Path, agents, tags=None, profile: Path | None = None) -> Path:
     lines = ['[lab]\nname = "test-lab"\n']
     for i, agent in enumerate(agents):
         t = (tags or {}).get(i, ["x86"])
         lines.append(f'[devices.dev-{i}]\naddress = "{agent.address}"\ntags = {json.dumps(t)}\n')
+        if profile is not None:
+            lines.append(f'profile = "{profile}"\n')
     path = tmp_path / "lab.toml"
     path.write_text("\n".join(lines))
     return path
@@ -226,10 +228,13 @@ def test_an_untrusted_device_runs_nothing(tmp_path, example_models, golden_sets)
 
 
 @pytest.mark.slow
-def test_fleet_run_cli(tmp_path, agents, example_models, golden_sets, capsys, monkeypatch):
+def test_fleet_run_cli(
+    tmp_path, agents, example_models, golden_sets, short_profile, capsys, monkeypatch
+):
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state-home"))
     started = agents(2)
-    lab = write_lab(tmp_path, started, tags={0: ["x86", "nightly"], 1: ["x86"]})
+    tags = {0: ["x86", "nightly"], 1: ["x86"]}
+    lab = write_lab(tmp_path, started, tags=tags, profile=short_profile)
     models = write_models(tmp_path, example_models, golden_sets, names=("micro",))
     out = tmp_path / "out"
     rc = edgequal_main(

@@ -130,7 +130,7 @@ def test_temperature_at_rest_and_the_state_round_trip(tmp_path):
 
 
 @pytest.mark.slow
-def test_fleet_health_on_real_agents(tmp_path, local_agents, example_models, capsys):
+def test_fleet_health_on_real_agents(tmp_path, local_agents, example_models, short_profile, capsys):
     from edgequal.host.devices.resolve import trust_device
     from edgequal.host.devices.trust import KnownDevices
 
@@ -139,9 +139,14 @@ def test_fleet_health_on_real_agents(tmp_path, local_agents, example_models, cap
         for i, a in enumerate(agents):
             trust_device(KnownDevices(), f"dev-{i}", a.address)
         lab = tmp_path / "lab.toml"
+        # The short profile: the fleet runs below need reports, not the quick preset's
+        # 3 cold loads and 3 s of latency (the health checks run their own plan).
         lab.write_text(
             '[lab]\nname = "health-lab"\n'
-            + "".join(f'[devices.dev-{i}]\naddress = "{a.address}"\n' for i, a in enumerate(agents))
+            + "".join(
+                f'[devices.dev-{i}]\naddress = "{a.address}"\nprofile = "{short_profile}"\n'
+                for i, a in enumerate(agents)
+            )
         )
         models = tmp_path / "models.toml"
         models.write_text(f'[models.micro]\npath = "{example_models["micro"]}"\n')

@@ -21,10 +21,33 @@ from edgequal.host.devices.trust import KnownDevices
 from edgequal.host.errors import UsageError
 
 
+@pytest.fixture(scope="module")
+def shared_board(tmp_path_factory, local_agents):
+    """One real agent with a token, shared by the tests that only reach it: each pins it in
+    its own host config; none changes the board. ``(agent, token_file)``."""
+    base = tmp_path_factory.mktemp("board")
+    token_file = base / "agent.token"
+    token_file.write_text("addresses-tests-token-" + "e" * 24 + "\n")
+    token_file.chmod(0o600)
+    agent = local_agents.serve(base / "board", args=("--token-file", str(token_file)), debug=True)
+    yield agent, token_file
+    agent.stop()
+
+
 @pytest.fixture
-def device(start_agent, token_file, sshd_server, monkeypatch):
+def device(shared_board, sshd_server, monkeypatch):
     """The three addresses of one device (one state dir), and how to reach each."""
+    return _addresses(*shared_board, sshd_server, monkeypatch)
+
+
+@pytest.fixture
+def own_device(start_agent, token_file, sshd_server, monkeypatch):
+    """:func:`device` on a board of the test's own (for a test that stops its agent)."""
     agent = start_agent("board", "--token-file", str(token_file))
+    return _addresses(agent, token_file, sshd_server, monkeypatch)
+
+
+def _addresses(agent, token_file, sshd_server, monkeypatch) -> dict:
     monkeypatch.setenv("EDGEQUAL_LOCAL_STATE", str(agent.state))  # `local` is this board too
     agent_cmd = f"{sys.executable} -m edgequal.agent.cli --state-dir {agent.state}"
     ssh_options = {
@@ -81,9 +104,10 @@ def test_a_pinned_key_reached_at_another_address_is_the_same_device(device, firs
 
 @pytest.mark.slow
 def test_qualify_over_ssh_a_device_pinned_over_grpc(
-    device, example_models, short_profile, tmp_path, capsys
+    own_device, example_models, short_profile, tmp_path, capsys
 ):
     """The README flow: pinned as bench-pi5 at grpc://, qualified with --device ssh://..."""
+    device = own_device
     agent, addresses = device["agent"], device["addresses"]
     rc = edgequal_main(
         [

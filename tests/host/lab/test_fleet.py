@@ -38,9 +38,10 @@ def agents(tmp_path, local_agents, request):
 
     def start(n: int = 3):
         known = KnownDevices()
-        for i in range(n):
-            agent = local_agents.start_agent(tmp_path / "agents", f"dev-{i}")
-            started.append(agent)
+        started.extend(
+            local_agents.start_agents(tmp_path / "agents", [f"dev-{i}" for i in range(n)])
+        )
+        for i, agent in enumerate(started):
             trust_device(known, f"dev-{i}", agent.address)
         return started
 

@@ -75,7 +75,7 @@ def test_requalify_gates_each_approved_model_against_its_report(
     from edgequal.host.devices.resolve import trust_device
     from edgequal.host.devices.trust import KnownDevices
 
-    agents = [local_agents.start_agent(tmp_path / "agents", f"dev-{i}") for i in range(2)]
+    agents = local_agents.start_agents(tmp_path / "agents", ["dev-0", "dev-1"])
     try:
         for i, a in enumerate(agents):
             trust_device(KnownDevices(), f"dev-{i}", a.address)

@@ -180,6 +180,19 @@ QUICK_TEST_PLAN = {
 }
 
 
+SHORT_PLAN_FLAGS = ("--cold-runs", "1", "--latency", "0.2s")
+"""``qualify`` and ``fleet run`` flags for tests about plumbing: one cold load and 0.2 s of
+latency (the quick plan's 200 runs still apply)."""
+
+
+@pytest.fixture(scope="session")
+def short_plan() -> list[str]:
+    """:data:`SHORT_PLAN_FLAGS`, for CLI and fleet tests about plumbing (names, pinning,
+    skips, outputs): they need a signed report, not the preset's 3 cold loads and 3 s of
+    latency."""
+    return list(SHORT_PLAN_FLAGS)
+
+
 @pytest.fixture
 def quick_plan():
     """``make_plan("quick")`` shortened for tests (every phase, real runtimes), as the plan's

@@ -112,7 +112,7 @@ def produce(tmp_path_factory, example_models: dict[str, Path]) -> GateReports:
         "chain_heavy": chain_model(base / "chain16.onnx", 16),
     }
     golden = _shifted_golden(models["classifier"], base / "classifier-shifted.npz", base)
-    short = dict(cold_runs=2, warmup_min_runs=5, warmup_min_s=0.05, warmup_max_s=0.5, sustain_s=0.0)
+    short = dict(cold_runs=1, warmup_min_runs=5, warmup_min_s=0.05, warmup_max_s=0.5, sustain_s=0.0)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("EDGEQUAL_CONFIG_DIR", str(base / "config"))
         mp.setenv("EDGEQUAL_AGENT_STATE", str(base / "agent-state"))

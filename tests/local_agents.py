@@ -6,7 +6,8 @@ tests/conftest.py); tests/host/conftest.py's ``start_agent`` fixture wraps :func
 
 - :func:`serve`: ``edgequal-agent --state-dir STATE serve --listen HOST:0`` with the
   options a test asks for (``--root``, ``--token-file``, ``--debug``, anything else).
-- :func:`start_agent`: the same with the state under ``base/name`` (the fleet tests).
+- :func:`start_agent`: the same with the state under ``base/name`` (the fleet tests);
+  :func:`start_agents` starts several at once and waits for them together.
 """
 
 from __future__ import annotations
@@ -124,6 +125,11 @@ def serve(
     starts it in its own session, so :meth:`LocalAgent.stop` (or ``os.killpg``) reaches
     its workers too. The log is ``STATE.log`` beside the state directory.
     """
+    started = _spawn(state, root, token_file, args, debug, host, wrapper, new_session, env)
+    return _wait_for_port(*started, start_timeout_s)
+
+
+def _spawn(state, root, token_file, args, debug, host, wrapper, new_session, env) -> tuple:
     state = Path(state)
     state.parent.mkdir(parents=True, exist_ok=True)
     port_file = state.parent / f"{state.name}.port"
@@ -140,15 +146,19 @@ def serve(
         proc = subprocess.Popen(
             command, stdout=log, stderr=subprocess.STDOUT, start_new_session=new_session, env=env
         )
-    deadline = time.monotonic() + start_timeout_s
+    return proc, state, port_file, log_path, host, new_session
+
+
+def _wait_for_port(proc, state, port_file, log_path, host, new_session, timeout_s) -> LocalAgent:
+    deadline = time.monotonic() + timeout_s
     while not (port_file.exists() and port_file.read_text().strip()):
         if proc.poll() is not None:
             raise RuntimeError(f"agent on {state} exited {proc.returncode}: {log_path.read_text()}")
         if time.monotonic() > deadline:
             proc.kill()
             proc.wait(timeout=10)
-            raise RuntimeError(f"agent on {state} did not start in {start_timeout_s:g} s")
-        time.sleep(0.05)
+            raise RuntimeError(f"agent on {state} did not start in {timeout_s:g} s")
+        time.sleep(0.02)
     port = int(port_file.read_text())
     return LocalAgent(proc, f"grpc://{host}:{port}", port, state, log_path, new_session)
 
@@ -156,3 +166,24 @@ def serve(
 def start_agent(base: Path, name: str, **options) -> LocalAgent:
     """:func:`serve` with the state directory ``base/name/state``."""
     return serve(Path(base) / name / "state", **options)
+
+
+def start_agents(base: Path, names: Sequence[str], start_timeout_s: float = 60.0) -> list:
+    """:func:`start_agent` for each name, the processes started at once (their start-up runs
+    side by side); returns them in order once every one serves. Any that started are
+    stopped if one fails to."""
+    spawned = [
+        _spawn(Path(base) / name / "state", None, None, (), False, "127.0.0.1", (), False, None)
+        for name in names
+    ]
+    agents: list[LocalAgent] = []
+    try:
+        for started in spawned:
+            agents.append(_wait_for_port(*started, start_timeout_s))
+    except BaseException:
+        for proc, *_ in spawned:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
+        raise
+    return agents

@@ -4,6 +4,7 @@ on a lab's boards (host/lab/fleet.py, host/lab/health.py, host/lab/requalify.py;
 from __future__ import annotations
 
 from .judge import _check_plan_for_policy, _load_gate_policy
+from .plan_args import length_flags
 
 
 def _wait_s(text: str | None) -> float | None:
@@ -65,6 +66,7 @@ def cmd_fleet(args) -> int:
     wait_s = _wait_s(args.wait)
     unhealthy = HealthState.load(args.health_file or default_health_path(lab)).unhealthy()
     overrides = {"sustain_s": parse_duration_s(args.sustain)} if args.sustain else {}
+    overrides.update(length_flags(args))
     _print_fleet_plans(models, args.plan, overrides, args.gate)
     options = FleetOptions(
         out_dir=args.out,

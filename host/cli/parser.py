@@ -12,6 +12,7 @@ import argparse
 from pathlib import Path
 
 from .device_args import add_connection_options, add_tls_options
+from .plan_args import add_length_options
 
 QUALIFY_EXAMPLES = """\
 examples:
@@ -95,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument(
         "--sustain", help="sustained phase duration, e.g. 90s, 10m (0 to skip); overrides --plan"
     )
+    add_length_options(q)
     q.add_argument(
         "--window", help="sustained window length (default 30 s, or a tenth of runs under 5 min)"
     )
@@ -355,6 +357,7 @@ def _add_fleet_parsers(sub) -> None:
     fr.add_argument("--tags", help="only devices with all these tags, e.g. pi,arm64")
     fr.add_argument("--plan", choices=["quick", "standard", "soak"], default="quick")
     fr.add_argument("--sustain", help="sustained phase duration for every run (0 to skip)")
+    add_length_options(fr)
     fr.add_argument("--out", type=Path, default=Path("fleet-out"), help="output directory")
     fr.add_argument(
         "--resume", action="store_true", help="keep runs whose report in --out verifies"

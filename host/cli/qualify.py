@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from .device_args import open_device_from_args
 from .judge import _check_plan_for_policy, _gate_after_qualify, _load_gate_policy
+from .plan_args import length_flags
 
 if TYPE_CHECKING:
     from edgequal.agent.plan import Plan
@@ -110,6 +111,7 @@ def _plan_from_args(args, profile=None) -> Plan:
         "edge_shapes": parse_edge_shape_args(args.edge_shape),
         "sustain_s": parse_duration_s(args.sustain) if args.sustain else None,
         "window_s": parse_duration_s(args.window) if args.window else None,
+        **length_flags(args),
         **_measurement_flags(args),
     }
     board = profile.plan_fields(args.plan) if profile is not None else None

@@ -272,7 +272,7 @@ def test_qualify_unknown_device_is_untrusted(example_models, capsys):
 
 @pytest.mark.slow
 def test_qualify_over_ssh_from_the_cli_pins_on_first_use(
-    sshd_server, agent_cmd, example_models, tmp_path, capsys
+    sshd_server, agent_cmd, example_models, short_plan, tmp_path, capsys
 ):
     args = [
         "qualify",
@@ -285,6 +285,7 @@ def test_qualify_over_ssh_from_the_cli_pins_on_first_use(
         str(sshd_server.client_key),
         "--agent-cmd",
         agent_cmd,
+        *short_plan,
         "--sustain",
         "0",
         "-o",
@@ -313,7 +314,7 @@ def test_qualify_over_ssh_from_the_cli_pins_on_first_use(
 
 @pytest.mark.slow
 def test_qualify_without_output_writes_into_the_state_dir_and_shows_the_run_id_first(
-    example_models, tmp_path, monkeypatch, capsys
+    example_models, short_plan, tmp_path, monkeypatch, capsys
 ):
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     monkeypatch.chdir(tmp_path)
@@ -322,7 +323,7 @@ def test_qualify_without_output_writes_into_the_state_dir_and_shows_the_run_id_f
     model = model_dir / "micro.onnx"
     model.write_bytes(example_models["micro"].read_bytes())
     # --debug after the subcommand is the global option.
-    rc = edgequal_main(["qualify", str(model), "--sustain", "0", "--debug"])
+    rc = edgequal_main(["qualify", str(model), *short_plan, "--sustain", "0", "--debug"])
     out, err = capsys.readouterr()
     reports = list((tmp_path / "state" / "edgequal" / "reports").glob("micro-*.report.json"))
     assert len(reports) == 1
@@ -412,3 +413,20 @@ def test_agent_install_passes_every_option_on(monkeypatch, tmp_path, capsys):
         True,
     )
     assert "installed" in capsys.readouterr().out
+
+
+def test_cold_runs_and_latency_flags_change_the_presets_lengths_and_say_so():
+    from edgequal.host.cli.parser import build_parser
+    from edgequal.host.cli.qualify import _plan_from_args
+
+    args = build_parser().parse_args(["qualify", "m.onnx", "--cold-runs", "1", "--latency", "0.2s"])
+    plan = _plan_from_args(args)
+    assert (plan.cold_runs, plan.latency_min_s, plan.latency_min_runs) == (1, 0.2, 200)
+    assert plan.sources["cold_runs"] == "flag" and plan.sources["latency_min_s"] == "flag"
+    assert plan.sources["latency_min_runs"] == "preset"
+    default = _plan_from_args(build_parser().parse_args(["qualify", "m.onnx"]))
+    assert (default.cold_runs, default.latency_min_s) == (3, 3.0)
+    fleet = build_parser().parse_args(
+        ["fleet", "run", "lab.toml", "--models", "m.toml"] + ["--latency", "1s"]
+    )
+    assert fleet.latency == "1s" and fleet.cold_runs is None

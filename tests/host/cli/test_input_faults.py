@@ -44,7 +44,7 @@ def test_a_port_above_65535_is_refused_not_wrapped(example_models, capsys):
 
 @pytest.mark.slow
 def test_a_file_name_that_is_not_utf8_is_qualified_and_printed(
-    example_models, golden_sets, tmp_path, capsys
+    example_models, golden_sets, short_plan, tmp_path, capsys
 ):
     model = Path(os.fsdecode(os.path.join(os.fsencode(tmp_path), b"mod\xff\xfe.onnx")))
     golden = Path(os.fsdecode(os.path.join(os.fsencode(tmp_path), b"gold\xe9.npz")))
@@ -56,6 +56,7 @@ def test_a_file_name_that_is_not_utf8_is_qualified_and_printed(
     for extra in ([], ["-o", str(report), "--json"]):
         rc = edgequal_main(
             ["qualify", str(model), "--golden", str(golden), "--sustain", "0", *extra]
+            + [*short_plan]
         )
         out, err = capsys.readouterr()
         assert "internal error" not in err
@@ -103,7 +104,7 @@ def test_verify_of_deeply_nested_json_is_a_failed_verification(tmp_path, capsys)
 
 @pytest.mark.slow
 def test_a_golden_set_made_for_another_model_is_refused_before_anything_is_sent(
-    example_models, golden_sets, tmp_path, capsys
+    example_models, golden_sets, short_plan, tmp_path, capsys
 ):
     other = tmp_path / f"{STEADY}-v2.onnx"
     proto = onnx.load(str(example_models[STEADY]))
@@ -124,7 +125,7 @@ def test_a_golden_set_made_for_another_model_is_refused_before_anything_is_sent(
 
     rc = edgequal_main(
         ["qualify", str(other), "--golden", str(golden), "--sustain", "0", "--json"]
-        + ["--allow-golden-mismatch"]
+        + ["--allow-golden-mismatch", *short_plan]
     )
     out, err = capsys.readouterr()
     predicate = json.loads(out)

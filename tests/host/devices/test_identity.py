@@ -164,7 +164,7 @@ def test_a_fake_agent_never_sees_the_token(fake_agent, token_file, example_model
 
 
 @pytest.mark.slow
-def test_mutual_tls_end_to_end(start_agent, make_pki, tmp_path, example_models, capsys):
+def test_mutual_tls_end_to_end(start_agent, make_pki, tmp_path, example_models, short_plan, capsys):
     (tmp_path / "pki").mkdir()
     pki = make_pki(tmp_path / "pki")
     agent = start_agent(
@@ -204,7 +204,7 @@ def test_mutual_tls_end_to_end(start_agent, make_pki, tmp_path, example_models, 
     report = tmp_path / "tls.report.json"
     rc = edgequal_main(
         ["qualify", str(example_models["micro"]), "--device", "tlsdev", "--sustain", "0"]
-        + ["-o", str(report), "--json"]
+        + [*short_plan, "-o", str(report), "--json"]
     )
     predicate = json.loads(capsys.readouterr().out)
     assert predicate["status"] in MEASURED_STATUSES
@@ -221,7 +221,7 @@ def test_mutual_tls_end_to_end(start_agent, make_pki, tmp_path, example_models, 
 
 @pytest.mark.slow
 def test_a_rekeyed_board_over_ssh_gets_no_model_or_golden_set(
-    sshd_server, example_models, golden_sets, tmp_path, capsys
+    sshd_server, example_models, golden_sets, short_plan, tmp_path, capsys
 ):
     def device_args(state: Path) -> list[str]:
         return [
@@ -238,7 +238,7 @@ def test_a_rekeyed_board_over_ssh_gets_no_model_or_golden_set(
     report = tmp_path / "r.json"
     rc = edgequal_main(
         ["qualify", str(model), "--golden", str(golden), *device_args(first), "--sustain", "0"]
-        + ["-o", str(report)]
+        + [*short_plan, "-o", str(report)]
     )
     assert rc in (0, 1), capsys.readouterr().err  # measured; enrolled on first use
     capsys.readouterr()

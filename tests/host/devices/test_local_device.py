@@ -36,7 +36,7 @@ def test_two_local_qualifications_at_once_never_measure_together(example_models,
     first_report = tmp_path / "first.json"
     first = subprocess.Popen(
         [sys.executable, "-m", "edgequal.host.cli", "qualify", str(example_models["micro"])]
-        + ["--device", "local", "--sustain", "8s", "-o", str(first_report), "--json"],
+        + ["--device", "local", "--sustain", "2s", "-o", str(first_report), "--json"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )

@@ -98,7 +98,7 @@ def test_trust_refuses_an_unexpected_fingerprint(token_agent, capsys):
 
 
 def test_a_report_replayed_for_another_run_is_refused(
-    token_agent, example_models, tmp_path, capsys
+    token_agent, example_models, short_plan, tmp_path, capsys
 ):
     address, token_file, _ = token_agent
     assert (
@@ -107,7 +107,7 @@ def test_a_report_replayed_for_another_run_is_refused(
     report = tmp_path / "r.json"
     rc = edgequal_main(
         ["qualify", str(example_models["micro"]), "--device", "bench4", "--sustain", "0"]
-        + ["-o", str(report)]
+        + [*short_plan, "-o", str(report)]
     )
     capsys.readouterr()
     from edgequal.host.devices.nonces import NonceLedger

@@ -497,7 +497,7 @@ def test_exit_codes_and_unknown_policy_keys(reports, known, tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_qualify_with_gate_and_html_in_one_command(reports, tmp_path, capsys):
+def test_qualify_with_gate_and_html_in_one_command(reports, short_plan, tmp_path, capsys):
     # No `known` fixture: qualify starts its own local agent (its own key) and pins it.
     policy = tmp_path / "p.toml"
     policy.write_text(NOT_FAILED + "[latency]\nmax_p50_ms = 1e-6\n")
@@ -508,6 +508,9 @@ def test_qualify_with_gate_and_html_in_one_command(reports, tmp_path, capsys):
         str(reports.models["chain"]),
         "--threads",
         "1",
+        *short_plan,
+        "--sustain",
+        "0",
         "-o",
         str(tmp_path / "r.json"),
     ]

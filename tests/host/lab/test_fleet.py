@@ -38,9 +38,10 @@ def agents(tmp_path, local_agents, request):
 
     def start(n: int = 3):
         known = KnownDevices()
-        for i in range(n):
-            agent = local_agents.start_agent(tmp_path / "agents", f"dev-{i}")
-            started.append(agent)
+        started.extend(
+            local_agents.start_agents(tmp_path / "agents", [f"dev-{i}" for i in range(n)])
+        )
+        for i, agent in enumerate(started):
             trust_device(known, f"dev-{i}", agent.address)
         return started
 
@@ -249,7 +250,8 @@ def _predicate(report: Path) -> dict:
 def test_fleet_run_cli(tmp_path, agents, example_models, golden_sets, capsys, monkeypatch):
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state-home"))
     started = agents(2)
-    lab = write_lab(tmp_path, started, tags={0: ["x86", "nightly"], 1: ["x86"]})
+    tags = {0: ["x86", "nightly"], 1: ["x86"]}
+    lab = write_lab(tmp_path, started, tags=tags)
     models = write_models(tmp_path, example_models, golden_sets, names=("micro",))
     out = tmp_path / "out"
     rc = edgequal_main(

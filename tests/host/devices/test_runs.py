@@ -27,21 +27,27 @@ LONG_RUN = ["--sustain", "120s"]
 """Long enough that the test always interrupts it while it measures."""
 
 
-def _sigint_default() -> None:
-    """In the child: Ctrl-C does what it does in a terminal, even when the tests run with
-    SIGINT ignored (started in the background by a non-interactive shell, or under nohup),
-    which a child would inherit; the host would then measure its full 120 s."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+# Ctrl-C does in the host what it does in a terminal, even when the tests run with SIGINT
+# ignored (started in the background by a non-interactive shell, or under nohup), which
+# a child inherits; the host would then measure its full 120 s. The child restores it
+# itself: a preexec_fn would make the fork run Python beside this process's gRPC threads,
+# and gRPC's fork handlers then crash the child before it execs (its poller's epoll fd
+# closed by close_fds: grpc/grpc#43055).
+_HOST = (
+    "import signal, sys\n"
+    "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+    "from edgequal.host.cli.main import main\n"
+    "sys.exit(main(sys.argv[1:]))"
+)
 
 
 def _host(model: Path, device_args: list[str], report: Path) -> subprocess.Popen:
     """``edgequal qualify`` in its own process, as a user would run it."""
     return subprocess.Popen(
-        [sys.executable, "-m", "edgequal.host.cli", "qualify", str(model), *device_args]
+        [sys.executable, "-c", _HOST, "qualify", str(model), *device_args]
         + [*LONG_RUN, "-o", str(report)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        preexec_fn=_sigint_default,
     )
 
 

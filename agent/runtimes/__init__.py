@@ -7,7 +7,6 @@ worker, so the agent process can detect runtimes and answer Info without them.
 
 from __future__ import annotations
 
-import importlib.metadata
 import importlib.util
 import signal
 import subprocess
@@ -139,6 +138,10 @@ def detect_runtimes(*, probe_import: bool = False) -> list[RuntimeStatus]:
     one whose import crashes (SIGSEGV, SIGILL on some boards and CPUs) is
     reported as broken, with the signal, instead of taking the caller down.
     """
+    # Here, not at the top: every worker and every run's external-data check imports this
+    # package, and importlib.metadata (email parsing, zipfile...) costs them 50 ms or more.
+    from importlib import metadata
+
     result = []
     probes: list[tuple[RuntimeStatus, str]] = []
     for name, modules, dists, install in _KNOWN_RUNTIMES:
@@ -146,8 +149,8 @@ def detect_runtimes(*, probe_import: bool = False) -> list[RuntimeStatus]:
         module = None
         for dist in dists:
             try:
-                version = importlib.metadata.version(dist)
-            except importlib.metadata.PackageNotFoundError:
+                version = metadata.version(dist)
+            except metadata.PackageNotFoundError:
                 continue
             status.version, status.distribution = version, dist
             module = next((m for m in modules if importlib.util.find_spec(m) is not None), None)

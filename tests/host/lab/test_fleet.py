@@ -158,8 +158,13 @@ def test_two_fleet_runs_at_once_never_measure_together_on_one_agent(
     results = {}
 
     def fleet(name: str):
+        # No report pages (the matrix test checks those): this test is about the leases.
         options = FleetOptions(
-            out_dir=tmp_path / name, plan_overrides=SMALL_PLAN, wait_s=None, retries=0
+            out_dir=tmp_path / name,
+            plan_overrides=SMALL_PLAN,
+            wait_s=None,
+            retries=0,
+            html_pages=False,
         )
         results[name] = FleetRunner(lab, models, options).run()
 
@@ -192,8 +197,13 @@ def test_a_device_that_goes_away_is_marked_and_the_others_finish(
             killed.set()
             started[2].proc.kill()
 
+    # No report pages (the matrix test checks those); the matrix page below is always written.
     options = FleetOptions(
-        out_dir=tmp_path / "out", plan_overrides=SMALL_PLAN, backoff_s=0.1, retries=1
+        out_dir=tmp_path / "out",
+        plan_overrides=SMALL_PLAN,
+        backoff_s=0.1,
+        retries=1,
+        html_pages=False,
     )
     result = FleetRunner(lab, models, options, on_event=on_event).run()
     assert killed.is_set()

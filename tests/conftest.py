@@ -189,10 +189,12 @@ latency, 1 s sustained."""
 def short_profile(tmp_path_factory) -> Path:
     """A device profile file for CLI and fleet tests about plumbing (``qualify --profile
     PATH``, a lab device's ``profile = PATH``): the generic profile of this machine's
-    architecture, whose quick plan has :data:`SHORT_QUICK_DURATIONS`.
+    architecture, whose quick plan has :data:`SHORT_QUICK_DURATIONS`, on one thread.
 
     A test that runs ``edgequal qualify`` or ``fleet run`` to check names, pinning, skips or
-    outputs needs a signed report, not the preset's 3 cold loads and 3 s of latency.
+    outputs needs a signed report, not the preset's 3 cold loads and 3 s of latency; and
+    one thread, so boards of a fleet measuring at once on a small machine disturb each
+    other less (fewer inconclusive runs to retry).
     """
     import json
     import platform
@@ -203,8 +205,9 @@ def short_profile(tmp_path_factory) -> Path:
     lines = [f"name = {json.dumps('test/short-' + generic['architecture'])}"]
     for key in ("description", "architecture", "cores", "memory_mb", "match", "runtimes"):
         lines.append(f"{key} = {json.dumps(generic[key])}")
-    for key in ("trip_c", "max_c", "throttle_indicators", "default_threads"):
+    for key in ("trip_c", "max_c", "throttle_indicators"):
         lines.append(f"{key} = {json.dumps(generic[key])}")
+    lines.append("default_threads = 1")
     for name, durations in generic["plans"].items():
         if name == "quick":
             durations = SHORT_QUICK_DURATIONS

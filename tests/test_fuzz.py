@@ -436,6 +436,13 @@ def _known(tmp: Path) -> KnownDevices:
     return known
 
 
+@pytest.fixture(scope="module")
+def pinned(tmp_path_factory) -> KnownDevices:
+    """:func:`_known` once for the module: the verifier only reads it, so every example of
+    every test shares the one file (writing it costs two fsyncs)."""
+    return _known(tmp_path_factory.mktemp("verify-fuzz"))
+
+
 def _envelope(predicate_extra: dict | None = None) -> bytes:
     predicate = {"nonce": "ab" * 16, "run_id": "run-1", "status": "passed", "reason": None}
     predicate.update(predicate_extra or {})
@@ -461,11 +468,10 @@ def _payload_bytes(envelope: bytes) -> bytes:
 
 @FUZZ
 @given(edits=byte_edits.filter(bool), cut=cuts, device=st.sampled_from([None, "pi5", "other"]))
-def test_verifier_on_mutated_envelopes(tmp_path_factory, edits, cut, device):
+def test_verifier_on_mutated_envelopes(pinned, edits, cut, device):
     original = _envelope()
     forged = _mutate(original, edits, cut)
-    known = _known(tmp_path_factory.mktemp("verify-fuzz"))
-    verified = _verify_or_refuse(forged, known, device=device)
+    verified = _verify_or_refuse(forged, pinned, device=device)
     if verified:
         # Only a change the envelope's encoding allows (base64 alphabet or padding, JSON
         # spacing, the keyid hint) may still verify: the signed statement is the same bytes.
@@ -484,9 +490,8 @@ def test_verifier_on_mutated_envelopes(tmp_path_factory, edits, cut, device):
         },
     )
 )
-def test_verifier_on_forged_envelope_json(tmp_path_factory, envelope):
-    known = _known(tmp_path_factory.mktemp("verify-fuzz"))
-    assert not _verify_or_refuse(json.dumps(envelope).encode(), known)
+def test_verifier_on_forged_envelope_json(pinned, envelope):
+    assert not _verify_or_refuse(json.dumps(envelope).encode(), pinned)
 
 
 @FUZZ
@@ -500,7 +505,7 @@ def test_verifier_on_forged_envelope_json(tmp_path_factory, envelope):
         optional={"subject": json_values, "predicate": json_values},
     )
 )
-def test_verifier_on_validly_signed_forged_statements(tmp_path_factory, statement):
+def test_verifier_on_validly_signed_forged_statements(pinned, statement):
     """A statement signed by the pinned key but malformed is refused by name, never a crash."""
     from edgequal.agent.report.signing import PAYLOAD_TYPE, pae
 
@@ -517,9 +522,8 @@ def test_verifier_on_validly_signed_forged_statements(tmp_path_factory, statemen
             ],
         }
     ).encode()
-    known = _known(tmp_path_factory.mktemp("verify-fuzz"))
     try:
-        verify_envelope(envelope, known=known, expected_nonce="n", expected_run_id="r")
+        verify_envelope(envelope, known=pinned, expected_nonce="n", expected_run_id="r")
     except VerificationFailed:
         pass
 

@@ -20,8 +20,11 @@ from edgequal.host.present.html.matrix import matrix_html
 
 # Small enough for a busy 2-core machine; every phase but the sustained one still runs.
 # The warm-up is capped too: on a loaded machine a model may never reach the steady state,
-# and the quick preset's 10 s cap then makes every run (and its retry) last that long.
+# and the quick preset's 10 s cap then makes every run (and its retry) last that long. One
+# thread: the boards measure at once, and thread pools spinning against each other make
+# runs inconclusive (and retried) for no reason these tests are about.
 SMALL_PLAN = {
+    "threads": 1,
     "cold_runs": 1,
     "latency_min_runs": 20,
     "latency_min_s": 0.2,

@@ -267,9 +267,9 @@ def test_percentiles_are_judged_on_the_upper_end_of_their_interval(reports, know
 @pytest.mark.slow
 def test_baseline_two_runs_of_the_same_model_pass_a_heavier_graph_fails(reports, known):
     # The minimum effect is wider than the 3 % default: this machine is shared with other
-    # test runs, and two runs of one model differ by several percent here (a quiet board
-    # stays within 1-2 %). The heavier graph does twice the work.
-    policy = parse_policy({**ALL_STATUSES, "baseline": {"min_effect": 0.25}})
+    # test runs, and two runs of one model differed by 25-30 % here beside other suites (a
+    # quiet board stays within 1-2 %). The heavier graph does twice the work.
+    policy = parse_policy({**ALL_STATUSES, "baseline": {"min_effect": 0.5}})
     same = run_gate(reports.chain_b, policy, known=known, baseline_path=reports.chain_a)
     assert same.passed, [c.message for c in same.failed_checks]
     assert same.baseline["latency"][0]["verdict"] in ("same", "unresolved")
@@ -291,7 +291,7 @@ def test_baseline_two_runs_of_the_same_model_pass_a_heavier_graph_fails(reports,
     assert [c["category"] for c in slow.baseline["fingerprint_changes"]] == ["model"]
     # require_same refuses a comparison across models.
     strict = parse_policy(
-        {**ALL_STATUSES, "baseline": {"min_effect": 0.25, "require_same": ["model"]}}
+        {**ALL_STATUSES, "baseline": {"min_effect": 0.5, "require_same": ["model"]}}
     )
     assert not run_gate(
         reports.chain_heavy, strict, known=known, baseline_path=reports.chain_a
@@ -370,8 +370,10 @@ def test_inconclusive_fails_with_retry_distinct_from_a_regression(reports, known
     pred["results"]["sustained"]["cause"] = "interference"
     for entry in pred["results"]["latency"]["per_shape"]:
         entry["cause"] = "interference"
-    stability = pred["results"]["sustained"]["stability"]
-    policy = parse_policy({"sustained": {"min_stability": min(1.0, stability * 1.5)}})
+    # The contract's figures: a drop interference explains (the run's own stability may be
+    # 1.0 once the agent left the windows interference took out of its scoring).
+    pred["results"]["sustained"]["stability"] = 0.6
+    policy = parse_policy({"sustained": {"min_stability": 0.9}})
     checks = evaluate(pred, policy)
     failed = [c for c in checks if not c.passed]
     assert {c.name for c in failed} == {"status", "sustained.min_stability"}

@@ -33,7 +33,7 @@ def emulated_rail_run(device_emulator, example_models, tmp_path_factory, sustain
     """One real sustained run (``measure_sustained``, the production path) on the device
     emulator, shared by the tests that only read it: ``(result, emulator)``.
 
-    The mid model, one thread, 10 s in 2 s windows after 2 s of idle power. The emulated
+    The mid model, one thread, 6 s in 1.5 s windows after 2 s of idle power. The emulated
     board has INA3221 rails that read 1.5 W at rest and 4 W more per CPU the worker uses,
     and heats 4 °C per CPU second from 40 °C (cool rate 0.05) towards a trip point at
     150 °C that it cannot reach: with one CPU it levels off at 40 + 4 / 0.05 = 120 °C.
@@ -57,7 +57,7 @@ def emulated_rail_run(device_emulator, example_models, tmp_path_factory, sustain
         w_per_cpu=4.0,
     )
     plan = make_plan(
-        "quick", threads=1, sustain_s=10.0, window_s=2.0, cooldown=False, idle_power_s=2.0
+        "quick", threads=1, sustain_s=6.0, window_s=1.5, cooldown=False, idle_power_s=2.0
     )
     with emu:
         result = sustain(example_models["mid"], plan, root)

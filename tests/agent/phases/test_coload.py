@@ -157,12 +157,14 @@ def test_sampler_counts_the_declared_co_load_apart_from_other_processes():
             while Path(f"/proc/{p.pid}/comm").read_text().strip() != name:  # PR_SET_NAME done
                 assert time.monotonic() < deadline
                 time.sleep(0.02)
+        # A sample every 0.1 s and a scan of the other processes every 0.25 s: five scans
+        # and a dozen samples in 1.25 s (as many as 2.5 s at 0.25 s and 0.5 s).
         sampler = ContentionSampler(
-            worker.pid, interval_s=0.25, scan_every_s=0.5, declared_pgids=[declared.pid]
+            worker.pid, interval_s=0.1, scan_every_s=0.25, declared_pgids=[declared.pid]
         )
         sampler.start()
         t0 = time.monotonic()
-        time.sleep(2.5)
+        time.sleep(1.25)
         t1 = time.monotonic()
         samples = sampler.stop()
     finally:

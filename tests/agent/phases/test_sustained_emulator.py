@@ -22,20 +22,20 @@ def test_throttling_past_the_trip_point_is_detected(
     device_emulator, example_models, tmp_path, sustain
 ):
     root = tmp_path / "board"
-    # The board heats by the worker's CPU time (4 °C per CPU second, slow cooling), so the
-    # trip comes after about 5 CPU seconds however busy the machine is; past it half of
-    # every 0.1 s is stopped, and the run ends at 68 °C, some CPU seconds after the trip.
+    # The board heats by the worker's CPU time (8 °C per CPU second, slow cooling), so the
+    # trip comes after about 2.5 CPU seconds however busy the machine is; past it half of
+    # every 0.1 s is stopped, and the run ends at 72 °C, some CPU seconds after the trip.
     emu = device_emulator.DeviceEmulator(
         root,
         watch_pid=os.getpid(),
         ambient_c=40.0,
         trip_c=60.0,
-        heat_c_per_cpu_s=4.0,
+        heat_c_per_cpu_s=8.0,
         cool_rate=0.01,
         throttle_duty=0.5,
     )
     plan = make_plan(
-        "quick", threads=1, sustain_s=90.0, window_s=1.0, cooldown=False, max_temp_c=68.0
+        "quick", threads=1, sustain_s=90.0, window_s=1.0, cooldown=False, max_temp_c=72.0
     )
     events: list = []
     with emu:

@@ -195,7 +195,7 @@ def test_requalify_gates_each_approved_model_against_its_report(
         out = tmp_path / "requalified"
         rc = edgequal_main(
             ["fleet", "requalify", str(approved), str(lab_path), "--policy", str(policy)]
-            + ["--all", "--out", str(out), "--retries", "1", "--no-record"]
+            + ["--all", "--out", str(out), "--retries", "0", "--no-record"]
         )
         result = json.loads((out / "index.json").read_text())
         runs = {(r["model"], r["device"]): r for r in result["runs"]}
@@ -204,8 +204,10 @@ def test_requalify_gates_each_approved_model_against_its_report(
         assert regressed["gate_passed"] is False, regressed
         for key, r in runs.items():
             if key != ("folded", "dev-1"):
-                # Passed; or, where other processes on this shared machine took the CPU
-                # through its retry too, inconclusive: a re-run, never a regression.
+                # Passed; or, where other processes on this shared machine took the CPU,
+                # inconclusive: a re-run, never a regression. (No retries: on one thread
+                # the unchanged pairs repeat within 10 %, and a retry of a run the machine
+                # disturbed changes nothing asserted here.)
                 assert r["gate_passed"] is True or r["status"] == "inconclusive", r
         assert rc == 1
         assert sorted(result["changes"]) == [

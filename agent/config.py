@@ -25,3 +25,16 @@ def probe_root(explicit: str | os.PathLike | None = None) -> Path:
     if explicit:
         return Path(explicit)
     return Path(os.environ.get("EDGEQUAL_ROOT") or "/")
+
+
+def proc_root(explicit: str | os.PathLike | None = None) -> Path:
+    """Where the worker and the contention sampler read ``/proc``: ``explicit``, else
+    ``$EDGEQUAL_PROC_ROOT``, else ``/proc``.
+
+    Apart from the probe root: a board emulator replaces ``/sys``, never the processes
+    competing for this machine's CPUs. Where it is absent (macOS), memory comes from
+    psutil and contention is not measurable (docs/measurement.md).
+    """
+    if explicit:
+        return Path(explicit)
+    return Path(os.environ.get("EDGEQUAL_PROC_ROOT") or "/proc")

@@ -22,6 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from .. import __version__
+from ..config import proc_root
 from ..errors import BadInput
 from ..measure.attribution import (
     contention_between,
@@ -33,6 +34,7 @@ from ..measure.coload import coload_cause
 from ..measure.latency import loop_limit_s
 from ..measure.preemption import decided_on_clean, decisive_summary, preemption_evidence
 from ..plan import Plan
+from ..probes.contention import contention_unmeasurable
 from ..probes.fingerprint import fingerprint as probe_fingerprint
 from ..probes.thermal import read_thermal
 from ..runtimes import runtime_for
@@ -545,6 +547,10 @@ def run_measurement(
         run()
         emit({"type": "phase", "phase": name, "state": "done"})
     results["elapsed_s"] = round(time.monotonic() - t_start, 3)
+    unmeasurable = contention_unmeasurable(proc_root())
+    results["contention"] = {"measurable": unmeasurable is None, "reason": unmeasurable}
+    if unmeasurable and (results.get("sustained") or {}).get("verdict") == "unexplained":
+        results["sustained"]["reason"] += "; interference is not measurable on this machine"
     if cancel.is_set():
         status, reason = "incomplete", "cancelled"
     else:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..config import proc_root
 from ..errors import BadInput, GoldenMismatch
 from ..probes.contention import ContentionSampler
 from ..worker.jobs import WorkerJob
@@ -47,7 +48,7 @@ def run_sampled(job: WorkerJob, on_worker_started=None, declared_pgids=(), **wor
     """
     worker = Worker(job.to_json(), **worker_args)
     worker.start()
-    sampler = ContentionSampler(worker.pid, declared_pgids=declared_pgids)
+    sampler = ContentionSampler(worker.pid, proc_root=proc_root(), declared_pgids=declared_pgids)
     sampler.start()
     if on_worker_started:
         on_worker_started(worker, sampler)

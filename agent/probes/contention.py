@@ -108,7 +108,11 @@ def read_process_ticks(proc_root: Path) -> dict[int, tuple[str, int, int]]:
     """``{pid: (comm, pgrp, cpu ticks)}`` for every process readable now."""
     out = {}
     root = str(proc_root)
-    for entry in os.listdir(root):
+    try:
+        entries = os.listdir(root)
+    except OSError:  # no /proc (macOS): nothing to name
+        return out
+    for entry in entries:
         if not entry.isdigit():
             continue
         text = _read(f"{root}/{entry}/stat")
@@ -119,6 +123,17 @@ def read_process_ticks(proc_root: Path) -> dict[int, tuple[str, int, int]]:
         except (ValueError, IndexError):
             continue
     return out
+
+
+def contention_unmeasurable(proc_root: Path) -> str | None:
+    """Why contention cannot be measured under ``proc_root`` (no ``stat`` there, as on
+    macOS), or None when it can. Absent evidence is reported as such, never as zero."""
+    if _read(Path(proc_root) / "stat") is not None:
+        return None
+    return (
+        f"no {Path(proc_root) / 'stat'} on this machine: other processes' CPU use and the "
+        "worker's run-queue wait are not measurable"
+    )
 
 
 # Other processes are listed by name only while they use at least this many CPUs

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..config import proc_root as config_proc_root
 from .jobs import WorkerJob
 
 _out = None  # the event stream (the original stdout), opened by open_event_stream()
@@ -36,15 +37,16 @@ def phase(name: str) -> None:
 
 
 def rss_bytes() -> int:
-    """Resident set size of this process now, from /proc (no psutil needed in the worker)."""
-    with open("/proc/self/statm") as f:
-        pages = int(f.read().split()[1])
-    return pages * os.sysconf("SC_PAGE_SIZE")
+    """Resident set size of this process now (``probes/memory.py``: /proc, else psutil)."""
+    from ..probes.memory import read_rss_bytes
+
+    return read_rss_bytes(os.getpid())
 
 
 def peak_rss_bytes() -> int:
-    """Peak resident set size of this process (ru_maxrss is in KiB on Linux)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    """Peak resident set size of this process (ru_maxrss is KiB on Linux, bytes on macOS)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024
 
 
 def synthesize_inputs(specs, shapes: dict, seed: int = 0) -> dict[str, np.ndarray]:
@@ -93,10 +95,11 @@ def synthesize_inputs(specs, shapes: dict, seed: int = 0) -> dict[str, np.ndarra
 
 
 def own_schedstat() -> tuple[int, int] | None:
-    """This worker's CPU time and run-queue wait (ns) over all its threads, from /proc."""
+    """This worker's CPU time and run-queue wait (ns) over all its threads, from the proc
+    root; None where it has none (macOS): contention is then not measurable."""
     from ..probes.contention import read_worker_schedstat
 
-    return read_worker_schedstat(Path("/proc"), os.getpid())
+    return read_worker_schedstat(config_proc_root(), os.getpid())
 
 
 def involuntary_switches() -> int:

@@ -233,10 +233,11 @@ class Worker:
         return outcome
 
     def _rss_mb(self) -> float:
+        from ..probes.memory import read_rss_bytes
+
         try:
-            with open(f"/proc/{self.proc.pid}/statm") as f:
-                return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / (1 << 20)
-        except (OSError, ValueError, IndexError):
+            return read_rss_bytes(self.proc.pid) / (1 << 20)
+        except Exception:  # the worker is gone (psutil.NoSuchProcess): nothing to limit
             return 0.0
 
 

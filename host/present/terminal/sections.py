@@ -261,6 +261,16 @@ def print_memory(results: dict) -> None:
         )
 
 
+def print_contention(results: dict) -> None:
+    """Where contention could not be measured (no /proc, as on macOS), say so: never zero."""
+    contention = results.get("contention") or {}
+    if contention.get("measurable") is False:
+        console.print(
+            f"  [yellow]contention not measurable[/]: {esc(contention.get('reason') or '')}",
+            soft_wrap=True,
+        )
+
+
 def print_conditions(results: dict) -> None:
     """The run under real conditions: beside the declared co-load, and at the edge shapes."""
     coload = results.get("coload")

@@ -25,6 +25,7 @@ from .sections import (
     esc,
     print_cold_load,
     print_conditions,
+    print_contention,
     print_drift,
     print_energy,
     print_latency,
@@ -281,6 +282,7 @@ def print_summary(predicate: dict, device: str, report_path: str | None = None) 
     print_drift(results)
     print_sustained(results)
     print_memory(results)
+    print_contention(results)
     print_conditions(results)
     print_scenarios(results)
     print_energy(results.get("sustained") or {})

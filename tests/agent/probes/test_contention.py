@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from edgequal.agent.probes.contention import (
     ContentionSampler,
+    contention_unmeasurable,
     parse_pid_stat,
     parse_proc_stat,
     parse_schedstat,
@@ -142,3 +143,18 @@ def test_other_processes_are_scanned_only_while_they_use_the_cpu(tmp_path, monke
     named = tick(6.4, 2.4, 4.0)
     assert named["others"] == {"stress": int(2.4 * ticks) - int(0.8 * ticks)}
     assert named["others_since"] == 12.0 and named["t"] == 14.0
+
+
+def test_without_proc_contention_is_not_measurable_and_never_zero(tmp_path):
+    """An empty proc root, as on macOS: the sampler runs, every figure it cannot read is
+    None (not 0), and the probe says why."""
+    assert contention_unmeasurable(Path("/proc")) is None
+    assert "not measurable" in contention_unmeasurable(tmp_path)
+    assert read_worker_schedstat(tmp_path, os.getpid()) is None
+    sampler = ContentionSampler(os.getpid(), proc_root=tmp_path, interval_s=0.05)
+    sampler.start()
+    time.sleep(0.12)
+    samples = sampler.stop()
+    assert len(samples) >= 2
+    assert all(s["cpu"] is None and s["worker_ticks"] is None for s in samples)
+    assert all(s["others"] == {} for s in samples)

@@ -158,15 +158,10 @@ def golden_sets(tmp_path_factory, example_models) -> dict[str, Path]:
 
 @pytest.fixture(scope="session")
 def device_emulator():
-    """scripts/device_emulator.py (a script, not a package module), imported once."""
-    name = "_edgequal_tests_device_emulator"
-    if name not in sys.modules:
-        path = TESTS_DIR.parent / "scripts" / "device_emulator.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    """The device emulator module (``edgequal.host.examples.device_emulator``)."""
+    from edgequal.host.examples import device_emulator
+
+    return device_emulator
 
 
 QUICK_TEST_PLAN = {

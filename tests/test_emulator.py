@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from edgequal.agent.probes.cpufreq import read_cpufreq
 from edgequal.agent.probes.fingerprint import fingerprint
 from edgequal.agent.probes.telemetry import TelemetrySampler, throttle_reasons
 from edgequal.agent.probes.thermal import read_thermal
+from edgequal.host.examples import device_emulator as emulator
 
 # Starts real processes (agents, sshd, the emulator) for seconds each: the fast loop skips it.
 pytestmark = pytest.mark.slow
@@ -30,17 +30,6 @@ CHILD = (
     "while True:\n"
     "    time.sleep(0.05)\n"
 )
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("device_emulator", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["device_emulator"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-emulator = _load()
 
 
 def _cpu_s(proc: psutil.Process) -> float:

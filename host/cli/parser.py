@@ -50,15 +50,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("demo", help="qualify example models on a local agent (no device needed)")
     d.add_argument(
+        "-o",
         "--out",
         type=Path,
-        default=Path("edgequal-demo"),
-        help="where models and reports go (default ./edgequal-demo)",
+        default=None,
+        help="where models, reports and the page go (default: the demo folder of the state "
+        "directory, ~/.local/state/edgequal/demo)",
     )
     d.add_argument(
         "--sustain",
-        default="0",
-        help="also run a sustained phase on the ONNX model, e.g. 30s (default: skip)",
+        default=None,
+        help="length of the sustained phase on the emulated board, e.g. 30s (default 12s, 6s with --quick)",
+    )
+    d.add_argument(
+        "--quick", action="store_true", help="shorter phases: the whole demo in about 20 s"
     )
 
     q = sub.add_parser(

@@ -260,4 +260,4 @@ def _declared_preprocessing(args) -> dict:
 def cmd_demo(args) -> int:
     from ..examples.demo import run_demo
 
-    return run_demo(args.out, args.sustain)
+    return run_demo(args.out, args.sustain, quick=args.quick)

@@ -23,6 +23,7 @@ from ..errors import UsageError
 from .onnx_models import (
     build_classifier,
     build_classifier_fp16,
+    build_classifier_qdq,
     build_dynamic,
     build_micro,
     build_mid,
@@ -74,6 +75,10 @@ _DESCRIPTIONS = {
     "out = (features @ W[16,4]) * float(scale), [1,4].",
     "classifier_fp16": "The classifier with float16 input, weights and outputs "
     "(image float16 [1,3,32,32] -> probs float16 [1,10], score float16 [1,1]).",
+    "classifier_qdq": "The classifier quantized to int8 (QDQ: QuantizeLinear/DequantizeLinear "
+    "around the image, the ReLU and the pooled features; int8 weights), float32 in and out: "
+    "image float32 [1,3,32,32] -> probs float32 [1,10], score float32 [1,1]. Its score sits "
+    "about 0.01 below the float model's, so cases just above the threshold flip.",
     "mid": "Mid-size CNN for benchmarks: image float32 [1,3,96,96] -> 6x (Conv 3x3 + ReLU; 32-32-64-64-"
     "128-128 channels, stride 2 then 1) -> global average pool -> Gemm(100) -> softmax probs [1,100].",
     "micro": "Trivial model for overhead benchmarks: y = x + constant, float32 [1,4].",
@@ -97,6 +102,13 @@ _CATALOGUE = (
         "onnx",
         "threshold:score>0.5",
         build_classifier_fp16,
+    ),
+    (
+        "classifier_qdq",
+        "classifier_qdq.onnx",
+        "onnx",
+        "threshold:score>0.5",
+        build_classifier_qdq,
     ),
     ("mid", "mid.onnx", "onnx", None, build_mid),
     ("micro", "micro.onnx", "onnx", None, build_micro),
@@ -204,7 +216,7 @@ def example_inputs(name: str, n_cases: int, seed: int = 0) -> list[dict[str, np.
     _lookup(name)
     if n_cases < 0:
         raise UsageError(f"n_cases must be >= 0, got {n_cases}")
-    if name in ("classifier", "classifier_fp16", "classifier_tflite"):
+    if name in ("classifier", "classifier_fp16", "classifier_qdq", "classifier_tflite"):
         images = _classifier_images(n_cases, seed)
         if name == "classifier_fp16":
             return [{"image": img[None].astype(np.float16)} for img in images]

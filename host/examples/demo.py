@@ -1,104 +1,275 @@
-"""``edgequal demo``: example models and golden sets, qualified on a local agent.
+"""``edgequal demo``: example models qualified on a local agent, each showing one thing
+edgequal finds.
 
-Needs no device: the agent runs on 127.0.0.1 and the reports are signed and
-verified exactly as they would be from a board.
+Needs no device: the agent runs on 127.0.0.1 and the reports are signed and verified
+exactly as they would be from a board. The models (:data:`SHOWCASES`):
+
+- ``classifier.onnx`` on an emulated board (``device_emulator.py``: a sysfs tree that
+  heats with the workers' CPU time and throttles them past its trip point), with a
+  sustained phase: the throttling is detected and attributed;
+- ``classifier_qdq.onnx``, its int8 variant, against the float model's outputs: the
+  drift, and the decisions near the threshold that flip;
+- ``unsupported_op.onnx``, an operator onnxruntime cannot run: a finding naming it;
+- ``classifier.tflite`` on LiteRT: the control, which passes.
+
+Everything goes under ``out`` (default ``<state dir>/demo``, never the current
+directory): models, golden sets, signed reports and the page. ``quick`` shortens every
+phase (one cold load, half a second of latency, a 6 s sustained phase) for CI and tests.
 """
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 from edgequal.agent.plan import make_plan, parse_duration_s
 
 from ..devices.nonces import NonceLedger
 from ..devices.qualify import pin_device_key, qualify
 from ..devices.trust import KnownDevices
 from ..golden import make_golden
+from ..paths import state_dir
 from ..present.terminal.summary import ProgressDisplay, print_line, print_summary
+from ..present.units import duration_text
 from ..transport.local import LocalTransport
 from .catalog import EXAMPLES, build_example, example_inputs
 
-DEMO_MODELS = ("classifier", "classifier_tflite", "classifier_int8")
 GOLDEN_CASES = 24
+BOARD_TRIP_C = 60.0
 
 
-def prepare(out: Path) -> list[tuple[Path, Path]]:
-    """Build the demo models and a golden set for each; returns (model, golden) pairs."""
+@dataclass(frozen=True)
+class Showcase:
+    """One demo model and what it is there to show (``shows``: board, flips, operator, pass)."""
+
+    name: str
+    shows: str
+    golden: bool = True
+    reference: str | None = None
+    """The catalogue model whose outputs are this one's reference (the float model)."""
+
+
+SHOWCASES = (
+    Showcase("classifier", "board"),
+    Showcase("classifier_qdq", "flips", reference="classifier"),
+    Showcase("unsupported_op", "operator", golden=False),
+    Showcase("classifier_tflite", "pass"),
+)
+
+
+def default_out() -> Path:
+    """Where the demo writes without ``-o``: ``<state dir>/demo``."""
+    return state_dir() / "demo"
+
+
+def prepare(out: Path) -> dict[str, tuple[Path, Path | None]]:
+    """Build the demo models and their golden sets: ``{name: (model, golden or None)}``.
+
+    A variant's golden set holds its reference model's outputs (the float classifier's
+    for the int8 one) under the int8 tolerance class, as a user checks a quantized export.
+    """
+    from edgequal.agent.golden import read_golden
+
     models = out / "models"
-    pairs = []
-    for name in DEMO_MODELS:
-        model = build_example(name, models)
+    made: dict[str, tuple[Path, Path | None]] = {}
+    for show in SHOWCASES:
+        model = build_example(show.name, models)
+        if not show.golden:
+            made[show.name] = (model, None)
+            continue
         cases = {
-            f"case{i:02d}": feeds for i, feeds in enumerate(example_inputs(name, GOLDEN_CASES))
+            f"case{i:02d}": feeds for i, feeds in enumerate(example_inputs(show.name, GOLDEN_CASES))
         }
-        golden = out / "golden" / f"{name}.golden.npz"
+        golden = out / "golden" / f"{show.name}.golden.npz"
         golden.parent.mkdir(parents=True, exist_ok=True)
-        make_golden(model, cases, golden, decision=EXAMPLES[name].decision_rule)
-        pairs.append((model, golden))
-    return pairs
+        rule = EXAMPLES[show.name].decision_rule
+        if show.reference is None:
+            make_golden(model, cases, golden, decision=rule)
+        else:
+            reference = read_golden(made[show.reference][1])
+            outputs = out / "golden" / f"{show.name}.reference-outputs.npz"
+            np.savez(
+                outputs,
+                **{f"{c.name}/{k}": v for c in reference.cases for k, v in c.outputs.items()},
+            )
+            int8 = {"class": "int8"}
+            make_golden(
+                model,
+                cases,
+                golden,
+                outputs=outputs,
+                decision=rule,
+                tolerances={name: int8 for name in reference.cases[0].outputs},
+            )
+        made[show.name] = (model, golden)
+    return made
 
 
-def run_demo(out: Path, sustain: str = "6s") -> int:
-    """Qualify the example models on a local agent; print summaries and where the reports are."""
-    out = Path(out)
+def demo_plan(show: Showcase, quick: bool, sustain_s: float | None):
+    """The plan of one demo model: the quick preset (shorter still with ``quick``), and a
+    sustained phase in 1 s windows for the board model (the emulated board starts cold)."""
+    short = {"cold_runs": 1, "latency_min_s": 0.5} if quick else {}
+    if show.shows != "board":
+        return make_plan("quick", **short)
+    sustain = sustain_s if sustain_s else (6.0 if quick else 12.0)
+    return make_plan("quick", sustain_s=sustain, window_s=1.0, cooldown=False, threads=1, **short)
+
+
+def run_demo(out: Path | None = None, sustain: str | None = None, quick: bool = False) -> int:
+    """Qualify the showcase models; print each summary, what each showed and the page to open.
+
+    Exit code 0 when every model showed what it is there to show, else 1 (the closing
+    lines say which did not, and why).
+    """
+    out = Path(out) if out is not None else default_out()
+    t0 = time.monotonic()
     print_line(f"building example models and golden sets in {out}/ ...")
-    pairs = prepare(out)
+    made = prepare(out)
+    sustain_s = parse_duration_s(sustain) if sustain else None
     known = KnownDevices()
-    reports = []
-    statuses = []
-    sustain_s = parse_duration_s(sustain)
+    ledger = NonceLedger()
+    reports: list[tuple[Showcase, Path, dict]] = []
+
+    def run(transport, show: Showcase, on_event=None, where="the local agent") -> None:
+        model, golden = made[show.name]
+        path = out / "reports" / f"{model.name}.report.json"
+        with ProgressDisplay(f"qualifying {model.name} on {where}") as display:
+
+            def events(event: dict) -> None:
+                display.on_event(event)
+                if on_event:
+                    on_event(event)
+
+            q = qualify(
+                transport,
+                model,
+                golden,
+                demo_plan(show, quick, sustain_s),
+                known=known,
+                device_name="local",
+                on_event=events,
+                out=path,
+            )
+        ledger.record(q.report.nonce, q.report.run_id, q.envelope)
+        print_summary(q.report.predicate, "local", str(path))
+        print_line("")
+        reports.append((show, path, q.report.predicate))
+
+    board = [s for s in SHOWCASES if s.shows == "board"]
+    others = [s for s in SHOWCASES if s.shows != "board"]
+    for show in board:
+        run_on_emulated_board(out, known, lambda t, cb, s=show: run(t, s, cb, "an emulated board"))
     with LocalTransport() as transport:
         pin_device_key(transport, known, "local", "local")
-        for i, (model, golden) in enumerate(pairs):
-            plan = make_plan(
-                "quick",
-                sustain_s=sustain_s if i == 0 else 0.0,
-                window_s=max(1.0, sustain_s / 6) if sustain_s else None,
-            )
-            path = out / "reports" / f"{model.name}.report.json"
-            with ProgressDisplay(f"qualifying {model.name} on the local agent") as display:
-                qualification = qualify(
-                    transport,
-                    model,
-                    golden,
-                    plan,
-                    known=known,
-                    device_name="local",
-                    on_event=display.on_event,
-                    out=path,
-                )
-            NonceLedger().record(
-                qualification.report.nonce, qualification.report.run_id, qualification.envelope
-            )
-            print_summary(qualification.report.predicate, "local", str(path))
-            print_line("")
-            reports.append(path)
-            statuses.append(
-                (qualification.report.status, excluded_note(qualification.report.predicate))
-            )
+        for show in others:
+            run(transport, show)
+
     from ..judge.report_file import load_report
     from ..present.html.report import write_report_html
 
     page = write_report_html(
-        out / "report.html", [load_report(p, known=known, device="local") for p in reports]
+        out / "report.html", [load_report(p, known=known, device="local") for _, p, _ in reports]
     )
+    print_line("what each model showed:")
+    ok = True
+    for i, (show, path, predicate) in enumerate(reports):
+        shown, text = showed(show, predicate)
+        ok = ok and shown
+        status = str(predicate.get("status")).upper()
+        print_line(f"  {chr(65 + i)} {path.name.removesuffix('.report.json')}: {status}. {text}")
     print_line("signed reports (verify with: edgequal verify REPORT --device local):")
-    for path, (status, note) in zip(reports, statuses):
-        print_line(f"  {path}  ({status}{'; ' + note if note else ''})")
-    print_line(f"the page with plots: {page}")
-    return 0 if all(s in ("passed", "degraded") for s, _ in statuses) else 1
+    for _, path, _ in reports:
+        print_line(f"  {path}")
+    print_line(f"demo done in {time.monotonic() - t0:.0f} s. Open the page: {page}")
+    return 0 if ok else 1
 
 
-def excluded_note(predicate: dict) -> str | None:
-    """How many timed calls were left out of the figures that decide, and why, or None."""
-    shapes = ((predicate.get("results") or {}).get("latency") or {}).get("per_shape") or []
-    pre = [e["preemption"] for e in shapes if e.get("preemption")]
-    if not pre:
-        return None
-    excluded, calls = sum(p["excluded"] for p in pre), sum(p["calls"] for p in pre)
-    waits = [(p.get("evidence") or {}).get("runq_wait_share") for p in pre]
-    waited = max((w for w in waits if w is not None), default=None)
-    note = f"{excluded} of {calls} timed calls excluded: the worker was preempted"
-    if excluded and waited is not None:
-        note += f", it waited {waited:.0%} of its runnable time"
-    return note
+def run_on_emulated_board(out: Path, known: KnownDevices, run) -> None:
+    """Start the local agent on an emulated board's tree and ``run(transport, on_event)``.
+
+    The emulator heats from the sustained phase on (the board is cold until then) by the
+    CPU time of the agent's workers, and throttles them from outside past
+    :data:`BOARD_TRIP_C`. When a local agent already runs (another host process started
+    it), the board cannot be given to it: the model runs there without the emulator.
+    """
+    from .device_emulator import DeviceEmulator
+
+    tree = out / "emulated-board"
+    with LocalTransport(root=str(tree)) as transport:
+        pin_device_key(transport, known, "local", "local")
+        if transport.agent_pid is None:
+            print_line("the local agent was already running: no emulated board for this model")
+            run(transport, None)
+            return
+        emulator = DeviceEmulator(
+            tree,
+            transport.agent_pid,
+            ambient_c=40.0,
+            trip_c=BOARD_TRIP_C,
+            # At one CPU the board would settle at 40 + 15 / 0.35 = 83 °C: it trips about
+            # 2 s in; throttled to half it settles near 61 °C and stays throttled.
+            heat_c_per_cpu_s=15.0,
+            cool_rate=0.35,
+            throttle_duty=0.5,
+        )
+
+        def on_event(event: dict) -> None:
+            starting = event.get("phase") == "sustained" and event.get("state") == "started"
+            if starting and emulator.start_monotonic is None:
+                emulator.start()
+
+        try:
+            run(transport, on_event)
+        finally:
+            if emulator.start_monotonic is not None:
+                emulator.stop()
+
+
+def showed(show: Showcase, predicate: dict) -> tuple[bool, str]:
+    """Whether a demo model showed what it is there to show, and what it showed, in words."""
+    results = predicate.get("results") or {}
+    findings = predicate.get("findings") or []
+    if predicate.get("status") == "inconclusive":
+        return False, f"{predicate.get('reason')} (other processes took the CPU)"
+    if show.shows == "board":
+        s = results.get("sustained") or {}
+        if not s.get("throttled"):
+            return False, "no throttling was measured: " + str(
+                s.get("reason") or "no sustained phase"
+            )
+        reasons = sorted(
+            {r for w in s.get("windows_detail") or [] for r in w.get("throttle_reasons") or []}
+        )
+        return s.get("cause") == "throttling", (
+            f"the emulated board throttled {s['time_to_first_throttle_s']:.0f} s into the "
+            f"sustained phase at {s.get('peak_temp_c') or 0:.0f} °C (trip {s.get('trip_c')} °C); "
+            f"throughput fell to {s.get('stability', 0):.0%} of its peak; cause "
+            f"{s.get('cause')} ({', '.join(reasons)})"
+        )
+    if show.shows == "flips":
+        drift = results.get("drift") or {}
+        d = drift.get("decisions") or {}
+        worst = max(
+            ((o.get("max_abs") or 0.0) for o in (drift.get("outputs") or {}).values()), default=0.0
+        )
+        flipped = d.get("flips_near_threshold") or []
+        text = (
+            f"int8 drift against the float model up to {worst:.3g}; {len(flipped)} of "
+            f"{d.get('near_threshold_count')} cases near the threshold flipped"
+            + (f": {', '.join(flipped)}" if flipped else "")
+        )
+        return bool(flipped), text
+    if show.shows == "operator":
+        rejected = [f for f in findings if f.get("kind") == "model_rejected" and f.get("operator")]
+        if not rejected:
+            return False, "the runtime did not reject it for an operator"
+        f = rejected[0]
+        return True, f"rejected by {f.get('runtime')}: operator {f['operator']} ({f['message']})"
+    shapes = (results.get("latency") or {}).get("per_shape") or []
+    p50 = shapes[0]["summary"].get("p50_ms") if shapes else None
+    passed = predicate.get("status") in ("passed", "degraded")
+    return passed, f"the control: p50 {duration_text(p50)}, no decision flipped" if passed else (
+        str(predicate.get("reason"))
+    )

@@ -14,6 +14,7 @@ from .weights import (
     MICRO_CONSTANT,
     MID_CLASSES,
     MID_LAYERS,
+    classifier_qdq_params,
     classifier_weights,
     dynamic_weights,
     multi_input_weights,
@@ -107,6 +108,81 @@ def build_classifier(path: Path, description: str) -> None:
 
 def build_classifier_fp16(path: Path, description: str) -> None:
     _classifier_onnx(path, description, float16=True)
+
+
+def build_classifier_qdq(path: Path, description: str) -> None:
+    """The classifier quantized to int8 in QDQ form, float32 in and out (as a post-training
+    static quantization writes it); onnxruntime runs the quantized pairs as int8 kernels."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    q = classifier_qdq_params()
+    zero_u8, zero_i8 = np.uint8(0), np.int8(0)
+    inits = [
+        numpy_helper.from_array(np.float32(1 / 255), "image.scale"),
+        numpy_helper.from_array(zero_u8, "uint8.zero"),
+        numpy_helper.from_array(q["conv_w_q"], "conv.weight_q"),
+        numpy_helper.from_array(q["conv_scale"], "conv.weight_scale"),
+        numpy_helper.from_array(np.zeros(8, np.int8), "conv.weight_zero"),
+        numpy_helper.from_array(q["conv_b"], "conv.bias"),
+        numpy_helper.from_array(q["act_scale"], "relu.scale"),
+        numpy_helper.from_array(q["feature_scale"], "features.scale"),
+        numpy_helper.from_array(q["head_w_q"], "head.weight_q"),
+        numpy_helper.from_array(q["head_scale"], "head.weight_scale"),
+        numpy_helper.from_array(zero_i8, "int8.zero"),
+        numpy_helper.from_array(q["head_b"], "head.bias"),
+        numpy_helper.from_array(np.array([10, 1], dtype=np.int64), "head.split"),
+    ]
+
+    def qdq(name: str, scale: str) -> list:
+        return [
+            helper.make_node("QuantizeLinear", [name, scale, "uint8.zero"], [f"{name}_q"]),
+            helper.make_node(
+                "DequantizeLinear", [f"{name}_q", scale, "uint8.zero"], [f"{name}_dq"]
+            ),
+        ]
+
+    nodes = [
+        *qdq("image", "image.scale"),
+        helper.make_node(
+            "DequantizeLinear",
+            ["conv.weight_q", "conv.weight_scale", "conv.weight_zero"],
+            ["conv.weight"],
+            axis=0,
+        ),
+        helper.make_node(
+            "Conv",
+            ["image_dq", "conv.weight", "conv.bias"],
+            ["conv"],
+            kernel_shape=[3, 3],
+            pads=[1, 1, 1, 1],
+        ),
+        helper.make_node("Relu", ["conv"], ["relu"]),
+        *qdq("relu", "relu.scale"),
+        helper.make_node("GlobalAveragePool", ["relu_dq"], ["pool"]),
+        helper.make_node("Flatten", ["pool"], ["features"], axis=1),
+        *qdq("features", "features.scale"),
+        helper.make_node(
+            "DequantizeLinear",
+            ["head.weight_q", "head.weight_scale", "int8.zero"],
+            ["head.weight"],
+        ),
+        helper.make_node("Gemm", ["features_dq", "head.weight", "head.bias"], ["head"]),
+        helper.make_node("Split", ["head", "head.split"], ["logits", "score_logit"], axis=1),
+        helper.make_node("Softmax", ["logits"], ["probs"], axis=-1),
+        helper.make_node("Sigmoid", ["score_logit"], ["score"]),
+    ]
+    model = _onnx_model(
+        nodes,
+        "classifier_qdq",
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, 3, 32, 32])],
+        [
+            helper.make_tensor_value_info("probs", TensorProto.FLOAT, [1, 10]),
+            helper.make_tensor_value_info("score", TensorProto.FLOAT, [1, 1]),
+        ],
+        inits,
+        description,
+    )
+    _write_onnx(model, path)
 
 
 def build_dynamic(path: Path, description: str) -> None:

@@ -175,3 +175,30 @@ def int8_classifier_params() -> dict[str, object]:
         "logit_scale": out_scale,
         "logit_zero_point": out_zero_point,
     }
+
+
+def classifier_qdq_params() -> dict[str, np.ndarray]:
+    """The classifier's weights quantized to int8 and its activation scales, for the QDQ model.
+
+    Weights: symmetric int8, per output channel for the conv, per tensor for the head.
+    Activations: uint8 with zero point 0, the scale the maximum over the calibration images
+    (the classifier's own, ``classifier_weights``) / 255, rounded to 5 decimals.
+    """
+    w = classifier_weights()
+    conv_w = w["conv_w"].astype(np.float64)
+    calib = natural_images(np.random.default_rng(1002), 64, 32, 32)
+    act = np.maximum(conv3x3_same(calib.astype(np.float64), conv_w, w["conv_b"]), 0.0)
+    conv_scale = (np.abs(conv_w).reshape(8, -1).max(axis=1) / 127.0).astype(np.float32)
+    head_scale = np.float32(float(np.abs(w["gemm_w"]).max()) / 127.0)
+    return {
+        "conv_w_q": np.clip(np.round(conv_w / conv_scale[:, None, None, None]), -127, 127).astype(
+            np.int8
+        ),
+        "conv_scale": conv_scale,
+        "conv_b": w["conv_b"],
+        "act_scale": np.float32(round(float(act.max()) / 255.0, 5)),
+        "feature_scale": np.float32(round(float(act.mean(axis=(2, 3)).max()) / 255.0, 5)),
+        "head_w_q": np.clip(np.round(w["gemm_w"] / head_scale), -127, 127).astype(np.int8),
+        "head_scale": head_scale,
+        "head_b": w["gemm_b"],
+    }

@@ -58,6 +58,11 @@ class LocalTransport(GrpcTransport):
         self.address = "local"
 
     @property
+    def agent_pid(self) -> int | None:
+        """The pid of the agent this transport started (None when it reached a running one)."""
+        return self._proc.pid if self._proc is not None else None
+
+    @property
     def started_here(self) -> bool:
         """True when this transport started the agent (and stops it on close)."""
         return self._proc is not None

@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ...judge.conditions import achieved_text, coload_shapes, edge_failure, edge_shapes, shapes_text
+from ..units import duration_text, scaled_text, table_unit
 
 # A terminal gets its own width; logs (CI) get 120 columns rather than rich's 80.
 console = Console(stderr=False, highlight=False, width=None if sys.stdout.isatty() else 120)
@@ -29,11 +30,7 @@ def esc(value) -> str:
 
 
 def _ms(value) -> str:
-    if value is None:
-        return "—"
-    if value < 1:
-        return f"{value * 1000:.1f} µs"
-    return f"{value:.2f} ms" if value < 100 else f"{value:.0f} ms"
+    return duration_text(value)
 
 
 def _mb(n) -> str:
@@ -78,14 +75,10 @@ def print_latency(results: dict) -> None:
     per_shape = [decisive_entry(e) for e in (results.get("latency") or {}).get("per_shape", [])]
     if per_shape:
         # One unit per table keeps the columns narrow enough for an 80-column CI log.
-        micro = max(e["summary"]["p50_ms"] or 0 for e in per_shape) < 1.0
-        unit, scale = ("µs", 1000.0) if micro else ("ms", 1.0)
+        unit, scale = table_unit(e["summary"]["p50_ms"] for e in per_shape)
 
         def v(x):
-            if x is None:
-                return "—"
-            x *= scale
-            return f"{x:.2f}" if x < 10 else f"{x:.1f}" if x < 100 else f"{x:.0f}"
+            return scaled_text(x, scale)
 
         def ci(pair):
             return "—" if not pair else f"{v(pair[0])}–{v(pair[1])}"

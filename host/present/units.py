@@ -36,3 +36,14 @@ def scaled_text(value_ms: float | None, scale: float) -> str:
         return "—"
     x = value_ms * scale
     return f"{x:.2f}" if x < 10 else f"{x:.1f}" if x < 100 else f"{x:.0f}"
+
+
+def figure_text(value, unit: str) -> str:
+    """A figure of ``compare`` with its unit: durations (``ms``) by :func:`duration_text`,
+    other floats to four significant digits; ``—`` for None."""
+    if value is None:
+        return "—"
+    if unit == "ms" and isinstance(value, (int, float)):
+        return duration_text(value)
+    text = f"{value:.4g}" if isinstance(value, float) else str(value)
+    return f"{text} {unit}".rstrip()

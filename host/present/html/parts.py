@@ -23,12 +23,14 @@ _STATUS_COLORS = {
 
 
 _CSS = """
-body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px;color:#1f2328;
-background:#fff;max-width:1280px}
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px auto;padding:0 16px;
+color:#1f2328;background:#fff;max-width:1232px}
 h1{font-size:22px;margin:0 0 4px}h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #d0d7de;
 padding-bottom:4px}h3{font-size:15px;margin:16px 0 6px}
 table{border-collapse:collapse;margin:6px 0 12px;font-size:13px}
-th,td{border:1px solid #d0d7de;padding:3px 8px;text-align:left;vertical-align:top}
+table{max-width:100%}
+th,td{border:1px solid #d0d7de;padding:3px 8px;text-align:left;vertical-align:top;overflow-wrap:break-word}
+.hash{overflow-wrap:anywhere}
 th{background:#f6f8fa}td.num{text-align:right;font-variant-numeric:tabular-nums}
 .pass{color:#1a7f37;font-weight:600}.fail{color:#cf222e;font-weight:600}.retry{color:#bc4c00;font-weight:600}
 .banner{padding:8px 12px;border-radius:6px;margin:8px 0;font-weight:600}
@@ -36,6 +38,11 @@ th{background:#f6f8fa}td.num{text-align:right;font-variant-numeric:tabular-nums}
 .good{background:#dafbe1;border:1px solid #1a7f37;color:#116329}
 .warn{background:#fff8c5;border:1px solid #9a6700;color:#633c01}
 .diff{background:#fff8c5}.muted{color:#656d76}img.plot{max-width:100%;border:1px solid #d0d7de}
+.cards{display:grid;grid-template-columns:repeat(auto-fill,minmax(290px,1fr));gap:12px;margin:8px 0 4px}
+.card{border:1px solid #d0d7de;border-radius:6px;padding:8px 12px;font-size:13px;overflow-wrap:anywhere}
+.card h3{margin:0 0 4px;font-size:15px}.card dl{display:grid;grid-template-columns:auto 1fr;gap:2px 10px;margin:6px 0 0}
+.card dt{color:#656d76}.card dd{margin:0;font-variant-numeric:tabular-nums}
+.card .why{margin:2px 0 0;color:#1f2328}
 """
 
 
@@ -88,6 +95,20 @@ def _status(status: Any) -> str:
 
 def _label(i: int) -> str:
     return _e(chr(65 + i))
+
+
+def series_name(reports: Sequence[Any], i: int) -> str:
+    """What a legend calls report ``i``: its letter and model file, with the device when
+    the reports come from several, and the run when one model repeats on one device."""
+    r = reports[i]
+    name = f"{chr(65 + i)} {r.model_name or r.path.name}"
+    devices = {x.device_name for x in reports}
+    if len(devices) > 1 and r.device_name:
+        name += f" on {r.device_name}"
+    same = [x for x in reports if x.model_name == r.model_name and x.device_name == r.device_name]
+    if len(same) > 1:
+        name += f" · {r.predicate.get('run_id') or r.path.name}"
+    return name
 
 
 def _figure(width_in: float, height_in: float, rows: int = 1, cols: int = 1, sharex=False):

@@ -14,10 +14,12 @@ from edgequal.agent.measure.preemption import decided_on_clean, decisive_entry
 from ...errors import UsageError
 from ...judge.regression import decode_samples_ns
 from ...judge.report_file import ReportFile
-from .parts import _COLORS, _figure, _get, _png
+from ..units import scaled_text, table_unit
+from .parts import _COLORS, _figure, _get, _png, series_name
 
 
 def _latency_series(reports: Sequence[ReportFile]) -> list[tuple[str, dict, np.ndarray | None]]:
+    """``(legend label, decisive entry, samples in ms or None)`` per report and input shape."""
     out = []
     for i, r in enumerate(reports):
         for entry in _get(r.predicate, "results", "latency", "per_shape") or []:
@@ -32,79 +34,111 @@ def _latency_series(reports: Sequence[ReportFile]) -> list[tuple[str, dict, np.n
                     samples = samples / 1e6
                 except (UsageError, ValueError, binascii.Error):  # unverified: may be anything
                     samples = None
-            label = f"{chr(65 + i)} {entry.get('shape', '')}"
+            label = f"{series_name(reports, i)} · {entry.get('shape', '')}"
             out.append((label, entry, samples))
     return out
 
 
-def latency_figure(reports: Sequence[ReportFile]) -> str | None:
-    """Histogram and CDF of the raw latency samples, p50/p90/p99 marked; one curve per report and shape."""
+_PERCENTILES = (("p50_ms", "p50", "-", 0.5, "o"), ("p90_ms", "p90", "--", 0.9, "s"))
+_PERCENTILES += (("p99_ms", "p99", ":", 0.99, "^"),)
+PERCENTILE_LABEL = "percentile-label"
+"""The gid of the p50/p90/p99 labels on the histograms (a test checks they never overlap)."""
+
+
+def latency_plot(reports: Sequence[ReportFile]):
+    """The latency figure (a matplotlib Figure), or None without samples.
+
+    One histogram per report and shape, each on its own axis in its own unit (a
+    microsecond model is never squashed against zero beside a millisecond one), with
+    p50/p90/p99 marked and labelled on rows of their own; beside them the cumulative
+    distributions of all, on a log axis when they span more than a factor of three.
+    """
+    from matplotlib.figure import Figure
+
     series = [(lab, e, s) for lab, e, s in _latency_series(reports) if s is not None and s.size]
     if not series:
         return None
-    micro = max(float(np.median(s)) for _, _, s in series) < 1.0
-    scale, unit = (1000.0, "µs") if micro else (1.0, "ms")
-    fig, axes = _figure(12, 4.2, 1, 2)
-    hist_ax, cdf_ax = axes[0]
-    # Clip the axis at the largest p99.9, or twice the p99 when the tail is longer (a few
-    # preempted runs would squeeze the body into one bin); the far tail is in the table.
-    upper = (
-        max(
-            min(float(np.quantile(s, 0.999)), 2 * float(np.quantile(s, 0.99))) for _, _, s in series
-        )
-        * scale
-    )
-    lower = min(float(s.min()) for _, _, s in series) * scale
-    bins = np.linspace(lower, upper * 1.02, 80)
+    n = len(series)
+    fig = Figure(figsize=(12, max(3.8, 2.0 * n + 0.4)), dpi=100, layout="constrained")
+    grid = fig.add_gridspec(n, 2, width_ratios=[1.2, 1])
+    cdf_ax = fig.add_subplot(grid[:, 1])
+    cdf_unit, cdf_scale = table_unit(float(np.median(s)) for _, _, s in series)
+    clean = any(decided_on_clean(e) for _, e, _ in series)
     for k, (label, entry, s) in enumerate(series):
         color = _COLORS[k % len(_COLORS)]
-        values = s * scale
-        hist_ax.hist(
-            np.clip(values, None, bins[-1]),
-            bins=bins,
-            histtype="step",
-            color=color,
-            label=label,
-            linewidth=1.4,
-        )
-        ordered = np.sort(values)
-        cdf_ax.plot(
-            ordered,
-            np.arange(1, ordered.size + 1) / ordered.size,
-            color=color,
-            label=label,
-            linewidth=1.4,
-        )
         summary = entry.get("summary") or {}
-        for key, style in (("p50_ms", "-"), ("p90_ms", "--"), ("p99_ms", ":")):
+        ax = fig.add_subplot(grid[k, 0])
+        unit, scale = table_unit([float(np.median(s))])
+        values = s * scale
+        # Clip at the p99.9, or twice the p99 when the tail is longer (a few preempted runs
+        # would squeeze the body into one bin); the far tail is in the table.
+        upper = min(float(np.quantile(values, 0.999)), 2 * float(np.quantile(values, 0.99)))
+        lower = float(values.min())
+        bins = np.linspace(lower, max(upper, lower * 1.01 + 1e-9), 60)
+        ax.hist(np.clip(values, None, bins[-1]), bins=bins, color=color, alpha=0.35)
+        ax.hist(np.clip(values, None, bins[-1]), bins=bins, color=color, histtype="step")
+        for row, (key, name, style, _, _) in enumerate(_PERCENTILES):
             v = summary.get(key)
             if v is None:
                 continue
-            hist_ax.axvline(v * scale, color=color, linestyle=style, linewidth=1.0, alpha=0.8)
-            cdf_ax.axvline(v * scale, color=color, linestyle=style, linewidth=1.0, alpha=0.8)
-            q = {"p50_ms": 0.5, "p90_ms": 0.9, "p99_ms": 0.99}[key]
-            cdf_ax.annotate(
-                key.removesuffix("_ms"),
-                (v * scale, q),
-                textcoords="offset points",
-                xytext=(4, -10),
+            ax.axvline(v * scale, color="#1f2328", linestyle=style, linewidth=1.0)
+            # Each label on its own row below the top: labels never overlap, however close
+            # the percentiles are.
+            ax.text(
+                v * scale,
+                0.93 - 0.16 * row,
+                f" {name} {scaled_text(v, scale)} {unit}",
+                transform=ax.get_xaxis_transform(),
                 fontsize=8,
-                color=color,
+                va="top",
+                ha="left",
+                gid=PERCENTILE_LABEL,
+                bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.85, "pad": 1},
             )
-    hist_ax.set_xlabel(f"latency ({unit})")
-    hist_ax.set_ylabel("runs")
-    hist_ax.set_title("Warm latency (p50 solid, p90 dashed, p99 dotted; tail clipped)")
-    if any(decided_on_clean(e) for _, e, _ in series):
-        hist_ax.set_xlabel(f"latency ({unit}), the calls that kept the CPU")
-    cdf_ax.set_xlabel(f"latency ({unit})")
-    cdf_ax.set_ylabel("fraction of runs ≤ x")
-    cdf_ax.set_title("Cumulative distribution")
-    cdf_ax.set_xlim(lower, upper * 1.02)
-    cdf_ax.set_ylim(0, 1.01)
-    for ax in (hist_ax, cdf_ax):
+        ax.set_title(label, fontsize=9, loc="left")
+        ax.set_ylabel("runs", fontsize=8)
+        ax.set_xlabel(
+            f"latency ({unit})" + (", calls that kept the CPU" if clean else ""), fontsize=8
+        )
+        ax.tick_params(labelsize=8)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8, loc="best")
-    return _png(fig, "latency histogram and cumulative distribution")
+        ordered = np.sort(s * cdf_scale)
+        cdf_ax.plot(
+            ordered, np.arange(1, ordered.size + 1) / ordered.size, color=color, label=label
+        )
+        for key, _, _, q, marker in _PERCENTILES:
+            if summary.get(key) is not None:
+                cdf_ax.plot(summary[key] * cdf_scale, q, marker=marker, color=color, ms=5)
+    lows = [float(np.min(s)) for _, _, s in series]
+    highs = [float(np.quantile(s, 0.999)) for _, _, s in series]
+    if max(highs) > 3 * min(lows) > 0:
+        from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+        cdf_ax.set_xscale("log")
+        # Plain numbers at 1, 2 and 5 of each decade; no crowded minor labels.
+        cdf_ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        cdf_ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        cdf_ax.xaxis.set_minor_formatter(NullFormatter())
+    from matplotlib.lines import Line2D
+
+    marks = [
+        Line2D([], [], color="#1f2328", marker=m, linestyle="none", label=name)
+        for _, name, _, _, m in _PERCENTILES
+    ]
+    lines, names = cdf_ax.get_legend_handles_labels()
+    cdf_ax.legend(handles=lines + marks, fontsize=8, loc="lower right")
+    cdf_ax.set_xlabel(f"latency ({cdf_unit})")
+    cdf_ax.set_ylabel("fraction of runs ≤ x")
+    cdf_ax.set_title("Cumulative distribution (p50, p90, p99 marked)", fontsize=10)
+    cdf_ax.set_ylim(0, 1.01)
+    cdf_ax.grid(alpha=0.3, which="both")
+    return fig
+
+
+def latency_figure(reports: Sequence[ReportFile]) -> str | None:
+    """The latency figure as an inline PNG (:func:`latency_plot`), or None without samples."""
+    fig = latency_plot(reports)
+    return None if fig is None else _png(fig, "latency histogram and cumulative distribution")
 
 
 def window_cause(w: dict, clock_ref: float | None) -> str:
@@ -155,9 +189,12 @@ def sustained_figure(reports: Sequence[ReportFile]) -> str | None:
     rate_ax, temp_ax, clock_ax = axes[:, 0]
     shaded = set()
     any_temp = any_clock = False
-    for i, r, (s, rows) in data:
+    causes = []
+    for i, _, (s, rows) in data:
         color = _COLORS[i % len(_COLORS)]
-        label = f"{chr(65 + i)} {r.label}"
+        label = series_name(reports, i)
+        if s.get("cause") not in (None, "none"):
+            causes.append(f"{chr(65 + i)}: {s.get('verdict')}, cause {s['cause']}")
         full = [(t0, t1, w) for t0, t1, w, _ in rows if not w.get("partial")]
         if full:
             xs = [t0 for t0, _, _ in full] + [full[-1][1]]
@@ -183,11 +220,23 @@ def sustained_figure(reports: Sequence[ReportFile]) -> str | None:
                 for t0, t1, w, _ in rows
                 if w.get("max_temp_c") is not None
             ]
+        first = s.get("time_to_first_throttle_s") if s.get("throttled") else None
+        if first is not None:
+            for ax in (rate_ax, temp_ax):
+                ax.axvline(first, color=color, linestyle="-.", linewidth=1.2)
+            temp_ax.plot([], [], color=color, linestyle="-.", label=f"{label}: first throttle")
         if temps:
             any_temp = True
             temp_ax.plot(*zip(*temps), color=color, label=label, linewidth=1.4)
             if s.get("trip_c") is not None:
-                temp_ax.axhline(s["trip_c"], color=color, linestyle="--", linewidth=1.0, alpha=0.7)
+                temp_ax.axhline(
+                    s["trip_c"],
+                    color=color,
+                    linestyle="--",
+                    linewidth=1.0,
+                    alpha=0.7,
+                    label=f"{chr(65 + i)} trip point {s['trip_c']:g} °C",
+                )
         clocks = [(p["t"], p["clock_khz"] / 1000.0) for p in telemetry if p.get("clock_khz")]
         if not clocks:
             clocks = [
@@ -199,7 +248,9 @@ def sustained_figure(reports: Sequence[ReportFile]) -> str | None:
             any_clock = True
             clock_ax.plot(*zip(*clocks), color=color, label=label, linewidth=1.4)
     rate_ax.set_ylabel("inferences / s")
-    rate_ax.set_title("Sustained throughput per window")
+    rate_ax.set_title(
+        "Sustained throughput per window" + (f" ({'; '.join(causes)})" if causes else "")
+    )
     temp_ax.set_ylabel("temperature (°C)")
     temp_ax.set_title("Temperature" + ("" if any_temp else " — no sensor: absent, not estimated"))
     clock_ax.set_ylabel("CPU clock (MHz)")

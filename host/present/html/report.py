@@ -6,7 +6,9 @@ CDN, font or script is fetched). Several reports on one page overlay their curve
 Every text that comes from a report, a file name or a policy is escaped with
 ``html.escape``.
 
-Sections: overview with signature status, gate results, latency (histogram and CDF
+Sections: a card per report (verdict and cause, p50/p90/p99, peak memory, time to
+first inference, drift; ``cards.py``), overview with signature status, for several
+reports the comparison ``compare`` prints (``comparison.py``), gate results, latency (histogram and CDF
 with the percentiles marked, summary table), sustained throughput, temperature and
 clock per window over time with throttle and interference windows shaded, the service
 scenarios and energy, the declared co-load and the edge shapes, the drift table with
@@ -27,6 +29,8 @@ from pathlib import Path
 
 from ...judge.gate import GateResult
 from ...judge.report_file import ReportFile
+from .cards import model_cards
+from .comparison import comparison_section
 from .conditions import conditions_section
 from .parts import _CSS, _e
 from .plots import latency_figure, sustained_figure
@@ -58,9 +62,12 @@ def render_report_html(
         f"<h1>{_e(title)}</h1>",
         f'<p class="muted">generated {_e(time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()))} '
         f"by edgequal · {len(reports)} report(s)</p>",
+        model_cards(reports),
         "<h2>Overview and signatures</h2>",
         _overview(reports),
     ]
+    if len(reports) > 1:
+        parts += ["<h2>Comparison</h2>", comparison_section(reports)]
     if gate:
         parts += ["<h2>Gate</h2>", _gate_section(gate)]
     parts += ["<h2>Warm latency</h2>"]

@@ -11,6 +11,7 @@ from edgequal.agent.measure.preemption import decided_on_clean, decisive_entry, 
 from ...judge.baseline import fingerprint_fields
 from ...judge.gate import GateResult
 from ...judge.report_file import ReportFile
+from ..units import duration_text, scaled_text, table_unit
 from .parts import _e, _get, _num, _status, _table
 from .plots import _latency_series, _sustained_series
 
@@ -25,17 +26,16 @@ def _overview(reports: Sequence[ReportFile]) -> str:
             [
                 _e(chr(65 + i)),
                 _e(r.model_name or r.path.name),
-                _e(p.get("run_id")),
+                f'<span class="hash">{_e(p.get("run_id"))}</span>',
                 _status(p.get("status")),
                 _e(p.get("reason")),
-                f'<span class="{sig_class}">{_e(r.signature)}</span>',
+                f'<span class="{sig_class} hash">{_e(r.signature)}</span>',
                 _e(" ".join(str(x) for x in (runtime.get("runtime"), runtime.get("version")) if x)),
                 _e(p.get("finished_at")),
-                _e(r.path),
             ]
         )
     out = _table(
-        ["", "model", "run", "status", "reason", "signature", "runtime", "signed at", "file"], rows
+        ["", "model", "run", "status", "reason", "signature", "runtime", "signed at"], rows
     )
     for r in reports:
         if not r.verified:
@@ -92,7 +92,15 @@ def _gate_section(results: Sequence[GateResult]) -> str:
 
 def _latency_table(reports: Sequence[ReportFile]) -> str:
     rows = []
-    for label, entry, _ in _latency_series(reports):
+    series = _latency_series(reports)
+    unit, scale = table_unit(
+        (decisive_entry(e).get("summary") or {}).get("p50_ms") for _, e, _ in series
+    )
+
+    def t(value) -> str:
+        return _e(scaled_text(value, scale))
+
+    for label, entry, _ in series:
         excluded = excluded_text(entry)
         entry = decisive_entry(entry)
         s = entry.get("summary") or {}
@@ -100,7 +108,7 @@ def _latency_table(reports: Sequence[ReportFile]) -> str:
 
         def ci(key, s=s):
             pair = s.get(key)
-            return "—" if not pair else _e(f"{pair[0]:.4g}–{pair[1]:.4g}")
+            return "—" if not pair else t(pair[0]) + "–" + t(pair[1])
 
         cause = entry.get("cause")
         interference = entry.get("interference") or {}
@@ -121,14 +129,14 @@ def _latency_table(reports: Sequence[ReportFile]) -> str:
             [
                 _e(label),
                 _num(s.get("count"), "{}"),
-                _num(s.get("p50_ms")),
+                t(s.get("p50_ms")),
                 ci("p50_ci_ms"),
-                _num(s.get("p90_ms")),
-                _num(s.get("p95_ms")),
-                _num(s.get("p99_ms")),
+                t(s.get("p90_ms")),
+                t(s.get("p95_ms")),
+                t(s.get("p99_ms")),
                 ci("p99_ci_ms"),
-                _num(s.get("p99_9_ms")),
-                _num(s.get("max_ms")),
+                t(s.get("p99_9_ms")),
+                t(s.get("max_ms")),
                 _num(s.get("cv"), "{:.3f}"),
                 "yes" if warm.get("steady") else _e(f"no: {warm.get('reason')}"),
                 note or "—",
@@ -140,7 +148,7 @@ def _latency_table(reports: Sequence[ReportFile]) -> str:
         [
             "report shape",
             "n",
-            "p50 ms",
+            f"p50 {unit}",
             "p50 95 % CI",
             "p90",
             "p95",
@@ -334,7 +342,7 @@ def _cold_memory_section(reports: Sequence[ReportFile]) -> str:
         mem = _get(r.predicate, "results", "memory") or {}
 
         def med(key, cold=cold):
-            return _num(_get(cold, key, "median"), "{:.3g}")
+            return _e(duration_text(_get(cold, key, "median")))
 
         def mb(key, mem=mem):
             v = mem.get(key)
@@ -358,11 +366,11 @@ def _cold_memory_section(reports: Sequence[ReportFile]) -> str:
         [
             "",
             "cold runs",
-            "import ms",
-            "load ms",
-            "first inference ms",
-            "total ms",
-            "process to result ms",
+            "runtime import",
+            "session create",
+            "first inference",
+            "total to first result",
+            "process start to result",
             "page cache evicted",
             "peak RSS MB",
             "RSS added by load MB",

@@ -1,10 +1,11 @@
 """The HTML trend page of the history: figures over time per board × model, with the
 firmware, kernel, OS and runtime changes marked where they happened.
 
-One section per (device, model): a plot of p50 and p99 latency (ms) and sustained
-throughput (inferences/s) against the measurement time, a dashed vertical line at
-each run whose firmware or runtime differs from the run before (labelled with what
-changed), and the table of runs. Plots are matplotlib PNGs embedded as base64, as on
+One section per (device, model): p50 and p99 latency on axes of their own (each in the
+unit rule of ``present/units.py``) and sustained throughput (inferences/s) against the
+measurement time, a dashed vertical line numbered at the top at each run whose firmware
+or runtime differs from the run before, the numbered list of what changed, and the table
+of runs. Plots are matplotlib PNGs embedded as base64, as on
 the report page (``report.py``): the page is one file, fetches nothing, runs no
 script, and every text that comes from the database is escaped.
 """
@@ -15,7 +16,8 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from .parts import _CSS, _e, _figure, _num, _png, _status, _table
+from ..units import duration_text, table_unit
+from .parts import _CSS, _e, _num, _png, _status, _table
 
 CHANGE_LABELS = {
     "firmware": "firmware",
@@ -38,58 +40,102 @@ def _change_text(row: dict) -> str:
     return ", ".join(parts)
 
 
-def trend_figure(device: str, model: str, rows: Sequence[dict]) -> str | None:
-    """The figure of one board × model: latency and throughput over time, changes marked."""
+def trend_plot(device: str, model: str, rows: Sequence[dict]):
+    """The figure of one board × model (a matplotlib Figure), or None without timed runs.
+
+    p50 and p99 on axes of their own (the p99 never flattens the p50), each in its unit
+    (``present/units.py``), and sustained throughput below; every run whose firmware,
+    kernel, OS, runtime or model changed is a dashed line numbered at the top, the
+    numbers explained under the figure (:func:`change_list`), so no label is cut off.
+    """
+    from matplotlib.figure import Figure
+
     timed = [r for r in rows if r.get("measured_at") is not None]
     if not timed:
         return None
-    fig, axes = _figure(10.0, 5.0, rows=2, sharex=True)
-    lat, thr = axes[0][0], axes[1][0]
+    fig = Figure(figsize=(11.0, 6.6), dpi=100, layout="constrained")
+    p50_ax, p99_ax, thr = fig.subplots(3, 1, sharex=True, squeeze=True)
     times = [r["measured_at"] for r in timed]
-    for key, label, color in (("p50_ms", "p50", "#1f77b4"), ("p99_ms", "p99", "#d62728")):
+    for ax, key, label, color in (
+        (p50_ax, "p50_ms", "p50 latency", "#1f77b4"),
+        (p99_ax, "p99_ms", "p99 latency", "#d62728"),
+    ):
         points = [(t, r[key]) for t, r in zip(times, timed) if r.get(key) is not None]
+        unit, scale = table_unit(v for _, v in points)
         if points:
-            lat.plot(*zip(*points), marker="o", label=f"{label} latency", color=color)
+            ax.plot(
+                [t for t, _ in points],
+                [v * scale for _, v in points],
+                marker="o",
+                color=color,
+                label=f"{label} ({unit})",
+            )
+            ax.legend(loc="upper left", fontsize=8)
+        ax.set_ylabel(f"{label.split()[0]} ({unit})")
     points = [(t, r["sustained_per_s"]) for t, r in zip(times, timed) if r.get("sustained_per_s")]
     if points:
-        thr.plot(*zip(*points), marker="s", color="#2ca02c", label="sustained")
+        thr.plot(*zip(*points), marker="s", color="#2ca02c", label="sustained throughput")
+        thr.legend(loc="upper left", fontsize=8)
+    else:
+        thr.text(0.5, 0.5, "no sustained phase in these runs", transform=thr.transAxes,
+                 ha="center", va="center", fontsize=9, color="#656d76")  # fmt: skip
+    number = 0
     for t, r in zip(times, timed):
         if r.get("changes"):
-            for ax in (lat, thr):
+            number += 1
+            for ax in (p50_ax, p99_ax, thr):
                 ax.axvline(t, color="#9a6700", linestyle="--", linewidth=1)
-            lat.annotate(
-                _change_text(r),
-                (t, 0.97),
+            p50_ax.annotate(
+                str(number),
+                (t, 1.0),
                 xycoords=("data", "axes fraction"),
-                xytext=(-2, 0),
+                xytext=(0, 2),
                 textcoords="offset points",
-                rotation=90,
-                va="top",
-                ha="right",
-                fontsize=7,
+                ha="center",
+                va="bottom",
+                fontsize=8,
                 color="#633c01",
-                bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1},
+                fontweight="bold",
             )
         if r.get("status") not in ("passed", "degraded"):
-            lat.annotate(
+            thr.annotate(
                 str(r.get("status")),
-                (t, 0.02),
+                (t, 0.04),
                 xycoords=("data", "axes fraction"),
+                xytext=(3, 0),
+                textcoords="offset points",
                 fontsize=7,
                 color="#cf222e",
-                rotation=90,
-                va="bottom",
             )
-    lat.set_ylabel("latency (ms)")
     thr.set_ylabel("inferences/s")
     thr.set_xlabel("measured (UTC)")
-    lat.set_title(f"{model} on {device}", fontsize=10)
-    if lat.lines:
-        lat.legend(loc="lower right", fontsize=8)
-        low, high = lat.get_ylim()
-        lat.set_ylim(low, high + 0.6 * (high - low))  # room above the lines for the labels
-    fig.autofmt_xdate()
+    fig.suptitle(f"{model} on {device}", fontsize=10)
+    for ax in (p50_ax, p99_ax, thr):
+        ax.grid(alpha=0.3)
+        ax.margins(x=0.05)
+        ax.tick_params(labelsize=8)
+    for label in thr.get_xticklabels():
+        label.set_rotation(20)
+        label.set_ha("right")
+    return fig
+
+
+def trend_figure(device: str, model: str, rows: Sequence[dict]) -> str | None:
+    """:func:`trend_plot` as an inline PNG, or None without timed runs."""
+    fig = trend_plot(device, model, rows)
+    if fig is None:
+        return None
     return _png(fig, f"{model} on {device}: latency and throughput over time")
+
+
+def change_list(rows: Sequence[dict]) -> str:
+    """The numbered changes of the figure's dashed lines, as an HTML list ('' when none)."""
+    items = [
+        f"<li>{_e(str(r.get('measured_at'))[:19])}: {_e(_change_text(r))}</li>"
+        for r in rows
+        if r.get("measured_at") is not None and r.get("changes")
+    ]
+    return f'<ol class="changes">{"".join(items)}</ol>' if items else ""
 
 
 def _runs_table(rows: Sequence[dict]) -> str:
@@ -100,10 +146,10 @@ def _runs_table(rows: Sequence[dict]) -> str:
             [
                 _e(str(r.get("measured_at"))[:19]),
                 _status(r.get("status")),
-                _num(r.get("p50_ms"), "{:.3f}"),
-                _num(r.get("p99_ms"), "{:.3f}"),
+                _e(duration_text(r.get("p50_ms"))),
+                _e(duration_text(r.get("p99_ms"))),
                 _num(r.get("sustained_per_s"), "{:.1f}"),
-                _num(r.get("cold_total_ms"), "{:.1f}"),
+                _e(duration_text(r.get("cold_total_ms"))),
                 _num(r.get("peak_rss_mb"), "{:.1f}"),
                 _e(r.get("firmware")),
                 _e(f"{r.get('runtime') or ''} {r.get('runtime_version') or ''}".strip() or None),
@@ -115,10 +161,10 @@ def _runs_table(rows: Sequence[dict]) -> str:
     headers = [
         "measured",
         "status",
-        "p50 ms",
-        "p99 ms",
+        "p50",
+        "p99",
         "sustained /s",
-        "cold ms",
+        "cold load",
         "peak RSS MB",
         "firmware",
         "runtime",
@@ -146,7 +192,8 @@ def render_trend_page(
         )
         figure = trend_figure(device, model, rows) or '<p class="muted">no runs</p>'
         sections.append(
-            f'<h2 id="{anchor}">{_e(model)} on {_e(device)}</h2>{figure}{_runs_table(rows)}'
+            f'<h2 id="{anchor}">{_e(model)} on {_e(device)}</h2>{figure}{change_list(rows)}'
+            f"{_runs_table(rows)}"
         )
     if not sections:
         sections.append('<p class="muted">No recorded runs match.</p>')

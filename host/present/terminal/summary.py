@@ -18,6 +18,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from ..units import figure_text
 from .scenarios import print_scenarios
 from .sections import (
     console,
@@ -379,10 +380,7 @@ def print_gate_result(result: dict) -> None:
 
 
 def _figure(v, unit: str) -> str:
-    if v is None:
-        return "—"
-    text = f"{v:.4g}" if isinstance(v, float) else str(v)
-    return f"{text} {unit}".rstrip()
+    return figure_text(v, unit)
 
 
 def print_comparison(comparison: dict) -> None:

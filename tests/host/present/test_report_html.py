@@ -133,8 +133,18 @@ def test_several_reports_overlay_and_an_unverified_one_is_marked(reports, known,
     assert edgequal_main(["report", "html", *map(str, paths), "-o", str(page)]) == 0
     html = page.read_text()
     assert html.count("<img") == 1  # one latency figure, three curves; no sustained phase
-    for label in ("A x=1x256", "B x=1x256", "C x=1x256"):
+    # Each series names its letter and model; the same model twice on one device also
+    # names its run.
+    runs = [load_report(p, known=known).predicate["run_id"] for p in paths]
+    for label in (
+        f"A chain8.onnx · {runs[0]} · x=1x256",
+        f"B chain8.onnx · {runs[1]} · x=1x256",
+        "C chain16.onnx · x=1x256",
+    ):
         assert label in html
+    # The comparison compare prints, on the page: the median ratio and its interval.
+    assert "<h2>Comparison</h2>" in html
+    assert re.search(r"(faster|slower|same|unresolved): ×\d\.\d{3} \[", html)
     assert html.count("verified: signed by device &#x27;local&#x27;") == 3
 
     data = bytearray(reports.chain_a.read_bytes())

@@ -1,0 +1,49 @@
+"""The report page's comparison, for a page of several reports: every figure ``compare``
+prints, its change from the first report (the reference) and, for latency, the median
+ratio with its 95 % bootstrap interval and the Mann–Whitney U test (``judge/compare.py``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ...judge.compare import compare_reports
+from ...judge.report_file import ReportFile
+from ..units import figure_text
+from .parts import _e, _table, series_name
+
+
+def comparison_section(reports: Sequence[ReportFile]) -> str:
+    """The comparison table with changes and significance, and which reports' fingerprints
+    differ from the reference's; '' for fewer than two reports."""
+    if len(reports) < 2:
+        return ""
+    comparison = compare_reports(list(reports))
+    rows = []
+    for row in comparison.rows:
+        cells = [_e(row.figure)]
+        for i, v in enumerate(row.values):
+            text = _e(figure_text(v, row.unit))
+            d = row.deltas[i]
+            if d is not None:
+                worse = (d > 0) if row.better == "lower" else (d < 0) if row.better else False
+                cls = "fail" if worse and abs(d) >= 0.03 else "pass" if abs(d) >= 0.03 else "muted"
+                text += f' <span class="{cls}">({d:+.1%})</span>'
+            sig = row.significance[i]
+            if sig:
+                text += f'<br><span class="muted">{_e(sig)}</span>'
+            cells.append(text)
+        rows.append(cells)
+    headers = ["figure"] + [series_name(reports, i) for i in range(len(reports))]
+    out = [
+        '<p class="muted">The first report is the reference: each other column shows its '
+        "change from it; for latency, the median ratio × [95 % bootstrap interval] and the "
+        "Mann–Whitney U p-value, as <code>edgequal compare</code> prints them.</p>",
+        _table(headers, rows, [False] + [True] * len(reports)),
+    ]
+    changed = [chr(65 + i) for i, c in enumerate(comparison.fingerprint_changes) if i and c]
+    if changed:
+        out.append(
+            f'<p class="muted">The fingerprints of {", ".join(changed)} differ from A\'s: the '
+            "Fingerprint section below marks each field that differs.</p>"
+        )
+    return "".join(out)

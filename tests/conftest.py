@@ -54,6 +54,13 @@ def make_pki():
 
 
 @pytest.fixture(scope="session")
+def chromium():
+    """tests/chromium.py: ``find_chromium()``, ``headless(binary, tmp_path, *args)`` and
+    ``layout_at(binary, page, tmp_path, width)``, for the tests that open pages."""
+    return load_test_helper("chromium")
+
+
+@pytest.fixture(scope="session")
 def chain_model():
     """tests/gate_reports.py's ``chain_model(path, layers, rows=1)``: a MatMul chain of set cost."""
     return load_test_helper("gate_reports").chain_model

@@ -5,10 +5,7 @@ Real agent processes (``edgequal-agent serve``), real runtimes, real models.
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 import threading
 import time
 
@@ -217,38 +214,6 @@ def test_a_device_that_does_not_answer_is_exit_3_with_its_address(capsys):
     assert rc == 3
     assert time.monotonic() - t0 < 30
     assert "127.0.0.1:9" in capsys.readouterr().err
-
-
-def test_demo_command_writes_verifiable_reports(tmp_path, capsys):
-    env = {**os.environ}
-    proc = subprocess.run(
-        [sys.executable, "-m", "edgequal.host.cli", "demo", "--out", str(tmp_path / "demo")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
-    # 0 when every model passed or degraded; 1 only for a report that other processes on
-    # this shared machine made inconclusive (too few calls kept the CPU: it says so).
-    inconclusive = "(inconclusive" in proc.stdout
-    assert proc.returncode == (1 if inconclusive else 0), proc.stderr[-2000:]
-    # Each model's closing line says how many timed calls were excluded, and why.
-    closing = [line for line in proc.stdout.splitlines() if ".report.json  (" in line]
-    assert len(closing) == 3, proc.stdout[-3000:]
-    assert all("timed calls excluded: the worker was preempted" in line for line in closing)
-    reports = sorted((tmp_path / "demo" / "reports").glob("*.report.json"))
-    page = (tmp_path / "demo" / "report.html").read_text()
-    assert "data:image/png;base64," in page and "classifier_int8.tflite" in page
-    assert [r.name for r in reports] == [
-        "classifier.onnx.report.json",
-        "classifier.tflite.report.json",
-        "classifier_int8.tflite.report.json",
-    ]
-    # Verified here, in another process than the one that ran the demo and signed them.
-    capsys.readouterr()
-    for r in reports:
-        assert edgequal_main(["verify", str(r), "--device", "local"]) == 0, capsys.readouterr()
-        assert "verified" in capsys.readouterr().out
 
 
 def test_agent_killed_mid_run_signs_it_incomplete_on_restart(example_models, tmp_path, quick_plan):

@@ -4,11 +4,7 @@ with the network blocked; the plots and tables must be there and rendered."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
-import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,42 +12,6 @@ from edgequal.host.cli.main import main as edgequal_main
 from edgequal.host.judge.report_file import load_report
 from edgequal.host.present.html.plots import window_cause
 from edgequal.host.present.html.report import render_report_html
-
-
-def _chromium() -> str:
-    """The chromium binary; skip (or fail in CI, which installs it) when it is absent."""
-    for name in ("chromium", "chromium-browser"):
-        path = shutil.which(name)
-        if path:
-            return path
-    reason = (
-        "chromium not found: install Debian's chromium (apt-get install chromium) to open the page"
-    )
-    if os.environ.get("CI"):
-        pytest.fail(reason + " ($CI is set, so this is an error: .ci/run installs it)")
-    pytest.skip(reason)
-
-
-def _headless(chromium: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    """Chromium with every network request sent to a closed port and every name unresolvable."""
-    return subprocess.run(
-        [
-            chromium,
-            "--headless",
-            "--disable-gpu",
-            "--no-sandbox",
-            "--no-first-run",
-            "--disable-extensions",
-            "--disable-background-networking",
-            "--proxy-server=127.0.0.1:9",
-            "--host-resolver-rules=MAP * ~NOTFOUND",
-            f"--user-data-dir={tmp_path / 'chromium-profile'}",
-            *args,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 def distinct_colours(pixels: np.ndarray) -> np.ndarray:
@@ -73,8 +33,10 @@ def test_distinct_colours_counts_each_colour_once():
 
 
 @pytest.mark.slow
-def test_the_page_renders_in_headless_chromium_with_the_network_blocked(reports, known, tmp_path):
-    chromium = _chromium()
+def test_the_page_renders_in_headless_chromium_with_the_network_blocked(
+    reports, known, tmp_path, chromium
+):
+    binary = chromium.find_chromium()
     page = tmp_path / "report.html"
     policy = tmp_path / "p.toml"
     policy.write_text(
@@ -93,7 +55,7 @@ def test_the_page_renders_in_headless_chromium_with_the_network_blocked(reports,
     assert "<script" not in html
     assert html.count('src="data:image/png;base64,') == 2
 
-    dom = _headless(chromium, tmp_path, "--dump-dom", page.as_uri())
+    dom = chromium.headless(binary, tmp_path, "--dump-dom", page.as_uri())
     assert dom.returncode == 0, dom.stderr[-2000:]
     text = dom.stdout
     assert text.count("<img") == 2
@@ -112,8 +74,8 @@ def test_the_page_renders_in_headless_chromium_with_the_network_blocked(reports,
     assert "latency.max_p50_ms" in text  # the failed gate check
 
     shot = tmp_path / "report.png"
-    run = _headless(
-        chromium, tmp_path, f"--screenshot={shot}", "--window-size=1280,2400", page.as_uri()
+    run = chromium.headless(
+        binary, tmp_path, f"--screenshot={shot}", "--window-size=1280,2400", page.as_uri()
     )
     assert run.returncode == 0, run.stderr[-2000:]
     assert shot.is_file() and shot.stat().st_size > 10_000

@@ -50,21 +50,37 @@ def _onnx_model(nodes, name, inputs, outputs, initializers, doc, extra_opsets=()
     return model
 
 
-def _conv_relu_pool_nodes(output: str) -> list:
-    """image -> Conv 3x3 'same' (conv.weight, conv.bias) -> ReLU -> global average pool -> ``output`` [n, C]."""
+def _conv_relu_pool_nodes(output: str, image: str = "image", after_relu=()) -> list:
+    """``image`` -> Conv 3x3 'same' (conv.weight, conv.bias) -> ReLU -> ``after_relu`` (nodes
+    from ``relu`` on, e.g. a quantize/dequantize pair) -> global average pool -> ``output`` [n, C]."""
     from onnx import helper
 
+    pooled = after_relu[-1].output[0] if after_relu else "relu"
     return [
         helper.make_node(
             "Conv",
-            ["image", "conv.weight", "conv.bias"],
+            [image, "conv.weight", "conv.bias"],
             ["conv"],
             kernel_shape=[3, 3],
             pads=[1, 1, 1, 1],
         ),
         helper.make_node("Relu", ["conv"], ["relu"]),
-        helper.make_node("GlobalAveragePool", ["relu"], ["pool"]),
+        *after_relu,
+        helper.make_node("GlobalAveragePool", [pooled], ["pool"]),
         helper.make_node("Flatten", ["pool"], [output], axis=1),
+    ]
+
+
+def _classifier_head_nodes(features: str) -> list:
+    """``features`` -> Gemm (head.weight, head.bias) -> split 10 + 1 -> Softmax ``probs``,
+    Sigmoid ``score``: the classifiers' head."""
+    from onnx import helper
+
+    return [
+        helper.make_node("Gemm", [features, "head.weight", "head.bias"], ["head"]),
+        helper.make_node("Split", ["head", "head.split"], ["logits", "score_logit"], axis=1),
+        helper.make_node("Softmax", ["logits"], ["probs"], axis=-1),
+        helper.make_node("Sigmoid", ["score_logit"], ["score"]),
     ]
 
 
@@ -83,10 +99,7 @@ def _classifier_onnx(path: Path, description: str, float16: bool = False) -> Non
     ]
     nodes = [
         *_conv_relu_pool_nodes("features"),
-        helper.make_node("Gemm", ["features", "head.weight", "head.bias"], ["head"]),
-        helper.make_node("Split", ["head", "head.split"], ["logits", "score_logit"], axis=1),
-        helper.make_node("Softmax", ["logits"], ["probs"], axis=-1),
-        helper.make_node("Sigmoid", ["score_logit"], ["score"]),
+        *_classifier_head_nodes("features"),
     ]
     model = _onnx_model(
         nodes,
@@ -149,27 +162,14 @@ def build_classifier_qdq(path: Path, description: str) -> None:
             ["conv.weight"],
             axis=0,
         ),
-        helper.make_node(
-            "Conv",
-            ["image_dq", "conv.weight", "conv.bias"],
-            ["conv"],
-            kernel_shape=[3, 3],
-            pads=[1, 1, 1, 1],
-        ),
-        helper.make_node("Relu", ["conv"], ["relu"]),
-        *qdq("relu", "relu.scale"),
-        helper.make_node("GlobalAveragePool", ["relu_dq"], ["pool"]),
-        helper.make_node("Flatten", ["pool"], ["features"], axis=1),
+        *_conv_relu_pool_nodes("features", "image_dq", qdq("relu", "relu.scale")),
         *qdq("features", "features.scale"),
         helper.make_node(
             "DequantizeLinear",
             ["head.weight_q", "head.weight_scale", "int8.zero"],
             ["head.weight"],
         ),
-        helper.make_node("Gemm", ["features_dq", "head.weight", "head.bias"], ["head"]),
-        helper.make_node("Split", ["head", "head.split"], ["logits", "score_logit"], axis=1),
-        helper.make_node("Softmax", ["logits"], ["probs"], axis=-1),
-        helper.make_node("Sigmoid", ["score_logit"], ["score"]),
+        *_classifier_head_nodes("features_dq"),
     ]
     model = _onnx_model(
         nodes,

@@ -5,31 +5,19 @@ from __future__ import annotations
 
 import pytest
 from edgequal.agent.phases.qualification import run_measurement
-from edgequal.agent.plan import make_plan
 
 # Starts real worker processes for a few seconds: the fast loop skips it.
 pytestmark = pytest.mark.slow
 
 
 def test_memory_from_psutil_and_contention_not_measurable(
-    example_models, golden_sets, tmp_path, monkeypatch
+    example_models, golden_sets, quick_plan, tmp_path, monkeypatch
 ):
     empty = tmp_path / "no-proc"
     empty.mkdir()
     # The agent's workers inherit it, as they inherit $EDGEQUAL_ROOT.
     monkeypatch.setenv("EDGEQUAL_PROC_ROOT", str(empty))
-    plan = make_plan(
-        "quick",
-        cold_runs=1,
-        warmup_min_runs=5,
-        warmup_min_s=0.05,
-        warmup_max_s=0.3,
-        latency_min_runs=50,
-        latency_min_s=0.1,
-        sustain_s=2.0,
-        window_s=1.0,
-        cooldown=False,
-    )
+    plan = quick_plan(warmup_max_s=0.3, sustain_s=2.0, window_s=1.0, cooldown=False)
     out = run_measurement(
         example_models["classifier"], golden_sets["classifier"], plan, root=tmp_path / "board"
     )

@@ -12,6 +12,7 @@ imported only when a model of that kind is built, so importing this module is ch
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -166,6 +167,13 @@ def _case_rng(seed: int, case: int) -> np.random.Generator:
 
 
 def _classifier_images(n_cases: int, seed: int) -> np.ndarray:
+    """NCHW float32 images for the classifiers (a copy: the four classifiers, float, fp16,
+    int8 and TFLite, share one computation of :func:`_placed_classifier_images`)."""
+    return _placed_classifier_images(n_cases, seed).copy()
+
+
+@functools.lru_cache(maxsize=8)
+def _placed_classifier_images(n_cases: int, seed: int) -> np.ndarray:
     """NCHW float32 images for the classifiers; cases 1, 5, 9, ... sit near the threshold.
 
     Near-threshold case i has a reference score of 0.5 ± d with d in [2e-4, 2e-3],

@@ -79,14 +79,16 @@ def test_the_int8_variant_drifts_and_flips_the_cases_just_above_the_threshold(mo
     as int8 kernels, its score sits about 0.01 lower, and exactly the near-threshold cases
     above the threshold (1, 9, 17 of 24) change their decision."""
     cases = example_inputs("classifier_qdq", 24)
-    ref = [run_onnx(models["classifier"], c)["score"].item() for c in cases]
-    got = [run_onnx(models["classifier_qdq"], c)["score"].item() for c in cases]
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    cpu = ["CPUExecutionProvider"]
+    float_model = ort.InferenceSession(str(models["classifier"]), providers=cpu)
+    int8_model = ort.InferenceSession(str(models["classifier_qdq"]), options, providers=cpu)
+    ref = [float_model.run(["score"], c)[0].item() for c in cases]
+    got = [int8_model.run(["score"], c)[0].item() for c in cases]
     drift = np.array(got) - np.array(ref)
     assert 1e-3 < float(np.abs(drift).max()) < 5e-2
     assert [i for i in range(24) if (ref[i] > 0.5) != (got[i] > 0.5)] == [1, 9, 17]
-    options = ort.SessionOptions()
-    options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
-    ort.InferenceSession(str(models["classifier_qdq"]), options, providers=["CPUExecutionProvider"])
     ops = {n.op_type for n in onnx.load(options.optimized_model_filepath).graph.node}
     assert "QLinearConv" in ops, ops  # the quantized pairs became int8 kernels
 

@@ -11,11 +11,16 @@ import argparse
 
 
 def add_length_options(parser: argparse.ArgumentParser) -> None:
-    """``--cold-runs`` and ``--latency``: the preset's cold loads and timed latency, changed."""
+    """``--cold-runs``, ``--warmup`` and ``--latency``: the preset's lengths, changed."""
     parser.add_argument(
         "--cold-runs",
         type=int,
         help="fresh processes timed for the cold load (default: the plan's)",
+    )
+    parser.add_argument(
+        "--warmup",
+        help="least warm-up time per input shape before latency is timed, e.g. 0.2s "
+        "(default: the plan's); the plan's minimum warm-up runs still apply",
     )
     parser.add_argument(
         "--latency",
@@ -25,12 +30,14 @@ def add_length_options(parser: argparse.ArgumentParser) -> None:
 
 
 def length_flags(args) -> dict:
-    """``--cold-runs`` and ``--latency`` as plan fields (only those given)."""
+    """``--cold-runs``, ``--warmup`` and ``--latency`` as plan fields (only those given)."""
     from edgequal.agent.plan import parse_duration_s
 
     out = {}
     if args.cold_runs is not None:
         out["cold_runs"] = args.cold_runs
+    if args.warmup:
+        out["warmup_min_s"] = parse_duration_s(args.warmup)
     if args.latency:
         out["latency_min_s"] = parse_duration_s(args.latency)
     return out

@@ -128,10 +128,10 @@ def plan_line(plan: Plan, *, boards: bool = False) -> str:
         source = plan.sources.get(key)
         return f" [{source}]" if source in ("flag", "profile") else ""
 
-    phases = [
-        f"cold load ×{plan.cold_runs}{origin('cold_runs')}",
-        f"latency {duration_text(plan.latency_min_s)}{origin('latency_min_s')}",
-    ]
+    phases = [f"cold load ×{plan.cold_runs}{origin('cold_runs')}"]
+    if origin("warmup_min_s"):  # the preset's warm-up goes unsaid, as it always did
+        phases.append(f"warm-up {duration_text(plan.warmup_min_s)}{origin('warmup_min_s')}")
+    phases.append(f"latency {duration_text(plan.latency_min_s)}{origin('latency_min_s')}")
     if plan.sustain_s:
         text = f"sustained {duration_text(plan.sustain_s)}{origin('sustain_s')}"
         if plan.sustain_extend_to_s and plan.sustain_extend_to_s > plan.sustain_s:

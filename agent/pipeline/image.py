@@ -41,6 +41,10 @@ def decode_image(data: bytes):
     Image = pillow()
     try:
         img = Image.open(io.BytesIO(data), formats=FORMATS)
+    except Image.DecompressionBombError as e:  # Pillow's own limit, above ours
+        raise BadRawInput(
+            f"the image declares more than {MAX_PIXELS} pixels (a decompression bomb: {_why(e)})"
+        ) from None
     except Exception as e:  # Pillow's UnidentifiedImageError, or a header it cannot parse
         raise BadRawInput(f"not a PNG or JPEG image ({_why(e)})") from None
     width, height = img.size

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 
 from ..errors import BadInput
 from ..input_contract import (
@@ -157,7 +157,7 @@ class Pipeline:
     libraries (name → version) the host ran it with."""
 
     inputs: dict[str, InputPipeline]
-    libraries: dict[str, str | None] | None = None
+    libraries: dict[str, str | None] = field(default_factory=dict)
 
     def to_json(self) -> dict:
         """JSON-ready form."""

@@ -71,7 +71,7 @@ def test_a_transposed_reference_is_a_layout_and_an_unexplained_one_is_said_so():
     assert cause["key"] == "layout" and cause["matches"] is True
     noise = device + 5.0
     assert likely_cause(device, noise, [("crop center", "crop", device - 3.0)], 0.01) is None
-    closer = likely_cause(device, noise, [("resize bicubic", "interpolation", device + 1.0)], 0.01)
+    closer = likely_cause(device, noise, [("resize bicubic", "interpolation", device + 4.0)], 0.01)
     assert closer == {
         "label": "resize bicubic",
         "key": "interpolation",

@@ -172,3 +172,21 @@ def make_pipeline_golden(example: PipelineExample, golden: Path, on_warning=None
         decision=example.decision,
         on_warning=on_warning,
     )
+
+
+def demo_pipeline(transport, known, out: Path, on_event=lambda e: None):
+    """``edgequal demo``'s pipeline part: the example qualified on the demo's agent; its
+    report fails on purpose (the reference is BGR) and names the mismatch."""
+    from edgequal.agent.plan import make_plan
+
+    from ..devices.qualify import qualify
+
+    example = build_pipeline_example(Path(out) / "pipeline")
+    golden = Path(out) / "golden" / "colour.golden.npz"
+    golden.parent.mkdir(parents=True, exist_ok=True)
+    make_pipeline_golden(example, golden)
+    path = Path(out) / "reports" / "colour.onnx.report.json"
+    return qualify(
+        transport, example.model, golden, make_plan("quick"), known=known, device_name="local",
+        on_event=on_event, out=path,
+    ), path  # fmt: skip

@@ -103,4 +103,10 @@ def pipeline_checks(results: dict, policy: Policy) -> list[Check]:
     return checks
 
 
-__all__ = ["PART_LABELS", "PATH_PARTS", "part_summary", "pipeline_checks", "worst_preprocessing_abs"]
+__all__ = [
+    "PART_LABELS",
+    "PATH_PARTS",
+    "part_summary",
+    "pipeline_checks",
+    "worst_preprocessing_abs",
+]

@@ -115,7 +115,11 @@ def test_text_is_tokenized_truncated_padded_and_mapped_to_each_input(raw):
             "image",
             "input 'x': the JPEG cannot be decoded (image file is truncated",
         ),
-        ("bomb_png", "image", "input 'x': the image declares more than 50000000 pixels (a decompression bomb"),
+        (
+            "bomb_png",
+            "image",
+            "input 'x': the image declares more than 50000000 pixels (a decompression bomb",
+        ),
         ("lying_wav", "audio", "input 'x': the WAV header says"),
         ("invalid_utf8", "text", "input 'x': the text is not UTF-8 (byte 0xff at offset 15)"),
     ],

@@ -185,7 +185,7 @@ def demo_pipeline(transport, known, out: Path, on_event=lambda e: None):
     golden = Path(out) / "golden" / "colour.golden.npz"
     golden.parent.mkdir(parents=True, exist_ok=True)
     make_pipeline_golden(example, golden)
-    path = Path(out) / "reports" / "colour.onnx.report.json"
+    path = Path(out) / "pipeline" / "colour.onnx.report.json"  # beside its raw files
     return qualify(
         transport, example.model, golden, make_plan("quick"), known=known, device_name="local",
         on_event=on_event, out=path,

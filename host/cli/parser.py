@@ -143,14 +143,38 @@ def build_parser() -> argparse.ArgumentParser:
     gsub = g.add_subparsers(dest="golden_command", required=True)
     gm = gsub.add_parser("make", help="make a golden set: inputs plus reference outputs")
     gm.add_argument("model", type=Path)
-    gm.add_argument(
+    source = gm.add_mutually_exclusive_group(required=True)
+    source.add_argument(
         "--inputs",
         type=Path,
-        required=True,
-        help="NPZ (NAME or CASE/NAME arrays) or a DIR of NPZ files",
+        help="NPZ (NAME or CASE/NAME arrays) or a DIR of NPZ files: prepared tensors",
+    )
+    source.add_argument(
+        "--raw",
+        type=Path,
+        metavar="DIR",
+        help="raw files (PNG, JPEG, 16-bit WAV, UTF-8 text): one case per file stem, or a "
+        "cases.csv (case,INPUT..) for several inputs; needs --pipeline",
     )
     gm.add_argument(
-        "--outputs", type=Path, help="reference outputs, same naming; default: run the model here"
+        "--pipeline",
+        type=Path,
+        metavar="TOML",
+        help="with --raw: the stages per input ([inputs.NAME] decode = image|audio|text, ...; "
+        "docs/measurement.md)",
+    )
+    gm.add_argument(
+        "--outputs",
+        type=Path,
+        help="reference outputs, same naming (with --raw: the training framework's, from the "
+        "same files); default: run the model here",
+    )
+    gm.add_argument(
+        "--reference-inputs",
+        type=Path,
+        metavar="NPZ",
+        help="with --raw: the tensors the training pipeline fed the model (CASE/INPUT), "
+        "compared with the device's preprocessing",
     )
     gm.add_argument("--decision", help="argmax | topk:K | threshold:OUTPUT>VALUE")
     _add_edge_shape_flag(gm, recorded=True)

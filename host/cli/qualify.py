@@ -219,6 +219,9 @@ def cmd_golden_make(args) -> int:
         preprocessing=_declared_preprocessing(args),
         on_warning=lambda text: print_line(f"warning: {text}"),
         edge_shapes=parse_edge_shape_args(args.edge_shape),
+        raw=args.raw,
+        pipeline=args.pipeline,
+        reference_inputs=args.reference_inputs,
     )
     print_line(f"golden set {args.output} sha256 {digest}")
     return 0
@@ -252,6 +255,10 @@ def _declared_preprocessing(args) -> dict:
         "color_order": args.color_order,
         "resize": resize,
     }
+    if args.preprocessing and args.raw:
+        raise UsageError(
+            "--preprocessing declares prepared inputs; with --raw the keys go in --pipeline"
+        )
     declared = read_preprocessing_toml(args.preprocessing) if args.preprocessing else {}
     declared.setdefault("*", {}).update({k: v for k, v in flags.items() if v is not None})
     return declared

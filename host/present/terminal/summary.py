@@ -18,6 +18,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from .pipeline import print_pipeline
 from .scenarios import print_scenarios
 from .sections import (
     console,
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
 
 PHASES = ("upload", "fingerprint", "cold_load", "latency", "sustained", "signing")
 # Optional phases: a row appears when the run starts one, in this place among PHASES.
-SCENARIO_PHASES = ("operators", "batch_sweep", "thread_scaling", "server")
+SCENARIO_PHASES = ("pipeline", "operators", "batch_sweep", "thread_scaling", "server")
 _ROW_ORDER = PHASES[:4] + SCENARIO_PHASES + PHASES[4:]
 _STATUS_STYLE = {
     "passed": "bold green",
@@ -278,6 +279,7 @@ def print_summary(predicate: dict, device: str, report_path: str | None = None) 
         )
     print_cold_load(results)
     print_latency(results)
+    print_pipeline(results)
     print_drift(results)
     print_sustained(results)
     print_memory(results)

@@ -400,6 +400,13 @@ def _add_fleet_parsers(sub) -> None:
         "--no-record", action="store_true", help="do not record the reports in the history"
     )
     fr.add_argument(
+        "--prometheus",
+        type=Path,
+        metavar="DIR",
+        help="after each cell, write DIR/DEVICE.prom (OpenMetrics, by rename) for "
+        "node_exporter's textfile collector",
+    )
+    fr.add_argument(
         "--health-file",
         type=Path,
         metavar="FILE",

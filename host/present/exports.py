@@ -17,7 +17,9 @@ left out, never written as zero.
 from __future__ import annotations
 
 import datetime
+import threading
 from collections.abc import Iterable
+from pathlib import Path
 
 from edgequal.agent.measure.preemption import decisive_summary
 from edgequal.agent.openmetrics import Gauge, render
@@ -141,3 +143,33 @@ def _timestamp(text) -> float | None:
     except ValueError:
         return None
     return when.timestamp() if when.tzinfo else None
+
+
+class PrometheusDirectory:
+    """``fleet run --prometheus DIR``: after each cell, ``DIR/DEVICE.prom`` holds the figures
+    of every finished report of that device (replaced by rename)."""
+
+    def __init__(self, directory: Path, known, out_dir: Path):
+        self.directory = Path(directory)
+        self.known = known
+        self.out_dir = Path(out_dir)
+        self._reports: dict[str, dict[str, Path]] = {}
+        self._lock = threading.Lock()
+
+    def on_change(self, record) -> None:
+        """A fleet record changed; once it has its report, rewrite its device's file."""
+        from edgequal.agent.openmetrics import write_textfile
+
+        from ..judge.report_file import load_report
+
+        if not record.report or record.status is None:
+            return
+        with self._lock:
+            mine = self._reports.setdefault(record.device, {})
+            mine[record.model] = self.out_dir / record.report
+            files = [
+                load_report(p, known=self.known, device=record.device, require=True)
+                for p in mine.values()
+            ]
+            self.directory.mkdir(parents=True, exist_ok=True)
+            write_textfile(self.directory / f"{record.device}.prom", prometheus(files))

@@ -284,7 +284,12 @@ def _add_measurement_flags(q) -> None:
     m.add_argument("--server-rate", type=float, metavar="PER_S", help="server target rate")
     m.add_argument("--p99-bound", metavar="DURATION", help="server p99 bound, e.g. 15ms")
     m.add_argument(
-        "--operators", action="store_true", default=None, help="per-operator time, delegate use"
+        "--operators",
+        "--operator-profile",
+        dest="operators",
+        action="store_true",
+        default=None,
+        help="per-operator time, delegate use",
     )
     m.add_argument("--scenario-time", metavar="DURATION", help="time per scenario point")
     c = q.add_argument_group("declared co-load (docs/measurement.md)")

@@ -11,11 +11,18 @@ import argparse
 
 
 def add_length_options(parser: argparse.ArgumentParser) -> None:
-    """``--cold-runs`` and ``--latency``: the preset's cold loads and timed latency, changed."""
+    """``--cold-runs``, ``--warmup-runs`` and ``--latency``: the preset's cold loads, warm-up
+    and timed latency, changed."""
     parser.add_argument(
         "--cold-runs",
         type=int,
         help="fresh processes timed for the cold load (default: the plan's)",
+    )
+    parser.add_argument(
+        "--warmup-runs",
+        type=int,
+        metavar="N",
+        help="at least N warm-up runs before timing (default: the plan's)",
     )
     parser.add_argument(
         "--latency",
@@ -25,12 +32,14 @@ def add_length_options(parser: argparse.ArgumentParser) -> None:
 
 
 def length_flags(args) -> dict:
-    """``--cold-runs`` and ``--latency`` as plan fields (only those given)."""
+    """``--cold-runs``, ``--warmup-runs`` and ``--latency`` as plan fields (only those given)."""
     from edgequal.agent.plan import parse_duration_s
 
     out = {}
     if args.cold_runs is not None:
         out["cold_runs"] = args.cold_runs
+    if getattr(args, "warmup_runs", None) is not None:
+        out["warmup_min_runs"] = args.warmup_runs
     if args.latency:
         out["latency_min_s"] = parse_duration_s(args.latency)
     return out

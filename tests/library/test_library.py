@@ -138,3 +138,17 @@ def _policy(reports, body: str):
     path = reports.classifier.parent / f"policy-{abs(hash(body))}.toml"
     path.write_text(f'name = "t"\n{body}')
     return path
+
+
+def test_the_flags_of_benchmark_tools_have_edgequal_names():
+    """README's table: --num_threads → --threads, --warmup_runs → --warmup-runs, --min_secs →
+    --latency, --enable_op_profiling → --operator-profile, --shapes → --shape."""
+    from edgequal.host.cli.parser import build_parser
+    from edgequal.host.cli.qualify import _plan_from_args
+
+    flags = ["--threads", "2", "--warmup-runs", "7", "--latency", "2s", "--operator-profile"]
+    args = build_parser().parse_args(["qualify", "m.onnx", *flags, "--shape", "x=1x3"])
+    plan = _plan_from_args(args)
+    assert (plan.threads, plan.warmup_min_runs, plan.latency_min_s) == (2, 7, 2.0)
+    assert plan.operator_profile is True and plan.shapes == {"x": [1, 3]}
+    assert plan.sources["warmup_min_runs"] == "flag"

@@ -100,13 +100,15 @@ def attest(
     result: GateResult,
     *,
     policy,
+    report: ReportLike | None = None,
     out: str | os.PathLike | None = None,
     key=None,
 ) -> bytes:
     """The gate decision as a signed in-toto Test Result attestation (DSSE envelope bytes,
     host/judge/attestation.py), written atomically to ``out`` when given. Its subjects are
     the verified device report ``result`` judged (by digest) and that report's model;
-    ``key`` defaults to this host's key, created on first use."""
+    ``report`` is the report judged when ``result.report`` names no file (a report given to
+    :func:`gate` as bytes); ``key`` defaults to this host's key, created on first use."""
     from edgequal.agent.files import write_atomic
     from edgequal.host.devices.trust import KnownDevices
     from edgequal.host.devices.verify import verify_envelope
@@ -116,10 +118,14 @@ def attest(
         raise UsageError(
             f"no gate decision is signed for {result.report}: the report did not verify"
         )
-    envelope, path = _envelope(result.report)
-    verified = verify_envelope(envelope, known=KnownDevices(), device=result.device)
+    envelope, path = _envelope(report if report is not None else result.report)
+    with host_errors():
+        verified = verify_envelope(envelope, known=KnownDevices(), device=result.device)
+    if verified.run_id != result.run_id:
+        raise UsageError(f"the report given is run {verified.run_id}, the result's {result.run_id}")
+    name = path.name if path is not None else f"{verified.run_id}.report.json"
     signed = sign_gate_decision(
-        result, _policy(policy), envelope, verified.subjects[0], path.name, key=key
+        result, _policy(policy), envelope, verified.subjects[0], name, key=key
     )
     if out is not None:
         write_atomic(Path(out), signed)

@@ -75,6 +75,19 @@ def test_gate_attest_writes_a_host_signed_test_result(reports, known, tmp_path, 
     assert result["result"] == "FAILED" and "drift.max_flip_count" in result["failed"]
     assert _host_key(capsys).keyid == key.keyid  # one host key, made once
 
+    # The library's gate and attest on the envelope's bytes: the same decision, signed.
+    import edgequal
+
+    envelope = reports.classifier.read_bytes()
+    result = edgequal.gate(envelope, policy=policy, device="local")
+    signed = tmp_path / "lib.intoto.json"
+    edgequal.attest(result, policy=policy, report=envelope, out=signed)
+    lib_data, lib_result = _statement(signed, key)
+    assert lib_result == {"result": "PASSED", "failed": []}
+    assert [s["digest"] for s in lib_data["subject"]] == [s["digest"] for s in data["subject"]]
+    assert lib_data["subject"][0]["name"] == f"{result.run_id}.report.json"
+    assert lib_data["predicate"] == data["predicate"]
+
     # A changed decision no longer verifies with the pinned host key.
     forged = json.loads(failed.read_bytes())
     statement = json.loads(base64.b64decode(forged["payload"]))

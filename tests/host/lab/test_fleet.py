@@ -279,10 +279,23 @@ def test_fleet_run_cli(
     rc = edgequal_main(
         ["fleet", "run", str(lab), "--models", str(models), "--tags", "nightly"]
         + ["--out", str(out), "--wait", "60", "--retries", "0", *short_plan]
+        + ["--prometheus", str(tmp_path / "textfiles")]
     )
     index = json.loads((out / "index.json").read_text())
     (run,) = index["runs"]
     assert run["device"] == "dev-0"
+    # One OpenMetrics file per device that ran a cell, with that cell's figures.
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families
+
+    assert [p.name for p in (tmp_path / "textfiles").iterdir()] == ["dev-0.prom"]
+    text = (tmp_path / "textfiles" / "dev-0.prom").read_text()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    entry = _predicate(out / "reports" / "micro@dev-0.json")["results"]["latency"]["per_shape"][0]
+    from edgequal.agent.measure.preemption import decisive_summary
+
+    [p50] = families["edgequal_latency_p50_seconds"].samples
+    assert p50.labels["device"] == "dev-0"
+    assert p50.value == pytest.approx(decisive_summary(entry)["p50_ms"] / 1e3)
     assert run["status"] in MEASURED_STATUSES
     assert rc == (0 if run["ok"] else 1)
     captured = capsys.readouterr()

@@ -46,6 +46,18 @@ def _parser() -> argparse.ArgumentParser:
         "--root", help="prefix for /sys, /proc, /etc reads (default $EDGEQUAL_ROOT or /)"
     )
     s.add_argument("--port-file", type=Path, help="write the bound port here once serving")
+    s.add_argument(
+        "--metrics-textfile",
+        type=Path,
+        metavar="PATH",
+        help="keep the agent's state here as OpenMetrics text for node_exporter's textfile "
+        "collector (busy, current run, last status per model, temperatures at rest)",
+    )
+    s.add_argument(
+        "--metrics-interval",
+        default="15s",
+        help="how often --metrics-textfile is rewritten (default 15s)",
+    )
 
     r = sub.add_parser(
         "run-plan", help="one-shot run (SSH mode): JSON-lines events, then the signed envelope"
@@ -121,12 +133,16 @@ def main(argv: list[str] | None = None) -> int:
 def cmd_serve(args, state_dir: Path) -> int:
     import signal
 
+    from .plan import parse_duration_s
     from .probes.fingerprint import fingerprint
     from .runtimes import ProbedRuntimes
     from .service.auth import read_token_file
     from .service.server import serve
 
     token = read_token_file(args.token_file) if args.token_file else None
+    interval_s = parse_duration_s(args.metrics_interval)
+    if interval_s <= 0:
+        raise BadInput("--metrics-interval must be longer than 0 s", hint="e.g. 15s")
     tls = None
     if args.tls_cert or args.tls_key:
         if not (args.tls_cert and args.tls_key):
@@ -154,8 +170,15 @@ def cmd_serve(args, state_dir: Path) -> int:
         tmp = args.port_file.with_name(args.port_file.name + ".tmp")
         tmp.write_text(str(server.port))
         tmp.replace(args.port_file)
+    metrics = None
+    if args.metrics_textfile:
+        from .service.metrics_textfile import MetricsTextfile
+
+        metrics = MetricsTextfile(args.metrics_textfile, server.service, interval_s).start()
     signal.signal(signal.SIGTERM, lambda *_: server.stop())
     server.wait_for_termination()
+    if metrics is not None:
+        metrics.stop()
     return 0
 
 

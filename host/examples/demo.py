@@ -10,6 +10,8 @@ exactly as they would be from a board. The models (:data:`SHOWCASES`):
 - ``classifier_qdq.onnx``, its int8 variant, against the float model's outputs: the
   drift, and the decisions near the threshold that flip;
 - ``unsupported_op.onnx``, an operator onnxruntime cannot run: a finding naming it;
+- ``colour.onnx`` from raw images through the device's declared pipeline, against a
+  reference made in BGR (``pipeline.py``): the device names the swapped channels;
 - ``classifier.tflite`` on LiteRT: the control, which passes.
 
 Everything goes under ``out`` (default ``<state dir>/demo``, never the current
@@ -42,7 +44,8 @@ BOARD_TRIP_C = 60.0
 
 @dataclass(frozen=True)
 class Showcase:
-    """One demo model and what it is there to show (``shows``: board, flips, operator, pass)."""
+    """One demo model and what it is there to show (``shows``: board, flips, operator,
+    pipeline, pass)."""
 
     name: str
     shows: str
@@ -55,6 +58,7 @@ SHOWCASES = (
     Showcase("classifier", "board"),
     Showcase("classifier_qdq", "flips", reference="classifier"),
     Showcase("unsupported_op", "operator", golden=False),
+    Showcase("colour", "pipeline"),
     Showcase("classifier_tflite", "pass"),
 )
 
@@ -75,6 +79,9 @@ def prepare(out: Path) -> dict[str, tuple[Path, Path | None]]:
     models = out / "models"
     made: dict[str, tuple[Path, Path | None]] = {}
     for show in SHOWCASES:
+        if show.shows == "pipeline":
+            made[show.name] = _prepare_pipeline(out)
+            continue
         model = build_example(show.name, models)
         if not show.golden:
             made[show.name] = (model, None)
@@ -105,6 +112,19 @@ def prepare(out: Path) -> dict[str, tuple[Path, Path | None]]:
             )
         made[show.name] = (model, golden)
     return made
+
+
+def _prepare_pipeline(out: Path) -> tuple[Path, Path]:
+    """The pipeline example (``pipeline.py``): raw images, the device's declared pipeline,
+    and a golden set whose reference was made in BGR, so decisions flip and the device
+    names the swapped channels."""
+    from .pipeline import build_pipeline_example, make_pipeline_golden
+
+    example = build_pipeline_example(out / "pipeline")
+    golden = out / "golden" / "colour.golden.npz"
+    golden.parent.mkdir(parents=True, exist_ok=True)
+    make_pipeline_golden(example, golden)
+    return example.model, golden
 
 
 def demo_plan(show: Showcase, quick: bool, sustain_s: float | None):
@@ -211,11 +231,11 @@ def run_on_emulated_board(out: Path, known: KnownDevices, run) -> None:
             transport.agent_pid,
             ambient_c=40.0,
             trip_c=BOARD_TRIP_C,
-            # It heats by the workers' CPU seconds (20 °C each, slow cooling), so it trips
-            # about one CPU second into the sustained phase however busy the machine is,
-            # and throttled to half it still heats: it stays throttled to the end.
-            heat_c_per_cpu_s=20.0,
-            cool_rate=0.02,
+            # It heats by the workers' CPU seconds (12 °C each, slow cooling), so it trips
+            # after about 1.8 CPU seconds of the sustained phase however busy the machine
+            # is, and throttled to half it still heats: it stays throttled to the end.
+            heat_c_per_cpu_s=12.0,
+            cool_rate=0.05,
             throttle_duty=0.5,
         )
 
@@ -265,6 +285,16 @@ def showed(show: Showcase, predicate: dict) -> tuple[bool, str]:
             + (f": {', '.join(flipped)}" if flipped else "")
         )
         return bool(flipped), text
+    if show.shows == "pipeline":
+        mismatch = [f for f in findings if f.get("kind") == "preprocessing_mismatch"]
+        d = (results.get("drift") or {}).get("decisions") or {}
+        if not mismatch:
+            return False, "the device's preprocessing matched the reference"
+        f = mismatch[0]
+        return True, (
+            f"raw images through the device's pipeline: {f['message']}; "
+            f"{d.get('flip_count', 0)} of {d.get('total_cases', 0)} decisions flipped"
+        )
     if show.shows == "operator":
         rejected = [f for f in findings if f.get("kind") == "model_rejected" and f.get("operator")]
         if not rejected:

@@ -42,6 +42,7 @@ def test_acquire_fails_fast_naming_holder_and_expiry():
     slot.finish(run)
 
 
+@pytest.mark.slow
 def test_renew_extends_and_an_expired_lease_is_reclaimed():
     slot = RunSlot()
     a = slot.acquire("a", "", 1)
@@ -62,6 +63,7 @@ def test_renew_extends_and_an_expired_lease_is_reclaimed():
         slot.start("r", "a", 60, lease_id=a.lease_id)
 
 
+@pytest.mark.slow
 def test_a_lease_is_not_reclaimed_while_its_run_goes_on():
     slot = RunSlot()
     a = slot.acquire("a", "", 1)
@@ -73,6 +75,7 @@ def test_a_lease_is_not_reclaimed_while_its_run_goes_on():
     assert slot.acquire("b", "", 5).granted  # expired and its run ended: reclaimed
 
 
+@pytest.mark.slow
 def test_waiting_hosts_are_served_in_order_of_arrival():
     slot = RunSlot()
     held = slot.acquire("first", "", 60)

@@ -1,7 +1,8 @@
 """``edgequal demo --quick`` as a new user runs it: a fresh HOME, from a clone's directory,
 through the real CLI. The emulated board throttles, the int8 variant flips decisions, the
 runtime rejects an operator, the control passes; the page opens in headless Chromium at
-1280 px with nothing past its right edge and every figure decoded."""
+1280 px with nothing past its right edge and every figure decoded. (The pipeline example's
+own checks are in tests/test_pipeline_end_to_end.py.)"""
 
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ def demo(tmp_path_factory):
 def _showed(stdout: str) -> dict[str, str]:
     """The closing lines: ``{model file: what it showed}``."""
     lines = stdout.split("what each model showed:\n", 1)[1].splitlines()
-    return dict(re.match(r"  [A-D] (\S+): (.*)$", line).groups() for line in lines[:4])
+    return dict(re.match(r"  [A-E] (\S+): (.*)$", line).groups() for line in lines[:5])
 
 
 def test_each_model_shows_what_it_is_there_for(demo, monkeypatch):
@@ -53,6 +54,7 @@ def test_each_model_shows_what_it_is_there_for(demo, monkeypatch):
         "classifier.onnx",
         "classifier_qdq.onnx",
         "unsupported_op.onnx",
+        "colour.onnx",
         "classifier.tflite",
     ]
     # Exit 0 when every model showed its point; a control that other processes on this
@@ -67,6 +69,7 @@ def test_each_model_shows_what_it_is_there_for(demo, monkeypatch):
         in (showed["classifier_qdq.onnx"])
     )
     assert "operator com.example:Frobnicate" in showed["unsupported_op.onnx"]
+    assert "channels swapped: color_order?" in showed["colour.onnx"]
     assert inconclusive or showed["classifier.tflite"].startswith("PASSED")
     out = home / ".local" / "state" / "edgequal" / "demo"
     page = out / "report.html"
@@ -93,13 +96,15 @@ def test_each_model_shows_what_it_is_there_for(demo, monkeypatch):
     assert decisions["flips_near_threshold"] == ["case01", "case09", "case17"]
     rejected = load_report(reports["unsupported_op.onnx"], known=known, require=True).predicate
     assert rejected["findings"][0]["operator"] == "com.example:Frobnicate"
+    colour = load_report(reports["colour.onnx"], known=known, require=True).predicate
+    assert colour["findings"][0]["likely"] == "color_order"
 
 
 def test_the_page_reads_at_1280_px(demo, chromium, tmp_path):
     proc, home, _ = demo
     page = home / ".local" / "state" / "edgequal" / "demo" / "report.html"
     html = page.read_text()
-    assert html.count('class="card"') == 4
+    assert html.count('class="card"') == 5
     assert "3 of 24 decisions flipped (case01, case09, case17)" in html  # B's card
     assert "<td>case01, case09, case17</td>" in html  # the flip table names the cases
     assert "com.example:Frobnicate" in html and "<h2>Comparison</h2>" in html

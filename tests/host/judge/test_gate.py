@@ -586,8 +586,8 @@ def throttled_report(tmp_path_factory, example_models, device_emulator):
                 latency_min_runs=50,
                 latency_min_s=0.1,
                 threads=1,
-                sustain_s=12.0,
-                window_s=2.0,
+                sustain_s=6.0,
+                window_s=1.0,
                 cooldown=False,
             )
             with emu:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from ...judge.conditions import coload_shapes, edge_failure, edge_shapes, mb, shapes_text
 from ...judge.report_file import ReportFile
-from .parts import _COLORS, _e, _figure, _get, _label, _num, _png, _table
+from .parts import _COLORS, _dur, _e, _figure, _get, _label, _num, _png, _table
 
 
 def _results(r: ReportFile) -> dict:
@@ -62,11 +62,11 @@ def _coload_latency_table(reports: Sequence[ReportFile]) -> str:
                 [
                     _label(i),
                     _e(entry.get("shape")),
-                    _num(plain.get("p50_ms"), "{:.4g}"),
-                    _num(loaded.get("p50_ms"), "{:.4g}"),
+                    _dur(plain.get("p50_ms")),
+                    _dur(loaded.get("p50_ms")),
                     _num(co.get("p50_ratio"), "{:.3f}"),
-                    _num(plain.get("p99_ms"), "{:.4g}"),
-                    _num(loaded.get("p99_ms"), "{:.4g}"),
+                    _dur(plain.get("p99_ms")),
+                    _dur(loaded.get("p99_ms")),
                     _num(co.get("p99_ratio"), "{:.3f}"),
                     _e(f"{co.get('rounds_slower')} of {rounds}"),
                     _e(cause) if cause and cause != "none" else "—",
@@ -74,8 +74,8 @@ def _coload_latency_table(reports: Sequence[ReportFile]) -> str:
             )
     if not rows:
         return ""
-    headers = ["", "shape", "plain p50 ms", "co-load p50 ms", "p50 ratio", "plain p99 ms"]
-    headers += ["co-load p99 ms", "p99 ratio", "rounds slower", "cause"]
+    headers = ["", "shape", "plain p50", "co-load p50", "p50 ratio", "plain p99"]
+    headers += ["co-load p99", "p99 ratio", "rounds slower", "cause"]
     return "<h3>Latency beside the co-load (interleaved in one run)</h3>" + _table(
         headers, rows, [False, False] + [True] * 6
     )
@@ -140,8 +140,8 @@ def _edge_table(reports: Sequence[ReportFile]) -> str:
                 + [
                     '<span class="pass">ran</span>',
                     _num(e.get("runs"), "{}"),
-                    _num(s.get("p50_ms"), "{:.4g}"),
-                    _num(s.get("p99_ms"), "{:.4g}"),
+                    _dur(s.get("p50_ms")),
+                    _dur(s.get("p99_ms")),
                     _num(mb(e.get("peak_rss_bytes")), "{:.1f}"),
                     _num(mb(e.get("rss_added_by_inference_bytes")), "{:.1f}"),
                     _e(outputs) if outputs else "—",
@@ -149,7 +149,7 @@ def _edge_table(reports: Sequence[ReportFile]) -> str:
             )
     if not rows:
         return ""
-    headers = ["", "label", "shape", "from", "result", "runs", "p50 ms", "p99 ms"]
+    headers = ["", "label", "shape", "from", "result", "runs", "p50", "p99"]
     headers += ["peak RSS MB", "RSS added by inference MB", "outputs"]
     return "<h3>Edge shapes</h3>" + _table(headers, rows, [False] * 5 + [True] * 5)
 

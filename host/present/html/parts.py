@@ -10,6 +10,8 @@ import io
 from collections.abc import Sequence
 from typing import Any
 
+from ..units import duration_text
+
 _COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
 
 
@@ -63,6 +65,14 @@ def _num(value: Any, fmt: str = "{:.4g}", unit: str = "") -> str:
     except (TypeError, ValueError):
         text = str(value)
     return _e(f"{text} {unit}".rstrip())
+
+
+def _dur(value_ms: Any) -> str:
+    """A duration in ms by the one unit rule (``present/units.py``), escaped; a value that is
+    not a number (an unverified payload may hold anything) as its text."""
+    if isinstance(value_ms, bool) or not isinstance(value_ms, (int, float)):
+        return _e(value_ms)
+    return _e(duration_text(value_ms))
 
 
 def _get(d: Any, *path: str) -> Any:

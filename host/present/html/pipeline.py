@@ -12,7 +12,8 @@ from collections.abc import Sequence
 
 from ...judge.pipeline_checks import PART_LABELS, PATH_PARTS, part_summary
 from ...judge.report_file import ReportFile
-from .parts import _COLORS, _e, _get, _label, _num, _table
+from ..units import duration_text
+from .parts import _COLORS, _dur, _e, _get, _label, _num, _table
 
 _STAGES = PATH_PARTS[:-1]
 
@@ -26,7 +27,7 @@ def _bar(pipeline: dict) -> str:
         if not cut:
             continue
         mean = _get(part_summary(pipeline, stage), "mean_ms")
-        title = f"{PART_LABELS[stage]}: {cut:.1%} of end to end (mean {mean:.4g} ms)"
+        title = f"{PART_LABELS[stage]}: {cut:.1%} of end to end (mean {duration_text(mean)})"
         boxes.append(
             f'<div class="stage" title="{_e(title)}" style="width:{cut * 100:.2f}%;'
             f'background:{_COLORS[i]}">{_e(PART_LABELS[stage]) if cut >= 0.08 else ""}</div>'
@@ -53,13 +54,13 @@ def _stage_table(pipeline: dict) -> str:
         rows.append(
             [
                 _e(PART_LABELS[part]),
-                _num(_get(s, "p50_ms"), "{:.4g}") if s else "not run",
-                _num(_get(s, "p99_ms"), "{:.4g}"),
-                _num(_get(s, "mean_ms"), "{:.4g}"),
+                _dur(_get(s, "p50_ms")) if s else "not run",
+                _dur(_get(s, "p99_ms")),
+                _dur(_get(s, "mean_ms")),
                 _num(1.0 if part == "end_to_end" else share.get(part), "{:.1%}"),
             ]
         )
-    return _table(["stage", "p50 ms", "p99 ms", "mean ms", "share"], rows, [False] + [True] * 4)
+    return _table(["stage", "p50", "p99", "mean", "share"], rows, [False] + [True] * 4)
 
 
 def _reference_table(pipeline: dict) -> str:

@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ...judge.report_file import ReportFile
-from .parts import _e, _get, _label, _num, _table
+from ..units import duration_text
+from .parts import _dur, _e, _get, _label, _num, _table
 
 
 def _batch_table(reports: Sequence[ReportFile]) -> str:
@@ -29,15 +30,15 @@ def _batch_table(reports: Sequence[ReportFile]) -> str:
                     _num(p.get("batch"), "{}") + (" (best)" if p.get("batch") == best else ""),
                     _num(p.get("items_per_s"), "{:.4g}"),
                     _num(p.get("items_per_s_per_core"), "{:.4g}"),
-                    _num(p.get("p50_ms"), "{:.3g}"),
-                    _num(p.get("p90_ms"), "{:.3g}"),
-                    _num(p.get("ms_per_item"), "{:.3g}"),
+                    _dur(p.get("p50_ms")),
+                    _dur(p.get("p90_ms")),
+                    _dur(p.get("ms_per_item")),
                     _num(p.get("calls"), "{}"),
                 ]
             )
     if not rows:
         return ""
-    headers = ["", "batch", "items/s", "items/s per core", "p50 ms", "p90 ms", "ms/item", "calls"]
+    headers = ["", "batch", "items/s", "items/s per core", "p50", "p90", "per item", "calls"]
     return "<h3>Batch sweep</h3>" + _table(headers, rows, [False, False] + [True] * 6)
 
 
@@ -55,15 +56,15 @@ def _threads_table(reports: Sequence[ReportFile]) -> str:
                     _label(i),
                     _num(p.get("threads"), "{}") + mark,
                     _num(p.get("calls_per_s"), "{:.4g}"),
-                    _num(p.get("p50_ms"), "{:.3g}"),
-                    _num(p.get("p90_ms"), "{:.3g}"),
+                    _dur(p.get("p50_ms")),
+                    _dur(p.get("p90_ms")),
                 ]
             )
         if rec.get("reason"):
             rows.append([_label(i), _e("why"), _e(rec["reason"]), "", ""])
     if not rows:
         return ""
-    headers = ["", "threads", "calls/s", "p50 ms", "p90 ms"]
+    headers = ["", "threads", "calls/s", "p50", "p90"]
     return "<h3>Thread scaling</h3>" + _table(headers, rows, [False, False, True, True, True])
 
 
@@ -82,9 +83,9 @@ def _server_table(reports: Sequence[ReportFile]) -> str:
                     _e(name),
                     _num(run.get("target_rate_per_s"), "{:.4g}"),
                     _num(run.get("achieved_rate_per_s"), "{:.4g}"),
-                    _num(run.get("p50_ms"), "{:.3g}"),
-                    _num(run.get("p90_ms"), "{:.3g}"),
-                    _num(run.get("p99_ms"), "{:.3g}"),
+                    _dur(run.get("p50_ms")),
+                    _dur(run.get("p90_ms")),
+                    _dur(run.get("p99_ms")),
                     _num(run.get("saturated")),
                     _num(run.get("held")),
                 ]
@@ -95,7 +96,7 @@ def _server_table(reports: Sequence[ReportFile]) -> str:
                 _e("highest rate held"),
                 _num(server.get("max_rate_held_per_s"), "{:.4g}"),
                 _e(f"capacity {_num(server.get('capacity_per_s'), '{:.4g}')} /s"),
-                _e(f"p99 bound {_num(server.get('p99_bound_ms'), '{:.3g}')} ms"),
+                _e(f"p99 bound {duration_text(server.get('p99_bound_ms'))}"),
                 _e(f"{server.get('callers')} callers"),
                 "",
                 "",
@@ -104,7 +105,7 @@ def _server_table(reports: Sequence[ReportFile]) -> str:
         )
     if not rows:
         return ""
-    headers = ["", "run", "target /s", "achieved /s", "p50 ms", "p90 ms", "p99 ms"]
+    headers = ["", "run", "target /s", "achieved /s", "p50", "p90", "p99"]
     headers += ["saturated", "held"]
     return "<h3>Server scenario (latency includes queueing)</h3>" + _table(
         headers, rows, [False, False] + [True] * 5

@@ -26,6 +26,7 @@ from edgequal.host.judge.policy import parse_policy
 from edgequal.host.judge.report_file import load_report
 from edgequal.host.present.html.report import render_report_html
 from edgequal.host.present.terminal import summary
+from edgequal.host.present.units import duration_text
 
 MB = 1 << 20
 POLICIES = Path(__file__).resolve().parents[3] / "docs" / "policies"
@@ -536,11 +537,11 @@ def test_the_page_has_the_coload_and_edge_tables_with_real_numbers(sign, tmp_pat
     assert latency[1] == [
         "A",
         SHAPE,
-        f"{entry['summary']['p50_ms']:.4g}",
-        f"{co['summary']['p50_ms']:.4g}",
+        duration_text(entry["summary"]["p50_ms"]),
+        duration_text(co["summary"]["p50_ms"]),
         f"{co['p50_ratio']:.3f}",
-        f"{entry['summary']['p99_ms']:.4g}",
-        f"{co['summary']['p99_ms']:.4g}",
+        duration_text(entry["summary"]["p99_ms"]),
+        duration_text(co["summary"]["p99_ms"]),
         f"{co['p99_ratio']:.3f}",
         "4 of 4",
         "—",
@@ -555,7 +556,7 @@ def test_the_page_has_the_coload_and_edge_tables_with_real_numbers(sign, tmp_pat
         "plan",
         "ran",
         "40",
-        f"{largest['summary']['p50_ms']:.4g}",
+        duration_text(largest["summary"]["p50_ms"]),
         "—",
         "280.0",
         "168.0",

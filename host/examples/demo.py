@@ -266,11 +266,13 @@ def showed(show: Showcase, predicate: dict) -> tuple[bool, str]:
         reasons = sorted(
             {r for w in s.get("windows_detail") or [] for r in w.get("throttle_reasons") or []}
         )
+        first = s["time_to_first_throttle_s"]
         return s.get("cause") == "throttling", (
-            f"the emulated board throttled {s['time_to_first_throttle_s']:.0f} s into the "
-            f"sustained phase at {s.get('peak_temp_c') or 0:.0f} °C (trip {s.get('trip_c')} °C); "
-            f"throughput fell to {s.get('stability', 0):.0%} of its peak; cause "
-            f"{s.get('cause')} ({', '.join(reasons)})"
+            f"the emulated board passed its {s.get('trip_c'):g} °C trip point and throttled "
+            f"(first throttled window {first:.0f}–{first + s.get('window_s', 1.0):.0f} s into "
+            f"the sustained phase, peak {s.get('peak_temp_c') or 0:.0f} °C); throughput fell "
+            f"to {s.get('stability', 0):.0%} of its peak; cause {s.get('cause')} "
+            f"({', '.join(reasons)})"
         )
     if show.shows == "flips":
         drift = results.get("drift") or {}

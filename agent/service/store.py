@@ -163,8 +163,16 @@ class Upload:
             self._reserved = False
             self.store._unreserve(self.digest)
 
-    def write(self, offset: int, data: bytes) -> int:
-        """Append ``data`` at ``offset`` (which must be the committed offset); return the new offset."""
+    def hash_ahead(self, data: bytes) -> None:
+        """Hash the next chunk before it is written (a writer in another thread then calls
+        :meth:`write` with ``hashed=True`` for the chunks in the same order)."""
+        self._sha.update(data)
+
+    def write(self, offset: int, data: bytes, *, hashed: bool = False) -> int:
+        """Append ``data`` at ``offset`` (which must be the committed offset); return the new offset.
+
+        ``hashed``: :meth:`hash_ahead` already took this chunk.
+        """
         if self.complete:
             raise BadInput(f"artifact sha256:{self.digest} is already stored; nothing to upload")
         assert self._fd is not None
@@ -190,7 +198,8 @@ class Upload:
             if not self._write_direct(offset, data):
                 _pwrite_all(self._fd, data, offset, self.digest)
                 self._unsynced_bytes += len(data)
-        self._sha.update(data)
+        if not hashed:
+            self._sha.update(data)
         self.offset = end
         self.bytes_received += len(data)
         if self._unsynced_bytes >= SYNC_INTERVAL_BYTES:

@@ -9,10 +9,12 @@ import threading
 class WriteBehind:
     """Writes an upload's chunks in a second thread.
 
-    Receiving the next chunk then overlaps writing, hashing and syncing this
-    one; the bounded queue (``depth`` chunks) pushes back on the sender when
-    the disk is slower than the network. An error from a write is raised by the
-    next ``put`` or by ``finish``.
+    Each chunk is hashed as it is put, in the receiving thread (as a bare stream
+    that only hashes would), and written and synced in the second thread, so
+    receiving and hashing the next chunk overlaps writing this one; the bounded
+    queue (``depth`` chunks) pushes back on the sender when the disk is slower
+    than the network. An error from a write is raised by the next ``put`` or by
+    ``finish``.
     """
 
     def __init__(self, upload, depth: int = 4):
@@ -32,7 +34,7 @@ class WriteBehind:
             if self.error is not None:
                 continue  # drain without writing past a failed chunk
             try:
-                self.upload.write(*item)
+                self.upload.write(*item, hashed=True)
             except BaseException as e:
                 self.error = e
 
@@ -40,6 +42,7 @@ class WriteBehind:
         """Queue one chunk (blocks while ``depth`` chunks wait)."""
         if self.error is not None:
             raise self.error
+        self.upload.hash_ahead(data)
         self._queue.put((offset, data))
 
     def finish(self) -> None:

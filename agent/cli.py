@@ -435,6 +435,16 @@ def cmd_measure(args, state_dir: Path) -> int:
         window_s=parse_duration_s(args.window) if args.window else None,
     )
 
+    if plan.memory_limit_mb is None:  # the same default as a run from a host
+        from dataclasses import replace
+
+        from .worker.supervisor import default_memory_limit_mb
+
+        limit = read_settings(state_dir).memory_limit_mb or default_memory_limit_mb(
+            probe_root(args.root)
+        )
+        plan = replace(plan, memory_limit_mb=limit)
+
     def progress(event: dict) -> None:
         if not args.json and event.get("type") == "phase" and event.get("state") == "started":
             print(f"... {event['phase']}", file=sys.stderr)

@@ -122,7 +122,7 @@ class AgentSettings:
     """What the operator sets for the agent: store limits and the worker's memory limit.
 
     Each is None when neither a ``serve`` flag nor ``agent.toml`` sets it (the agent's
-    default then applies: docs/security.md "Limits"). In ``agent.toml``::
+    default then applies: docs/protocol.md "Limits"). In ``agent.toml``::
 
         [store]
         quota = "10GiB"          # everything stored plus uploads in progress

@@ -18,7 +18,7 @@ limit, :data:`LIGHT_THREADS` threads are left for them. So a flood of unauthenti
 calls, or long uploads and a run, cannot make a token holder's Info, Stat or lease
 renewal fail. Beyond :data:`MAX_CALLS_IN_FLIGHT` calls in flight altogether (running
 or waiting for a thread), gRPC refuses new calls of every class: the bound on the
-memory the agent spends on callers. docs/security.md "Limits" lists these figures.
+memory the agent spends on callers. docs/protocol.md "Limits" lists these figures.
 """
 
 from __future__ import annotations

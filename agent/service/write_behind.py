@@ -5,6 +5,9 @@ from __future__ import annotations
 import queue
 import threading
 
+COALESCE_BYTES = 4 * 1024 * 1024
+"""Queued chunks are joined into writes of up to this many bytes."""
+
 
 class WriteBehind:
     """Writes an upload's chunks in a second thread.
@@ -27,14 +30,31 @@ class WriteBehind:
         self._thread.start()
 
     def _loop(self) -> None:
+        queued: list = []  # taken from the queue, not written yet (None: the end)
         while True:
-            item = self._queue.get()
+            item = queued.pop(0) if queued else self._queue.get()
             if item is None:
                 return
+            offset, data = item
+            # Chunks that queued up while the disk was busy go down as one write:
+            # fewer, larger O_DIRECT writes keep a slow disk's queue fuller.
+            parts = [data]
+            size = len(data)
+            while not queued and size < COALESCE_BYTES:
+                try:
+                    following = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if following is None or following[0] != offset + size:
+                    queued.append(following)
+                    break
+                parts.append(following[1])
+                size += len(following[1])
             if self.error is not None:
                 continue  # drain without writing past a failed chunk
+            joined = parts[0] if len(parts) == 1 else b"".join(parts)
             try:
-                self.upload.write(*item, hashed=True)
+                self.upload.write(offset, joined, hashed=True)
             except BaseException as e:
                 self.error = e
 

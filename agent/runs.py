@@ -371,8 +371,7 @@ class Runs:
         with self._lock:
             unsaved = self._unsaved.get(run_id)
         if unsaved is not None:
-            if run_id not in self.save_unsaved():
-                self.mark_delivered(run_id)  # whoever reads it may pass it on
+            self.save_unsaved()
             return unsaved
         try:
             return path.read_bytes()

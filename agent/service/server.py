@@ -381,7 +381,9 @@ class AgentService(pb_grpc.AgentServicer):
                 f"run {run_id} is still in progress; its report is stored when it ends",
                 hint="ask again later",
             )
-        return pb.GetReportResponse(run_id=run_id, envelope=self.runs.read_report(run_id))
+        envelope = self.runs.read_report(run_id)
+        self.runs.mark_delivered(run_id)  # before it leaves: one report per run
+        return pb.GetReportResponse(run_id=run_id, envelope=envelope)
 
     @_unary_errors
     def Cancel(self, request, context):

@@ -585,6 +585,9 @@ def test_a_delivered_report_the_disk_never_took_is_the_runs_only_report_after_a_
         delivered = statement_of(messages[-1].envelope, agent_key(agent))["predicate"]
         assert delivered["status"] in MEASURED_STATUSES and delivered["run_id"] == run_id
         assert not (disk / "state" / "reports" / f"{run_id}.dsse.json").exists()
+        with grpc.insecure_channel(f"127.0.0.1:{agent.port}") as channel:
+            got = pb_grpc.AgentStub(channel).GetReport(pb.GetReportRequest(run_id=run_id))
+        assert got.envelope == messages[-1].envelope  # from memory: the disk is still full
         agent.proc.kill()
         agent.proc.wait(10)
     finally:

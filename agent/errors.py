@@ -45,6 +45,18 @@ class DigestMismatch(AgentError):
     exit_code = 2
 
 
+class ArtifactCorrupt(AgentError):
+    """A stored artifact no longer hashes to its digest (corrupted at rest)."""
+
+    def __init__(
+        self, message: str, *, name: str, digest: str, actual: str, hint: str | None = None
+    ):
+        super().__init__(message, hint=hint)
+        self.name = name
+        self.digest = digest
+        self.actual = actual
+
+
 class DeviceBusy(AgentError):
     """Another measurement holds the device."""
 

@@ -70,13 +70,11 @@ def read_preprocessing_toml(path: Path) -> dict:
     """``{"*": defaults, NAME: keys}`` from a preprocessing TOML; UsageError naming a bad key."""
     from edgequal.agent.input_contract import DECLARED_KEYS
 
+    from .toml_text import BadToml, parse_toml
+
     try:
-        import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib
-    try:
-        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        data = parse_toml(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, BadToml) as e:
         raise UsageError(f"{path}: not a readable TOML file ({e})") from e
     per_input = data.pop("inputs", {})
     if not isinstance(per_input, dict) or not all(isinstance(v, dict) for v in per_input.values()):
@@ -248,6 +246,8 @@ def recorded_model(golden: Path) -> dict:
             manifest = json.loads(z[MANIFEST_KEY].tobytes().decode("utf-8"))
     except FileNotFoundError:
         raise UsageError(f"golden set not found: {golden}") from None
+    except RecursionError:
+        raise UsageError(f"{golden}: its manifest is nested too deeply to be a golden set") from None
     except (ValueError, OSError, zipfile.BadZipFile, EOFError, UnicodeDecodeError) as e:
         raise UsageError(f"{golden} is not a golden set file ({type(e).__name__}: {e})") from e
     model = manifest.get("model") if isinstance(manifest, dict) else None

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import difflib
 import math
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,11 +20,7 @@ from typing import Any
 from edgequal.agent.plan import PRESETS
 
 from ..errors import UsageError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
+from ..toml_text import BadToml, parse_toml
 
 STATUSES = ("passed", "degraded", "failed", "inconclusive", "incomplete")
 NUMBER = "number"
@@ -410,7 +405,7 @@ def load_policy(path: str | Path) -> Policy:
     except UnicodeDecodeError as e:
         raise UsageError(f"policy {path} is not UTF-8 text") from e
     try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
+        data = parse_toml(text)
+    except BadToml as e:
         raise UsageError(f"policy {path} is not valid TOML: {e}") from e
     return parse_policy(data, str(path))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
 from collections.abc import Container, Iterable
 from dataclasses import dataclass
@@ -225,6 +226,13 @@ def _check_artifacts(subjects: list[dict], artifacts: Iterable[Path]) -> None:
         raise VerificationFailed(
             f"artifact {path}: sha256 {actual} matches no subject of the report ({listed})"
         )
+
+
+def payload_sha256(envelope_bytes: bytes) -> str:
+    """The hex sha256 of an envelope's payload (the signed statement's bytes): the same
+    for every encoding of one report (keyid hints, extra signatures, URL-safe base64)."""
+    payload, _ = _parse_envelope(envelope_bytes)
+    return hashlib.sha256(payload).hexdigest()
 
 
 def verify_envelope(

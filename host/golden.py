@@ -247,7 +247,9 @@ def recorded_model(golden: Path) -> dict:
     except FileNotFoundError:
         raise UsageError(f"golden set not found: {golden}") from None
     except RecursionError:
-        raise UsageError(f"{golden}: its manifest is nested too deeply to be a golden set") from None
+        raise UsageError(
+            f"{golden}: its manifest is nested too deeply to be a golden set"
+        ) from None
     except (ValueError, OSError, zipfile.BadZipFile, EOFError, UnicodeDecodeError) as e:
         raise UsageError(f"{golden} is not a golden set file ({type(e).__name__}: {e})") from e
     model = manifest.get("model") if isinstance(manifest, dict) else None

@@ -36,7 +36,7 @@ def open_device_from_args(args):
     """The device ``--device`` names, opened with the connection options (identity proved)."""
     from ..devices.resolve import open_device
 
-    return open_device(
+    device = open_device(
         args.device,
         args.token_file,
         args.known_hosts,
@@ -44,6 +44,15 @@ def open_device_from_args(args):
         args.ssh_key,
         tls=tls_from_args(args),
     )
+    if device.unrecorded:
+        from ..present.terminal.summary import print_note
+
+        print_note(
+            f"{device.address} proved the key of device '{device.name}' but is not one of its "
+            f"addresses (not recorded; `edgequal devices trust {device.name} {device.address}` "
+            "records it)"
+        )
+    return device
 
 
 def tls_from_args(args) -> dict[str, str] | None:

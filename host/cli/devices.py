@@ -41,7 +41,13 @@ def cmd_devices(args) -> int:
         from ..devices.resolve import trust_device
 
         entry = trust_device(
-            known, args.name, args.address, args.token_file, args.fingerprint, tls_from_args(args)
+            known,
+            args.name,
+            args.address,
+            args.token_file,
+            args.fingerprint,
+            tls_from_args(args),
+            replace_key=args.replace_key,
         )
         print_line(f"trusted '{args.name}' at {args.address}: ed25519 key {entry.fingerprint}")
         return 0

@@ -194,6 +194,11 @@ def build_parser() -> argparse.ArgumentParser:
     dt.add_argument(
         "--fingerprint", help="expected key fingerprint (SHA256:...); refuse if different"
     )
+    dt.add_argument(
+        "--replace-key",
+        action="store_true",
+        help="pin a new key for a device already trusted (needs --fingerprint of the new key)",
+    )
     df = dsub.add_parser("forget", help="forget a device")
     df.add_argument("name")
     dsub.add_parser("profiles", help="list device profiles")

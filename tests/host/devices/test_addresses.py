@@ -71,11 +71,16 @@ def test_a_pinned_key_reached_at_another_address_is_the_same_device(device, firs
         assert transport.proven_key == device["agent"].public_key_raw()
         info = transport.info()  # the token (grpc) goes only after the proof, and is accepted
         assert info["key_fingerprint"] == KnownDevices().get(name).fingerprint
+    # An address is recorded only on the user's word, never because something there proved a key.
+    assert opened.unrecorded is (then != "local")
     entries = KnownDevices().list()
     assert [e.name for e in entries] == [name]
-    assert entries[0].addresses == [addresses[first], addresses[then]]
+    assert entries[0].addresses == [addresses[first]]
+    KnownDevices().add_address(name, addresses[then])
     # The recorded address now names the device directly, and so does its name.
-    _open(device, addresses[then]).transport.close()
+    again = _open(device, addresses[then])
+    again.transport.close()
+    assert not again.unrecorded
     assert KnownDevices().get(name).addresses == [addresses[first], addresses[then]]
 
 
@@ -116,7 +121,8 @@ def test_qualify_over_ssh_a_device_pinned_over_grpc(device, example_models, tmp_
     predicate = json.loads(out)
     _assert_quick_as_asked(predicate, rc, err)
     assert [e.name for e in KnownDevices().list()] == ["bench-pi5"]
-    assert KnownDevices().get("bench-pi5").addresses == [addresses["grpc"], addresses["ssh"]]
+    assert KnownDevices().get("bench-pi5").addresses == [addresses["grpc"]]  # not recorded
+    assert "is not one of its addresses (not recorded" in err
     assert edgequal_main(["verify", str(report), "--device", "bench-pi5"]) == 0
     assert "signed by device 'bench-pi5'" in capsys.readouterr().out
 

@@ -121,22 +121,29 @@ def check_plan_bounds(plan: dict, max_run_s: float) -> None:
 def subjects_for(request: RunRequest) -> list[dict]:
     """The statement's subjects: the model, its external-data files, co-load models, the golden set.
 
-    A golden set whose file name equals another subject's is named ``golden/<name>``,
-    so two inputs with one file name never make a report that cannot be signed.
+    Each carries its ``role`` (agent/report/signing.py ``SUBJECT_ROLES``), which readers
+    go by, never the file name. A golden set whose file name equals another subject's is
+    named ``golden/<name>``, so two inputs with one file name never make a report that
+    cannot be signed.
     """
-    subjects = [{"name": request.model_name or "model", "sha256": request.model_digest}]
-    subjects += [{"name": f["name"], "sha256": f["sha256"]} for f in request.extra_files]
+    subjects = [
+        {"name": request.model_name or "model", "sha256": request.model_digest, "role": "model"}
+    ]
+    subjects += [
+        {"name": f["name"], "sha256": f["sha256"], "role": "external_data"}
+        for f in request.extra_files
+    ]
     for i, decl in enumerate((request.plan or {}).get("coload") or []):
         if isinstance(decl, dict) and decl.get("kind") == "model" and decl.get("sha256"):
             name = f"coload/{decl.get('name') or 'model'}"
             if name in {s["name"] for s in subjects}:
                 name = f"coload/{i}/{decl.get('name') or 'model'}"
-            subjects.append({"name": name, "sha256": decl["sha256"]})
+            subjects.append({"name": name, "sha256": decl["sha256"], "role": "coload"})
     if request.golden_digest:
         name = request.golden_name or "golden.npz"
         if name in {s["name"] for s in subjects}:
             name = f"golden/{name}"
-        subjects.append({"name": name, "sha256": request.golden_digest})
+        subjects.append({"name": name, "sha256": request.golden_digest, "role": "golden"})
     return subjects
 
 

@@ -93,17 +93,16 @@ def agents(local_agents, pki, tmp_path_factory):
     token_file.write_text(TOKEN + "\n")
     token_file.chmod(0o600)
     cert = ["--tls-cert", str(pki["server_cert"]), "--tls-key", str(pki["server_key"])]
-    started = {}
+    args = {
+        "plain": ["--token-file", str(token_file)],
+        "tls": [*cert, "--token-file", str(token_file)],
+        "mtls": [*cert, "--client-ca", str(pki["ca"])],
+    }
+    started = local_agents.start_agents(base, list(args), args=args, debug=True)
     try:
-        for name, args in (
-            ("plain", ["--token-file", str(token_file)]),
-            ("tls", [*cert, "--token-file", str(token_file)]),
-            ("mtls", [*cert, "--client-ca", str(pki["ca"])]),
-        ):
-            started[name] = local_agents.serve(base / name, args=args, debug=True)
-        yield {**started, "token_file": token_file}
+        yield {**dict(zip(args, started)), "token_file": token_file}
     finally:
-        for agent in started.values():
+        for agent in started:
             agent.stop()
 
 
@@ -298,6 +297,7 @@ def _reencoded(envelope: bytes) -> list[bytes]:
     return [json.dumps(e).encode() for e in (urlsafe, other_hint, extra_sig)]
 
 
+@pytest.mark.slow
 def test_a_reencoded_envelope_of_an_accepted_report_is_not_a_replay(
     honest_report, monkeypatch, tmp_path, capsys
 ):
@@ -321,6 +321,7 @@ def test_a_reencoded_envelope_of_an_accepted_report_is_not_a_replay(
         NonceLedger().check(verified.nonce, verified.run_id, forged)
 
 
+@pytest.mark.slow
 def test_a_relay_that_drops_the_sustained_phase_gets_its_report_refused(
     agents, relay, example_models, tmp_path, capsys
 ):
@@ -385,3 +386,28 @@ def test_the_subjects_must_be_exactly_the_artifacts_pushed(sign, tmp_path):
     dropped = sign("dropped", {**predicate, "plan": short}, exact)
     with pytest.raises(VerificationFailed, match="the signed plan has no 'window_s'"):
         check_answers_request(verify_envelope(dropped.read_bytes(), known=known), plan, pushed)
+
+
+@pytest.mark.slow
+def test_a_fleet_run_sends_an_impostor_at_a_lab_address_nothing(
+    agents, example_models, tmp_path, capsys
+):
+    token_file = agents["token_file"]
+    KnownDevices().trust("bench-f", "grpc://10.0.0.9:7441", agents["plain"].public_key_raw())
+    calls: list = []
+    server, address, _ = _impostor(calls)
+    try:
+        lab = tmp_path / "lab.toml"
+        lab.write_text(f'[devices.bench-f]\naddress = "{address}"\ntoken_file = "{token_file}"\n')
+        models = tmp_path / "models.toml"
+        models.write_text(f'[models.micro]\npath = "{example_models["micro"]}"\n')
+        out = tmp_path / "fleet"
+        rc = edgequal_main(["fleet", "run", str(lab), "--models", str(models), "--out", str(out)])
+        assert rc != 0
+        capsys.readouterr()
+    finally:
+        server.stop(0)
+    assert [name for name, _ in calls] == ["Prove"]
+    assert all("authorization" not in md for _, md in calls)
+    (record,) = json.loads((out / "index.json").read_text())["runs"]
+    assert record["state"] == "error" and "device identity changed" in record["error"]

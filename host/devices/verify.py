@@ -286,6 +286,16 @@ def verify_envelope(
     )
 
 
+def _positive_int(value: Any) -> bool:
+    return value is None or (isinstance(value, int) and not isinstance(value, bool) and value > 0)
+
+
+DEVICE_FILLED_PLAN_FIELDS = {"memory_limit_mb": _positive_int}
+"""Plan fields the host may leave null for the device to fill (docs/report-schema.md: the
+worker's memory limit, from the operator's setting or the board's memory), each with
+the check its signed value must pass; every other field is signed as sent."""
+
+
 def check_answers_request(
     report: VerifiedReport, plan: Mapping[str, Any], subjects: Iterable[Mapping[str, str]]
 ) -> None:
@@ -294,8 +304,10 @@ def check_answers_request(
 
     ``plan`` is the plan's JSON as sent. The signed plan must hold the same value for
     every field; a field the host did not send may only hold the default the host's own
-    plan has for it (the agent fills documented defaults and nothing else), so a relay
-    that dropped or changed a phase is caught even though the agent signed what it ran.
+    plan has for it, and one it left null for the device (:data:`DEVICE_FILLED_PLAN_FIELDS`)
+    only a value of that field's kind (the agent fills documented defaults and nothing
+    else), so a relay that dropped or changed a phase is caught even though the agent
+    signed what it ran.
     ``subjects`` are ``{"sha256", "role"}`` of every artifact pushed (model, its
     external-data files, co-load models, golden set): the report's subjects must be
     exactly those, by digest and role (by digest alone in a report without roles).
@@ -316,6 +328,9 @@ def check_answers_request(
                 f"plan: the signed plan has {field!r} = {signed[field]!r}, a field this host "
                 "neither sent nor knows a default for"
             )
+        filled = DEVICE_FILLED_PLAN_FIELDS.get(field)
+        if expected[field] is None and filled is not None and filled(signed[field]):
+            continue  # left to the device, which filled in the value it ran with
         if signed[field] != expected[field]:
             raise VerificationFailed(
                 f"plan: the signed plan's {field} is {signed[field]!r}, the host asked for "

@@ -411,3 +411,26 @@ def test_a_fleet_run_sends_an_impostor_at_a_lab_address_nothing(
     assert all("authorization" not in md for _, md in calls)
     (record,) = json.loads((out / "index.json").read_text())["runs"]
     assert record["state"] == "error" and "device identity changed" in record["error"]
+
+
+def test_the_device_may_fill_only_the_fields_left_to_it(sign):
+    from edgequal.agent.plan import make_plan
+
+    plan = make_plan("quick").to_json()
+    assert plan["memory_limit_mb"] is None
+    subjects = [{"name": "m.onnx", "sha256": "a" * 64, "role": "model"}]
+    pushed = [{"sha256": "a" * 64, "role": "model"}]
+    known = KnownDevices()
+
+    def signed(name, **fields):
+        predicate = {"nonce": "n", "run_id": "r", "status": "passed", "plan": {**plan, **fields}}
+        return verify_envelope(sign(name, predicate, subjects).read_bytes(), known=known)
+
+    check_answers_request(signed("filled", memory_limit_mb=2048), plan, pushed)
+    for name, fields, message in (
+        ("bad", {"memory_limit_mb": "lots"}, "memory_limit_mb is 'lots', the host asked for None"),
+        ("asked", {"memory_limit_mb": 4096}, "memory_limit_mb is 4096, the host asked for 512"),
+    ):
+        sent = {**plan, "memory_limit_mb": 512} if name == "asked" else plan
+        with pytest.raises(VerificationFailed, match=message):
+            check_answers_request(signed(name, **fields), sent, pushed)

@@ -105,6 +105,7 @@ def test_cli_and_library_give_the_same_report(
         assert f"run {report.run_id} signed by device 'bench'" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # the session's signed reports: several real runs
 def test_report_figures_are_the_signed_ones(reports, test_helper):
     from edgequal.agent.measure.preemption import decisive_summary
 

@@ -34,6 +34,7 @@ def test_not_a_board_test():
 """
 
 
+@pytest.mark.slow  # a pytest session of its own
 def test_without_a_device_the_board_tests_are_skipped_with_one_line(pytester):
     pytester.makepyfile(BOARD_TEST.format(model="m.onnx", golden="g.npz"))
     result = pytester.runpytest("-rs", "-p", "no:cacheprovider")

@@ -447,7 +447,12 @@ class Runs:
             model_path = self._lay_out_bundle(request, bundle)
             coload = resolve_plan(request.plan, self.store, config_path(self.state_dir))
             checked = [(golden_path, request.golden_digest, request.golden_name or "golden set")]
-            checked += [(load.model, load.decl["sha256"], load.label) for load in coload or ()]
+            # Model co-loads only: a command or CPU co-load has no artifact to re-hash.
+            checked += [
+                (load.model, load.decl["sha256"], load.label)
+                for load in coload or ()
+                if load.model is not None
+            ]
             for path, digest, name in checked:
                 if path is not None:
                     self.store.check_intact(path, digest, name)

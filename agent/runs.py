@@ -350,6 +350,7 @@ class Runs:
         """
         from .phases.coload import config_path, resolve_plan
         from .phases.qualification import run_measurement
+        from .runtimes.envs import RuntimeEnvs
 
         check_run_id(request.run_id)
         model_path = self.store.path(request.model_digest)
@@ -392,6 +393,7 @@ class Runs:
                     cancel=cancel,
                     model_name=request.model_name,
                     coload=resolve_plan(request.plan, self.store, config_path(self.state_dir)),
+                    runtime_envs=RuntimeEnvs(self.state_dir),
                 )
         except AgentError as e:
             if isinstance(e, BadInput):

@@ -5,7 +5,9 @@ One JSON line on the worker's stdin. One kind per measurement phase: ``cold_load
 input shape, drift over the golden set, memory), ``sustained`` (closed-loop windows
 while the board heats), the optional service scenarios ``batch_sweep``,
 ``thread_scaling``, ``server`` and ``operators``, and ``providers`` (which execution
-providers the runtime offers, asked before anything runs).
+providers the runtime offers, asked before anything runs), and ``env_segments`` (one
+runtime environment's warm latency in segments the agent asks for one at a time,
+interleaved with other environments' workers, then drift; ``phases/runtime_envs.py``).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ JOB_KINDS = (
     "providers",
     "edge_shape",
     "coload",
+    "env_segments",
 )
 # Profiled inferences for the operator profile (after one that allocates).
 OPERATOR_PROFILE_RUNS = 20

@@ -105,6 +105,10 @@ def _parser() -> argparse.ArgumentParser:
     rl.add_argument("--json", action="store_true")
     rr = rts.add_parser("remove", help="delete an environment")
     rr.add_argument("name")
+    rts.add_parser(
+        "tags",
+        help="JSON: the wheel tags this agent's Python takes (a host collects wheels for it)",
+    )
 
     st = sub.add_parser("store", help="artifact store (used by the SSH transport)")
     st.add_argument("args", nargs=argparse.REMAINDER)
@@ -540,6 +544,27 @@ def cmd_info(args, state_dir: Path) -> int:
     return 0
 
 
+def wheel_tags() -> dict:
+    """This interpreter's wheel tags: ``{python, implementation, abis, platforms}``, most
+    specific first, as pip (which the board needs for ``runtime add``) computes them."""
+    try:
+        from pip._vendor.packaging import tags  # the board's pip decides what it installs
+    except ImportError:
+        try:
+            from packaging import tags
+        except ImportError:
+            raise BadInput(
+                "this agent's Python has no pip", hint="install pip into the agent's venv"
+            ) from None
+    found = list(tags.sys_tags())
+    return {
+        "python": f"{sys.version_info[0]}{sys.version_info[1]}",
+        "implementation": tags.interpreter_name(),
+        "abis": list(dict.fromkeys(t.abi for t in found if t.abi != "none")),
+        "platforms": list(dict.fromkeys(t.platform for t in found if t.platform != "any")),
+    }
+
+
 def _env_line(e: dict) -> str:
     state = "ok" if e["available"] else e["reason"]
     return f"{e['name']}: {e['runtime']} {e['version']} (Python {e['python']}) {state}"
@@ -556,6 +581,9 @@ def cmd_runtime(args, state_dir: Path) -> int:
     from .service.state_lock import peek
 
     envs = RuntimeEnvs(state_dir, on_step=lambda line: print(f"... {line}", file=sys.stderr))
+    if args.runtime_command == "tags":
+        print(json.dumps(wheel_tags()))
+        return 0
     if args.runtime_command == "list":
         statuses = envs.statuses()
         if args.json:

@@ -40,6 +40,7 @@ from .checks import (
 from .condition_checks import coload_checks, edge_shape_checks
 from .policy import Policy
 from .report_file import ReportFile, load_report
+from .runtime_env_checks import runtime_env_checks
 from .scenario_checks import (
     batch_checks,
     energy_checks,
@@ -140,6 +141,7 @@ def evaluate(predicate: dict, policy: Policy) -> list[Check]:
         *([] if short else energy_checks(results, policy)),
         *coload_checks(results, policy),
         *edge_shape_checks(results, policy),
+        *runtime_env_checks(results, policy),
     ]
 
 

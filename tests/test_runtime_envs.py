@@ -27,7 +27,11 @@ from edgequal.host.devices.qualify import pin_device_key, qualify
 from edgequal.host.devices.resolve import trust_device
 from edgequal.host.devices.trust import KnownDevices
 from edgequal.host.errors import HostError, UsageError
-from edgequal.host.install.runtime_envs import add_runtime_env
+from edgequal.host.install.runtime_envs import (
+    add_runtime_env,
+    list_runtime_envs,
+    remove_runtime_env,
+)
 from edgequal.host.judge.compare import compare_reports
 from edgequal.host.judge.gate import run_gate
 from edgequal.host.judge.policy import parse_policy
@@ -418,7 +422,11 @@ def test_approval_records_the_environment_and_restores_its_exact_wheels(
     wheels = index["models"][name]["devices"][device]["runtime_env"]["wheels"]
     wheels[0]["sha256"] = "0" * 64
     (approved / "approved.json").write_text(json.dumps(index))
-    (state2 / "runtimes" / OLD_ENV / "env.json").unlink()
+    # The owner removes it again from the host (and lists what is left).
+    assert remove_runtime_env(sshd_server.url, OLD_ENV, **options) == (
+        f"removed {OLD_ENV} (onnxruntime=={OLD})"
+    )
+    assert list_runtime_envs(sshd_server.url, **options) == []
     with pytest.raises(UsageError, match="now has sha256"):
         add_runtime_env(
             sshd_server.url, None, from_approved=approved / name, wheelhouse=wheelhouse, **options

@@ -542,6 +542,15 @@ def _pip(python: str, args: list[str], what: str) -> str:
     return _run(base + args, what, PIP_TIMEOUT_S)
 
 
+def pip_error(stderr: str, returncode: int) -> str:
+    """The line of a failed pip (or venv) run that says why: its last ``ERROR:`` line, else
+    its last line that is not a warning, else the exit status (at most 300 characters)."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("ERROR:")]
+    others = [line for line in lines if not line.startswith("WARNING:")]
+    return ((errors or others or [f"exit {returncode}"])[-1])[:300]
+
+
 def _run(cmd: list[str], what: str, timeout_s: float) -> str:
     try:
         proc = subprocess.run(
@@ -552,14 +561,8 @@ def _run(cmd: list[str], what: str, timeout_s: float) -> str:
     except OSError as e:
         raise AgentError(f"could not {what}: {e}") from e
     if proc.returncode != 0:
-        lines = [
-            line
-            for line in proc.stderr.splitlines()
-            if line.strip() and not line.startswith("WARNING: Location")
-        ]
-        last = lines[-1] if lines else f"exit {proc.returncode}"
         raise RuntimeUnavailable(
-            f"could not {what}: {last.strip()[:300]}",
+            f"could not {what}: {pip_error(proc.stderr, proc.returncode)}",
             hint="without a package index, give --find-links DIR --no-index with the wheels",
         )
     return proc.stdout

@@ -23,6 +23,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from edgequal.agent.runtimes.envs import pip_error, sha256_file
+
 from ..devices.trust import KnownDevices
 from ..errors import HostError, TransportError, UsageError
 from ..transport.ssh import SSHTransport
@@ -30,12 +32,6 @@ from ..transport.ssh_session import SSHSession
 
 PIP_TIMEOUT_S = 1800.0
 AGENT_ADD_TIMEOUT_S = 1800.0
-
-
-def _sha256(path: Path) -> str:
-    from edgequal.agent.runtimes.envs import sha256_file
-
-    return sha256_file(path)
 
 
 def download_wheels(
@@ -81,14 +77,9 @@ def download_wheels(
     except subprocess.TimeoutExpired as e:
         raise HostError(f"collecting wheels took more than {PIP_TIMEOUT_S:g} s") from e
     if proc.returncode != 0:
-        lines = [
-            line
-            for line in proc.stderr.splitlines()
-            if line.strip() and not line.startswith("WARNING: Location")
-        ]
         raise UsageError(
             f"cannot collect wheels of {' '.join(requirements)} for the board: "
-            f"{lines[-1].strip() if lines else 'pip failed'}",
+            f"{pip_error(proc.stderr, proc.returncode)}",
             hint="check the version exists for the board's Python and CPU, or give --wheelhouse",
         )
     return sorted(p for p in Path(into).iterdir() if p.name.endswith(".whl"))
@@ -229,7 +220,7 @@ def _check_exact(exact: list[dict], local: Path) -> None:
         path = local / Path(w["file"]).name
         if not path.is_file():
             raise UsageError(f"the approved wheel {w['file']} could not be collected")
-        digest = _sha256(path)
+        digest = sha256_file(path)
         if digest != w["sha256"]:
             raise UsageError(
                 f"wheel {w['file']} now has sha256 {digest[:16]}…, the approved one "

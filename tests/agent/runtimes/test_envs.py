@@ -99,3 +99,17 @@ def test_unknown_environment_is_refused_listing_the_installed_ones(tmp_path):
     assert envs.names() == []
     with pytest.raises(BadInput, match="no runtime environment called half"):
         envs.remove("half")
+
+
+def test_pip_error_is_the_line_that_says_why():
+    from edgequal.agent.runtimes.envs import pip_error
+
+    stderr = (
+        "WARNING: Location 'file:///opt/x/' is ignored: it is neither a file nor a directory.\n"
+        "ERROR: Could not find a version that satisfies the requirement onnxruntime==9.9.9\n"
+        "ERROR: No matching distribution found for onnxruntime==9.9.9\n"
+        "WARNING: there is a newer pip\n"
+    )
+    assert pip_error(stderr, 1) == "ERROR: No matching distribution found for onnxruntime==9.9.9"
+    assert pip_error("Error: venv failed\nWARNING: x\n", 1) == "Error: venv failed"
+    assert pip_error("", 2) == "exit 2"

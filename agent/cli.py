@@ -544,27 +544,6 @@ def cmd_info(args, state_dir: Path) -> int:
     return 0
 
 
-def wheel_tags() -> dict:
-    """This interpreter's wheel tags: ``{python, implementation, abis, platforms}``, most
-    specific first, as pip (which the board needs for ``runtime add``) computes them."""
-    try:
-        from pip._vendor.packaging import tags  # the board's pip decides what it installs
-    except ImportError:
-        try:
-            from packaging import tags
-        except ImportError:
-            raise BadInput(
-                "this agent's Python has no pip", hint="install pip into the agent's venv"
-            ) from None
-    found = list(tags.sys_tags())
-    return {
-        "python": f"{sys.version_info[0]}{sys.version_info[1]}",
-        "implementation": tags.interpreter_name(),
-        "abis": list(dict.fromkeys(t.abi for t in found if t.abi != "none")),
-        "platforms": list(dict.fromkeys(t.platform for t in found if t.platform != "any")),
-    }
-
-
 def _env_line(e: dict) -> str:
     state = "ok" if e["available"] else e["reason"]
     return f"{e['name']}: {e['runtime']} {e['version']} (Python {e['python']}) {state}"
@@ -582,6 +561,8 @@ def cmd_runtime(args, state_dir: Path) -> int:
 
     envs = RuntimeEnvs(state_dir, on_step=lambda line: print(f"... {line}", file=sys.stderr))
     if args.runtime_command == "tags":
+        from .runtimes.installer import wheel_tags
+
         print(json.dumps(wheel_tags()))
         return 0
     if args.runtime_command == "list":

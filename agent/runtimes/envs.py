@@ -12,31 +12,27 @@ Only the device's owner installs (``edgequal-agent runtime add`` on the board's 
 or ``edgequal agent runtime add ssh://…`` from the host, which runs the former over SSH):
 installing runs code. A plan only names an installed environment (:func:`resolve`); no
 RPC adds, upgrades or removes one. ``default`` names the agent's own environment.
+How one is installed (pip, the venv, the link, the trial import) is ``installer.py``.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..errors import AgentError, BadInput, RuntimeUnavailable
-from ..files import write_atomic
+from ..errors import BadInput
 
 ENVS_DIR = "runtimes"
 MANIFEST = "env.json"
 DEFAULT_ENV = "default"
 MAX_ENVS_PER_PLAN = 8
-PIP_TIMEOUT_S = 1800.0
 PROBE_TIMEOUT_S = 60.0
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 
@@ -183,11 +179,6 @@ class RuntimeEnv:
         return env
 
 
-def agent_package_dir() -> Path:
-    """The directory of this agent's ``edgequal.agent`` package (what environments link to)."""
-    return Path(__file__).resolve().parent.parent
-
-
 def default_env(runtime: str) -> RuntimeEnv:
     """The agent's own environment for ``runtime``: its interpreter and installed version."""
     import platform
@@ -203,15 +194,6 @@ def default_env(runtime: str) -> RuntimeEnv:
         python=platform.python_version(),
         python_executable=sys.executable,
     )
-
-
-def sha256_file(path: Path) -> str:
-    """The hex sha256 of a file's bytes."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 class RuntimeEnvs:
@@ -316,87 +298,14 @@ class RuntimeEnvs:
             shutil.rmtree(target)
         target.mkdir(parents=True)
         try:
-            return self._build(req, name, target, list(find_links), no_index, exact_wheels)
+            from .installer import build_env
+
+            return build_env(
+                req, name, target, self.python, self.step, list(find_links), no_index, exact_wheels
+            )
         except BaseException:
             shutil.rmtree(target, ignore_errors=True)
             raise
-
-    def _build(self, req, name, target, find_links, no_index, exact_wheels) -> RuntimeEnv:
-        wheels = target / "wheels"
-        wheels.mkdir()
-        links = [a for d in find_links for a in ("--find-links", str(d))]
-        if exact_wheels is not None:
-            self.step(f"checking {len(exact_wheels)} approved wheels")
-            files = _copy_exact(exact_wheels, find_links, wheels)
-            install_args = ["--no-deps", *[str(f) for f in files]]
-        else:
-            self.step(f"collecting wheels for {req} and numpy")
-            _pip(
-                self.python,
-                [
-                    "download",
-                    "--only-binary=:all:",
-                    "-d",
-                    str(wheels),
-                    *(["--no-index"] if no_index else []),
-                    *links,
-                    str(req),
-                    "numpy",
-                ],
-                "collect the wheels",
-            )
-            install_args = [str(req), "numpy"]
-        self.step(f"creating {target / 'venv'}")
-        _run(
-            [self.python, "-m", "venv", "--without-pip", str(target / "venv")],
-            "create the venv",
-            300.0,
-        )
-        venv_python = target / "venv" / "bin" / "python"
-        self.step(f"installing {req}")
-        _pip(
-            self.python,
-            [
-                "--python",
-                str(venv_python),
-                "install",
-                "--no-compile",
-                "--no-index",
-                "--find-links",
-                str(wheels),
-                *install_args,
-            ],
-            "install the runtime",
-        )
-        link_agent(venv_python)
-        digests = [{"file": f.name, "sha256": sha256_file(f)} for f in sorted(wheels.iterdir())]
-        env = RuntimeEnv(
-            name=name,
-            runtime=req.runtime,
-            distribution=req.distribution,
-            version="",
-            python="",
-            python_executable=str(venv_python),
-            path=str(target),
-            wheels=digests,
-            created_unix=round(time.time(), 3),
-        )
-        self.step(f"importing {req.distribution} in the new environment")
-        probed, problem = probe(env)
-        if problem:
-            raise RuntimeUnavailable(
-                f"runtime environment {name}: {problem}",
-                hint="the runtime does not work on this board; the environment was not kept",
-            )
-        env.python, env.version = probed["python"], probed["version"]
-        if env.version != req.version:
-            raise RuntimeUnavailable(
-                f"runtime environment {name}: pip installed {req.distribution} {env.version}, "
-                f"not {req.version}"
-            )
-        shutil.rmtree(wheels)  # the digests are kept; the files would only take the board's disk
-        write_atomic(target / MANIFEST, json.dumps(env.to_json(), indent=1).encode())
-        return env
 
     def remove(self, name: str) -> RuntimeEnv:
         """Delete the environment called ``name``; returns what it was."""
@@ -462,25 +371,6 @@ def resolve_plan_envs(plan: dict | None, envs: RuntimeEnvs | None) -> list[Runti
     return envs.resolve(names)
 
 
-def link_agent(venv_python: Path) -> None:
-    """Make this agent's ``edgequal.agent`` importable in the venv of ``venv_python``.
-
-    A link (not a copy) in its site-packages: the worker code an environment runs is
-    always the installed agent's, so an agent upgrade upgrades the workers with it.
-    """
-    out = _run(
-        [str(venv_python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        "find the venv's site-packages",
-        60.0,
-    )
-    package = Path(out.strip()) / "edgequal"
-    package.mkdir(parents=True, exist_ok=True)
-    link = package / "agent"
-    if link.is_symlink() or link.exists():
-        link.unlink()
-    link.symlink_to(agent_package_dir(), target_is_directory=True)
-
-
 def probe(env: RuntimeEnv, timeout_s: float = PROBE_TIMEOUT_S) -> tuple[dict, str]:
     """Import the environment's runtime and the worker in its own Python, in a child process.
 
@@ -514,55 +404,3 @@ def env_problem(env: RuntimeEnv) -> str:
 
 def _installed_hint(names: list[str]) -> str:
     return f"installed: {', '.join(names)}" if names else "no runtime environment is installed"
-
-
-def _copy_exact(wheels: Sequence[dict], find_links: Sequence[Path], into: Path) -> list[Path]:
-    """Copy each approved wheel from ``find_links`` into ``into``, its sha256 checked."""
-    out = []
-    for w in wheels:
-        name = Path(str(w.get("file", ""))).name
-        source = next((Path(d) / name for d in find_links if (Path(d) / name).is_file()), None)
-        if source is None:
-            raise BadInput(
-                f"approved wheel {name} is not in {', '.join(map(str, find_links)) or 'any --find-links'}"
-            )
-        digest = sha256_file(source)
-        if digest != w.get("sha256"):
-            raise BadInput(
-                f"wheel {name} has sha256 {digest[:16]}…, the approved one {str(w.get('sha256'))[:16]}…",
-                hint="restore from the approved wheels themselves",
-            )
-        shutil.copyfile(source, into / name)
-        out.append(into / name)
-    return out
-
-
-def _pip(python: str, args: list[str], what: str) -> str:
-    base = [python, "-m", "pip", "--disable-pip-version-check", "--no-input"]
-    return _run(base + args, what, PIP_TIMEOUT_S)
-
-
-def pip_error(stderr: str, returncode: int) -> str:
-    """The line of a failed pip (or venv) run that says why: its last ``ERROR:`` line, else
-    its last line that is not a warning, else the exit status (at most 300 characters)."""
-    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    errors = [line for line in lines if line.startswith("ERROR:")]
-    others = [line for line in lines if not line.startswith("WARNING:")]
-    return ((errors or others or [f"exit {returncode}"])[-1])[:300]
-
-
-def _run(cmd: list[str], what: str, timeout_s: float) -> str:
-    try:
-        proc = subprocess.run(
-            cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout_s
-        )
-    except subprocess.TimeoutExpired as e:
-        raise AgentError(f"could not {what}: no result within {timeout_s:g} s") from e
-    except OSError as e:
-        raise AgentError(f"could not {what}: {e}") from e
-    if proc.returncode != 0:
-        raise RuntimeUnavailable(
-            f"could not {what}: {pip_error(proc.stderr, proc.returncode)}",
-            hint="without a package index, give --find-links DIR --no-index with the wheels",
-        )
-    return proc.stdout

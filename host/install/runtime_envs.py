@@ -23,7 +23,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from edgequal.agent.runtimes.envs import pip_error, sha256_file
+from edgequal.agent.runtimes.installer import pip_error, sha256_file
 
 from ..devices.trust import KnownDevices
 from ..errors import HostError, TransportError, UsageError

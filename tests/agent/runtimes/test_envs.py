@@ -102,7 +102,7 @@ def test_unknown_environment_is_refused_listing_the_installed_ones(tmp_path):
 
 
 def test_pip_error_is_the_line_that_says_why():
-    from edgequal.agent.runtimes.envs import pip_error
+    from edgequal.agent.runtimes.installer import pip_error
 
     stderr = (
         "WARNING: Location 'file:///opt/x/' is ignored: it is neither a file nor a directory.\n"

@@ -32,12 +32,14 @@ def print_runtime_envs(results: dict) -> None:
         t.add_column(column, justify="right", no_wrap=True)
     t.add_column("drift", no_wrap=True, min_width=5)
     t.add_column("flips", justify="right", no_wrap=True, min_width=5)
+    failed: list[str] = []
     for r in env_rows(results):
         version = r["runtime"].split(" ", 1)[-1]
         name = r["name"] if version in r["name"] else f"{r['name']} {version}"
         name = esc(name) + (" *" if r["baseline"] else "")
         if r["status"] != "ok":
-            t.add_row(name, f"[red]{esc(r['reason'] or r['status'])}[/]")
+            t.add_row(name, "[red]failed[/]")
+            failed.append(f"  [red]{esc(r['name'])}[/]: {esc(r['reason'] or r['status'])}")
             continue
         drift = (
             "—" if r["drift_passed"] is None else "ok" if r["drift_passed"] else "[red]failed[/]"
@@ -55,3 +57,5 @@ def print_runtime_envs(results: dict) -> None:
             "—" if r["baseline"] or flips is None else str(flips),
         )
     console.print(t)
+    for line in failed:
+        console.print(line, soft_wrap=True)

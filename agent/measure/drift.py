@@ -744,6 +744,13 @@ def measure_drift(runtime, golden, keep: dict | None = None) -> dict:
         if keep is not None:
             keep[case.name] = actual
         cases.append((case.name, actual, case.outputs))
+    return drift_of_cases(cases, runtime, golden)
+
+
+def drift_of_cases(cases, runtime, golden) -> dict:
+    """:func:`drift_report` of ``cases`` (``(name, actual, reference)``) with the golden set's
+    tolerances and decision rule: what :func:`measure_drift` reports, for outputs the caller
+    produced itself (the whole path from raw files, ``worker/pipeline.py``)."""
     tolerances = output_tolerances(
         [(spec.name, spec.dtype) for spec in runtime.outputs()], golden.tolerances
     )

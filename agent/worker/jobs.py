@@ -4,7 +4,8 @@ One JSON line on the worker's stdin. One kind per measurement phase: ``cold_load
 (import, load, first inference in a fresh process), ``warm`` (warm-up, latency per
 input shape, drift over the golden set, memory), ``sustained`` (closed-loop windows
 while the board heats), the optional service scenarios ``batch_sweep``,
-``thread_scaling``, ``server`` and ``operators``, and ``providers`` (which execution
+``thread_scaling``, ``server`` and ``operators``, ``pipeline`` (a golden set of raw
+files through its declared pipeline, stage by stage), ``providers`` (which execution
 providers the runtime offers, asked before anything runs), and ``env_segments`` (one
 runtime environment's warm latency in segments the agent asks for one at a time,
 interleaved with other environments' workers, then drift; ``phases/runtime_envs.py``).
@@ -31,6 +32,7 @@ JOB_KINDS = (
     "edge_shape",
     "coload",
     "env_segments",
+    "pipeline",
 )
 # Profiled inferences for the operator profile (after one that allocates).
 OPERATOR_PROFILE_RUNS = 20

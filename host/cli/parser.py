@@ -143,14 +143,38 @@ def build_parser() -> argparse.ArgumentParser:
     gsub = g.add_subparsers(dest="golden_command", required=True)
     gm = gsub.add_parser("make", help="make a golden set: inputs plus reference outputs")
     gm.add_argument("model", type=Path)
-    gm.add_argument(
+    source = gm.add_mutually_exclusive_group(required=True)
+    source.add_argument(
         "--inputs",
         type=Path,
-        required=True,
-        help="NPZ (NAME or CASE/NAME arrays) or a DIR of NPZ files",
+        help="NPZ (NAME or CASE/NAME arrays) or a DIR of NPZ files: prepared tensors",
+    )
+    source.add_argument(
+        "--raw",
+        type=Path,
+        metavar="DIR",
+        help="raw files (PNG, JPEG, 16-bit WAV, UTF-8 text): one case per file stem, or a "
+        "cases.csv (case,INPUT..) for several inputs; needs --pipeline",
     )
     gm.add_argument(
-        "--outputs", type=Path, help="reference outputs, same naming; default: run the model here"
+        "--pipeline",
+        type=Path,
+        metavar="TOML",
+        help="with --raw: the stages per input ([inputs.NAME] decode = image|audio|text, ...; "
+        "docs/measurement.md)",
+    )
+    gm.add_argument(
+        "--outputs",
+        type=Path,
+        help="reference outputs, same naming (with --raw: the training framework's, from the "
+        "same files); default: run the model here",
+    )
+    gm.add_argument(
+        "--reference-inputs",
+        type=Path,
+        metavar="NPZ",
+        help="with --raw: the tensors the training pipeline fed the model (CASE/INPUT), "
+        "compared with the device's preprocessing",
     )
     gm.add_argument("--decision", help="argmax | topk:K | threshold:OUTPUT>VALUE")
     _add_edge_shape_flag(gm, recorded=True)
@@ -310,7 +334,12 @@ def _add_measurement_flags(q) -> None:
     m.add_argument("--server-rate", type=float, metavar="PER_S", help="server target rate")
     m.add_argument("--p99-bound", metavar="DURATION", help="server p99 bound, e.g. 15ms")
     m.add_argument(
-        "--operators", action="store_true", default=None, help="per-operator time, delegate use"
+        "--operators",
+        "--operator-profile",
+        dest="operators",
+        action="store_true",
+        default=None,
+        help="per-operator time, delegate use",
     )
     m.add_argument("--scenario-time", metavar="DURATION", help="time per scenario point")
     c = q.add_argument_group("declared co-load (docs/measurement.md)")
@@ -365,6 +394,13 @@ def _add_gate_parsers(sub) -> None:
     gt.add_argument("--json", action="store_true", help="print the verdict as JSON")
     gt.add_argument("--device", help="the device that must have signed the report")
     gt.add_argument("--html", type=Path, metavar="PAGE", help="also write the report page here")
+    gt.add_argument(
+        "--attest",
+        type=Path,
+        metavar="FILE",
+        help="write the decision as an in-toto Test Result attestation signed by this host's "
+        "key (edgequal key show)",
+    )
     c = sub.add_parser("compare", help="compare reports side by side (the first is the reference)")
     c.add_argument("reports", type=Path, nargs="+", metavar="REPORT")
     c.add_argument("--json", action="store_true", help="print the comparison as JSON")
@@ -374,6 +410,22 @@ def _add_gate_parsers(sub) -> None:
     rh.add_argument("reports", type=Path, nargs="+", metavar="REPORT")
     rh.add_argument("-o", "--output", type=Path, required=True, metavar="PAGE")
     rh.add_argument("--device", help="the device that must have signed the reports")
+    ex = sub.add_parser("export", help="verified reports for dashboards (docs/api.md)")
+    ex.add_argument("reports", type=Path, nargs="+", metavar="REPORT")
+    ex.add_argument(
+        "--format",
+        required=True,
+        choices=["github-benchmark", "prometheus"],
+        help="github-benchmark: customSmallerIsBetter JSON for github-action-benchmark; "
+        "prometheus: OpenMetrics text for node_exporter's textfile collector",
+    )
+    ex.add_argument(
+        "-o", "--output", type=Path, metavar="FILE", help="write here atomically (default stdout)"
+    )
+    ex.add_argument("--device", help="the device that must have signed the reports")
+    k = sub.add_parser("key", help="this host's key that signs gate decisions")
+    ksub = k.add_subparsers(dest="key_command", required=True)
+    ksub.add_parser("show", help="the key's fingerprint and public key (created on first use)")
 
 
 # -- fleet and history (host/cli/fleet.py, host/cli/history.py) ------------------
@@ -412,6 +464,13 @@ def _add_fleet_parsers(sub) -> None:
     fr.add_argument("--history", metavar="URL", help="history database URL (default: the lab's)")
     fr.add_argument(
         "--no-record", action="store_true", help="do not record the reports in the history"
+    )
+    fr.add_argument(
+        "--prometheus",
+        type=Path,
+        metavar="DIR",
+        help="after each cell, write DIR/DEVICE.prom (OpenMetrics, by rename) for "
+        "node_exporter's textfile collector",
     )
     fr.add_argument(
         "--health-file",

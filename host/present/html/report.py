@@ -31,6 +31,7 @@ from ...judge.report_file import ReportFile
 from ...judge.runtime_envs import env_section
 from .conditions import conditions_section
 from .parts import _CSS, _e
+from .pipeline import pipeline_section
 from .plots import latency_figure, sustained_figure
 from .runtime_envs import runtime_envs_section
 from .scenarios import _scenarios_section
@@ -72,6 +73,9 @@ def render_report_html(
         fig or '<p class="muted">No raw latency samples to plot.</p>',
         _latency_table(reports),
     ]
+    path = pipeline_section(reports)
+    if path:
+        parts += ["<h2>Whole path from raw files</h2>", path]
     parts += ["<h2>Sustained</h2>"]
     fig = sustained_figure(reports)
     parts += [fig or "", _sustained_table(reports)]

@@ -420,6 +420,7 @@ class Runs:
         """
         from .phases.coload import config_path, resolve_plan
         from .phases.qualification import run_measurement
+        from .runtimes.envs import RuntimeEnvs
 
         check_run_id(request.run_id)
         model_path = self.store.path(request.model_digest)
@@ -475,6 +476,7 @@ class Runs:
                     cancel=cancel,
                     model_name=request.model_name,
                     coload=coload,
+                    runtime_envs=RuntimeEnvs(self.state_dir),
                 )
         except ArtifactCorrupt as e:
             measurement = {

@@ -83,6 +83,8 @@ def change_category(key: str) -> str:
         return "kernel" if key == "kernel" else "os"
     if key.startswith("runtime."):
         return "runtime"
+    if key.startswith("runtime_envs"):
+        return "runtime environments"  # what a run measured beside its runtime, not the board
     if key.startswith("jetson.nvpmodel"):
         return "power mode"
     if key.startswith("cpu_governors"):

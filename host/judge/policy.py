@@ -115,6 +115,13 @@ SCHEMA: dict[str, dict[str, str]] = {
         "max_p50_ratio": NUMBER,
         "max_p99_ratio": NUMBER,
     },
+    "runtime_envs": {
+        "required": TEXT_LIST,
+        "max_p50_ratio": NUMBER,
+        "max_p99_ratio": NUMBER,
+        "max_cold_load_ratio": NUMBER,
+        "max_flips_between": INTEGER,
+    },
     "edge_shapes": {
         "require_all_ran": BOOL,
         **EDGE_SHAPE_LIMITS,
@@ -190,6 +197,7 @@ class Policy:
     edge_shapes: dict = field(default_factory=dict)
     edge_shape_labels: dict[str, dict] = field(default_factory=dict)
     pipeline: dict = field(default_factory=dict)
+    runtime_envs: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
         """The policy as JSON (the same sections and keys as the TOML)."""
@@ -207,6 +215,7 @@ class Policy:
             *SCENARIO_SECTIONS,
             "coload",
             "pipeline",
+            "runtime_envs",
         ):
             out[section] = dict(getattr(self, section))
         out["edge_shapes"] = {
@@ -348,6 +357,7 @@ def parse_policy(data: dict, where: str = "<policy>") -> Policy:
         **{name: sections.get(name, {}) for name in SCENARIO_SECTIONS + CONDITION_SECTIONS},
         edge_shape_labels=sections.get("edge_shapes.labels", {}),
         pipeline=sections.get("pipeline", {}),
+        runtime_envs=sections.get("runtime_envs", {}),
     )
 
 

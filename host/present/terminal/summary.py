@@ -20,6 +20,7 @@ from rich.text import Text
 
 from ...errors import redact
 from .pipeline import print_pipeline
+from .runtime_envs import print_runtime_envs
 from .scenarios import print_scenarios
 from .sections import (
     console,
@@ -285,6 +286,7 @@ def print_summary(predicate: dict, device: str, report_path: str | None = None) 
     print_sustained(results)
     print_memory(results)
     print_conditions(results)
+    print_runtime_envs(results)
     print_scenarios(results)
     print_energy(results.get("sustained") or {})
     for f in predicate.get("findings", []):

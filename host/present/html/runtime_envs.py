@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from ...judge.report_file import ReportFile
 from ...judge.runtime_envs import env_rows, env_section, env_shape, ratio_text
-from .parts import _COLORS, _e, _figure, _get, _num, _png, _table
+from .parts import _COLORS, _dur, _e, _figure, _get, _num, _png, _table
 
 
 def _rows(reports: Sequence[ReportFile]) -> list[list[str]]:
@@ -29,17 +29,17 @@ def _rows(reports: Sequence[ReportFile]) -> list[list[str]]:
                     _e(chr(65 + i)),
                     name,
                     _e(row["runtime"]),
-                    _num(row["p50_ms"], "{:.4g}"),
+                    _dur(row["p50_ms"]),
                     "1×"
                     if row["baseline"]
                     else _e(ratio_text(row["p50_ratio"], row["p50_ratio_ci"])),
-                    _num(row["p99_ms"], "{:.4g}"),
+                    _dur(row["p99_ms"]),
                     "1×"
                     if row["baseline"]
                     else _e(ratio_text(row["p99_ratio"], row["p99_ratio_ci"])),
-                    _num(row["cold_load_ms"], "{:.4g}"),
+                    _dur(row["cold_load_ms"]),
                     "1×" if row["baseline"] else _e(ratio_text(row["cold_load_ratio"], None)),
-                    _num(row["first_inference_ms"], "{:.4g}"),
+                    _dur(row["first_inference_ms"]),
                     _num(row["peak_rss_mb"], "{:.1f}"),
                     _e(drift),
                     "—" if row["baseline"] else _num(row["flips_between"], "{}"),
@@ -92,13 +92,13 @@ def runtime_envs_section(reports: Sequence[ReportFile]) -> str:
         "",
         "environment",
         "runtime",
-        "p50 ms",
+        "p50",
         "p50 ratio [95 % CI]",
-        "p99 ms",
+        "p99",
         "p99 ratio [95 % CI]",
-        "cold load ms",
+        "cold load",
         "cold load ratio",
-        "first inference ms",
+        "first inference",
         "peak RSS MB",
         "drift",
         "flips between",

@@ -49,8 +49,6 @@ def _run_fleet(lab, models, options, args, title: str, **kwargs) -> int:
 
 
 def cmd_fleet(args) -> int:
-    if args.fleet_command == "approve":
-        return _cmd_fleet_approve(args)
     if args.fleet_command == "health":
         return _cmd_fleet_health(args)
     if args.fleet_command == "requalify":
@@ -167,7 +165,7 @@ def _disk_text(disk: dict) -> str:
     return ", ".join(parts)
 
 
-def _cmd_fleet_approve(args) -> int:
+def cmd_approve(args) -> int:
     from ..lab.requalify import approve
     from ..present.terminal.summary import print_note
 

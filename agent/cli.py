@@ -266,6 +266,7 @@ def cmd_run_plan(args, state_dir: Path) -> int:
 
     from .keys import load_or_create_device_key
     from .phases.coload import config_path, resolve_plan
+    from .plan import timed_s_of
     from .runs import (
         RunRequest,
         Runs,
@@ -319,7 +320,12 @@ def cmd_run_plan(args, state_dir: Path) -> int:
         for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
             signal.signal(signum, lambda *_: cancel.set())
         lines = _EventLines(cancel)
-        lease = Lease.starting_now(request.run_id, spec.get("holder") or "ssh", DEFAULT_MAX_RUN_S)
+        lease = Lease.starting_now(
+            request.run_id,
+            spec.get("holder") or "ssh",
+            DEFAULT_MAX_RUN_S,
+            timed_s_of(request.plan),
+        )
         timer = threading.Timer(DEFAULT_MAX_RUN_S, cancel.set)
         timer.daemon = True
         lock.set_lease(lease)
@@ -546,7 +552,7 @@ def cmd_info(args, state_dir: Path) -> int:
         for r in info.runtimes:
             print(f"  {r.name}: {r.version if r.available else 'missing: ' + r.reason}")
         for section, value in info.extra["probes"].items():
-            print(f"  {section}: {json.dumps(value, default=str)[:300]}")
+            print(f"  {section}: {json.dumps(value, default=str)}")
     return 0
 
 

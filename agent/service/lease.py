@@ -49,9 +49,13 @@ class Lease:
     expires_unix_ms: int
     purpose: str = ""
     """What the holder took the device for (``fleet run bench``); empty when not said."""
+    expected_end_unix_ms: int = 0
+    """When the run's plan is likely done (its start plus :meth:`Plan.timed_s`); 0 unknown."""
 
     def describe(self, now_ms: int | None = None) -> str:
-        """One line naming the run (or the lease without a run), its holder, and its times."""
+        """One line naming the run (or the lease without a run), its holder, and when the
+        device is likely free: for a run, from its plan's timed phases (the lease's own
+        expiry is the run's upper limit, hours away, and says little)."""
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         started_s = max(0, (now_ms - self.started_unix_ms) // 1000)
         left_s = max(0, (self.expires_unix_ms - now_ms) // 1000)
@@ -61,10 +65,14 @@ class Lease:
                 f"leased to {self.holder}{purpose} "
                 f"(since {started_s} s ago, lease expires in {left_s} s)"
             )
-        return (
-            f"run {self.run_id} for {self.holder} is in progress "
-            f"(started {started_s} s ago, lease expires in {left_s} s)"
-        )
+        head = f"run {self.run_id} for {self.holder} is in progress (started {started_s} s ago"
+        if not self.expected_end_unix_ms:
+            return f"{head}; how long its plan takes is not known, at most {left_s} s)"
+        planned_s = max(0, (self.expected_end_unix_ms - self.started_unix_ms) // 1000)
+        free_s = (self.expected_end_unix_ms - now_ms) // 1000
+        if free_s > 0:
+            return f"{head}; its plan times {planned_s} s: likely free in about {free_s} s)"
+        return f"{head}; its plan's {planned_s} s of timed phases are over: likely free soon)"
 
     def to_json(self) -> dict:
         """The lease as a JSON object (the keys of the protobuf ``Lease``)."""
@@ -79,13 +87,17 @@ class Lease:
             started_unix_ms=int(data["started_unix_ms"]),
             expires_unix_ms=int(data["expires_unix_ms"]),
             purpose=str(data.get("purpose") or ""),
+            expected_end_unix_ms=int(data.get("expected_end_unix_ms") or 0),
         )
 
     @classmethod
-    def starting_now(cls, run_id: str, holder: str, max_run_s: float) -> Lease:
-        """A lease from now for ``max_run_s`` seconds."""
+    def starting_now(
+        cls, run_id: str, holder: str, max_run_s: float, expected_s: float | None = None
+    ) -> Lease:
+        """A lease from now for ``max_run_s`` seconds; the run likely ends after ``expected_s``."""
         now_ms = int(time.time() * 1000)
-        return cls(run_id, holder, now_ms, now_ms + int(max_run_s * 1000))
+        end = now_ms + int(min(expected_s, max_run_s) * 1000) if expected_s is not None else 0
+        return cls(run_id, holder, now_ms, now_ms + int(max_run_s * 1000), "", end)
 
 
 @dataclass
@@ -293,11 +305,19 @@ class RunSlot:
 
     # -- runs --------------------------------------------------------------------
 
-    def start(self, run_id: str, holder: str, max_run_s: float, lease_id: str = "") -> ActiveRun:
+    def start(
+        self,
+        run_id: str,
+        holder: str,
+        max_run_s: float,
+        lease_id: str = "",
+        expected_s: float | None = None,
+    ) -> ActiveRun:
         """Take the slot for ``run_id`` or raise DeviceBusy naming what holds the device.
 
         With ``lease_id`` the run goes under that lease, which must be held; without
-        it the device must be free and nobody waiting for it.
+        it the device must be free and nobody waiting for it. ``expected_s`` is how long
+        the run's plan likely takes (shown to whoever finds the device busy).
         """
         with self._lock:
             self._reclaim()
@@ -315,7 +335,7 @@ class RunSlot:
                 raise self._busy_error()
             else:
                 purpose = ""
-            run = ActiveRun(Lease.starting_now(run_id, holder, max_run_s))
+            run = ActiveRun(Lease.starting_now(run_id, holder, max_run_s, expected_s))
             run.lease.purpose = purpose
             # The lease is enforced, not just shown: an overrun is cancelled and still reported.
             run.timer = threading.Timer(max_run_s, run.cancel.set)

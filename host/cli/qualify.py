@@ -174,11 +174,6 @@ def cmd_qualify(args) -> int:
                 on_notice=print_note,
                 coload_models=parse_coload(args.coload)[1],
             )
-    from ..devices.nonces import NonceLedger
-
-    NonceLedger().record(
-        qualification.report.nonce, qualification.report.run_id, qualification.envelope
-    )
     predicate = qualification.report.predicate
     for note in qualification.notes:
         print_note(note)

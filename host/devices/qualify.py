@@ -21,6 +21,7 @@ from edgequal.agent.runtimes.onnx_external_data import check_external_data
 
 from ..errors import UsageError
 from ..transport import QualifyRequest, Transport
+from .nonces import NonceLedger
 from .runs import RunLedger, StartedRun, cancel_and_fetch
 from .trust import KnownDevices
 from .verify import VerifiedReport, verify_envelope
@@ -176,6 +177,8 @@ def qualify(
     report = verify_envelope(
         envelope, known=known, device=device_name, expected_nonce=nonce, artifacts=artifacts
     )
+    # This host issued the nonce: `verify` says so later, whoever ran it (qualify, fleet).
+    NonceLedger().record(report.nonce, report.run_id, envelope)
     if out is not None:
         out = Path(out)
         out.parent.mkdir(parents=True, exist_ok=True)

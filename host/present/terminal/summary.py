@@ -449,6 +449,7 @@ class FleetMatrix:
         self.models = models
         self.devices = devices
         self.cells: dict[tuple[str, str], str] = {}
+        self._lines: dict[tuple[str, str], str] = {}
         self.enabled = enabled and console.is_terminal
         self.log_lines = enabled and not console.is_terminal
         self._lock = threading.Lock()
@@ -484,16 +485,29 @@ class FleetMatrix:
             text += f" [dim]#{record.attempts}[/]"
         if getattr(record, "gate_passed", None) is False:
             text += " [bold red]gate[/]"
+        line = fleet_log_line(record)
         with self._lock:
-            if self.cells.get((record.model, record.device)) == text:
+            key = (record.model, record.device)
+            if self.cells.get(key) == text and self._lines.get(key) == line:
                 return
-            self.cells[(record.model, record.device)] = text
+            self.cells[key] = text
             if self._live:
                 self._live.update(self._table())
-            elif self.log_lines:
-                line = f"fleet: {record.model} on {record.device}: {state}"
-                if record.attempts > 1:
-                    line += f" (attempt {record.attempts})"
-                if record.error and state in ("error", "retrying", "skipped"):
-                    line += f": {record.error}"
+            elif self.log_lines and self._lines.get(key) != line:
+                self._lines[key] = line
                 err_console.print(line, markup=False, highlight=False)
+
+
+def fleet_log_line(record) -> str:
+    """A run's state as a log line: what it waits for, why it failed or is inconclusive."""
+    state = record.state
+    line = f"fleet: {record.model} on {record.device}: {state}"
+    if record.attempts > 1:
+        line += f" (attempt {record.attempts})"
+    if record.error and state in ("error", "retrying", "skipped"):
+        line += f": {record.error}"
+    elif state == "waiting" and getattr(record, "waiting_for", None):
+        line += f" for {record.waiting_for}"
+    elif getattr(record, "reason", None) and state not in ("passed", "running", "pending"):
+        line += f": {record.reason}"
+    return line

@@ -95,7 +95,7 @@ def test_fleet_run_matrix_outputs_and_resume(tmp_path, agents, example_models, g
         models,
         options,
         on_change=lambda r: changes.append(r.state),
-        record_report=lambda path, device: history.record_file(path, device=device),
+        record_report=lambda path, device, cell: history.record_file(path, device, cell=cell),
     ).run()
 
     assert len(result.runs) == 8
@@ -386,8 +386,12 @@ def test_retries_with_backoff(tmp_path, example_models, outcomes, state, attempt
     models = load_models(write_models(tmp_path, example_models, {}, names=("micro",)))
     slept = []
     recorded = []
+    cells = []
 
-    def record_report(path, device):
+    def record_report(path, device, cell):
+        # One cell: every report is an attempt of it, in order.
+        assert cell.model_label == "micro" and cell.attempt > (cells[-1][1] if cells else 0)
+        cells.append((cell.cell, cell.attempt))
         recorded.append(
             verify_envelope(path.read_bytes(), known=KnownDevices(), device=device).run_id
         )
@@ -407,6 +411,7 @@ def test_retries_with_backoff(tmp_path, example_models, outcomes, state, attempt
     # Every attempt that came back with a report is in the history, the replaced ones too.
     measured = [o for o in outcomes[:attempts] if o[0].islower()]
     assert len(recorded) == len(set(recorded)) == len(measured)
+    assert len({c for c, _ in cells}) == (1 if measured else 0)
     assert recorded[-1:] == ([record.run_id] if measured else [])
     if record.status:
         assert (tmp_path / "out" / record.report).is_file()

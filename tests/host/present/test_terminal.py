@@ -38,7 +38,7 @@ def test_summary_of_a_real_measurement_with_sustained_and_drift(
         "Cold load",
         "Warm latency",
         "Output drift",
-        "decisions 0 flips in 12 cases",
+        "decisions no decision flipped in 12 cases (threshold:score>0.5); none of the",
         "Sustained (2 s, 1 s windows)",
         "throughput per window:",
         "temperatures are absent, not estimated",

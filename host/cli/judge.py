@@ -22,6 +22,24 @@ def cmd_verify(args) -> int:
         envelope, known=KnownDevices(), device=args.device, artifacts=args.artifact
     )
     issued_here = NonceLedger().check(report.nonce, report.run_id, envelope)
+    if args.json:
+        import json
+
+        from ..present.terminal.summary import write_json
+
+        verified = {
+            "verified": True,
+            "run_id": report.run_id,
+            "device": report.device_name,
+            "key_fingerprint": report.fingerprint,
+            "status": report.status,
+            "reason": report.predicate.get("reason"),
+            "subjects": report.subjects,
+            "artifacts_checked": [str(a) for a in args.artifact],
+            "nonce_issued_by_this_host": issued_here,
+        }
+        write_json(json.dumps(verified, indent=1))
+        return 0
     print_line(
         f"verified: run {report.run_id} signed by device '{report.device_name}' ({report.fingerprint}), "
         f"status {report.status}, {len(report.subjects)} subjects"

@@ -252,6 +252,10 @@ def test_a_model_for_the_crashing_runtime_fails_signed_and_the_other_runtime_qua
         "SIGSEGV",
         "import",
     )
+    from importlib.metadata import version
+
+    # The runtime's version, from its package metadata: the summary names it.
+    assert crash["runtime_version"] == version("onnxruntime")
     proc = run_agent(
         state,
         "run-plan",

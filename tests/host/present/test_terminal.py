@@ -100,7 +100,7 @@ def _latency(steady: bool) -> dict:
         ),
         (
             {"status": "failed", "results": {"drift": {"passed": False}}},
-            "raise the output's tolerance in the golden set",
+            "edgequal golden make ... --tolerance OUTPUT=ATOL,RTOL",
         ),
         (
             {"status": "failed", "findings": [{"kind": "model_rejected", "message": "m"}]},
@@ -111,7 +111,16 @@ def _latency(steady: bool) -> dict:
             "do this",
         ),
         ({"status": "inconclusive"}, "re-run on a quiet board"),
-        ({"status": "incomplete", "reason": "cancelled"}, "fetched by its run id"),
+        ({"status": "incomplete", "reason": "cancelled"}, "the run was cancelled (Ctrl-C or"),
+        (
+            {
+                "status": "incomplete",
+                "reason": "cancelled",
+                "findings": [{"kind": "cancelled", "message": "run cancelled"}],
+            },
+            "nothing failed",
+        ),
+        ({"status": "incomplete", "reason": "agent restarted"}, "fetched by its run id"),
     ],
 )
 def test_status_hint_says_what_would_change_the_status(predicate, expected):

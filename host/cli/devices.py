@@ -104,7 +104,14 @@ def cmd_runs(args) -> int:
 
                 write_json(json.dumps({"device": device.name, "runs": listed}, indent=1))
                 return 0
-            rows = [[r["run_id"], r.get("detail") or r["state"], r["model"] or ""] for r in listed]
+            rows = [
+                [
+                    r["run_id"],
+                    r["state"] + (f" for {r['holder']}" if "holder" in r else ""),
+                    r["model"] or "",
+                ]
+                for r in listed
+            ]
             print_table(f"Runs on {device.name}", ["run id", "state", "model"], rows)
             return 0
         run_id = args.run_id

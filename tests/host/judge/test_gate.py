@@ -650,3 +650,23 @@ def test_throttling_and_temperature_limits_on_an_emulated_board(throttled_report
     html = page.read_text()
     assert "Windows with a cause" in html and "throttling" in html
     assert "no sensor" not in html
+
+
+def test_the_quiet_board_advice_is_given_once():
+    """The agent's reason already ends with the advice; the check and the summary keep one."""
+    from edgequal.host.judge.checks import status_checks
+    from edgequal.host.judge.gate import GateResult
+
+    pred = {
+        "status": "inconclusive",
+        "reason": "latency for x=1x4 has a heavy tail while other processes took the CPU; "
+        "re-run on a quiet board",
+    }
+    (check,) = status_checks(pred, parse_policy({}))
+    assert check.message == (
+        "inconclusive: latency for x=1x4 has a heavy tail while other processes took the CPU; "
+        "re-run on a quiet board (interference, not a regression)"
+    )
+    summary = GateResult("r.json", "p", True, "verified", [check]).summary
+    assert summary.count("re-run on a quiet board") == 1
+    assert summary.startswith("gate failed: inconclusive: latency")

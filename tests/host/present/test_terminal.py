@@ -159,3 +159,46 @@ def test_window_causes_are_marked_under_the_sparkline_and_named():
         "interference: run-queue wait 42%; other processes 1.90 CPUs (busiest: stress[/x] 0.97)"
     )
     assert describe_cause("unexplained", None).startswith("unexplained")
+
+
+def test_a_crashed_worker_names_its_runtime_version_and_where_it_stopped(capsys):
+    crash = {
+        "phase": "cold_load",
+        "cause": "signal",
+        "kind": "worker_failure",
+        "message": "worker killed by SIGSEGV",
+        "worker_phase": "import",
+        "runtime": "onnxruntime",
+        "runtime_version": "1.32.0",
+        "signal": "SIGSEGV",
+    }
+    predicate = {
+        "status": "failed",
+        "reason": "worker killed by SIGSEGV",
+        "run_id": "r",
+        "results": {},
+        "findings": [crash],
+    }
+    summary.print_summary(predicate, "arm64-board")
+    text = " ".join(capsys.readouterr().out.split())
+    assert "runtime onnxruntime 1.32.0 · stopped in cold_load (import)" in text
+    assert (
+        "finding [worker_failure] worker killed by SIGSEGV · onnxruntime 1.32.0 · "
+        "in cold_load (import)"
+    ) in text
+
+
+def test_a_cancelled_run_is_a_cancellation_not_a_failure(capsys):
+    cancelled = {"phase": "latency", "kind": "cancelled", "message": "run cancelled"}
+    predicate = {
+        "status": "incomplete",
+        "reason": "cancelled",
+        "run_id": "r",
+        "results": {},
+        "findings": [cancelled],
+    }
+    summary.print_summary(predicate, "local")
+    text = " ".join(capsys.readouterr().out.split())
+    assert "[cancelled] run cancelled" in text and "worker_failure" not in text
+    assert "the run was cancelled (Ctrl-C or runs cancel), nothing failed" in text
+    assert "fix the cause" not in text

@@ -420,6 +420,12 @@ def test_retries_with_backoff(tmp_path, example_models, outcomes, state, attempt
         assert (tmp_path / "out" / record.report).is_file()
         # The report's reason travels with the record: the table, the log and the JUnit say why.
         assert record.reason == f"scripted {record.status}"
+        # This host issued its nonce: verify says so of a fleet run's report too.
+        from edgequal.host.devices.nonces import NonceLedger
+
+        envelope = (tmp_path / "out" / record.report).read_bytes()
+        report = verify_envelope(envelope, known=KnownDevices(), device="dev")
+        assert NonceLedger().check(report.nonce, report.run_id, envelope)
         suite = ET.parse(tmp_path / "out" / "junit.xml").getroot().find("testsuite")
         failure = suite.find("testcase").find("failure")
         if record.ok:

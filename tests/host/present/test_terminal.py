@@ -202,3 +202,19 @@ def test_a_cancelled_run_is_a_cancellation_not_a_failure(capsys):
     assert "[cancelled] run cancelled" in text and "worker_failure" not in text
     assert "the run was cancelled (Ctrl-C or runs cancel), nothing failed" in text
     assert "fix the cause" not in text
+
+
+def test_a_table_folds_a_wide_cell_instead_of_cutting_it(capsys):
+    from edgequal.host.present.terminal.sections import print_table
+
+    columns = ["measured", "device", "model", "status", "p50 ms", "p99 ms", "runtime_version"]
+    columns += ["run", "changed"]
+    row = ["2026-11-30T00:00:00", "pi5-a-long-name", "classifier_int8.onnx", "inconclusive"]
+    row += ["0.123", "0.456", "onnxruntime 1.32.0", "20261130T000000Z-00000000", "firmware"]
+    print_table("history", columns, [row])
+    out = capsys.readouterr().out
+    assert "…" not in out
+    # Every cell is there whole, read down its column.
+    lines = [line.split("│")[1:-1] for line in out.splitlines() if line.startswith("│")]
+    cells = ["".join(part.strip() for part in col) for col in zip(*lines)]
+    assert cells == [value.replace(" ", "") for value in row]

@@ -57,22 +57,30 @@ class Lease:
         device is likely free: for a run, from its plan's timed phases (the lease's own
         expiry is the run's upper limit, hours away, and says little)."""
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-        started_s = max(0, (now_ms - self.started_unix_ms) // 1000)
-        left_s = max(0, (self.expires_unix_ms - now_ms) // 1000)
         if not self.run_id:
+            started_s = max(0, (now_ms - self.started_unix_ms) // 1000)
+            left_s = max(0, (self.expires_unix_ms - now_ms) // 1000)
             purpose = f" for {self.purpose}" if self.purpose else ""
             return (
                 f"leased to {self.holder}{purpose} "
                 f"(since {started_s} s ago, lease expires in {left_s} s)"
             )
-        head = f"run {self.run_id} for {self.holder} is in progress (started {started_s} s ago"
+        return f"run {self.run_id} for {self.holder} is in progress ({self.timing(now_ms)})"
+
+    def timing(self, now_ms: int | None = None) -> str:
+        """When a run started and when it is likely done: ``started 12 s ago; its plan
+        times 75 s: likely free in about 63 s``."""
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        started_s = max(0, (now_ms - self.started_unix_ms) // 1000)
+        head = f"started {started_s} s ago"
         if not self.expected_end_unix_ms:
-            return f"{head}; how long its plan takes is not known, at most {left_s} s)"
+            left_s = max(0, (self.expires_unix_ms - now_ms) // 1000)
+            return f"{head}; how long its plan takes is not known, at most {left_s} s"
         planned_s = max(0, (self.expected_end_unix_ms - self.started_unix_ms) // 1000)
         free_s = (self.expected_end_unix_ms - now_ms) // 1000
         if free_s > 0:
-            return f"{head}; its plan times {planned_s} s: likely free in about {free_s} s)"
-        return f"{head}; its plan's {planned_s} s of timed phases are over: likely free soon)"
+            return f"{head}; its plan times {planned_s} s: likely free in about {free_s} s"
+        return f"{head}; its plan's {planned_s} s of timed phases are over: likely free soon"
 
     def to_json(self) -> dict:
         """The lease as a JSON object (the keys of the protobuf ``Lease``)."""

@@ -123,9 +123,11 @@ def cmd_runs(args) -> int:
         if args.runs_command == "show":
             lease = transport.info().get("lease")
             if lease and lease["run_id"] == run_id:
+                from edgequal.agent.service.lease import Lease
+
                 print_line(
                     f"run {run_id} on {device.name}: in progress for {lease['holder']}, "
-                    f"lease expires at unix ms {lease['expires_unix_ms']}"
+                    + Lease.from_json(lease).timing()
                 )
                 return 0
         report, path = _fetch_run(args, transport, device, ledger)

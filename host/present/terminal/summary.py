@@ -488,9 +488,9 @@ class FleetMatrix:
 
     def _table(self) -> Table:
         table = Table(title=esc(self.title), padding=(0, 1))
-        table.add_column("model \\ device")
+        table.add_column("model \\ device", overflow="fold")
         for d in self.devices:
-            table.add_column(esc(d))
+            table.add_column(esc(d), overflow="fold")
         for m in self.models:
             table.add_row(
                 esc(m), *(Text.from_markup(self.cells.get((m, d), "")) for d in self.devices)

@@ -17,7 +17,7 @@ import threading
 from pathlib import Path
 
 from .cli_args import OneLineParser, examples, global_default, spread_global_options
-from .config import default_state_dir, probe_root
+from .config import default_state_dir, probe_root, read_settings
 from .errors import AgentError, BadInput, DeviceBusy
 
 log = logging.getLogger("edgequal.agent")
@@ -62,6 +62,41 @@ def _parser() -> argparse.ArgumentParser:
         "--root", help="prefix for /sys, /proc, /etc reads (default $EDGEQUAL_ROOT or /)"
     )
     s.add_argument("--port-file", type=Path, help="write the bound port here once serving")
+    s.add_argument(
+        "--metrics-textfile",
+        type=Path,
+        metavar="PATH",
+        help="keep the agent's state here as OpenMetrics text for node_exporter's textfile "
+        "collector (busy, current run, last status per model, temperatures at rest)",
+    )
+    s.add_argument(
+        "--metrics-interval",
+        default="15s",
+        help="how often --metrics-textfile is rewritten (default 15s)",
+    )
+    size = {"type": _size_arg, "metavar": "SIZE"}
+    s.add_argument(
+        "--artifact-quota",
+        **size,
+        help="most the artifact store holds, uploads in progress included (e.g. 10GiB; "
+        "default: no quota; agent.toml [store] quota)",
+    )
+    s.add_argument(
+        "--min-free",
+        **size,
+        help="free disk uploads never take (default 256MiB; agent.toml [store] min_free)",
+    )
+    s.add_argument(
+        "--max-artifact",
+        **size,
+        help="largest single artifact (default 2GiB; agent.toml [store] max_artifact)",
+    )
+    s.add_argument(
+        "--memory-limit",
+        **size,
+        help="a worker's memory limit when the plan sets none (default: half the board's "
+        "memory; agent.toml [worker] memory_limit)",
+    )
     examples(
         s,
         "edgequal-agent serve   # loopback only, no token needed",
@@ -130,6 +165,15 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _size_arg(text: str) -> int:
+    from .config import parse_size_bytes
+
+    try:
+        return parse_size_bytes(text, "size")
+    except BadInput as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``edgequal-agent``."""
     args = _parser().parse_args(argv)
@@ -162,17 +206,28 @@ def main(argv: list[str] | None = None) -> int:
 def cmd_serve(args, state_dir: Path) -> int:
     import signal
 
+    from .plan import parse_duration_s
     from .probes.fingerprint import fingerprint
     from .runtimes import ProbedRuntimes
     from .service.auth import read_token_file
     from .service.server import serve
 
     token = read_token_file(args.token_file) if args.token_file else None
+    interval_s = parse_duration_s(args.metrics_interval)
+    if interval_s <= 0:
+        raise BadInput("--metrics-interval must be longer than 0 s", hint="e.g. 15s")
     tls = None
     if args.tls_cert or args.tls_key:
         if not (args.tls_cert and args.tls_key):
             raise BadInput("--tls-cert and --tls-key go together")
         tls = (args.tls_cert, args.tls_key, args.client_ca)
+    settings = read_settings(
+        state_dir,
+        quota_bytes=args.artifact_quota,
+        min_free_bytes=args.min_free,
+        max_artifact_bytes=args.max_artifact,
+        memory_limit_bytes=args.memory_limit,
+    )
 
     server = serve(
         args.listen,
@@ -182,6 +237,7 @@ def cmd_serve(args, state_dir: Path) -> int:
         tls=tls,
         fingerprint_fn=fingerprint,
         runtimes_fn=ProbedRuntimes(),
+        **settings.server_options(),
     )
     if server.state_lock is not None:
         # How run-plan (an SSH host's run on this device) hands its plan to this agent.
@@ -195,8 +251,15 @@ def cmd_serve(args, state_dir: Path) -> int:
         tmp = args.port_file.with_name(args.port_file.name + ".tmp")
         tmp.write_text(str(server.port))
         tmp.replace(args.port_file)
+    metrics = None
+    if args.metrics_textfile:
+        from .service.metrics_textfile import MetricsTextfile
+
+        metrics = MetricsTextfile(args.metrics_textfile, server.service, interval_s).start()
     signal.signal(signal.SIGTERM, lambda *_: server.stop())
     server.wait_for_termination()
+    if metrics is not None:
+        metrics.stop()
     return 0
 
 
@@ -301,7 +364,8 @@ def cmd_run_plan(args, state_dir: Path) -> int:
     if not isinstance(request.plan, dict):
         raise BadInput(f"plan file {args.plan_file}: 'plan' must be a JSON object")
     check_plan_bounds(request.plan, DEFAULT_MAX_RUN_S)
-    store = ArtifactStore(Path(state_dir) / "artifacts")
+    settings = read_settings(state_dir)
+    store = ArtifactStore(Path(state_dir) / "artifacts", **settings.store_options())
     request.extra_files = check_extra_files(request.model_name, request.extra_files, store)
     resolve_plan(request.plan, store, config_path(Path(state_dir)))  # refused before anything runs
     try:
@@ -313,7 +377,9 @@ def cmd_run_plan(args, state_dir: Path) -> int:
         return _run_plan_through(serving, request, spec.get("holder") or "ssh")
     try:
         key = load_or_create_device_key(state_dir)
-        runs = Runs(state_dir, key, store, probe_root(args.root))
+        runs = Runs(
+            state_dir, key, store, probe_root(args.root), memory_limit_mb=settings.memory_limit_mb
+        )
         cancel = threading.Event()
         # The same ends as over gRPC: the host leaving (hang-up, terminate, interrupt,
         # closed pipe) or the lease running out cancels the run, which is still signed.
@@ -324,7 +390,7 @@ def cmd_run_plan(args, state_dir: Path) -> int:
             request.run_id,
             spec.get("holder") or "ssh",
             DEFAULT_MAX_RUN_S,
-            timed_s_of(request.plan),
+            expected_s=timed_s_of(request.plan),
         )
         timer = threading.Timer(DEFAULT_MAX_RUN_S, cancel.set)
         timer.daemon = True
@@ -338,6 +404,8 @@ def cmd_run_plan(args, state_dir: Path) -> int:
         finally:
             timer.cancel()
             lock.set_lease(None)
+        if not lines.broken:
+            runs.mark_delivered(request.run_id)  # before it leaves: one report per run
         lines.emit({"envelope": base64.b64encode(envelope).decode(), "run_id": request.run_id})
         delivered = not lines.broken
         lines.close()
@@ -436,6 +504,16 @@ def cmd_measure(args, state_dir: Path) -> int:
         sustain_s=parse_duration_s(args.sustain) if args.sustain else None,
         window_s=parse_duration_s(args.window) if args.window else None,
     )
+
+    if plan.memory_limit_mb is None:  # the same default as a run from a host
+        from dataclasses import replace
+
+        from .worker.supervisor import default_memory_limit_mb
+
+        limit = read_settings(state_dir).memory_limit_mb or default_memory_limit_mb(
+            probe_root(args.root)
+        )
+        plan = replace(plan, memory_limit_mb=limit)
 
     def progress(event: dict) -> None:
         if not args.json and event.get("type") == "phase" and event.get("state") == "started":

@@ -1,8 +1,10 @@
-"""Where the agent keeps its state, and the root path its probes read from."""
+"""Where the agent keeps its state, the root path its probes read from, and what the
+operator sets in ``agent.toml`` (or ``serve`` flags): store limits, worker memory."""
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 
@@ -37,3 +39,171 @@ def probe_root(explicit: str | os.PathLike | None = None) -> Path:
     if explicit:
         return Path(explicit)
     return Path(os.environ.get("EDGEQUAL_ROOT") or "/")
+
+
+# -- the agent's configuration file (agent.toml) ------------------------------------
+
+CONFIG_FILE = "agent.toml"
+CONFIG_ENV = "EDGEQUAL_AGENT_CONFIG"
+
+_SIZE_UNITS = {
+    "": 1,
+    "B": 1,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "TB": 10**12,
+    "KIB": 2**10,
+    "MIB": 2**20,
+    "GIB": 2**30,
+    "TIB": 2**40,
+}
+
+
+def config_path(state_dir: Path) -> Path:
+    """``$EDGEQUAL_AGENT_CONFIG``, else ``agent.toml`` in the agent's state directory."""
+    env = os.environ.get(CONFIG_ENV)
+    return Path(env) if env else Path(state_dir) / CONFIG_FILE
+
+
+def read_config(path: Path | None) -> dict:
+    """The agent's configuration file as a table; a missing file (or None) is empty.
+
+    A file that cannot be read or is not TOML is a BadInput naming the file.
+    """
+    from .errors import BadInput
+
+    try:
+        import tomllib  # novermin: the fallback below is for 3.10
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    if path is None:
+        return {}
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        return {}
+    except (OSError, UnicodeDecodeError) as e:
+        raise BadInput(
+            f"cannot read the agent configuration {path}: {getattr(e, 'strerror', None) or e}"
+        ) from e
+    try:
+        return tomllib.loads(text)
+    except (tomllib.TOMLDecodeError, RecursionError) as e:
+        raise BadInput(f"agent configuration {path}: {e}") from e
+
+
+def parse_size_bytes(value: object, what: str) -> int:
+    """A size: an integer number of bytes, or text such as ``10GiB``, ``512MiB``, ``500MB``.
+
+    BadInput naming ``what`` for anything else (negative, fractional bytes, unknown unit).
+    """
+    import re
+
+    from .errors import BadInput
+
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    m = re.fullmatch(
+        r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*", value if isinstance(value, str) else ""
+    )
+    unit = m.group(2).upper() if m else None
+    if m is None or unit not in _SIZE_UNITS:
+        raise BadInput(
+            f"{what}: not a size: {str(value)[:40]!r}",
+            hint="give bytes, or a number with a unit: 500MB, 512MiB, 10GiB",
+        )
+    size = float(m.group(1)) * _SIZE_UNITS[unit]
+    if size != int(size) or size > 2**63:
+        raise BadInput(f"{what}: {value!r} is not a whole number of bytes")
+    return int(size)
+
+
+_SETTINGS = {
+    "store": {
+        "max_artifact": "max_artifact_bytes",
+        "quota": "quota_bytes",
+        "min_free": "min_free_bytes",
+    },
+    "worker": {"memory_limit": "memory_limit_bytes"},
+}
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    """What the operator sets for the agent: store limits and the worker's memory limit.
+
+    Each is None when neither a ``serve`` flag nor ``agent.toml`` sets it (the agent's
+    default then applies: docs/protocol.md "Limits"). In ``agent.toml``::
+
+        [store]
+        quota = "10GiB"          # everything stored plus uploads in progress
+        min_free = "256MiB"      # free disk uploads never take (the free-space floor)
+        max_artifact = "2GiB"    # one artifact
+
+        [worker]
+        memory_limit = "512MiB"  # a worker's RSS; default: half the board's memory
+    """
+
+    max_artifact_bytes: int | None = None
+    quota_bytes: int | None = None
+    min_free_bytes: int | None = None
+    memory_limit_bytes: int | None = None
+
+    @classmethod
+    def from_config(cls, config: dict, path: Path | str = CONFIG_FILE) -> AgentSettings:
+        """The settings of a configuration table (:func:`read_config`); BadInput names the key."""
+        from .errors import BadInput
+
+        values = {}
+        for section, keys in _SETTINGS.items():
+            table = config.get(section, {})
+            if not isinstance(table, dict):
+                raise BadInput(f"agent configuration {path}: [{section}] must be a table")
+            unknown = sorted(set(table) - set(keys))
+            if unknown:
+                raise BadInput(
+                    f"agent configuration {path}: unknown key [{section}] {unknown[0]}",
+                    hint=f"[{section}] takes {', '.join(keys)}",
+                )
+            for key, field_name in keys.items():
+                if key in table:
+                    values[field_name] = parse_size_bytes(
+                        table[key], f"agent configuration {path}: [{section}] {key}"
+                    )
+        return cls(**values)
+
+    def overridden(self, **flags: int | None) -> AgentSettings:
+        """These settings with every flag that was given (not None) in place of the file's."""
+        return replace(self, **{k: v for k, v in flags.items() if v is not None})
+
+    @property
+    def memory_limit_mb(self) -> int | None:
+        """The worker memory limit in MiB (the unit of a plan's ``memory_limit_mb``)."""
+        if self.memory_limit_bytes is None:
+            return None
+        return max(1, self.memory_limit_bytes // 2**20)
+
+    def server_options(self) -> dict:
+        """Keyword arguments of ``build_server`` / ``serve`` for the settings that are set."""
+        options = {
+            "max_artifact_bytes": self.max_artifact_bytes,
+            "quota_bytes": self.quota_bytes,
+            "min_free_bytes": self.min_free_bytes,
+            "memory_limit_mb": self.memory_limit_mb,
+        }
+        return {k: v for k, v in options.items() if v is not None}
+
+    def store_options(self) -> dict:
+        """Keyword arguments of ``ArtifactStore`` for the store limits that are set."""
+        options = self.server_options()
+        options.pop("memory_limit_mb", None)
+        if "min_free_bytes" in options:
+            options["reserve_bytes"] = options.pop("min_free_bytes")
+        return options
+
+
+def read_settings(state_dir: Path, **flags: int | None) -> AgentSettings:
+    """The operator's settings: ``serve`` flags over the agent's configuration file."""
+    path = config_path(state_dir)
+    return AgentSettings.from_config(read_config(path), path).overridden(**flags)

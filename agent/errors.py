@@ -45,6 +45,18 @@ class DigestMismatch(AgentError):
     exit_code = 2
 
 
+class ArtifactCorrupt(AgentError):
+    """A stored artifact no longer hashes to its digest (corrupted at rest)."""
+
+    def __init__(
+        self, message: str, *, name: str, digest: str, actual: str, hint: str | None = None
+    ):
+        super().__init__(message, hint=hint)
+        self.name = name
+        self.digest = digest
+        self.actual = actual
+
+
 class DeviceBusy(AgentError):
     """Another measurement holds the device."""
 
@@ -53,3 +65,13 @@ class QuotaExceeded(AgentError):
     """An upload would exceed the size limit or the disk quota."""
 
     exit_code = 2
+
+
+class BadRawInput(BadInput):
+    """A raw file of a golden set (image, audio clip, text) that its pipeline cannot decode:
+    truncated, a decompression bomb, a lying header, not UTF-8. ``stage`` names where it
+    was refused (``decode`` or ``preprocess``)."""
+
+    def __init__(self, message: str, hint: str | None = None, *, stage: str = "decode"):
+        super().__init__(message, hint)
+        self.stage = stage

@@ -3,7 +3,13 @@
 One ``.npz`` file (a zip of ``.npy`` arrays, read with ``allow_pickle=False``):
 
 - ``__manifest__``: a uint8 array holding the manifest as UTF-8 JSON;
-- ``inputs/CASE/NAME`` and ``outputs/CASE/NAME``: the arrays of each case.
+- ``inputs/CASE/NAME`` and ``outputs/CASE/NAME``: the arrays of each case;
+- for a golden set of raw files (``golden make --raw``): ``raw/CASE/NAME``, each input's
+  raw file (PNG, JPEG, WAV, UTF-8 text) as uint8 bytes, optionally
+  ``reference_inputs/CASE/NAME``, the tensors the training pipeline fed the model, and
+  ``assets/SHA256``, files the pipeline names (a tokenizer.json) by their digest. The
+  manifest's ``pipeline`` (``agent/pipeline/spec.py``) declares the stages; ``inputs/``
+  then holds what that pipeline made of the raw files on the host.
 
 The manifest (``format: edgequal.golden/v1``) records the model's input and output
 specs, the preprocessing contract for raw inputs, the reference runtime and its
@@ -45,6 +51,8 @@ class GoldenCase:
     name: str
     inputs: dict[str, np.ndarray]
     outputs: dict[str, np.ndarray] = field(default_factory=dict)
+    raw: dict[str, bytes] = field(default_factory=dict)
+    reference_inputs: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 @dataclass
@@ -53,6 +61,7 @@ class GoldenSet:
 
     manifest: dict
     cases: list[GoldenCase]
+    assets: dict[str, bytes] = field(default_factory=dict)
 
     @property
     def inputs(self) -> list[TensorSpec]:
@@ -81,6 +90,13 @@ class GoldenSet:
 
         return Preprocessing.from_json(self.manifest.get("preprocessing"))
 
+    @property
+    def pipeline(self):
+        """The declared pipeline (:class:`~.pipeline.spec.Pipeline`), None for prepared tensors."""
+        from .pipeline.spec import Pipeline
+
+        return Pipeline.from_json(self.manifest.get("pipeline"))
+
     def check_against(self, model_inputs: list[TensorSpec]) -> None:
         """Raise GoldenMismatch naming the first input that does not fit the model."""
         for case in self.cases:
@@ -94,8 +110,13 @@ class GoldenSet:
         return groups
 
 
-def write_golden(path: Path, manifest: Mapping, cases: list[GoldenCase]) -> str:
-    """Write a golden set atomically; returns its sha256."""
+def write_golden(
+    path: Path,
+    manifest: Mapping,
+    cases: list[GoldenCase],
+    assets: Mapping[str, bytes] | None = None,
+) -> str:
+    """Write a golden set atomically; returns its sha256. ``assets`` are files by sha256."""
     manifest = dict(manifest)
     manifest["format"] = FORMAT
     manifest["cases"] = [c.name for c in cases]
@@ -110,6 +131,12 @@ def write_golden(path: Path, manifest: Mapping, cases: list[GoldenCase]) -> str:
             arrays[f"inputs/{c.name}/{name}"] = np.asarray(a)
         for name, a in c.outputs.items():
             arrays[f"outputs/{c.name}/{name}"] = np.asarray(a)
+        for name, data in c.raw.items():
+            arrays[f"raw/{c.name}/{name}"] = np.frombuffer(data, dtype=np.uint8)
+        for name, a in c.reference_inputs.items():
+            arrays[f"reference_inputs/{c.name}/{name}"] = np.asarray(a)
+    for digest, data in (assets or {}).items():
+        arrays[f"assets/{digest}"] = np.frombuffer(data, dtype=np.uint8)
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as f:
@@ -143,16 +170,27 @@ def read_golden(path: Path) -> GoldenSet:
     cases: dict[str, GoldenCase] = {
         name: GoldenCase(name, {}, {}) for name in manifest.get("cases", [])
     }
+    assets: dict[str, bytes] = {}
     for key, a in arrays.items():
         kind, _, rest = key.partition("/")
+        if kind == "assets" and rest and "/" not in rest:
+            assets[rest] = _raw_bytes(path, key, a)
+            continue
         case_name, _, tensor = rest.partition("/")
-        if kind not in ("inputs", "outputs") or not tensor:
+        if kind not in ("inputs", "outputs", "raw", "reference_inputs") or not tensor:
             raise BadInput(f"{path}: unexpected array {key[:120]!r}")
         case = cases.setdefault(case_name, GoldenCase(case_name, {}, {}))
-        getattr(case, kind)[tensor] = a
+        getattr(case, kind)[tensor] = _raw_bytes(path, key, a) if kind == "raw" else a
     if not cases:
         raise BadInput(f"{path}: the golden set has no cases")
-    return GoldenSet(manifest, list(cases.values()))
+    return GoldenSet(manifest, list(cases.values()), assets)
+
+
+def _raw_bytes(path: Path, key: str, a: np.ndarray) -> bytes:
+    """A raw file's bytes from its one-dimensional uint8 array; BadInput for anything else."""
+    if a.dtype != np.uint8 or a.ndim != 1:
+        raise BadInput(f"{path}: {key[:120]!r} must be a 1-D uint8 array (a file's bytes)")
+    return a.tobytes()
 
 
 def _check_manifest(path: Path, manifest: dict) -> None:
@@ -182,6 +220,8 @@ def _check_manifest(path: Path, manifest: dict) -> None:
         raise bad("tolerances", "an object")
     if not isinstance(manifest.get("preprocessing"), (dict, type(None))):
         raise bad("preprocessing", "an object or null")
+    if not isinstance(manifest.get("pipeline"), (dict, type(None))):
+        raise bad("pipeline", "an object or null")
     if not isinstance(manifest.get("decision"), (str, type(None))):
         raise bad("decision", "a string or null")
     manifest_edge_shapes(path, manifest)

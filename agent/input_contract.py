@@ -32,10 +32,72 @@ LAYOUTS = ("NCHW", "NHWC")
 COLOR_ORDERS = ("RGB", "BGR", "GRAY")
 DECLARED_KEYS = ("layout", "range", "mean", "std", "scale", "color_order", "resize")
 """What a user may declare per input (flags or TOML); the rest is read from the data."""
+STAGE_KEYS = (
+    "decode",
+    "interpolation",
+    "crop",
+    "dtype",
+    "quant_scale",
+    "quant_zero_point",
+    "sample_rate",
+    "channels",
+    "frame",
+    "tokenizer",
+    "max_length",
+    "truncation",
+    "padding",
+    "field",
+)
+"""What only a pipeline (``golden make --raw DIR --pipeline P``) declares: the stages the
+device executes from raw files (``agent/pipeline/``). Its other keys are
+:data:`DECLARED_KEYS`, the same names with the same meaning, now executed."""
+# A key users reach for that the vocabulary spells otherwise.
+_SPELLED_OTHERWISE = {"height": "resize", "width": "resize", "size": "resize"}
 _CHANNELS = (1, 3, 4)
 # A value this far outside the trained range, in widths of that range, is a mismatch:
 # 0–255 against 0–1 is 254 widths out; a slightly wider augmentation range is not.
 RANGE_SLACK = 0.5
+
+
+def parse_declared(data: Mapping, source: str, *, stages: bool) -> dict[str, dict]:
+    """``{"*": top-level keys, NAME: keys}`` from a parsed preprocessing or pipeline TOML.
+
+    The one parser of both files: top-level keys apply to every input, ``[inputs.NAME]``
+    tables to one. Every key is checked against :data:`DECLARED_KEYS` (and
+    :data:`STAGE_KEYS` when ``stages``, a pipeline); an unknown key is refused naming the
+    closest valid one. Values are checked where they are used (:func:`describe_inputs`,
+    ``pipeline.spec.resolve_pipeline``), against the model's declared inputs.
+    """
+    import difflib
+
+    data = dict(data)
+    per_input = data.pop("inputs", {})
+    if not isinstance(per_input, Mapping) or not all(
+        isinstance(v, Mapping) for v in per_input.values()
+    ):
+        raise BadInput(f"{source}: [inputs.NAME] must be tables of preprocessing keys")
+    known = DECLARED_KEYS + (STAGE_KEYS if stages else ())
+    declared = {"*": data, **{n: dict(v) for n, v in per_input.items()}}
+    for where, keys in declared.items():
+        for key in keys:
+            if key in known:
+                continue
+            shown = "top level" if where == "*" else f"[inputs.{where}]"
+            if key in STAGE_KEYS:
+                raise BadInput(
+                    f"{source}: '{key}' at {shown} is a pipeline stage, not a declaration",
+                    hint="stages run from raw files: edgequal golden make MODEL --raw DIR "
+                    "--pipeline pipeline.toml",
+                )
+            close = [_SPELLED_OTHERWISE[key]] if key in _SPELLED_OTHERWISE else None
+            close = close or difflib.get_close_matches(key, known, 1, 0.5)
+            raise BadInput(
+                f"{source}: unknown key '{key}' at {shown}"
+                + (f"; did you mean '{close[0]}'?" if close else ""),
+                hint=f"known keys: {', '.join(known)}"
+                + ("; resize = [height, width]" if key in _SPELLED_OTHERWISE else ""),
+            )
+    return declared
 
 
 def infer_layout(shape: Sequence) -> str | None:
@@ -70,14 +132,18 @@ class InputContract:
         """The values the model was trained on: declared, else implied by the normalization.
 
         ``scale`` maps 8-bit pixels: [0, 255 × scale]. ``mean``/``std`` in 0–1 units (every
-        mean ≤ 1) map [0, 1]; otherwise they map [0, 255]. None when nothing says.
+        mean ≤ 1) map [0, 1]; otherwise they map [0, 255]; after a ``scale``, they map
+        what it made (the order a pipeline executes them in). None when nothing says.
         """
         if self.model_range is not None:
             return self.model_range
-        if self.scale is not None:
+        if self.scale is not None and self.mean is None:
             return (0.0, 255.0 * self.scale)
         if self.mean is not None and self.std is not None:
-            top = 1.0 if max(self.mean) <= 1.0 else 255.0
+            if self.scale is not None:
+                top = 255.0 * self.scale
+            else:
+                top = 1.0 if max(self.mean) <= 1.0 else 255.0
             lows = [(0.0 - m) / s for m, s in zip(self.mean, self.std)]
             highs = [(top - m) / s for m, s in zip(self.mean, self.std)]
             return (min(lows), max(highs))

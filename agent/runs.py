@@ -18,8 +18,15 @@ Disk space: a run starts only when ``reserve`` (a file of ``reserve_bytes``
 next to the reports) is in place. When the disk fills during the run, the
 reserve is given up so that the finished report can still be written; a report
 that cannot be written even then is kept in memory, served by
-:meth:`Runs.read_report`, retried at every read and every run start, and a
-small marker in the run's directory tells a restarted agent what really happened.
+:meth:`Runs.read_report`, retried at every read and every run start, and the
+run's outcome record (``runs/<id>/outcome.json``, its space taken at run start)
+tells a restarted agent what really happened.
+
+One run id, one report: once a run's report was signed and handed to a host
+(:meth:`Runs.mark_delivered`) or written, recovery never signs another for it. A
+report that reached its host but not the disk leaves ``reports/<id>.lost.json``,
+and asking for it says so; only a run whose signed report never left the agent
+process is signed ``incomplete`` after a restart, with what happened as its reason.
 """
 
 from __future__ import annotations
@@ -34,11 +41,11 @@ import shutil
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from .clock import ClockCheck, check_clock, read_boot_id
-from .errors import AgentError, BadInput, QuotaExceeded
+from .errors import AgentError, ArtifactCorrupt, BadInput, QuotaExceeded
 from .files import is_no_space, write_atomic
 from .keys import DeviceKey
 from .report.signing import build_statement, json_clean, sign_envelope
@@ -60,7 +67,13 @@ MAX_LATENCY_RUNS = 2_000_000
 
 RAW_SAMPLES_KEY = "samples_ns_b64"
 RESERVE_FILE = "reserve"
-UNSAVED_MARKER = "report-unsaved.json"
+OUTCOME_FILE = "outcome.json"
+"""Beside a run's request: how far the run got (running, signed, unsaved, delivered).
+Written in place into space taken when the run starts, so it can be updated on a full disk."""
+OUTCOME_BYTES = 4096
+LOST_SUFFIX = ".lost.json"
+"""``reports/<run_id>.lost.json``: a run whose signed report reached its host but not the
+disk; the device signs no other report for it and says so when asked for it."""
 UNRECOVERABLE_DIR = "runs-unrecoverable"
 BUNDLES_DIR = "bundles"
 PREFLIGHT_TIMEOUT_S = 120.0
@@ -259,6 +272,37 @@ def _preflight(model_path: Path) -> str | None:
     return None if answer.get("ok") else str(answer.get("error"))
 
 
+def _write_outcome(run_dir: Path, outcome: dict) -> None:
+    """Write a run's outcome record in place, padded to OUTCOME_BYTES, and sync it.
+
+    The first write (at run start, while the reserve guarantees room) takes the
+    space; later ones overwrite the same bytes, so they need none on a full disk.
+    """
+    data = json.dumps(outcome).encode()
+    if len(data) >= OUTCOME_BYTES:
+        outcome = {**outcome, "error": str(outcome.get("error", ""))[:200]}
+        data = json.dumps(outcome).encode()[: OUTCOME_BYTES - 1]
+    data = data.ljust(OUTCOME_BYTES, b" ")
+    fd = os.open(run_dir / OUTCOME_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        view = memoryview(data)
+        pos = 0
+        while pos < len(view):
+            pos += os.pwrite(fd, view[pos:], pos)
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
+
+
+def _read_outcome(run_dir: Path) -> dict | None:
+    """A run's outcome record, or None when it has none (or it cannot be read)."""
+    try:
+        value = json.loads((run_dir / OUTCOME_FILE).read_bytes())
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
 def _forget_run(run_dir: Path) -> None:
     for p in run_dir.glob("*"):
         p.unlink(missing_ok=True)
@@ -283,6 +327,7 @@ class Runs:
         reserve_bytes: int = DEFAULT_REPORT_RESERVE_BYTES,
         max_report_bytes: int = MAX_REPORT_BYTES,
         clock: Callable[[], float] = time.time,
+        memory_limit_mb: int | None = None,
     ):
         self.state_dir = Path(state_dir)
         self.key = key
@@ -292,6 +337,9 @@ class Runs:
         self.max_report_bytes = int(max_report_bytes)
         self.clock = clock
         """The device's wall clock (unix seconds); dates in reports come from it."""
+        self.memory_limit_mb = memory_limit_mb
+        """The worker memory limit for a plan that sets none (the operator's ``serve
+        --memory-limit`` or ``agent.toml``); None: a share of the board's memory."""
         self._lock = threading.Lock()
         self._unsaved: dict[str, bytes] = {}
         """Envelopes of finished runs the disk could not take yet, by run id."""
@@ -332,7 +380,22 @@ class Runs:
                 raise BadInput(
                     f"run {run_id} is still in progress; its report is not ready"
                 ) from None
+            lost = self._lost_note(run_id)
+            if lost is not None:
+                raise BadInput(lost, hint="the host that ran it holds the report") from None
             raise BadInput(f"no report for run {run_id} on this device") from None
+
+    def _lost_note(self, run_id: str) -> str | None:
+        """What happened to a run whose delivered report the disk never took, if that is this run."""
+        try:
+            note = json.loads((self.state_dir / "reports" / f"{run_id}{LOST_SUFFIX}").read_text())
+            return (
+                f"run {run_id} finished ({note['status']}); its signed report of "
+                f"{note['bytes']} bytes was delivered to its host but could not be stored on "
+                f"this device ({note['error']}), and no other report is signed for it"
+            )
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
 
     # -- running -------------------------------------------------------------
 
@@ -354,6 +417,7 @@ class Runs:
         check_run_id(request.run_id)
         model_path = self.store.path(request.model_digest)
         golden_path = self.store.path(request.golden_digest) if request.golden_digest else None
+        request = self._with_memory_limit(request)
         self.save_unsaved()
         self.ensure_reserve()
         run_dir = self.run_dir(request.run_id)
@@ -362,6 +426,7 @@ class Runs:
         record = {**asdict(request), "boot_id": read_boot_id(self.root)}
         try:
             write_atomic(run_dir / "request.json", json.dumps(record).encode())
+            _write_outcome(run_dir, {"state": "running"})
         except OSError as e:
             _forget_run(run_dir)
             if is_no_space(e):
@@ -373,6 +438,12 @@ class Runs:
         bundle = self.bundle_dir(request.run_id)
         try:
             model_path = self._lay_out_bundle(request, bundle)
+            coload = resolve_plan(request.plan, self.store, config_path(self.state_dir))
+            checked = [(golden_path, request.golden_digest, request.golden_name or "golden set")]
+            checked += [(load.model, load.decl["sha256"], load.label) for load in coload or ()]
+            for path, digest, name in checked:
+                if path is not None:
+                    self.store.check_intact(path, digest, name)
             refused = _preflight(model_path)
             if refused is not None:
                 measurement = {
@@ -391,8 +462,21 @@ class Runs:
                     on_event=on_event,
                     cancel=cancel,
                     model_name=request.model_name,
-                    coload=resolve_plan(request.plan, self.store, config_path(self.state_dir)),
+                    coload=coload,
                 )
+        except ArtifactCorrupt as e:
+            measurement = {
+                "status": "failed",
+                "reason": str(e),
+                "findings": [
+                    {
+                        "kind": "artifact_corrupt",
+                        "artifact": e.name,
+                        "sha256": e.digest,
+                        "message": str(e),
+                    }
+                ],
+            }
         except AgentError as e:
             if isinstance(e, BadInput):
                 _forget_run(run_dir)
@@ -412,6 +496,9 @@ class Runs:
             shutil.rmtree(bundle, ignore_errors=True)
         measurement = _with_clock(measurement, clock)
         envelope = self._sign_bounded(request, measurement)
+        signed = {"state": "signed", "status": measurement["status"], "bytes": len(envelope)}
+        with contextlib.suppress(OSError):
+            _write_outcome(run_dir, signed)
         self._store_report(request.run_id, envelope, measurement["status"])
         return envelope
 
@@ -431,7 +518,23 @@ class Runs:
             if is_no_space(e):
                 raise QuotaExceeded(f"device disk is full: cannot lay out the model ({e})") from e
             raise
+        # What is measured is what the report names: each file, as laid out, hashed again.
+        for name, digest in files.items():
+            self.store.check_intact(bundle / name, digest, name)
         return bundle / model_name
+
+    def _with_memory_limit(self, request: RunRequest) -> RunRequest:
+        """``request`` with the worker memory limit filled in where its plan sets none:
+        the operator's, else a share of the board's memory (``supervisor``)."""
+        from .worker.supervisor import default_memory_limit_mb
+
+        plan = request.plan if isinstance(request.plan, dict) else {}
+        if plan.get("memory_limit_mb") is not None:
+            return request
+        limit = self.memory_limit_mb or default_memory_limit_mb(self.root)
+        if limit is None:
+            return request
+        return replace(request, plan={**plan, "memory_limit_mb": limit})
 
     def _sign_bounded(self, request: RunRequest, measurement: dict) -> bytes:
         """Sign ``measurement``; an envelope over ``max_report_bytes`` is signed again without raw samples."""
@@ -514,11 +617,43 @@ class Runs:
             )
             with self._lock:
                 self._unsaved[run_id] = envelope
-            marker = {"status": status, "bytes": len(envelope), "error": str(e.strerror or e)}
-            with contextlib.suppress(OSError):
-                write_atomic(run_dir / UNSAVED_MARKER, json.dumps(marker).encode())
+            outcome = {
+                "state": "unsaved",
+                "status": status,
+                "bytes": len(envelope),
+                "error": str(e.strerror or e),
+            }
+            try:
+                _write_outcome(run_dir, outcome)
+            except OSError as e2:
+                log.error("run %s: cannot record that its report is unsaved (%s)", run_id, e2)
             return
         _forget_run(run_dir)
+
+    def mark_delivered(self, run_id: str) -> None:
+        """Record that a run's report is being handed to a host (before it is sent).
+
+        Matters only for a report the disk has not taken yet: a restarted agent then
+        signs no second report for the run. Where even that cannot be recorded, the
+        run's record is removed, so no recovery can sign one either.
+        """
+        with self._lock:
+            if run_id not in self._unsaved:
+                return
+        run_dir = self.run_dir(run_id)
+        try:
+            outcome = _read_outcome(run_dir) or {}
+            if outcome.get("state") == "delivered":
+                return
+            _write_outcome(run_dir, {**outcome, "state": "delivered"})
+        except OSError as e:
+            log.error(
+                "run %s: cannot record that its report was delivered (%s); its record is "
+                "removed so that no other report is signed for it",
+                run_id,
+                e,
+            )
+            (run_dir / "request.json").unlink(missing_ok=True)
 
     def save_unsaved(self) -> list[str]:
         """Write the reports the disk could not take before; return the run ids now stored."""
@@ -573,6 +708,21 @@ class Runs:
         if self.report_path(request.run_id).exists():
             _forget_run(run_dir)
             return False
+        outcome = _read_outcome(run_dir) or {}
+        if outcome.get("state") == "delivered":
+            # Its host holds the signed report: sign nothing else, say what happened.
+            note = {k: outcome.get(k) for k in ("status", "bytes", "error")}
+            write_atomic(
+                self.state_dir / "reports" / f"{request.run_id}{LOST_SUFFIX}",
+                json.dumps({"run_id": request.run_id, **note}).encode(),
+            )
+            log.error(
+                "run %s: its %s report was delivered but never stored; no other is signed",
+                request.run_id,
+                outcome.get("status"),
+            )
+            _forget_run(run_dir)
+            return False
         reason = "the agent stopped during the run"
         finding = {"kind": "interrupted", "message": reason}
         boot_now = read_boot_id(self.root)
@@ -583,11 +733,17 @@ class Runs:
                 "message": f"the device restarted during the run (boot id {boot_then} at "
                 f"the start, {boot_now} at recovery): the run was cut off and its results lost",
             }
-        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-            marker = json.loads((run_dir / UNSAVED_MARKER).read_text())
+        if outcome.get("state") == "unsaved":
             reason = (
-                f"the run finished ({marker['status']}) but its report of {marker['bytes']} "
-                f"bytes could not be stored before the agent stopped: {marker['error']}"
+                f"the run finished ({outcome.get('status')}) but its report of "
+                f"{outcome.get('bytes')} bytes could not be stored before the agent stopped: "
+                f"{outcome.get('error')}"
+            )
+            finding = {"kind": "interrupted", "message": reason}
+        elif outcome.get("state") == "signed":
+            reason = (
+                f"the run finished ({outcome.get('status')}) but the agent stopped before its "
+                "report was stored"
             )
             finding = {"kind": "interrupted", "message": reason}
         now = self.clock()

@@ -23,8 +23,8 @@ TOML file next to the inputs (``DIR/preprocessing.toml`` for a directory,
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -66,9 +66,10 @@ def preprocessing_toml_for(inputs: Path) -> Path:
     return inputs / "preprocessing.toml" if inputs.is_dir() else inputs.with_suffix(".toml")
 
 
-def read_preprocessing_toml(path: Path) -> dict:
-    """``{"*": defaults, NAME: keys}`` from a preprocessing TOML; UsageError naming a bad key."""
-    from edgequal.agent.input_contract import DECLARED_KEYS
+def read_preprocessing_toml(path: Path, *, stages: bool = False) -> dict:
+    """``{"*": defaults, NAME: keys}`` from a preprocessing (or, ``stages``, a pipeline) TOML;
+    UsageError naming a bad key (``agent.input_contract.parse_declared``, the one parser)."""
+    from edgequal.agent.input_contract import parse_declared
 
     try:
         import tomllib
@@ -78,21 +79,10 @@ def read_preprocessing_toml(path: Path) -> dict:
         data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
         raise UsageError(f"{path}: not a readable TOML file ({e})") from e
-    per_input = data.pop("inputs", {})
-    if not isinstance(per_input, dict) or not all(isinstance(v, dict) for v in per_input.values()):
-        raise UsageError(f"{path}: [inputs.NAME] must be tables of preprocessing keys")
-    declared = {"*": data, **per_input}
-    for where, keys in declared.items():
-        for key in keys:
-            if key not in DECLARED_KEYS:
-                close = difflib.get_close_matches(key, DECLARED_KEYS, 1, 0.5)
-                shown = "top level" if where == "*" else f"[inputs.{where}]"
-                raise UsageError(
-                    f"{path}: unknown key '{key}' at {shown}"
-                    + (f"; did you mean '{close[0]}'?" if close else ""),
-                    hint=f"known keys: {', '.join(DECLARED_KEYS)}",
-                )
-    return declared
+    try:
+        return parse_declared(data, str(path), stages=stages)
+    except AgentError as e:
+        raise UsageError(str(e), hint=e.hint) from e
 
 
 def resolve_declared(names: list[str], *layers: Mapping | None) -> dict[str, dict]:
@@ -132,6 +122,10 @@ def make_golden(
     runtime: str = "auto",
     on_warning: Callable[[str], None] | None = None,
     edge_shapes: list[dict] | None = None,
+    raw: Path | None = None,
+    pipeline: Path | None = None,
+    reference_inputs: Path | None = None,
+    attach: RawAttachments | None = None,
 ) -> str:
     """Write a golden set for ``model``; returns its sha256.
 
@@ -142,11 +136,25 @@ def make_golden(
     would flag on this model goes to ``on_warning``. ``edge_shapes`` (``[{"label",
     "shapes"}]``, checked by the plan's rule and against the model's declared inputs) are
     recorded in the manifest: every qualification with this set measures them too.
+
+    With ``raw`` (a directory or ``cases.csv`` of raw files) and ``pipeline`` (its TOML)
+    instead of ``inputs``, the cases are the raw files (``host/pipeline.py``): the
+    pipeline runs here to make their tensors, and the manifest records it for the device
+    to run; ``reference_inputs`` are the tensors the training pipeline fed the model.
+    ``attach`` is what such a golden set records beside the tensors (set by that path).
     """
     model = Path(model)
     if not model.is_file():
         raise UsageError(f"model file not found: {model}")
     edges = _checked_edge_shapes(edge_shapes)
+    if raw is not None:
+        return _make_raw_golden(
+            model, raw, pipeline, out, reference_inputs,
+            outputs=outputs, decision=decision, tolerances=tolerances, preprocessing=preprocessing,
+            runtime=runtime, on_warning=on_warning, edge_shapes=edge_shapes,
+        )  # fmt: skip
+    if pipeline is not None or reference_inputs is not None:
+        raise UsageError("--pipeline and --reference-inputs go with --raw DIR")
     case_inputs = read_case_inputs(inputs) if isinstance(inputs, (str, Path)) else inputs
     if decision:
         try:
@@ -206,7 +214,61 @@ def make_golden(
     if edges:
         manifest["edge_shapes"] = edges
     rt.close()
-    return write_golden(Path(out), manifest, cases)
+    if attach is None:
+        return write_golden(Path(out), manifest, cases)
+    for case in cases:
+        case.raw = attach.raw[case.name]
+        case.reference_inputs = attach.reference_inputs.get(case.name, {})
+    manifest["pipeline"] = attach.pipeline
+    if outputs is None:
+        manifest["reference"]["preprocessing"] = "the declared pipeline, on the host"
+    return write_golden(Path(out), manifest, cases, attach.assets)
+
+
+@dataclass(frozen=True)
+class RawAttachments:
+    """What a golden set of raw files holds beside its tensors: the raw files and reference
+    tensors per case, the pipeline's JSON, its assets (tokenizers by sha256)."""
+
+    raw: dict[str, dict[str, bytes]]
+    reference_inputs: dict[str, dict]
+    pipeline: dict
+    assets: dict[str, bytes]
+
+
+def _make_raw_golden(model, raw, pipeline_toml, out, reference_inputs, **kwargs) -> str:
+    """:func:`make_golden` for raw files (``host/pipeline.py``)."""
+    from edgequal.agent.input_contract import DECLARED_KEYS
+
+    from .pipeline import declared_pipeline, read_raw_cases, read_reference_inputs, run_on_host
+
+    if pipeline_toml is None:
+        raise UsageError("--raw needs --pipeline pipeline.toml: the stages from file to tensor")
+    try:
+        rt = runtime_class(runtime_for(model, kwargs["runtime"]))(RuntimeOptions(threads=1))
+        rt.load(model)
+        specs = rt.inputs()
+        rt.close()
+    except AgentError as e:
+        raise UsageError(str(e), hint=e.hint) from e
+    pipeline, assets, declared = declared_pipeline(
+        Path(pipeline_toml), kwargs.pop("preprocessing"), specs
+    )
+    raw_cases = read_raw_cases(Path(raw), pipeline)
+    tensors, libraries = run_on_host(pipeline, assets, raw_cases)
+    names = [s.name for s in specs]
+    refs = read_reference_inputs(reference_inputs, raw_cases, names) if reference_inputs else {}
+    recorded = type(pipeline)(pipeline.inputs, libraries)
+    attach = RawAttachments(raw_cases, refs, recorded.to_json(), assets)
+    contract = {n: {k: v for k, v in d.items() if k in DECLARED_KEYS} for n, d in declared.items()}
+    warn = kwargs.get("on_warning")
+    if kwargs.get("outputs") is None and warn is not None:
+        warn(
+            "no --outputs: the references come from the declared pipeline and the model run "
+            "on this host, so a preprocessing difference from training cannot show; give the "
+            "training framework's outputs to see it"
+        )
+    return make_golden(model, tensors, out, **kwargs, preprocessing=contract, attach=attach)
 
 
 TOLERANCE_HINT = (

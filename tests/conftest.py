@@ -180,9 +180,9 @@ QUICK_TEST_PLAN = {
 }
 
 
-SHORT_PLAN_FLAGS = ("--cold-runs", "1", "--latency", "0.2s")
-"""``qualify`` and ``fleet run`` flags for tests about plumbing: one cold load and 0.2 s of
-latency (the quick plan's 200 runs still apply)."""
+SHORT_PLAN_FLAGS = ("--cold-runs", "1", "--warmup", "0.2s", "--latency", "0.2s")
+"""``qualify`` and ``fleet run`` flags for tests about plumbing: one cold load, 0.2 s of
+warm-up and 0.2 s of latency (the quick plan's 10 warm-up and 200 timed runs still apply)."""
 
 
 @pytest.fixture(scope="session")

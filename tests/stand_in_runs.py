@@ -43,6 +43,9 @@ class StandInRuns:
     def ensure_reserve(self) -> None:
         pass
 
+    def mark_delivered(self, run_id: str) -> None:
+        pass
+
     def execute(self, request, *, on_event, cancel) -> bytes:
         self.requests.append(request)
         if self.raise_error is not None:

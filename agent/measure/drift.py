@@ -725,6 +725,13 @@ def measure_drift(runtime, golden) -> dict:
     set win over the defaults of each output's dtype class.
     """
     cases = [(case.name, runtime.run(case.inputs), case.outputs) for case in golden.cases]
+    return drift_of_cases(cases, runtime, golden)
+
+
+def drift_of_cases(cases, runtime, golden) -> dict:
+    """:func:`drift_report` of ``cases`` (``(name, actual, reference)``) with the golden set's
+    tolerances and decision rule: what :func:`measure_drift` reports, for outputs the caller
+    produced itself (the whole path from raw files, ``worker/pipeline.py``)."""
     tolerances = {}
     for spec in runtime.outputs():
         override = golden.tolerances.get(spec.name)

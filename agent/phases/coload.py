@@ -29,21 +29,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..config import CONFIG_ENV, CONFIG_FILE, config_path, read_config  # noqa: F401 (re-exported)
 from ..errors import BadInput
 
-CONFIG_FILE = "agent.toml"
-CONFIG_ENV = "EDGEQUAL_AGENT_CONFIG"
 READY_TIMEOUT_S = 120.0
 """Longest a co-load may take to load and report ready."""
 UNITS = {"model": "inferences/s", "cpu": "CPUs", "membw": "GB/s", "command": "CPUs"}
 # A week: a co-load worker is paused (SIGSTOP) for whole segments; it has no phases to time out.
 _NO_PHASE_TIMEOUT_S = 7 * 24 * 3600.0
-
-
-def config_path(state_dir: Path) -> Path:
-    """``$EDGEQUAL_AGENT_CONFIG``, else ``agent.toml`` in the agent's state directory."""
-    env = os.environ.get(CONFIG_ENV)
-    return Path(env) if env else Path(state_dir) / CONFIG_FILE
 
 
 def read_commands(path: Path) -> dict[str, dict]:
@@ -52,20 +45,7 @@ def read_commands(path: Path) -> dict[str, dict]:
     A missing file has none. A file that cannot be read or holds a bad entry is a
     BadInput naming the file and the entry.
     """
-    try:
-        import tomllib  # novermin: the fallback below is for 3.10
-    except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib
-    try:
-        text = Path(path).read_text()
-    except FileNotFoundError:
-        return {}
-    except OSError as e:
-        raise BadInput(f"cannot read the agent configuration {path}: {e.strerror}") from e
-    try:
-        config = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise BadInput(f"agent configuration {path}: {e}") from e
+    config = read_config(path)
     table = config.get("coload", {})
     if not isinstance(table, dict):
         raise BadInput(f"agent configuration {path}: [coload] must be a table of commands")

@@ -40,6 +40,7 @@ from ..worker.jobs import ScenarioSettings, WorkerJob, latency_settings
 from ..worker.supervisor import run_job
 from .coload import coload_finding, start_for_phase
 from .edge_shapes import measure_edge_shapes, planned_edge_shapes, stops_later_phases
+from .pipeline import golden_has_pipeline, measure_pipeline
 from .sustained import measure_sustained
 from .workers import EventSink, finding_from, run_sampled
 
@@ -117,6 +118,15 @@ def measure_cold_load(
             }
         )
     keys = ("import_ms", "load_ms", "first_inference_ms", "total_ms", "process_to_result_ms")
+    # With a pipeline, the first decode and preprocess (in total_ms, before the inference).
+    path_keys = tuple(
+        k
+        for k in ("first_decode_ms", "first_preprocess_ms")
+        if all(k in (r.get("pipeline") or {}) for r in runs)
+    )
+    for r in runs:
+        r.update({k: r["pipeline"][k] for k in path_keys})
+    keys += path_keys
     return {
         "runs": [{k: r[k] for k in (*keys, "page_cache", "rss_added_by_load_bytes")} for r in runs],
         **{k: _summary([r[k] for r in runs]) for k in keys},
@@ -510,6 +520,15 @@ def run_measurement(
         if "drift" in value:
             results["drift"] = value["drift"]
 
+    def pipeline() -> None:
+        value = measure_pipeline(model_path, golden_path, plan, runtime, emit, cancel, findings)
+        if value is None:
+            return
+        if "drift" in value:  # the whole path's outputs, from the raw files
+            results["drift"] = value.pop("drift")
+        fingerprint["pipeline_libraries"] = value["libraries"]
+        results["pipeline"] = value
+
     def edge_shapes() -> None:
         results["edge_shapes"] = measure_edge_shapes(
             model_path, golden_path, plan, runtime, edges, emit, cancel, findings
@@ -533,6 +552,8 @@ def run_measurement(
         return run
 
     phases = [("cold_load", cold_load), ("latency", latency)]
+    if golden_has_pipeline(golden_path):
+        phases.append(("pipeline", pipeline))
     if edges:
         phases.append(("edge_shapes", edge_shapes))
     phases += [(kind, scenario(kind, key)) for kind, key in planned_scenarios(plan)]

@@ -179,10 +179,15 @@ def validate_statement(statement: Any) -> None:
 def sign_envelope(key: DeviceKey, statement: Mapping[str, Any]) -> bytes:
     """Sign ``statement`` with ``key`` and return the DSSE envelope as canonical JSON bytes."""
     validate_statement(statement)
-    payload = canonical_json(statement)
-    signature = key.sign(pae(PAYLOAD_TYPE, payload))
+    return sign_payload(key, canonical_json(statement))
+
+
+def sign_payload(key: DeviceKey, payload: bytes, payload_type: str = PAYLOAD_TYPE) -> bytes:
+    """A DSSE envelope (canonical JSON bytes) over ``payload``, signed with ``key`` (Ed25519
+    over the pre-authentication encoding); the host signs its gate decisions with it too."""
+    signature = key.sign(pae(payload_type, payload))
     envelope = {
-        "payloadType": PAYLOAD_TYPE,
+        "payloadType": payload_type,
         "payload": base64.b64encode(payload).decode("ascii"),
         "signatures": [{"keyid": key.keyid(), "sig": base64.b64encode(signature).decode("ascii")}],
     }

@@ -162,7 +162,8 @@ class BearerTokenInterceptor(grpc.ServerInterceptor):
             raise ValueError("an empty token would let anyone in")
         self._expected = token.encode("utf-8")
 
-    def _authorized(self, metadata) -> bool:
+    def authorized(self, metadata) -> bool:
+        """Whether ``metadata`` carries ``authorization: Bearer <the token>``."""
         for key, value in metadata or ():
             if key != AUTHORIZATION_KEY:
                 continue
@@ -180,7 +181,7 @@ class BearerTokenInterceptor(grpc.ServerInterceptor):
         method = handler_call_details.method
         if method.startswith(HEALTH_METHOD_PREFIX) or method == PROVE_METHOD:
             return continuation(handler_call_details)
-        if self._authorized(handler_call_details.invocation_metadata):
+        if self.authorized(handler_call_details.invocation_metadata):
             log.debug("authorized %s", method)
             return continuation(handler_call_details)
         handler = continuation(handler_call_details)

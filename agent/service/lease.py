@@ -12,6 +12,12 @@ A run holds the slot from start to signed report; its :class:`Lease` (run id,
 holder, start, expiry) is what Info shows and what a second caller is told when
 the device is busy. The run's expiry is enforced: a run still going when its lease
 ends is cancelled, and still ends with a signed report.
+
+Expiry is kept on the monotonic clock: a step of the device's wall clock (NTP
+arriving on a board without RTC, an operator's ``date -s``) neither hands a live
+lease to another host nor keeps a dead host's lease for a day. The wall-clock
+times a :class:`Lease` carries are only shown: they are computed from the wall
+clock when asked, so they read right even after a step.
 """
 
 from __future__ import annotations
@@ -100,19 +106,32 @@ class Lease:
 
     @classmethod
     def starting_now(
-        cls, run_id: str, holder: str, max_run_s: float, expected_s: float | None = None
+        cls,
+        run_id: str,
+        holder: str,
+        max_run_s: float,
+        wall_now_s: float | None = None,
+        expected_s: float | None = None,
     ) -> Lease:
-        """A lease from now for ``max_run_s`` seconds; the run likely ends after ``expected_s``."""
-        now_ms = int(time.time() * 1000)
+        """A lease from now (``wall_now_s``, else ``time.time()``) for ``max_run_s`` seconds;
+        the run likely ends after ``expected_s`` (its plan's timed phases)."""
+        now_ms = int((time.time() if wall_now_s is None else wall_now_s) * 1000)
         end = now_ms + int(min(expected_s, max_run_s) * 1000) if expected_s is not None else 0
         return cls(run_id, holder, now_ms, now_ms + int(max_run_s * 1000), "", end)
 
 
 @dataclass
 class ActiveRun:
-    """A run in progress: its lease, cancel switch, and the queue feeding its stream."""
+    """A run in progress: its lease, cancel switch, and the queue feeding its stream.
+
+    ``lease`` names the run and its holder (its wall times are those of the start);
+    ``started_mono`` and ``deadline_mono`` are when it started and is cancelled, on
+    the monotonic clock.
+    """
 
     lease: Lease
+    started_mono: float = field(default_factory=time.monotonic)
+    deadline_mono: float = float("inf")
     cancel: threading.Event = field(default_factory=threading.Event)
     outbox: queue.Queue = field(default_factory=queue.Queue)
     detached: threading.Event = field(default_factory=threading.Event)
@@ -127,22 +146,39 @@ class ActiveRun:
 
 @dataclass
 class HeldLease:
-    """A lease a host holds: its secret id (only the holder knows it), holder, purpose, times."""
+    """A lease a host holds: its secret id (only the holder knows it), holder, purpose, times.
+
+    ``acquired_mono`` and ``expires_mono`` are on the monotonic clock; expiry is decided
+    on them alone.
+    """
 
     lease_id: str
     holder: str
     purpose: str
-    acquired_unix_ms: int
-    expires_unix_ms: int
+    acquired_mono: float
+    expires_mono: float
 
-    def expired(self, now_ms: int | None = None) -> bool:
+    def expired(self, now_mono: float | None = None) -> bool:
         """Whether the lease ran out without renewal."""
-        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-        return now_ms >= self.expires_unix_ms
+        now_mono = time.monotonic() if now_mono is None else now_mono
+        return now_mono >= self.expires_mono
 
-    def public(self) -> Lease:
-        """What others may see: the lease without its id (no run yet)."""
-        return Lease("", self.holder, self.acquired_unix_ms, self.expires_unix_ms, self.purpose)
+    def public(self, wall_now_s: float, now_mono: float | None = None) -> Lease:
+        """What others may see: the lease without its id (no run yet), in wall-clock times
+        computed from ``wall_now_s``."""
+        now_mono = time.monotonic() if now_mono is None else now_mono
+        return Lease(
+            "",
+            self.holder,
+            _wall_ms(wall_now_s, now_mono, self.acquired_mono),
+            _wall_ms(wall_now_s, now_mono, self.expires_mono),
+            self.purpose,
+        )
+
+
+def _wall_ms(wall_now_s: float, now_mono: float, at_mono: float) -> int:
+    """The wall-clock time (unix ms) of the monotonic instant ``at_mono``, as shown now."""
+    return int((wall_now_s + (at_mono - now_mono)) * 1000)
 
 
 @dataclass
@@ -179,7 +215,8 @@ class RunSlot:
 
     ``on_change`` is called with the lease to show (or None) whenever the device is
     taken or freed, so the agent's state lock can show it to other processes.
-    ``clock_ms`` gives the wall-clock time in milliseconds (leases carry wall times).
+    ``wall_clock`` is the device's wall clock in unix seconds (``time.time``): it only
+    dates what is shown; expiry runs on ``time.monotonic``.
     """
 
     def __init__(
@@ -187,7 +224,9 @@ class RunSlot:
         on_change: Callable[[Lease | None], None] | None = None,
         *,
         ticket_grace_s: float = TICKET_GRACE_S,
+        wall_clock: Callable[[], float] = time.time,
     ):
+        self._wall_clock = wall_clock
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._run: ActiveRun | None = None
@@ -199,9 +238,23 @@ class RunSlot:
     # -- under the lock ----------------------------------------------------------
 
     def _shown(self) -> Lease | None:
+        now_mono, wall = time.monotonic(), self._wall_clock()
         if self._run is not None:
-            return self._run.lease
-        return self._held.public() if self._held is not None else None
+            run = self._run
+            started_ms = _wall_ms(wall, now_mono, run.started_mono)
+            planned_ms = run.lease.expected_end_unix_ms - run.lease.started_unix_ms
+            return Lease(
+                run.lease.run_id,
+                run.lease.holder,
+                started_ms,
+                _wall_ms(wall, now_mono, run.deadline_mono),
+                run.lease.purpose,
+                started_ms + planned_ms if run.lease.expected_end_unix_ms else 0,
+            )
+        return self._held.public(wall, now_mono) if self._held is not None else None
+
+    def _describe(self, lease: Lease) -> str:
+        return lease.describe(int(self._wall_clock() * 1000))
 
     def _reclaim(self) -> None:
         """Drop an expired lease (never while its run goes on) and waiters that stopped asking."""
@@ -220,7 +273,7 @@ class RunSlot:
     def _busy_error(self, prefix: str = "device busy: ") -> DeviceBusy:
         shown = self._shown()
         return DeviceBusy(
-            prefix + (shown.describe() if shown else f"{len(self._waiters)} host(s) waiting"),
+            prefix + (self._describe(shown) if shown else f"{len(self._waiters)} host(s) waiting"),
             hint="wait for it (--wait), or try again when it ends",
         )
 
@@ -256,17 +309,14 @@ class RunSlot:
                 waiter.last_seen = time.monotonic()
                 if self._run is None and self._held is None and self._waiters[0] is waiter:
                     self._waiters.pop(0)
-                    now_ms = int(time.time() * 1000)
+                    now_mono = time.monotonic()
                     self._held = HeldLease(
-                        secrets.token_urlsafe(16),
-                        holder,
-                        purpose,
-                        now_ms,
-                        now_ms + int(ttl_s * 1000),
+                        secrets.token_urlsafe(16), holder, purpose, now_mono, now_mono + ttl_s
                     )
-                    self._on_change(self._held.public())
+                    shown = self._shown()
+                    self._on_change(shown)
                     log.info("lease granted to %s (%s) for %g s", holder, purpose or "-", ttl_s)
-                    return AcquireResult(True, self._held.lease_id, "", 0, self._held.public())
+                    return AcquireResult(True, self._held.lease_id, "", 0, shown)
                 left = deadline - time.monotonic()
                 if left <= 0:
                     if wait_s == 0:
@@ -277,7 +327,7 @@ class RunSlot:
                     )
                 if self._held is not None and self._run is None:
                     # Wake when the holder's lease runs out, to reclaim it.
-                    left = min(left, max(0.01, self._held.expires_unix_ms / 1000 - time.time()))
+                    left = min(left, max(0.01, self._held.expires_mono - time.monotonic()))
                 self._changed.wait(left)
                 self._reclaim()
                 if waiter not in self._waiters:  # cannot happen while we ask, but never hang
@@ -290,9 +340,10 @@ class RunSlot:
             self._reclaim()
             if self._held is None or not secrets.compare_digest(self._held.lease_id, lease_id):
                 raise self._busy_error("lease not held (it expired or was released); device: ")
-            self._held.expires_unix_ms = int(time.time() * 1000) + int(ttl_s * 1000)
-            self._on_change(self._shown())
-            return self._held.public()
+            self._held.expires_mono = time.monotonic() + ttl_s
+            shown = self._shown()
+            self._on_change(shown)
+            return shown
 
     def release(self, lease_id: str) -> bool:
         """Give the lease back (its run, if any, goes on); False when it was not held."""
@@ -331,7 +382,7 @@ class RunSlot:
             self._reclaim()
             if self._run is not None:
                 raise DeviceBusy(
-                    "device busy: " + self._run.lease.describe(),
+                    "device busy: " + self._describe(self._shown()),
                     hint="try again when it ends; its holder can cancel it by run id",
                 )
             held = self._held
@@ -343,14 +394,17 @@ class RunSlot:
                 raise self._busy_error()
             else:
                 purpose = ""
-            run = ActiveRun(Lease.starting_now(run_id, holder, max_run_s, expected_s))
+            run = ActiveRun(
+                Lease.starting_now(run_id, holder, max_run_s, self._wall_clock(), expected_s)
+            )
+            run.deadline_mono = run.started_mono + max_run_s
             run.lease.purpose = purpose
             # The lease is enforced, not just shown: an overrun is cancelled and still reported.
             run.timer = threading.Timer(max_run_s, run.cancel.set)
             run.timer.daemon = True
             run.timer.start()
             self._run = run
-            self._on_change(run.lease)
+            self._on_change(self._shown())
             return run
 
     def finish(self, run: ActiveRun) -> None:

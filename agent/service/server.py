@@ -22,6 +22,7 @@ import json
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass
@@ -55,6 +56,7 @@ from ..runs import (
     subjects_as_files,
 )
 from ..runtimes import RuntimeStatus, detect_runtimes
+from .admission import MAX_CALLS_IN_FLIGHT, AdmissionInterceptor, pool_threads
 from .auth import (
     BearerTokenInterceptor,
     TlsServerConfig,
@@ -343,6 +345,7 @@ class AgentService(pb_grpc.AgentServicer):
                 if kind == "event":
                     yield pb.QualifyMessage(run_id=run_id, event_json=payload)
                 elif kind == "envelope":
+                    self.runs.mark_delivered(run_id)  # before it leaves: one report per run
                     yield pb.QualifyMessage(run_id=run_id, envelope=payload)
                     return
                 else:
@@ -382,7 +385,9 @@ class AgentService(pb_grpc.AgentServicer):
                 f"run {run_id} is still in progress; its report is stored when it ends",
                 hint="ask again later",
             )
-        return pb.GetReportResponse(run_id=run_id, envelope=self.runs.read_report(run_id))
+        envelope = self.runs.read_report(run_id)
+        self.runs.mark_delivered(run_id)  # before it leaves: one report per run
+        return pb.GetReportResponse(run_id=run_id, envelope=envelope)
 
     @_unary_errors
     def Cancel(self, request, context):
@@ -509,16 +514,24 @@ def build_server(
     runs: Runs | None = None,
     max_artifact_bytes: int = DEFAULT_MAX_ARTIFACT_BYTES,
     quota_bytes: int | None = None,
+    min_free_bytes: int | None = None,
+    memory_limit_mb: int | None = None,
     fingerprint_fn: Callable[[Path], dict] | None = None,
     runtimes_fn: Callable[[], list[RuntimeStatus]] | None = None,
     max_run_s: float = DEFAULT_MAX_RUN_S,
-    max_workers: int = 8,
+    max_workers: int | None = None,
+    wall_clock: Callable[[], float] = time.time,
 ) -> AgentServer:
     """Build (not start) an agent bound to ``listen`` (``HOST:PORT``; port 0 picks one).
 
     Refuses a listener without token or mutual TLS anywhere but loopback, and a
     state directory another agent holds (DeviceBusy). ``runs`` defaults to the
-    real :class:`~edgequal.agent.runs.Runs` of ``state_dir``.
+    real :class:`~edgequal.agent.runs.Runs` of ``state_dir``. ``quota_bytes``,
+    ``min_free_bytes`` (the free-space floor) and ``max_artifact_bytes`` are the
+    store's limits, ``memory_limit_mb`` the worker's for plans that set none (None:
+    half the board's memory); ``wall_clock`` is the device's wall clock (dates in
+    reports and what a lease shows; nothing expires on it). ``max_workers``
+    defaults to what the call classes need (``admission.pool_threads``).
     """
     tls = TlsServerConfig.coerce(tls)
     check_listen_allowed(listen, token, tls)
@@ -532,9 +545,17 @@ def build_server(
                 state_dir / "artifacts",
                 max_artifact_bytes=max_artifact_bytes,
                 quota_bytes=quota_bytes,
+                **({} if min_free_bytes is None else {"reserve_bytes": min_free_bytes}),
             )
         if runs is None:
-            runs = Runs(state_dir, key, store, Path(root))
+            runs = Runs(
+                state_dir,
+                key,
+                store,
+                Path(root),
+                clock=wall_clock,
+                memory_limit_mb=memory_limit_mb,
+            )
         service = AgentService(
             store=store,
             key=key,
@@ -543,18 +564,23 @@ def build_server(
             fingerprint_fn=fingerprint_fn,
             runtimes_fn=runtimes_fn,
             max_run_s=max_run_s,
-            slot=RunSlot(on_change=state_lock.set_lease),
+            slot=RunSlot(on_change=state_lock.set_lease, wall_clock=wall_clock),
             config=config_path(state_dir),
         )
         health_servicer = health.HealthServicer()
         # NOT_SERVING until start(), so a probe never sees a half-ready agent as healthy.
         health_servicer.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
         health_servicer.set(SERVICE_NAME, health_pb2.HealthCheckResponse.NOT_SERVING)
+        auth = BearerTokenInterceptor(token) if token else None
+        admission = AdmissionInterceptor(auth.authorized if auth else None)
         server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="edgequal-rpc"),
-            interceptors=[BearerTokenInterceptor(token)] if token else [],
+            futures.ThreadPoolExecutor(
+                max_workers=max_workers or pool_threads(), thread_name_prefix="edgequal-rpc"
+            ),
+            # Admission first: a call refused for its token still counts as a public call.
+            interceptors=[admission, auth] if auth else [admission],
             options=server_options(),
-            maximum_concurrent_rpcs=max_workers * 4,
+            maximum_concurrent_rpcs=MAX_CALLS_IN_FLIGHT,
         )
         pb_grpc.add_AgentServicer_to_server(service, server)
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

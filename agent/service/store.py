@@ -29,7 +29,7 @@ import threading
 import time
 from pathlib import Path
 
-from ..errors import AgentError, BadInput, DigestMismatch, QuotaExceeded
+from ..errors import AgentError, ArtifactCorrupt, BadInput, DigestMismatch, QuotaExceeded
 from ..files import fsync_dir, is_no_space
 
 DEFAULT_MAX_ARTIFACT_BYTES = 2 * 1024**3
@@ -95,7 +95,8 @@ def check_bundle_name(name: object) -> str:
 class Upload:
     """One upload session for one digest: appends chunks and hashes them as they arrive.
 
-    Opened by :meth:`ArtifactStore.open_upload`. The running sha256 covers the
+    Opened by :meth:`ArtifactStore.open_upload`, which reserves the declared size
+    (quota and free disk) until the session is closed or committed. The running sha256 covers the
     whole partial file (an existing prefix is hashed when the session opens), so
     :meth:`commit` does not read the file again. Each write first checks that the
     file still ends exactly where this session expects, so a second writer of the
@@ -121,6 +122,7 @@ class Upload:
         self._unsynced_bytes = 0
         self._direct_fd: int | None = None
         self._direct_buf: mmap.mmap | None = None
+        self._reserved = False
 
     def _open(self) -> None:
         store, digest = self.store, self.digest
@@ -130,31 +132,47 @@ class Upload:
                 self.offset = store.path(digest).stat().st_size
                 return
             part = store.partial_path(digest)
-            fd = os.open(part, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
             try:
+                have = os.stat(part, follow_symlinks=False).st_size
+            except FileNotFoundError:
+                have = 0
+            # A prefix of this artifact cannot be longer than the artifact: such a
+            # partial came from a wrong declaration and starts over.
+            # Reserved before the partial is created: a refusal leaves no file behind.
+            store._reserve(digest, self.total_size, have if have <= self.total_size else 0)
+            self._reserved = True
+            fd = None
+            try:
+                fd = os.open(part, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
                 size = os.fstat(fd).st_size
                 if size > self.total_size:
-                    # A prefix of this artifact cannot be longer than the artifact:
-                    # this partial came from a wrong declaration; start over.
                     os.ftruncate(fd, 0)
                     size = 0
-                store._check_space(digest, self.total_size, size)
-                pos = 0
-                while pos < size:
-                    block = os.pread(fd, min(_READ_BYTES, size - pos), pos)
-                    if not block:
-                        break
-                    self._sha.update(block)
-                    pos += len(block)
-                self.offset = pos
+                self.offset = _hash_fd(fd, self._sha, size)
             except BaseException:
-                os.close(fd)
+                if fd is not None:
+                    os.close(fd)
+                self._release()
                 raise
             self._fd = fd
             self._direct_fd = _open_direct(part, fd)
 
-    def write(self, offset: int, data: bytes) -> int:
-        """Append ``data`` at ``offset`` (which must be the committed offset); return the new offset."""
+    def _release(self) -> None:
+        """Give back the space this session reserved (once)."""
+        if self._reserved:
+            self._reserved = False
+            self.store._unreserve(self.digest)
+
+    def hash_ahead(self, data: bytes) -> None:
+        """Hash the next chunk before it is written (a writer in another thread then calls
+        :meth:`write` with ``hashed=True`` for the chunks in the same order)."""
+        self._sha.update(data)
+
+    def write(self, offset: int, data: bytes, *, hashed: bool = False) -> int:
+        """Append ``data`` at ``offset`` (which must be the committed offset); return the new offset.
+
+        ``hashed``: :meth:`hash_ahead` already took this chunk.
+        """
         if self.complete:
             raise BadInput(f"artifact sha256:{self.digest} is already stored; nothing to upload")
         assert self._fd is not None
@@ -180,7 +198,8 @@ class Upload:
             if not self._write_direct(offset, data):
                 _pwrite_all(self._fd, data, offset, self.digest)
                 self._unsynced_bytes += len(data)
-        self._sha.update(data)
+        if not hashed:
+            self._sha.update(data)
         self.offset = end
         self.bytes_received += len(data)
         if self._unsynced_bytes >= SYNC_INTERVAL_BYTES:
@@ -251,17 +270,32 @@ class Upload:
         return path
 
     def close(self) -> None:
-        """Release the file; the partial stays for a later resume unless committed."""
+        """Release the file and the space reserved for it; the partial stays for a later
+        resume unless committed."""
         self._close_direct()
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+        self._release()
 
     def __enter__(self) -> Upload:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _hash_fd(fd: int, sha, length: int | None = None) -> int:
+    """Feed ``length`` bytes of ``fd`` from offset 0 (all of it when None) to ``sha``; the count."""
+    pos = 0
+    while length is None or pos < length:
+        want = _READ_BYTES if length is None else min(_READ_BYTES, length - pos)
+        block = os.pread(fd, want, pos)
+        if not block:
+            break
+        sha.update(block)
+        pos += len(block)
+    return pos
 
 
 def _open_direct(path: Path, fd: int) -> int | None:
@@ -302,8 +336,10 @@ class ArtifactStore:
     """Artifacts stored by sha256 digest under ``root`` (``<state>/artifacts``).
 
     ``max_artifact_bytes`` caps one artifact; ``quota_bytes`` (None: no quota)
-    caps everything stored, committed and partial; ``reserve_bytes`` of free disk
-    are always kept back.
+    caps everything stored, committed and partial, plus what open uploads declared;
+    ``reserve_bytes`` of free disk (the free-space floor) are always kept back.
+    Uploads reserve their declared size when they open (:meth:`open_upload`), so
+    uploads at once cannot together break either limit.
     """
 
     def __init__(
@@ -323,6 +359,9 @@ class ArtifactStore:
             d.mkdir(mode=0o700, parents=True, exist_ok=True)
         # Striped locks: bounded memory however many digests pass through.
         self._locks = [threading.Lock() for _ in range(_LOCK_STRIPES)]
+        # Space reserved by open uploads: {digest: [declared total, sessions]}.
+        self._space_lock = threading.Lock()
+        self._reservations: dict[str, list[int]] = {}
 
     def _lock(self, digest: str) -> threading.Lock:
         return self._locks[int(digest[:4], 16) % _LOCK_STRIPES]
@@ -375,6 +414,33 @@ class ArtifactStore:
 
                 shutil.copyfile(source, target)
 
+    def check_intact(self, path: Path, digest: str, name: str) -> None:
+        """Hash ``path`` (an artifact as a run uses it, named ``name``) against ``digest``.
+
+        A mismatch means the stored artifact changed at rest (a flipped bit, a hand
+        edit): it is removed from the store, so the host's next push sends it again, and
+        ArtifactCorrupt names it. The run's report is then ``failed``, never measured.
+        """
+        sha = hashlib.sha256()
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            size = _hash_fd(fd, sha)
+        finally:
+            os.close(fd)
+        got = sha.hexdigest()
+        if got == digest:
+            return
+        with self._lock(digest), contextlib.suppress(FileNotFoundError):
+            os.unlink(self.committed_path(digest))
+        raise ArtifactCorrupt(
+            f"artifact {name} (sha256:{digest}) is corrupted on the device: its {size} bytes "
+            f"hash to sha256:{got}; it was removed from the store and nothing was measured",
+            name=name,
+            digest=digest,
+            actual=got,
+            hint="push it again (qualify pushes it) and check the device's storage",
+        )
+
     def committed_offset(self, digest: str) -> int:
         """Bytes held for ``digest``: the full size if committed, else the partial's size (0 if none)."""
         p = self.committed_path(digest)
@@ -421,32 +487,83 @@ class ArtifactStore:
                 hint="raise the agent's artifact size limit, or qualify a smaller model",
             )
 
-    def _check_space(self, digest: str, total_size: int, have_bytes: int) -> None:
-        """Refuse an upload that the size limit, the quota or the free disk cannot hold."""
+    def _reserve(self, digest: str, total_size: int, have_bytes: int) -> None:
+        """Reserve room for the rest of an upload, or refuse it (QuotaExceeded); atomic.
+
+        Every open upload holds its declared size until it is committed or closed, so
+        uploads opened at once are counted together: against the quota, everything
+        stored plus what open uploads declared; against the free disk, what they have
+        still to write, with ``reserve_bytes`` kept back. Uploads of one digest share
+        one reservation.
+        """
         self._check_size(f"sha256:{digest}", total_size)
-        need = total_size - have_bytes
-        if self.quota_bytes is not None:
-            used = self.used_bytes()
-            if used + need > self.quota_bytes:
-                raise QuotaExceeded(
-                    f"storing sha256:{digest} ({total_size} bytes) would exceed the artifact "
-                    f"quota: {used} of {self.quota_bytes} bytes used",
-                    hint="remove old artifacts from the device's store or raise its quota",
-                )
-        st = os.statvfs(self.root)
-        free = st.f_bavail * st.f_frsize
-        if need > free - self.reserve_bytes:
-            raise QuotaExceeded(
-                f"not enough disk on the device for sha256:{digest}: {need} bytes needed, "
-                f"{max(free - self.reserve_bytes, 0)} available (keeping {self.reserve_bytes} "
-                "in reserve)",
-                hint="free space on the device",
+        with self._space_lock:
+            held = self._reservations.get(digest)
+            if held is not None:
+                held[1] += 1  # the same bytes: a second session of one digest needs no more
+                return
+            sizes = self._partial_sizes()
+            others_declared = sum(
+                max(total - sizes.get(d, 0), 0) for d, (total, _) in self._reservations.items()
             )
+            need = total_size - have_bytes
+            if self.quota_bytes is not None:
+                used = self.used_bytes()
+                if used + others_declared + need > self.quota_bytes:
+                    in_flight = f", {others_declared} more reserved by uploads in progress"
+                    raise QuotaExceeded(
+                        f"storing sha256:{digest} ({total_size} bytes) would exceed the artifact "
+                        f"quota: {used} of {self.quota_bytes} bytes used"
+                        + (in_flight if others_declared else ""),
+                        hint="remove old artifacts from the device's store or raise its quota",
+                    )
+            st = os.statvfs(self.root)
+            room = st.f_bavail * st.f_frsize - self.reserve_bytes - others_declared
+            if need > room:
+                raise QuotaExceeded(
+                    f"not enough disk on the device for sha256:{digest}: {need} bytes needed, "
+                    f"{max(room, 0)} available (keeping {self.reserve_bytes} free"
+                    + (
+                        f", {others_declared} reserved by uploads in progress"
+                        if others_declared
+                        else ""
+                    )
+                    + ")",
+                    hint="free space on the device",
+                )
+            self._reservations[digest] = [total_size, 1]
+
+    def _unreserve(self, digest: str) -> None:
+        with self._space_lock:
+            held = self._reservations.get(digest)
+            if held is not None:
+                held[1] -= 1
+                if held[1] <= 0:
+                    del self._reservations[digest]
+
+    def reserved_bytes(self) -> int:
+        """Bytes open uploads declared and have not written yet."""
+        with self._space_lock:
+            sizes = self._partial_sizes()
+            return sum(
+                max(total - sizes.get(d, 0), 0) for d, (total, _) in self._reservations.items()
+            )
+
+    def _partial_sizes(self) -> dict[str, int]:
+        """Size of each reserved digest's partial file (0 when it has none yet)."""
+        sizes = {}
+        for d in self._reservations:
+            try:
+                sizes[d] = os.stat(self.partial_dir / f"{d}.part", follow_symlinks=False).st_size
+            except FileNotFoundError:
+                sizes[d] = 0
+        return sizes
 
     # -- writing -------------------------------------------------------------
 
     def open_upload(self, digest: str, total_size: int) -> Upload:
-        """Start (or resume) an upload session; checks the size limit, quota and free disk."""
+        """Start (or resume) an upload session, reserving its declared size against the size
+        limit, the quota and the free disk (QuotaExceeded, and no partial file, when refused)."""
         validate_digest(digest)
         self._check_size(f"sha256:{digest}", total_size)
         upload = Upload(self, digest, int(total_size))
@@ -478,11 +595,7 @@ class ArtifactStore:
                     os.unlink(part)
                     self._check_size(f"sha256:{digest}", size)
                 sha = hashlib.sha256()
-                while True:
-                    block = os.read(fd, _READ_BYTES)
-                    if not block:
-                        break
-                    sha.update(block)
+                _hash_fd(fd, sha)
                 got = sha.hexdigest()
                 if got != digest:
                     os.unlink(part)
@@ -547,7 +660,10 @@ def store_main(argv: list[str], state_dir: Path) -> int:
     command, digest = argv
     try:
         validate_digest(digest)
-        store = ArtifactStore(Path(state_dir) / "artifacts")
+        from ..config import read_settings
+
+        limits = read_settings(Path(state_dir)).store_options()
+        store = ArtifactStore(Path(state_dir) / "artifacts", **limits)
         if command == "stat":
             result = store.stat(digest)
         else:

@@ -4,7 +4,8 @@ One JSON line on the worker's stdin. One kind per measurement phase: ``cold_load
 (import, load, first inference in a fresh process), ``warm`` (warm-up, latency per
 input shape, drift over the golden set, memory), ``sustained`` (closed-loop windows
 while the board heats), the optional service scenarios ``batch_sweep``,
-``thread_scaling``, ``server`` and ``operators``, and ``providers`` (which execution
+``thread_scaling``, ``server`` and ``operators``, ``pipeline`` (a golden set of raw
+files through its declared pipeline, stage by stage), and ``providers`` (which execution
 providers the runtime offers, asked before anything runs).
 """
 
@@ -28,6 +29,7 @@ JOB_KINDS = (
     "providers",
     "edge_shape",
     "coload",
+    "pipeline",
 )
 # Profiled inferences for the operator profile (after one that allocates).
 OPERATOR_PROFILE_RUNS = 20

@@ -19,8 +19,26 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 STDERR_TAIL_LINES = 20
+
+DEFAULT_MEMORY_FRACTION = 0.5
+"""A worker may use this share of the board's memory (MemTotal) unless the plan or the
+operator says otherwise: on a 1 GB board the OS, the agent and the page cache keep the
+other half, so an oversized model is a ``memory`` finding, not the kernel's OOM killer."""
+
+
+def default_memory_limit_mb(root: Path = Path("/")) -> int | None:
+    """:data:`DEFAULT_MEMORY_FRACTION` of the board's MemTotal (``/proc/meminfo`` under
+    ``root``) in MiB; None where the board's memory cannot be read."""
+    from ..probes.fingerprint import MEMINFO, parse_meminfo_kb
+    from ..probes.sysfs import read_text, under
+
+    total_kb = parse_meminfo_kb(read_text(under(root, MEMINFO)))
+    if not total_kb:
+        return None
+    return max(1, int(total_kb * DEFAULT_MEMORY_FRACTION) // 1024)
 
 
 @dataclass

@@ -2,8 +2,8 @@
 
 ``add_connection_options`` and ``add_tls_options`` put them on a parser;
 :func:`open_device_from_args` opens the device ``--device`` names with them (identity
-proved first). Imported by the parser and by each command module; it imports the device
-library only when a device is opened.
+proved first) through the library's ``edgequal.connect``. Imported by the parser and by
+each command module; it imports the device library only when a device is opened.
 """
 
 from __future__ import annotations
@@ -33,16 +33,19 @@ def add_connection_options(parser: argparse.ArgumentParser) -> None:
 
 
 def open_device_from_args(args):
-    """The device ``--device`` names, opened with the connection options (identity proved)."""
-    from ..devices.resolve import open_device
+    """The device ``--device`` names, opened with the connection options (identity proved):
+    an :class:`edgequal.Device` from ``edgequal.connect``, as a library caller gets it."""
+    from edgequal.device import connect
 
-    return open_device(
+    return connect(
         args.device,
-        args.token_file,
-        args.known_hosts,
-        args.agent_cmd,
-        args.ssh_key,
-        tls=tls_from_args(args),
+        token_file=args.token_file,
+        known_hosts=args.known_hosts,
+        agent_cmd=args.agent_cmd,
+        ssh_key=args.ssh_key,
+        tls_ca=args.tls_ca,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
     )
 
 

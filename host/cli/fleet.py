@@ -36,6 +36,11 @@ def _run_fleet(lab, models, options, args, title: str, **kwargs) -> int:
         title, [m.name for m in models], list(dict.fromkeys(r.device for r in runner.result.runs))
     )
     runner.on_change = matrix.on_change
+    if getattr(args, "prometheus", None):
+        from ..present.exports import PrometheusDirectory
+
+        exporter = PrometheusDirectory(args.prometheus, runner.known, options.out_dir)
+        runner.on_change = lambda record: (matrix.on_change(record), exporter.on_change(record))
     runner.result.notes = notes or {}
     with matrix:
         result = runner.run()

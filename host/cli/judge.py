@@ -8,20 +8,12 @@ from pathlib import Path
 
 
 def cmd_verify(args) -> int:
-    from ..devices.nonces import NonceLedger
-    from ..devices.trust import KnownDevices
-    from ..devices.verify import verify_envelope
-    from ..errors import UsageError
+    """``edgequal verify``: the library's ``edgequal.verify``, in one line."""
+    from edgequal.judging import verify
+
     from ..present.terminal.summary import print_line
 
-    try:
-        envelope = args.report.read_bytes()
-    except OSError as e:
-        raise UsageError(f"cannot read report {args.report}: {e.strerror}") from e
-    report = verify_envelope(
-        envelope, known=KnownDevices(), device=args.device, artifacts=args.artifact
-    )
-    issued_here = NonceLedger().check(report.nonce, report.run_id, envelope)
+    report = verify(args.report, device=args.device, artifacts=args.artifact)
     if args.json:
         import json
 
@@ -30,20 +22,24 @@ def cmd_verify(args) -> int:
         verified = {
             "verified": True,
             "run_id": report.run_id,
-            "device": report.device_name,
-            "key_fingerprint": report.fingerprint,
+            "device": report.device,
+            "key_fingerprint": report.key_fingerprint,
             "status": report.status,
             "reason": report.predicate.get("reason"),
             "subjects": report.subjects,
             "artifacts_checked": [str(a) for a in args.artifact],
-            "nonce_issued_by_this_host": issued_here,
+            "nonce_issued_by_this_host": report.issued_here,
         }
         write_json(json.dumps(verified, indent=1))
         return 0
     print_line(
-        f"verified: run {report.run_id} signed by device '{report.device_name}' ({report.fingerprint}), "
+        f"verified: run {report.run_id} signed by device '{report.device}' ({report.key_fingerprint}), "
         f"status {report.status}, {len(report.subjects)} subjects"
-        + (", nonce issued by this host" if issued_here else ", nonce not issued by this host")
+        + (
+            ", nonce issued by this host"
+            if report.issued_here
+            else ", nonce not issued by this host"
+        )
     )
     return 0
 
@@ -81,10 +77,12 @@ def cmd_gate_compare_report(args) -> int:
     from ..present.terminal.summary import print_line, write_json
 
     if args.command == "gate":
-        from ..judge.gate import run_gate
+        from edgequal.judging import gate
 
         policy = _load_gate_policy(args.policy)
-        result = run_gate(args.report, policy, device=args.device, baseline_path=args.baseline)
+        result = gate(args.report, policy=policy, device=args.device, baseline=args.baseline)
+        if args.attest:
+            _attest(args, result, policy)
         return _finish_gate(args, result)
     known = KnownDevices()
     reports = [
@@ -105,6 +103,51 @@ def cmd_gate_compare_report(args) -> int:
         write_report_html(args.output, reports)
         print_line(f"report page {args.output}")
     return 0 if all(r.verified for r in reports) else 1
+
+
+def _attest(args, result, policy) -> None:
+    """``gate --attest FILE``: the decision signed by this host's key (a verified report only)."""
+    from edgequal.judging import attest
+
+    from ..present.terminal.summary import print_note
+
+    if not result.verified:
+        print_note(f"no gate decision signed into {args.attest}: the report did not verify")
+        return
+    attest(result, policy=policy, out=args.attest)
+    print_note(f"signed gate decision ({'PASSED' if result else 'FAILED'}): {args.attest}")
+
+
+def cmd_export(args) -> int:
+    """``edgequal export REPORT... --format github-benchmark|prometheus [-o FILE]``."""
+    import json
+
+    from edgequal.judging import export
+
+    from ..present.terminal.summary import print_note, write_json
+
+    exported = export(args.reports, args.format, device=args.device)
+    text = json.dumps(exported, indent=1) + "\n" if args.format == "github-benchmark" else exported
+    if args.output is None:
+        write_json(text.rstrip("\n"))
+        return 0
+    from edgequal.agent.openmetrics import write_textfile
+
+    write_textfile(args.output, text)  # atomically: a collector never reads half a file
+    print_note(f"{args.format} export of {len(args.reports)} reports: {args.output}")
+    return 0
+
+
+def cmd_key(args) -> int:
+    """``edgequal key show``: this host's gate-decision key (created on first use)."""
+    from ..judge.attestation import host_key_dir, load_host_key
+    from ..present.terminal.summary import print_line
+
+    key = load_host_key()
+    print_line(f"host key {key.fingerprint()} (keyid {key.keyid()})")
+    print_line(f"public key (raw, base64): {key.public_key_b64()}")
+    print_line(f"stored in {host_key_dir()}")
+    return 0
 
 
 def _finish_gate(args, result) -> int:

@@ -74,6 +74,14 @@ def _dispatch(args) -> int:
         from .judge import cmd_gate_compare_report
 
         return cmd_gate_compare_report(args)
+    if args.command == "export":
+        from .judge import cmd_export
+
+        return cmd_export(args)
+    if args.command == "key":
+        from .judge import cmd_key
+
+        return cmd_key(args)
     if args.command == "fleet":
         from .fleet import cmd_fleet
 

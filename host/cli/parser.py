@@ -150,14 +150,38 @@ def build_parser() -> argparse.ArgumentParser:
         "edgequal golden make model.onnx --inputs in.npz --range 0,1 --color-order RGB -o g.npz",
     )
     gm.add_argument("model", type=Path)
-    gm.add_argument(
+    source = gm.add_mutually_exclusive_group(required=True)
+    source.add_argument(
         "--inputs",
         type=Path,
-        required=True,
-        help="NPZ (NAME or CASE/NAME arrays) or a DIR of NPZ files",
+        help="NPZ (NAME or CASE/NAME arrays) or a DIR of NPZ files: prepared tensors",
+    )
+    source.add_argument(
+        "--raw",
+        type=Path,
+        metavar="DIR",
+        help="raw files (PNG, JPEG, 16-bit WAV, UTF-8 text): one case per file stem, or a "
+        "cases.csv (case,INPUT..) for several inputs; needs --pipeline",
     )
     gm.add_argument(
-        "--outputs", type=Path, help="reference outputs, same naming; default: run the model here"
+        "--pipeline",
+        type=Path,
+        metavar="TOML",
+        help="with --raw: the stages per input ([inputs.NAME] decode = image|audio|text, ...; "
+        "docs/measurement.md)",
+    )
+    gm.add_argument(
+        "--outputs",
+        type=Path,
+        help="reference outputs, same naming (with --raw: the training framework's, from the "
+        "same files); default: run the model here",
+    )
+    gm.add_argument(
+        "--reference-inputs",
+        type=Path,
+        metavar="NPZ",
+        help="with --raw: the tensors the training pipeline fed the model (CASE/INPUT), "
+        "compared with the device's preprocessing",
     )
     gm.add_argument("--decision", help="argmax | topk:K | threshold:OUTPUT>VALUE")
     gm.add_argument(
@@ -351,7 +375,12 @@ def _add_measurement_flags(q) -> None:
     m.add_argument("--server-rate", type=float, metavar="PER_S", help="server target rate")
     m.add_argument("--p99-bound", metavar="DURATION", help="server p99 bound, e.g. 15ms")
     m.add_argument(
-        "--operators", action="store_true", default=None, help="per-operator time, delegate use"
+        "--operators",
+        "--operator-profile",
+        dest="operators",
+        action="store_true",
+        default=None,
+        help="per-operator time, delegate use",
     )
     m.add_argument("--scenario-time", metavar="DURATION", help="time per scenario point")
     c = q.add_argument_group("declared co-load (docs/measurement.md)")
@@ -392,6 +421,7 @@ def _add_gate_parsers(sub) -> None:
         gt,
         "edgequal gate pi5.report.json --policy docs/policies/nightly.toml",
         "edgequal gate pi5.report.json --policy gate.toml --baseline last.json --junit gate.xml",
+        "edgequal gate pi5.report.json --policy gate.toml --attest gate.intoto.json",
     )
     gt.add_argument("report", type=Path)
     gt.add_argument("--policy", type=Path, required=True, help="policy TOML (docs/gating.md)")
@@ -400,6 +430,13 @@ def _add_gate_parsers(sub) -> None:
     gt.add_argument("--json", action="store_true", help="print the verdict as JSON")
     gt.add_argument("--device", help="the device that must have signed the report")
     gt.add_argument("--html", type=Path, metavar="PAGE", help="also write the report page here")
+    gt.add_argument(
+        "--attest",
+        type=Path,
+        metavar="FILE",
+        help="write the decision as an in-toto Test Result attestation signed by this host's "
+        "key (edgequal key show)",
+    )
     c = sub.add_parser("compare", help="compare reports side by side (the first is the reference)")
     examples(
         c, "edgequal compare last.json pi5.report.json", "edgequal compare a.json b.json --json"
@@ -418,6 +455,31 @@ def _add_gate_parsers(sub) -> None:
     rh.add_argument("reports", type=Path, nargs="+", metavar="REPORT")
     rh.add_argument("-o", "--output", type=Path, required=True, metavar="PAGE")
     rh.add_argument("--device", help="the device that must have signed the reports")
+    ex = sub.add_parser("export", help="verified reports for dashboards (docs/api.md)")
+    examples(
+        ex,
+        "edgequal export nightly/reports/*.json --format github-benchmark -o bench.json",
+        "edgequal export pi5.report.json --format prometheus -o /var/lib/node_exporter/eq.prom",
+    )
+    ex.add_argument("reports", type=Path, nargs="+", metavar="REPORT")
+    ex.add_argument(
+        "--format",
+        required=True,
+        choices=["github-benchmark", "prometheus"],
+        help="github-benchmark: customSmallerIsBetter JSON for github-action-benchmark; "
+        "prometheus: OpenMetrics text for node_exporter's textfile collector",
+    )
+    ex.add_argument(
+        "-o", "--output", type=Path, metavar="FILE", help="write here atomically (default stdout)"
+    )
+    ex.add_argument("--device", help="the device that must have signed the reports")
+    k = sub.add_parser("key", help="this host's key that signs gate decisions")
+    examples(k, "edgequal key show")
+    ksub = k.add_subparsers(dest="key_command", required=True)
+    examples(
+        ksub.add_parser("show", help="the key's fingerprint and public key (created on first use)"),
+        "edgequal key show   # what consumers of gate --attest pin",
+    )
 
 
 # -- fleet and history (host/cli/fleet.py, host/cli/history.py) ------------------
@@ -465,6 +527,13 @@ def _add_fleet_parsers(sub) -> None:
     fr.add_argument("--history", metavar="URL", help="history database URL (default: the lab's)")
     fr.add_argument(
         "--no-record", action="store_true", help="do not record the reports in the history"
+    )
+    fr.add_argument(
+        "--prometheus",
+        type=Path,
+        metavar="DIR",
+        help="after each cell, write DIR/DEVICE.prom (OpenMetrics, by rename) for "
+        "node_exporter's textfile collector",
     )
     fr.add_argument(
         "--health-file",

@@ -3,7 +3,6 @@ device profile, then flags), the run on the device, the report written and summa
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .device_args import open_device_from_args
@@ -96,15 +95,11 @@ def _measurement_flags(args) -> dict:
     }
 
 
-def _plan_from_args(args, profile=None) -> Plan:
-    """The plan: the preset, then the device profile's board fields, then explicit flags.
+def _plan_flags(args) -> dict:
+    """The plan fields the flags set (None: not given; the preset's or profile's stays)."""
+    from edgequal.agent.plan import parse_duration_s, parse_shape_args
 
-    The profile never adds a phase (``make_plan``); ``sources`` records which of the
-    three set each field.
-    """
-    from edgequal.agent.plan import make_plan, parse_duration_s, parse_shape_args
-
-    flags = {
+    return {
         "runtime": args.runtime if args.runtime != "auto" else None,
         "threads": args.threads,
         "shapes": parse_shape_args(args.shape) or None,
@@ -114,29 +109,21 @@ def _plan_from_args(args, profile=None) -> Plan:
         **length_flags(args),
         **_measurement_flags(args),
     }
-    board = profile.plan_fields(args.plan) if profile is not None else None
-    return make_plan(args.plan, board, **flags)
 
 
-def _pick_profile(args, transport, address: str):
-    """``--profile``, else the profile the device's fingerprint matches; none for the local agent.
+def _plan_from_args(args) -> Plan:
+    """The plan before a device is known (the preset and the flags): checked against
+    ``--gate``'s policy before connecting; a profile never adds a phase (``make_plan``)."""
+    from edgequal.agent.plan import make_plan
 
-    The local agent is the machine you are sitting at, not a target board: its plan is
-    the preset alone unless a profile is asked for.
-    """
-    from ..devices.profiles import load_profile, match_profile
-
-    if args.profile:
-        return load_profile(args.profile)
-    if address == "local":
-        return None
-    return match_profile(transport.info().get("fingerprint") or {})
+    return make_plan(args.plan, None, **_plan_flags(args))
 
 
 def cmd_qualify(args) -> int:
+    """``edgequal qualify``: the library's ``Device.qualify``, shown on the terminal."""
     import json
 
-    from ..devices.qualify import printable, qualify
+    from ..devices.qualify import printable
     from ..errors import UsageError
     from ..model_file import check_model_file, check_shapes
     from ..present.terminal.summary import (
@@ -152,7 +139,7 @@ def cmd_qualify(args) -> int:
     # Flags first, then the files they name, then the shapes against the model's inputs.
     model = args.model
     policy = _load_gate_policy(args.gate) if args.gate else None
-    flags_plan = _plan_from_args(args)
+    flags_plan = _plan_from_args(args)  # bad flags, before connecting
     _check_plan_for_policy(flags_plan, policy)
     runtime = check_model_file(model, args.runtime)
     if args.golden is not None and not args.golden.is_file():
@@ -161,52 +148,36 @@ def cmd_qualify(args) -> int:
             hint=f"make one with: edgequal golden make {model} --inputs INPUTS.npz -o {args.golden}",
         )
     check_shapes(model, runtime, flags_plan.shapes)
-    device = open_device_from_args(args)
-    transport, name, address = device.transport, device.name, device.address
-    with transport:
-        plan = _plan_from_args(args, _pick_profile(args, transport, address))
+    with open_device_from_args(args) as device:
+        # The preset, then the profile (--profile, else the fingerprint's), then the flags.
+        plan = device.plan(args.plan, profile=args.profile, **_plan_flags(args))
         print_plan(plan, stderr=args.json)
         with ProgressDisplay(
-            f"qualifying {printable(model.name)} on {address}", enabled=not args.json
+            f"qualifying {printable(model.name)} on {device.address}", enabled=not args.json
         ) as display:
-            qualification = qualify(
-                transport,
+            report = device.qualify(
                 model,
                 args.golden,
-                plan,
-                known=device.known,
-                device_name=name,
-                on_event=display.on_event,
-                out=args.output or _default_report_path(model),
-                allow_golden_mismatch=args.allow_golden_mismatch,
+                plan=plan,
+                out=args.output,
+                on_progress=display.on_event,
                 on_notice=print_note,
+                allow_golden_mismatch=args.allow_golden_mismatch,
                 coload_models=parse_coload(args.coload)[1],
             )
-    predicate = qualification.report.predicate
-    for note in qualification.notes:
+    predicate = report.predicate
+    for note in report.notes:
         print_note(note)
     if args.json:
         write_json(json.dumps(predicate, indent=1))
-        print_note(f"signed report: {printable(qualification.path)}")
+        print_note(f"signed report: {printable(report.path)}")
     else:
-        print_summary(predicate, address, printable(qualification.path))
+        print_summary(predicate, device.address, printable(report.path))
     if policy is not None or args.html:
-        return _gate_after_qualify(args, policy, qualification.path, name, predicate)
-    from edgequal.agent.phases.qualification import exit_code_for
-
-    if qualification.interrupted:
-        print_note(f"run {qualification.report.run_id} was cancelled; its signed report is above")
-        return 130
-    return exit_code_for(predicate["status"], predicate.get("findings", []))
-
-
-def _default_report_path(model: Path) -> Path:
-    """Where a report goes without ``-o``: the host's reports dir, never the working directory."""
-    import time
-
-    from ..paths import reports_dir
-
-    return reports_dir() / f"{model.stem}-{time.strftime('%Y%m%dT%H%M%S')}.report.json"
+        return _gate_after_qualify(args, policy, report.path, device.name, predicate)
+    if report.interrupted:
+        print_note(f"run {report.run_id} was cancelled; its signed report is above")
+    return report.exit_code
 
 
 def cmd_golden_make(args) -> int:
@@ -229,6 +200,9 @@ def cmd_golden_make(args) -> int:
         preprocessing=_declared_preprocessing(args),
         on_warning=warn,
         edge_shapes=parse_edge_shape_args(args.edge_shape),
+        raw=args.raw,
+        pipeline=args.pipeline,
+        reference_inputs=args.reference_inputs,
     )
     if args.json:
         import json
@@ -284,6 +258,10 @@ def _declared_preprocessing(args) -> dict:
         "color_order": args.color_order,
         "resize": resize,
     }
+    if args.preprocessing and args.raw:
+        raise UsageError(
+            "--preprocessing declares prepared inputs; with --raw the keys go in --pipeline"
+        )
     declared = read_preprocessing_toml(args.preprocessing) if args.preprocessing else {}
     declared.setdefault("*", {}).update({k: v for k, v in flags.items() if v is not None})
     return declared

@@ -76,6 +76,13 @@ def run_demo(out: Path, sustain: str = "6s") -> int:
             statuses.append(
                 (qualification.report.status, excluded_note(qualification.report.predicate))
             )
+        from .pipeline import demo_pipeline
+
+        with ProgressDisplay("qualifying colour.onnx from raw images") as display:
+            qualification, path = demo_pipeline(transport, known, out, display.on_event)
+        print_summary(qualification.report.predicate, "local", str(path))
+        print_line("  (expected: its reference was made in BGR, so decisions flip)\n")
+        reports.append(path)
     from ..judge.report_file import load_report
     from ..present.html.report import write_report_html
 

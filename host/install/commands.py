@@ -16,7 +16,7 @@ from edgequal.agent.service.auth import parse_listen
 from ..errors import UsageError
 
 SERVICE_NAME = "edgequal-agent"
-KNOWN_EXTRAS = ("onnx", "litert")
+KNOWN_EXTRAS = ("onnx", "litert", "pipeline")
 _WILDCARD_HOSTS = ("", "0.0.0.0", "::", "*")
 
 

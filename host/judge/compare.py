@@ -15,6 +15,7 @@ from edgequal.agent.measure.preemption import decisive_entry
 
 from .baseline import compare_latency, fingerprint_changes
 from .conditions import edge_shapes, mb
+from .pipeline_checks import PART_LABELS, PATH_PARTS, part_summary, worst_preprocessing_abs
 from .policy import BASELINE_DEFAULTS
 from .report_file import ReportFile
 
@@ -289,6 +290,25 @@ def compare_reports(reports: list[ReportFile], settings: dict | None = None) -> 
             f"edge {label} peak RSS",
             "MB",
             lambda r, lb=label: mb(_edge_figure(r, lb, "peak_rss_bytes")),
+        )
+
+    # The whole path from raw files: each stage's p50 and the end-to-end p50 and p99.
+    if any(_get(r.predicate, "results", "pipeline", "end_to_end") for r in reports):
+        for part in PATH_PARTS:
+            for key, name in (("p50_ms", "p50"),) + (
+                (("p99_ms", "p99"),) if part == "end_to_end" else ()
+            ):
+                add(
+                    f"path {PART_LABELS[part]} {name}",
+                    "ms",
+                    lambda r, pt=part, k=key: _get(
+                        part_summary(_get(r.predicate, "results", "pipeline") or {}, pt), k
+                    ),
+                )
+        add(
+            "preprocessing max abs vs reference",
+            "",
+            lambda r: worst_preprocessing_abs(_get(r.predicate, "results", "pipeline") or {})[1],
         )
 
     # The service scenarios and energy: each one's headline figure.

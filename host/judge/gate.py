@@ -39,6 +39,7 @@ from .checks import (
     sustained_checks,
 )
 from .condition_checks import coload_checks, edge_shape_checks
+from .pipeline_checks import pipeline_checks
 from .policy import Policy
 from .report_file import ReportFile, load_report
 from .scenario_checks import (
@@ -141,6 +142,7 @@ def evaluate(predicate: dict, policy: Policy) -> list[Check]:
         *([] if short else energy_checks(results, policy)),
         *coload_checks(results, policy),
         *edge_shape_checks(results, policy),
+        *pipeline_checks(results, policy),
     ]
 
 

@@ -59,6 +59,9 @@ EDGE_SHAPE_LIMITS: dict[str, str] = {
     "max_rss_added_by_inference_mb": NUMBER,
 }
 
+# The whole path's stages, then the path (results.pipeline): [pipeline] max_PART_p50_ms, ..._p99_ms.
+_PATH_PARTS = ("decode", "preprocess", "inference", "decision", "end_to_end")
+
 # Section -> key -> kind. "" is the top level; drift.outputs.NAME takes DRIFT_METRICS keys,
 # edge_shapes.labels.LABEL the EDGE_SHAPE_LIMITS keys.
 SCHEMA: dict[str, dict[str, str]] = {
@@ -127,6 +130,10 @@ SCHEMA: dict[str, dict[str, str]] = {
         "max_mj_per_inference_above_idle": NUMBER,
         "max_power_w": NUMBER,
     },
+    "pipeline": {
+        **{f"max_{part}_{p}_ms": NUMBER for part in _PATH_PARTS for p in ("p50", "p99")},
+        "max_preprocessing_abs": NUMBER,
+    },
     "baseline": {
         "min_effect": NUMBER,
         "confidence": NUMBER,
@@ -187,6 +194,7 @@ class Policy:
     coload: dict = field(default_factory=dict)
     edge_shapes: dict = field(default_factory=dict)
     edge_shape_labels: dict[str, dict] = field(default_factory=dict)
+    pipeline: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
         """The policy as JSON (the same sections and keys as the TOML)."""
@@ -203,6 +211,7 @@ class Policy:
             "baseline",
             *SCENARIO_SECTIONS,
             "coload",
+            "pipeline",
         ):
             out[section] = dict(getattr(self, section))
         out["edge_shapes"] = {
@@ -343,6 +352,7 @@ def parse_policy(data: dict, where: str = "<policy>") -> Policy:
         baseline=baseline,
         **{name: sections.get(name, {}) for name in SCENARIO_SECTIONS + CONDITION_SECTIONS},
         edge_shape_labels=sections.get("edge_shapes.labels", {}),
+        pipeline=sections.get("pipeline", {}),
     )
 
 

@@ -326,6 +326,7 @@ def test_run_plan_cancelled_by_a_hang_up_sends_the_signed_report(
     assert not idle.busy and idle.lease is None
 
 
+@pytest.mark.slow
 def test_info_json_carries_what_grpc_info_does(tmp_path, local_agents):
     state = tmp_path / "state"
     proc = run_agent(state, "info", "--json")

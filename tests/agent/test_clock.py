@@ -107,6 +107,7 @@ def agent_in_1970(tmp_path):
         agent.stop(0)
 
 
+@pytest.mark.slow
 def test_a_device_clock_in_1970_is_flagged_and_the_report_still_verifies(
     agent_in_1970, example_models, golden_sets, quick_plan, tmp_path
 ):

@@ -223,6 +223,7 @@ def agent(tmp_path):
         server.stop(0)
 
 
+@pytest.mark.slow
 def test_a_bundle_is_pushed_measured_and_every_file_is_a_subject(agent, tmp_path, quick_plan):
     server, known = agent
     model = build_model(tmp_path / "host")

@@ -11,7 +11,6 @@ import base64
 import hashlib
 import json
 import os
-import subprocess
 import uuid
 from pathlib import Path
 
@@ -71,21 +70,9 @@ def store(tmp_path):
 
 
 @pytest.fixture
-def small_disk(tmp_path):
+def small_disk(mount_tmpfs):
     """A real file system of 4 MiB (tmpfs), so a full disk is a real ENOSPC."""
-    mnt = tmp_path / "small-disk"
-    mnt.mkdir()
-    proc = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs", str(mnt)],
-        capture_output=True,
-        text=True,
-    )
-    if proc.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs here ({proc.stderr.strip()}): needs root")
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
+    return mount_tmpfs("4m")
 
 
 def fill(directory: Path) -> Path:
@@ -424,3 +411,210 @@ def test_info_and_stat_keep_answering_while_a_qualification_runs(
     finally:
         stop.set()
         agent.stop(0)
+
+
+# -- issue 22: what a run measures is what its report names --------------------------
+
+
+def _push(stub, data: bytes) -> str:
+    digest = hashlib.sha256(data).hexdigest()
+    chunks = [pb.PushChunk(digest=digest, offset=0, data=data, total_size=len(data))]
+    assert stub.Push(iter(chunks), timeout=30).complete
+    return digest
+
+
+@pytest.fixture
+def grpc_agent(tmp_path):
+    """A real agent on 127.0.0.1 (in this process) and a stub; ``make(root=...)`` builds it."""
+    made = []
+
+    def make(root: Path = Path("/"), **options):
+        key = DeviceKey.generate()
+        agent = build_server("127.0.0.1:0", tmp_path / "state", root, key=key, **options)
+        agent.start()
+        channel = grpc.insecure_channel(f"127.0.0.1:{agent.port}")
+        made.append((agent, channel))
+        return agent, pb_grpc.AgentStub(channel), key
+
+    yield make
+    for agent, channel in made:
+        channel.close()
+        agent.stop(0)
+
+
+@pytest.mark.parametrize("corrupt", ["model", "golden set"])
+def test_an_artifact_corrupted_at_rest_is_refused_with_a_signed_failed_report(
+    grpc_agent, example_models, golden_sets, quick_plan, corrupt
+):
+    agent, stub, key = grpc_agent()
+    model = _push(stub, example_models["classifier"].read_bytes())
+    golden = _push(stub, golden_sets["classifier"].read_bytes())
+    victim = model if corrupt == "model" else golden
+    stored = agent.service.store.committed_path(victim)
+    os.chmod(stored, 0o644)
+    with open(stored, "r+b") as f:  # one flipped bit, as a failing card would
+        f.seek(100)
+        byte = f.read(1)
+        f.seek(100)
+        f.write(bytes([byte[0] ^ 0x01]))
+    request = pb.QualifyRequest(
+        model_digest=model,
+        golden_digest=golden,
+        plan_json=json.dumps(quick_plan()),
+        nonce="n-corrupt",
+        model_name="classifier.onnx",
+        golden_name="classifier.npz",
+    )
+    messages = list(stub.Qualify(request, timeout=60))
+    p = statement_of(messages[-1].envelope, key)["predicate"]
+    name = "classifier.onnx" if corrupt == "model" else "classifier.npz"
+    assert p["status"] == "failed"
+    assert p["reason"].startswith(f"artifact {name} (sha256:{victim}) is corrupted on the device")
+    (finding,) = p["findings"][:1]
+    assert (finding["kind"], finding["artifact"], finding["sha256"]) == (
+        "artifact_corrupt",
+        name,
+        victim,
+    )
+    assert "results" not in p or not p["results"].get("latency")  # nothing was measured
+    # Removed from the store: the host's next push sends it again.
+    assert not stub.Stat(pb.StatRequest(digest=victim), timeout=5).complete
+    assert stub.Stat(pb.StatRequest(digest=model if victim == golden else golden)).complete
+
+
+def _memory_hungry_model(path: Path, mib: int) -> Path:
+    """An ONNX model whose one inference needs ``mib`` MiB (a ConstantOfShape of that size)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    n = mib * 1024 * 1024 // 4
+    graph = helper.make_graph(
+        [
+            helper.make_node("Shape", ["x"], ["one"]),
+            helper.make_node("Mul", ["one", "n"], ["shape"]),
+            helper.make_node(
+                "ConstantOfShape",
+                ["shape"],
+                ["big"],
+                value=helper.make_tensor("v", TensorProto.FLOAT, [1], [1.0]),
+            ),
+            helper.make_node("ReduceSum", ["big"], ["s"], keepdims=1),
+            helper.make_node("Add", ["x", "s"], ["y"]),
+        ],
+        "hungry",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+        [helper.make_tensor("n", TensorProto.INT64, [1], [n])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+@pytest.mark.slow
+def test_a_model_over_the_default_memory_limit_is_a_memory_finding(
+    tmp_path, grpc_agent, quick_plan
+):
+    """The board (its /proc/meminfo under the probe root) has 256 MiB: a worker may use half,
+    and a model needing 300 MiB for one inference is stopped there, with a memory finding."""
+    board = tmp_path / "board"
+    (board / "proc").mkdir(parents=True)
+    (board / "proc" / "meminfo").write_text("MemTotal:         262144 kB\nMemFree: 1 kB\n")
+    agent, stub, key = grpc_agent(root=board)
+    model = _push(stub, _memory_hungry_model(tmp_path / "hungry.onnx", 300).read_bytes())
+    plan = quick_plan()
+    assert plan["memory_limit_mb"] is None  # the host set none
+    request = pb.QualifyRequest(
+        model_digest=model, plan_json=json.dumps(plan), nonce="n-mem", model_name="hungry.onnx"
+    )
+    messages = list(stub.Qualify(request, timeout=120))
+    p = statement_of(messages[-1].envelope, key)["predicate"]
+    assert p["plan"]["memory_limit_mb"] == 128  # the agent's default, in the signed plan
+    assert p["status"] == "failed"
+    memory = [f for f in p["findings"] if f.get("cause") == "memory"]
+    assert memory and "exceeded the 128 MB memory limit" in memory[0]["message"]
+
+
+def test_the_memory_limit_comes_from_the_plan_then_the_operator_then_the_board(tmp_path, key):
+    board = tmp_path / "board"
+    (board / "proc").mkdir(parents=True)
+    (board / "proc" / "meminfo").write_text("MemTotal:  1000000 kB\n")
+    request = RunRequest("run-1", "a" * 64, None, {"preset": "quick"}, "n")
+    by_board = Runs(tmp_path / "s", key, None, board)._with_memory_limit(request)
+    assert by_board.plan == {"preset": "quick", "memory_limit_mb": 488}  # half, in MiB
+    by_operator = Runs(tmp_path / "s", key, None, board, memory_limit_mb=700)
+    assert by_operator._with_memory_limit(request).plan["memory_limit_mb"] == 700
+    planned = RunRequest("run-2", "a" * 64, None, {"memory_limit_mb": 2048}, "n")
+    assert by_operator._with_memory_limit(planned) is planned
+    # No meminfo under the root: no default can be drawn, the plan stays as it came.
+    assert Runs(tmp_path / "s", key, None, tmp_path / "empty")._with_memory_limit(request).plan == {
+        "preset": "quick"
+    }
+
+
+@pytest.mark.slow
+def test_a_delivered_report_the_disk_never_took_is_the_runs_only_report_after_a_kill(
+    tmp_path, mount_tmpfs, local_agents, example_models, quick_plan
+):
+    """The disk fills during a run and its reserve is gone: the signed report reaches the
+    host but not the disk; the agent is killed. After the restart no second report is
+    signed for the run: asking for it says what happened."""
+    disk = mount_tmpfs("24m")
+    (disk / "state").mkdir()
+    state = tmp_path / "state"
+    state.symlink_to(disk / "state")  # the agent's log stays off the small disk
+    agent = local_agents.serve(state, args=["--min-free", "0"])
+    filled = []
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{agent.port}") as channel:
+            stub = pb_grpc.AgentStub(channel)
+            model = _push(stub, example_models["micro"].read_bytes())
+            request = pb.QualifyRequest(
+                model_digest=model,
+                plan_json=json.dumps(quick_plan(cooldown=False, latency_min_runs=20)),
+                nonce="n-full-kill",
+            )
+            messages = []
+            for m in stub.Qualify(request, timeout=120):
+                messages.append(m)
+                if m.HasField("event_json") and not filled:
+                    (disk / "state" / RESERVE_FILE).unlink()  # something took the reserve
+                    filled.append(fill(disk))
+        run_id = messages[0].run_id
+        delivered = statement_of(messages[-1].envelope, agent_key(agent))["predicate"]
+        assert delivered["status"] in MEASURED_STATUSES and delivered["run_id"] == run_id
+        assert not (disk / "state" / "reports" / f"{run_id}.dsse.json").exists()
+        with grpc.insecure_channel(f"127.0.0.1:{agent.port}") as channel:
+            got = pb_grpc.AgentStub(channel).GetReport(pb.GetReportRequest(run_id=run_id))
+        assert got.envelope == messages[-1].envelope  # from memory: the disk is still full
+        agent.proc.kill()
+        agent.proc.wait(10)
+    finally:
+        agent.stop()
+    filled[0].unlink()
+    again = local_agents.serve(state, args=["--min-free", "0"])
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{again.port}") as channel:
+            stub = pb_grpc.AgentStub(channel)
+            with pytest.raises(grpc.RpcError) as e:
+                stub.GetReport(pb.GetReportRequest(run_id=run_id), timeout=10)
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert e.value.details() == (
+            f"run {run_id} finished ({delivered['status']}); its signed report of "
+            f"{len(messages[-1].envelope)} bytes was delivered to its host but could not be "
+            "stored on this device (No space left on device), and no other report is signed "
+            "for it"
+        )
+        assert list((disk / "state" / "reports").glob("*.dsse.json")) == []
+        assert list((disk / "state" / "runs").iterdir()) == []
+    finally:
+        again.stop()
+
+
+def agent_key(agent):
+    """The public half of a started agent process's key (what :func:`statement_of` needs)."""
+    import types
+
+    raw = agent.public_key_raw()
+    return types.SimpleNamespace(public_key_raw=lambda: raw)

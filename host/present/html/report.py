@@ -29,6 +29,7 @@ from ...judge.gate import GateResult
 from ...judge.report_file import ReportFile
 from .conditions import conditions_section
 from .parts import _CSS, _e
+from .pipeline import pipeline_section
 from .plots import latency_figure, sustained_figure
 from .scenarios import _scenarios_section
 from .sections import (
@@ -69,6 +70,9 @@ def render_report_html(
         fig or '<p class="muted">No raw latency samples to plot.</p>',
         _latency_table(reports),
     ]
+    path = pipeline_section(reports)
+    if path:
+        parts += ["<h2>Whole path from raw files</h2>", path]
     parts += ["<h2>Sustained</h2>"]
     fig = sustained_figure(reports)
     parts += [fig or "", _sustained_table(reports)]

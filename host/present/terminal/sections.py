@@ -62,13 +62,18 @@ def print_cold_load(results: dict) -> None:
         t = Table(title=f"Cold load ({len(cold['runs'])} fresh processes)", title_justify="left")
         for col in ("", "median", "min", "max"):
             t.add_column(col, justify="right" if col else "left")
+        # The words of benchmark_model / onnxruntime_perf_test / trtexec: Init, First inference.
         for key, label in (
-            ("import_ms", "runtime import"),
-            ("load_ms", "session create"),
-            ("first_inference_ms", "first inference"),
-            ("total_ms", "total to first result"),
+            ("import_ms", "Init: runtime import"),
+            ("load_ms", "Init: session create"),
+            ("first_decode_ms", "First decode"),
+            ("first_preprocess_ms", "First preprocess"),
+            ("first_inference_ms", "First inference"),
+            ("total_ms", "Total to first result"),
         ):
-            s = cold[key]
+            s = cold.get(key)
+            if s is None:  # a golden set of raw files has the first decode and preprocess
+                continue
             t.add_row(label, _ms(s["median"]), _ms(s["min"]), _ms(s["max"]))
         t.caption = f"page cache {'evicted' if cold['page_cache_evicted'] else 'not evicted'} before each load"
         console.print(t)
@@ -91,10 +96,22 @@ def print_latency(results: dict) -> None:
         def ci(pair):
             return "—" if not pair else f"{v(pair[0])}–{v(pair[1])}"
 
-        t = Table(
-            title=f"Warm latency ({unit}; 95 % CIs are order-statistic)", title_justify="left"
-        )
-        for col in ("shape", "n", "p50", "p50 CI", "p90", "p99", "p99 CI", "max", "CV"):
+        # Warmup / Inference; count, min, max, avg, std; P50…P99.9: the words users of
+        # benchmark_model, onnxruntime_perf_test and trtexec look for.
+        t = Table(title=f"Inference (warm, {unit})", title_justify="left")
+        for col in (
+            "shape",
+            "count",
+            "min",
+            "max",
+            "avg",
+            "std",
+            "P50",
+            "P90",
+            "P95",
+            "P99",
+            "P99.9",
+        ):
             t.add_column(col, justify="left" if col == "shape" else "right")
         for entry in per_shape:
             s = entry["summary"]
@@ -103,15 +120,26 @@ def print_latency(results: dict) -> None:
             t.add_row(
                 esc(shape) + steady,
                 str(s["count"]),
-                v(s["p50_ms"]),
-                ci(s.get("p50_ci_ms")),
-                v(s["p90_ms"]),
-                v(s["p99_ms"]),
-                ci(s.get("p99_ci_ms")),
+                v(s["min_ms"]),
                 v(s["max_ms"]),
-                _num(s["cv"], "{:.2f}"),
+                v(s["mean_ms"]),
+                v(s["sd_ms"]),
+                v(s["p50_ms"]),
+                v(s["p90_ms"]),
+                v(s["p95_ms"]),
+                v(s["p99_ms"]),
+                v(s["p99_9_ms"]),
             )
         console.print(t)
+        for entry in per_shape:
+            s, w = entry["summary"], entry["warmup"]
+            console.print(
+                f"  {esc(entry['shape'])}: Warmup {w.get('runs')} runs in "
+                f"{_num(w.get('seconds'), '{:.2f}')} s ({'steady' if w['steady'] else 'not steady'}); "
+                f"95 % order-statistic CI P50 {ci(s.get('p50_ci_ms'))}, P99 {ci(s.get('p99_ci_ms'))} "
+                f"{unit}; CV {_num(s['cv'], '{:.2f}')}",
+                soft_wrap=True,
+            )
         for entry in per_shape:
             excluded = excluded_text(entry)
             if excluded:

@@ -18,6 +18,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from .pipeline import print_pipeline
 from .scenarios import print_scenarios
 from .sections import (
     console,
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
 
 PHASES = ("upload", "fingerprint", "cold_load", "latency", "sustained", "signing")
 # Optional phases: a row appears when the run starts one, in this place among PHASES.
-SCENARIO_PHASES = ("operators", "batch_sweep", "thread_scaling", "server")
+SCENARIO_PHASES = ("pipeline", "operators", "batch_sweep", "thread_scaling", "server")
 _ROW_ORDER = PHASES[:4] + SCENARIO_PHASES + PHASES[4:]
 _STATUS_STYLE = {
     "passed": "bold green",
@@ -152,10 +153,10 @@ def plan_line(plan: Plan, *, boards: bool = False) -> str:
         source = plan.sources.get(key)
         return f" [{source}]" if source in ("flag", "profile") else ""
 
-    phases = [
-        f"cold load ×{plan.cold_runs}{origin('cold_runs')}",
-        f"latency {duration_text(plan.latency_min_s)}{origin('latency_min_s')}",
-    ]
+    phases = [f"cold load ×{plan.cold_runs}{origin('cold_runs')}"]
+    if origin("warmup_min_s"):  # the preset's warm-up goes unsaid, as it always did
+        phases.append(f"warm-up {duration_text(plan.warmup_min_s)}{origin('warmup_min_s')}")
+    phases.append(f"latency {duration_text(plan.latency_min_s)}{origin('latency_min_s')}")
     if plan.sustain_s:
         text = f"sustained {duration_text(plan.sustain_s)}{origin('sustain_s')}"
         if plan.sustain_extend_to_s and plan.sustain_extend_to_s > plan.sustain_s:
@@ -311,6 +312,7 @@ def print_summary(predicate: dict, device: str, report_path: str | None = None) 
         )
     print_cold_load(results)
     print_latency(results)
+    print_pipeline(results)
     print_drift(results)
     print_sustained(results)
     print_memory(results)

@@ -80,6 +80,7 @@ def test_search_bisects_to_the_highest_rate_that_holds():
     assert none["max_rate_held_per_s"] is None and none["bracket_per_s"] == [0.0, 1.0]
 
 
+@pytest.mark.slow
 def test_a_rate_the_callers_hold_and_one_they_cannot():
     # Two callers serving 4 ms requests (sleep: no CPU, so a busy machine does not matter
     # much): capacity is about 500/s. 100/s holds; 2,000/s saturates, the queue grows.

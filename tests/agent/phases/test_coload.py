@@ -105,6 +105,7 @@ def _state(pid: int) -> str:
     return text[text.rindex(")") + 2]
 
 
+@pytest.mark.slow
 def test_cpu_co_load_is_paused_resumed_and_stopped_in_its_own_process_groups():
     plan = make_plan("quick", coload=[{"kind": "cpu", "cores": 1.5}])
     load = Load(decl=dict(plan.coload[0]), label="cpu:1.5")
@@ -133,6 +134,7 @@ def test_cpu_co_load_is_paused_resumed_and_stopped_in_its_own_process_groups():
             os.killpg(pgid, 0)
 
 
+@pytest.mark.slow
 def test_a_co_load_that_cannot_start_is_reported(tmp_path):
     plan = make_plan("quick")
     load = Load(decl={"kind": "command", "name": "gone"}, label="command:gone", argv=["true"])
@@ -145,6 +147,7 @@ def test_a_co_load_that_cannot_start_is_reported(tmp_path):
     assert failure == "co-load command:gone exited with code 0"
 
 
+@pytest.mark.slow
 def test_sampler_counts_the_declared_co_load_apart_from_other_processes():
     """Two real busy processes beside an idle 'worker': the declared one is counted as
     co-load, never as other processes; the undeclared one still is."""

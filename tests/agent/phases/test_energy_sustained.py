@@ -52,7 +52,7 @@ def test_energy_per_inference_matches_the_power_drawn(example_models, tmp_path, 
     root = tmp_path / "board"
     with RailPlayer(root):
         plan = make_plan(
-            "quick", threads=1, sustain_s=6.0, window_s=1.0, cooldown=False, idle_power_s=2.0
+            "quick", threads=1, sustain_s=4.0, window_s=1.0, cooldown=False, idle_power_s=1.0
         )
         result = sustain(example_models["classifier"], plan, root)
     power = result["power"]

@@ -105,7 +105,7 @@ def test_a_competitor_started_half_way_is_interference_not_a_failure(
     the worker runs on: the slower windows are attributed to interference, and the run is
     inconclusive. The worker inherits this process's CPU affinity, so the competition is
     for that one CPU whatever else the machine runs."""
-    plan = make_plan("quick", threads=1, sustain_s=10.0, window_s=1.0, cooldown=False)
+    plan = make_plan("quick", threads=1, sustain_s=7.0, window_s=1.0, cooldown=False)
     cpu = min(os.sched_getaffinity(0))
     competitors: list[subprocess.Popen] = []
     started_at: list[float] = []
@@ -115,7 +115,7 @@ def test_a_competitor_started_half_way_is_interference_not_a_failure(
     )
 
     def on_event(event: dict) -> None:
-        if not competitors and (event.get("done") or 0) >= 4.5:
+        if not competitors and (event.get("done") or 0) >= 3.0:
             started_at.append(time.monotonic())
             for _ in range(4):
                 competitors.append(subprocess.Popen([sys.executable, "-c", busy]))
@@ -155,7 +155,7 @@ def test_soak_extends_while_the_temperature_still_rises(
     device_emulator, example_models, tmp_path, sustain
 ):
     root = tmp_path / "board"
-    # Slow cooling: the board is still heating well past the planned 4 s.
+    # Slow cooling: the board is still heating well past the planned 2 s.
     emu = device_emulator.DeviceEmulator(
         root,
         watch_pid=os.getpid(),
@@ -165,12 +165,12 @@ def test_soak_extends_while_the_temperature_still_rises(
         cool_rate=0.005,
     )
     plan = make_plan(
-        "soak", threads=1, sustain_s=4.0, sustain_extend_to_s=8.0, window_s=1.0, cooldown=False
+        "soak", threads=1, sustain_s=2.0, sustain_extend_to_s=5.0, window_s=1.0, cooldown=False
     )
     with emu:
         result = sustain(example_models["mid"], plan, root)
-    assert result["extended_to_s"] is not None and result["extended_to_s"] >= 7.0
-    assert result["windows"] >= 7
+    assert result["extended_to_s"] is not None and result["extended_to_s"] >= 4.0
+    assert result["windows"] >= 4
 
 
 def test_without_sensors_the_phase_runs_and_temperatures_are_absent(

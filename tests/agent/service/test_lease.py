@@ -42,6 +42,7 @@ def test_acquire_fails_fast_naming_holder_and_expiry():
     slot.finish(run)
 
 
+@pytest.mark.slow
 def test_renew_extends_and_an_expired_lease_is_reclaimed():
     slot = RunSlot()
     a = slot.acquire("a", "", 1)
@@ -62,6 +63,7 @@ def test_renew_extends_and_an_expired_lease_is_reclaimed():
         slot.start("r", "a", 60, lease_id=a.lease_id)
 
 
+@pytest.mark.slow
 def test_a_lease_is_not_reclaimed_while_its_run_goes_on():
     slot = RunSlot()
     a = slot.acquire("a", "", 1)
@@ -73,6 +75,7 @@ def test_a_lease_is_not_reclaimed_while_its_run_goes_on():
     assert slot.acquire("b", "", 5).granted  # expired and its run ended: reclaimed
 
 
+@pytest.mark.slow
 def test_waiting_hosts_are_served_in_order_of_arrival():
     slot = RunSlot()
     held = slot.acquire("first", "", 60)
@@ -165,6 +168,81 @@ def test_two_hosts_share_one_real_agent(tmp_path, example_models, local_agents):
         b.close()
     finally:
         agent.stop()
+
+
+class SteppedClock:
+    """A wall clock the test can step (as NTP or ``date -s`` steps a board's clock)."""
+
+    def __init__(self):
+        self.offset_s = 0.0
+
+    def __call__(self) -> float:
+        return time.time() + self.offset_s
+
+
+def test_a_wall_clock_step_neither_ends_nor_stretches_a_lease():
+    wall = SteppedClock()
+    slot = RunSlot(wall_clock=wall)
+    a = slot.acquire("a", "", 60)
+    for step in (3600.0, -86400.0):
+        wall.offset_s = step
+        with pytest.raises(DeviceBusy, match=r"leased to a .*lease expires in (59|60) s"):
+            slot.acquire("b", "", 60)
+        assert abs(slot.lease().expires_unix_ms / 1000 - (wall() + 60)) < 2
+    run = slot.start("r", "a", 30, lease_id=a.lease_id)
+    wall.offset_s = 7200.0
+    assert not run.cancel.is_set()
+    assert abs(slot.lease().expires_unix_ms / 1000 - (wall() + 30)) < 2
+    slot.finish(run)
+
+
+@pytest.mark.slow
+def test_leases_expire_on_the_monotonic_clock_whatever_the_wall_clock_does(tmp_path):
+    """A +1 h step does not hand A's live lease to B; after a -1 day step a dead host's
+    1 s lease still ends after 1 s. The lease shows the stepped wall time."""
+    import grpc
+    from edgequal.agent.keys import DeviceKey
+    from edgequal.agent.service.server import build_server
+    from edgequal.protos import edgequal_v1_pb2 as pb
+    from edgequal.protos import edgequal_v1_pb2_grpc as pb_grpc
+
+    wall = SteppedClock()
+    agent = build_server(
+        "127.0.0.1:0", tmp_path / "state", tmp_path, key=DeviceKey.generate(), wall_clock=wall
+    ).start()
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{agent.port}") as channel:
+            stub = pb_grpc.AgentStub(channel)
+            a = stub.AcquireLease(pb.AcquireLeaseRequest(holder="a", ttl_s=60), timeout=10)
+            assert a.granted
+            wall.offset_s = 3600.0  # the board's clock jumps an hour ahead
+            with pytest.raises(grpc.RpcError) as e:
+                stub.AcquireLease(pb.AcquireLeaseRequest(holder="b", ttl_s=60), timeout=10)
+            assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert re.search(r"leased to a .*lease expires in (59|60) s", e.value.details())
+            shown = stub.Info(pb.InfoRequest(), timeout=10).lease
+            assert shown.holder == "a"
+            assert abs(shown.expires_unix_ms / 1000 - (wall() + 60)) < 5  # shown in wall time
+            renewed = stub.RenewLease(pb.RenewLeaseRequest(lease_id=a.lease_id, ttl_s=60))
+            assert renewed.lease.holder == "a"
+            assert stub.ReleaseLease(pb.ReleaseLeaseRequest(lease_id=a.lease_id)).released
+
+            dead = stub.AcquireLease(pb.AcquireLeaseRequest(holder="dead", ttl_s=1), timeout=10)
+            assert dead.granted
+            wall.offset_s = -86400.0  # and a day back; the holder never renews
+            t0 = time.monotonic()
+            b = stub.AcquireLease(
+                pb.AcquireLeaseRequest(holder="b", ttl_s=60, wait_s=5), timeout=10
+            )
+            while not b.granted:
+                b = stub.AcquireLease(
+                    pb.AcquireLeaseRequest(holder="b", ttl_s=60, wait_s=5, ticket=b.ticket),
+                    timeout=10,
+                )
+            assert 0.5 < time.monotonic() - t0 < 5
+            assert stub.Info(pb.InfoRequest(), timeout=10).lease.holder == "b"
+    finally:
+        agent.stop(0)
 
 
 def test_a_busy_device_says_when_its_run_is_likely_done_not_the_runs_upper_limit():

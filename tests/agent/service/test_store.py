@@ -5,8 +5,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import stat
 import time
+from pathlib import Path
 
 import pytest
 from edgequal.agent.errors import BadInput, DigestMismatch, QuotaExceeded
@@ -136,7 +138,9 @@ def test_quota_counts_committed_and_partial(tmp_path):
 def test_free_disk_reserve_is_kept(tmp_path):
     st = os.statvfs(tmp_path)
     free = st.f_bavail * st.f_frsize
-    store = ArtifactStore(tmp_path / "a", reserve_bytes=free + 1)
+    store = ArtifactStore(
+        tmp_path / "a", reserve_bytes=free + 2**30
+    )  # other processes free disk too
     with pytest.raises(QuotaExceeded, match="not enough disk on the device"):
         _append(store, DIGEST, 0, DATA[:10], len(DATA))
 
@@ -278,3 +282,145 @@ def test_periodic_sync_keeps_unsynced_bytes_bounded(store, monkeypatch):
         up.commit()
     assert len(synced) == 2  # after the 2nd and the 4th piece (6,002 unsynced bytes each)
     assert store.path(digest).read_bytes() == data
+
+
+# -- space reserved at open: concurrent uploads over gRPC ----------------------------
+
+MIB = 1024 * 1024
+
+
+def _push_together(port: int, partial_dir: Path, blobs: list[bytes]) -> list:
+    """Push ``blobs`` to the agent at once: every upload opens (its first 1 MiB chunk)
+    before any sends the rest, as seen in the agent's ``partial_dir``. Returns each
+    PushResponse or the RpcError it ended with."""
+    import threading
+
+    import grpc
+    from edgequal.protos import edgequal_v1_pb2 as pb
+    from edgequal.protos import edgequal_v1_pb2_grpc as pb_grpc
+
+    go = threading.Event()
+
+    def chunks(data: bytes):
+        digest = hashlib.sha256(data).hexdigest()
+        for offset in range(0, len(data), MIB):
+            if offset:
+                go.wait(30)  # the rest only once every upload was opened or refused
+            yield pb.PushChunk(
+                digest=digest if not offset else "",
+                offset=offset,
+                data=data[offset : offset + MIB],
+                total_size=len(data) if not offset else 0,
+            )
+
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = pb_grpc.AgentStub(channel)
+        calls = [stub.Push.future(chunks(b), timeout=60) for b in blobs]
+        digests = [hashlib.sha256(b).hexdigest() for b in blobs]
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            parts = set(os.listdir(partial_dir))
+            if all(c.done() or f"{d}.part" in parts for c, d in zip(calls, digests)):
+                break
+            time.sleep(0.01)
+        go.set()
+        results = []
+        for call in calls:
+            try:
+                results.append(call.result())
+            except grpc.RpcError as e:
+                results.append(e)
+    return results
+
+
+def _refusals(results) -> list[str]:
+    import grpc
+
+    out = []
+    for r in results:
+        if isinstance(r, grpc.RpcError):
+            assert r.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, r.details()
+            assert dict(r.trailing_metadata())["edgequal-error"] == "QuotaExceeded"
+            out.append(r.details())
+    return out
+
+
+@pytest.mark.slow
+def test_concurrent_uploads_cannot_exceed_the_quota_set_in_agent_toml(tmp_path, local_agents):
+    """Three 3 MiB pushes at once under a 4 MiB quota (agent.toml), the floor off by flag:
+    one is stored, two are refused at open and leave no partial file."""
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "agent.toml").write_text('[store]\nquota = "4MiB"\nmax_artifact = "3MiB"\n')
+    agent = local_agents.serve(state, args=["--min-free", "0"])
+    try:
+        blobs = [os.urandom(3 * MIB) for _ in range(3)]
+        results = _push_together(agent.port, state / "artifacts" / "partial", blobs)
+        refused = _refusals(results)
+        stored = os.listdir(state / "artifacts" / "sha256")
+        assert len(stored) == 1 and len(refused) == 2, (stored, refused)
+        assert all("would exceed the artifact quota" in r for r in refused)
+        assert all("reserved by uploads in progress" in r for r in refused)
+        assert os.listdir(state / "artifacts" / "partial") == []
+        # The limits are the operator's, and Info says so.
+        import grpc
+        from edgequal.agent.service.info import AgentInfo
+        from edgequal.protos import edgequal_v1_pb2 as pb
+        from edgequal.protos import edgequal_v1_pb2_grpc as pb_grpc
+
+        with grpc.insecure_channel(f"127.0.0.1:{agent.port}") as channel:
+            info = pb_grpc.AgentStub(channel).Info(pb.InfoRequest(), timeout=10)
+        limits = AgentInfo.from_pb2(info).limits
+        assert (limits.quota_bytes, limits.max_artifact_bytes) == (4 * MIB, 3 * MIB)
+    finally:
+        agent.stop()
+
+
+def test_concurrent_uploads_keep_the_free_space_floor_of_a_small_disk(tmp_path, mount_tmpfs):
+    """A real 16 MiB file system, 4 MiB floor: of three 5 MiB pushes at once two fit."""
+    from edgequal.agent.keys import DeviceKey
+    from edgequal.agent.service.server import build_server
+
+    disk = mount_tmpfs("16m")
+    agent = build_server(
+        "127.0.0.1:0",
+        tmp_path / "state",
+        tmp_path,
+        key=DeviceKey.generate(),
+        store=ArtifactStore(disk / "artifacts", reserve_bytes=4 * MIB),
+    ).start()
+    try:
+        blobs = [os.urandom(5 * MIB) for _ in range(3)]
+        results = _push_together(agent.port, disk / "artifacts" / "partial", blobs)
+        refused = _refusals(results)
+        assert len(refused) == 1 and "not enough disk on the device" in refused[0]
+        assert re.search(
+            r"keeping 4194304 free, [0-9]+ reserved by uploads in progress", refused[0]
+        )
+        assert len(os.listdir(disk / "artifacts" / "sha256")) == 2
+        assert os.listdir(disk / "artifacts" / "partial") == []
+        st = os.statvfs(disk)
+        assert st.f_bavail * st.f_frsize >= 4 * MIB  # the floor held
+    finally:
+        agent.stop(0)
+
+
+def test_a_reservation_is_released_on_abort_and_on_commit(tmp_path):
+    store = ArtifactStore(tmp_path / "artifacts", quota_bytes=len(DATA) + 100, reserve_bytes=0)
+    other = bytes(reversed(DATA))
+    other_digest = hashlib.sha256(other).hexdigest()
+    upload = store.open_upload(DIGEST, len(DATA))
+    upload.write(0, DATA[:1000])
+    assert store.reserved_bytes() == len(DATA) - 1000
+    with pytest.raises(QuotaExceeded, match="reserved by uploads in progress"):
+        store.open_upload(other_digest, len(other))
+    assert not store.partial_path(other_digest).exists()
+    upload.close()  # an abort: the partial stays for a resume, the reservation goes
+    assert store.reserved_bytes() == 0
+    # The partial's 1000 bytes still count: another artifact of the same size does not fit.
+    with pytest.raises(QuotaExceeded, match="1000 of 10340 bytes used"):
+        store.open_upload(other_digest, len(other))
+    with store.open_upload(DIGEST, len(DATA)) as resumed:
+        resumed.write(1000, DATA[1000:])
+        resumed.commit()
+    assert store.reserved_bytes() == 0 and store.used_bytes() == len(DATA)

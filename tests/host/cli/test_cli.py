@@ -191,7 +191,7 @@ def test_agent_measure_missing_model_file(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_qualify_applies_the_named_profile(example_models, tmp_path, capsys):
+def test_qualify_applies_the_named_profile(example_models, tmp_path, capsys, short_plan):
     rc = edgequal_main(
         [
             "qualify",
@@ -201,6 +201,7 @@ def test_qualify_applies_the_named_profile(example_models, tmp_path, capsys):
             "-o",
             str(tmp_path / "r.json"),
             "--json",
+            *short_plan,
         ]
     )
     predicate = json.loads(capsys.readouterr().out)
@@ -222,17 +223,20 @@ def test_qualify_applies_the_named_profile(example_models, tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_qualify_prints_the_effective_plan_before_it_starts(example_models, tmp_path, capsys):
+def test_qualify_prints_the_effective_plan_before_it_starts(
+    example_models, tmp_path, capsys, short_plan
+):
     from edgequal.agent.plan import Plan
     from edgequal.host.present.terminal.summary import plan_line
 
     report = tmp_path / "r.json"
     args = ["qualify", str(example_models["micro"]), *FAST_FLAGS, "-o", str(report)]
-    rc = edgequal_main([*args, "--profile", "generic/linux-x86_64", "--threads", "1"])
+    args += [*short_plan, "--profile", "generic/linux-x86_64", "--threads", "1"]
+    rc = edgequal_main(args)
     out = capsys.readouterr().out
     line = (
-        "plan: quick (cold load ×3, latency 3 s, no sustained phase) · threads 1 [flag] · "
-        "profile generic/linux-x86_64"
+        "plan: quick (cold load ×1 [flag], warm-up 0.2 s [flag], latency 0.2 s [flag], "
+        "no sustained phase) · threads 1 [flag] · profile generic/linux-x86_64"
     )
     # The line comes first, before the summary; the signed plan is the one it describes.
     assert out.splitlines()[0] == line
@@ -243,7 +247,8 @@ def test_qualify_prints_the_effective_plan_before_it_starts(example_models, tmp_
     assert plan_line(Plan.from_json(plan)) == line
     assert plan["sustain_s"] == 0.0 and plan["trip_c"] == 85.0 and plan["threads"] == 1
     assert plan["sources"]["threads"] == "flag" and plan["sources"]["trip_c"] == "profile"
-    assert plan["sources"]["cold_runs"] == "preset" and plan["sources"]["sustain_s"] == "preset"
+    assert plan["sources"]["cold_runs"] == "flag" and plan["sources"]["sustain_s"] == "preset"
+    assert plan["sources"]["latency_min_runs"] == "preset"
 
 
 def _report_predicate(path) -> dict:
@@ -415,17 +420,21 @@ def test_agent_install_passes_every_option_on(monkeypatch, tmp_path, capsys):
     assert "installed" in capsys.readouterr().out
 
 
-def test_cold_runs_and_latency_flags_change_the_presets_lengths_and_say_so():
+def test_cold_runs_warmup_and_latency_flags_change_the_presets_lengths_and_say_so():
     from edgequal.host.cli.parser import build_parser
     from edgequal.host.cli.qualify import _plan_from_args
 
-    args = build_parser().parse_args(["qualify", "m.onnx", "--cold-runs", "1", "--latency", "0.2s"])
+    args = build_parser().parse_args(
+        ["qualify", "m.onnx", "--cold-runs", "1", "--warmup", "0.2s", "--latency", "0.2s"]
+    )
     plan = _plan_from_args(args)
     assert (plan.cold_runs, plan.latency_min_s, plan.latency_min_runs) == (1, 0.2, 200)
+    assert (plan.warmup_min_s, plan.warmup_min_runs) == (0.2, 10)
     assert plan.sources["cold_runs"] == "flag" and plan.sources["latency_min_s"] == "flag"
+    assert plan.sources["warmup_min_s"] == "flag"
     assert plan.sources["latency_min_runs"] == "preset"
     default = _plan_from_args(build_parser().parse_args(["qualify", "m.onnx"]))
-    assert (default.cold_runs, default.latency_min_s) == (3, 3.0)
+    assert (default.cold_runs, default.warmup_min_s, default.latency_min_s) == (3, 1.0, 3.0)
     fleet = build_parser().parse_args(
         ["fleet", "run", "lab.toml", "--models", "m.toml"] + ["--latency", "1s"]
     )

@@ -31,6 +31,7 @@ def _answers_info(address: str, token: str | None, **kwargs) -> dict:
         return t.info()
 
 
+@pytest.mark.slow
 def test_a_rekeyed_agent_gets_no_token_model_or_golden_set(
     start_agent, token_file, example_models, golden_sets, capsys
 ):

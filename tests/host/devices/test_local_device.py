@@ -31,12 +31,15 @@ def _wait_for_lease(state: Path, proc: subprocess.Popen, timeout_s: float = 120)
 
 
 @pytest.mark.slow
-def test_two_local_qualifications_at_once_never_measure_together(example_models, tmp_path, capsys):
+def test_two_local_qualifications_at_once_never_measure_together(
+    example_models, tmp_path, capsys, short_plan
+):
     state = Path(os.environ["EDGEQUAL_LOCAL_STATE"])
     first_report = tmp_path / "first.json"
     first = subprocess.Popen(
         [sys.executable, "-m", "edgequal.host.cli", "qualify", str(example_models["micro"])]
-        + ["--device", "local", "--sustain", "2s", "-o", str(first_report), "--json"],
+        + ["--device", "local", "--sustain", "2s", "-o", str(first_report), "--json"]
+        + short_plan,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )

@@ -28,7 +28,9 @@ def token_agent(tmp_path, local_agents):
     agent.stop()
 
 
-def test_trust_list_show_qualify_by_name_forget(token_agent, example_models, tmp_path, capsys):
+def test_trust_list_show_qualify_by_name_forget(
+    token_agent, example_models, tmp_path, capsys, short_plan
+):
     address, token_file, state = token_agent
     assert (
         edgequal_main(["devices", "trust", "bench1", address, "--token-file", str(token_file)]) == 0
@@ -55,6 +57,7 @@ def test_trust_list_show_qualify_by_name_forget(token_agent, example_models, tmp
             "-o",
             str(report),
             "--json",
+            *short_plan,
         ]
     )
     predicate = json.loads(capsys.readouterr().out)

@@ -94,6 +94,7 @@ def _info(agent, token_file) -> dict:
         return t.info()
 
 
+@pytest.mark.slow
 def test_ctrl_c_cancels_the_run_and_keeps_its_signed_report(
     bench, token_file, example_models, tmp_path
 ):
@@ -121,6 +122,7 @@ def test_ctrl_c_cancels_the_run_and_keeps_its_signed_report(
     assert (bench.state / "reports" / f"{run_id}.dsse.json").read_bytes() == report.read_bytes()
 
 
+@pytest.mark.slow
 def test_runs_list_cancel_fetch_a_run_whose_host_went_away(
     bench, token_file, example_models, tmp_path, capsys
 ):

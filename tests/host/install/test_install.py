@@ -135,6 +135,33 @@ def test_build_wheel_holds_agent_and_host_and_leaves_checkout_clean(wheel):
         "edgequal-agent = edgequal.agent.cli:main"
         in zipfile.ZipFile(wheel).read(entry_points).decode()
     )
+    # The library package (library/ in the checkout) and its pytest plugin travel too.
+    assert {"edgequal/__init__.py", "edgequal/pytest_plugin.py", "edgequal/device.py"} <= names
+    assert "edgequal = edgequal.pytest_plugin" in zipfile.ZipFile(wheel).read(entry_points).decode()
+
+
+def test_installed_wheel_imports_the_agent_without_host_modules(wheel, tmp_path):
+    """As installed on a board (not the editable checkout): ``edgequal`` is a plain package
+    whose names load lazily, so the agent's imports pull in no host module."""
+    site_dir = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(site_dir)
+    code = (
+        "import sys, edgequal, edgequal.agent.cli, edgequal.agent.service.server\n"
+        "host = [m for m in sys.modules if m.startswith('edgequal.host')]\n"
+        "print(edgequal.__file__, edgequal.agent.__file__, len(host), edgequal.connect.__module__)"
+    )
+    env = {**os.environ, "PYTHONPATH": str(site_dir)}
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=True,
+    ).stdout.split()
+    assert out[0] == str(site_dir / "edgequal" / "__init__.py")
+    assert out[1] == str(site_dir / "edgequal" / "agent" / "__init__.py")
+    assert out[2:] == ["0", "edgequal.device"]
 
 
 # ----- install on the board ----------------------------------------------------------------

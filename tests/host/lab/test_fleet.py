@@ -270,7 +270,9 @@ def _predicate(report: Path) -> dict:
 
 
 @pytest.mark.slow
-def test_fleet_run_cli(tmp_path, agents, example_models, golden_sets, capsys, monkeypatch):
+def test_fleet_run_cli(
+    tmp_path, agents, example_models, golden_sets, capsys, monkeypatch, short_plan
+):
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state-home"))
     started = agents(2)
     tags = {0: ["x86", "nightly"], 1: ["x86"]}
@@ -279,19 +281,32 @@ def test_fleet_run_cli(tmp_path, agents, example_models, golden_sets, capsys, mo
     out = tmp_path / "out"
     rc = edgequal_main(
         ["fleet", "run", str(lab), "--models", str(models), "--tags", "nightly"]
-        + ["--out", str(out), "--wait", "60", "--retries", "0"]
+        + ["--out", str(out), "--wait", "60", "--retries", "0", *short_plan]
+        + ["--prometheus", str(tmp_path / "textfiles")]
     )
     index = json.loads((out / "index.json").read_text())
     (run,) = index["runs"]
     assert run["device"] == "dev-0"
+    # One OpenMetrics file per device that ran a cell, with that cell's figures.
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families
+
+    assert [p.name for p in (tmp_path / "textfiles").iterdir()] == ["dev-0.prom"]
+    text = (tmp_path / "textfiles" / "dev-0.prom").read_text()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    entry = _predicate(out / "reports" / "micro@dev-0.json")["results"]["latency"]["per_shape"][0]
+    from edgequal.agent.measure.preemption import decisive_summary
+
+    [p50] = families["edgequal_latency_p50_seconds"].samples
+    assert p50.labels["device"] == "dev-0"
+    assert p50.value == pytest.approx(decisive_summary(entry)["p50_ms"] / 1e3)
     assert run["status"] in MEASURED_STATUSES
     assert rc == (0 if run["ok"] else 1)
     captured = capsys.readouterr()
     assert "fleet: micro on dev-0:" in captured.err  # plain lines in a log
     # The plan as asked, printed before the run: the board's profile adds no phase.
     assert (
-        "plan: quick (cold load ×3, latency 3 s, no sustained phase) · "
-        "threads and trip from each board's profile"
+        "plan: quick (cold load ×1 [flag], warm-up 0.2 s [flag], latency 0.2 s [flag], "
+        "no sustained phase) · threads and trip from each board's profile"
     ) in captured.out
     plan = _predicate(out / "reports" / "micro@dev-0.json")["plan"]
     assert plan["sustain_s"] == 0.0 and plan["sources"]["threads"] == "profile"

@@ -16,7 +16,8 @@ from edgequal.host.errors import VerificationFailed
 from edgequal.host.lab.history import SCHEMA_VERSION, History, migrate
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+# PostgreSQL starts a server of its own for each test: seconds, so the fast loop has SQLite.
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.slow)])
 def db_url(request, tmp_path):
     """A fresh database of each kind: an SQLite file, or a new database on the server."""
     if request.param == "sqlite":

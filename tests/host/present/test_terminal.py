@@ -36,7 +36,7 @@ def test_summary_of_a_real_measurement_with_sustained_and_drift(
     text = capsys.readouterr().out
     for expected in (
         "Cold load",
-        "Warm latency",
+        "Inference (warm,",
         "Output drift",
         "decisions no decision flipped in 12 cases (threshold:score>0.5); none of the",
         "Sustained (2 s, 1 s windows)",
@@ -159,6 +159,71 @@ def test_window_causes_are_marked_under_the_sparkline_and_named():
         "interference: run-queue wait 42%; other processes 1.90 CPUs (busiest: stress[/x] 0.97)"
     )
     assert describe_cause("unexplained", None).startswith("unexplained")
+
+
+def test_latency_and_cold_load_use_the_words_of_benchmark_tools(capsys):
+    """Init / First inference / Warmup / Inference; count, min, max, avg, std; P50…P99.9
+    (benchmark_model, onnxruntime_perf_test, trtexec), with the figures in their columns."""
+    from edgequal.host.present.terminal.sections import print_cold_load, print_latency
+
+    summary_ms = {
+        "count": 4000, "min_ms": 1.0, "mean_ms": 2.5, "sd_ms": 0.25, "cv": 0.1,
+        "p50_ms": 2.4, "p90_ms": 3.1, "p95_ms": 3.3, "p99_ms": 4.2, "p99_9_ms": 6.75,
+        "max_ms": 9.5, "p50_ci_ms": [2.35, 2.45], "p99_ci_ms": [4.0, 4.5],
+    }  # fmt: skip
+    entry = {
+        "shape": "x=1x4",
+        "summary": summary_ms,
+        "warmup": {"runs": 12, "seconds": 1.5, "steady": True},
+        "cause": "none",
+    }
+    cold = {"median": 3.0, "min": 2.0, "max": 4.0}
+    results = {
+        "latency": {"per_shape": [entry]},
+        "cold_load": {
+            "runs": [{}, {}],
+            "page_cache_evicted": True,
+            **{k: cold for k in ("import_ms", "load_ms", "first_inference_ms", "total_ms")},
+        },
+    }
+    print_cold_load(results)
+    print_latency(results)
+    text = capsys.readouterr().out
+    for word in ("Init: runtime import", "Init: session create", "First inference"):
+        assert word in text
+    header = next(line for line in text.splitlines() if "count" in line)
+    columns = [c.strip() for c in header.strip("┃│ ").replace("┃", "│").split("│")]
+    assert columns == [
+        "shape",
+        "count",
+        "min",
+        "max",
+        "avg",
+        "std",
+        "P50",
+        "P90",
+        "P95",
+        "P99",
+        "P99.9",
+    ]
+    row = next(line for line in text.splitlines() if "1x4" in line and "4000" in line)
+    cells = [c.strip() for c in row.strip("│ ").split("│")]
+    assert cells == [
+        "1x4",
+        "4000",
+        "1.00",
+        "9.50",
+        "2.50",
+        "0.25",
+        "2.40",
+        "3.10",
+        "3.30",
+        "4.20",
+        "6.75",
+    ]
+    assert "Inference (warm, ms)" in text
+    assert "x=1x4: Warmup 12 runs in 1.50 s (steady)" in " ".join(text.split())
+    assert "CI P50 2.35–2.45, P99 4.00–4.50 ms" in " ".join(text.split())
 
 
 def test_a_crashed_worker_names_its_runtime_version_and_where_it_stopped(capsys):

@@ -139,6 +139,7 @@ def test_refused_address_fails_fast_with_address(tmp_path):
     assert time.monotonic() - t0 < 3.5
 
 
+@pytest.mark.slow
 def test_silent_address_fails_within_the_deadline(tmp_path):
     # A TCP listener that never speaks HTTP/2: the call must give up at its deadline.
     with socket.socket() as listener:

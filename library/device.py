@@ -145,7 +145,6 @@ class Device:
         """
         from edgequal.agent.plan import Plan
         from edgequal.host.devices.qualify import qualify
-
         from edgequal.host.model_file import check_model_file
 
         model = Path(model)

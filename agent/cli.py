@@ -1,4 +1,4 @@
-"""``edgequal-agent``: serve, run-plan, measure, key show, info, store, report, cancel.
+"""``edgequal-agent``: serve, run-plan, measure, key show, info, runtime, store, report, cancel.
 
 Errors print one line with a hint (tracebacks only with --debug). Exit codes:
 0 pass, 1 measurement failed, 2 bad usage or input, 3 device or runtime failure.
@@ -122,6 +122,13 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--sustain", help="sustained phase duration, e.g. 30s, 10m (0 to skip)")
     m.add_argument("--window", help="sustained window length, e.g. 2s")
     m.add_argument("--root")
+    m.add_argument(
+        "--runtime-env",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="also measure under this installed runtime environment (repeatable; default: the agent's own)",
+    )
     m.add_argument("--json", action="store_true", help="print the full result as JSON")
     examples(
         m,
@@ -147,6 +154,48 @@ def _parser() -> argparse.ArgumentParser:
     i.add_argument("--root", help="prefix for /sys, /proc, /etc reads")
     i.add_argument("--json", action="store_true")
     examples(i, "edgequal-agent info", "edgequal-agent info --json")
+
+    rt = sub.add_parser(
+        "runtime", help="runtime environments: other runtime versions beside the agent's own"
+    )
+    examples(
+        rt,
+        "edgequal-agent runtime add onnxruntime==1.20.1 --find-links wheels/ --no-index",
+        "edgequal-agent runtime list --json",
+    )
+    rts = rt.add_subparsers(dest="runtime_command", required=True)
+    ra = rts.add_parser("add", help="install a runtime version in an environment of its own")
+    ra.add_argument("requirement", help="an exact pin: onnxruntime==1.20.1, ai-edge-litert==…")
+    ra.add_argument("--name", help="the environment's name (default DIST-VERSION)")
+    ra.add_argument(
+        "--find-links", action="append", default=[], type=Path, metavar="DIR", help="wheels here"
+    )
+    ra.add_argument("--no-index", action="store_true", help="only --find-links, no package index")
+    ra.add_argument(
+        "--exact-wheels",
+        type=Path,
+        metavar="FILE",
+        help="JSON [{file, sha256}]: install exactly these wheels from --find-links (a restore)",
+    )
+    ra.add_argument("--json", action="store_true")
+    examples(
+        ra,
+        "edgequal-agent runtime add onnxruntime==1.20.1",
+        "edgequal-agent runtime add onnxruntime==1.20.1 --find-links wheels/ --no-index --json",
+    )
+    rl = rts.add_parser("list", help="installed environments, each imported in a child process")
+    rl.add_argument("--json", action="store_true")
+    examples(rl, "edgequal-agent runtime list", "edgequal-agent runtime list --json")
+    rr = rts.add_parser("remove", help="delete an environment")
+    rr.add_argument("name")
+    examples(rr, "edgequal-agent runtime remove onnxruntime-1.20.1")
+    examples(
+        rts.add_parser(
+            "tags",
+            help="JSON: the wheel tags this agent's Python takes (a host collects wheels for it)",
+        ),
+        "edgequal-agent runtime tags   # what agent runtime add collects wheels for",
+    )
 
     st = sub.add_parser("store", help="artifact store (used by the SSH transport)")
     st.add_argument("args", nargs=argparse.REMAINDER)
@@ -338,6 +387,7 @@ def cmd_run_plan(args, state_dir: Path) -> int:
         new_run_id,
         subjects_as_files,
     )
+    from .runtimes.envs import RuntimeEnvs, resolve_plan_envs
     from .service.lease import DEFAULT_MAX_RUN_S, Lease
     from .service.state_lock import StateLock
     from .service.store import ArtifactStore
@@ -368,6 +418,7 @@ def cmd_run_plan(args, state_dir: Path) -> int:
     store = ArtifactStore(Path(state_dir) / "artifacts", **settings.store_options())
     request.extra_files = check_extra_files(request.model_name, request.extra_files, store)
     resolve_plan(request.plan, store, config_path(Path(state_dir)))  # refused before anything runs
+    resolve_plan_envs(request.plan, RuntimeEnvs(state_dir))  # an unknown environment too
     try:
         lock = StateLock.acquire(state_dir, "run-plan")
     except DeviceBusy:
@@ -492,7 +543,7 @@ def _run_plan_through(serving: dict, request, holder: str) -> int:
 
 def cmd_measure(args, state_dir: Path) -> int:
     from .phases.qualification import exit_code_for, run_measurement
-    from .plan import make_plan, parse_duration_s, parse_shape_args
+    from .plan import Plan, make_plan, parse_duration_s, parse_shape_args
     from .report.signing import json_clean
     from .report.summary import format_summary
 
@@ -519,8 +570,17 @@ def cmd_measure(args, state_dir: Path) -> int:
         if not args.json and event.get("type") == "phase" and event.get("state") == "started":
             print(f"... {event['phase']}", file=sys.stderr)
 
+    from .runtimes.envs import RuntimeEnvs
+
+    if args.runtime_env:
+        plan = Plan.from_json({**plan.to_json(), "runtime_envs": args.runtime_env})
     measurement = run_measurement(
-        args.model, args.golden, plan, root=probe_root(args.root), on_event=progress
+        args.model,
+        args.golden,
+        plan,
+        root=probe_root(args.root),
+        on_event=progress,
+        runtime_envs=RuntimeEnvs(state_dir),
     )
     if args.json:
         print(json.dumps(json_clean(measurement), indent=1))
@@ -597,6 +657,7 @@ def agent_info(state_dir: Path, root: Path):
     from .keys import load_or_create_device_key
     from .probes import read_all
     from .runtimes import detect_runtimes
+    from .runtimes.envs import RuntimeEnvs
     from .service.info import AgentInfo, Limits
     from .service.lease import Lease
     from .service.state_lock import peek
@@ -608,7 +669,10 @@ def agent_info(state_dir: Path, root: Path):
     key = load_or_create_device_key(state_dir)
     return AgentInfo(
         agent_version=__version__,
-        fingerprint=readings.get("fingerprint") or {},
+        fingerprint={
+            **(readings.get("fingerprint") or {}),
+            "runtime_envs": RuntimeEnvs(state_dir).statuses(),
+        },
         runtimes=detect_runtimes(probe_import=True),
         public_key_raw=key.public_key_raw(),
         key_fingerprint=key.fingerprint(),
@@ -629,8 +693,72 @@ def cmd_info(args, state_dir: Path) -> int:
         print(f"  busy: {info.lease.describe() if info.lease else 'no'}")
         for r in info.runtimes:
             print(f"  {r.name}: {r.version if r.available else 'missing: ' + r.reason}")
+        for e in info.fingerprint.get("runtime_envs") or []:
+            print(f"  runtime env {_env_line(e)}")
         for section, value in info.extra["probes"].items():
             print(f"  {section}: {json.dumps(value, default=str)}")
+    return 0
+
+
+def _env_line(e: dict) -> str:
+    state = "ok" if e["available"] else e["reason"]
+    return f"{e['name']}: {e['runtime']} {e['version']} (Python {e['python']}) {state}"
+
+
+def cmd_runtime(args, state_dir: Path) -> int:
+    """``runtime add|list|remove``: the device owner's runtime environments (runtimes/envs.py).
+
+    Installing runs pip, and so code from the package index: it happens here, on the
+    device's own shell (or over SSH, which runs this), never through an RPC. Nothing is
+    added or removed while a run holds the device.
+    """
+    from .runtimes.envs import RuntimeEnvs
+    from .service.state_lock import peek
+
+    envs = RuntimeEnvs(state_dir, on_step=lambda line: print(f"... {line}", file=sys.stderr))
+    if args.runtime_command == "tags":
+        from .runtimes.installer import wheel_tags
+
+        print(json.dumps(wheel_tags()))
+        return 0
+    if args.runtime_command == "list":
+        statuses = envs.statuses()
+        if args.json:
+            print(json.dumps(statuses, indent=1))
+        for e in [] if args.json else statuses:
+            print(_env_line(e))
+        if not statuses and not args.json:
+            print("no runtime environments (edgequal-agent runtime add onnxruntime==VERSION)")
+        return 0
+    lease = (peek(state_dir) or {}).get("lease")
+    if lease:
+        raise DeviceBusy(
+            f"run {lease.get('run_id') or '(leased)'} holds the device",
+            hint="change runtime environments between runs",
+        )
+    if args.runtime_command == "remove":
+        gone = envs.remove(args.name)
+        print(f"removed {gone.name} ({gone.requirement})")
+        return 0
+    exact = None
+    if args.exact_wheels is not None:
+        try:
+            exact = json.loads(args.exact_wheels.read_text())
+        except (OSError, ValueError) as e:
+            raise BadInput(f"cannot read {args.exact_wheels}: {e}") from e
+        if not isinstance(exact, list) or not all(isinstance(w, dict) for w in exact):
+            raise BadInput(f"{args.exact_wheels} must hold a JSON list of {{file, sha256}}")
+    env = envs.add(
+        args.requirement,
+        args.name,
+        find_links=args.find_links,
+        no_index=args.no_index,
+        exact_wheels=exact,
+    )
+    if args.json:
+        print(json.dumps(env.to_json(), indent=1))
+    else:
+        print(f"added {env.name}: {env.runtime} {env.version} (Python {env.python}) in {env.path}")
     return 0
 
 
@@ -683,6 +811,7 @@ COMMANDS = {
     "measure": cmd_measure,
     "key": cmd_key,
     "info": cmd_info,
+    "runtime": cmd_runtime,
     "store": cmd_store,
     "report": cmd_report,
     "cancel": cmd_cancel,

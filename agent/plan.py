@@ -113,6 +113,12 @@ DEFAULTS = {
     "edge_shapes": None,
     "edge_latency_s": 1.0,
     "edge_min_runs": 10,
+    # Runtime environments installed on the device (docs/measurement.md "Runtime
+    # environments"): the model is also measured under each named one ("default" is the
+    # agent's own), cold load per environment and warm latency in interleaved segments,
+    # runtime_env_rounds of each environment in ABBA order.
+    "runtime_envs": None,
+    "runtime_env_rounds": 4,
     # Tag every timed call the worker was switched out during and decide on the calls
     # that kept the CPU (docs/measurement.md "Measuring through interference"); false
     # times every call alike and decides on all of them, as edgequal did before.
@@ -159,6 +165,7 @@ _NUMBERS = {
     "coload_rounds": int,
     "edge_latency_s": float,
     "edge_min_runs": int,
+    "runtime_env_rounds": int,
 }
 
 
@@ -214,6 +221,8 @@ class Plan:
     edge_shapes: tuple[dict, ...] | None = None
     edge_latency_s: float = 1.0
     edge_min_runs: int = 10
+    runtime_envs: tuple[str, ...] | None = None
+    runtime_env_rounds: int = 4
     preemption_tags: bool = True
     sources: dict[str, str] = field(default_factory=dict)
 
@@ -223,7 +232,14 @@ class Plan:
         if not isinstance(obj, Mapping):
             raise BadInput("a plan must be a JSON object")
         full = _validated(obj)
-        for key in ("providers", "throttle_indicators", "batch_sizes", "coload", "edge_shapes"):
+        for key in (
+            "providers",
+            "throttle_indicators",
+            "batch_sizes",
+            "coload",
+            "edge_shapes",
+            "runtime_envs",
+        ):
             if full[key] is not None:
                 full[key] = tuple(full[key])
         return cls(**full)
@@ -231,7 +247,7 @@ class Plan:
     def to_json(self) -> dict:
         """The plan as documented JSON (docs/report-schema.md), the form the wire and report carry."""
         out = {f.name: getattr(self, f.name) for f in fields(self)}
-        for key in ("providers", "throttle_indicators", "batch_sizes"):
+        for key in ("providers", "throttle_indicators", "batch_sizes", "runtime_envs"):
             if out[key] is not None:
                 out[key] = list(out[key])
         for key in ("coload", "edge_shapes"):
@@ -303,6 +319,7 @@ _LIMITS = {
     "coload_rounds": 100,
     "edge_latency_s": 600.0,
     "edge_min_runs": 1_000_000,
+    "runtime_env_rounds": 100,
 }
 # A batch sweep lists at most this many sizes, each at most MAX_BATCH.
 MAX_BATCH_SIZES = 16
@@ -441,6 +458,9 @@ def _validated(plan: Mapping) -> dict:
         raise BadInput("plan field 'coload_rounds' must be at least 1")
     if full["edge_min_runs"] < 1:
         raise BadInput("plan field 'edge_min_runs' must be at least 1")
+    if full["runtime_env_rounds"] < 1:
+        raise BadInput("plan field 'runtime_env_rounds' must be at least 1")
+    full["runtime_envs"] = _runtime_envs(full["runtime_envs"])
     full["batch_sizes"] = _batch_sizes(full["batch_sizes"])
     full["coload"] = _coload(full["coload"])
     full["edge_shapes"] = _edge_shapes(full["edge_shapes"])
@@ -590,6 +610,24 @@ def _coload(value) -> list[dict] | None:
 
 MAX_EDGE_SHAPES = 16
 EDGE_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,31}$")
+
+
+def _runtime_envs(value) -> list[str] | None:
+    """``runtime_envs``: None, or 1..8 distinct environment names (``default``: the agent's own)."""
+    if value is None:
+        return None
+    from .runtimes.envs import MAX_ENVS_PER_PLAN, check_env_name
+
+    if not isinstance(value, (list, tuple)) or not value:
+        raise BadInput("plan field 'runtime_envs' must be a non-empty list of environment names")
+    if len(value) > MAX_ENVS_PER_PLAN:
+        raise BadInput(
+            f"plan field 'runtime_envs' names {len(value)} environments; at most {MAX_ENVS_PER_PLAN}"
+        )
+    names = [check_env_name(v) for v in value]
+    if len(set(names)) != len(names):
+        raise BadInput("plan field 'runtime_envs' names an environment twice")
+    return names
 
 
 def _edge_shapes(value) -> list[dict] | None:

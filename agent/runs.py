@@ -134,22 +134,29 @@ def check_plan_bounds(plan: dict, max_run_s: float) -> None:
 def subjects_for(request: RunRequest) -> list[dict]:
     """The statement's subjects: the model, its external-data files, co-load models, the golden set.
 
-    A golden set whose file name equals another subject's is named ``golden/<name>``,
-    so two inputs with one file name never make a report that cannot be signed.
+    Each carries its ``role`` (agent/report/signing.py ``SUBJECT_ROLES``), which readers
+    go by, never the file name. A golden set whose file name equals another subject's is
+    named ``golden/<name>``, so two inputs with one file name never make a report that
+    cannot be signed.
     """
-    subjects = [{"name": request.model_name or "model", "sha256": request.model_digest}]
-    subjects += [{"name": f["name"], "sha256": f["sha256"]} for f in request.extra_files]
+    subjects = [
+        {"name": request.model_name or "model", "sha256": request.model_digest, "role": "model"}
+    ]
+    subjects += [
+        {"name": f["name"], "sha256": f["sha256"], "role": "external_data"}
+        for f in request.extra_files
+    ]
     for i, decl in enumerate((request.plan or {}).get("coload") or []):
         if isinstance(decl, dict) and decl.get("kind") == "model" and decl.get("sha256"):
             name = f"coload/{decl.get('name') or 'model'}"
             if name in {s["name"] for s in subjects}:
                 name = f"coload/{i}/{decl.get('name') or 'model'}"
-            subjects.append({"name": name, "sha256": decl["sha256"]})
+            subjects.append({"name": name, "sha256": decl["sha256"], "role": "coload"})
     if request.golden_digest:
         name = request.golden_name or "golden.npz"
         if name in {s["name"] for s in subjects}:
             name = f"golden/{name}"
-        subjects.append({"name": name, "sha256": request.golden_digest})
+        subjects.append({"name": name, "sha256": request.golden_digest, "role": "golden"})
     return subjects
 
 
@@ -413,6 +420,7 @@ class Runs:
         """
         from .phases.coload import config_path, resolve_plan
         from .phases.qualification import run_measurement
+        from .runtimes.envs import RuntimeEnvs
 
         check_run_id(request.run_id)
         model_path = self.store.path(request.model_digest)
@@ -440,7 +448,12 @@ class Runs:
             model_path = self._lay_out_bundle(request, bundle)
             coload = resolve_plan(request.plan, self.store, config_path(self.state_dir))
             checked = [(golden_path, request.golden_digest, request.golden_name or "golden set")]
-            checked += [(load.model, load.decl["sha256"], load.label) for load in coload or ()]
+            # Model co-loads only: a command or CPU co-load has no artifact to re-hash.
+            checked += [
+                (load.model, load.decl["sha256"], load.label)
+                for load in coload or ()
+                if load.model is not None
+            ]
             for path, digest, name in checked:
                 if path is not None:
                     self.store.check_intact(path, digest, name)
@@ -463,6 +476,7 @@ class Runs:
                     cancel=cancel,
                     model_name=request.model_name,
                     coload=coload,
+                    runtime_envs=RuntimeEnvs(self.state_dir),
                 )
         except ArtifactCorrupt as e:
             measurement = {

@@ -1,4 +1,24 @@
-"""Exceptions raised by the host. One root, subclasses name the cause."""
+"""Exceptions raised by the host. One root, subclasses name the cause.
+
+Every message and hint is passed through :func:`redact` when the error is made, so a
+password written into an address (``grpc://user:pw@host``, a database URL) never
+reaches the terminal, a log line, a fleet index or a JUnit file.
+"""
+
+import re
+
+_CREDENTIALS = re.compile(
+    r"(?P<user>(?:[A-Za-z][A-Za-z0-9+.-]*://)?[^\s/@:'\"]*):(?P<secret>[^\s/'\"]+)@"
+    r"(?=[\w\[])"
+)
+REDACTED = "***"
+
+
+def redact(text: str) -> str:
+    """``text`` with the password of every ``[scheme://]user:password@host`` replaced by ``***``."""
+    if "@" not in text:
+        return text
+    return _CREDENTIALS.sub(lambda m: f"{m['user']}:{REDACTED}@", text)
 
 
 class HostError(Exception):
@@ -12,8 +32,8 @@ class HostError(Exception):
     exit_code = 3
 
     def __init__(self, message: str, hint: str | None = None):
-        super().__init__(message)
-        self.hint = hint
+        super().__init__(redact(str(message)))
+        self.hint = redact(hint) if hint else hint
 
 
 class UsageError(HostError):
@@ -38,3 +58,17 @@ class TransportError(HostError):
 
 class DeviceBusy(TransportError):
     """The device is leased to, or running for, someone else; the message names who and until when."""
+
+
+def refuse_credentials(address: str) -> None:
+    """UsageError when ``address`` carries a user's password (``scheme://user:pw@host``) or,
+    for ``grpc://``, any user part: edgequal takes secrets from files, never from addresses."""
+    scheme, sep, rest = address.partition("://")
+    userinfo, at, _ = rest.rpartition("@") if sep else ("", "", "")
+    if at and (":" in userinfo or scheme == "grpc"):
+        raise UsageError(
+            f"device address {address} carries credentials; edgequal never takes them in an "
+            "address (they would show in lists, logs and reports)",
+            hint="grpc:// authenticates with a token file (--token-file) or mutual TLS, "
+            "ssh:// with a key (--ssh-key) or the SSH agent",
+        )

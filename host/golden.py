@@ -71,13 +71,11 @@ def read_preprocessing_toml(path: Path, *, stages: bool = False) -> dict:
     UsageError naming a bad key (``agent.input_contract.parse_declared``, the one parser)."""
     from edgequal.agent.input_contract import parse_declared
 
+    from .toml_text import BadToml, parse_toml
+
     try:
-        import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib
-    try:
-        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        data = parse_toml(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, BadToml) as e:
         raise UsageError(f"{path}: not a readable TOML file ({e})") from e
     try:
         return parse_declared(data, str(path), stages=stages)
@@ -363,6 +361,10 @@ def recorded_model(golden: Path) -> dict:
             manifest = json.loads(z[MANIFEST_KEY].tobytes().decode("utf-8"))
     except FileNotFoundError:
         raise UsageError(f"golden set not found: {golden}") from None
+    except RecursionError:
+        raise UsageError(
+            f"{golden}: its manifest is nested too deeply to be a golden set"
+        ) from None
     except (ValueError, OSError, zipfile.BadZipFile, EOFError, UnicodeDecodeError) as e:
         raise UsageError(f"{golden} is not a golden set file ({type(e).__name__}: {e})") from e
     model = manifest.get("model") if isinstance(manifest, dict) else None

@@ -84,6 +84,12 @@ class Device:
         return self._opened.address
 
     @property
+    def unrecorded(self) -> bool:
+        """Found by the key it proved at an address that is none of its recorded ones (not
+        added: ``edgequal devices trust NAME ADDRESS`` adds it)."""
+        return self._opened.unrecorded
+
+    @property
     def transport(self):
         """The transport (``host/transport/``) this device is reached through."""
         return self._opened.transport

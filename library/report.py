@@ -165,7 +165,8 @@ class Report:
 
     @property
     def subjects(self) -> list[dict]:
-        """``{"name", "sha256"}`` of the model (first), its data files and the golden set."""
+        """``{"name", "sha256", "role"}`` of the model (first), its data files and the golden set
+        (``role``: docs/report-schema.md; None in reports of agents from before roles)."""
         return self.verified.subjects
 
     @property

@@ -168,12 +168,29 @@ def start_agent(base: Path, name: str, **options) -> LocalAgent:
     return serve(Path(base) / name / "state", **options)
 
 
-def start_agents(base: Path, names: Sequence[str], start_timeout_s: float = 60.0) -> list:
+def start_agents(
+    base: Path,
+    names: Sequence[str],
+    start_timeout_s: float = 60.0,
+    args: dict[str, Sequence[str]] | None = None,
+    debug: bool = False,
+) -> list:
     """:func:`start_agent` for each name, the processes started at once (their start-up runs
-    side by side); returns them in order once every one serves. Any that started are
-    stopped if one fails to."""
+    side by side); returns them in order once every one serves. ``args`` maps a name to
+    its ``serve`` options. Any that started are stopped if one fails to."""
+    args = args or {}
     spawned = [
-        _spawn(Path(base) / name / "state", None, None, (), False, "127.0.0.1", (), False, None)
+        _spawn(
+            Path(base) / name / "state",
+            None,
+            None,
+            tuple(args.get(name, ())),
+            debug,
+            "127.0.0.1",
+            (),
+            False,
+            None,
+        )  # fmt: skip
         for name in names
     ]
     agents: list[LocalAgent] = []

@@ -717,14 +717,33 @@ def default_tolerance_class(dtype: str) -> str:
     return "fp32"
 
 
-def measure_drift(runtime, golden) -> dict:
+def output_tolerances(outputs, overrides: dict) -> dict[str, Tolerance]:
+    """Per output (``(name, dtype)`` pairs): the golden set's own tolerance (``overrides``)
+    where it names one, else the default of the output's dtype class."""
+    return {
+        name: (
+            Tolerance.from_dict(overrides[name])
+            if overrides.get(name)
+            else Tolerance.for_class(default_tolerance_class(dtype))
+        )
+        for name, dtype in outputs
+    }
+
+
+def measure_drift(runtime, golden, keep: dict | None = None) -> dict:
     """Run every golden case once on ``runtime`` and compare with the reference outputs.
 
     ``runtime`` is a loaded runtime adapter (``run``, ``outputs``); ``golden`` a golden
     set (``cases``, ``tolerances``, ``decision``). Per-output tolerances from the golden
-    set win over the defaults of each output's dtype class.
+    set win over the defaults of each output's dtype class. ``keep``, when given,
+    receives each case's outputs by case name (to compare two runtimes with each other).
     """
-    cases = [(case.name, runtime.run(case.inputs), case.outputs) for case in golden.cases]
+    cases = []
+    for case in golden.cases:
+        actual = runtime.run(case.inputs)
+        if keep is not None:
+            keep[case.name] = actual
+        cases.append((case.name, actual, case.outputs))
     return drift_of_cases(cases, runtime, golden)
 
 
@@ -732,13 +751,8 @@ def drift_of_cases(cases, runtime, golden) -> dict:
     """:func:`drift_report` of ``cases`` (``(name, actual, reference)``) with the golden set's
     tolerances and decision rule: what :func:`measure_drift` reports, for outputs the caller
     produced itself (the whole path from raw files, ``worker/pipeline.py``)."""
-    tolerances = {}
-    for spec in runtime.outputs():
-        override = golden.tolerances.get(spec.name)
-        tolerances[spec.name] = (
-            Tolerance.from_dict(override)
-            if override
-            else Tolerance.for_class(default_tolerance_class(spec.dtype))
-        )
+    tolerances = output_tolerances(
+        [(spec.name, spec.dtype) for spec in runtime.outputs()], golden.tolerances
+    )
     rule = parse_decision_rule(golden.decision) if golden.decision else None
     return drift_report(cases, tolerances, rule)

@@ -71,6 +71,53 @@ def _summary(values: list[float]) -> dict:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
+def cold_load_once(
+    model, golden, plan: Plan, runtime, cancel, findings, env=None, phase: str = "cold_load"
+) -> dict | None:
+    """One fresh worker timing import, load and first inference (None, with a finding, when
+    it fails); ``env`` is a runtime environment (``runtimes/envs.py``) to run it in."""
+    ended = run_job(
+        WorkerJob.for_phase("cold_load", model, golden, plan, runtime).to_json(),
+        phase_timeout_s=plan.phase_timeout_s,
+        memory_limit_mb=plan.memory_limit_mb,
+        cancel=cancel,
+        python=env.worker_python() if env is not None else None,
+        env=env.worker_env() if env is not None else None,
+    )
+    if not ended.ok:
+        findings.append(finding_from(ended, phase, runtime))
+        return None
+    r = ended.result
+    if r.get("input_contract"):
+        findings.extend(_input_contract_findings(r["input_contract"], runtime))
+        return None
+    r["process_to_result_ms"] = ended.wall_ms
+    return r
+
+
+COLD_LOAD_KEYS = ("import_ms", "load_ms", "first_inference_ms", "total_ms", "process_to_result_ms")
+
+
+def summarize_cold_runs(runs: list[dict]) -> dict:
+    """The cold-load result of a list of runs: each run, and median/min/max of each time."""
+    keys = COLD_LOAD_KEYS
+    # With a pipeline, the first decode and preprocess (in total_ms, before the inference).
+    path_keys = tuple(
+        k
+        for k in ("first_decode_ms", "first_preprocess_ms")
+        if all(k in (r.get("pipeline") or {}) for r in runs)
+    )
+    for r in runs:
+        r.update({k: r["pipeline"][k] for k in path_keys})
+    keys += path_keys
+    return {
+        "runs": [{k: r[k] for k in (*keys, "page_cache", "rss_added_by_load_bytes")} for r in runs],
+        **{k: _summary([r[k] for r in runs]) for k in keys},
+        "page_cache_evicted": all(r["page_cache"].get("evicted") for r in runs),
+        "runtime": runs[0]["runtime"],
+    }
+
+
 def measure_cold_load(
     model, golden, plan: Plan, runtime, emit: EventSink, cancel, findings
 ) -> dict | None:
@@ -87,20 +134,9 @@ def measure_cold_load(
                 "message": f"cold start {i + 1}/{total}",
             }
         )
-        ended = run_job(
-            WorkerJob.for_phase("cold_load", model, golden, plan, runtime).to_json(),
-            phase_timeout_s=plan.phase_timeout_s,
-            memory_limit_mb=plan.memory_limit_mb,
-            cancel=cancel,
-        )
-        if not ended.ok:
-            findings.append(finding_from(ended, "cold_load", runtime))
+        r = cold_load_once(model, golden, plan, runtime, cancel, findings)
+        if r is None:
             return None
-        r = ended.result
-        if r.get("input_contract"):
-            findings.extend(_input_contract_findings(r["input_contract"], runtime))
-            return None
-        r["process_to_result_ms"] = ended.wall_ms
         runs.append(r)
     if golden is None and runs[0].get("nonfinite_outputs"):
         # Without a golden set nothing else compares the outputs: non-finite values on
@@ -117,22 +153,7 @@ def measure_cold_load(
                 "hint": "check the export and the input range; a golden set shows drift per case",
             }
         )
-    keys = ("import_ms", "load_ms", "first_inference_ms", "total_ms", "process_to_result_ms")
-    # With a pipeline, the first decode and preprocess (in total_ms, before the inference).
-    path_keys = tuple(
-        k
-        for k in ("first_decode_ms", "first_preprocess_ms")
-        if all(k in (r.get("pipeline") or {}) for r in runs)
-    )
-    for r in runs:
-        r.update({k: r["pipeline"][k] for k in path_keys})
-    keys += path_keys
-    return {
-        "runs": [{k: r[k] for k in (*keys, "page_cache", "rss_added_by_load_bytes")} for r in runs],
-        **{k: _summary([r[k] for r in runs]) for k in keys},
-        "page_cache_evicted": all(r["page_cache"].get("evicted") for r in runs),
-        "runtime": runs[0]["runtime"],
-    }
+    return summarize_cold_runs(runs)
 
 
 def latency_cause(entry: dict) -> str:
@@ -462,11 +483,14 @@ def run_measurement(
     cancel: threading.Event | None = None,
     model_name: str | None = None,
     coload=None,
+    runtime_envs=None,
 ) -> dict:
     """Run every planned phase and return ``{plan, fingerprint, results, findings, status, reason}``.
 
     ``plan`` is a :class:`Plan` or its JSON; the returned ``plan`` is the JSON as run.
-    ``coload`` is the plan's co-load resolved on this device (``coload.resolve``).
+    ``coload`` is the plan's co-load resolved on this device (``coload.resolve``);
+    ``runtime_envs`` the device's runtime environments (``runtimes.envs.RuntimeEnvs``),
+    needed when the plan names some (``plan.runtime_envs``).
     """
     emit = on_event or (lambda e: None)
     cancel = cancel or threading.Event()
@@ -481,7 +505,13 @@ def run_measurement(
             "a co-load needs the agent's store and configuration",
             hint="qualify through a serving agent or edgequal-agent run-plan",
         )
+    if plan.runtime_envs and runtime_envs is None:
+        raise BadInput(
+            "runtime environments need the agent's state directory",
+            hint="qualify through a serving agent or edgequal-agent run-plan",
+        )
     runtime = runtime_for(model_path, plan.runtime, model_name)
+    envs = runtime_envs.resolve(plan.runtime_envs, runtime) if plan.runtime_envs else []
     check_providers(runtime, plan, cancel)
     edges = planned_edge_shapes(plan, Path(golden_path) if golden_path is not None else None)
     findings: list[dict] = []
@@ -495,6 +525,8 @@ def run_measurement(
     fingerprint.setdefault("agent_version", __version__)
     fingerprint.setdefault("python", platform.python_version())
     fingerprint.setdefault("python_executable", sys.executable)
+    if envs:
+        fingerprint["runtime_envs"] = [env.fingerprint_entry() for env in envs]
     emit({"type": "phase", "phase": "fingerprint", "state": "done"})
 
     def cold_load() -> None:
@@ -541,6 +573,13 @@ def run_measurement(
         if coload and "coload" in results:
             results["coload"]["sustained"] = results["sustained"].pop("coload_achieved", None)
 
+    def environments() -> None:
+        from .runtime_envs import measure_runtime_envs
+
+        results["runtime_envs"] = measure_runtime_envs(
+            model_path, golden_path, plan, runtime, envs, emit, cancel, findings
+        )
+
     def scenario(kind: str, key: str) -> Callable[[], None]:
         def run() -> None:
             value = measure_scenario(
@@ -552,6 +591,8 @@ def run_measurement(
         return run
 
     phases = [("cold_load", cold_load), ("latency", latency)]
+    if envs:
+        phases.append(("runtime_envs", environments))
     if golden_has_pipeline(golden_path):
         phases.append(("pipeline", pipeline))
     if edges:

@@ -6,7 +6,8 @@ Layers (outside in):
   [{"keyid", "sig"}]}``; the signature covers ``PAE(payloadType, payload bytes)``
   (DSSE protocol v1.0.0), so the payload type is authenticated too.
 - in-toto Statement v1: ``_type``, ``subject`` (name + sha256 of every input: model,
-  external-data files, golden set), ``predicateType``, ``predicate``.
+  external-data files, co-load models, golden set, each with its role in
+  ``annotations.role``), ``predicateType``, ``predicate``.
 - The predicate (built by the caller): plan, fingerprint, results, findings, raw
   samples, the host's ``nonce``, ``run_id``, ``status`` and ``reason``.
 
@@ -38,6 +39,10 @@ MEASURED_STATUSES = ("passed", "degraded", "inconclusive")
 REQUIRED_PREDICATE_KEYS = ("nonce", "run_id", "status")
 
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+
+SUBJECT_ROLES = ("model", "external_data", "coload", "golden")
+"""What a subject is to the run, in its ``annotations.role`` (an in-toto ResourceDescriptor
+annotation): the model, one of its external-data files, a co-load model, the golden set."""
 
 
 def canonical_json(obj: Any) -> bytes:
@@ -110,17 +115,57 @@ def build_statement(subjects: Sequence[Mapping[str, str]], predicate: Mapping[st
     """
     statement = {
         "_type": STATEMENT_TYPE,
-        "subject": [
-            {"name": s.get("name"), "digest": {"sha256": s.get("sha256")}}
-            if isinstance(s, Mapping)
-            else s
-            for s in subjects
-        ],
+        "subject": [_subject(s) if isinstance(s, Mapping) else s for s in subjects],
         "predicateType": PREDICATE_TYPE,
         "predicate": dict(predicate) if isinstance(predicate, Mapping) else predicate,
     }
     validate_statement(statement)
     return statement
+
+
+def _subject(s: Mapping[str, str]) -> dict:
+    """``{name, sha256[, role]}`` as an in-toto ResourceDescriptor."""
+    out: dict = {"name": s.get("name"), "digest": {"sha256": s.get("sha256")}}
+    if s.get("role") is not None:
+        out["annotations"] = {"role": s["role"]}
+    return out
+
+
+def subjects_of(statement: Mapping) -> list[dict]:
+    """A validated statement's subjects as ``{"name", "sha256", "role"}``; ``role`` is None
+    where the subject carries none (reports of agents from before subject roles)."""
+    return [
+        {
+            "name": s["name"],
+            "sha256": s["digest"]["sha256"],
+            "role": (s.get("annotations") or {}).get("role"),
+        }
+        for s in statement["subject"]
+    ]
+
+
+class RolesUnmarked(ValueError):
+    """The report's subjects carry no roles (an agent from before them), so which one is
+    the golden set or a co-load model cannot be told; only the model is known (the first)."""
+
+
+def subject_with_role(subjects: Sequence[Mapping], role: str) -> Mapping | None:
+    """The subject (``{"name", "sha256", "role"}``) with ``role``, or None when there is none.
+
+    A report without roles says only which subject is the model (agents always put it
+    first); asked for another role among several subjects it raises RolesUnmarked, since
+    file names say nothing (a golden set may be called anything).
+    """
+    if any(s.get("role") for s in subjects):
+        return next((s for s in subjects if s.get("role") == role), None)
+    if role == "model":
+        return subjects[0] if subjects else None
+    if len(subjects) <= 1:
+        return None
+    raise RolesUnmarked(
+        f"the report's subjects carry no roles, so its {role} subject cannot be told "
+        "(signed by an agent older than subject roles)"
+    )
 
 
 def validate_statement(statement: Any) -> None:
@@ -144,6 +189,7 @@ def validate_statement(statement: Any) -> None:
     if not isinstance(subjects, list) or not subjects:
         raise ValueError("subject must be a non-empty list")
     names = set()
+    roles: list[str | None] = []
     for i, s in enumerate(subjects):
         if not isinstance(s, Mapping):
             raise ValueError(f"subject[{i}] is not an object")
@@ -157,6 +203,17 @@ def validate_statement(statement: Any) -> None:
         sha = digest.get("sha256") if isinstance(digest, Mapping) else None
         if not isinstance(sha, str) or not _SHA256_HEX.fullmatch(sha):
             raise ValueError(f"subject {name!r} has no sha256 digest (64 lowercase hex digits)")
+        annotations = s.get("annotations", {})
+        if not isinstance(annotations, Mapping):
+            raise ValueError(f"subject {name!r}: annotations is not an object")
+        role = annotations.get("role")
+        if role is not None and role not in SUBJECT_ROLES:
+            raise ValueError(f"subject {name!r}: role {role!r} is not one of {SUBJECT_ROLES}")
+        roles.append(role)
+    if any(r is not None for r in roles) and (None in roles or roles.count("model") != 1):
+        raise ValueError("subjects must all carry a role, exactly one of them 'model', or none")
+    if roles.count("golden") > 1:
+        raise ValueError("a report has at most one golden set among its subjects")
     predicate = statement.get("predicate")
     if not isinstance(predicate, Mapping):
         raise ValueError("predicate is not an object")

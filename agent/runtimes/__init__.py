@@ -181,34 +181,49 @@ def detect_runtimes(*, probe_import: bool = False) -> list[RuntimeStatus]:
 
 def import_problem(module: str, timeout_s: float = IMPORT_PROBE_TIMEOUT_S) -> str:
     """Import ``module`` in a child Python; '' when that works, else one line saying how it broke."""
+    return child_import(
+        ("import importlib, sys; importlib.import_module(sys.argv[1])", module),
+        what=f"importing {module}",
+        timeout_s=timeout_s,
+    )[0]
+
+
+def child_import(
+    script: tuple[str, ...],
+    what: str,
+    timeout_s: float = IMPORT_PROBE_TIMEOUT_S,
+    python: str | None = None,
+    env: dict | None = None,
+) -> tuple[str, str]:
+    """Run ``python -c script[0] script[1:]...`` (default: this interpreter) in its own session.
+
+    Returns ``('', stdout)`` when it exits 0, else ``(problem, stdout)``: one line saying
+    how ``what`` broke (the signal that killed it, its last error line, a hang).
+    """
     try:
         proc = subprocess.run(
-            [
-                sys.executable,
-                "-c",
-                "import importlib, sys; importlib.import_module(sys.argv[1])",
-                module,
-            ],
+            [python or sys.executable, "-c", *script],
             stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
+            capture_output=True,
             timeout=timeout_s,
             start_new_session=True,
+            env=env,
         )
     except subprocess.TimeoutExpired:
-        return f"broken: importing {module} did not finish within {timeout_s:g} s"
+        return f"broken: {what} did not finish within {timeout_s:g} s", ""
+    except OSError as e:
+        return f"broken: {what} cannot start: {e.strerror or e}", ""
+    out = proc.stdout.decode("utf-8", "replace")
     if proc.returncode < 0:
         try:
             sig = signal.Signals(-proc.returncode).name
         except ValueError:
             sig = f"signal {-proc.returncode}"
-        return f"broken: importing {module} kills the process with {sig}"
+        return f"broken: {what} kills the process with {sig}", out
     if proc.returncode != 0:
         lines = proc.stderr.decode("utf-8", "replace").strip().splitlines()
-        return (
-            f"broken: importing {module} fails: {lines[-1] if lines else f'exit {proc.returncode}'}"
-        )
-    return ""
+        return f"broken: {what} fails: {lines[-1] if lines else f'exit {proc.returncode}'}", out
+    return "", out
 
 
 __all__ = [
@@ -219,6 +234,7 @@ __all__ = [
     "ProbedRuntimes",
     "RuntimeStatus",
     "detect_runtimes",
+    "child_import",
     "import_problem",
     "runtime_class",
     "runtime_for",

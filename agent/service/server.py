@@ -56,6 +56,7 @@ from ..runs import (
     subjects_as_files,
 )
 from ..runtimes import RuntimeStatus, detect_runtimes
+from ..runtimes.envs import RuntimeEnvs, resolve_plan_envs
 from .admission import MAX_CALLS_IN_FLIGHT, AdmissionInterceptor, pool_threads
 from .auth import (
     BearerTokenInterceptor,
@@ -176,8 +177,11 @@ class AgentService(pb_grpc.AgentServicer):
         max_run_s: float = DEFAULT_MAX_RUN_S,
         slot: RunSlot | None = None,
         config: Path | None = None,
+        runtime_envs: RuntimeEnvs | None = None,
     ):
         self.root = Path(root)
+        # The device's runtime environments: a plan may name them, no RPC installs one.
+        self.runtime_envs = runtime_envs
         self.config = config  # the agent's configuration file: its named co-load commands
         self.store = store
         self.key = key
@@ -197,6 +201,8 @@ class AgentService(pb_grpc.AgentServicer):
         except Exception as e:  # a broken probe must not hide the rest of Info
             log.exception("fingerprint failed")
             fingerprint = {"error": f"fingerprint failed: {type(e).__name__}: {e}"}
+        if self.runtime_envs is not None:
+            fingerprint = {**fingerprint, "runtime_envs": self.runtime_envs.statuses()}
         lease = self.slot.lease()
         return AgentInfo(
             agent_version=__version__,
@@ -291,6 +297,7 @@ class AgentService(pb_grpc.AgentServicer):
         plan = _parse_json(request.plan_json or "{}", "plan_json", dict)
         check_plan_bounds(plan, self.max_run_s)
         resolve_plan(plan, self.store, self.config)  # refused before the device is taken
+        resolve_plan_envs(plan, self.runtime_envs)  # an unknown name too
         model_digest = validate_digest(request.model_digest)
         self.store.path(model_digest)  # a clear error before taking the device
         golden_digest = request.golden_digest or None
@@ -566,6 +573,7 @@ def build_server(
             max_run_s=max_run_s,
             slot=RunSlot(on_change=state_lock.set_lease, wall_clock=wall_clock),
             config=config_path(state_dir),
+            runtime_envs=RuntimeEnvs(state_dir),
         )
         health_servicer = health.HealthServicer()
         # NOT_SERVING until start(), so a probe never sees a half-ready agent as healthy.

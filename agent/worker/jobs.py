@@ -5,8 +5,10 @@ One JSON line on the worker's stdin. One kind per measurement phase: ``cold_load
 input shape, drift over the golden set, memory), ``sustained`` (closed-loop windows
 while the board heats), the optional service scenarios ``batch_sweep``,
 ``thread_scaling``, ``server`` and ``operators``, ``pipeline`` (a golden set of raw
-files through its declared pipeline, stage by stage), and ``providers`` (which execution
-providers the runtime offers, asked before anything runs).
+files through its declared pipeline, stage by stage), ``providers`` (which execution
+providers the runtime offers, asked before anything runs), and ``env_segments`` (one
+runtime environment's warm latency in segments the agent asks for one at a time,
+interleaved with other environments' workers, then drift; ``phases/runtime_envs.py``).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ JOB_KINDS = (
     "providers",
     "edge_shape",
     "coload",
+    "env_segments",
     "pipeline",
 )
 # Profiled inferences for the operator profile (after one that allocates).

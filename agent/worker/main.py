@@ -311,6 +311,101 @@ def run_edge_shape(job: WorkerJob) -> dict:
     }
 
 
+def run_env_segments(job: WorkerJob) -> dict:
+    """One runtime environment's side of an interleaved comparison (``phases/runtime_envs.py``).
+
+    Loads the model once and warms up, emits ``{"event": "ready"}``, then reads
+    commands from stdin, one JSON line each: ``{"cmd": "segment", "index", "runs",
+    "seconds", "max_runs", "settle_s"}`` runs ``settle_s`` of untimed calls (this
+    worker sat idle while the others measured), then times one segment
+    (``latency.time_loop_ns``) and emits ``{"event": "segment", ...}`` with its raw
+    samples; ``{"cmd": "finish", "outputs_path"}`` runs every golden case once (drift
+    against the reference outputs) and saves the outputs there, so the agent can compare
+    environments with each other. Without a golden set the synthesized input is the one case.
+    """
+    from ..measure.drift import measure_drift
+    from ..measure.latency import encode_samples, time_loop_ns, warm_up
+    from ..runtimes.base import shape_key
+
+    rt, rss_before, rss_loaded = load_runtime(job)
+    golden = read_golden_for(job, rt)
+    if golden is not None:
+        key, cases = next(iter(golden.shape_groups().items()))
+        feeds = cases[0].inputs
+    else:
+        feeds = synthesize_inputs(rt.inputs(), job.shapes or {}, job.seed)
+        key = shape_key(feeds)
+    call = rt.bind(feeds)
+    phase("warmup")
+    warm = warm_up(call, job.latency)
+    warm.pop("median_ns")
+    emit({"event": "ready", "shape": key})
+    finish = None
+    while finish is None:
+        line = sys.stdin.readline()
+        if not line:
+            from ..errors import WorkerFailed
+
+            raise WorkerFailed("the agent closed the command stream before finishing")
+        cmd = json.loads(line)
+        if cmd.get("cmd") == "finish":
+            finish = cmd
+            break
+        phase(f"segment {cmd['index']}")
+        settle_until = time.monotonic() + float(cmd.get("settle_s", 0.0))
+        while time.monotonic() < settle_until:
+            call()
+        samples = np.empty(int(cmd["max_runs"]), dtype=np.int64)
+        before = own_schedstat()
+        t0 = time.monotonic()
+        n = time_loop_ns(call, samples, int(cmd["runs"]), float(cmd["seconds"]))
+        t1 = time.monotonic()
+        after = own_schedstat()
+        emit(
+            {
+                "event": "segment",
+                "index": cmd["index"],
+                "runs": n,
+                "t0": t0,
+                "t1": t1,
+                "sched_ns": (
+                    [after[0] - before[0], after[1] - before[1]] if before and after else None
+                ),
+                "samples_ns_b64": encode_samples(samples[:n]),
+            }
+        )
+    phase("drift")
+    kept: dict = {}
+    result = {
+        "runtime": rt.describe(),
+        "shape": key,
+        "warmup": warm,
+        "inputs": [s.to_dict() for s in rt.inputs()],
+        "outputs": [s.to_dict() for s in rt.outputs()],
+    }
+    if golden is not None:
+        result["drift"] = measure_drift(rt, golden, keep=kept)
+    else:
+        kept["synthetic"] = rt.run(feeds)
+    names = list(kept)
+    arrays = {
+        f"c{i}_{j}": np.asarray(value)
+        for i, case in enumerate(names)
+        for j, value in enumerate(kept[case].values())
+    }
+    np.savez(finish["outputs_path"], **arrays)
+    result["saved_outputs"] = [
+        {"case": case, "outputs": {o: f"c{i}_{j}" for j, o in enumerate(kept[case])}}
+        for i, case in enumerate(names)
+    ]
+    result["memory"] = {
+        "rss_before_load_bytes": rss_before,
+        "rss_added_by_load_bytes": rss_loaded - rss_before,
+        "peak_rss_bytes": peak_rss_bytes(),
+    }
+    return result
+
+
 def _request_stop(signum, frame) -> None:
     global _stop_requested
     _stop_requested = True
@@ -361,6 +456,7 @@ JOBS = {
     "providers": run_providers,
     "coload": run_coload,
     "edge_shape": run_edge_shape,
+    "env_segments": run_env_segments,
     "pipeline": run_pipeline,
 }
 

@@ -79,6 +79,8 @@ class Worker:
     ``memory_limit_mb`` is enforced from outside by polling the child's RSS every
     0.1 s (RLIMIT_AS would also count the address space runtimes reserve but never
     touch, and fails their imports); ``on_event`` sees every event as it arrives.
+    ``python`` is the interpreter to exec (a runtime environment's, ``runtimes/envs.py``;
+    default the agent's own).
     """
 
     def __init__(
@@ -89,8 +91,10 @@ class Worker:
         on_event: Callable[[dict], None] | None = None,
         cancel: threading.Event | None = None,
         env: dict | None = None,
+        python: str | None = None,
     ):
         self.job = dict(job)
+        self.python = python or sys.executable
         self.phase_timeout_s = phase_timeout_s
         self.memory_limit_mb = memory_limit_mb
         self.on_event = on_event or (lambda e: None)
@@ -102,7 +106,7 @@ class Worker:
         """Exec the worker and send it the job."""
         self._t_start = time.perf_counter()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "edgequal.agent.worker"],
+            [self.python, "-m", "edgequal.agent.worker"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -119,6 +123,16 @@ class Worker:
             self.proc.stdin.flush()
         except BrokenPipeError:
             pass  # the child died at once; wait() reports how
+
+    def send(self, message: dict) -> bool:
+        """Write one more JSON line to the worker's stdin (a job that takes commands);
+        False when the worker is gone."""
+        try:
+            self.proc.stdin.write((json.dumps(message) + "\n").encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, ValueError, OSError):
+            return False
+        return True
 
     @property
     def pid(self) -> int | None:

@@ -37,7 +37,7 @@ def open_device_from_args(args):
     an :class:`edgequal.Device` from ``edgequal.connect``, as a library caller gets it."""
     from edgequal.device import connect
 
-    return connect(
+    device = connect(
         args.device,
         token_file=args.token_file,
         known_hosts=args.known_hosts,
@@ -47,6 +47,15 @@ def open_device_from_args(args):
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
     )
+    if device.unrecorded:
+        from ..present.terminal.summary import print_note
+
+        print_note(
+            f"{device.address} proved the key of device '{device.name}' but is not one of its "
+            f"addresses (not recorded; `edgequal devices trust {device.name} {device.address}` "
+            "records it)"
+        )
+    return device
 
 
 def tls_from_args(args) -> dict[str, str] | None:

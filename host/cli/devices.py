@@ -59,7 +59,13 @@ def cmd_devices(args) -> int:
         from ..devices.resolve import trust_device
 
         entry = trust_device(
-            known, args.name, args.address, args.token_file, args.fingerprint, tls_from_args(args)
+            known,
+            args.name,
+            args.address,
+            args.token_file,
+            args.fingerprint,
+            tls_from_args(args),
+            replace_key=args.replace_key,
         )
         print_line(f"trusted '{args.name}' at {args.address}: ed25519 key {entry.fingerprint}")
         return 0
@@ -189,7 +195,48 @@ def cmd_agent(args) -> int:
         )
         print_line(str(result))
         return 0
+    if args.agent_command == "runtime":
+        return _cmd_agent_runtime(args)
     from ..install.agent import agent_status
 
     print_line(json.dumps(agent_status(args.target, known_hosts=args.known_hosts), indent=1))
+    return 0
+
+
+def _cmd_agent_runtime(args) -> int:
+    """``agent runtime add|list|remove``: runtime environments on a board, over SSH."""
+    from ..install.runtime_envs import add_runtime_env, list_runtime_envs, remove_runtime_env
+    from ..present.terminal.summary import print_line, print_note
+
+    options = {
+        "known_hosts": args.known_hosts,
+        "key_file": args.ssh_key,
+        "agent_cmd": args.agent_cmd,
+    }
+    if args.runtime_command == "add":
+        env = add_runtime_env(
+            args.target,
+            args.requirement,
+            name=args.name,
+            from_approved=args.from_approved,
+            wheelhouse=args.wheelhouse,
+            on_step=lambda line: print_note(f"agent runtime add: {line}"),
+            **options,
+        )
+        print_line(
+            f"added {env['name']}: {env['runtime']} {env['version']} (Python {env['python']}, "
+            f"{len(env.get('wheels') or [])} wheels) on {args.target}"
+        )
+        return 0
+    if args.runtime_command == "remove":
+        print_line(remove_runtime_env(args.target, args.name, **options))
+        return 0
+    envs = list_runtime_envs(args.target, **options)
+    for e in envs:
+        state = "ok" if e.get("available") else e.get("reason")
+        print_line(f"{e['name']}: {e['runtime']} {e['version']} (Python {e['python']}) {state}")
+    if not envs:
+        print_line(
+            "no runtime environments (edgequal agent runtime add TARGET onnxruntime==VERSION)"
+        )
     return 0

@@ -181,7 +181,14 @@ def cmd_approve(args) -> int:
     from ..lab.requalify import approve
     from ..present.terminal.summary import print_note
 
-    name, device = approve(args.report, args.model, args.golden, args.into, name=args.name)
+    name, device = approve(
+        args.report,
+        args.model,
+        args.golden,
+        args.into,
+        name=args.name,
+        runtime_env=args.runtime_env,
+    )
     print_note(f"approved {name} on {device} in {args.into}")
     return 0
 
@@ -194,13 +201,17 @@ def _cmd_fleet_requalify(args) -> int:
 
     lab = load_lab(args.lab)
     _load_gate_policy(args.policy)  # a bad policy is refused even when nothing runs
-    plan = plan_requalification(args.approved, lab, every=args.all)
+    plan = plan_requalification(args.approved, lab, every=args.all, runtime_env=args.runtime_env)
+    for key, why in plan.missing_env.items():
+        print_note(f"{key}: not re-qualified under {args.runtime_env}: {why}")
     for u in plan.unchanged:
         print_note(f"{u['model']} on {u['device']}: firmware and runtime unchanged; not re-run")
     for key, changes in plan.changes.items():
         what = ", ".join(f"{c['field']}: {c['approved']} → {c['now']}" for c in changes)
         print_note(f"{key}: {what or 're-run'}")
     if not plan.runs:
+        if plan.missing_env:
+            return 1  # the candidate could be measured nowhere: nothing is qualified
         print_note("nothing changed since the approvals: nothing to re-qualify")
         return 0
     from ..lab.health import HealthState, default_health_path
@@ -217,6 +228,10 @@ def _cmd_fleet_requalify(args) -> int:
         ),
     )
     notes = {"changes": plan.changes, "unchanged": plan.unchanged}
-    return _run_fleet(
+    if args.runtime_env:
+        notes["missing_runtime_env"] = plan.missing_env
+    code = _run_fleet(
         lab, plan.models, options, args, f"requalify {lab.name}", pairs=plan.runs, notes=notes
     )
+    # A board that could not measure the candidate has not qualified the upgrade.
+    return max(code, 1) if plan.missing_env else code

@@ -252,6 +252,11 @@ def build_parser() -> argparse.ArgumentParser:
     dt.add_argument(
         "--fingerprint", help="expected key fingerprint (SHA256:...); refuse if different"
     )
+    dt.add_argument(
+        "--replace-key",
+        action="store_true",
+        help="pin a new key for a device already trusted (needs --fingerprint of the new key)",
+    )
     df = dsub.add_parser("forget", help="forget a device")
     df.add_argument("name")
     examples(df, "edgequal devices forget pi5")
@@ -326,6 +331,44 @@ def build_parser() -> argparse.ArgumentParser:
     ai.add_argument("--listen", default="0.0.0.0:50051")
     ai.add_argument("--name", help="device name to pin (default: the host name)")
     ai.add_argument("--known-hosts", type=Path)
+    art = asub.add_parser(
+        "runtime", help="runtime environments on a board (installed over SSH only)"
+    )
+    examples(
+        art,
+        "edgequal agent runtime add ssh://pi@bench-pi5 onnxruntime==1.20.1",
+        "edgequal agent runtime list ssh://pi@bench-pi5",
+    )
+    artsub = art.add_subparsers(dest="runtime_command", required=True)
+    ara = artsub.add_parser(
+        "add", help="collect a runtime's wheels here, push them over SSH, install them there"
+    )
+    examples(
+        ara,
+        "edgequal agent runtime add ssh://pi@bench-pi5 onnxruntime==1.20.1",
+        "edgequal agent runtime add ssh://pi@bench-pi5 --from-approved approved/classifier",
+    )
+    ara.add_argument("target", help="ssh://USER@HOST of a trusted device")
+    ara.add_argument("requirement", nargs="?", help="an exact pin, e.g. onnxruntime==1.20.1")
+    ara.add_argument("--name", help="the environment's name (default DIST-VERSION)")
+    ara.add_argument(
+        "--from-approved",
+        type=Path,
+        metavar="DIR/MODEL",
+        help="restore the environment this approved model was qualified with (same wheel digests)",
+    )
+    ara.add_argument("--wheelhouse", type=Path, help="collect wheels only from this directory")
+    arl = artsub.add_parser("list", help="the board's runtime environments")
+    examples(arl, "edgequal agent runtime list ssh://pi@bench-pi5")
+    arl.add_argument("target", help="ssh://USER@HOST of a trusted device")
+    arr = artsub.add_parser("remove", help="delete a runtime environment on the board")
+    examples(arr, "edgequal agent runtime remove ssh://pi@bench-pi5 onnxruntime-1.20.1")
+    arr.add_argument("target", help="ssh://USER@HOST of a trusted device")
+    arr.add_argument("name")
+    for sp in (ara, arl, arr):
+        sp.add_argument("--known-hosts", type=Path)
+        sp.add_argument("--ssh-key", type=Path, help="private key file for SSH")
+        sp.add_argument("--agent-cmd", help="edgequal-agent command on the board")
     ast = asub.add_parser("status", help="agent version, runtimes, key, service")
     examples(ast, "edgequal agent status pi5", "edgequal agent status ssh://pi@bench-pi5")
     ast.add_argument("target", help="ssh://USER@HOST or a device name")
@@ -393,6 +436,17 @@ def _add_measurement_flags(q) -> None:
     )
     c.add_argument(
         "--coload-rounds", type=int, metavar="N", help="plain/co-load alternations (default 4)"
+    )
+    e = q.add_argument_group("runtime environments side by side (docs/measurement.md)")
+    e.add_argument(
+        "--runtime-env",
+        action="append",
+        metavar="NAME",
+        help="also measure under this runtime environment installed on the device (repeatable; "
+        "'default' is the agent's own; the first is the baseline of the ratios)",
+    )
+    e.add_argument(
+        "--runtime-env-rounds", type=int, metavar="N", help="segments per environment (default 4)"
     )
 
 
@@ -579,6 +633,12 @@ def _add_fleet_parsers(sub) -> None:
     fa.add_argument("--golden", type=Path, help="the golden set it used")
     fa.add_argument("--into", type=Path, required=True, metavar="DIR", help="the approved set")
     fa.add_argument("--name", help="the model's name in the set (default: the file's stem)")
+    fa.add_argument(
+        "--runtime-env",
+        metavar="NAME",
+        help="the runtime environment of the report it was qualified with (default: the "
+        "agent's own)",
+    )
     fq = fsub.add_parser(
         "requalify",
         help="re-run approved models where firmware or runtime changed; gate each against "
@@ -593,6 +653,12 @@ def _add_fleet_parsers(sub) -> None:
     fq.add_argument("lab", type=Path)
     fq.add_argument("--policy", type=Path, required=True, help="gate policy with [baseline]")
     fq.add_argument("--all", action="store_true", help="re-run every approved pair")
+    fq.add_argument(
+        "--runtime-env",
+        metavar="CANDIDATE",
+        help="re-qualify every approved pair under this runtime environment beside the approved "
+        "one, on every board that has both",
+    )
     fq.add_argument("--out", type=Path, default=Path("requalify-out"))
     fq.add_argument("--wait", nargs="?", const="forever", metavar="TIMEOUT")
     fq.add_argument("--retries", type=int, default=2)

@@ -92,6 +92,8 @@ def _measurement_flags(args) -> dict:
         "scenario_s": duration(args.scenario_time),
         "coload": parse_coload(args.coload)[0],
         "coload_rounds": args.coload_rounds,
+        "runtime_envs": args.runtime_env,
+        "runtime_env_rounds": args.runtime_env_rounds,
     }
 
 

@@ -1,7 +1,12 @@
 """The host's ledger of nonces it issued and the report each was answered with.
 
 A report whose nonce this host already accepted for a different report is a replay.
-One line per nonce: ``NONCE RUN_ID REPORT_SHA256``.
+"Different" is judged on what was signed: the run id and the sha256 of the DSSE
+payload (the signed statement), never the envelope's bytes, so the same report
+re-encoded (another keyid hint, an added signature, URL-safe base64) is still the
+report this host accepted. One line per nonce: ``NONCE RUN_ID payload:SHA256``; lines
+an older host wrote (``NONCE RUN_ID ENVELOPE_SHA256``) are still honoured, on the
+envelope's bytes as then.
 """
 
 from __future__ import annotations
@@ -11,6 +16,9 @@ from pathlib import Path
 
 from ..errors import VerificationFailed
 from ..paths import config_dir
+from .verify import payload_sha256
+
+_PAYLOAD = "payload:"
 
 
 class NonceLedger:
@@ -32,18 +40,23 @@ class NonceLedger:
         return entries
 
     def record(self, nonce: str, run_id: str, envelope: bytes) -> None:
-        """Remember that ``nonce`` was answered by this envelope."""
+        """Remember that ``nonce`` was answered by this (verified) envelope's statement."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.path, "a") as f:
-            f.write(f"{nonce} {run_id} {hashlib.sha256(envelope).hexdigest()}\n")
+            f.write(f"{nonce} {run_id} {_PAYLOAD}{payload_sha256(envelope)}\n")
 
     def check(self, nonce: str, run_id: str, envelope: bytes) -> bool:
         """Raise on a replay; return whether this host issued the nonce at all."""
         known = self._entries().get(nonce)
         if known is None:
             return False
-        if known != (run_id, hashlib.sha256(envelope).hexdigest()):
+        known_run, digest = known
+        if digest.startswith(_PAYLOAD):
+            same = digest.removeprefix(_PAYLOAD) == payload_sha256(envelope)
+        else:  # written by an older host: the envelope's bytes
+            same = digest == hashlib.sha256(envelope).hexdigest()
+        if known_run != run_id or not same:
             raise VerificationFailed(
-                f"replayed nonce: {nonce} was already answered by run {known[0]}, not by this report"
+                f"replayed nonce: {nonce} was already answered by run {known_run}, not by this report"
             )
         return True

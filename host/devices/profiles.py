@@ -24,10 +24,7 @@ from typing import Any
 from edgequal.agent.plan import PRESETS
 from edgequal.host.errors import UsageError
 
-try:
-    import tomllib
-except ImportError:  # Python 3.10
-    import tomli as tomllib
+from ..toml_text import BadToml, parse_toml
 
 PACKAGE = "edgequal.device_profiles"
 PLAN_NAMES = tuple(PRESETS)
@@ -250,8 +247,8 @@ def _windows(source: str, plans_table: dict) -> dict[str, float]:
 
 def _parse(text: str, source: str) -> DeviceProfile:
     try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
+        data = parse_toml(text)
+    except BadToml as e:
         raise ProfileError(f"{source}: not valid TOML: {e}") from e
     return profile_from_dict(data, source)
 

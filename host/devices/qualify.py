@@ -24,7 +24,7 @@ from ..transport import QualifyRequest, Transport
 from .nonces import NonceLedger
 from .runs import RunLedger, StartedRun, cancel_and_fetch
 from .trust import KnownDevices
-from .verify import VerifiedReport, verify_envelope
+from .verify import VerifiedReport, check_answers_request, verify_envelope
 
 
 def printable(path: Path | str) -> str:
@@ -177,6 +177,11 @@ def qualify(
     report = verify_envelope(
         envelope, known=known, device=device_name, expected_nonce=nonce, artifacts=artifacts
     )
+    pushed = [{"sha256": model_digest, "role": "model"}]
+    pushed += [{"sha256": f["sha256"], "role": "external_data"} for f in extra]
+    pushed += [{"sha256": d, "role": "coload"} for d in coload_models]
+    pushed += [{"sha256": golden_digest, "role": "golden"}] if golden else []
+    check_answers_request(report, request.plan, pushed)
     # This host issued the nonce: `verify` says so later, whoever ran it (qualify, fleet).
     NonceLedger().record(report.nonce, report.run_id, envelope)
     if out is not None:

@@ -20,7 +20,7 @@ from edgequal.agent.errors import BadInput
 from edgequal.agent.keys import fingerprint_of
 from edgequal.agent.service.auth import read_token_file
 
-from ..errors import UntrustedDevice, UsageError
+from ..errors import TransportError, UntrustedDevice, UsageError
 from ..transport import Transport, open_transport
 from .trust import DeviceEntry, KnownDevices
 
@@ -55,6 +55,9 @@ class OpenDevice:
     name: str
     address: str
     known: KnownDevices
+    unrecorded: bool = False
+    """The device was found by the key it proved at ``address``, which is none of its
+    recorded addresses (and was not added: ``devices trust NAME ADDRESS`` adds it)."""
 
 
 def tls_options(
@@ -94,11 +97,16 @@ def open_device(
 
     Before anything else crosses the connection, the agent proves it holds the
     pinned key (a fresh challenge; UntrustedDevice when it holds another one);
-    only then does the token go with the calls. An address no trusted device
-    has is matched by the key it proved: the device pinned with that key is
-    used and the address recorded as one of its addresses. Otherwise an
-    ``ssh://`` address is enrolled (its host key was checked against
-    known_hosts), and anything else raises UntrustedDevice, having sent nothing.
+    only then does the token go with the calls. A device's security settings
+    (its TLS files) belong to the device, not to one address: every address of it
+    is reached with them unless ``tls`` is given. An address no trusted device
+    has is matched by the key it proved: the device pinned with that key is used,
+    over its own TLS (the connection is made again with it, and the key proved
+    again, before the token goes; a peer that cannot is refused), and the address
+    is not recorded (``OpenDevice.unrecorded`` says so; ``devices trust NAME
+    ADDRESS`` records it). Otherwise an ``ssh://`` address is enrolled (its host
+    key was checked against known_hosts), and anything else raises
+    UntrustedDevice, having sent nothing.
     """
     from .trust import default_device_name
 
@@ -109,24 +117,24 @@ def open_device(
     else:
         entry = _lookup(known, device)
         address = device if "://" in device else entry.address
+    given_tls = tls
     if tls is None and entry is not None and address.startswith("grpc://"):
         tls = entry.tls or None
     pinned = entry.public_key_raw if entry else None
-    transport = open_transport(
-        address,
-        known_hosts=known_hosts,
-        ssh_agent_cmd=agent_cmd,
-        ssh_key=ssh_key,
-        tls=tls,
-        pinned_key=pinned,
-    )
+    options = {"known_hosts": known_hosts, "ssh_agent_cmd": agent_cmd, "ssh_key": ssh_key}
+    transport = open_transport(address, tls=tls, pinned_key=pinned, **options)
+    unrecorded = False
     with _closed_on_error(transport):
         raw = transport.prove_identity(pinned)
         if entry is None:
             entry = known.find_by_key(raw)
             if entry is not None:
-                # The same device, reached at another address: one name, one key.
-                entry = known.add_address(entry.name, address)
+                # The same device, reached at an address it was not pinned at: one name,
+                # one key, and its own security settings; the address is not recorded.
+                unrecorded = address != "local"
+                if given_tls is None and entry.tls and address.startswith("grpc://"):
+                    transport.close()
+                    transport = _reopen_with_device_tls(address, entry, options)
             elif address == "local":
                 entry = known.trust("local", "local", raw)  # the agent this host started
             elif address.startswith("ssh://"):
@@ -139,8 +147,32 @@ def open_device(
                     "for no device); nothing was sent to it",
                     hint=f"edgequal devices trust NAME {device}",
                 )
+    with _closed_on_error(transport):
         transport.use_token(resolve_token(token_file, entry.token_file))
-    return OpenDevice(transport, entry.name, address, known)
+    return OpenDevice(transport, entry.name, address, known, unrecorded)
+
+
+def _reopen_with_device_tls(address: str, entry: DeviceEntry, options: dict) -> Transport:
+    """A transport to ``address`` over ``entry``'s TLS whose agent proved ``entry``'s key.
+
+    An address that proved the key of a device pinned with TLS, over a connection
+    without it, is either that device listening with TLS there too, or a relay
+    forwarding the proof: the token goes to neither before the proof is made again
+    over the device's TLS. UntrustedDevice (nothing sent) when it cannot be.
+    """
+    transport = open_transport(address, tls=entry.tls, pinned_key=entry.public_key_raw, **options)
+    with _closed_on_error(transport):
+        try:
+            transport.prove_identity(entry.public_key_raw)
+        except TransportError as e:
+            raise UntrustedDevice(
+                f"{address} proved the key of device {entry.name} without TLS, but {entry.name} "
+                f"is pinned with TLS and {address} does not answer over it ({e}); nothing was "
+                "sent to it",
+                hint=f"something between this host and {entry.name} may be relaying it; reach "
+                f"it at {entry.address}",
+            ) from None
+    return transport
 
 
 @contextlib.contextmanager
@@ -179,6 +211,7 @@ def trust_device(
     token_file: Path | None = None,
     expected_fingerprint: str | None = None,
     tls: dict[str, str] | None = None,
+    replace_key: bool = False,
 ) -> DeviceEntry:
     """Pin as ``name`` the key the agent at ``address`` proves it holds.
 
@@ -187,16 +220,37 @@ def trust_device(
     ``expected_fingerprint`` (``SHA256:...``, compared out of band) must match
     when given; nothing is pinned otherwise. ``tls`` (see :func:`tls_options`) is
     used for the connection and stored in the entry.
+
+    A name already pinned is trusted again (a new address, token or TLS files) only
+    by an agent proving the pinned key, before its token leaves, as every command
+    does; the device's TLS files and token file apply unless new ones are given.
+    ``replace_key`` pins a new key for it, and needs ``expected_fingerprint``: the
+    new key's fingerprint, confirmed on the device.
     """
     if not address.startswith(("grpc://", "ssh://")):
         raise UsageError(f"cannot trust address '{address}'", hint="use grpc://HOST:PORT")
-    token = resolve_token(token_file, None)
-    with open_transport(address, tls=tls) as transport:
-        raw = transport.prove_identity(None)
+    existing = known.get(name)
+    if replace_key and not expected_fingerprint:
+        raise UsageError(
+            "--replace-key needs --fingerprint: the new key's fingerprint, read on the device",
+            hint=f"run `edgequal-agent key show` on {name} and compare it out of band",
+        )
+    if existing is not None and tls is None and address.startswith("grpc://"):
+        tls = existing.tls or None  # the device's security settings, not the address's
+    token = resolve_token(token_file, existing.token_file if existing else None)
+    pinned = existing.public_key_raw if existing is not None and not replace_key else None
+    with open_transport(address, tls=tls, pinned_key=pinned) as transport:
+        raw = transport.prove_identity(pinned)
         fingerprint = fingerprint_of(raw)
         if expected_fingerprint and expected_fingerprint != fingerprint:
             raise UsageError(
                 f"device key fingerprint is {fingerprint}, not the expected {expected_fingerprint}"
+            )
+        other = known.find_by_key(raw)
+        if other is not None and other.name != name:
+            raise UsageError(
+                f"key {fingerprint} is already pinned for device {other.name}; nothing was sent",
+                hint=f"run `edgequal devices forget {other.name}` first to rename it",
             )
         transport.use_token(token)
         transport.info()  # the token (or client certificate) is accepted
@@ -204,6 +258,7 @@ def trust_device(
         name,
         address,
         raw,
+        replace=replace_key,
         token_file=str(token_file.resolve()) if token_file else None,
         tls=tls,
     )

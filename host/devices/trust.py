@@ -28,7 +28,8 @@ spaces::
 One key belongs to one name: trusting a key already pinned under another name
 is refused, so a report's signing key identifies exactly one device. The same
 device reached at another address is found by its key (after it proved holding
-it) and that address is added to ``also_at``.
+it), with its own security settings; that address is added to ``also_at`` only on
+the user's word (``devices trust NAME ADDRESS``, ``agent install``).
 """
 
 from __future__ import annotations

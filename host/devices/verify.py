@@ -9,7 +9,10 @@ Checks run in a fixed order and the first failure raises, naming the check:
 3. statement: ``_type``, ``predicateType``, subjects, the predicate's required keys;
 4. artifacts: each given file's sha256 matches a subject;
 5. nonce: equals the one the host issued, and was not seen before (replay);
-6. run_id: equals the expected one.
+6. run_id: equals the expected one;
+7. request (:func:`check_answers_request`, for the host that asked): the signed plan
+   is the plan sent, field by field, and the subjects are exactly the artifacts pushed,
+   each in its role.
 
 The payload is parsed only after its signature verifies, and it is parsed from the
 received bytes, never re-serialized.
@@ -19,8 +22,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
-from collections.abc import Container, Iterable
+from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,7 +32,7 @@ from typing import Any
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from edgequal.agent.golden import file_sha256
-from edgequal.agent.report.signing import PAYLOAD_TYPE, pae, validate_statement
+from edgequal.agent.report.signing import PAYLOAD_TYPE, pae, subjects_of, validate_statement
 
 from ..errors import UntrustedDevice, UsageError, VerificationFailed
 from .trust import DeviceEntry, KnownDevices
@@ -227,6 +231,13 @@ def _check_artifacts(subjects: list[dict], artifacts: Iterable[Path]) -> None:
         )
 
 
+def payload_sha256(envelope_bytes: bytes) -> str:
+    """The hex sha256 of an envelope's payload (the signed statement's bytes): the same
+    for every encoding of one report (keyid hints, extra signatures, URL-safe base64)."""
+    payload, _ = _parse_envelope(envelope_bytes)
+    return hashlib.sha256(payload).hexdigest()
+
+
 def verify_envelope(
     envelope_bytes: bytes,
     *,
@@ -249,7 +260,7 @@ def verify_envelope(
     entry = _check_signature(payload, signatures, known, device)
     statement = _parse_statement(payload)
     predicate = statement["predicate"]
-    subjects = [{"name": s["name"], "sha256": s["digest"]["sha256"]} for s in statement["subject"]]
+    subjects = subjects_of(statement)
     _check_artifacts(subjects, artifacts)
     nonce = predicate["nonce"]
     if expected_nonce is not None and nonce != expected_nonce:
@@ -273,3 +284,74 @@ def verify_envelope(
         subjects=subjects,
         fingerprint=entry.fingerprint,
     )
+
+
+def _positive_int(value: Any) -> bool:
+    return value is None or (isinstance(value, int) and not isinstance(value, bool) and value > 0)
+
+
+DEVICE_FILLED_PLAN_FIELDS = {"memory_limit_mb": _positive_int}
+"""Plan fields the host may leave null for the device to fill (docs/report-schema.md: the
+worker's memory limit, from the operator's setting or the board's memory), each with
+the check its signed value must pass; every other field is signed as sent."""
+
+
+def check_answers_request(
+    report: VerifiedReport, plan: Mapping[str, Any], subjects: Iterable[Mapping[str, str]]
+) -> None:
+    """Check 7: the report answers the request this host sent; VerificationFailed naming
+    the first field that differs.
+
+    ``plan`` is the plan's JSON as sent. The signed plan must hold the same value for
+    every field; a field the host did not send may only hold the default the host's own
+    plan has for it, and one it left null for the device (:data:`DEVICE_FILLED_PLAN_FIELDS`)
+    only a value of that field's kind (the agent fills documented defaults and nothing
+    else), so a relay that dropped or changed a phase is caught even though the agent
+    signed what it ran.
+    ``subjects`` are ``{"sha256", "role"}`` of every artifact pushed (model, its
+    external-data files, co-load models, golden set): the report's subjects must be
+    exactly those, by digest and role (by digest alone in a report without roles).
+    """
+    from edgequal.agent.plan import Plan
+
+    signed = report.predicate.get("plan")
+    if not isinstance(signed, Mapping):
+        raise VerificationFailed("plan: the signed report holds no plan")
+    expected = Plan.from_json(plan).to_json()
+    for field in sorted(set(expected) | set(signed)):
+        if field not in signed:
+            raise VerificationFailed(
+                f"plan: the signed plan has no {field!r} (sent {expected[field]!r})"
+            )
+        if field not in expected:
+            raise VerificationFailed(
+                f"plan: the signed plan has {field!r} = {signed[field]!r}, a field this host "
+                "neither sent nor knows a default for"
+            )
+        filled = DEVICE_FILLED_PLAN_FIELDS.get(field)
+        if expected[field] is None and filled is not None and filled(signed[field]):
+            continue  # left to the device, which filled in the value it ran with
+        if signed[field] != expected[field]:
+            raise VerificationFailed(
+                f"plan: the signed plan's {field} is {signed[field]!r}, the host asked for "
+                f"{expected[field]!r}",
+                hint="something between this host and the device changed the request; "
+                "the report was not written",
+            )
+    with_roles = any(s.get("role") for s in report.subjects)
+
+    def key(s: Mapping) -> tuple:
+        return (s.get("role"), s["sha256"]) if with_roles else (s["sha256"],)
+
+    pushed = sorted(key(s) for s in subjects)
+    got = sorted(key(s) for s in report.subjects)
+    if got != pushed:
+        extra = [" ".join(map(str, k)) for k in got if k not in pushed]
+        missing = [" ".join(map(str, k)) for k in pushed if k not in got]
+        raise VerificationFailed(
+            "subjects: the report's subjects are not the artifacts this host pushed"
+            + (f"; not pushed: {', '.join(extra)}" if extra else "")
+            + (f"; missing: {', '.join(missing)}" if missing else ""),
+            hint="something between this host and the device changed the request; "
+            "the report was not written",
+        )

@@ -35,7 +35,6 @@ reinstalling keeps the device's identity and its pin stays valid.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import secrets
 import shlex
@@ -44,11 +43,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from edgequal.agent.errors import AgentError
-from edgequal.agent.service.auth import read_token_file
-
 from ..devices.trust import KnownDevices, check_device_name, decode_public_key, default_device_name
-from ..errors import HostError, TransportError, UsageError
+from ..errors import TransportError, UsageError
 from ..transport.ssh import DEFAULT_INSTALL_PREFIX, SSHTransport
 from ..transport.ssh_session import SSHSession
 from ..transport.ssh_target import resolve_target
@@ -373,8 +369,10 @@ def agent_status(
 
     ``url_or_name`` is an ``ssh://`` address, or a device name from
     ``known_devices``: one pinned at an ``ssh://`` address is asked over SSH; one
-    at a ``grpc://`` address is asked over gRPC with its token (then the service
-    counts as running when the agent answers). ``pinned_as`` names the device
+    at a ``grpc://`` address (or a ``grpc://`` address of a trusted device) is
+    reached as every command reaches it (its pinned key proved first, then its TLS
+    files and token from its entry; UntrustedDevice otherwise), and the service
+    counts as running when the agent answers. ``pinned_as`` names the device
     whose pinned key matches, and ``key_matches_pin`` says whether the device
     still presents the key pinned for the given name.
     """
@@ -403,7 +401,7 @@ def agent_status(
             look_for_keys,
         )
     elif address.startswith("grpc://"):
-        status = _grpc_status(address, entry)
+        status = _grpc_status(url_or_name if entry is not None else address, known)
     else:
         raise UsageError(f"cannot ask {address!r} for its status", hint="use ssh://USER@HOST")
     pinned = _find_pin(known, status.get("public_key_b64", ""))
@@ -462,27 +460,22 @@ def _ssh_status(
     return status
 
 
-def _grpc_status(address: str, entry) -> dict:
-    from ..transport.grpc import GrpcTransport
+def _grpc_status(address: str, known: KnownDevices) -> dict:
+    """Status over gRPC, the device reached as every command reaches it (devices/resolve.py:
+    its pinned key proved first, its TLS files and token from its entry)."""
+    from ..devices.resolve import open_device
 
-    token = None
-    if entry is not None and entry.token_file:
-        # A token that cannot be read leaves the agent to refuse the call, which says so.
-        with contextlib.suppress(HostError, AgentError):
-            token = read_token_file(Path(entry.token_file).expanduser())
-    pinned = entry.public_key_raw if entry is not None else None
-    transport = GrpcTransport(address, token=token, pinned_key=pinned)
     try:
-        info = transport.info()
-    except HostError as e:
+        device = open_device(address, known=known)
+        with device.transport as transport:
+            info = transport.info()
+    except TransportError as e:
         return {
             "address": address,
             "service": {"kind": "unknown", "running": False, "error": str(e)},
         }
-    finally:
-        transport.close()
     status = _summary(info)
-    status["address"] = address
+    status["address"] = device.address
     status["service"] = {"kind": "unknown", "running": True, "busy": info.get("busy")}
     return status
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from edgequal.agent.measure.preemption import decisive_samples_ns, decisive_summary
+from edgequal.agent.report.signing import RolesUnmarked, subject_with_role
 
 from .checks import Check, blamed_on_interference, fmt_value
 from .policy import Policy
@@ -36,6 +37,11 @@ def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
         out[prefix] = value
 
 
+ROLE_UNMARKED = "unknown (the report's subjects carry no roles)"
+"""The ``golden`` field of a report whose subjects have no roles (an agent from before
+them): its golden set cannot be told, so ``require_same[golden]`` fails on it."""
+
+
 def fingerprint_fields(predicate: dict, subjects: list[dict] | None = None) -> dict[str, Any]:
     """The fields whose change explains a different result, flattened to dotted keys."""
     out: dict[str, Any] = {}
@@ -58,9 +64,14 @@ def fingerprint_fields(predicate: dict, subjects: list[dict] | None = None) -> d
     for key in ("profile", "threads", "preset"):
         if key in plan:
             out[f"plan.{key}"] = plan[key]
-    for s in subjects or []:
-        kind = "golden" if s["name"].endswith(".npz") else "model"
-        out.setdefault(kind, f"{s['name']} sha256 {s['sha256'][:12]}")
+    for role in ("model", "golden"):
+        try:
+            s = subject_with_role(subjects or [], role)
+        except RolesUnmarked:
+            out[role] = ROLE_UNMARKED
+            continue
+        if s is not None:
+            out[role] = f"{s['name']} sha256 {s['sha256'][:12]}"
     return out
 
 
@@ -72,6 +83,8 @@ def change_category(key: str) -> str:
         return "kernel" if key == "kernel" else "os"
     if key.startswith("runtime."):
         return "runtime"
+    if key.startswith("runtime_envs"):
+        return "runtime environments"  # what a run measured beside its runtime, not the board
     if key.startswith("jetson.nvpmodel"):
         return "power mode"
     if key.startswith("cpu_governors"):
@@ -200,7 +213,7 @@ def baseline_checks(base: ReportFile, cand: ReportFile, policy: Policy) -> tuple
     b = fingerprint_fields(cand.predicate, cand.subjects)
     for f in settings.get("require_same", []):
         key = _SAME_FIELD_KEYS.get(f, f)
-        same = a.get(key) == b.get(key)
+        same = a.get(key) == b.get(key) and ROLE_UNMARKED not in (a.get(key), b.get(key))
         checks.append(
             Check(
                 f"baseline.require_same[{f}]",

@@ -18,6 +18,7 @@ from .conditions import edge_shapes, mb
 from .pipeline_checks import PART_LABELS, PATH_PARTS, part_summary, worst_preprocessing_abs
 from .policy import BASELINE_DEFAULTS
 from .report_file import ReportFile
+from .runtime_envs import env_entry, env_names, env_pair, env_shape
 
 _MB = 1 << 20
 
@@ -160,6 +161,46 @@ def _significance(cmp: dict) -> str:
     return text
 
 
+def _runtime_env_rows(reports: list[ReportFile], add) -> list[tuple[Row, str]]:
+    """Per runtime environment any report measured: p50, p99, cold load, its ratio to its
+    own run's baseline and the flips between them; returns the p50 rows (for significance)."""
+    names: list[str] = []
+    for r in reports:
+        for name in env_names(_get(r.predicate, "results") or {}):
+            if name not in names:
+                names.append(name)
+    p50_rows = []
+
+    def shape(r, name):
+        return env_shape(env_entry(_get(r.predicate, "results") or {}, name))
+
+    def pair(r, name):
+        return env_pair(_get(r.predicate, "results") or {}, name)
+
+    for name in names:
+        row = add(f"env {name} p50", "ms", lambda r, n=name: _get(shape(r, n), "summary", "p50_ms"))
+        p50_rows.append((row, name))
+        add(f"env {name} p99", "ms", lambda r, n=name: _get(shape(r, n), "summary", "p99_ms"))
+        add(
+            f"env {name} cold load (median)",
+            "ms",
+            lambda r, n=name: _get(
+                env_entry(_get(r.predicate, "results") or {}, n), "cold_load", "total_ms", "median"
+            ),
+        )
+        add(
+            f"env {name} p50 / its run's baseline p50",
+            "×",
+            lambda r, n=name: _get(pair(r, n), "p50_ratio"),
+        )
+        add(
+            f"env {name} flips against its run's baseline",
+            "",
+            lambda r, n=name: _get(pair(r, n), "flips_between"),
+        )
+    return p50_rows
+
+
 def compare_reports(reports: list[ReportFile], settings: dict | None = None) -> Comparison:
     """Rows of figures for ``reports`` (the first is the reference)."""
     settings = {**BASELINE_DEFAULTS, **(settings or {})}
@@ -216,6 +257,8 @@ def compare_reports(reports: list[ReportFile], settings: dict | None = None) -> 
                 "×",
                 lambda r, s=shape, k=key: _get(_coload(r, s), k),
             )
+
+    env_rows = _runtime_env_rows(reports, add)
 
     for key, label, unit, better in (
         ("peak_per_s", "sustained peak", "/s", "higher"),
@@ -334,6 +377,12 @@ def compare_reports(reports: list[ReportFile], settings: dict | None = None) -> 
             co = _coload(r, shape)
             if ref_co and co:
                 row.significance[i] = _significance(compare_latency(ref_co, co, settings))
+    for row, name in env_rows:
+        ref_entry = env_shape(env_entry(_get(reports[0].predicate, "results") or {}, name))
+        for i, r in enumerate(reports[1:], start=1):
+            entry = env_shape(env_entry(_get(r.predicate, "results") or {}, name))
+            if ref_entry and entry:
+                row.significance[i] = _significance(compare_latency(ref_entry, entry, settings))
     # Keep only rows with at least one value.
     rows = [row for row in rows if any(v is not None for v in row.values)]
     changes = [[]] + [fingerprint_changes(reports[0], r) for r in reports[1:]]

@@ -42,6 +42,7 @@ from .condition_checks import coload_checks, edge_shape_checks
 from .pipeline_checks import pipeline_checks
 from .policy import Policy
 from .report_file import ReportFile, load_report
+from .runtime_env_checks import runtime_env_checks
 from .scenario_checks import (
     batch_checks,
     energy_checks,
@@ -143,6 +144,7 @@ def evaluate(predicate: dict, policy: Policy) -> list[Check]:
         *coload_checks(results, policy),
         *edge_shape_checks(results, policy),
         *pipeline_checks(results, policy),
+        *runtime_env_checks(results, policy),
     ]
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import difflib
 import math
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,11 +20,7 @@ from typing import Any
 from edgequal.agent.plan import PRESETS
 
 from ..errors import UsageError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
+from ..toml_text import BadToml, parse_toml
 
 STATUSES = ("passed", "degraded", "failed", "inconclusive", "incomplete")
 NUMBER = "number"
@@ -120,6 +115,13 @@ SCHEMA: dict[str, dict[str, str]] = {
         "max_p50_ratio": NUMBER,
         "max_p99_ratio": NUMBER,
     },
+    "runtime_envs": {
+        "required": TEXT_LIST,
+        "max_p50_ratio": NUMBER,
+        "max_p99_ratio": NUMBER,
+        "max_cold_load_ratio": NUMBER,
+        "max_flips_between": INTEGER,
+    },
     "edge_shapes": {
         "require_all_ran": BOOL,
         **EDGE_SHAPE_LIMITS,
@@ -195,6 +197,7 @@ class Policy:
     edge_shapes: dict = field(default_factory=dict)
     edge_shape_labels: dict[str, dict] = field(default_factory=dict)
     pipeline: dict = field(default_factory=dict)
+    runtime_envs: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
         """The policy as JSON (the same sections and keys as the TOML)."""
@@ -212,6 +215,7 @@ class Policy:
             *SCENARIO_SECTIONS,
             "coload",
             "pipeline",
+            "runtime_envs",
         ):
             out[section] = dict(getattr(self, section))
         out["edge_shapes"] = {
@@ -353,6 +357,7 @@ def parse_policy(data: dict, where: str = "<policy>") -> Policy:
         **{name: sections.get(name, {}) for name in SCENARIO_SECTIONS + CONDITION_SECTIONS},
         edge_shape_labels=sections.get("edge_shapes.labels", {}),
         pipeline=sections.get("pipeline", {}),
+        runtime_envs=sections.get("runtime_envs", {}),
     )
 
 
@@ -420,7 +425,7 @@ def load_policy(path: str | Path) -> Policy:
     except UnicodeDecodeError as e:
         raise UsageError(f"policy {path} is not UTF-8 text") from e
     try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
+        data = parse_toml(text)
+    except BadToml as e:
         raise UsageError(f"policy {path} is not valid TOML: {e}") from e
     return parse_policy(data, str(path))

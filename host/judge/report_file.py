@@ -64,6 +64,13 @@ def _unverified_statement(envelope: bytes) -> dict | None:
     return statement
 
 
+def _role(subject: dict) -> str | None:
+    """An unverified subject's ``annotations.role``, when it is a string."""
+    annotations = subject.get("annotations")
+    role = annotations.get("role") if isinstance(annotations, dict) else None
+    return role if isinstance(role, str) else None
+
+
 def load_report(
     path: str | Path, *, known: KnownDevices, device: str | None = None, require: bool = False
 ) -> ReportFile:
@@ -82,7 +89,11 @@ def load_report(
         if statement is None:
             raise
         subjects = [
-            {"name": str(s.get("name")), "sha256": str((s.get("digest") or {}).get("sha256"))}
+            {
+                "name": str(s.get("name")),
+                "sha256": str((s.get("digest") or {}).get("sha256")),
+                "role": _role(s),
+            }
             for s in statement.get("subject") or []
             if isinstance(s, dict)
         ]

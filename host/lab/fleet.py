@@ -17,6 +17,7 @@ rest.
 
 from __future__ import annotations
 
+import functools
 import getpass
 import json
 import logging
@@ -191,18 +192,28 @@ def fleet_plan(preset: str, profile_name: str | None, overrides: dict | None = N
     return make_plan(preset, board, **(overrides or {}))
 
 
-def open_lab_device(device: LabDevice) -> Transport:
-    """A transport to a lab device, its token read from where the lab file says."""
-    if device.transport_kind == "grpc":
-        from ..transport.grpc import GrpcTransport
+def open_lab_device(device: LabDevice, known: KnownDevices | None = None) -> Transport:
+    """A transport to a lab device, its token read from where the lab file says.
 
+    The agent must prove the key pinned for the device's name before its token or
+    anything else is sent, and a ``grpc://`` device is reached with the TLS files of its
+    ``known_devices`` entry: the device's security settings, wherever the lab file says
+    it is.
+    """
+    entry = (known or KnownDevices()).get(device.name)
+    pinned = entry.public_key_raw if entry is not None else None
+    if device.transport_kind == "grpc":
         token = device.token.read(f"device {device.name}") if device.token else None
-        return GrpcTransport(device.address, token=token, holder=f"{_holder()} (pid {os.getpid()})")
+        tls = (entry.tls or None) if entry is not None else None
+        transport = open_transport(device.address, token=token, tls=tls, pinned_key=pinned)
+        transport.holder = f"{_holder()} (pid {os.getpid()})"
+        return transport
     return open_transport(
         device.address,
         known_hosts=device.known_hosts_file,
         ssh_agent_cmd=device.agent_cmd,
         ssh_key=device.ssh_key_file,
+        pinned_key=pinned,
     )
 
 
@@ -258,6 +269,8 @@ class FleetRunner:
         self.models = models
         self.options = options
         self.known = known or KnownDevices()
+        if open_device is open_lab_device:
+            open_device = functools.partial(open_lab_device, known=self.known)
         self.open_device = open_device
         self.on_change = on_change
         self.on_event = on_event

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgequal.agent.measure.preemption import decisive_summary
+from edgequal.agent.report.signing import RolesUnmarked, subject_with_role
 from sqlalchemy import (
     Column,
     DateTime,
@@ -211,7 +212,11 @@ def row_of(
     sustained = results.get("sustained") or {}
     peak_rss = (results.get("memory") or {}).get("peak_rss_bytes")
     plan = p.get("plan") or {}
-    subjects = report.subjects
+    model = subject_with_role(report.subjects, "model")
+    try:
+        golden = subject_with_role(report.subjects, "golden")
+    except RolesUnmarked:
+        golden = None  # an older agent's report: which subject is the golden set is unknown
     try:
         measured = dt.datetime.strptime(p.get("finished_at", ""), "%Y-%m-%dT%H:%M:%SZ")
         measured = measured.replace(tzinfo=dt.timezone.utc)
@@ -223,9 +228,9 @@ def row_of(
         "run_id": report.run_id,
         "measured_at": measured,
         "recorded_at": dt.datetime.now(dt.timezone.utc),
-        "model_name": subjects[0]["name"] if subjects else "model",
-        "model_sha256": subjects[0]["sha256"] if subjects else "",
-        "golden_sha256": subjects[1]["sha256"] if len(subjects) > 1 else None,
+        "model_name": model["name"] if model else "model",
+        "model_sha256": model["sha256"] if model else "",
+        "golden_sha256": golden["sha256"] if golden else None,
         "status": p["status"],
         "preset": _text(plan.get("preset"), 16),
         "profile": _text(plan.get("profile"), 80),

@@ -31,11 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-
-try:
-    import tomllib
-except ImportError:  # Python 3.10
-    import tomli as tomllib
+from ..toml_text import BadToml, parse_toml
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _TAG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,63}$")
@@ -216,8 +212,8 @@ def _read_toml(path: Path) -> tuple[dict, _Source]:
         reason = e.strerror if isinstance(e, OSError) else "not UTF-8 text"
         raise InventoryError(f"cannot read {path}: {reason}") from e
     try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
+        data = parse_toml(text)
+    except BadToml as e:
         # tomllib's message ends with "(at line L, column C)".
         raise InventoryError(f"{path}: not valid TOML: {e}") from e
     return data, _Source(path, text)

@@ -9,6 +9,13 @@ runtime versions) with the approved report's; where the firmware, kernel, OS or 
 runtime's version changed (or always, with ``every``), it runs the approved model
 with the approved plan again, as a fleet run, and gates each new report against the
 approved one (the policy's ``[baseline]`` section decides what a regression is).
+
+An approval also records the runtime environment the model was qualified with (name,
+runtime, version, wheel digests; ``runtime_env``). With a candidate environment
+(``runtime_env``), every approved pair is re-run on each board that has both the
+approved and the candidate environment, measuring the model under both in one run
+(the approved one the baseline of the ratios the policy's ``[runtime_envs]`` limits);
+a board lacking either is listed in ``missing_env``, not skipped silently.
 """
 
 from __future__ import annotations
@@ -39,6 +46,9 @@ class ApprovedDevice:
     plan: dict
     approved_unix: float
     runtime: dict = field(default_factory=dict)
+    runtime_env: dict = field(default_factory=dict)
+    """The runtime environment it was qualified with: name, runtime, distribution,
+    version, python and wheels ([{file, sha256}]; none for the agent's own)."""
 
 
 @dataclass
@@ -99,15 +109,18 @@ def approve(
     *,
     name: str | None = None,
     known: KnownDevices | None = None,
+    runtime_env: str | None = None,
 ) -> tuple[str, str]:
     """Verify ``report_path`` against its device's pinned key and ``model``/``golden``, then
-    keep model, golden set, report and plan in ``directory``; returns (name, device)."""
+    keep model, golden set, report, plan and runtime environment (``runtime_env``, one the
+    report measured; default the agent's own) in ``directory``; returns (name, device)."""
     from ..devices.verify import verify_envelope
 
     known = known or KnownDevices()
     envelope = Path(report_path).read_bytes()
     artifacts = [Path(model)] + ([Path(golden)] if golden else [])
     report = verify_envelope(envelope, known=known, artifacts=artifacts)
+    env_record = approved_env_record(report.predicate, runtime_env)
     if len(report.subjects) != len(artifacts):
         raise UsageError(
             f"{report_path} was measured with{'' if len(report.subjects) > 1 else 'out'} a "
@@ -138,10 +151,49 @@ def approve(
     (entry_dir / f"{device}.report.json").write_bytes(envelope)
     runtime = dict((report.predicate.get("results") or {}).get("runtime") or {})
     entry.devices[device] = ApprovedDevice(
-        f"{name}/{device}.report.json", report.predicate.get("plan") or {}, time.time(), runtime
+        f"{name}/{device}.report.json",
+        report.predicate.get("plan") or {},
+        time.time(),
+        runtime,
+        env_record,
     )
     _save(directory, models)
     return name, device
+
+
+# The distribution an agent's own runtime most likely came from, when the report names none.
+_DEFAULT_DISTRIBUTION = {"onnxruntime": "onnxruntime", "litert": "ai-edge-litert"}
+
+
+def approved_env_record(predicate: dict, name: str | None = None) -> dict:
+    """The runtime environment a report's model was qualified with: ``name`` (one the report
+    measured side by side), else the agent's own (``default``)."""
+    fingerprint = predicate.get("fingerprint") or {}
+    measured = {e.get("name"): e for e in fingerprint.get("runtime_envs") or []}
+    if name is not None and name != "default":
+        if name not in measured:
+            raise UsageError(
+                f"the report measured no runtime environment called {name}",
+                hint=f"it measured: {', '.join(measured) or 'only the agent own runtime'}",
+            )
+        results = (predicate.get("results") or {}).get("runtime_envs") or {}
+        entry = next((e for e in results.get("environments") or [] if e.get("name") == name), {})
+        if entry.get("status", "ok") != "ok":
+            raise UsageError(
+                f"runtime environment {name} failed in that run: {entry.get('reason')}"
+            )
+        return dict(measured[name])
+    if "default" in measured:
+        return dict(measured["default"])
+    runtime = (predicate.get("results") or {}).get("runtime") or {}
+    return {
+        "name": "default",
+        "runtime": runtime.get("runtime", ""),
+        "distribution": _DEFAULT_DISTRIBUTION.get(runtime.get("runtime"), ""),
+        "version": runtime.get("version", ""),
+        "python": fingerprint.get("python", ""),
+        "wheels": [],
+    }
 
 
 def update_changes(approved_predicate: dict, info: dict) -> list[dict]:
@@ -190,6 +242,8 @@ class RequalifyPlan:
     changes: dict[str, list[dict]]
     unchanged: list[dict]
     unreachable: dict[str, str]
+    missing_env: dict[str, str] = field(default_factory=dict)
+    """``MODEL@DEVICE`` -> why it was not re-qualified under the candidate environment."""
 
 
 def plan_requalification(
@@ -199,8 +253,10 @@ def plan_requalification(
     every: bool = False,
     open_device=None,
     known: KnownDevices | None = None,
+    runtime_env: str | None = None,
 ) -> RequalifyPlan:
-    """Which approved (model, device) pairs of the lab to run again, and why."""
+    """Which approved (model, device) pairs of the lab to run again, and why; with
+    ``runtime_env`` (a candidate environment) every pair, under it beside the approved one."""
     from ..devices.verify import verify_envelope
     from .fleet import RunPlan, open_lab_device
 
@@ -221,7 +277,7 @@ def plan_requalification(
                 infos[name] = transport.info()
         except HostError as e:
             unreachable[name] = str(e)
-    runs, changes, unchanged, models = {}, {}, [], []
+    runs, changes, unchanged, models, missing = {}, {}, [], [], {}
     for m in approved.values():
         wanted = False
         for device, a in m.devices.items():
@@ -236,7 +292,17 @@ def plan_requalification(
             envelope = (directory / a.report).read_bytes()
             predicate = verify_envelope(envelope, known=known, device=device).predicate
             found = update_changes(predicate, infos[device])
-            if found or every:
+            if runtime_env is not None:
+                why = _candidate_missing(a, runtime_env, infos[device], device)
+                if why:
+                    missing[key] = why
+                    continue
+                baseline_env = (a.runtime_env or {}).get("name") or "default"
+                plan = {**a.plan, "runtime_envs": [baseline_env, runtime_env]}
+                changes[key] = found
+                runs[(m.name, device)] = RunPlan(plan, directory / a.report)
+                wanted = True
+            elif found or every:
                 changes[key] = found
                 runs[(m.name, device)] = RunPlan(a.plan, directory / a.report)
                 wanted = True
@@ -250,4 +316,26 @@ def plan_requalification(
                     directory / m.golden if m.golden else None,
                 )
             )
-    return RequalifyPlan(models, runs, changes, unchanged, unreachable)
+    return RequalifyPlan(models, runs, changes, unchanged, unreachable, missing)
+
+
+def _candidate_missing(a: ApprovedDevice, candidate: str, info: dict, device: str) -> str:
+    """Why ``device`` cannot measure ``candidate`` beside the approved environment ('' if it can)."""
+    approved = (a.runtime_env or {}).get("name") or "default"
+    if approved == candidate:
+        return f"the candidate {candidate} is the environment it was approved with"
+    envs = {e.get("name"): e for e in (info.get("fingerprint") or {}).get("runtime_envs") or []}
+    for name in (candidate, approved):
+        if name == "default":
+            continue
+        env = envs.get(name)
+        if env is None:
+            how = (
+                "edgequal agent runtime add ssh://… --from-approved DIR/MODEL"
+                if name == approved
+                else f"edgequal agent runtime add ssh://… {name}"
+            )
+            return f"{device} has no runtime environment {name} (install it: {how})"
+        if not env.get("available", True):
+            return f"{device}: runtime environment {name} is broken: {env.get('reason')}"
+    return ""

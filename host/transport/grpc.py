@@ -24,7 +24,7 @@ from edgequal.agent.service.info import AgentInfo
 
 from ...protos import edgequal_v1_pb2 as pb
 from ...protos import edgequal_v1_pb2_grpc as pb_grpc
-from ..errors import DeviceBusy, HostError, TransportError, UsageError
+from ..errors import DeviceBusy, HostError, TransportError, UsageError, refuse_credentials
 from .base import IdentityProof, ProgressEvent, PushResult, QualifyRequest, Transport
 
 CHUNK_BYTES = 1024 * 1024
@@ -83,6 +83,7 @@ class TlsClientConfig:
 def normalize_address(address: str) -> str:
     """``grpc://HOST:PORT`` or ``HOST:PORT`` -> ``HOST:PORT``; UsageError when there is no port."""
     addr = address.strip()
+    refuse_credentials(addr if "://" in addr else f"grpc://{addr}")
     if addr.startswith("grpc://"):
         addr = addr[len("grpc://") :]
     addr = addr.rstrip("/")

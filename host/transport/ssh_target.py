@@ -22,7 +22,7 @@ from pathlib import Path
 
 import paramiko
 
-from ..errors import TransportError, UsageError
+from ..errors import TransportError, UsageError, refuse_credentials
 
 DEFAULT_SSH_PORT = 22
 GLOBAL_KNOWN_HOSTS = Path("/etc/ssh/ssh_known_hosts")
@@ -59,6 +59,7 @@ def parse_ssh_url(url: str) -> tuple[str | None, str, int | None]:
     """
     if not url.startswith("ssh://"):
         raise UsageError(f"not an ssh:// address: {url!r}", hint="use ssh://USER@HOST[:PORT]")
+    refuse_credentials(url)
     rest = url[len("ssh://") :].rstrip("/")
     if not rest or "/" in rest or any(c.isspace() for c in rest):
         raise UsageError(f"bad ssh address {url!r}", hint="use ssh://USER@HOST[:PORT]")

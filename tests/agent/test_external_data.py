@@ -365,9 +365,9 @@ def test_bundle_names_and_subjects_are_distinct(tmp_path):
     files = check_extra_files("net.onnx", [{"name": "w/x.bin", "sha256": b}], None)
     request = RunRequest("run-1", a, c, {}, "n", "net.onnx", "w/x.bin", extra_files=files)
     assert subjects_for(request) == [
-        {"name": "net.onnx", "sha256": a},
-        {"name": "w/x.bin", "sha256": b},
-        {"name": "golden/w/x.bin", "sha256": c},
+        {"name": "net.onnx", "sha256": a, "role": "model"},
+        {"name": "w/x.bin", "sha256": b, "role": "external_data"},
+        {"name": "golden/w/x.bin", "sha256": c, "role": "golden"},
     ]
     for extra, message in (
         ([{"name": "net.onnx", "sha256": b}], "clashes"),

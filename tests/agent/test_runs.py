@@ -136,8 +136,12 @@ def test_same_file_name_for_model_and_golden_set_is_signed(key):
     request = RunRequest("run-1", "a" * 64, "b" * 64, {}, "n", "x.onnx", "x.onnx")
     statement = statement_of(sign_report(key, request, {"status": "passed"}), key)
     assert statement["subject"] == [
-        {"name": "x.onnx", "digest": {"sha256": "a" * 64}},
-        {"name": "golden/x.onnx", "digest": {"sha256": "b" * 64}},
+        {"name": "x.onnx", "digest": {"sha256": "a" * 64}, "annotations": {"role": "model"}},
+        {
+            "name": "golden/x.onnx",
+            "digest": {"sha256": "b" * 64},
+            "annotations": {"role": "golden"},
+        },
     ]
 
 

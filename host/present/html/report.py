@@ -9,7 +9,8 @@ Every text that comes from a report, a file name or a policy is escaped with
 Sections: overview with signature status, gate results, latency (histogram and CDF
 with the percentiles marked, summary table), sustained throughput, temperature and
 clock per window over time with throttle and interference windows shaded, the service
-scenarios and energy, the declared co-load and the edge shapes, the drift table with
+scenarios and energy, the declared co-load and the edge shapes, runtime environments
+measured side by side (``runtime_envs.py``), the drift table with
 decision flips, cold load and memory, findings, the fingerprint.
 
 This module assembles the page; the parts live beside it: ``parts.py``
@@ -27,10 +28,12 @@ from pathlib import Path
 
 from ...judge.gate import GateResult
 from ...judge.report_file import ReportFile
+from ...judge.runtime_envs import env_section
 from .conditions import conditions_section
 from .parts import _CSS, _e
 from .pipeline import pipeline_section
 from .plots import latency_figure, sustained_figure
+from .runtime_envs import runtime_envs_section
 from .scenarios import _scenarios_section
 from .sections import (
     _cold_memory_section,
@@ -78,6 +81,8 @@ def render_report_html(
     parts += [fig or "", _sustained_table(reports)]
     parts += ["<h2>Service scenarios and energy</h2>", _scenarios_section(reports)]
     parts += ["<h2>Co-load and edge shapes</h2>", conditions_section(reports)]
+    if any(env_section(r.predicate.get("results") or {}) for r in reports):
+        parts += ["<h2>Runtime environments</h2>", runtime_envs_section(reports)]
     parts += ["<h2>Output drift and decision flips</h2>", _drift_section(reports)]
     parts += ["<h2>Cold load and memory</h2>", _cold_memory_section(reports)]
     parts += ["<h2>Findings</h2>", _findings_section(reports)]

@@ -18,7 +18,9 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from ...errors import redact
 from .pipeline import print_pipeline
+from .runtime_envs import print_runtime_envs
 from .scenarios import print_scenarios
 from .sections import (
     console,
@@ -317,6 +319,7 @@ def print_summary(predicate: dict, device: str, report_path: str | None = None) 
     print_sustained(results)
     print_memory(results)
     print_conditions(results)
+    print_runtime_envs(results)
     print_scenarios(results)
     print_energy(results.get("sustained") or {})
     for f in findings:
@@ -329,7 +332,8 @@ def print_summary(predicate: dict, device: str, report_path: str | None = None) 
 
 
 def print_error(message: str, hint: str | None = None) -> None:
-    """One line, with the hint after it."""
+    """One line, with the hint after it (credentials in it redacted)."""
+    message, hint = redact(message), redact(hint) if hint else hint
     err_console.print(
         f"[red]edgequal: error:[/] {esc(message)}"
         + (f" [dim](hint: {esc(hint)})[/]" if hint else ""),
@@ -339,12 +343,12 @@ def print_error(message: str, hint: str | None = None) -> None:
 
 def print_note(text: str) -> None:
     """A line for the person on stderr, beside machine-readable output on stdout."""
-    err_console.print(text, soft_wrap=True, markup=False)
+    err_console.print(redact(text), soft_wrap=True, markup=False)
 
 
 def print_line(text: str) -> None:
-    """A line of normal output, printed as it is (no markup)."""
-    console.print(text, soft_wrap=True, markup=False)
+    """A line of normal output, printed as it is (no markup; credentials redacted)."""
+    console.print(redact(text), soft_wrap=True, markup=False)
 
 
 @contextmanager

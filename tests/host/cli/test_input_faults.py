@@ -16,6 +16,7 @@ from edgequal.agent.golden import file_sha256
 from edgequal.agent.phases.qualification import exit_code_for
 from edgequal.agent.report.signing import MEASURED_STATUSES
 from edgequal.host.cli.main import main as edgequal_main
+from edgequal.host.devices.trust import KnownDevices
 from edgequal.host.errors import UsageError
 from edgequal.host.golden import check_golden_for_model
 
@@ -133,3 +134,98 @@ def test_a_golden_set_made_for_another_model_is_refused_before_anything_is_sent(
     assert rc == exit_code_for(predicate["status"], predicate["findings"])
     assert "compared anyway" in err
     assert check_golden_for_model(golden, recorded, allow_mismatch=False) is None
+
+
+def _deep_toml(path: Path, depth: int = 3000) -> Path:
+    path.write_text("x = " + "[" * depth + "1" + "]" * depth + "\n")
+    return path
+
+
+def test_deeply_nested_policy_lab_and_models_files_are_bad_input_naming_the_file(
+    example_models, tmp_path, capsys
+):
+    lab = tmp_path / "lab.toml"
+    lab.write_text('[devices.a]\naddress = "grpc://127.0.0.1:7441"\n')
+    models = tmp_path / "models.toml"
+    models.write_text(f'[models.m]\npath = "{example_models["micro"]}"\n')
+    report = tmp_path / "r.json"
+    report.write_text("{}")
+    for argv, bad in (
+        (["gate", str(report), "--policy"], "policy.toml"),
+        (["fleet", "run", "--models", str(models)], "lab2.toml"),
+        (["fleet", "run", str(lab), "--models"], "models2.toml"),
+        (["fleet", "health"], "lab3.toml"),
+    ):
+        deep = _deep_toml(tmp_path / bad)
+        assert edgequal_main([*argv, str(deep)]) == UsageError.exit_code == 2, argv
+        line = _one_line(capsys.readouterr().err)
+        assert str(deep) in line and "nested too deeply" in line, line
+    # A depth the parser follows is still refused as a policy value, by name.
+    shallow = _deep_toml(tmp_path / "shallow.toml", depth=50)
+    assert edgequal_main(["gate", str(report), "--policy", str(shallow)]) == 2
+    assert str(shallow) in _one_line(capsys.readouterr().err)
+
+
+def test_a_golden_set_with_a_deeply_nested_manifest_is_bad_input_naming_the_file(tmp_path):
+    deep = tmp_path / "deep.golden"
+    manifest = '{"format": "edgequal.golden/v1", "model": ' + '{"a": ' * 100_000
+    manifest += "1" + "}" * 100_001
+    with zipfile.ZipFile(deep, "w") as zf:
+        buf = io.BytesIO()
+        np.save(buf, np.frombuffer(manifest.encode(), dtype=np.uint8))
+        zf.writestr("__manifest__.npy", buf.getvalue())
+    with pytest.raises(UsageError) as info:
+        check_golden_for_model(deep, "ab" * 32, allow_mismatch=False)
+    assert str(info.value) == f"{deep}: its manifest is nested too deeply to be a golden set"
+
+
+PASSWORD = "hunter2-Sekr3t"
+
+
+def test_a_password_in_an_address_is_refused_and_never_printed(example_models, tmp_path, capsys):
+    micro = str(example_models["micro"])
+    for address in (
+        f"grpc://admin:{PASSWORD}@127.0.0.1:1",
+        f"ssh://pi:{PASSWORD}@127.0.0.1:1",
+        f"ssh://pi:p@{PASSWORD}@127.0.0.1",  # an '@' in the password too
+    ):
+        for argv in (
+            ["qualify", micro, "--device", address],
+            ["devices", "trust", "pw", address],
+            ["agent", "status", address],
+            ["runs", "list", "--device", address],
+        ):
+            assert edgequal_main(argv) == 2, argv
+            out, err = capsys.readouterr()
+            line = _one_line(err)
+            assert "carries credentials" in line and ":***@127.0.0.1" in line, line
+            assert PASSWORD not in out + err
+    lab = tmp_path / "lab.toml"
+    lab.write_text(f'[devices.a]\naddress = "grpc://admin:{PASSWORD}@10.0.0.7:50051"\n')
+    models = tmp_path / "models.toml"
+    models.write_text(f'[models.m]\npath = "{micro}"\n')
+    assert edgequal_main(["fleet", "run", str(lab), "--models", str(models)]) == 2
+    out, err = capsys.readouterr()
+    assert "devices.a.address" in _one_line(err) and "admin:***@10.0.0.7" in err
+    assert PASSWORD not in out + err
+    assert KnownDevices().list() == []
+
+
+def test_redact_hides_the_password_of_every_address_in_a_line():
+    from edgequal.host.errors import TransportError, redact
+
+    line = (
+        f"device at admin:{PASSWORD}@127.0.0.1:1 does not answer (lookup failed for "
+        f"grpc://u:{PASSWORD}@h:1); try `ssh -p 2 pi:{PASSWORD}@[::1]` or "
+        f"postgresql+psycopg://eq:{PASSWORD}@db/lab"
+    )
+    assert redact(line) == (
+        "device at admin:***@127.0.0.1:1 does not answer (lookup failed for "
+        "grpc://u:***@h:1); try `ssh -p 2 pi:***@[::1]` or postgresql+psycopg://eq:***@db/lab"
+    )
+    assert (
+        redact("ssh://pi@10.0.0.7 and grpc://[::1]:7441")
+        == "ssh://pi@10.0.0.7 and grpc://[::1]:7441"
+    )
+    error = TransportError(line, hint=f"check grpc://a:{PASSWORD}@h:1")
+    assert PASSWORD not in str(error) + error.hint

@@ -51,6 +51,8 @@ def _open(device, address: str):
     )
 
 
+# A real agent, sshd and local agent for each pair: seconds, so the fast loop skips them.
+@pytest.mark.slow
 @pytest.mark.parametrize("first,then", list(itertools.permutations(["grpc", "ssh", "local"], 2)))
 def test_a_pinned_key_reached_at_another_address_is_the_same_device(device, first, then):
     addresses = device["addresses"]
@@ -71,16 +73,23 @@ def test_a_pinned_key_reached_at_another_address_is_the_same_device(device, firs
         assert transport.proven_key == device["agent"].public_key_raw()
         info = transport.info()  # the token (grpc) goes only after the proof, and is accepted
         assert info["key_fingerprint"] == KnownDevices().get(name).fingerprint
+    # An address is recorded only on the user's word, never because something there proved a key.
+    assert opened.unrecorded is (then != "local")
     entries = KnownDevices().list()
     assert [e.name for e in entries] == [name]
-    assert entries[0].addresses == [addresses[first], addresses[then]]
+    assert entries[0].addresses == [addresses[first]]
+    KnownDevices().add_address(name, addresses[then])
     # The recorded address now names the device directly, and so does its name.
-    _open(device, addresses[then]).transport.close()
+    again = _open(device, addresses[then])
+    again.transport.close()
+    assert not again.unrecorded
     assert KnownDevices().get(name).addresses == [addresses[first], addresses[then]]
 
 
 @pytest.mark.slow
-def test_qualify_over_ssh_a_device_pinned_over_grpc(device, example_models, tmp_path, capsys):
+def test_qualify_over_ssh_a_device_pinned_over_grpc(
+    device, example_models, tmp_path, capsys, short_plan
+):
     """The README flow: pinned as bench-pi5 at grpc://, qualified with --device ssh://..."""
     agent, addresses = device["agent"], device["addresses"]
     rc = edgequal_main(
@@ -99,7 +108,7 @@ def test_qualify_over_ssh_a_device_pinned_over_grpc(device, example_models, tmp_
     # board fields (threads, trip) apply; the agent takes the plan and its provenance.
     rc = edgequal_main(
         ["qualify", str(example_models["micro"]), "--device", "bench-pi5"]
-        + ["-o", str(tmp_path / "grpc.report.json"), "--json"]
+        + ["-o", str(tmp_path / "grpc.report.json"), "--json", *short_plan]
     )
     out, err = capsys.readouterr()
     _assert_quick_as_asked(json.loads(out), rc, err)
@@ -110,20 +119,22 @@ def test_qualify_over_ssh_a_device_pinned_over_grpc(device, example_models, tmp_
     rc = edgequal_main(
         ["qualify", str(example_models["micro"]), "--device", addresses["ssh"]]
         + ["--known-hosts", str(options["known_hosts"]), "--ssh-key", str(options["ssh_key"])]
-        + ["--agent-cmd", options["agent_cmd"], "-o", str(report), "--json"]
+        + ["--agent-cmd", options["agent_cmd"], "-o", str(report), "--json", *short_plan]
     )
     out, err = capsys.readouterr()
     predicate = json.loads(out)
     _assert_quick_as_asked(predicate, rc, err)
     assert [e.name for e in KnownDevices().list()] == ["bench-pi5"]
-    assert KnownDevices().get("bench-pi5").addresses == [addresses["grpc"], addresses["ssh"]]
+    assert KnownDevices().get("bench-pi5").addresses == [addresses["grpc"]]  # not recorded
+    assert "is not one of its addresses (not recorded" in err
     assert edgequal_main(["verify", str(report), "--device", "bench-pi5"]) == 0
     assert "signed by device 'bench-pi5'" in capsys.readouterr().out
 
 
 def _assert_quick_as_asked(predicate: dict, rc: int, err: str) -> None:
-    """A quick run on a profiled device: no sustained phase, the profile's board fields,
-    and where each came from, in the signed plan and the line printed before the run."""
+    """A quick run on a profiled device (its lengths shortened by flags): no sustained
+    phase, the profile's board fields, and where each came from, in the signed plan and
+    the line printed before the run."""
     from edgequal.host.devices.profiles import load_profile
 
     assert predicate["status"] in MEASURED_STATUSES, err
@@ -133,9 +144,10 @@ def _assert_quick_as_asked(predicate: dict, rc: int, err: str) -> None:
     assert plan["sustain_s"] == 0.0 and "sustained" not in predicate["results"]
     assert plan["threads"] == board.default_threads and plan["trip_c"] == board.trip_c
     assert plan["sources"]["sustain_s"] == "preset" and plan["sources"]["threads"] == "profile"
+    assert plan["sources"]["cold_runs"] == "flag" and plan["cold_runs"] == 1
     assert (
-        f"plan: quick (cold load ×3, latency 3 s, no sustained phase) · "
-        f"threads {board.default_threads} [profile] · profile {board.name}"
+        "plan: quick (cold load ×1 [flag], warm-up 0.2 s [flag], latency 0.2 s [flag], "
+        f"no sustained phase) · threads {board.default_threads} [profile] · profile {board.name}"
     ) in err
 
 
@@ -156,6 +168,7 @@ def test_an_address_of_one_device_is_not_given_to_another(tmp_path):
     assert line.endswith("also_at=ssh://pi@10.0.0.1")
 
 
+@pytest.mark.slow
 def test_info_is_the_same_over_every_transport(device):
     """One typed AgentInfo: the same fields, key, limits and lease over grpc, ssh and local."""
     infos = {}

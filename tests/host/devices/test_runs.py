@@ -128,6 +128,12 @@ def test_runs_list_cancel_fetch_a_run_whose_host_went_away(
 ):
     host = _host(example_models["micro"], ["--device", "bench"], tmp_path / "never.json")
     run_id = _wait_for_lease(bench.state, host)
+    # The host records the run once the device has said its id; a busy machine may take a
+    # moment between the two.
+    deadline = time.monotonic() + 60
+    while RunLedger().get(run_id) is None:
+        assert time.monotonic() < deadline, "the host never recorded the run"
+        time.sleep(0.05)
     host.kill()  # the host is gone without a word: over gRPC the run goes on
     host.wait()
     assert _info(bench, token_file)["lease"]["run_id"] == run_id

@@ -55,8 +55,16 @@ def _statement(**predicate_over):
     predicate.update(predicate_over)
     return build_statement(
         [
-            {"name": "model.onnx", "sha256": hashlib.sha256(MODEL_BYTES).hexdigest()},
-            {"name": "golden.npz", "sha256": hashlib.sha256(GOLDEN_BYTES).hexdigest()},
+            {
+                "name": "model.onnx",
+                "sha256": hashlib.sha256(MODEL_BYTES).hexdigest(),
+                "role": "model",
+            },
+            {
+                "name": "golden.npz",
+                "sha256": hashlib.sha256(GOLDEN_BYTES).hexdigest(),
+                "role": "golden",
+            },
         ],
         predicate,
     )
@@ -87,8 +95,12 @@ def test_round_trip_with_named_device_and_all_bindings(device_key, known, artifa
     assert (report.nonce, report.run_id, report.status) == ("c0ffee", "run-7", "passed")
     assert report.predicate["results"]["latency"]["samples_ms"] == [1.5, 1.6]
     assert report.subjects == [
-        {"name": "model.onnx", "sha256": hashlib.sha256(MODEL_BYTES).hexdigest()},
-        {"name": "golden.npz", "sha256": hashlib.sha256(GOLDEN_BYTES).hexdigest()},
+        {"name": "model.onnx", "sha256": hashlib.sha256(MODEL_BYTES).hexdigest(), "role": "model"},
+        {
+            "name": "golden.npz",
+            "sha256": hashlib.sha256(GOLDEN_BYTES).hexdigest(),
+            "role": "golden",
+        },
     ]
     assert report.statement == _statement()
 

@@ -41,6 +41,7 @@ def _statement(path, key: SSlibKey) -> tuple[dict, dict]:
     return data, {"result": result.result, "failed": list(result.failed_tests)}
 
 
+@pytest.mark.slow  # the session's signed reports: several real runs
 def test_gate_attest_writes_a_host_signed_test_result(reports, known, tmp_path, capsys):
     policy = tmp_path / "gate.toml"
     policy.write_text('name = "loose"\n[status]\nallowed = ["passed", "degraded", "failed"]\n')
@@ -99,6 +100,7 @@ def test_gate_attest_writes_a_host_signed_test_result(reports, known, tmp_path, 
         Envelope.from_dict(forged).verify([key], 1)
 
 
+@pytest.mark.slow
 def test_no_decision_is_signed_for_a_report_that_does_not_verify(reports, known, tmp_path, capsys):
     tampered = tmp_path / "tampered.json"
     envelope = json.loads(reports.classifier.read_bytes())

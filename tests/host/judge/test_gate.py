@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from edgequal.agent.measure.preemption import decided_on_clean, decisive_summary
 from edgequal.host.cli.main import main as edgequal_main
+from edgequal.host.devices.trust import KnownDevices
 from edgequal.host.errors import UsageError
 from edgequal.host.judge.baseline import fingerprint_changes
 from edgequal.host.judge.gate import evaluate, run_gate
@@ -654,6 +655,58 @@ def test_throttling_and_temperature_limits_on_an_emulated_board(throttled_report
     html = page.read_text()
     assert "Windows with a cause" in html and "throttling" in html
     assert "no sensor" not in html
+
+
+def test_require_same_golden_goes_by_the_subjects_role_not_the_file_name(
+    device_key, tmp_path, capsys
+):
+    """Golden sets called ``*.golden`` (as ``golden make -o g.golden`` writes them), signed by
+    the agent's own report code: a different golden set fails ``require_same[golden]`` and
+    is a fingerprint change; a report whose subjects carry no roles cannot pass it."""
+    from edgequal.agent.plan import make_plan
+    from edgequal.agent.report.signing import build_statement, sign_envelope
+    from edgequal.agent.runs import RunRequest, sign_report
+
+    plan = make_plan("quick").to_json()
+    measurement = {"status": "passed", "plan": plan, "results": {}, "findings": []}
+    model, golden_a, golden_b = "a" * 64, "b" * 64, "c" * 64
+
+    def report(name: str, golden: str) -> Path:
+        request = RunRequest(f"run-{name}", model, golden, plan, f"n-{name}", "m.onnx", "g.golden")
+        path = tmp_path / f"{name}.report.json"
+        path.write_bytes(sign_report(device_key, request, measurement))
+        return path
+
+    base, same, other = (
+        report("base", golden_a),
+        report("same", golden_a),
+        report("other", golden_b),
+    )
+    policy = tmp_path / "p.toml"
+    policy.write_text(NOT_FAILED + '[baseline]\nrequire_same = ["model", "golden"]\n')
+    argv = ["gate", "--policy", str(policy), "--baseline", str(base)]
+    assert edgequal_main([*argv[:1], str(same), *argv[1:]]) == 0
+    capsys.readouterr()
+    assert edgequal_main([*argv[:1], str(other), *argv[1:]]) == 1
+    out = capsys.readouterr().out
+    assert "golden differs from the baseline's" in out
+    known = KnownDevices()
+    changes = fingerprint_changes(load_report(base, known=known), load_report(other, known=known))
+    assert changes == [
+        {
+            "field": "golden",
+            "category": "golden",
+            "baseline": f"g.golden sha256 {golden_a[:12]}",
+            "candidate": f"g.golden sha256 {golden_b[:12]}",
+        }
+    ]
+    # A report without roles (an older agent's) cannot show which subject is its golden set.
+    predicate = {"nonce": "n-old", "run_id": "run-old", **measurement}
+    subjects = [{"name": "m.onnx", "sha256": model}, {"name": "g.golden", "sha256": golden_a}]
+    old = tmp_path / "old.report.json"
+    old.write_bytes(sign_envelope(device_key, build_statement(subjects, predicate)))
+    assert edgequal_main([*argv[:1], str(old), *argv[1:]]) == 1
+    assert "golden differs from the baseline's" in capsys.readouterr().out
 
 
 def test_the_quiet_board_advice_is_given_once():

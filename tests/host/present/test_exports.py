@@ -44,6 +44,7 @@ def _latency(report_path) -> tuple[str, dict, dict]:
     return entry["shape"], decisive_summary(entry), predicate
 
 
+@pytest.mark.slow  # the session's signed reports
 def test_export_prometheus_and_github_benchmark(reports, known, tmp_path, capsys):
     paths = [str(reports.classifier), str(reports.chain_a)]
     out = tmp_path / "edgequal.prom"
@@ -100,6 +101,7 @@ def test_export_prometheus_and_github_benchmark(reports, known, tmp_path, capsys
     assert per == pytest.approx(1e3 / rate, rel=1e-5)
 
 
+@pytest.mark.slow  # the session's signed reports
 def test_export_refuses_a_report_that_does_not_verify(reports, known, tmp_path, capsys):
     envelope = json.loads(reports.chain_a.read_bytes())
     envelope["payload"] = base64.b64encode(b'{"a": 1}').decode()
@@ -112,6 +114,7 @@ def test_export_refuses_a_report_that_does_not_verify(reports, known, tmp_path, 
     assert edgequal_main(["export", str(tmp_path / "none.json"), "--format", "prometheus"]) == 2
 
 
+@pytest.mark.slow  # the session's signed reports
 def test_fleet_prometheus_directory_has_one_file_per_device(reports, known, tmp_path):
     from edgequal.host.lab.fleet import RunRecord
     from edgequal.host.present.exports import PrometheusDirectory

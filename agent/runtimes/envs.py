@@ -1,0 +1,406 @@
+"""Runtime environments: several versions of a runtime installed side by side on one board.
+
+An environment is a virtual environment under the agent's state directory
+(``runtimes/<name>/venv``) holding one runtime at one exact version (``onnxruntime==1.20.1``,
+``ai-edge-litert==…``, ``tflite-runtime==…``), the packages it declares (numpy among them)
+and, through a link in its site-packages, this agent's own ``edgequal.agent`` package, so
+a worker started with the environment's Python runs the same worker code against that
+runtime. ``runtimes/<name>/env.json`` is its manifest, written last: a directory without
+one is an installation that did not finish and is removed by the next ``add``.
+
+Only the device's owner installs (``edgequal-agent runtime add`` on the board's own shell,
+or ``edgequal agent runtime add ssh://…`` from the host, which runs the former over SSH):
+installing runs code. A plan only names an installed environment (:func:`resolve`); no
+RPC adds, upgrades or removes one. ``default`` names the agent's own environment.
+How one is installed (pip, the venv, the link, the trial import) is ``installer.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ..errors import BadInput
+
+ENVS_DIR = "runtimes"
+MANIFEST = "env.json"
+DEFAULT_ENV = "default"
+MAX_ENVS_PER_PLAN = 8
+PROBE_TIMEOUT_S = 60.0
+_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+
+# distribution -> (runtime name the adapters know, modules to import)
+DISTRIBUTIONS = {
+    "onnxruntime": ("onnxruntime", ("onnxruntime",)),
+    "onnxruntime-gpu": ("onnxruntime", ("onnxruntime",)),
+    "onnxruntime-openvino": ("onnxruntime", ("onnxruntime",)),
+    "ai-edge-litert": ("litert", ("ai_edge_litert",)),
+    "tflite-runtime": ("litert", ("tflite_runtime",)),
+}
+# Variables of the agent's own process that would let another Python's packages shadow
+# the environment's (a PYTHONPATH naming the agent's site-packages, a user site).
+_SHADOWING_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")
+
+_PROBE = """
+import importlib, importlib.metadata as md, json, platform, sys
+for module in sys.argv[2:]:
+    importlib.import_module(module)
+import edgequal.agent.worker.main
+print(json.dumps({"python": platform.python_version(), "version": md.version(sys.argv[1])}))
+"""
+
+
+def check_env_name(name: object) -> str:
+    """A valid environment name (lowercase letters, digits, ``.``, ``_``, ``-``; at most 64)."""
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise BadInput(
+            f"bad runtime environment name {str(name)[:70]!r}",
+            hint="use lowercase letters, digits, '.', '_' and '-' (at most 64), e.g. onnxruntime-1.20.1",
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """An exact runtime pin: ``distribution==version``."""
+
+    distribution: str
+    version: str
+
+    @classmethod
+    def parse(cls, text: str) -> Requirement:
+        """``onnxruntime==1.20.1``; only ``==`` pins of a known runtime distribution."""
+        m = re.fullmatch(r"\s*([A-Za-z0-9._-]+)\s*==\s*([A-Za-z0-9.+!_-]+)\s*", text or "")
+        if m is None:
+            raise BadInput(
+                f"cannot read runtime requirement {str(text)[:80]!r}",
+                hint="pin one exact version, e.g. onnxruntime==1.20.1 (a qualified runtime is one version)",
+            )
+        dist = m.group(1).lower().replace("_", "-")
+        if dist not in DISTRIBUTIONS:
+            raise BadInput(
+                f"{dist} is not a runtime edgequal measures",
+                hint=f"use one of: {', '.join(DISTRIBUTIONS)}",
+            )
+        return cls(dist, m.group(2))
+
+    def __str__(self) -> str:
+        return f"{self.distribution}=={self.version}"
+
+    @property
+    def runtime(self) -> str:
+        """The adapter's runtime name (``onnxruntime`` or ``litert``)."""
+        return DISTRIBUTIONS[self.distribution][0]
+
+    @property
+    def modules(self) -> tuple[str, ...]:
+        """The modules a working installation can import."""
+        return DISTRIBUTIONS[self.distribution][1]
+
+    @property
+    def default_name(self) -> str:
+        """The environment's name unless one is given: ``onnxruntime-1.20.1``."""
+        return f"{self.distribution}-{self.version}".lower()
+
+
+@dataclass
+class RuntimeEnv:
+    """One runtime environment: its runtime and version, its Python, and the wheels it holds.
+
+    ``python_executable`` is the interpreter a worker for it is started with; the agent's
+    own environment (``default``) has the agent's interpreter and no ``path``.
+    """
+
+    name: str
+    runtime: str
+    distribution: str
+    version: str
+    python: str
+    python_executable: str
+    path: str | None = None
+    wheels: list[dict] = field(default_factory=list)
+    created_unix: float | None = None
+
+    def to_json(self) -> dict:
+        """The manifest as JSON."""
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> RuntimeEnv:
+        """The inverse of :meth:`to_json`."""
+        return cls(
+            name=str(data["name"]),
+            runtime=str(data["runtime"]),
+            distribution=str(data.get("distribution") or ""),
+            version=str(data.get("version") or ""),
+            python=str(data.get("python") or ""),
+            python_executable=str(data["python_executable"]),
+            path=data.get("path"),
+            wheels=[
+                {"file": str(w["file"]), "sha256": str(w["sha256"])}
+                for w in data.get("wheels") or []
+            ],
+            created_unix=data.get("created_unix"),
+        )
+
+    @property
+    def requirement(self) -> str:
+        """``distribution==version`` (empty for an agent without that runtime)."""
+        return f"{self.distribution}=={self.version}" if self.distribution else ""
+
+    def fingerprint_entry(self) -> dict:
+        """What a report's fingerprint names of this environment."""
+        return {
+            "name": self.name,
+            "runtime": self.runtime,
+            "distribution": self.distribution,
+            "version": self.version,
+            "python": self.python,
+            "wheels": [dict(w) for w in self.wheels],
+        }
+
+    def worker_python(self) -> str | None:
+        """The interpreter a worker runs in; None for the agent's own."""
+        return None if self.path is None else self.python_executable
+
+    def worker_env(self) -> dict | None:
+        """The worker's environment variables; None (inherit) for the agent's own."""
+        if self.path is None:
+            return None
+        env = {k: v for k, v in os.environ.items() if k not in _SHADOWING_ENV}
+        env["PYTHONNOUSERSITE"] = "1"
+        return env
+
+
+def default_env(runtime: str) -> RuntimeEnv:
+    """The agent's own environment for ``runtime``: its interpreter and installed version."""
+    import platform
+
+    from . import detect_runtimes
+
+    status = next((s for s in detect_runtimes() if s.name == runtime), None)
+    return RuntimeEnv(
+        name=DEFAULT_ENV,
+        runtime=runtime,
+        distribution=status.distribution if status else "",
+        version=status.version if status else "",
+        python=platform.python_version(),
+        python_executable=sys.executable,
+    )
+
+
+class RuntimeEnvs:
+    """The runtime environments under one agent state directory.
+
+    ``python`` creates the environments' venvs and runs pip (the agent's own
+    interpreter by default, so environments share the agent's Python version);
+    ``on_step`` receives one line per step of an installation.
+    """
+
+    def __init__(
+        self,
+        state_dir: Path,
+        python: str = sys.executable,
+        on_step: Callable[[str], None] | None = None,
+    ):
+        self.root = Path(state_dir) / ENVS_DIR
+        self.python = python
+        self.step = on_step or (lambda _line: None)
+        self._probed: dict[tuple, str] = {}
+        self._probe_lock = threading.Lock()
+
+    def list(self) -> list[RuntimeEnv]:
+        """Every installed environment, by name (no import is tried; see :meth:`statuses`)."""
+        envs = []
+        if not self.root.is_dir():
+            return envs
+        for d in sorted(self.root.iterdir()):
+            manifest = d / MANIFEST
+            if not manifest.is_file():
+                continue
+            try:
+                envs.append(RuntimeEnv.from_json(json.loads(manifest.read_text())))
+            except (OSError, ValueError, KeyError, TypeError):
+                continue  # a damaged manifest: the environment is not offered
+        return envs
+
+    def names(self) -> list[str]:
+        """The installed environments' names."""
+        return [e.name for e in self.list()]
+
+    def get(self, name: str) -> RuntimeEnv | None:
+        """The environment called ``name``, or None."""
+        return next((e for e in self.list() if e.name == name), None)
+
+    def statuses(self) -> list[dict]:
+        """Each environment's manifest plus ``available`` and ``reason``, its runtime
+        imported in a child process (side by side), so a crashing import is ``broken``.
+
+        One trial import per installed environment for the life of this object (a
+        serving agent answers Info from it); a re-installed one is tried again.
+        """
+        envs = self.list()
+        if not envs:
+            return []
+        from concurrent.futures import ThreadPoolExecutor
+
+        with self._probe_lock:
+            todo = [e for e in envs if (e.name, e.created_unix) not in self._probed]
+            if todo:
+                with ThreadPoolExecutor(max_workers=min(4, len(todo))) as pool:
+                    for e, problem in zip(todo, pool.map(env_problem, todo)):
+                        self._probed[(e.name, e.created_unix)] = problem
+            problems = [self._probed[(e.name, e.created_unix)] for e in envs]
+        return [
+            {**e.to_json(), "available": not problem, "reason": problem}
+            for e, problem in zip(envs, problems)
+        ]
+
+    def add(
+        self,
+        requirement: str,
+        name: str | None = None,
+        *,
+        find_links: Sequence[Path] = (),
+        no_index: bool = False,
+        exact_wheels: Sequence[dict] | None = None,
+    ) -> RuntimeEnv:
+        """Create the environment for ``requirement`` and return its manifest.
+
+        The wheels are first collected into the environment's ``wheels/`` (``pip
+        download``, from ``find_links`` and, unless ``no_index``, the package index),
+        then installed from there alone, so their sha256 digests are those recorded.
+        ``exact_wheels`` (``[{file, sha256}]``, an approval's record) installs exactly
+        those files, found in ``find_links``, each digest checked first. The runtime is
+        then imported in a child process; an environment whose runtime cannot be
+        imported is removed again and refused.
+        """
+        req = Requirement.parse(requirement)
+        name = check_env_name(name or req.default_name)
+        if name == DEFAULT_ENV:
+            raise BadInput(
+                "'default' names the agent's own environment", hint="choose another name"
+            )
+        if self.get(name) is not None:
+            raise BadInput(
+                f"runtime environment {name} is already installed",
+                hint=f"edgequal-agent runtime remove {name} first, or choose another --name",
+            )
+        target = self.root / name
+        if target.exists():  # an installation that did not finish
+            shutil.rmtree(target)
+        target.mkdir(parents=True)
+        try:
+            from .installer import build_env
+
+            return build_env(
+                req, name, target, self.python, self.step, list(find_links), no_index, exact_wheels
+            )
+        except BaseException:
+            shutil.rmtree(target, ignore_errors=True)
+            raise
+
+    def remove(self, name: str) -> RuntimeEnv:
+        """Delete the environment called ``name``; returns what it was."""
+        check_env_name(name)
+        env = self.get(name)
+        if env is None:
+            raise BadInput(
+                f"no runtime environment called {name}",
+                hint=_installed_hint(self.names()),
+            )
+        # The manifest goes first: a removal cut short leaves no environment offered.
+        (self.root / name / MANIFEST).unlink()
+        shutil.rmtree(self.root / name, ignore_errors=True)
+        return env
+
+    def resolve(self, names: Sequence[str], runtime: str | None = None) -> list[RuntimeEnv]:
+        """The environments a plan names, in its order (``default``: the agent's own).
+
+        An unknown name is a BadInput listing the installed ones; with ``runtime`` (the
+        model's), an environment of another runtime is refused too.
+        """
+        installed = {e.name: e for e in self.list()}
+        out = []
+        for name in names:
+            if name == DEFAULT_ENV:
+                out.append(default_env(runtime or "onnxruntime"))
+                continue
+            env = installed.get(name)
+            if env is None:
+                raise BadInput(
+                    f"unknown runtime environment '{name}' on this device; "
+                    f"installed: {', '.join([DEFAULT_ENV, *installed])}",
+                    hint="the device owner installs one: edgequal-agent runtime add onnxruntime==1.20.1",
+                )
+            if runtime is not None and env.runtime != runtime:
+                raise BadInput(
+                    f"runtime environment '{name}' holds {env.runtime}; this model needs {runtime}"
+                )
+            out.append(env)
+        return out
+
+
+def plan_env_names(plan: dict | None) -> list[str]:
+    """The environment names a plan's JSON asks for (``runtime_envs``), [] for none."""
+    names = (plan or {}).get("runtime_envs") or []
+    return list(names) if isinstance(names, (list, tuple)) else []
+
+
+def resolve_plan_envs(plan: dict | None, envs: RuntimeEnvs | None) -> list[RuntimeEnv] | None:
+    """The plan's environments on this device (BadInput for an unknown name), None without any.
+
+    Called before the device is taken; the runtime of each is checked against the
+    model's when the run starts.
+    """
+    names = plan_env_names(plan)
+    if not names:
+        return None
+    if envs is None:
+        raise BadInput("this agent offers no runtime environments to a plan")
+    for name in names:
+        if not isinstance(name, str):
+            raise BadInput("plan field 'runtime_envs' must list environment names")
+    return envs.resolve(names)
+
+
+def probe(env: RuntimeEnv, timeout_s: float = PROBE_TIMEOUT_S) -> tuple[dict, str]:
+    """Import the environment's runtime and the worker in its own Python, in a child process.
+
+    Returns ``({python, version}, '')``, or ``({}, why)`` naming how it broke (a signal,
+    an exception, a hang).
+    """
+    from . import child_import
+
+    req = Requirement(env.distribution, env.version)
+    if not Path(env.python_executable).exists():
+        return {}, f"broken: {env.python_executable} is missing"
+    problem, out = child_import(
+        (_PROBE, req.distribution, *req.modules),
+        what=f"importing {req.distribution}",
+        timeout_s=timeout_s,
+        python=env.python_executable,
+        env=env.worker_env(),
+    )
+    if problem:
+        return {}, problem
+    try:
+        return json.loads(out.strip().splitlines()[-1]), ""
+    except (ValueError, IndexError):
+        return {}, "broken: the environment's Python printed no version"
+
+
+def env_problem(env: RuntimeEnv) -> str:
+    """'' when the environment's runtime imports, else one line saying how it broke."""
+    return probe(env)[1]
+
+
+def _installed_hint(names: list[str]) -> str:
+    return f"installed: {', '.join(names)}" if names else "no runtime environment is installed"

@@ -16,19 +16,35 @@ import sys
 import threading
 from pathlib import Path
 
+from .cli_args import OneLineParser, examples, global_default, spread_global_options
 from .config import default_state_dir, probe_root, read_settings
 from .errors import AgentError, BadInput, DeviceBusy
 
 log = logging.getLogger("edgequal.agent")
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="edgequal-agent", description="edgequal device agent")
-    p.add_argument("--debug", action="store_true", help="show tracebacks")
-    p.add_argument(
-        "--state-dir", type=Path, default=None, help="agent state (key, artifacts, reports)"
+def _add_global_options(parser: argparse.ArgumentParser, top: bool) -> None:
+    """``--debug`` and ``--state-dir``, before or after the subcommand
+    (:func:`~edgequal.agent.cli_args.spread_global_options`)."""
+    parser.add_argument(
+        "--debug", action="store_true", default=global_default(top, False), help="show tracebacks"
     )
-    sub = p.add_subparsers(dest="command", required=True)
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        default=global_default(top, None),
+        help="agent state: key, artifacts, reports (default $EDGEQUAL_AGENT_STATE, "
+        "else $XDG_STATE_HOME/edgequal-agent, ~/.local/state/edgequal-agent)",
+    )
+
+
+def _parser() -> argparse.ArgumentParser:
+    from . import __version__
+
+    p = OneLineParser(prog="edgequal-agent", description="edgequal device agent")
+    p.add_argument("--version", action="version", version=f"edgequal-agent {__version__}")
+    _add_global_options(p, top=True)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     s = sub.add_parser("serve", help="serve the gRPC API")
     s.add_argument(
@@ -81,12 +97,20 @@ def _parser() -> argparse.ArgumentParser:
         help="a worker's memory limit when the plan sets none (default: half the board's "
         "memory; agent.toml [worker] memory_limit)",
     )
+    examples(
+        s,
+        "edgequal-agent serve   # loopback only, no token needed",
+        "edgequal-agent serve --listen 0.0.0.0:50051 --token-file /etc/edgequal/token",
+        "edgequal-agent serve --state-dir /var/lib/edgequal --listen 0.0.0.0:50051 "
+        "--tls-cert c.pem --tls-key k.pem --client-ca ca.pem",
+    )
 
     r = sub.add_parser(
         "run-plan", help="one-shot run (SSH mode): JSON-lines events, then the signed envelope"
     )
-    r.add_argument("plan_file", type=Path)
-    r.add_argument("--root")
+    r.add_argument("plan_file", type=Path, help="the plan JSON the host wrote")
+    r.add_argument("--root", help="prefix for /sys, /proc, /etc reads")
+    examples(r, "edgequal-agent run-plan /tmp/plan.json   # what an SSH host runs")
 
     m = sub.add_parser("measure", help="measure a model file here, without a host")
     m.add_argument("model", type=Path)
@@ -106,6 +130,12 @@ def _parser() -> argparse.ArgumentParser:
         help="also measure under this installed runtime environment (repeatable; default: the agent's own)",
     )
     m.add_argument("--json", action="store_true", help="print the full result as JSON")
+    examples(
+        m,
+        "edgequal-agent measure model.onnx",
+        "edgequal-agent measure model.tflite --golden g.npz --plan standard --json",
+        "edgequal-agent measure dynamic.onnx --shape image=1x3x224x224 --sustain 2m",
+    )
 
     k = sub.add_parser("key", help="the device key: show it, or prove holding it")
     k.add_argument("action", choices=["show", "prove"])
@@ -113,13 +143,25 @@ def _parser() -> argparse.ArgumentParser:
     k.add_argument(
         "--challenge", help="prove: the host's fresh challenge in hex (16 to 1024 bytes)"
     )
+    examples(
+        k,
+        "edgequal-agent key show",
+        "edgequal-agent --state-dir ~/.local/state/edgequal/local-agent key show   # edgequal's "
+        "local agent",
+    )
 
     i = sub.add_parser("info", help="fingerprint, probes, runtimes")
-    i.add_argument("--root")
+    i.add_argument("--root", help="prefix for /sys, /proc, /etc reads")
     i.add_argument("--json", action="store_true")
+    examples(i, "edgequal-agent info", "edgequal-agent info --json")
 
     rt = sub.add_parser(
         "runtime", help="runtime environments: other runtime versions beside the agent's own"
+    )
+    examples(
+        rt,
+        "edgequal-agent runtime add onnxruntime==1.20.1 --find-links wheels/ --no-index",
+        "edgequal-agent runtime list --json",
     )
     rts = rt.add_subparsers(dest="runtime_command", required=True)
     ra = rts.add_parser("add", help="install a runtime version in an environment of its own")
@@ -136,25 +178,39 @@ def _parser() -> argparse.ArgumentParser:
         help="JSON [{file, sha256}]: install exactly these wheels from --find-links (a restore)",
     )
     ra.add_argument("--json", action="store_true")
+    examples(
+        ra,
+        "edgequal-agent runtime add onnxruntime==1.20.1",
+        "edgequal-agent runtime add onnxruntime==1.20.1 --find-links wheels/ --no-index --json",
+    )
     rl = rts.add_parser("list", help="installed environments, each imported in a child process")
     rl.add_argument("--json", action="store_true")
+    examples(rl, "edgequal-agent runtime list", "edgequal-agent runtime list --json")
     rr = rts.add_parser("remove", help="delete an environment")
     rr.add_argument("name")
-    rts.add_parser(
-        "tags",
-        help="JSON: the wheel tags this agent's Python takes (a host collects wheels for it)",
+    examples(rr, "edgequal-agent runtime remove onnxruntime-1.20.1")
+    examples(
+        rts.add_parser(
+            "tags",
+            help="JSON: the wheel tags this agent's Python takes (a host collects wheels for it)",
+        ),
+        "edgequal-agent runtime tags   # what agent runtime add collects wheels for",
     )
 
     st = sub.add_parser("store", help="artifact store (used by the SSH transport)")
     st.add_argument("args", nargs=argparse.REMAINDER)
+    examples(st, "edgequal-agent store stat SHA256_HEX   # what the SSH transport runs")
 
     rp = sub.add_parser("report", help="print a stored signed report by run id")
     rp.add_argument("run_id")
+    examples(rp, "edgequal-agent report RUN_ID > run.report.json")
 
     cn = sub.add_parser(
         "cancel", help="cancel the run-plan run in progress (SSH mode): it is still signed"
     )
     cn.add_argument("run_id")
+    examples(cn, "edgequal-agent cancel RUN_ID")
+    spread_global_options(p, _add_global_options)
     return p
 
 
@@ -322,6 +378,7 @@ def cmd_run_plan(args, state_dir: Path) -> int:
 
     from .keys import load_or_create_device_key
     from .phases.coload import config_path, resolve_plan
+    from .plan import timed_s_of
     from .runs import (
         RunRequest,
         Runs,
@@ -380,7 +437,12 @@ def cmd_run_plan(args, state_dir: Path) -> int:
         for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
             signal.signal(signum, lambda *_: cancel.set())
         lines = _EventLines(cancel)
-        lease = Lease.starting_now(request.run_id, spec.get("holder") or "ssh", DEFAULT_MAX_RUN_S)
+        lease = Lease.starting_now(
+            request.run_id,
+            spec.get("holder") or "ssh",
+            DEFAULT_MAX_RUN_S,
+            expected_s=timed_s_of(request.plan),
+        )
         timer = threading.Timer(DEFAULT_MAX_RUN_S, cancel.set)
         timer.daemon = True
         lock.set_lease(lease)
@@ -528,11 +590,23 @@ def cmd_measure(args, state_dir: Path) -> int:
 
 
 def cmd_key(args, state_dir: Path) -> int:
-    from .keys import load_or_create_device_key
+    """``key show`` reads the key and never makes one; ``key prove`` makes it on first use
+    (the SSH form of enrolment). Either way the state directory read is named."""
+    from .config import local_agent_state_dir
+    from .keys import load_device_key, load_or_create_device_key
 
-    key = load_or_create_device_key(state_dir)
     if args.action == "prove":
-        return _prove(key, args.challenge)
+        return _prove(load_or_create_device_key(state_dir), args.challenge)
+    key = load_device_key(state_dir)
+    if key is None:
+        local = local_agent_state_dir()
+        hint = "the agent makes its key when it first serves or runs a plan"
+        if Path(state_dir) != local and load_device_key(local) is not None:
+            hint = (
+                "the agent edgequal starts on this host (--device local) keeps its key in "
+                f"{local}: edgequal-agent --state-dir {local} key show"
+            )
+        raise BadInput(f"no device key in {state_dir} (nothing was created)", hint=hint)
     if args.json:
         print(
             json.dumps(
@@ -540,11 +614,15 @@ def cmd_key(args, state_dir: Path) -> int:
                     "public_key_b64": key.public_key_b64(),
                     "fingerprint": key.fingerprint(),
                     "keyid": key.keyid(),
+                    "state_dir": str(state_dir),
                 }
             )
         )
     else:
-        print(f"ed25519 {key.public_key_b64()}\nfingerprint {key.fingerprint()}")
+        print(
+            f"ed25519 {key.public_key_b64()}\nfingerprint {key.fingerprint()}\n"
+            f"state dir {state_dir}"
+        )
     return 0
 
 
@@ -618,7 +696,7 @@ def cmd_info(args, state_dir: Path) -> int:
         for e in info.fingerprint.get("runtime_envs") or []:
             print(f"  runtime env {_env_line(e)}")
         for section, value in info.extra["probes"].items():
-            print(f"  {section}: {json.dumps(value, default=str)[:300]}")
+            print(f"  {section}: {json.dumps(value, default=str)}")
     return 0
 
 

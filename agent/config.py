@@ -35,6 +35,18 @@ def default_state_dir() -> Path:
     return xdg_state_home() / "edgequal-agent"
 
 
+def local_agent_state_dir() -> Path:
+    """The state dir of the agent ``edgequal`` starts on this host (``--device local``):
+    ``$EDGEQUAL_LOCAL_STATE``, else ``$XDG_STATE_HOME/edgequal/local-agent``.
+
+    Here, not in the host, so ``edgequal-agent key show`` can name where that key lives.
+    """
+    explicit = os.environ.get("EDGEQUAL_LOCAL_STATE")
+    if explicit:
+        return Path(explicit)
+    return xdg_state_home() / "edgequal" / "local-agent"
+
+
 def probe_root(explicit: str | os.PathLike | None = None) -> Path:
     """The prefix for every /sys, /proc and /etc read: ``--root``, else ``$EDGEQUAL_ROOT``, else ``/``."""
     if explicit:

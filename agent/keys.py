@@ -105,6 +105,14 @@ class DeviceKey:
         return f"DeviceKey({self.fingerprint()})"
 
 
+def load_device_key(state_dir: Path) -> DeviceKey | None:
+    """The key in ``state_dir/device_key.pem`` (checked as below), or None: never creates one."""
+    try:
+        return _load_key_file(Path(state_dir) / KEY_FILE_NAME)
+    except FileNotFoundError:
+        return None
+
+
 def load_or_create_device_key(state_dir: Path) -> DeviceKey:
     """Load ``state_dir/device_key.pem``, creating it (mode 0600) on first call.
 

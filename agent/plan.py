@@ -257,6 +257,19 @@ class Plan:
         out["sources"] = dict(self.sources)
         return out
 
+    def timed_s(self) -> float:
+        """The least time the plan's timed phases take, in seconds: warm-up and latency per
+        input shape (and per edge shape), the sustained phase, the scenario points. Process
+        starts, cool-down and uploads come on top; an estimate of when a run is done, never
+        a measurement."""
+        shapes = max(1, len(self.shapes))
+        total = shapes * (self.warmup_min_s + self.latency_min_s) + self.sustain_s
+        total += len(self.edge_shapes or ()) * self.edge_latency_s
+        points = len(self.batch_sizes or ()) + (self.server_search_steps if self.server else 0)
+        if self.thread_scaling:
+            points += self.threads or 1
+        return total + points * self.scenario_s
+
     @property
     def sustain_window_s(self) -> float:
         """Window length: ``window_s`` if set, else 30 s, or a tenth of runs shorter than 5 minutes (>= 1 s)."""
@@ -265,6 +278,15 @@ class Plan:
         if self.sustain_s < 300:
             return max(1.0, self.sustain_s / 10)
         return 30.0
+
+
+def timed_s_of(plan: Mapping) -> float | None:
+    """:meth:`Plan.timed_s` of a plan's JSON, or None when it is no valid plan (the run
+    refuses it by name later)."""
+    try:
+        return Plan.from_json(plan).timed_s()
+    except (BadInput, TypeError, ValueError):
+        return None
 
 
 # The most a plan may ask for: a report must stay retrievable (raw samples travel in

@@ -187,8 +187,7 @@ def make_golden(
         check_edge_shapes_fit(edges, rt.inputs())
     except AgentError as e:
         raise UsageError(str(e), hint=e.hint) from e
-    for tol in (tolerances or {}).values():
-        Tolerance.from_dict(tol)  # validates
+    tolerances = _tolerances_for_outputs(tolerances, [o.name for o in rt.outputs()])
     from edgequal.agent.input_contract import contract_mismatches, describe_inputs
 
     names = [s.name for s in rt.inputs()]
@@ -268,6 +267,60 @@ def _make_raw_golden(model, raw, pipeline_toml, out, reference_inputs, **kwargs)
             "training framework's outputs to see it"
         )
     return make_golden(model, tensors, out, **kwargs, preprocessing=contract, attach=attach)
+
+
+TOLERANCE_HINT = (
+    "write OUTPUT=ATOL,RTOL (e.g. probs=1e-3,1e-2) or OUTPUT=CLASS (fp32, fp16, int8); "
+    "OUTPUT * for every output"
+)
+
+
+def parse_tolerance_args(items: list[str] | None) -> dict | None:
+    """``--tolerance OUTPUT=ATOL,RTOL`` or ``OUTPUT=CLASS`` into the manifest's tolerances
+    (``{output: {"atol", "rtol"} | {"class"}}``); ``*`` stands for every output."""
+    out: dict = {}
+    for item in items or []:
+        name, eq, value = item.partition("=")
+        name, value = name.strip(), value.strip()
+        if not eq or not name or not value:
+            raise UsageError(f"cannot read --tolerance '{item}'", hint=TOLERANCE_HINT)
+        if name in out:
+            raise UsageError(f"--tolerance names the output '{name}' twice")
+        if "," in value:
+            parts = value.split(",")
+            try:
+                atol, rtol = (float(x) for x in parts)
+            except ValueError:
+                raise UsageError(f"cannot read --tolerance '{item}'", hint=TOLERANCE_HINT) from None
+            out[name] = {"atol": atol, "rtol": rtol}
+        else:
+            out[name] = {"class": value}
+        try:
+            Tolerance.from_dict(out[name])
+        except AgentError as e:
+            raise UsageError(f"--tolerance '{item}': {e}", hint=e.hint or TOLERANCE_HINT) from e
+    return out or None
+
+
+def _tolerances_for_outputs(tolerances: dict | None, outputs: list[str]) -> dict:
+    """Per-output tolerances checked against the model's outputs, ``*`` spread over those
+    not named; UsageError naming an output the model lacks or a bad tolerance."""
+    tolerances = dict(tolerances or {})
+    every = tolerances.pop("*", None)
+    for name, tol in tolerances.items():
+        if name not in outputs:
+            raise UsageError(
+                f"--tolerance names '{name}', not an output of the model "
+                f"(its outputs: {', '.join(outputs)})"
+            )
+        try:
+            Tolerance.from_dict(tol)
+        except AgentError as e:
+            raise UsageError(f"tolerance of output '{name}': {e}", hint=e.hint) from e
+    if every is not None:
+        for name in outputs:
+            tolerances.setdefault(name, dict(every))
+    return tolerances
 
 
 def _checked_edge_shapes(edge_shapes: list[dict] | None) -> list[dict]:

@@ -11,7 +11,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from edgequal.agent.config import xdg_state_home
+from edgequal.agent.config import local_agent_state_dir, xdg_state_home
+
+__all__ = ["config_dir", "local_agent_state_dir", "reports_dir", "state_dir"]
 
 
 def config_dir() -> Path:
@@ -28,14 +30,6 @@ def config_dir() -> Path:
 def state_dir() -> Path:
     """Return the host's state dir: $XDG_STATE_HOME/edgequal or ~/.local/state/edgequal."""
     return xdg_state_home() / "edgequal"
-
-
-def local_agent_state_dir() -> Path:
-    """The local agent's state dir: $EDGEQUAL_LOCAL_STATE, else ``<state dir>/local-agent``."""
-    explicit = os.environ.get("EDGEQUAL_LOCAL_STATE")
-    if explicit:
-        return Path(explicit)
-    return state_dir() / "local-agent"
 
 
 def reports_dir() -> Path:

@@ -150,12 +150,11 @@ class Device:
         the run (a cancel in progress). Raises :class:`edgequal.Error` subclasses.
         """
         from edgequal.agent.plan import Plan
-        from edgequal.host.devices.nonces import NonceLedger
         from edgequal.host.devices.qualify import qualify
+        from edgequal.host.model_file import check_model_file
 
         model = Path(model)
-        if not model.is_file():
-            raise UsageError(f"model file not found: {model}")
+        check_model_file(model)  # a file that is no model is refused before anything is sent
         with host_errors():
             if not isinstance(plan, Plan):
                 plan = self.plan(plan, profile=profile, **fields)
@@ -175,7 +174,7 @@ class Device:
                 on_notice=on_notice or (lambda text: None),
                 coload_models=coload_models,
             )
-        NonceLedger().record(done.report.nonce, done.report.run_id, done.envelope)
+        # qualify() recorded the nonce this host issued (as for a fleet run's reports).
         return Report(done.report, done.envelope, done.path, tuple(done.notes), done.interrupted)
 
     @contextlib.contextmanager

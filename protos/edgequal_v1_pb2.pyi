@@ -25,18 +25,20 @@ class RuntimeStatus(_message.Message):
     def __init__(self, name: _Optional[str] = ..., available: _Optional[bool] = ..., version: _Optional[str] = ..., reason: _Optional[str] = ..., distribution: _Optional[str] = ...) -> None: ...
 
 class Lease(_message.Message):
-    __slots__ = ("run_id", "holder", "started_unix_ms", "expires_unix_ms", "purpose")
+    __slots__ = ("run_id", "holder", "started_unix_ms", "expires_unix_ms", "purpose", "expected_end_unix_ms")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     HOLDER_FIELD_NUMBER: _ClassVar[int]
     STARTED_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     EXPIRES_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     PURPOSE_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_END_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     holder: str
     started_unix_ms: int
     expires_unix_ms: int
     purpose: str
-    def __init__(self, run_id: _Optional[str] = ..., holder: _Optional[str] = ..., started_unix_ms: _Optional[int] = ..., expires_unix_ms: _Optional[int] = ..., purpose: _Optional[str] = ...) -> None: ...
+    expected_end_unix_ms: int
+    def __init__(self, run_id: _Optional[str] = ..., holder: _Optional[str] = ..., started_unix_ms: _Optional[int] = ..., expires_unix_ms: _Optional[int] = ..., purpose: _Optional[str] = ..., expected_end_unix_ms: _Optional[int] = ...) -> None: ...
 
 class Limits(_message.Message):
     __slots__ = ("max_artifact_bytes", "chunk_bytes", "max_receive_message_bytes", "quota_bytes")

@@ -246,7 +246,11 @@ def test_agent_killed_mid_run_signs_it_incomplete_on_restart(example_models, tmp
     assert measuring.wait(120), "the run never reached its latency phase"
     run_id = transport.last_run_id
     assert run_id
-    workers = psutil.Process(transport._proc.pid).children(recursive=True)
+    # The phase event comes as its worker is being started: wait until it is there.
+    deadline = time.monotonic() + 60
+    while not (workers := psutil.Process(transport._proc.pid).children(recursive=True)):
+        assert time.monotonic() < deadline, "the latency worker never started"
+        time.sleep(0.05)
     transport._proc.kill()  # the agent dies with the run in progress
     t.join(timeout=60)
     assert errors, "the host must be told the stream broke"

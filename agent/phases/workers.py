@@ -28,10 +28,12 @@ def finding_from(ended: WorkerOutcome, phase: str, runtime: str) -> dict:
             "ModelRejected": "model_rejected",
             "GoldenMismatch": "golden_mismatch",
             "RuntimeUnavailable": "runtime_unavailable",
+            "Cancelled": "cancelled",  # the host, Ctrl-C or runs cancel: not a failure
         }.get(error.get("type"), "worker_failure"),
         "message": error.get("message", ended.describe()),
         "worker_phase": ended.phase,
         "runtime": runtime,
+        "runtime_version": _installed_version(runtime),
     }
     for key in ("operator", "hint", "signal"):
         if error.get(key):
@@ -39,6 +41,14 @@ def finding_from(ended: WorkerOutcome, phase: str, runtime: str) -> dict:
     if ended.stderr_tail and ended.cause in ("signal", "exit"):
         finding["stderr_tail"] = ended.stderr_tail[-5:]
     return finding
+
+
+def _installed_version(runtime: str) -> str | None:
+    """The installed version of ``runtime`` from package metadata (never imported here: a
+    runtime that crashed its worker may crash the agent too)."""
+    from ..runtimes import detect_runtimes
+
+    return next((r.version for r in detect_runtimes() if r.name == runtime), None)
 
 
 def run_sampled(job: WorkerJob, on_worker_started=None, declared_pgids=(), **worker_args):

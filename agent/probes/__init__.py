@@ -15,12 +15,14 @@ from edgequal.agent.config import probe_root
 def read_all(root: str | os.PathLike | None = None) -> dict:
     """The fingerprint plus every probe's reading, for ``edgequal-agent info``.
 
-    Returns ``{"root", "fingerprint", "thermal", "cpufreq", "raspberry_pi", "jetson"}``;
-    a probe that does not apply has ``available: False`` and a ``reason``.
+    Returns ``{"root", "fingerprint", "thermal", "cpufreq", "raspberry_pi", "jetson",
+    "power"}``; a probe that does not apply has ``available: False`` and a ``reason``
+    (power: ``present: False`` and the reason, never an estimate).
     """
     from edgequal.agent.probes.cpufreq import read_cpufreq
     from edgequal.agent.probes.fingerprint import fingerprint
     from edgequal.agent.probes.jetson import read_jetson
+    from edgequal.agent.probes.power import read_power
     from edgequal.agent.probes.raspberry_pi import read_raspberry_pi
     from edgequal.agent.probes.thermal import read_thermal
 
@@ -35,4 +37,5 @@ def read_all(root: str | os.PathLike | None = None) -> dict:
         "cpufreq": cpufreq,
         "raspberry_pi": pi,
         "jetson": jet,
+        "power": read_power(root),
     }

@@ -269,6 +269,16 @@ class PowerProbe:
         }
 
 
+def read_power(root: str | os.PathLike = "/") -> dict:
+    """One reading of every rail under ``root`` with what was found (``edgequal-agent info``):
+    :meth:`PowerProbe.describe` plus, where a rail reads, ``rails_w``, ``total_w``, ``total_from``."""
+    probe = PowerProbe.open(root)
+    if not probe.present:
+        return probe.describe()
+    reading = probe.read()
+    return {**probe.describe(), **reading}
+
+
 def _pmic_or_none(text: str | None) -> dict[str, float] | None:
     if text is None:
         return None

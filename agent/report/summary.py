@@ -15,6 +15,42 @@ def _mb(value) -> str:
     return "n/a" if value is None else f"{value / (1 << 20):.1f} MB"
 
 
+def _cases(n: int) -> str:
+    return f"{n} case" if n == 1 else f"{n} cases"
+
+
+def decisions_text(decisions: dict, limit: int = 8) -> str:
+    """The decision flips in one sentence, naming the cases that flipped and, apart, those
+    near the threshold that did: ``1 of 12 cases flipped (threshold:score>0.5): case04;
+    none of the 3 cases near the threshold flipped``."""
+
+    def names(cases: list) -> str:
+        shown = ", ".join(str(c) for c in cases[:limit])
+        return shown + (f" and {len(cases) - limit} more" if len(cases) > limit else "")
+
+    total = int(decisions.get("total_cases") or 0)
+    flips = list(decisions.get("flips") or [])
+    count = int(decisions.get("flip_count", len(flips)))
+    rule = decisions.get("rule")
+    text = (
+        f"{count} of {_cases(total)} flipped ({rule})" + (f": {names(flips)}" if flips else "")
+        if count
+        else f"no decision flipped in {_cases(total)} ({rule})"
+    )
+    near = int(decisions.get("near_threshold_count") or 0)
+    near_flips = list(decisions.get("flips_near_threshold") or [])
+    near_count = int(decisions.get("flips_near_threshold_count", len(near_flips)))
+    if not near:
+        return text + "; no case was near the threshold"
+    where = f"the {_cases(near)} near the threshold" if near > 1 else "the case near the threshold"
+    if not near_count:
+        return (
+            text
+            + f"; {'none of ' if near > 1 else ''}{where} {'flipped' if near > 1 else 'did not flip'}"
+        )
+    return text + f"; {near_count} of {where} flipped: {names(near_flips)}"
+
+
 def format_summary(measurement: dict) -> str:
     """The lines a person reads first: status, load, latency, drift, memory, findings."""
     results = measurement.get("results", {})
@@ -60,10 +96,7 @@ def format_summary(measurement: dict) -> str:
             )
         decisions = drift.get("decisions")
         if decisions:
-            lines.append(
-                f"decisions ({decisions.get('rule')}): {decisions.get('flip_count', 0)} flips in "
-                f"{decisions.get('total_cases', 0)} cases, {decisions.get('flips_near_threshold_count', 0)} of {decisions.get('near_threshold_count', 0)} near the threshold"
-            )
+            lines.append(f"decisions: {decisions_text(decisions)}")
     memory = results.get("memory")
     if memory:
         lines.append(

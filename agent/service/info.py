@@ -130,6 +130,7 @@ class AgentInfo:
                 r.lease.started_unix_ms,
                 r.lease.expires_unix_ms,
                 r.lease.purpose,
+                r.lease.expected_end_unix_ms,
             )
         return cls(
             agent_version=r.agent_version,

@@ -55,22 +55,38 @@ class Lease:
     expires_unix_ms: int
     purpose: str = ""
     """What the holder took the device for (``fleet run bench``); empty when not said."""
+    expected_end_unix_ms: int = 0
+    """When the run's plan is likely done (its start plus :meth:`Plan.timed_s`); 0 unknown."""
 
     def describe(self, now_ms: int | None = None) -> str:
-        """One line naming the run (or the lease without a run), its holder, and its times."""
+        """One line naming the run (or the lease without a run), its holder, and when the
+        device is likely free: for a run, from its plan's timed phases (the lease's own
+        expiry is the run's upper limit, hours away, and says little)."""
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-        started_s = max(0, (now_ms - self.started_unix_ms) // 1000)
-        left_s = max(0, (self.expires_unix_ms - now_ms) // 1000)
         if not self.run_id:
+            started_s = max(0, (now_ms - self.started_unix_ms) // 1000)
+            left_s = max(0, (self.expires_unix_ms - now_ms) // 1000)
             purpose = f" for {self.purpose}" if self.purpose else ""
             return (
                 f"leased to {self.holder}{purpose} "
                 f"(since {started_s} s ago, lease expires in {left_s} s)"
             )
-        return (
-            f"run {self.run_id} for {self.holder} is in progress "
-            f"(started {started_s} s ago, lease expires in {left_s} s)"
-        )
+        return f"run {self.run_id} for {self.holder} is in progress ({self.timing(now_ms)})"
+
+    def timing(self, now_ms: int | None = None) -> str:
+        """When a run started and when it is likely done: ``started 12 s ago; its plan
+        times 75 s: likely free in about 63 s``."""
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        started_s = max(0, (now_ms - self.started_unix_ms) // 1000)
+        head = f"started {started_s} s ago"
+        if not self.expected_end_unix_ms:
+            left_s = max(0, (self.expires_unix_ms - now_ms) // 1000)
+            return f"{head}; how long its plan takes is not known, at most {left_s} s"
+        planned_s = max(0, (self.expected_end_unix_ms - self.started_unix_ms) // 1000)
+        free_s = (self.expected_end_unix_ms - now_ms) // 1000
+        if free_s > 0:
+            return f"{head}; its plan times {planned_s} s: likely free in about {free_s} s"
+        return f"{head}; its plan's {planned_s} s of timed phases are over: likely free soon"
 
     def to_json(self) -> dict:
         """The lease as a JSON object (the keys of the protobuf ``Lease``)."""
@@ -85,15 +101,23 @@ class Lease:
             started_unix_ms=int(data["started_unix_ms"]),
             expires_unix_ms=int(data["expires_unix_ms"]),
             purpose=str(data.get("purpose") or ""),
+            expected_end_unix_ms=int(data.get("expected_end_unix_ms") or 0),
         )
 
     @classmethod
     def starting_now(
-        cls, run_id: str, holder: str, max_run_s: float, wall_now_s: float | None = None
+        cls,
+        run_id: str,
+        holder: str,
+        max_run_s: float,
+        wall_now_s: float | None = None,
+        expected_s: float | None = None,
     ) -> Lease:
-        """A lease from now (``wall_now_s``, else ``time.time()``) for ``max_run_s`` seconds."""
+        """A lease from now (``wall_now_s``, else ``time.time()``) for ``max_run_s`` seconds;
+        the run likely ends after ``expected_s`` (its plan's timed phases)."""
         now_ms = int((time.time() if wall_now_s is None else wall_now_s) * 1000)
-        return cls(run_id, holder, now_ms, now_ms + int(max_run_s * 1000))
+        end = now_ms + int(min(expected_s, max_run_s) * 1000) if expected_s is not None else 0
+        return cls(run_id, holder, now_ms, now_ms + int(max_run_s * 1000), "", end)
 
 
 @dataclass
@@ -217,12 +241,15 @@ class RunSlot:
         now_mono, wall = time.monotonic(), self._wall_clock()
         if self._run is not None:
             run = self._run
+            started_ms = _wall_ms(wall, now_mono, run.started_mono)
+            planned_ms = run.lease.expected_end_unix_ms - run.lease.started_unix_ms
             return Lease(
                 run.lease.run_id,
                 run.lease.holder,
-                _wall_ms(wall, now_mono, run.started_mono),
+                started_ms,
                 _wall_ms(wall, now_mono, run.deadline_mono),
                 run.lease.purpose,
+                started_ms + planned_ms if run.lease.expected_end_unix_ms else 0,
             )
         return self._held.public(wall, now_mono) if self._held is not None else None
 
@@ -337,11 +364,19 @@ class RunSlot:
 
     # -- runs --------------------------------------------------------------------
 
-    def start(self, run_id: str, holder: str, max_run_s: float, lease_id: str = "") -> ActiveRun:
+    def start(
+        self,
+        run_id: str,
+        holder: str,
+        max_run_s: float,
+        lease_id: str = "",
+        expected_s: float | None = None,
+    ) -> ActiveRun:
         """Take the slot for ``run_id`` or raise DeviceBusy naming what holds the device.
 
         With ``lease_id`` the run goes under that lease, which must be held; without
-        it the device must be free and nobody waiting for it.
+        it the device must be free and nobody waiting for it. ``expected_s`` is how long
+        the run's plan likely takes (shown to whoever finds the device busy).
         """
         with self._lock:
             self._reclaim()
@@ -359,7 +394,9 @@ class RunSlot:
                 raise self._busy_error()
             else:
                 purpose = ""
-            run = ActiveRun(Lease.starting_now(run_id, holder, max_run_s, self._wall_clock()))
+            run = ActiveRun(
+                Lease.starting_now(run_id, holder, max_run_s, self._wall_clock(), expected_s)
+            )
             run.deadline_mono = run.started_mono + max_run_s
             run.lease.purpose = purpose
             # The lease is enforced, not just shown: an overrun is cancelled and still reported.

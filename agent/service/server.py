@@ -46,6 +46,7 @@ from ..errors import (
 )
 from ..keys import DeviceKey, load_or_create_device_key
 from ..phases.coload import config_path, resolve_plan
+from ..plan import timed_s_of
 from ..runs import (
     RunRequest,
     Runs,
@@ -325,7 +326,10 @@ class AgentService(pb_grpc.AgentServicer):
             extra_files=extra_files,
         )
 
-        run = self.slot.start(run_id, holder, self.max_run_s, lease_id=request.lease_id)
+        expected_s = timed_s_of(plan)
+        run = self.slot.start(
+            run_id, holder, self.max_run_s, lease_id=request.lease_id, expected_s=expected_s
+        )
         try:
             thread = threading.Thread(
                 target=self._execute, args=(run, run_request), name=f"run-{run_id}"

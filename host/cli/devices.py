@@ -3,6 +3,8 @@ device (also those a host left behind), the agent installed on a board."""
 
 from __future__ import annotations
 
+import json
+
 from .device_args import open_device_from_args, tls_from_args
 
 
@@ -13,6 +15,22 @@ def cmd_devices(args) -> int:
 
     known = KnownDevices()
     if args.devices_command == "list":
+        if args.json:
+            from ..present.terminal.summary import write_json
+
+            listed = [
+                {
+                    "name": e.name,
+                    "addresses": list(e.addresses),
+                    "fingerprint": e.fingerprint,
+                    "public_key_b64": e.public_key_b64(),
+                    "token_file": e.token_file,
+                    "tls": dict(e.tls),
+                }
+                for e in known.list()
+            ]
+            write_json(json.dumps(listed, indent=1))
+            return 0
         rows = [[e.name, " ".join(e.addresses), e.fingerprint] for e in known.list()]
         print_table("Trusted devices", ["name", "addresses", "key fingerprint"], rows)
         return 0
@@ -64,12 +82,42 @@ def cmd_runs(args) -> int:
     with device.transport as transport:
         if args.runs_command == "list":
             lease = transport.info().get("lease")
-            rows = []
+            listed = []
             if lease:
-                rows.append([lease["run_id"], f"in progress for {lease['holder']}", ""])
+                from edgequal.agent.service.lease import Lease
+
+                listed.append(
+                    {
+                        "run_id": lease["run_id"],
+                        "state": "in progress",
+                        "holder": lease["holder"],
+                        "detail": Lease.from_json(lease).describe(),
+                        "model": None,
+                    }
+                )
             for run in reversed(ledger.runs(device.name)):
                 if not lease or run.run_id != lease["run_id"]:
-                    rows.append([run.run_id, "started by this host", run.model])
+                    listed.append(
+                        {
+                            "run_id": run.run_id,
+                            "state": "started by this host",
+                            "started_unix": run.started_unix,
+                            "model": run.model,
+                        }
+                    )
+            if args.json:
+                from ..present.terminal.summary import write_json
+
+                write_json(json.dumps({"device": device.name, "runs": listed}, indent=1))
+                return 0
+            rows = [
+                [
+                    r["run_id"],
+                    r["state"] + (f" for {r['holder']}" if "holder" in r else ""),
+                    r["model"] or "",
+                ]
+                for r in listed
+            ]
             print_table(f"Runs on {device.name}", ["run id", "state", "model"], rows)
             return 0
         run_id = args.run_id
@@ -81,9 +129,11 @@ def cmd_runs(args) -> int:
         if args.runs_command == "show":
             lease = transport.info().get("lease")
             if lease and lease["run_id"] == run_id:
+                from edgequal.agent.service.lease import Lease
+
                 print_line(
                     f"run {run_id} on {device.name}: in progress for {lease['holder']}, "
-                    f"lease expires at unix ms {lease['expires_unix_ms']}"
+                    + Lease.from_json(lease).timing()
                 )
                 return 0
         report, path = _fetch_run(args, transport, device, ledger)
@@ -124,8 +174,6 @@ def _fetch_run(args, transport, device, ledger):
 
 
 def cmd_agent(args) -> int:
-    import json
-
     from ..present.terminal.summary import print_line, print_note
 
     if args.agent_command == "install":

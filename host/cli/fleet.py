@@ -23,7 +23,7 @@ def _history_recorder(args, lab):
         return None
     url = args.history or (lab.history_url.read("lab history_url") if lab.history_url else None)
     history = History.open(url)
-    return lambda path, device: history.record_file(path, device=device)
+    return lambda path, device, cell: history.record_file(path, device=device, cell=cell)
 
 
 def _run_fleet(lab, models, options, args, title: str, **kwargs) -> int:
@@ -45,17 +45,22 @@ def _run_fleet(lab, models, options, args, title: str, **kwargs) -> int:
     with matrix:
         result = runner.run()
     rows = [
-        [r.model, r.device, r.state, str(r.attempts), r.gate_summary or "", r.error or ""]
+        [
+            r.model,
+            r.device,
+            r.state,
+            str(r.attempts),
+            r.gate_summary or "",
+            r.error or r.reason or "",
+        ]
         for r in result.runs
     ]
-    print_table(title, ["model", "device", "state", "attempts", "gate", "error"], rows)
+    print_table(title, ["model", "device", "state", "attempts", "gate", "why"], rows)
     print_note(f"reports, index.json, junit.xml and index.html in {options.out_dir}")
     return result.exit_code()
 
 
 def cmd_fleet(args) -> int:
-    if args.fleet_command == "approve":
-        return _cmd_fleet_approve(args)
     if args.fleet_command == "health":
         return _cmd_fleet_health(args)
     if args.fleet_command == "requalify":
@@ -172,7 +177,7 @@ def _disk_text(disk: dict) -> str:
     return ", ".join(parts)
 
 
-def _cmd_fleet_approve(args) -> int:
+def cmd_approve(args) -> int:
     from ..lab.requalify import approve
     from ..present.terminal.summary import print_note
 

@@ -14,6 +14,24 @@ def cmd_verify(args) -> int:
     from ..present.terminal.summary import print_line
 
     report = verify(args.report, device=args.device, artifacts=args.artifact)
+    if args.json:
+        import json
+
+        from ..present.terminal.summary import write_json
+
+        verified = {
+            "verified": True,
+            "run_id": report.run_id,
+            "device": report.device,
+            "key_fingerprint": report.key_fingerprint,
+            "status": report.status,
+            "reason": report.predicate.get("reason"),
+            "subjects": report.subjects,
+            "artifacts_checked": [str(a) for a in args.artifact],
+            "nonce_issued_by_this_host": report.issued_here,
+        }
+        write_json(json.dumps(verified, indent=1))
+        return 0
     print_line(
         f"verified: run {report.run_id} signed by device '{report.device}' ({report.key_fingerprint}), "
         f"status {report.status}, {len(report.subjects)} subjects"

@@ -91,7 +91,20 @@ def _dispatch(args) -> int:
 
         return cmd_history(args)
     if args.command == "approve":
-        from .fleet import _cmd_fleet_approve
+        from .fleet import cmd_approve
 
-        return _cmd_fleet_approve(args)
+        return cmd_approve(args)
+    if args.command == "completion":
+        return _cmd_completion(args)
     raise AssertionError(args.command)
+
+
+def _cmd_completion(args) -> int:
+    """``completion SHELL``: shtab writes the script from the parser itself, so it never
+    falls behind a new command or option (a host dependency; the agent has none)."""
+    import shtab
+
+    from ..present.terminal.summary import write_json
+
+    write_json(shtab.complete(build_parser(), shell=args.shell).rstrip("\n"))
+    return 0

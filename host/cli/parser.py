@@ -11,40 +11,34 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from edgequal.agent.cli_args import OneLineParser, examples, global_default, spread_global_options
+
 from .device_args import add_connection_options, add_tls_options
 from .plan_args import add_length_options
 
-QUALIFY_EXAMPLES = """\
-examples:
-  edgequal qualify model.onnx --golden golden.npz
-  edgequal qualify model.onnx --golden golden.npz --device pi5 --plan standard -o pi5.report.json
-  edgequal qualify dynamic.onnx --device ssh://pi@bench-pi5 --shape image=1x3x224x224
-"""
+RUNS_EXAMPLES = {
+    "list": ("edgequal runs list --device pi5 --json",),
+    "show": (),
+    "fetch": ("edgequal runs fetch RUN_ID --device pi5 --wait -o run.report.json",),
+    "cancel": ("edgequal runs cancel RUN_ID --device pi5 --wait",),
+}
 
 
 def _add_global_options(parser: argparse.ArgumentParser, top: bool) -> None:
-    """Options that may stand before or after the subcommand (``--debug``).
-
-    The top parser holds the defaults; below it a default would overwrite what
-    was given before the subcommand, so there the option is set only when given.
-    """
-    default = False if top else argparse.SUPPRESS
-    parser.add_argument("--debug", action="store_true", default=default, help="show tracebacks")
-
-
-def _add_global_options_below(parser: argparse.ArgumentParser) -> None:
-    """Give every subcommand, at any depth, the global options."""
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for sub in dict.fromkeys(action.choices.values()):
-                _add_global_options(sub, top=False)
-                _add_global_options_below(sub)
+    """Options that may stand before or after the subcommand (``--debug``); see
+    :func:`~edgequal.agent.cli_args.spread_global_options`."""
+    parser.add_argument(
+        "--debug", action="store_true", default=global_default(top, False), help="show tracebacks"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    from edgequal.agent import __version__
+
+    p = OneLineParser(
         prog="edgequal", description="Qualify an exported model on the device that will run it."
     )
+    p.add_argument("--version", action="version", version=f"edgequal {__version__}")
     _add_global_options(p, top=True)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -65,14 +59,19 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument(
         "--quick", action="store_true", help="shorter phases: the whole demo in about 20 s"
     )
+    examples(d, "edgequal demo", "edgequal demo --out /tmp/eq-demo --sustain 30s")
 
     q = sub.add_parser(
         "qualify",
         help="qualify MODEL on a device",
         description="Measure MODEL on a device (load, latency, sustained throughput, drift) "
         "and write the report it signs.",
-        epilog=QUALIFY_EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    examples(
+        q,
+        "edgequal qualify model.onnx --golden golden.npz",
+        "edgequal qualify model.onnx --golden golden.npz --device pi5 --plan standard -o pi5.report.json",
+        "edgequal qualify dynamic.onnx --device ssh://pi@bench-pi5 --shape image=1x3x224x224",
     )
     q.add_argument("model", type=Path, help="the model file (.onnx or .tflite)")
     q.add_argument(
@@ -145,8 +144,16 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--junit", type=Path, metavar="FILE", help="with --gate: write JUnit XML here")
 
     g = sub.add_parser("golden", help="golden sets")
+    examples(g, "edgequal golden make model.onnx --inputs inputs.npz -o golden.npz")
     gsub = g.add_subparsers(dest="golden_command", required=True)
     gm = gsub.add_parser("make", help="make a golden set: inputs plus reference outputs")
+    examples(
+        gm,
+        "edgequal golden make model.onnx --inputs inputs.npz -o golden.npz",
+        "edgequal golden make model.onnx --inputs cases/ --decision 'threshold:score>0.5' -o g.npz",
+        "edgequal golden make model.onnx --inputs in.npz --tolerance probs=1e-3,1e-2 -o g.npz",
+        "edgequal golden make model.onnx --inputs in.npz --range 0,1 --color-order RGB -o g.npz",
+    )
     gm.add_argument("model", type=Path)
     source = gm.add_mutually_exclusive_group(required=True)
     source.add_argument(
@@ -182,6 +189,15 @@ def build_parser() -> argparse.ArgumentParser:
         "compared with the device's preprocessing",
     )
     gm.add_argument("--decision", help="argmax | topk:K | threshold:OUTPUT>VALUE")
+    gm.add_argument(
+        "--tolerance",
+        action="append",
+        default=[],
+        metavar="OUTPUT=ATOL,RTOL|CLASS",
+        help="per-output tolerance the drift check applies: absolute and relative "
+        "(e.g. probs=1e-3,1e-2), or a class fp32, fp16, int8 (e.g. probs=int8); "
+        "OUTPUT may be * for every output; repeatable (default: the model's dtype class)",
+    )
     _add_edge_shape_flag(gm, recorded=True)
     pre = gm.add_argument_group(
         "input contract",
@@ -197,9 +213,15 @@ def build_parser() -> argparse.ArgumentParser:
     pre.add_argument("--scale", type=float, help="scale applied to 8-bit pixels, e.g. 0.00392")
     pre.add_argument("--color-order", choices=("RGB", "BGR", "GRAY"), type=str.upper)
     pre.add_argument("--resize", metavar="HxW", help="the size inputs were resized to")
-    gm.add_argument("-o", "--output", type=Path, required=True)
+    gm.add_argument("-o", "--output", type=Path, required=True, help="the golden set to write")
+    gm.add_argument("--json", action="store_true", help="print the golden set's summary as JSON")
 
     v = sub.add_parser("verify", help="verify a signed report")
+    examples(
+        v,
+        "edgequal verify pi5.report.json",
+        "edgequal verify pi5.report.json --device pi5 --artifact model.onnx --json",
+    )
     v.add_argument("report", type=Path)
     v.add_argument("--device", help="the device that must have signed it")
     v.add_argument(
@@ -209,13 +231,25 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         help="a file whose sha256 must be a subject",
     )
+    v.add_argument("--json", action="store_true", help="print what was verified as JSON")
 
     dv = sub.add_parser("devices", help="trusted devices")
+    examples(dv, "edgequal devices list", "edgequal devices trust pi5 grpc://pi5.lab:50051")
     dsub = dv.add_subparsers(dest="devices_command", required=True)
-    dsub.add_parser("list", help="list trusted devices")
+    dl = dsub.add_parser("list", help="list trusted devices")
+    dl.add_argument("--json", action="store_true", help="print the devices as JSON")
+    examples(dl, "edgequal devices list", "edgequal devices list --json")
     ds = dsub.add_parser("show", help="show one device")
     ds.add_argument("name")
+    examples(ds, "edgequal devices show pi5")
     dt = dsub.add_parser("trust", help="pin a device's key (shows its fingerprint)")
+    examples(
+        dt,
+        "edgequal devices trust pi5 grpc://pi5.lab:50051 --token-file pi5.token",
+        "edgequal devices trust pi5 grpc://pi5.lab:50051 --fingerprint SHA256:...",
+        "edgequal devices trust lab3 grpc://lab3:50051 --tls-ca ca.pem --tls-cert me.pem "
+        "--tls-key me.key",
+    )
     dt.add_argument("name")
     dt.add_argument("address", help="grpc://HOST:PORT")
     dt.add_argument("--token-file", type=Path)
@@ -230,12 +264,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     df = dsub.add_parser("forget", help="forget a device")
     df.add_argument("name")
-    dsub.add_parser("profiles", help="list device profiles")
+    examples(df, "edgequal devices forget pi5")
+    examples(dsub.add_parser("profiles", help="list device profiles"), "edgequal devices profiles")
 
     rn = sub.add_parser(
         "runs",
         help="runs on a device: list, show, fetch or cancel (also one a host left behind)",
     )
+    examples(rn, "edgequal runs list --device pi5", "edgequal runs fetch RUN_ID --device pi5")
     rsub = rn.add_subparsers(dest="runs_command", required=True)
     for command, text in (
         ("list", "the run in progress and the runs this host started there"),
@@ -244,8 +280,15 @@ def build_parser() -> argparse.ArgumentParser:
         ("cancel", "cancel the run in progress (it is still signed: incomplete, cancelled)"),
     ):
         rp = rsub.add_parser(command, help=text)
+        examples(
+            rp,
+            f"edgequal runs {command}" + (" RUN_ID" if command != "list" else "") + " --device pi5",
+            *RUNS_EXAMPLES[command],
+        )
         if command != "list":
             rp.add_argument("run_id")
+        else:
+            rp.add_argument("--json", action="store_true", help="print the runs as JSON")
         rp.add_argument("--device", default="local", help="local (default), NAME or address")
         add_connection_options(rp)
         if command in ("fetch", "cancel"):
@@ -261,8 +304,14 @@ def build_parser() -> argparse.ArgumentParser:
             )
 
     a = sub.add_parser("agent", help="install or inspect the agent on a board")
+    examples(a, "edgequal agent install ssh://pi@bench-pi5", "edgequal agent status pi5")
     asub = a.add_subparsers(dest="agent_command", required=True)
     ai = asub.add_parser("install", help="install the agent over SSH")
+    examples(
+        ai,
+        "edgequal agent install ssh://pi@bench-pi5 --extras litert",
+        "edgequal agent install ssh://pi@bench-pi5 --wheelhouse wheels/ --service background",
+    )
     ai.add_argument("url", help="ssh://USER@HOST[:PORT]")
     ai.add_argument("--extras", default="onnx,litert")
     ai.add_argument(
@@ -290,9 +339,19 @@ def build_parser() -> argparse.ArgumentParser:
     art = asub.add_parser(
         "runtime", help="runtime environments on a board (installed over SSH only)"
     )
+    examples(
+        art,
+        "edgequal agent runtime add ssh://pi@bench-pi5 onnxruntime==1.20.1",
+        "edgequal agent runtime list ssh://pi@bench-pi5",
+    )
     artsub = art.add_subparsers(dest="runtime_command", required=True)
     ara = artsub.add_parser(
         "add", help="collect a runtime's wheels here, push them over SSH, install them there"
+    )
+    examples(
+        ara,
+        "edgequal agent runtime add ssh://pi@bench-pi5 onnxruntime==1.20.1",
+        "edgequal agent runtime add ssh://pi@bench-pi5 --from-approved approved/classifier",
     )
     ara.add_argument("target", help="ssh://USER@HOST of a trusted device")
     ara.add_argument("requirement", nargs="?", help="an exact pin, e.g. onnxruntime==1.20.1")
@@ -305,8 +364,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ara.add_argument("--wheelhouse", type=Path, help="collect wheels only from this directory")
     arl = artsub.add_parser("list", help="the board's runtime environments")
+    examples(arl, "edgequal agent runtime list ssh://pi@bench-pi5")
     arl.add_argument("target", help="ssh://USER@HOST of a trusted device")
     arr = artsub.add_parser("remove", help="delete a runtime environment on the board")
+    examples(arr, "edgequal agent runtime remove ssh://pi@bench-pi5 onnxruntime-1.20.1")
     arr.add_argument("target", help="ssh://USER@HOST of a trusted device")
     arr.add_argument("name")
     for sp in (ara, arl, arr):
@@ -314,12 +375,30 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--ssh-key", type=Path, help="private key file for SSH")
         sp.add_argument("--agent-cmd", help="edgequal-agent command on the board")
     ast = asub.add_parser("status", help="agent version, runtimes, key, service")
+    examples(ast, "edgequal agent status pi5", "edgequal agent status ssh://pi@bench-pi5")
     ast.add_argument("target", help="ssh://USER@HOST or a device name")
     ast.add_argument("--known-hosts", type=Path)
     _add_gate_parsers(sub)
     _add_fleet_parsers(sub)
-    _add_global_options_below(p)
+    _add_completion_parser(sub)
+    spread_global_options(p, _add_global_options)
     return p
+
+
+def _add_completion_parser(sub) -> None:
+    """``edgequal completion SHELL``: the shell's completion script, generated by shtab."""
+    c = sub.add_parser(
+        "completion",
+        help="print a shell completion script (bash, zsh or tcsh)",
+        description="Print the completion script of SHELL for every command and option; "
+        "source it from your shell's startup file.",
+    )
+    c.add_argument("shell", choices=("bash", "zsh", "tcsh"))
+    examples(
+        c,
+        'eval "$(edgequal completion bash)"   # in ~/.bashrc',
+        "edgequal completion zsh > ~/.zfunc/_edgequal   # with fpath+=~/.zfunc in ~/.zshrc",
+    )
 
 
 def _add_measurement_flags(q) -> None:
@@ -397,6 +476,12 @@ def _add_edge_shape_flag(parser, recorded: bool = False) -> None:
 
 def _add_gate_parsers(sub) -> None:
     gt = sub.add_parser("gate", help="judge a signed report against a policy (and a baseline)")
+    examples(
+        gt,
+        "edgequal gate pi5.report.json --policy docs/policies/nightly.toml",
+        "edgequal gate pi5.report.json --policy gate.toml --baseline last.json --junit gate.xml",
+        "edgequal gate pi5.report.json --policy gate.toml --attest gate.intoto.json",
+    )
     gt.add_argument("report", type=Path)
     gt.add_argument("--policy", type=Path, required=True, help="policy TOML (docs/gating.md)")
     gt.add_argument("--baseline", type=Path, help="the last approved report to compare with")
@@ -412,15 +497,29 @@ def _add_gate_parsers(sub) -> None:
         "key (edgequal key show)",
     )
     c = sub.add_parser("compare", help="compare reports side by side (the first is the reference)")
+    examples(
+        c, "edgequal compare last.json pi5.report.json", "edgequal compare a.json b.json --json"
+    )
     c.add_argument("reports", type=Path, nargs="+", metavar="REPORT")
     c.add_argument("--json", action="store_true", help="print the comparison as JSON")
     r = sub.add_parser("report", help="render reports")
+    examples(r, "edgequal report html pi5.report.json -o pi5.html")
     rsub = r.add_subparsers(dest="report_command", required=True)
     rh = rsub.add_parser("html", help="one self-contained HTML page with plots")
+    examples(
+        rh,
+        "edgequal report html pi5.report.json -o pi5.html",
+        "edgequal report html last.json pi5.report.json -o both.html --device pi5",
+    )
     rh.add_argument("reports", type=Path, nargs="+", metavar="REPORT")
     rh.add_argument("-o", "--output", type=Path, required=True, metavar="PAGE")
     rh.add_argument("--device", help="the device that must have signed the reports")
     ex = sub.add_parser("export", help="verified reports for dashboards (docs/api.md)")
+    examples(
+        ex,
+        "edgequal export nightly/reports/*.json --format github-benchmark -o bench.json",
+        "edgequal export pi5.report.json --format prometheus -o /var/lib/node_exporter/eq.prom",
+    )
     ex.add_argument("reports", type=Path, nargs="+", metavar="REPORT")
     ex.add_argument(
         "--format",
@@ -434,8 +533,12 @@ def _add_gate_parsers(sub) -> None:
     )
     ex.add_argument("--device", help="the device that must have signed the reports")
     k = sub.add_parser("key", help="this host's key that signs gate decisions")
+    examples(k, "edgequal key show")
     ksub = k.add_subparsers(dest="key_command", required=True)
-    ksub.add_parser("show", help="the key's fingerprint and public key (created on first use)")
+    examples(
+        ksub.add_parser("show", help="the key's fingerprint and public key (created on first use)"),
+        "edgequal key show   # what consumers of gate --attest pin",
+    )
 
 
 # -- fleet and history (host/cli/fleet.py, host/cli/history.py) ------------------
@@ -443,6 +546,9 @@ def _add_gate_parsers(sub) -> None:
 
 def _add_fleet_parsers(sub) -> None:
     f = sub.add_parser("fleet", help="qualify many models on a lab's boards (docs/fleet.md)")
+    examples(
+        f, "edgequal fleet run lab.toml --models models.toml", "edgequal fleet health lab.toml"
+    )
     fsub = f.add_subparsers(dest="fleet_command", required=True)
     fr = fsub.add_parser(
         "run",
@@ -450,6 +556,12 @@ def _add_fleet_parsers(sub) -> None:
         description="Run every model of MODELS.toml on every device of LAB.toml that carries "
         "the tags, one run at a time per device under its lease; write the signed reports, "
         "index.json, junit.xml and a matrix page to --out.",
+    )
+    examples(
+        fr,
+        "edgequal fleet run lab.toml --models models.toml",
+        "edgequal fleet run lab.toml --models models.toml --tags pi --wait 30m --out nightly/",
+        "edgequal fleet run lab.toml --models models.toml --gate docs/policies/nightly.toml",
     )
     fr.add_argument("lab", type=Path, help="the lab file (docs/lab.example.toml)")
     fr.add_argument("--models", type=Path, required=True, help="the models file")
@@ -497,6 +609,7 @@ def _add_fleet_parsers(sub) -> None:
         "drifted (firmware, kernel, OS, runtime changed since its last healthy check) "
         "unhealthy until it passes again.",
     )
+    examples(fh, "edgequal fleet health lab.toml", "edgequal fleet health lab.toml --accept --json")
     fh.add_argument("lab", type=Path)
     fh.add_argument("--tags", help="only devices with all these tags")
     fh.add_argument("--out", type=Path, default=Path("health-out"), help="the check runs' outputs")
@@ -510,28 +623,36 @@ def _add_fleet_parsers(sub) -> None:
     fh.add_argument("--retries", type=int, default=1)
     fh.add_argument("--json", action="store_true")
 
-    # ``edgequal approve`` and its alias ``edgequal fleet approve``: one parser shape, one command.
-    for parent in (sub, fsub):
-        fa = parent.add_parser(
-            "approve",
-            help="keep a verified report, its model, golden set, plan and runtime "
-            "configuration in DIR",
-        )
-        fa.add_argument("report", type=Path)
-        fa.add_argument("--model", type=Path, required=True, help="the model the report measured")
-        fa.add_argument("--golden", type=Path, help="the golden set it used")
-        fa.add_argument("--into", type=Path, required=True, metavar="DIR", help="the approved set")
-        fa.add_argument("--name", help="the model's name in the set (default: the file's stem)")
-        fa.add_argument(
-            "--runtime-env",
-            metavar="NAME",
-            help="the runtime environment of the report it was qualified with (default: the "
-            "agent's own)",
-        )
+    # One command, ``edgequal approve`` (docs/fleet.md): approving is about one report.
+    fa = sub.add_parser(
+        "approve",
+        help="keep a verified report, its model, golden set, plan and runtime "
+        "configuration in DIR (what fleet requalify re-runs)",
+    )
+    examples(
+        fa,
+        "edgequal approve pi5.report.json --model model.onnx --golden g.npz --into approved/",
+    )
+    fa.add_argument("report", type=Path)
+    fa.add_argument("--model", type=Path, required=True, help="the model the report measured")
+    fa.add_argument("--golden", type=Path, help="the golden set it used")
+    fa.add_argument("--into", type=Path, required=True, metavar="DIR", help="the approved set")
+    fa.add_argument("--name", help="the model's name in the set (default: the file's stem)")
+    fa.add_argument(
+        "--runtime-env",
+        metavar="NAME",
+        help="the runtime environment of the report it was qualified with (default: the "
+        "agent's own)",
+    )
     fq = fsub.add_parser(
         "requalify",
         help="re-run approved models where firmware or runtime changed; gate each against "
         "its approved report",
+    )
+    examples(
+        fq,
+        "edgequal fleet requalify approved/ lab.toml --policy docs/policies/firmware-release.toml",
+        "edgequal fleet requalify approved/ lab.toml --policy gate.toml --all",
     )
     fq.add_argument("approved", type=Path, metavar="DIR", help="the approved set")
     fq.add_argument("lab", type=Path)
@@ -553,12 +674,17 @@ def _add_fleet_parsers(sub) -> None:
     )
 
     h = sub.add_parser("history", help="verified reports over time (docs/fleet.md)")
+    examples(h, "edgequal history list", "edgequal history trend --device pi5-a --model classifier")
     hsub = h.add_subparsers(dest="history_command", required=True)
     hl = hsub.add_parser("list", help="recorded runs, newest first")
+    examples(
+        hl, "edgequal history list --device pi5", "edgequal history list --model ocr-cls --json"
+    )
     hs = hsub.add_parser(
         "show", help="one recorded run (RUN_ID, or the newest for --device/--model), verified"
     )
     hs.add_argument("run_id", nargs="?", metavar="RUN_ID", help="a run id or its prefix")
+    examples(hs, "edgequal history show 3f2a", "edgequal history show --device pi5 --model ocr-cls")
     ht = hsub.add_parser(
         "trend",
         help="figures over time per board × model, firmware and runtime changes marked",
@@ -566,8 +692,14 @@ def _add_fleet_parsers(sub) -> None:
     ht.add_argument(
         "--html", type=Path, metavar="PAGE", help="also write the trend page (plots) to PAGE"
     )
+    examples(
+        ht,
+        "edgequal history trend --device pi5-a --model classifier --html trend.html",
+        "edgequal history trend --model ocr-cls --db postgresql://lab-db/edgequal",
+    )
     hr = hsub.add_parser("record", help="verify reports and record them")
     hr.add_argument("reports", type=Path, nargs="+")
+    examples(hr, "edgequal history record nightly/*.report.json --device pi5")
     hr.add_argument("--device", help="the device that must have signed them")
     for q in (hl, hs, ht, hr):
         q.add_argument(

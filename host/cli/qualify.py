@@ -126,6 +126,8 @@ def cmd_qualify(args) -> int:
     import json
 
     from ..devices.qualify import printable
+    from ..errors import UsageError
+    from ..model_file import check_model_file, check_shapes
     from ..present.terminal.summary import (
         ProgressDisplay,
         print_note,
@@ -135,13 +137,19 @@ def cmd_qualify(args) -> int:
     )
     from .coload_args import parse_coload
 
+    # Everything the host can check is checked before a device is contacted.
+    # Flags first, then the files they name, then the shapes against the model's inputs.
     model = args.model
-    if not model.is_file():
-        from ..errors import UsageError
-
-        raise UsageError(f"model file not found: {model}")
     policy = _load_gate_policy(args.gate) if args.gate else None
-    _check_plan_for_policy(_plan_from_args(args), policy)  # bad flags, before connecting
+    flags_plan = _plan_from_args(args)  # bad flags, before connecting
+    _check_plan_for_policy(flags_plan, policy)
+    runtime = check_model_file(model, args.runtime)
+    if args.golden is not None and not args.golden.is_file():
+        raise UsageError(
+            f"golden set not found: {args.golden}",
+            hint=f"make one with: edgequal golden make {model} --inputs INPUTS.npz -o {args.golden}",
+        )
+    check_shapes(model, runtime, flags_plan.shapes)
     with open_device_from_args(args) as device:
         # The preset, then the profile (--profile, else the fingerprint's), then the flags.
         plan = device.plan(args.plan, profile=args.profile, **_plan_flags(args))
@@ -175,8 +183,14 @@ def cmd_qualify(args) -> int:
 
 
 def cmd_golden_make(args) -> int:
-    from ..golden import make_golden
-    from ..present.terminal.summary import print_line
+    from ..golden import make_golden, parse_tolerance_args
+    from ..present.terminal.summary import print_line, print_note
+
+    warnings: list[str] = []
+
+    def warn(text: str) -> None:
+        warnings.append(text)
+        (print_note if args.json else print_line)(f"warning: {text}")
 
     digest = make_golden(
         args.model,
@@ -184,13 +198,36 @@ def cmd_golden_make(args) -> int:
         args.output,
         outputs=args.outputs,
         decision=args.decision,
+        tolerances=parse_tolerance_args(args.tolerance),
         preprocessing=_declared_preprocessing(args),
-        on_warning=lambda text: print_line(f"warning: {text}"),
+        on_warning=warn,
         edge_shapes=parse_edge_shape_args(args.edge_shape),
         raw=args.raw,
         pipeline=args.pipeline,
         reference_inputs=args.reference_inputs,
     )
+    if args.json:
+        import json
+
+        from edgequal.agent.golden import read_golden
+
+        from ..present.terminal.summary import write_json
+
+        g = read_golden(args.output)
+        made = {
+            "golden": str(args.output),
+            "sha256": digest,
+            "model": g.manifest.get("model"),
+            "cases": [c.name for c in g.cases],
+            "inputs": g.manifest.get("inputs"),
+            "outputs": g.manifest.get("outputs"),
+            "decision": g.decision,
+            "tolerances": g.tolerances,
+            "reference": g.manifest.get("reference"),
+            "warnings": warnings,
+        }
+        write_json(json.dumps(made, indent=1))
+        return 0
     print_line(f"golden set {args.output} sha256 {digest}")
     return 0
 

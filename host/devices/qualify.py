@@ -21,6 +21,7 @@ from edgequal.agent.runtimes.onnx_external_data import check_external_data
 
 from ..errors import UsageError
 from ..transport import QualifyRequest, Transport
+from .nonces import NonceLedger
 from .runs import RunLedger, StartedRun, cancel_and_fetch
 from .trust import KnownDevices
 from .verify import VerifiedReport, check_answers_request, verify_envelope
@@ -181,6 +182,8 @@ def qualify(
     pushed += [{"sha256": d, "role": "coload"} for d in coload_models]
     pushed += [{"sha256": golden_digest, "role": "golden"}] if golden else []
     check_answers_request(report, request.plan, pushed)
+    # This host issued the nonce: `verify` says so later, whoever ran it (qualify, fleet).
+    NonceLedger().record(report.nonce, report.run_id, envelope)
     if out is not None:
         out = Path(out)
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -189,8 +189,15 @@ def _lookup(known: KnownDevices, device: str) -> DeviceEntry | None:
     """The pinned device called ``device``, or reached at the address ``device``."""
     entry = known.get(device)
     if entry is None and "://" not in device:
-        raise UntrustedDevice(
-            f"unknown device '{device}'", hint=f"edgequal devices trust {device} grpc://HOST:PORT"
+        import difflib
+
+        names = ["local"] + [e.name for e in known.list() if e.name != "local"]
+        close = difflib.get_close_matches(device, names, n=1, cutoff=0.5)
+        raise UsageError(
+            f"unknown device '{device}' (known: {', '.join(names)}); nothing was sent",
+            hint=f"did you mean '{close[0]}'?"
+            if close
+            else f"trust it first: edgequal devices trust {device} grpc://HOST:PORT",
         )
     if entry is None:
         entry = known.find_by_address(device)

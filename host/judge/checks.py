@@ -158,6 +158,9 @@ def plan_checks(pred: dict, policy: Policy) -> list[Check]:
     return [Check("plan.requires_plan", "plan", False, limit, measured, msg)]
 
 
+RERUN_ADVICE = "re-run on a quiet board"
+
+
 def status_checks(pred: dict, policy: Policy) -> list[Check]:
     status = pred.get("status")
     reason = pred.get("reason")
@@ -167,9 +170,11 @@ def status_checks(pred: dict, policy: Policy) -> list[Check]:
         msg = f"status {status} is allowed" + (f" ({reason})" if reason else "")
         return [Check("status", "status", True, limit, str(status), msg)]
     if status == "inconclusive":
+        # The agent's reason already ends with the advice; it is given once.
+        why = (reason or "").removesuffix(RERUN_ADVICE).rstrip("; ")
         msg = (
-            f"inconclusive: {reason or 'a drop explained by interference from other processes'}; "
-            "re-run on a quiet board (interference, not a regression)"
+            f"inconclusive: {why or 'a drop explained by interference from other processes'}; "
+            f"{RERUN_ADVICE} (interference, not a regression)"
         )
         return [Check("status", "status", False, limit, status, msg, retry=True)]
     msg = f"status {status} is not allowed by the policy ({limit})" + (

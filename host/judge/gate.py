@@ -27,6 +27,7 @@ from ..devices.trust import KnownDevices
 from ..errors import VerificationFailed
 from .baseline import baseline_checks
 from .checks import (
+    RERUN_ADVICE,
     Check,
     cold_load_checks,
     drift_checks,
@@ -93,8 +94,8 @@ class GateResult:
         failed = self.failed_checks
         first = failed[0].message if failed else self.signature
         more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
-        if self.retry:
-            return f"gate failed, re-run on a quiet board (interference, not a regression): {first}{more}"
+        if self.retry and RERUN_ADVICE not in first:
+            return f"gate failed, {RERUN_ADVICE} (interference, not a regression): {first}{more}"
         return f"gate failed: {first}{more}"
 
     def to_json(self) -> dict:

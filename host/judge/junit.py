@@ -5,8 +5,9 @@ The layout follows the Ant/Jenkins JUnit schema (``junit-10.xsd``) that Jenkins,
 GitLab, GitHub Actions reporters and Azure DevOps accept: ``testsuites`` >
 ``testsuite`` (name, tests, failures, errors, skipped, time, timestamp) >
 ``properties`` then ``testcase`` (name, classname, time) > ``failure`` (message,
-type) then ``system-out``. Limit and measured value are in each case's
-``system-out`` and in the failure text, where every reader shows them.
+type) or ``system-out``. Limit and measured value are in a failed case's failure text
+and in a passed case's ``system-out`` (never both: readers show both, so a failure
+would read twice).
 """
 
 from __future__ import annotations
@@ -64,8 +65,9 @@ def _suite(result: GateResult, timestamp: str) -> ET.Element:
                 {"message": check.message, "type": "retry" if check.retry else "GateFailed"},
             )
             failure.text = text
-        out = ET.SubElement(case, "system-out")
-        out.text = text
+        else:  # a failure's body says it once; CI readers show both elements
+            out = ET.SubElement(case, "system-out")
+            out.text = text
     return suite
 
 
@@ -137,8 +139,10 @@ def fleet_junit(result: FleetResult) -> bytes:
                 ET.SubElement(case, "skipped", {"message": r.error or r.state})
             elif not r.ok:
                 kind = "retry" if r.retryable else "NotQualified"
-                message = f"status {r.status}" + (
-                    f"; gate: {r.gate_summary}" if r.gate_summary else ""
+                message = (
+                    f"status {r.status}"
+                    + (f": {r.reason}" if r.reason else "")
+                    + (f"; gate: {r.gate_summary}" if r.gate_summary else "")
                 )
                 ET.SubElement(case, "failure", {"message": message, "type": kind})
             out = ET.SubElement(case, "system-out")

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from edgequal.agent.plan import Plan, make_plan
 
@@ -38,6 +39,9 @@ from ..judge.junit import fleet_junit
 from ..present.html.matrix import matrix_html
 from ..transport import Transport, open_transport
 from .inventory import FleetModel, Lab, LabDevice
+
+if TYPE_CHECKING:
+    from .history import FleetCell
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +98,10 @@ class RunRecord:
     gate_passed: bool | None = None
     gate_summary: str | None = None
     duration_s: float = 0.0
+    reason: str | None = None
+    """The report's reason for its status (why it is inconclusive, incomplete, failed)."""
+    waiting_for: str | None = None
+    """While waiting: what for (the device's lease, who holds it, the place in line)."""
 
     @property
     def ok(self) -> bool:
@@ -156,6 +164,16 @@ def _holder() -> str:
     except Exception:  # no login name in some containers
         user = "unknown"
     return f"{user}@{socket.gethostname()}"
+
+
+def waiting_text(device: str, wait: dict) -> str:
+    """What a run waits for, from an ``acquire_lease`` wait: the lease, who holds it and
+    when it is likely free, the place in line."""
+    from edgequal.agent.service.lease import Lease
+
+    lease = wait.get("lease")
+    held = Lease.from_json(lease).describe() if lease else "others are ahead in line"
+    return f"the lease of {device}, place {wait.get('position')} in line: {held}"
 
 
 def run_file_stem(model: str, device: str) -> str:
@@ -228,8 +246,9 @@ class FleetRunner:
 
     ``open_device`` makes a transport for a lab device (a constructor argument so a
     test can count or wrap connections); ``on_change(record)`` is called whenever a
-    run changes state; ``record_report(path, device)`` (history) after each final
-    report.
+    run changes state; ``record_report(path, device, cell)`` (history) after each
+    report, with its :class:`~edgequal.host.lab.history.FleetCell` (a retry's report
+    replaces the cell's earlier attempts).
     """
 
     def __init__(
@@ -242,7 +261,7 @@ class FleetRunner:
         open_device: Callable[[LabDevice], Transport] = open_lab_device,
         on_change: Callable[[RunRecord], None] = lambda r: None,
         on_event: Callable[[RunRecord, dict], None] = lambda r, e: None,
-        record_report: Callable[[Path, str], None] | None = None,
+        record_report: Callable[[Path, str, FleetCell], None] | None = None,
         sleep: Callable[[float], None] = time.sleep,
         pairs: dict[tuple[str, str], RunPlan] | None = None,
     ):
@@ -281,6 +300,10 @@ class FleetRunner:
             raise UsageError("no model matches any selected device (check the models' tags)")
         self._lock = threading.Lock()
         self.out = Path(options.out_dir)
+        # Names this fleet run's cells in the history: one row per model on each board.
+        self.cell_prefix = (
+            f"{lab.name}/{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{os.urandom(3).hex()}"
+        )
 
     # -- the whole run -------------------------------------------------------------
 
@@ -472,15 +495,20 @@ class FleetRunner:
         keeper = None
         leased = device.transport_kind == "grpc"
         if leased:
-            self._set(record, state="waiting")
+            self._set(record, state="waiting", waiting_for=f"the lease of {device.name}")
+
+            def waiting(w: dict) -> None:
+                self._set(record, waiting_for=waiting_text(device.name, w))
+                self.on_event(record, {"type": "wait", **w})
+
             transport.acquire_lease(
                 f"fleet run {self.lab.name}: {model.name}",
                 self.options.lease_ttl_s,
                 wait_s=self.options.wait_s,
-                on_wait=lambda w: self.on_event(record, {"type": "wait", **w}),
+                on_wait=waiting,
             )
             keeper = _LeaseKeeper(transport, self.options.lease_ttl_s)
-            self._set(record, state="running")
+            self._set(record, state="running", waiting_for=None)
         tmp = self.out / "reports" / f".{run_file_stem(model.name, device.name)}.json.part"
         try:
             outcome = qualify(
@@ -536,8 +564,13 @@ class FleetRunner:
             rf = load_report(path, known=self.known, device=record.device)
             write_report_html(page, [rf], [gate] if gate is not None else [])
         if self.record_report is not None and not resumed:
+            from .history import FleetCell
+
+            cell = FleetCell(
+                record.model, f"{self.cell_prefix}/{record.model}/{record.device}", record.attempts
+            )
             try:
-                self.record_report(path, record.device)
+                self.record_report(path, record.device, cell)
             except HostError as e:
                 log.warning("history: %s", e)
         self._set(
@@ -551,6 +584,7 @@ class FleetRunner:
             gate_passed=None if gate is None else gate.passed,
             gate_summary=None if gate is None else gate.summary,
             error=None,
+            reason=predicate.get("reason"),
         )
         return gate is not None and not gate.passed and gate.retry
 

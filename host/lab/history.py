@@ -10,6 +10,12 @@ The database is reached through SQLAlchemy Core (psycopg 3 for PostgreSQL). The
 schema is versioned: :func:`migrate` creates it or upgrades it step by step, under
 an advisory lock on PostgreSQL so several runners starting at once do not race.
 The default URL is ``sqlite:///<state dir>/history.sqlite``.
+
+A fleet run records each cell (one model on one board in one fleet run) as one row:
+every attempt's report is kept, but a retry marks the attempts before it
+``replaced_by`` its run id, and list and trend show only the last attempt of a cell
+(its ``attempt`` number says how many there were). A row also keeps the model's
+name in the lab's models file (``model_label``), which ``--model`` matches.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from edgequal.agent.measure.preemption import decisive_summary
@@ -33,6 +40,7 @@ from sqlalchemy import (
     UniqueConstraint,
     create_engine,
     event,
+    inspect,
     select,
     text,
 )
@@ -41,7 +49,7 @@ from sqlalchemy.exc import ArgumentError, OperationalError, SQLAlchemyError
 
 from ..errors import HostError, UsageError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _MIGRATION_LOCK_KEY = 0x6564_6765_7175_616C  # "edgequal", a PostgreSQL advisory lock key
 
 
@@ -86,7 +94,19 @@ reports = Table(
     Column("runtime_version", String(64)),
     Column("envelope_sha256", String(64), nullable=False),
     Column("envelope", LargeBinary, nullable=False),
+    # v2: a fleet cell's attempts (the last one shown), the model's name in models.toml.
+    Column("model_label", String(255)),
+    Column("cell", String(160)),
+    Column("attempt", Integer),
+    Column("replaced_by", String(64)),
     UniqueConstraint("device", "run_id", name="edgequal_reports_device_run"),
+)
+
+_V2_COLUMNS = (
+    ("model_label", "VARCHAR(255)"),
+    ("cell", "VARCHAR(160)"),
+    ("attempt", "INTEGER"),
+    ("replaced_by", "VARCHAR(64)"),
 )
 
 TREND_FIELDS = ("board", "kernel", "os_release", "firmware", "runtime", "runtime_version")
@@ -97,7 +117,18 @@ def _create_v1(conn: Connection) -> None:
     reports.create(conn, checkfirst=True)
 
 
-MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [(1, _create_v1)]
+def _add_v2_columns(conn: Connection) -> None:
+    """Fleet cells and model labels; a table created by v1's step lacks these columns."""
+    have = {c["name"] for c in inspect(conn).get_columns(reports.name)}
+    for name, sql_type in _V2_COLUMNS:
+        if name not in have:
+            conn.execute(text(f"ALTER TABLE {reports.name} ADD COLUMN {name} {sql_type}"))
+
+
+MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
+    (1, _create_v1),
+    (2, _add_v2_columns),
+]
 """(version, step): each step upgrades the schema from version - 1."""
 
 
@@ -157,7 +188,19 @@ def _firmware(fp: dict) -> str | None:
     return None
 
 
-def row_of(envelope: bytes, report, device: str, key_fingerprint: str) -> dict:
+@dataclass(frozen=True)
+class FleetCell:
+    """Where a fleet run's report belongs: the model's name in models.toml, the cell (one
+    model on one board in one fleet run) and which attempt at it the report is."""
+
+    model_label: str
+    cell: str
+    attempt: int = 1
+
+
+def row_of(
+    envelope: bytes, report, device: str, key_fingerprint: str, cell: FleetCell | None = None
+) -> dict:
     """The table row of a verified report (``verify.VerifiedReport``)."""
     p = report.predicate
     results = p.get("results") or {}
@@ -205,6 +248,10 @@ def row_of(envelope: bytes, report, device: str, key_fingerprint: str) -> dict:
         "runtime_version": _text(runtime.get("version"), 64),
         "envelope_sha256": hashlib.sha256(envelope).hexdigest(),
         "envelope": envelope,
+        "model_label": _text(cell.model_label) if cell else None,
+        "cell": _text(cell.cell, 160) if cell else None,
+        "attempt": cell.attempt if cell else None,
+        "replaced_by": None,
     }
 
 
@@ -256,9 +303,20 @@ class History:
 
     # -- writing -----------------------------------------------------------------
 
-    def record(self, envelope: bytes, report, device: str, key_fingerprint: str) -> bool:
-        """Insert one verified report; False when that device's run was recorded already."""
-        row = row_of(envelope, report, device, key_fingerprint)
+    def record(
+        self,
+        envelope: bytes,
+        report,
+        device: str,
+        key_fingerprint: str,
+        cell: FleetCell | None = None,
+    ) -> bool:
+        """Insert one verified report; False when that device's run was recorded already.
+
+        A report of a fleet ``cell`` replaces the cell's earlier attempts in list and trend
+        (they stay in the table, ``replaced_by`` this run).
+        """
+        row = row_of(envelope, report, device, key_fingerprint, cell)
         if self.engine.dialect.name == "postgresql":
             from sqlalchemy.dialects.postgresql import insert
         else:
@@ -272,11 +330,29 @@ class History:
         try:
             with self.engine.begin() as conn:
                 # A row comes back only when it was inserted (rowcount is -1 under psycopg).
-                return conn.execute(stmt).first() is not None
+                inserted = conn.execute(stmt).first() is not None
+                if inserted and cell is not None:
+                    conn.execute(
+                        reports.update()
+                        .where(
+                            (reports.c.cell == row["cell"])
+                            & (reports.c.device == device)
+                            & (reports.c.run_id != report.run_id)
+                            & reports.c.replaced_by.is_(None)
+                        )
+                        .values(replaced_by=report.run_id)
+                    )
+                return inserted
         except SQLAlchemyError as e:
             raise HistoryError(f"cannot record run {report.run_id}: {e}") from e
 
-    def record_file(self, path: str | Path, device: str | None = None, known=None) -> bool:
+    def record_file(
+        self,
+        path: str | Path,
+        device: str | None = None,
+        known=None,
+        cell: FleetCell | None = None,
+    ) -> bool:
         """Verify a report file against the pinned keys, then record it."""
         from ..devices.trust import KnownDevices
         from ..devices.verify import verify_envelope
@@ -285,13 +361,13 @@ class History:
         known = known or KnownDevices()
         report = verify_envelope(envelope, known=known, device=device)
         entry = known.get(report.device_name)
-        return self.record(envelope, report, report.device_name, entry.fingerprint)
+        return self.record(envelope, report, report.device_name, entry.fingerprint, cell)
 
     # -- reading -----------------------------------------------------------------
 
     def _query(self, device, model, limit, newest_first=True):
         cols = [c for c in reports.c if c.name != "envelope"]
-        q = select(*cols)
+        q = select(*cols).where(reports.c.replaced_by.is_(None))  # a cell's last attempt
         if device:
             q = q.where(reports.c.device == device)
         if model:
@@ -303,7 +379,8 @@ class History:
             return [dict(r._mapping) for r in rows]
 
     def list(self, device: str | None = None, model: str | None = None, limit: int | None = 50):
-        """Recorded runs, newest first (rows without the envelope)."""
+        """Recorded runs, newest first (rows without the envelope; of a fleet cell, the last
+        attempt)."""
         return self._query(device, model, limit)
 
     def trend(self, device: str, model: str, limit: int = 200) -> list[dict]:
@@ -369,6 +446,7 @@ def _model_matches(model: str):
     """A model named by its name, its name without the extension, or its SHA-256."""
     return (
         (reports.c.model_name == model)
+        | (reports.c.model_label == model)
         | (reports.c.model_name.like(f"{model}.%"))
         | (reports.c.model_sha256 == model)
     )

@@ -473,6 +473,7 @@ def _lease_json(lease) -> dict:
         "started_unix_ms": lease.started_unix_ms,
         "expires_unix_ms": lease.expires_unix_ms,
         "purpose": lease.purpose,
+        "expected_end_unix_ms": lease.expected_end_unix_ms,
     }
 
 

@@ -252,6 +252,9 @@ def test_a_model_for_the_crashing_runtime_fails_signed_and_the_other_runtime_qua
         "SIGSEGV",
         "import",
     )
+    # The version of the runtime installed there (the crashing stand-in's package metadata),
+    # read without importing it: the summary names it.
+    assert crash["runtime_version"] == "99.0.0"
     proc = run_agent(
         state,
         "run-plan",

@@ -42,10 +42,11 @@ def _num(v, fmt="{:.4g}") -> str:
 
 
 def print_table(title: str, columns: list[str], rows: list[list[str]]) -> None:
-    """A plain table (devices list, profiles)."""
+    """A plain table (devices list, profiles). A cell too wide for the screen folds onto
+    the next line rather than being cut (a run id or version must stay whole)."""
     t = Table(title=esc(title), title_justify="left")
     for c in columns:
-        t.add_column(esc(c))
+        t.add_column(esc(c), overflow="fold")
     for r in rows:
         t.add_row(*[Text(str(x)) for x in r])
     console.print(t)
@@ -192,11 +193,9 @@ def print_drift(results: dict) -> None:
         d = drift.get("decisions")
         if d:
             style = "green" if d["passed"] else "red"
-            console.print(
-                f"  decisions [{style}]{d['flip_count']} flips[/] in {d['total_cases']} cases ({esc(d['rule'])}); "
-                f"{d['flips_near_threshold_count']} of {d['near_threshold_count']} cases near the threshold flipped"
-                + (f": {esc(', '.join(d['flips'][:8]))}" if d["flips"] else "")
-            )
+            from edgequal.agent.report.summary import decisions_text
+
+            console.print(f"  decisions [{style}]{esc(decisions_text(d))}[/]", soft_wrap=True)
 
 
 def print_sustained(results: dict) -> None:

@@ -69,8 +69,9 @@ STATUS_HINTS = {
     "check the board's power supply and background services, then re-run",
     "degraded": "re-run on a quiet, cooled-down machine; if it stays degraded, improve "
     "the board's cooling or power",
-    "failed:drift": "outputs moved beyond tolerance: if that drift is acceptable, raise the "
-    "output's tolerance in the golden set ('min atol' above is the smallest that passes); "
+    "failed:drift": "outputs moved beyond tolerance: if that drift is acceptable, make the "
+    "golden set again with a tolerance for the output, edgequal golden make ... --tolerance "
+    "OUTPUT=ATOL,RTOL or OUTPUT=fp16|int8 ('min atol' above is the smallest that passes); "
     "else fix the export or quantization",
     "failed:sustained": "the device throttled or lost throughput: improve cooling or power "
     "(or qualify at a lower clock), then re-run",
@@ -84,9 +85,30 @@ STATUS_HINTS = {
     "failed": "fix what the finding above names, then re-run",
     "inconclusive": "other processes interfered with the measurement: re-run on a quiet "
     "board (nothing else running)",
+    "incomplete:cancelled": "the run was cancelled (Ctrl-C or runs cancel), nothing failed: "
+    "re-run it for its figures",
     "incomplete": "the run did not finish: fix the cause above and re-run; a report the "
     "device kept can be fetched by its run id",
 }
+
+
+def where_it_stopped(finding: dict) -> str:
+    """``cold_load (load)``: the phase a finding ended, and the worker's step in it."""
+    step = finding.get("worker_phase")
+    return f"{finding.get('phase')}" + (f" ({step})" if step else "")
+
+
+def finding_text(finding: dict) -> str:
+    """One finding in a line: kind, message, operator; for a worker that died, the runtime
+    and version it ran and where it stopped."""
+    text = f"[{finding.get('kind')}] {finding.get('message')}"
+    if finding.get("operator"):
+        text += f" · operator {finding['operator']}"
+    if finding.get("kind") in ("worker_failure", "model_rejected") and finding.get("runtime"):
+        version = finding.get("runtime_version")
+        text += f" · {finding['runtime']}" + (f" {version}" if version else "")
+        text += f" · in {where_it_stopped(finding)}"
+    return text
 
 
 def status_hint(predicate: dict) -> str | None:
@@ -102,6 +124,8 @@ def status_hint(predicate: dict) -> str | None:
     if findings and findings[0].get("hint"):
         return str(findings[0]["hint"])
     causes = [f.get("kind") for f in findings]
+    if predicate.get("reason") == "cancelled":
+        causes.insert(0, "cancelled")
     if not (results.get("drift") or {}).get("passed", True):
         causes.append("drift")
     sustained = results.get("sustained") or {}
@@ -275,10 +299,19 @@ def print_summary(predicate: dict, device: str, report_path: str | None = None) 
     if predicate.get("reason"):
         console.print(f"  reason: {esc(predicate['reason'])}")
     runtime = results.get("runtime") or (results.get("cold_load") or {}).get("runtime")
+    findings = predicate.get("findings", [])
     if runtime:
         accel = ", ".join(runtime.get("providers") or runtime.get("delegates") or []) or "default"
         console.print(
             f"  runtime {runtime['runtime']} {runtime['version']} · {accel} · threads {runtime.get('threads') or 'default'}",
+            markup=False,
+        )
+    elif any(f.get("runtime") for f in findings):
+        # The worker died before it could describe its runtime; the finding names it.
+        f = next(f for f in findings if f.get("runtime"))
+        console.print(
+            f"  runtime {f['runtime']} {f.get('runtime_version') or '(version not known)'} "
+            f"· stopped in {where_it_stopped(f)}",
             markup=False,
         )
     print_cold_load(results)
@@ -292,10 +325,8 @@ def print_summary(predicate: dict, device: str, report_path: str | None = None) 
     print_runtime_envs(results)
     print_scenarios(results)
     print_energy(results.get("sustained") or {})
-    for f in predicate.get("findings", []):
-        op = f" · operator {f['operator']}" if f.get("operator") else ""
-        text = f"[{f.get('kind')}] {f.get('message')}{op}"
-        console.print(f"  [red]finding[/] {esc(text)}")
+    for f in findings:
+        console.print(f"  [red]finding[/] {esc(finding_text(f))}", soft_wrap=True)
     if report_path:
         console.print(f"  signed report: {report_path}", markup=False, soft_wrap=True)
     hint = status_hint(predicate)
@@ -455,6 +486,7 @@ class FleetMatrix:
         self.models = models
         self.devices = devices
         self.cells: dict[tuple[str, str], str] = {}
+        self._lines: dict[tuple[str, str], str] = {}
         self.enabled = enabled and console.is_terminal
         self.log_lines = enabled and not console.is_terminal
         self._lock = threading.Lock()
@@ -462,9 +494,9 @@ class FleetMatrix:
 
     def _table(self) -> Table:
         table = Table(title=esc(self.title), padding=(0, 1))
-        table.add_column("model \\ device")
+        table.add_column("model \\ device", overflow="fold")
         for d in self.devices:
-            table.add_column(esc(d))
+            table.add_column(esc(d), overflow="fold")
         for m in self.models:
             table.add_row(
                 esc(m), *(Text.from_markup(self.cells.get((m, d), "")) for d in self.devices)
@@ -490,16 +522,29 @@ class FleetMatrix:
             text += f" [dim]#{record.attempts}[/]"
         if getattr(record, "gate_passed", None) is False:
             text += " [bold red]gate[/]"
+        line = fleet_log_line(record)
         with self._lock:
-            if self.cells.get((record.model, record.device)) == text:
+            key = (record.model, record.device)
+            if self.cells.get(key) == text and self._lines.get(key) == line:
                 return
-            self.cells[(record.model, record.device)] = text
+            self.cells[key] = text
             if self._live:
                 self._live.update(self._table())
-            elif self.log_lines:
-                line = f"fleet: {record.model} on {record.device}: {state}"
-                if record.attempts > 1:
-                    line += f" (attempt {record.attempts})"
-                if record.error and state in ("error", "retrying", "skipped"):
-                    line += f": {record.error}"
+            elif self.log_lines and self._lines.get(key) != line:
+                self._lines[key] = line
                 err_console.print(line, markup=False, highlight=False)
+
+
+def fleet_log_line(record) -> str:
+    """A run's state as a log line: what it waits for, why it failed or is inconclusive."""
+    state = record.state
+    line = f"fleet: {record.model} on {record.device}: {state}"
+    if record.attempts > 1:
+        line += f" (attempt {record.attempts})"
+    if record.error and state in ("error", "retrying", "skipped"):
+        line += f": {record.error}"
+    elif state == "waiting" and getattr(record, "waiting_for", None):
+        line += f" for {record.waiting_for}"
+    elif getattr(record, "reason", None) and state not in ("passed", "running", "pending"):
+        line += f": {record.reason}"
+    return line

@@ -123,7 +123,12 @@ def test_read_all_runs_board_commands_once(tmp_path, monkeypatch, board_tools):
     assert info["thermal"]["authoritative_temp_c"] == 54.53
     assert info["cpufreq"]["policies"]["policy0"]["scaling_cur_khz"] == 1500000
     assert not info["jetson"]["available"]
+    # Power rails are among the readings: absent on a Pi 4 (with the reason), read on a Jetson.
+    assert info["power"]["present"] is False and "no readable power rail" in info["power"]["reason"]
+    assert "total_w" not in info["power"]
     board_tools("jetson-orin-nano")
     info = read_all(SYSFS / "jetson-orin-nano")
+    assert info["power"]["rails_w"]["VDD_IN"] == 4.886464
+    assert (info["power"]["total_w"], info["power"]["total_from"]) == (4.886464, "VDD_IN")
     assert info["fingerprint"]["jetson"]["nvpmodel"] == info["jetson"]["nvpmodel"]
     assert info["thermal"]["authoritative_zone"] == "tj-thermal"

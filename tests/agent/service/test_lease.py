@@ -243,3 +243,33 @@ def test_leases_expire_on_the_monotonic_clock_whatever_the_wall_clock_does(tmp_p
             assert stub.Info(pb.InfoRequest(), timeout=10).lease.holder == "b"
     finally:
         agent.stop(0)
+
+
+def test_a_busy_device_says_when_its_run_is_likely_done_not_the_runs_upper_limit():
+    from edgequal.agent.service.lease import Lease
+
+    start = 1_000_000_000_000
+    lease = Lease("r1", "alice@ci", start, start + 4 * 3600_000, "", start + 75_000)
+    assert lease.describe(now_ms=start + 12_000) == (
+        "run r1 for alice@ci is in progress (started 12 s ago; its plan times 75 s: "
+        "likely free in about 63 s)"
+    )
+    assert lease.describe(now_ms=start + 80_000) == (
+        "run r1 for alice@ci is in progress (started 80 s ago; its plan's 75 s of timed "
+        "phases are over: likely free soon)"
+    )
+    unknown = Lease("r1", "alice@ci", start, start + 4 * 3600_000)
+    assert "how long its plan takes is not known, at most 14388 s" in unknown.describe(
+        now_ms=start + 12_000
+    )
+    assert Lease.from_json(lease.to_json()) == lease
+
+
+def test_a_run_started_with_its_plans_length_shows_it():
+    slot = RunSlot()
+    run = slot.start("r1", "bob@ci", 3600, expected_s=30.0)
+    lease = slot.lease()
+    assert lease.expected_end_unix_ms - lease.started_unix_ms == 30_000
+    with pytest.raises(DeviceBusy, match=r"its plan times 30 s: likely free in about (29|30) s"):
+        slot.start("r2", "carol@ci", 3600)
+    slot.finish(run)

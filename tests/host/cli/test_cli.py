@@ -270,9 +270,9 @@ def test_qualify_refuses_a_plan_its_gate_policy_would_fail(example_models, tmp_p
     assert "--plan standard" in err and not report.exists()
 
 
-def test_qualify_unknown_device_is_untrusted(example_models, capsys):
-    assert edgequal_main(["qualify", str(example_models["micro"]), "--device", "nosuchboard"]) == 1
-    assert "unknown device 'nosuchboard'" in capsys.readouterr().err
+def test_qualify_unknown_device_is_bad_usage_naming_the_known_ones(example_models, capsys):
+    assert edgequal_main(["qualify", str(example_models["micro"]), "--device", "nosuchboard"]) == 2
+    assert "unknown device 'nosuchboard' (known: local)" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -7,6 +7,7 @@ the test interrupts (SIGINT) or kills (SIGKILL) while its run is measuring.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -52,11 +53,12 @@ def _host(model: Path, device_args: list[str], report: Path) -> subprocess.Popen
 
 
 def _wait_for_lease(state: Path, host: subprocess.Popen, timeout_s: float = 120) -> str:
-    """The run id once the device's run is measuring."""
+    """The run id once the device's run is measuring and the host knows it (its ledger has
+    it: the device took the lease a moment before the host heard of the run)."""
     deadline = time.monotonic() + timeout_s
     while True:
         lease = (peek(state) or {}).get("lease")
-        if lease:
+        if lease and RunLedger().get(lease["run_id"]) is not None:
             return lease["run_id"]
         assert host.poll() is None, host.communicate()
         assert time.monotonic() < deadline, "the run never started"
@@ -106,7 +108,13 @@ def test_ctrl_c_cancels_the_run_and_keeps_its_signed_report(
     assert f"interrupted: cancelling run {run_id} on bench" in err
     assert f"run {run_id} was cancelled" in err
     assert "Traceback" not in err
-    _cancelled(report, "bench", run_id)
+    # A cancellation, said as one: no worker failure, no "fix the cause above".
+    out = " ".join(out.decode().split())
+    assert "INCOMPLETE" in out and "reason: cancelled" in out
+    assert "the run was cancelled (Ctrl-C or runs cancel), nothing failed" in out
+    assert "worker_failure" not in out and "fix the cause" not in out
+    predicate = _cancelled(report, "bench", run_id)
+    assert all(f["kind"] == "cancelled" for f in predicate["findings"]), predicate["findings"]
     # The device is free and still answers; the run is in this host's ledger.
     info = _info(bench, token_file)
     assert info["busy"] is False and info["lease"] is None
@@ -133,6 +141,11 @@ def test_runs_list_cancel_fetch_a_run_whose_host_went_away(
     assert edgequal_main(["runs", "list", "--device", "bench"]) == 0
     listed = capsys.readouterr().out
     assert run_id in listed and "in progress" in listed
+    assert edgequal_main(["runs", "list", "--device", "bench", "--json"]) == 0
+    runs = json.loads(capsys.readouterr().out)
+    assert runs["device"] == "bench" and runs["runs"][0]["run_id"] == run_id
+    assert runs["runs"][0]["state"] == "in progress"
+    assert "likely free in about" in runs["runs"][0]["detail"]  # from the run's plan
     assert edgequal_main(["runs", "show", run_id, "--device", "bench"]) == 0
     assert "in progress for" in capsys.readouterr().out
     assert edgequal_main(["runs", "fetch", run_id, "--device", "bench"]) == 3

@@ -77,6 +77,7 @@ def write_models(tmp_path: Path, example_models, golden_sets, names=("micro", "c
 
 @pytest.mark.slow
 def test_fleet_run_matrix_outputs_and_resume(tmp_path, agents, example_models, golden_sets):
+    from edgequal.host.devices.nonces import NonceLedger
     from edgequal.host.lab.history import History
 
     # Four agents, two models (micro, and classifier with its golden set): eight runs.
@@ -95,7 +96,7 @@ def test_fleet_run_matrix_outputs_and_resume(tmp_path, agents, example_models, g
         models,
         options,
         on_change=lambda r: changes.append(r.state),
-        record_report=lambda path, device: history.record_file(path, device=device),
+        record_report=lambda path, device, cell: history.record_file(path, device, cell=cell),
     ).run()
 
     assert len(result.runs) == 8
@@ -117,6 +118,8 @@ def test_fleet_run_matrix_outputs_and_resume(tmp_path, agents, example_models, g
             envelope, known=KnownDevices(), device=r.device, artifacts=artifacts
         )
         assert report.run_id == r.run_id
+        # This host issued the nonce (verify says so), as for a run of its own qualify.
+        assert NonceLedger().check(report.nonce, report.run_id, envelope)
         assert (out / r.page).is_file()
     assert "running" in changes and "waiting" in changes
     # Each agent ran exactly the runs of its column (and retries), never two at once.
@@ -401,8 +404,12 @@ def test_retries_with_backoff(tmp_path, example_models, outcomes, state, attempt
     models = load_models(write_models(tmp_path, example_models, {}, names=("micro",)))
     slept = []
     recorded = []
+    cells = []
 
-    def record_report(path, device):
+    def record_report(path, device, cell):
+        # One cell: every report is an attempt of it, in order.
+        assert cell.model_label == "micro" and cell.attempt > (cells[-1][1] if cells else 0)
+        cells.append((cell.cell, cell.attempt))
         recorded.append(
             verify_envelope(path.read_bytes(), known=KnownDevices(), device=device).run_id
         )
@@ -422,6 +429,55 @@ def test_retries_with_backoff(tmp_path, example_models, outcomes, state, attempt
     # Every attempt that came back with a report is in the history, the replaced ones too.
     measured = [o for o in outcomes[:attempts] if o[0].islower()]
     assert len(recorded) == len(set(recorded)) == len(measured)
+    assert len({c for c, _ in cells}) == (1 if measured else 0)
     assert recorded[-1:] == ([record.run_id] if measured else [])
     if record.status:
         assert (tmp_path / "out" / record.report).is_file()
+        # The report's reason travels with the record: the table, the log and the JUnit say why.
+        assert record.reason == f"scripted {record.status}"
+        # This host issued its nonce: verify says so of a fleet run's report too.
+        from edgequal.host.devices.nonces import NonceLedger
+
+        envelope = (tmp_path / "out" / record.report).read_bytes()
+        report = verify_envelope(envelope, known=KnownDevices(), device="dev")
+        assert NonceLedger().check(report.nonce, report.run_id, envelope)
+        suite = ET.parse(tmp_path / "out" / "junit.xml").getroot().find("testsuite")
+        failure = suite.find("testcase").find("failure")
+        if record.ok:
+            assert failure is None
+        else:
+            message = f"status {record.status}: scripted {record.status}"
+            assert failure.get("message") == message
+        from edgequal.host.present.terminal.summary import fleet_log_line
+
+        assert fleet_log_line(record).endswith("" if record.ok else f": scripted {record.status}")
+
+
+def test_a_waiting_run_says_what_it_waits_for_and_when_the_device_is_likely_free():
+    import time
+
+    from edgequal.host.lab.fleet import RunRecord, waiting_text
+    from edgequal.host.present.terminal.summary import fleet_log_line
+
+    now_ms = int(time.time() * 1000)
+    lease = {
+        "run_id": "20261201T000000Z-00000000",
+        "holder": "alice@ci",
+        "started_unix_ms": now_ms - 30_000,
+        "expires_unix_ms": now_ms + 4 * 3600_000,
+        "purpose": "",
+        "expected_end_unix_ms": now_ms + 90_000,
+    }
+    record = RunRecord("micro", "pi5", state="waiting")
+    record.waiting_for = waiting_text("pi5", {"position": 2, "lease": lease})
+    line = fleet_log_line(record)
+    import re
+
+    # The numbers come from the clock (a busy machine may take a second to get here).
+    assert re.fullmatch(
+        r"fleet: micro on pi5: waiting for the lease of pi5, place 2 in line: run "
+        r"20261201T000000Z-00000000 for alice@ci is in progress \(started (30|31) s ago; its "
+        r"plan times 120 s: likely free in about (8[89]|90) s\)",
+        line,
+    ), line
+    assert "14399" not in line and "lease expires" not in line

@@ -219,3 +219,70 @@ def test_the_trend_page_escapes_database_text(tmp_path):
     assert "<script>alert" not in page and "&lt;script&gt;" in page
     assert "<b>dev</b>" not in page and "&lt;b&gt;dev&lt;/b&gt;" in page
     assert "r&amp;1" in page
+
+
+def test_a_fleet_cells_retries_are_one_row_found_by_its_lab_name(db_url, signer, tmp_path):
+    from edgequal.host.lab.history import FleetCell
+
+    history = History.open(db_url)
+    cell = "lab/20261201T000000Z-abcdef/ocr-cls/bench"
+    paths = []
+    for attempt, status in enumerate(["inconclusive", "inconclusive", "passed"], start=1):
+        path = tmp_path / f"attempt{attempt}.json"
+        path.write_bytes(signer(1.0 + attempt, status=status))
+        paths.append(path)
+        assert history.record_file(path, "bench", cell=FleetCell("ocr-cls", cell, attempt))
+    other = tmp_path / "qualify.json"  # a report of the same model outside any fleet run
+    other.write_bytes(signer(9.0))
+    assert history.record_file(other, "bench")
+    # One row for the cell (its last attempt, which says it was the third), one for the other.
+    rows = history.list(device="bench", limit=None)
+    assert [(r["status"], r["attempt"], r["p50_ms"]) for r in rows] == [
+        ("passed", None, 9.0),
+        ("passed", 3, 4.0),
+    ]
+    # The models.toml name finds the fleet's row; the file name finds both.
+    assert [r["p50_ms"] for r in history.list(model="ocr-cls")] == [4.0]
+    assert [r["p50_ms"] for r in history.trend("bench", "micro")] == [4.0, 9.0]
+    assert list(history.trends(model="ocr-cls")) == [("bench", "micro.onnx")]
+    # The replaced attempts are kept, each with the attempt that replaced it.
+    from edgequal.host.devices.verify import verify_envelope
+
+    run_ids = [verify_envelope(p.read_bytes(), known=KnownDevices()).run_id for p in paths]
+    assert run_ids[2] == rows[1]["run_id"]
+    for i, path in enumerate(paths[:2]):
+        row = history.show(run_ids[i])
+        assert (row["replaced_by"], row["status"]) == (run_ids[i + 1], "inconclusive")
+        assert history.envelope("bench", run_ids[i]) == path.read_bytes()
+
+
+def test_a_version_1_database_is_upgraded_in_place(tmp_path, signer):
+    from sqlalchemy import create_engine, inspect, text
+
+    url = f"sqlite:///{tmp_path / 'v1.sqlite'}"
+    engine = create_engine(url)
+    with engine.begin() as conn:  # the table as schema version 1 made it
+        conn.execute(text("CREATE TABLE edgequal_schema (version INTEGER NOT NULL)"))
+        conn.execute(text("INSERT INTO edgequal_schema VALUES (1)"))
+        conn.execute(
+            text(
+                "CREATE TABLE edgequal_reports (id INTEGER PRIMARY KEY, device VARCHAR(64), "
+                "key_fingerprint VARCHAR(80), run_id VARCHAR(64), measured_at DATETIME, "
+                "recorded_at DATETIME, model_name VARCHAR(255), model_sha256 VARCHAR(64), "
+                "golden_sha256 VARCHAR(64), status VARCHAR(16), preset VARCHAR(16), "
+                "profile VARCHAR(80), p50_ms FLOAT, p99_ms FLOAT, cv FLOAT, cold_total_ms FLOAT, "
+                "sustained_per_s FLOAT, peak_rss_mb FLOAT, board VARCHAR(255), "
+                "kernel VARCHAR(255), os_release VARCHAR(255), firmware VARCHAR(255), "
+                "runtime VARCHAR(32), runtime_version VARCHAR(64), envelope_sha256 VARCHAR(64), "
+                "envelope BLOB, UNIQUE (device, run_id))"
+            )
+        )
+    engine.dispose()
+    history = History.open(url)
+    columns = {c["name"] for c in inspect(history.engine).get_columns("edgequal_reports")}
+    assert {"model_label", "cell", "attempt", "replaced_by"} <= columns
+    assert migrate(history.engine) == SCHEMA_VERSION == 2
+    path = tmp_path / "r.json"
+    path.write_bytes(signer(1.5))
+    assert history.record_file(path, "bench")
+    assert [r["p50_ms"] for r in history.list()] == [1.5]

@@ -149,9 +149,7 @@ def test_requalify_gates_each_approved_model_against_its_report(
         approved = tmp_path / "approved"
         for r in first.runs:
             model = next(m for m in models if m.name == r.model)
-            # The top-level command and its ``fleet approve`` alias run the same code.
-            command = ["approve"] if r.device == "dev-0" else ["fleet", "approve"]
-            args = command + [str(tmp_path / "first" / r.report)]
+            args = ["approve", str(tmp_path / "first" / r.report)]
             args += ["--model", str(model.path), "--into", str(approved)]
             if model.golden:
                 args += ["--golden", str(model.golden)]

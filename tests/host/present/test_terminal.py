@@ -38,7 +38,7 @@ def test_summary_of_a_real_measurement_with_sustained_and_drift(
         "Cold load",
         "Inference (warm,",
         "Output drift",
-        "decisions 0 flips in 12 cases",
+        "decisions no decision flipped in 12 cases (threshold:score>0.5); none of the",
         "Sustained (2 s, 1 s windows)",
         "throughput per window:",
         "temperatures are absent, not estimated",
@@ -100,7 +100,7 @@ def _latency(steady: bool) -> dict:
         ),
         (
             {"status": "failed", "results": {"drift": {"passed": False}}},
-            "raise the output's tolerance in the golden set",
+            "edgequal golden make ... --tolerance OUTPUT=ATOL,RTOL",
         ),
         (
             {"status": "failed", "findings": [{"kind": "model_rejected", "message": "m"}]},
@@ -111,7 +111,16 @@ def _latency(steady: bool) -> dict:
             "do this",
         ),
         ({"status": "inconclusive"}, "re-run on a quiet board"),
-        ({"status": "incomplete", "reason": "cancelled"}, "fetched by its run id"),
+        ({"status": "incomplete", "reason": "cancelled"}, "the run was cancelled (Ctrl-C or"),
+        (
+            {
+                "status": "incomplete",
+                "reason": "cancelled",
+                "findings": [{"kind": "cancelled", "message": "run cancelled"}],
+            },
+            "nothing failed",
+        ),
+        ({"status": "incomplete", "reason": "agent restarted"}, "fetched by its run id"),
     ],
 )
 def test_status_hint_says_what_would_change_the_status(predicate, expected):
@@ -215,3 +224,62 @@ def test_latency_and_cold_load_use_the_words_of_benchmark_tools(capsys):
     assert "Inference (warm, ms)" in text
     assert "x=1x4: Warmup 12 runs in 1.50 s (steady)" in " ".join(text.split())
     assert "CI P50 2.35–2.45, P99 4.00–4.50 ms" in " ".join(text.split())
+
+
+def test_a_crashed_worker_names_its_runtime_version_and_where_it_stopped(capsys):
+    crash = {
+        "phase": "cold_load",
+        "cause": "signal",
+        "kind": "worker_failure",
+        "message": "worker killed by SIGSEGV",
+        "worker_phase": "import",
+        "runtime": "onnxruntime",
+        "runtime_version": "1.32.0",
+        "signal": "SIGSEGV",
+    }
+    predicate = {
+        "status": "failed",
+        "reason": "worker killed by SIGSEGV",
+        "run_id": "r",
+        "results": {},
+        "findings": [crash],
+    }
+    summary.print_summary(predicate, "arm64-board")
+    text = " ".join(capsys.readouterr().out.split())
+    assert "runtime onnxruntime 1.32.0 · stopped in cold_load (import)" in text
+    assert (
+        "finding [worker_failure] worker killed by SIGSEGV · onnxruntime 1.32.0 · "
+        "in cold_load (import)"
+    ) in text
+
+
+def test_a_cancelled_run_is_a_cancellation_not_a_failure(capsys):
+    cancelled = {"phase": "latency", "kind": "cancelled", "message": "run cancelled"}
+    predicate = {
+        "status": "incomplete",
+        "reason": "cancelled",
+        "run_id": "r",
+        "results": {},
+        "findings": [cancelled],
+    }
+    summary.print_summary(predicate, "local")
+    text = " ".join(capsys.readouterr().out.split())
+    assert "[cancelled] run cancelled" in text and "worker_failure" not in text
+    assert "the run was cancelled (Ctrl-C or runs cancel), nothing failed" in text
+    assert "fix the cause" not in text
+
+
+def test_a_table_folds_a_wide_cell_instead_of_cutting_it(capsys):
+    from edgequal.host.present.terminal.sections import print_table
+
+    columns = ["measured", "device", "model", "status", "p50 ms", "p99 ms", "runtime_version"]
+    columns += ["run", "changed"]
+    row = ["2026-11-30T00:00:00", "pi5-a-long-name", "classifier_int8.onnx", "inconclusive"]
+    row += ["0.123", "0.456", "onnxruntime 1.32.0", "20261130T000000Z-00000000", "firmware"]
+    print_table("history", columns, [row])
+    out = capsys.readouterr().out
+    assert "…" not in out
+    # Every cell is there whole, read down its column.
+    lines = [line.split("│")[1:-1] for line in out.splitlines() if line.startswith("│")]
+    cells = ["".join(part.strip() for part in col) for col in zip(*lines)]
+    assert cells == [value.replace(" ", "") for value in row]

@@ -1,0 +1,82 @@
+"""argparse pieces both CLIs share (``edgequal`` imports them from here; the agent never
+imports the host): one-line usage errors with a suggestion, global options on either
+side of the subcommand, and the examples that end every command's ``--help``.
+
+argparse only at import, so ``--help`` stays fast on a small board.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import re
+from collections.abc import Callable, Iterator
+
+_INVALID_CHOICE = re.compile(r"invalid choice: '(?P<given>[^']*)' \(choose from (?P<choices>.*)\)")
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are one line: the problem, then a hint.
+
+    An unknown command or choice is answered with the closest known one ("did you
+    mean"); anything else points at the command's ``--help``. Exit code 2, as
+    argparse's own errors. Subparsers are made of the same class.
+    """
+
+    def error(self, message: str):
+        message, hint = with_suggestion(message)
+        self.exit(2, f"{self.prog}: error: {message} (hint: {hint or self.prog + ' --help'})\n")
+
+
+def with_suggestion(message: str) -> tuple[str, str | None]:
+    """argparse's message and a hint: for an "invalid choice", the closest known one
+    ("did you mean 'X'?", the list of choices then left out) or the choices."""
+    m = _INVALID_CHOICE.search(message)
+    if m is None:
+        return message, None
+    choices = [c.strip().strip("'") for c in m["choices"].split(",")]
+    close = difflib.get_close_matches(m["given"], choices, n=1, cutoff=0.5)
+    if close:
+        return message[
+            : m.start()
+        ] + f"invalid choice: '{m['given']}'", f"did you mean '{close[0]}'?"
+    return message, None
+
+
+def subparsers_of(parser: argparse.ArgumentParser) -> Iterator[tuple[str, argparse.ArgumentParser]]:
+    """Every parser below ``parser``, at any depth, once each, with its command path."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            seen = set()
+            for sub in action.choices.values():
+                if id(sub) in seen:
+                    continue
+                seen.add(id(sub))
+                yield sub.prog, sub
+                yield from subparsers_of(sub)
+
+
+def spread_global_options(
+    parser: argparse.ArgumentParser, add: Callable[[argparse.ArgumentParser, bool], None]
+) -> None:
+    """Give every subcommand, at any depth, the global options ``add(parser, top)`` adds.
+
+    ``add`` was called with ``top=True`` on the top parser, which holds the defaults;
+    below it a default would overwrite what was given before the subcommand, so
+    there ``add`` must use ``argparse.SUPPRESS`` as the default (``top=False``).
+    """
+    for _, sub in subparsers_of(parser):
+        add(sub, False)
+
+
+def global_default(top: bool, value):
+    """The default a global option has: ``value`` on the top parser, none below it."""
+    return value if top else argparse.SUPPRESS
+
+
+def examples(parser: argparse.ArgumentParser, *lines: str) -> argparse.ArgumentParser:
+    """End ``parser``'s ``--help`` with ``examples:`` and these command lines."""
+    parser.epilog = "examples:\n" + "".join(f"  {line}\n" for line in lines)
+    if parser.formatter_class is argparse.HelpFormatter:
+        parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    return parser

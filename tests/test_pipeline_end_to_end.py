@@ -6,9 +6,12 @@ and the agent keeps serving."""
 from __future__ import annotations
 
 import base64
+import json
+import re
 
 import pytest
 from edgequal.agent.golden import read_golden, write_golden
+from edgequal.host.cli.main import main as edgequal_main
 from edgequal.host.devices.qualify import pin_device_key, qualify
 from edgequal.host.devices.trust import KnownDevices
 from edgequal.host.examples.pipeline import build_pipeline_example, make_pipeline_golden
@@ -20,7 +23,9 @@ from edgequal.host.transport.local import LocalTransport
 pytestmark = pytest.mark.slow
 
 
-def test_a_colour_order_mismatch_is_named_at_its_stage_and_flips_decisions(tmp_path, quick_plan):
+def test_a_colour_order_mismatch_is_named_at_its_stage_and_flips_decisions(
+    tmp_path, quick_plan, capsys
+):
     example = build_pipeline_example(tmp_path / "example")
     golden = tmp_path / "colour.golden.npz"
     make_pipeline_golden(example, golden)
@@ -67,6 +72,29 @@ def test_a_colour_order_mismatch_is_named_at_its_stage_and_flips_decisions(tmp_p
     bare = {**p, "results": {k: v for k, v in p["results"].items() if k != "pipeline"}}
     (absent,) = [c for c in evaluate(bare, policy) if c.section == "pipeline"]
     assert not absent.passed and "no whole path measured" in absent.message
+    # The page draws the stage breakdown bar, one box per stage as wide as its share, and
+    # compare carries each stage's p50 and the end-to-end p50 and p99 of the signed report.
+    page = tmp_path / "r.html"
+    assert edgequal_main(["report", "html", str(tmp_path / "r.json"), "-o", str(page)]) == 0
+    html = page.read_text()
+    assert html.count('class="stagebar"') == 1
+    widths = [
+        float(w) for w in re.findall(r'class="stage" title="[^"]*" style="width:([0-9.]+)%', html)
+    ]
+    assert len(widths) == 4 and sum(widths) == pytest.approx(100.0, abs=0.1)
+    assert widths[0] == pytest.approx(path["share"]["decode"] * 100, abs=0.01)
+    capsys.readouterr()
+    report = str(tmp_path / "r.json")
+    assert edgequal_main(["compare", report, report, "--json"]) == 0
+    rows = {row["figure"]: row for row in json.loads(capsys.readouterr().out)["rows"]}
+    assert rows["path end to end p50"]["values"][0] == pytest.approx(
+        path["end_to_end"]["p50_ms"], rel=1e-3
+    )
+    # p99 needs more runs than a quick plan times: a row only where it was measured.
+    assert ("path end to end p99" in rows) == (path["end_to_end"]["p99_ms"] is not None)
+    assert rows["path decode p50"]["values"][0] == pytest.approx(
+        path["stages"]["decode"]["p50_ms"], rel=1e-3
+    )
 
 
 def test_hostile_raw_files_over_ssh_are_findings_and_the_agent_keeps_serving(

@@ -249,7 +249,11 @@ class ContentionSampler:
                 if pgrp == self.worker_pid or pid == self._agent_pid:
                     continue
                 before = self._previous.get(pid)
-                used = ticks - before[2] if before and before[0] == comm else ticks
+                # The same pid with no fewer ticks is the same process, whatever its name
+                # now (kernel workers rename themselves per work queue, a process may exec
+                # or set its name): only what it used since. Fewer ticks is a new process
+                # on a reused pid, and all of its ticks are new.
+                used = ticks - before[2] if before and ticks >= before[2] else ticks
                 if self._previous and used > 0:
                     sample["others"][comm] = sample["others"].get(comm, 0) + used
             if self._previous:

@@ -145,6 +145,41 @@ def test_other_processes_are_scanned_only_while_they_use_the_cpu(tmp_path, monke
     assert named["others_since"] == 12.0 and named["t"] == 14.0
 
 
+def test_a_process_that_renames_itself_is_charged_what_it_used_since_not_its_lifetime(
+    tmp_path, monkeypatch
+):
+    """Kernel workers rename themselves per work queue (kworker/u8:0-events_unbound), and a
+    process may exec or set its name: the same pid with no fewer ticks is the same process,
+    charged only what it used since the last scan. A reused pid (fewer ticks) is new."""
+    proc = tmp_path / "proc"
+    agent, worker = os.getpid(), 4242
+    sampler = ContentionSampler(worker, proc_root=proc, scan_every_s=1.0)
+    ticks = sampler.clock_ticks_per_s
+    clock = iter([10.0, 11.0, 12.0])
+    monkeypatch.setattr(time, "monotonic", lambda: next(clock))
+    base = {agent: ("agent", agent, 0), worker: ("eq-worker", worker, 0)}
+    lifetime = 500 * ticks  # what the kernel worker used before this phase began
+
+    def tick(busy_s: float, kworker: tuple[str, int], spare: tuple[str, int]) -> dict:
+        _write_proc(
+            proc,
+            int(busy_s * ticks),
+            {**base, 9: (*kworker[:1], 2, kworker[1]), 11: (*spare[:1], 11, spare[1])},
+        )
+        return sampler.sample_once()
+
+    tick(0, ("kworker/u8:0-events_unbound", lifetime), ("old", 100 * ticks))
+    renamed = tick(
+        1.0,
+        ("kworker/u8:0-mm_percpu_wq", lifetime + int(0.5 * ticks)),
+        ("new", int(0.3 * ticks)),  # pid 11 exited and was reused
+    )
+    assert renamed["others"] == {
+        "kworker/u8:0-mm_percpu_wq": int(0.5 * ticks),
+        "new": int(0.3 * ticks),
+    }
+
+
 def test_without_proc_contention_is_not_measurable_and_never_zero(tmp_path):
     """An empty proc root, as on macOS: the sampler runs, every figure it cannot read is
     None (not 0), and the probe says why."""

@@ -268,10 +268,14 @@ def test_percentiles_are_judged_on_the_upper_end_of_their_interval(reports, know
 @pytest.mark.slow
 def test_baseline_two_runs_of_the_same_model_pass_a_heavier_graph_fails(reports, known):
     # The minimum effect is wider than the 3 % default: this machine is shared with other
-    # test runs, and two runs of one model differed by 25-30 % here beside other suites (a
-    # quiet board stays within 1-2 %). The heavier graph does twice the work.
+    # test runs and is itself a guest of a shared host. Two runs of one model differed by
+    # 25-30 % here beside other suites, and once by 74 % with no process on this machine to
+    # blame (a whole CPU for the worker, no run-queue wait, no steal): a quiet board stays
+    # within 1-2 %. So the same model is held to a 100 % minimum effect, and the heavier
+    # graph, twice the work (about 2.9 x the time), to 50 %.
     policy = parse_policy({**ALL_STATUSES, "baseline": {"min_effect": 0.5}})
-    same = run_gate(reports.chain_b, policy, known=known, baseline_path=reports.chain_a)
+    loose = parse_policy({**ALL_STATUSES, "baseline": {"min_effect": 1.0}})
+    same = run_gate(reports.chain_b, loose, known=known, baseline_path=reports.chain_a)
     assert same.passed, [c.message for c in same.failed_checks]
     assert same.baseline["latency"][0]["verdict"] in ("same", "unresolved")
     assert same.baseline["fingerprint_changes"] == []

@@ -76,11 +76,16 @@ def crashing_runtime_wheel(directory: Path, version: str, always: bool) -> Path:
         f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
     }
     record = "".join(f"{n},{_record_hash(d)},{len(d)}\n" for n, d in files.items())
+    files[f"{info}/RECORD"] = (record + f"{info}/RECORD,,\n").encode()
     path = directory / f"onnxruntime-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(path, "w") as z:
+    # The same bytes every time (fixed timestamps), written by rename: copies of this suite
+    # running at once share the wheel cache, and one must never read another's half-written
+    # or differently dated stand-in.
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    with zipfile.ZipFile(tmp, "w") as z:
         for name, data in files.items():
-            z.writestr(name, data)
-        z.writestr(f"{info}/RECORD", record + f"{info}/RECORD,,\n")
+            z.writestr(zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0)), data)
+    os.replace(tmp, path)
     return path
 
 

@@ -152,11 +152,13 @@ def test_sampler_counts_the_declared_co_load_apart_from_other_processes():
     """Two real busy processes beside an idle 'worker': the declared one is counted as
     co-load, never as other processes; the undeclared one still is."""
     worker = subprocess.Popen(["sleep", "30"], start_new_session=True)
-    declared = subprocess.Popen([sys.executable, "-c", SPIN, "eq-declared"], start_new_session=True)
-    other = subprocess.Popen([sys.executable, "-c", SPIN, "eq-undeclared"], start_new_session=True)
+    # Names of this run's own (another copy of this suite running beside it has its own).
+    declared_name, undeclared_name = f"eqd-{os.getpid()}", f"equ-{os.getpid()}"
+    declared = subprocess.Popen([sys.executable, "-c", SPIN, declared_name], start_new_session=True)
+    other = subprocess.Popen([sys.executable, "-c", SPIN, undeclared_name], start_new_session=True)
     try:
         deadline = time.monotonic() + 10
-        for p, name in ((declared, "eq-declared"), (other, "eq-undeclared")):
+        for p, name in ((declared, declared_name), (other, undeclared_name)):
             while Path(f"/proc/{p.pid}/comm").read_text().strip() != name:  # PR_SET_NAME done
                 assert time.monotonic() < deadline
                 time.sleep(0.02)
@@ -178,11 +180,11 @@ def test_sampler_counts_the_declared_co_load_apart_from_other_processes():
     # Every scan of the other processes: the undeclared spinner is among them, the declared
     # one never (on a machine shared with other jobs the top few may be theirs).
     scanned = [s["others"] for s in samples if s.get("others")]
-    assert scanned and not any("eq-declared" in others for others in scanned)
-    undeclared_ticks = sum(others.get("eq-undeclared", 0) for others in scanned)
+    assert scanned and not any(declared_name in others for others in scanned)
+    undeclared_ticks = sum(others.get(undeclared_name, 0) for others in scanned)
     assert undeclared_ticks > 0
     names = {p["name"] for p in e["top_processes"]}
-    assert "eq-declared" not in names
+    assert declared_name not in names
     # The declared spinner's CPU, measured from its own /proc stat, is the co-load's: about
     # what its undeclared twin got beside it in the same window, whatever else runs here.
     twin_cpus = undeclared_ticks / sampler.clock_ticks_per_s / (t1 - t0)

@@ -75,9 +75,13 @@ def _busy(name: bytes) -> str:
 
 
 def test_sampler_names_a_busy_process_and_leaves_out_the_workers_group():
-    competitor = subprocess.Popen([sys.executable, "-c", _busy(b"eq-competitor")])
+    # Names of this run's own (another copy of this suite running beside it has its own).
+    competitor_name, worker_name = f"eqc-{os.getpid()}", f"eqw-{os.getpid()}"
+    competitor = subprocess.Popen([sys.executable, "-c", _busy(competitor_name.encode())])
     # The worker runs in its own process group, as the agent starts it.
-    worker = subprocess.Popen([sys.executable, "-c", _busy(b"eq-worker")], start_new_session=True)
+    worker = subprocess.Popen(
+        [sys.executable, "-c", _busy(worker_name.encode())], start_new_session=True
+    )
     try:
         sampler = ContentionSampler(worker.pid, interval_s=0.2, scan_every_s=0.2)
         sampler.start()
@@ -95,8 +99,8 @@ def test_sampler_names_a_busy_process_and_leaves_out_the_workers_group():
     for s in samples:
         for name, ticks in s["others"].items():
             used[name] = used.get(name, 0) + ticks
-    assert used.get("eq-competitor", 0) > 0, used
-    assert "eq-worker" not in used
+    assert used.get(competitor_name, 0) > 0, used
+    assert worker_name not in used
 
 
 def _write_proc(root: Path, busy: int, procs: dict[int, tuple[str, int, int]]) -> None:

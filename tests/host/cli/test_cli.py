@@ -311,7 +311,9 @@ def test_qualify_over_ssh_from_the_cli_pins_on_first_use(
     # Second use finds the pinned entry by its address.
     capsys.readouterr()
     rc = edgequal_main(args)
-    predicate = json.loads(capsys.readouterr().out)
+    out, err = capsys.readouterr()
+    assert out, (rc, err)
+    predicate = json.loads(out)
     assert predicate["status"] in MEASURED_STATUSES
     assert rc == exit_code_for(predicate["status"], predicate["findings"])
     assert [e.name for e in KnownDevices().list()] == [name]

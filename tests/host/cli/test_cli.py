@@ -289,7 +289,9 @@ def test_qualify_over_ssh_from_the_cli_pins_on_first_use(
         "--ssh-key",
         str(sshd_server.client_key),
         "--agent-cmd",
-        agent_cmd,
+        # The board's state in this test's own directory, not the user's: another run of
+        # this suite beside it would hold ~/.local/state/edgequal-agent.
+        f"{agent_cmd} --state-dir {tmp_path / 'board-state'}",
         *short_plan,
         "--sustain",
         "0",

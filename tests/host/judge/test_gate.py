@@ -301,7 +301,10 @@ def test_baseline_two_runs_of_the_same_model_pass_a_heavier_graph_fails(reports,
     assert not run_gate(
         reports.chain_heavy, strict, known=known, baseline_path=reports.chain_a
     ).passed
-    assert run_gate(reports.chain_b, strict, known=known, baseline_path=reports.chain_a).passed
+    strict_same = parse_policy(
+        {**ALL_STATUSES, "baseline": {"min_effect": 1.0, "require_same": ["model"]}}
+    )
+    assert run_gate(reports.chain_b, strict_same, known=known, baseline_path=reports.chain_a).passed
 
 
 @pytest.mark.slow

@@ -22,6 +22,8 @@ a device is used.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +44,7 @@ class DeviceChoice:
     label: str
     device: str
     token_file: Path | None = None
+    token_env: str | None = None  # a lab file's token_env: the variable holding the token
     known_hosts: Path | None = None
     agent_cmd: str | None = None
     ssh_key: Path | None = None
@@ -93,6 +96,7 @@ def chosen_devices(config) -> list[DeviceChoice]:
                     d.name,
                     d.name if known.get(d.name) else d.address,
                     token_file=d.token.file if d.token and d.token.file else None,
+                    token_env=d.token.env if d.token and d.token.env else None,
                     known_hosts=d.known_hosts_file,
                     agent_cmd=d.agent_cmd,
                     ssh_key=d.ssh_key_file,
@@ -124,6 +128,33 @@ def pytest_collection_modifyitems(config, items) -> None:
             item.add_marker(skip)
 
 
+@contextlib.contextmanager
+def _token_from_env(choice: DeviceChoice):
+    """A lab device whose token is in an environment variable (``token_env``): that token is
+    ``$EDGEQUAL_TOKEN`` while the device is opened, which is when it is read (after the
+    device proved its pinned key). A variable that is unset is a one-line error."""
+    if not choice.token_env:
+        yield
+        return
+    from edgequal.host.errors import UsageError
+
+    value = os.environ.get(choice.token_env, "").strip()
+    if not value:
+        raise UsageError(
+            f"lab device {choice.label}: environment variable {choice.token_env} is not set",
+            hint=f"export {choice.token_env}=... before running pytest",
+        )
+    before = os.environ.get("EDGEQUAL_TOKEN")
+    os.environ["EDGEQUAL_TOKEN"] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("EDGEQUAL_TOKEN", None)
+        else:
+            os.environ["EDGEQUAL_TOKEN"] = before
+
+
 class _Connections:
     """One connection per chosen device for the whole session (identity proved once)."""
 
@@ -134,13 +165,14 @@ class _Connections:
         if choice not in self.open:
             from edgequal import connect
 
-            self.open[choice] = connect(
-                choice.device,
-                token_file=choice.token_file,
-                known_hosts=choice.known_hosts,
-                agent_cmd=choice.agent_cmd,
-                ssh_key=choice.ssh_key,
-            )
+            with _token_from_env(choice):
+                self.open[choice] = connect(
+                    choice.device,
+                    token_file=choice.token_file,
+                    known_hosts=choice.known_hosts,
+                    agent_cmd=choice.agent_cmd,
+                    ssh_key=choice.ssh_key,
+                )
         return self.open[choice]
 
     def close(self) -> None:

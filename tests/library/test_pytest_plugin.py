@@ -4,6 +4,7 @@ the one-line skip without a device."""
 
 from __future__ import annotations
 
+import os
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -82,3 +83,56 @@ def test_each_board_test_runs_once_per_device(
         assert int(props["edgequal_flips"]) >= 0
     # Each device signed its own run: one report stored on each agent.
     assert [len(a.run_records()) for a in agents] == [1, 1]
+
+
+@pytest.mark.slow
+def test_a_lab_selects_boards_by_tag_with_the_token_its_file_names(
+    pytester, tmp_path, local_agents, example_models, golden_sets, monkeypatch
+):
+    """``--eq-lab lab.toml --eq-tags pi``: only the boards tagged pi, each reached with the
+    token the lab file names (a token file for one, an environment variable for the other);
+    a board whose variable is unset fails its test in one line."""
+    from edgequal.host.devices.trust import KnownDevices
+
+    tokens = {}
+    for name in ("pi-a", "pi-b"):
+        tokens[name] = tmp_path / f"{name}.token"
+        tokens[name].write_text(f"secret-{name}-0123456789abcdef\n")
+        tokens[name].chmod(0o600)
+    # A token is required: a call without the right one is refused.
+    args = {n: ["--token-file", str(tokens[n])] for n in tokens}
+    agents = local_agents.start_agents(tmp_path, ["pi-a", "pi-b", "x86"], args=args)
+    try:
+        lab = tmp_path / "lab.toml"
+        lab.write_text(
+            '[lab]\nname = "bench"\n'
+            f'[devices.pi-a]\naddress = "{agents[0].address}"\ntags = ["pi"]\n'
+            f'token_file = "{tokens["pi-a"]}"\n'
+            f'[devices.pi-b]\naddress = "{agents[1].address}"\ntags = ["pi"]\n'
+            'token_env = "EQ_PI_B_TOKEN"\n'
+            f'[devices.x86]\naddress = "{agents[2].address}"\ntags = ["x86"]\n'
+        )
+        for name, agent in zip(["pi-a", "pi-b", "x86"], agents):
+            KnownDevices().trust(name, agent.address, agent.public_key_raw())
+        pytester.makepyfile(
+            BOARD_TEST.format(
+                model=str(example_models["classifier"]), golden=str(golden_sets["classifier"])
+            )
+        )
+        run = ["--eq-lab", str(lab), "--eq-tags", "pi", "-p", "no:cacheprovider", "-v"]
+        monkeypatch.delenv("EQ_PI_B_TOKEN", raising=False)
+        unset = pytester.runpytest(*run)
+        unset.assert_outcomes(passed=2, errors=1)
+        unset.stdout.fnmatch_lines(["*environment variable EQ_PI_B_TOKEN is not set*"])
+        monkeypatch.setenv("EQ_PI_B_TOKEN", tokens["pi-b"].read_text().strip())
+        result = pytester.runpytest(*run)
+        result.assert_outcomes(passed=3)
+        result.stdout.fnmatch_lines(
+            ["*test_classifier?pi-a? PASSED*", "*test_classifier?pi-b? PASSED*"]
+        )
+        assert os.environ.get("EDGEQUAL_TOKEN") is None  # put back as it was
+    finally:
+        for agent in agents:
+            agent.stop()
+    # The x86 board was not selected: it ran nothing; each pi board ran its one test.
+    assert [len(a.run_records()) for a in agents] == [2, 1, 0]

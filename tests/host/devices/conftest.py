@@ -34,3 +34,27 @@ def start_agent(tmp_path, local_agents):
     yield start
     for agent in started:
         agent.stop()
+
+
+@pytest.fixture
+def serve_servicer():
+    """``serve_servicer(servicer, workers=4)``: an impostor's gRPC server (the attacker in a
+    test) for ``servicer`` on 127.0.0.1; returns its ``grpc://`` address. Stopped after."""
+    from concurrent import futures
+
+    import grpc
+    from edgequal.protos import edgequal_v1_pb2_grpc as pb_grpc
+
+    servers = []
+
+    def start(servicer, workers: int = 4) -> str:
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers))
+        pb_grpc.add_AgentServicer_to_server(servicer, server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        server.start()
+        servers.append(server)
+        return f"grpc://127.0.0.1:{port}"
+
+    yield start
+    for server in servers:
+        server.stop(0)

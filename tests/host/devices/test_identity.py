@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import sys
 import threading
-from concurrent import futures
 from pathlib import Path
 
 import grpc
@@ -93,21 +92,12 @@ class RecordingAgent(pb_grpc.AgentServicer):
 
 
 @pytest.fixture
-def fake_agent():
-    servers = []
-
+def fake_agent(serve_servicer):
     def start(prove) -> tuple[str, RecordingAgent]:
         servicer = RecordingAgent(prove)
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-        pb_grpc.add_AgentServicer_to_server(servicer, server)
-        port = server.add_insecure_port("127.0.0.1:0")
-        server.start()
-        servers.append(server)
-        return f"grpc://127.0.0.1:{port}", servicer
+        return serve_servicer(servicer), servicer
 
-    yield start
-    for server in servers:
-        server.stop(0)
+    return start
 
 
 def test_a_fake_agent_never_sees_the_token(fake_agent, token_file, example_models, capsys):

@@ -107,10 +107,10 @@ def agents(local_agents, pki, tmp_path_factory):
 
 
 @pytest.fixture
-def relay():
+def relay(serve_servicer):
     """``relay(upstream_address, credentials=None)``: a plain-gRPC relay on 127.0.0.1 in
     front of a real agent (over TLS with ``credentials``); returns (address, Relay)."""
-    servers, channels = [], []
+    channels = []
 
     def start(upstream: str, credentials=None):
         target = upstream.removeprefix("grpc://")
@@ -120,16 +120,9 @@ def relay():
             channel = grpc.secure_channel(target, credentials)
         channels.append(channel)
         servicer = Relay(channel)
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
-        pb_grpc.add_AgentServicer_to_server(servicer, server)
-        port = server.add_insecure_port("127.0.0.1:0")
-        server.start()
-        servers.append(server)
-        return f"grpc://127.0.0.1:{port}", servicer
+        return serve_servicer(servicer, workers=8), servicer
 
     yield start
-    for server in servers:
-        server.stop(0)
     for channel in channels:
         channel.close()
 

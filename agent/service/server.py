@@ -47,14 +47,14 @@ from ..errors import (
 from ..keys import DeviceKey, load_or_create_device_key
 from ..phases.coload import config_path, resolve_plan
 from ..plan import timed_s_of
-from ..runs import (
+from ..run_request import (
     RunRequest,
-    Runs,
     check_extra_files,
     check_plan_bounds,
     check_run_id,
     subjects_as_files,
 )
+from ..runs import Runs
 from ..runtimes import RuntimeStatus, detect_runtimes
 from ..runtimes.envs import RuntimeEnvs, resolve_plan_envs
 from .admission import MAX_CALLS_IN_FLIGHT, AdmissionInterceptor, pool_threads

@@ -16,7 +16,8 @@ exactly as they would be from a board. The models (:data:`SHOWCASES`):
 
 Everything goes under ``out`` (default ``<state dir>/demo``, never the current
 directory): models, golden sets, signed reports and the page. ``quick`` shortens every
-phase (one cold load, half a second of latency, a 6 s sustained phase) for CI and tests.
+phase (one cold load, a warm-up of 0.2 s at least and until steady, half a second of
+latency, a 6 s sustained phase) for CI and tests.
 """
 
 from __future__ import annotations
@@ -133,7 +134,7 @@ def demo_plan(show: Showcase, quick: bool, sustain_s: float | None):
     starts cold, so there is no cooldown to wait for)."""
     # One thread: an intra-op pool spinning against other processes on a small, busy
     # machine would make the figures (and the demo's length) a matter of luck.
-    short = {"cold_runs": 1, "latency_min_s": 0.5} if quick else {}
+    short = {"cold_runs": 1, "warmup_min_s": 0.2, "latency_min_s": 0.5} if quick else {}
     if show.shows != "board":
         return make_plan("quick", threads=1, **short)
     sustain = sustain_s if sustain_s else (6.0 if quick else 12.0)

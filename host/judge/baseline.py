@@ -9,7 +9,7 @@ from typing import Any
 from edgequal.agent.measure.preemption import decisive_samples_ns, decisive_summary
 from edgequal.agent.report.signing import RolesUnmarked, subject_with_role
 
-from .checks import Check, blamed_on_interference, fmt_value
+from .checks import Check, blamed_on_interference, fmt_value, not_measured
 from .policy import Policy
 from .regression import bootstrap_median_ratio, judge_ratio, mann_whitney_u
 from .report_file import ReportFile
@@ -239,12 +239,10 @@ def baseline_checks(base: ReportFile, cand: ReportFile, policy: Policy) -> tuple
         cand_entry = cand_shapes.get(shape)
         if cand_entry is None:
             checks.append(
-                Check(
-                    name,
+                not_measured(
                     "baseline",
-                    False,
+                    name,
                     "measured",
-                    "—",
                     f"{shape}: measured in the baseline but not in this report",
                 )
             )
@@ -275,12 +273,10 @@ def baseline_checks(base: ReportFile, cand: ReportFile, policy: Policy) -> tuple
         name = "baseline.max_throughput_drop"
         if not sa.get("sustained_per_s") or sb.get("sustained_per_s") is None:
             checks.append(
-                Check(
-                    name,
+                not_measured(
                     "baseline",
-                    False,
+                    name,
                     f"≥ {1 - drop:.3f}× baseline",
-                    "—",
                     "sustained throughput: not measured in both reports",
                 )
             )

@@ -65,6 +65,20 @@ def fmt_value(value: Any, unit: str = "") -> str:
     return f"{text} {unit}".rstrip() if unit else text
 
 
+def not_measured(section: str, name: str, limit: str, message: str) -> Check:
+    """A limit the report has nothing to judge by: it fails, and ``message`` says how to
+    measure it. The one way every section reports an absent figure (measured "—")."""
+    return Check(name, section, False, limit, "—", message)
+
+
+def section_absent(section: str, what: str, how: str) -> Check:
+    """A policy section whose measurement the report lacks: ``coload: no declared co-load in
+    the report (qualify with --coload …)``."""
+    return not_measured(
+        section, f"{section}.measured", what, f"{section}: no {what} in the report ({how})"
+    )
+
+
 def limit_check(
     section: str,
     name: str,
@@ -82,7 +96,7 @@ def limit_check(
     sign = "≤" if direction == "max" else "≥"
     limit_text = f"{sign} {fmt_value(limit, unit)}"
     if value is None:
-        return Check(name, section, False, limit_text, "—", f"{what}: {missing}")
+        return not_measured(section, name, limit_text, f"{what}: {missing}")
     ok = value <= limit if direction == "max" else value >= limit
     verb = "within" if ok else ("above" if direction == "max" else "below")
     message = f"{what} {fmt_value(value, unit)} is {verb} the limit {limit_text}"
@@ -282,9 +296,7 @@ def latency_checks(results: dict, policy: Policy) -> list[Check]:
     per_shape = (results.get("latency") or {}).get("per_shape") or []
     if not per_shape:
         return [
-            Check(
-                "latency", "latency", False, "measured", "—", "latency: not measured in the report"
-            )
+            not_measured("latency", "latency", "measured", "latency: not measured in the report")
         ]
     checks = []
     for entry in map(decisive_entry, per_shape):
@@ -352,13 +364,8 @@ def sustained_checks(results: dict, policy: Policy) -> list[Check]:
     s = results.get("sustained") or {}
     if "peak_per_s" not in s:
         return [
-            Check(
-                "sustained.measured",
-                "sustained",
-                False,
-                "a sustained phase",
-                "none",
-                "sustained: no sustained phase in the report (run with --sustain or the standard plan)",
+            section_absent(
+                "sustained", "sustained phase", "run with --sustain or the standard plan"
             )
         ]
     checks = []
@@ -493,12 +500,10 @@ def drift_checks(results: dict, policy: Policy) -> list[Check]:
     drift = results.get("drift")
     if not drift:
         return [
-            Check(
+            not_measured(
                 "drift",
                 "drift",
-                False,
                 "measured",
-                "—",
                 "drift: not measured (qualify with --golden to measure output drift)",
             )
         ]
@@ -571,12 +576,10 @@ def drift_checks(results: dict, policy: Policy) -> list[Check]:
     ]
     if decision_limits and not decisions:
         checks.append(
-            Check(
-                "drift.decisions",
+            not_measured(
                 "drift",
-                False,
+                "drift.decisions",
                 "a decision rule",
-                "none",
                 "decision flips: the golden set has no decision rule (golden make --decision)",
             )
         )

@@ -10,7 +10,7 @@ lacks fails as not measured and says how to measure it.
 
 from __future__ import annotations
 
-from .checks import Check, fmt_value, limit_check, percentile_upper_ci
+from .checks import Check, fmt_value, limit_check, not_measured, percentile_upper_ci, section_absent
 from .conditions import coload_labels, coload_shapes, edge_failure, edge_shapes, mb, shapes_text
 from .policy import EDGE_SHAPE_LIMITS, Policy
 
@@ -25,17 +25,6 @@ _EDGE_MEMORY = {
 }
 
 
-def _absent(section: str, what: str, how: str) -> Check:
-    return Check(
-        f"{section}.measured",
-        section,
-        False,
-        what,
-        "none",
-        f"{section}: no {what} in the report ({how})",
-    )
-
-
 def coload_checks(results: dict, policy: Policy) -> list[Check]:
     """One check per co-load limit and latency shape measured beside the co-load."""
     limits = dict(policy.coload)
@@ -45,7 +34,7 @@ def coload_checks(results: dict, policy: Policy) -> list[Check]:
     entries = coload_shapes(results)
     if not results.get("coload") or not entries:
         return [
-            _absent(
+            section_absent(
                 "coload",
                 "declared co-load",
                 "qualify with --coload, or declare coload in the plan",
@@ -70,12 +59,10 @@ def coload_checks(results: dict, policy: Policy) -> list[Check]:
         if entry not in entries:
             shape = entry.get("shape", "?")
             checks.append(
-                Check(
-                    f"coload.measured[{shape}]",
+                not_measured(
                     "coload",
-                    False,
+                    f"coload.measured[{shape}]",
                     "measured beside the co-load",
-                    "none",
                     f"{shape}: not measured beside the co-load (the report has it for "
                     f"{', '.join(e.get('shape', '?') for e in entries)})",
                 )
@@ -180,7 +167,7 @@ def edge_shape_checks(results: dict, policy: Policy) -> list[Check]:
     entries = edge_shapes(results)
     if not entries:
         return [
-            _absent(
+            section_absent(
                 "edge_shapes",
                 "edge shapes",
                 "name them in the plan's edge_shapes, or record them in the golden set",

@@ -9,7 +9,7 @@ A limit on a report without a pipeline fails as not measured, saying how to meas
 
 from __future__ import annotations
 
-from .checks import Check, limit_check, percentile_upper_ci
+from .checks import Check, limit_check, not_measured, percentile_upper_ci
 from .policy import _PATH_PARTS as PATH_PARTS
 from .policy import Policy
 
@@ -51,12 +51,10 @@ def pipeline_checks(results: dict, policy: Policy) -> list[Check]:
     pipeline = results.get("pipeline")
     if not pipeline or not pipeline.get("end_to_end"):
         return [
-            Check(
-                "pipeline.measured",
+            not_measured(
                 "pipeline",
-                False,
+                "pipeline.measured",
                 "the whole path from raw files",
-                "none",
                 "pipeline: no whole path measured in the report (make the golden set from raw "
                 "files: edgequal golden make MODEL --raw DIR --pipeline pipeline.toml)",
             )

@@ -12,7 +12,7 @@ measured, naming the flag that measures it.
 
 from __future__ import annotations
 
-from .checks import Check, limit_check
+from .checks import Check, limit_check, not_measured
 from .policy import Policy
 from .runtime_envs import env_rows, env_section, ratio_text
 
@@ -39,12 +39,10 @@ def runtime_env_checks(results: dict, policy: Policy) -> list[Check]:
     if env_section(results) is None:
         how = _flag(required)
         return [
-            Check(
-                f"{SECTION}.{key}",
+            not_measured(
                 SECTION,
-                False,
+                f"{SECTION}.{key}",
                 str(value),
-                "—",
                 f"{SECTION}.{key}: not measured: the report has no runtime environments ({how})",
             )
             for key, value in [*limits.items(), *([("required", required)] if required else [])]
@@ -74,12 +72,10 @@ def runtime_env_checks(results: dict, policy: Policy) -> list[Check]:
             label = f"{name}: {what} ({baseline})"
             if row["status"] != "ok":
                 checks.append(
-                    Check(
-                        f"{SECTION}.{key}[{name}]",
+                    not_measured(
                         SECTION,
-                        False,
+                        f"{SECTION}.{key}[{name}]",
                         f"≤ {limit:g}",
-                        "—",
                         f"{label}: not measured: {row.get('reason') or row['status']}",
                     )
                 )

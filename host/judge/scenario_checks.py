@@ -3,12 +3,8 @@ scenario, operators and energy per inference (docs/gating.md)."""
 
 from __future__ import annotations
 
-from .checks import Check, flag_check, fmt_value, limit_check
+from .checks import Check, flag_check, fmt_value, limit_check, not_measured, section_absent
 from .policy import Policy
-
-
-def _not_run(section: str, name: str, what: str, how: str) -> Check:
-    return Check(name, section, False, what, "none", f"{section}: no {what} in the report ({how})")
 
 
 def _scenario_retry(entry: dict) -> bool:
@@ -22,9 +18,7 @@ def batch_checks(results: dict, policy: Policy) -> list[Check]:
         return []
     sweep = results.get("batch_sweep")
     if not sweep:
-        return [
-            _not_run("batch", "batch.measured", "batch sweep", "--batch-sizes or the standard plan")
-        ]
+        return [section_absent("batch", "batch sweep", "--batch-sizes or the standard plan")]
     best = sweep.get("best") or {}
     missing = sweep.get("skipped") or "no batch size ran"
     retry = _scenario_retry(sweep)
@@ -64,9 +58,8 @@ def thread_checks(results: dict, policy: Policy) -> list[Check]:
     scaling = results.get("thread_scaling")
     if not scaling:
         return [
-            _not_run(
+            section_absent(
                 "threads",
-                "threads.measured",
                 "thread scaling",
                 "--thread-scaling or the standard plan",
             )
@@ -108,11 +101,7 @@ def server_checks(results: dict, policy: Policy) -> list[Check]:
         return []
     server = results.get("server")
     if not server:
-        return [
-            _not_run(
-                "server", "server.measured", "server scenario", "--server or the standard plan"
-            )
-        ]
+        return [section_absent("server", "server scenario", "--server or the standard plan")]
     at = server.get("at_target") or {}
     retry = _scenario_retry(server)
     bound = server.get("p99_bound_ms")
@@ -170,9 +159,8 @@ def operator_checks(results: dict, policy: Policy) -> list[Check]:
     ops = results.get("operators")
     if not ops:
         return [
-            _not_run(
+            section_absent(
                 "operators",
-                "operators.measured",
                 "operator diagnostics",
                 "--operators, --providers or the standard plan",
             )
@@ -210,16 +198,10 @@ def energy_checks(results: dict, policy: Policy) -> list[Check]:
         return []
     power = (results.get("sustained") or {}).get("power")
     if not power:
-        return [
-            _not_run(
-                "energy", "energy.measured", "energy figures", "a sustained phase measures them"
-            )
-        ]
+        return [section_absent("energy", "energy figures", "a sustained phase measures them")]
     if not power.get("present"):
         reason = power.get("reason") or "no readable power rail"
-        return [
-            Check("energy.rails", "energy", False, "readable rails", "none", f"energy: {reason}")
-        ]
+        return [not_measured("energy", "energy.rails", "readable rails", f"energy: {reason}")]
     checks = []
     if require:
         checks.append(

@@ -31,7 +31,8 @@ from edgequal.agent.clock import (
 )
 from edgequal.agent.keys import DeviceKey, load_or_create_device_key
 from edgequal.agent.report.signing import MEASURED_STATUSES
-from edgequal.agent.runs import RunRequest, Runs
+from edgequal.agent.run_request import RunRequest
+from edgequal.agent.runs import Runs
 from edgequal.agent.service.server import build_server
 from edgequal.agent.service.store import ArtifactStore
 from edgequal.host.devices.qualify import qualify

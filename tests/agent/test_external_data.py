@@ -359,7 +359,7 @@ def test_a_bundle_over_ssh_gives_the_same_subjects(sshd_server, agent_cmd, tmp_p
 def test_bundle_names_and_subjects_are_distinct(tmp_path):
     """The model, its files and the golden set are distinct subjects; clashing names are refused."""
     from edgequal.agent.errors import BadInput
-    from edgequal.agent.runs import RunRequest, check_extra_files, subjects_for
+    from edgequal.agent.run_request import RunRequest, check_extra_files, subjects_for
 
     a, b, c = "a" * 64, "b" * 64, "c" * 64
     files = check_extra_files("net.onnx", [{"name": "w/x.bin", "sha256": b}], None)

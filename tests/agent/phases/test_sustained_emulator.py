@@ -12,7 +12,7 @@ import sys
 import time
 
 import pytest
-from edgequal.agent.measure.attribution import RUNQ_WAIT_PRESENT
+from edgequal.agent.measure.attribution import DROP_FRACTION, RUNQ_WAIT_PRESENT
 from edgequal.agent.plan import make_plan
 
 # Starts real processes (agents, sshd, the emulator) for seconds each: the fast loop skips it.
@@ -139,9 +139,15 @@ def test_a_competitor_started_half_way_is_interference_not_a_failure(
     late = [
         w for w in result["windows_detail"] if w["t0"] >= started_at[0] + 1.0 and not w["partial"]
     ]
-    assert late and all(w["cause"] == "interference" for w in late), [
-        (w["rate_per_s"], w["cause"], w["interference"]) for w in late
-    ]
+    # A late window that ran slower than the fastest window is put down to interference;
+    # one that did not (beside other jobs the fastest window can be a contended one too)
+    # has no drop to explain. Nothing is left unexplained.
+    best = max(w["rate_per_s"] for w in result["windows_detail"] if not w["partial"])
+    detail = [(w["rate_per_s"], w["cause"], w["interference"]) for w in late]
+    assert late and any(w["cause"] == "interference" for w in late), (best, detail)
+    for w in late:
+        dropped = w["rate_per_s"] < (1 - DROP_FRACTION) * best
+        assert w["cause"] == ("interference" if dropped else "none"), (best, detail)
     # The worker runs in its own session: with the kernel's autogroup scheduling, its
     # group and the competitors' share the CPU half and half, so on a quiet machine it waits
     # about half of its runnable time (more without autogroup). Beside other jobs it waits

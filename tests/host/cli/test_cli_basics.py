@@ -82,7 +82,8 @@ def _signed_report(tmp_path):
     import hashlib
 
     from edgequal.agent.keys import load_or_create_device_key
-    from edgequal.agent.runs import RunRequest, new_run_id, sign_report
+    from edgequal.agent.run_request import RunRequest, new_run_id
+    from edgequal.agent.runs import sign_report
     from edgequal.host.devices.trust import KnownDevices
 
     key = load_or_create_device_key(tmp_path / "device")

@@ -672,7 +672,8 @@ def test_require_same_golden_goes_by_the_subjects_role_not_the_file_name(
     is a fingerprint change; a report whose subjects carry no roles cannot pass it."""
     from edgequal.agent.plan import make_plan
     from edgequal.agent.report.signing import build_statement, sign_envelope
-    from edgequal.agent.runs import RunRequest, sign_report
+    from edgequal.agent.run_request import RunRequest
+    from edgequal.agent.runs import sign_report
 
     plan = make_plan("quick").to_json()
     measurement = {"status": "passed", "plan": plan, "results": {}, "findings": []}

@@ -343,7 +343,8 @@ class ScriptedTransport:
         return PushResult(digest, Path(path).stat().st_size, 0)
 
     def qualify(self, request, on_event):
-        from edgequal.agent.runs import RunRequest, new_run_id, sign_report
+        from edgequal.agent.run_request import RunRequest, new_run_id
+        from edgequal.agent.runs import sign_report
 
         self.calls += 1
         outcome = self.outcomes.pop(0)

@@ -28,6 +28,18 @@ def load_test_helper(name: str):
     return module
 
 
+MAX_WORKERS = 4
+
+
+def pytest_xdist_auto_num_workers(config) -> int:
+    """Workers for ``-n auto`` (pyproject's addopts): one per CPU this process may use, at
+    most :data:`MAX_WORKERS`. Board tests (``--eq-device``, ``--eq-lab``) run in one process,
+    so a board is never asked for two qualifications at once."""
+    if config.getoption("eq_device", None) or config.getoption("eq_lab", None):
+        return 0
+    return min(len(os.sched_getaffinity(0)), MAX_WORKERS)
+
+
 @pytest.fixture(scope="session")
 def test_helper():
     """:func:`load_test_helper`, for the conftest.py files of test folders."""

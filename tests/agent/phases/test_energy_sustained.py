@@ -18,7 +18,8 @@ IDLE_W, BUSY_W = 1.5, 4.5
 
 
 class RailPlayer:
-    """Writes the rail's microwatts every 20 ms: busy while this process has a child."""
+    """Writes the rail's microwatts every 20 ms: busy while a measurement worker of this
+    process runs (other children, such as a session's sshd, draw nothing)."""
 
     def __init__(self, root):
         self.hwmon = root / "sys/class/hwmon/hwmon0"
@@ -36,7 +37,17 @@ class RailPlayer:
     def _run(self) -> None:
         me = psutil.Process()
         while not self._halt.wait(0.02):
-            self._write(BUSY_W if me.children() else IDLE_W)
+            self._write(BUSY_W if self._worker_runs(me) else IDLE_W)
+
+    @staticmethod
+    def _worker_runs(me: psutil.Process) -> bool:
+        for child in me.children():
+            try:
+                if "edgequal.agent.worker" in child.cmdline():
+                    return True
+            except psutil.Error:  # gone meanwhile
+                pass
+        return False
 
     def __enter__(self):
         self._thread.start()

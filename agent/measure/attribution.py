@@ -215,6 +215,15 @@ def interference_present(evidence: dict | None, declared: bool = False) -> list[
     return reasons
 
 
+def _shared_throughout(evidence: dict | None, reference: dict | None) -> list[str]:
+    """A drop in a window other processes shared, measured against a fastest window they
+    shared too: the reference is not the board's own rate, so the drop is not the board's."""
+    here, there = interference_present(evidence), interference_present(reference)
+    if not (here and there):
+        return []
+    return [f"{here[0]} here and in the fastest window too (the machine was shared throughout)"]
+
+
 def attribute_windows(windows: Sequence[dict]) -> dict:
     """Give each window a ``cause`` and the run a verdict, from evidence in the same windows.
 
@@ -222,7 +231,9 @@ def attribute_windows(windows: Sequence[dict]) -> dict:
     (``contention_between``'s dict or None); partial windows count for throttling
     only. The reference is the fastest full window. Returns ``{drops, reference_index}``
     and sets ``cause`` (``none``, ``throttling``, ``interference``,
-    ``unexplained``) and ``cause_detail`` on each window.
+    ``unexplained``) and ``cause_detail`` on each window. A drop is interference when its
+    evidence rose over the reference's, or when other processes took the CPU both in it
+    and in the reference (the fastest window was not the board's own rate either).
     """
     full = [w for w in windows if not w.get("partial")]
     if not full:
@@ -239,6 +250,8 @@ def attribute_windows(windows: Sequence[dict]) -> dict:
             cause = "none"
         else:
             detail = interference_rise(w.get("interference"), reference.get("interference"))
+            if not detail:
+                detail = _shared_throughout(w.get("interference"), reference.get("interference"))
             cause = "interference" if detail else "unexplained"
         drops += dropped
         w["cause"] = cause

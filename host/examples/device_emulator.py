@@ -336,6 +336,9 @@ class DeviceEmulator:
             raise RuntimeError("DeviceEmulator already started")
         self.start_monotonic = time.monotonic()
         self._cpu_prev = self._cpu_times()  # CPU used before start does not heat the board
+        # The board as it starts: one that starts past its trip point throttles from t = 0,
+        # however late the thread first runs on a busy machine.
+        self.tick(self.start_monotonic, 0.0)
         atexit.register(self.release)
         self._thread = threading.Thread(
             target=self._run, name="edgequal-device-emulator", daemon=True

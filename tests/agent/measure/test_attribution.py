@@ -122,6 +122,26 @@ def test_each_window_gets_the_cause_its_evidence_supports():
     assert summary == {"drops": 3, "reference_index": 0}
 
 
+def test_a_drop_on_a_machine_shared_throughout_is_interference_not_unexplained():
+    # Every window waited for a CPU about as much: the fastest is no quiet reference, so a
+    # drop beside it is not the board's. Without waits the same drop is unexplained.
+    windows = [window(0, 100.0, wait=0.60), window(1, 63.0, wait=0.62), window(2, 99.0, wait=0.6)]
+    attribute_windows(windows)
+    assert [w["cause"] for w in windows] == ["none", "interference", "none"]
+    assert windows[1]["cause_detail"] == [
+        "run-queue wait 62% of runnable time here and in the fastest window too "
+        "(the machine was shared throughout)"
+    ]
+    s = score_windows(windows, started_at=0.0, planned_windows=3)
+    assert s["verdict"] == "stable" and s["interference_windows"] == 1
+    quiet = [window(0, 100.0), window(1, 63.0, wait=0.62)]
+    attribute_windows(quiet)
+    assert quiet[1]["cause"] == "interference"  # its own wait rose over the reference's
+    only_reference = [window(0, 100.0, wait=0.6), window(1, 63.0, wait=0.01)]
+    attribute_windows(only_reference)
+    assert only_reference[1]["cause"] == "unexplained"
+
+
 def test_score_windows_verdicts():
     # An interfered window is kept but not scored: the other two decide, stable.
     w = [window(0, 100.0), window(1, 40.0, wait=0.5), window(2, 99.0)]

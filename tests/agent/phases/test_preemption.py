@@ -102,11 +102,17 @@ def test_clean_figures_agree_with_a_bare_loop_beside_a_pinned_competitor(
     # The as-measured tail is reported apart, and the preemptions make it larger.
     assert measured["p99_ms"] > clean["p99_ms"]
     assert measured["count"] == pre["calls"] and clean["count"] == pre["calls"] - pre["excluded"]
-    # Clean p50 and p99 agree with the bare loop's clean figures (same tag rule).
-    for key, tolerance in (("p50_ms", 0.25), ("p99_ms", 0.50)):
+    # Clean p50 and p99 agree with the bare loop's clean figures (same tag rule). The
+    # competitor takes one CPU at most; where other processes took more than that (this
+    # machine shared with other jobs, which come and go between the three loops), calls
+    # that kept the CPU still share caches with whatever ran before them, and only the
+    # p50 is compared.
+    others = (pre["evidence"]["other_cpus"] or 0.0) > 1.2
+    checks = (("p50_ms", 0.25),) if others else (("p50_ms", 0.25), ("p99_ms", 0.50))
+    for key, tolerance in checks:
         seen = [before["clean"][key], after["clean"][key]]
         low, high = min(seen) * (1 - tolerance), max(seen) * (1 + tolerance)
-        assert low <= clean[key] <= high, (key, clean[key], seen)
+        assert low <= clean[key] <= high, (key, clean[key], seen, pre["evidence"])
     # And the bare loop saw the same kind of difference between its own two figures.
     assert max(before["all"]["p99_ms"], after["all"]["p99_ms"]) > min(
         before["clean"]["p99_ms"], after["clean"]["p99_ms"]

@@ -151,7 +151,7 @@ def test_a_competitor_started_half_way_is_interference_not_a_failure(
     # The worker runs in its own session: with the kernel's autogroup scheduling, its
     # group and the competitors' share the CPU half and half, so on a quiet machine it waits
     # about half of its runnable time (more without autogroup). Beside other jobs it waits
-    # in every window; the competitors' windows still wait clearly more than the ones before.
+    # in every window.
     waits = [w["interference"]["runq_wait_share"] for w in late]
     assert all(wait >= RUNQ_WAIT_PRESENT for wait in waits), waits
     early = [
@@ -159,7 +159,10 @@ def test_a_competitor_started_half_way_is_interference_not_a_failure(
         for w in result["windows_detail"]
         if w["t1"] <= started_at[0] and not w["partial"] and w.get("interference")
     ]
-    if early:
+    # Where the windows before them waited less than half their runnable time, the
+    # competitors' windows wait clearly more; on a machine already that full (three jobs
+    # on two cores) the competitors only share what the other jobs left.
+    if early and sum(early) / len(early) < 0.5:
         assert sum(waits) / len(waits) > sum(early) / len(early) + 0.1, (waits, early)
     named = {p["name"] for w in late for p in w["interference"]["top_processes"]}
     assert any(n.startswith("python") for n in named), named

@@ -57,15 +57,22 @@ def test_each_model_shows_what_it_is_there_for(demo, monkeypatch):
         "colour.onnx",
         "classifier.tflite",
     ]
-    # Exit 0 when every model showed its point; a control that other processes on this
-    # shared machine made inconclusive says so (and exits 1).
+    # Exit 0 when every model showed its point; a latency or sustained phase that other
+    # processes on this shared machine made inconclusive says so (and exits 1): on two
+    # cores shared by three suites the board's worker may get a third of a core, and
+    # other processes take the windows before its trip point.
     inconclusive = [m for m, text in showed.items() if text.startswith("INCONCLUSIVE")]
     assert proc.returncode == (1 if inconclusive else 0), proc.stdout[-3000:] + proc.stderr[-2000:]
-    assert (
-        "the emulated board passed its 60 °C trip point and throttled"
-        in (showed["classifier.onnx"])
-    )
-    assert "cause throttling" in showed["classifier.onnx"]
+    assert set(inconclusive) <= {"classifier.onnx", "classifier.tflite"}, inconclusive
+    board_interfered = "classifier.onnx" in inconclusive
+    if board_interfered:
+        assert "other processes took the CPU" in showed["classifier.onnx"]
+    else:
+        assert (
+            "the emulated board passed its 60 °C trip point and throttled"
+            in (showed["classifier.onnx"])
+        )
+        assert "cause throttling" in showed["classifier.onnx"]
     assert showed["classifier_qdq.onnx"].startswith("FAILED")
     assert (
         "3 of 6 cases near the threshold flipped: case01, case09, case17"
@@ -90,10 +97,14 @@ def test_each_model_shows_what_it_is_there_for(demo, monkeypatch):
     board = load_report(reports["classifier.onnx"], known=known, require=True).predicate
     sustained = board["results"]["sustained"]
     assert board["fingerprint"]["board_model"] == "edgequal emulated board"
-    assert sustained["throttled"] and sustained["trip_c"] == 60.0
-    throttled = [w for w in sustained["windows_detail"] if w["cause"] == "throttling"]
-    assert throttled and all(w["throttle_reasons"] for w in throttled)
-    assert max(p["temp_c"] for p in sustained["telemetry_samples"]) >= 60.0
+    assert sustained["trip_c"] == 60.0
+    if board_interfered:  # the windows other processes took are in the report, marked
+        assert sustained["verdict"] == "inconclusive" and sustained["interference_windows"] > 0
+    else:
+        assert sustained["throttled"]
+        throttled = [w for w in sustained["windows_detail"] if w["cause"] == "throttling"]
+        assert throttled and all(w["throttle_reasons"] for w in throttled)
+        assert max(p["temp_c"] for p in sustained["telemetry_samples"]) >= 60.0
     variant = load_report(reports["classifier_qdq.onnx"], known=known, require=True).predicate
     decisions = variant["results"]["drift"]["decisions"]
     assert decisions["flips_near_threshold"] == ["case01", "case09", "case17"]

@@ -161,12 +161,12 @@ def measure_cold_load(
 def latency_cause(entry: dict) -> str:
     """The cause behind a latency shape's figures: ``none``, ``interference`` or ``unexplained``.
 
+    ``interference`` whenever the worker waited for a CPU, time was stolen or other
+    processes took the CPU in the loop's span, steady or not, so a busy neighbour is
+    never ``none``; else ``none`` when steady with a light tail, else ``unexplained``.
     A tagged shape (``preemption``) is judged on its decisive figures (the clean calls
-    when they were enough): ``interference`` whenever the worker waited for a CPU, time
-    was stolen or other processes took the CPU in the loop's span, steady or not, so a
-    busy neighbour is never ``none``; else ``none`` when steady with a light tail.
-    An untagged shape (the plain segments of a co-load run) keeps the older rule:
-    ``none`` when steady with a light tail, else whether interference explains it.
+    when they were enough); an untagged one (the plain segments of a co-load run, whose
+    evidence covers those segments only) on all its calls.
     """
     summary = decisive_summary(entry)
     tail = summary.get("p99_ms") or summary.get("p95_ms")
@@ -176,12 +176,9 @@ def latency_cause(entry: dict) -> str:
     if "preemption" in entry:
         entry["decided_on"] = "clean" if decided_on_clean(entry) else "all"
         entry["preemption"]["evidence"] = preemption_evidence(entry.get("interference"))
-        if present:
-            return "interference"
-        return "none" if entry["warmup"]["steady"] and not heavy else "unexplained"
-    if entry["warmup"]["steady"] and not heavy:
-        return "none"
-    return "interference" if present else "unexplained"
+    if present:
+        return "interference"
+    return "none" if entry["warmup"]["steady"] and not heavy else "unexplained"
 
 
 def _with_coload_evidence(result: dict, run, samples, sampler, findings, runtime) -> dict:

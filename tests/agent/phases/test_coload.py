@@ -16,6 +16,7 @@ from edgequal.agent.errors import BadInput
 from edgequal.agent.measure.attribution import contention_between, interference_present
 from edgequal.agent.measure.coload import achieved, rounds_slower
 from edgequal.agent.phases.coload import ColoadRun, Load, read_commands, resolve
+from edgequal.agent.phases.qualification import latency_cause
 from edgequal.agent.plan import make_plan
 from edgequal.agent.probes.contention import ContentionSampler
 from edgequal.agent.service.store import ArtifactStore
@@ -225,3 +226,21 @@ def test_a_fixed_rate_model_co_load_holds_its_rate_and_does_not_burst_after_a_pa
     # A micro model takes microseconds: the loop is paced by its schedule, never above it.
     assert 20 < before["achieved"]["value"] <= 44
     assert after["achieved"]["value"] <= 44
+
+
+def test_plain_segments_that_waited_for_a_cpu_are_never_cause_none():
+    """The plain segments of a co-load run carry no preemption tags; their evidence covers
+    them only (the co-load paused). Steady with a light tail, they are ``none`` on a quiet
+    machine and ``interference`` when the worker waited for a CPU, as a tagged shape is."""
+
+    def plain(wait: float) -> dict:
+        return {
+            "summary": {"p50_ms": 1.0, "p99_ms": 1.4, "count": 400},
+            "warmup": {"steady": True},
+            "interference": {"runq_wait_share": wait, "other_cpus": 0.1, "steal_share": 0.0},
+        }
+
+    assert latency_cause(plain(0.01)) == "none"
+    assert latency_cause(plain(0.30)) == "interference"
+    unsteady = {**plain(0.01), "warmup": {"steady": False}}
+    assert latency_cause(unsteady) == "unexplained"

@@ -170,17 +170,22 @@ def test_two_hosts_at_once_one_is_told_the_device_is_busy(local_agent, example_m
     second = GrpcTransport(transport.target)
     long_plan = quick_plan(latency_min_s=4.0)
     first_result = {}
+    accepted = threading.Event()  # set when the device sends the run id
 
     def first():
         first_result["r"] = qualify(
-            transport, example_models["micro"], None, long_plan, known=known, device_name="local"
+            transport,
+            example_models["micro"],
+            None,
+            long_plan,
+            known=known,
+            device_name="local",
+            on_event=lambda event: event.get("type") == "run" and accepted.set(),
         )
 
     t = threading.Thread(target=first)
     t.start()
-    deadline = time.monotonic() + 20
-    while not transport.info()["busy"] and time.monotonic() < deadline:
-        time.sleep(0.05)
+    assert accepted.wait(60), "the first run was never accepted"
     from edgequal.agent.golden import file_sha256
 
     digest = file_sha256(example_models["micro"])

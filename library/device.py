@@ -215,6 +215,7 @@ def connect(
     device: str = "local",
     *,
     token_file: str | Path | None = None,
+    token: str | None = None,
     known_hosts: str | Path | None = None,
     agent_cmd: str | None = None,
     ssh_key: str | Path | None = None,
@@ -226,7 +227,8 @@ def connect(
     """Reach ``device`` (``local``, a trusted NAME, ``grpc://HOST:PORT`` or
     ``ssh://USER@HOST``) as ``--device`` does, and return it once it proved its pinned key.
 
-    ``token_file`` (else ``$EDGEQUAL_TOKEN``, else the device's entry) authorizes the
+    ``token`` (the token itself), else ``token_file`` (else ``$EDGEQUAL_TOKEN``, else the
+    device's entry) authorizes the
     calls; ``tls_*`` are the PEM files of a grpc:// device; ``known_hosts``, ``ssh_key``
     and ``agent_cmd`` serve ssh://. ``known`` is the trust store (default: this host's).
     """
@@ -245,5 +247,6 @@ def connect(
             path(ssh_key),
             known=known,
             tls=tls,
+            token=token,
         )
     return Device(opened)

@@ -22,8 +22,6 @@ a device is used.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,33 +126,6 @@ def pytest_collection_modifyitems(config, items) -> None:
             item.add_marker(skip)
 
 
-@contextlib.contextmanager
-def _token_from_env(choice: DeviceChoice):
-    """A lab device whose token is in an environment variable (``token_env``): that token is
-    ``$EDGEQUAL_TOKEN`` while the device is opened, which is when it is read (after the
-    device proved its pinned key). A variable that is unset is a one-line error."""
-    if not choice.token_env:
-        yield
-        return
-    from edgequal.host.errors import UsageError
-
-    value = os.environ.get(choice.token_env, "").strip()
-    if not value:
-        raise UsageError(
-            f"lab device {choice.label}: environment variable {choice.token_env} is not set",
-            hint=f"export {choice.token_env}=... before running pytest",
-        )
-    before = os.environ.get("EDGEQUAL_TOKEN")
-    os.environ["EDGEQUAL_TOKEN"] = value
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop("EDGEQUAL_TOKEN", None)
-        else:
-            os.environ["EDGEQUAL_TOKEN"] = before
-
-
 class _Connections:
     """One connection per chosen device for the whole session (identity proved once)."""
 
@@ -165,14 +136,19 @@ class _Connections:
         if choice not in self.open:
             from edgequal import connect
 
-            with _token_from_env(choice):
-                self.open[choice] = connect(
-                    choice.device,
-                    token_file=choice.token_file,
-                    known_hosts=choice.known_hosts,
-                    agent_cmd=choice.agent_cmd,
-                    ssh_key=choice.ssh_key,
-                )
+            token = None
+            if choice.token_env:  # the lab file names a variable; unset is a one-line error
+                from edgequal.host.lab.inventory import SecretRef
+
+                token = SecretRef(env=choice.token_env).read(f"lab device {choice.label}")
+            self.open[choice] = connect(
+                choice.device,
+                token_file=choice.token_file,
+                token=token,
+                known_hosts=choice.known_hosts,
+                agent_cmd=choice.agent_cmd,
+                ssh_key=choice.ssh_key,
+            )
         return self.open[choice]
 
     def close(self) -> None:

@@ -221,7 +221,7 @@ def _shared_throughout(evidence: dict | None, reference: dict | None) -> list[st
     here, there = interference_present(evidence), interference_present(reference)
     if not (here and there):
         return []
-    return [f"{here[0]} here and in the fastest window too (the machine was shared throughout)"]
+    return [f"{here[0]} here and in the fastest window too (no quiet window to compare with)"]
 
 
 def attribute_windows(windows: Sequence[dict]) -> dict:

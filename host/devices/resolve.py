@@ -92,8 +92,12 @@ def open_device(
     ssh_key: Path | None = None,
     known: KnownDevices | None = None,
     tls: dict[str, str] | None = None,
+    token: str | None = None,
 ) -> OpenDevice:
     """Open a transport to ``device`` (``local``, a trusted NAME, ``grpc://`` or ``ssh://``).
+
+    ``token``, when given, is the token itself (read by the caller, for example from a lab
+    file's ``token_env``); else :func:`resolve_token` finds it.
 
     Before anything else crosses the connection, the agent proves it holds the
     pinned key (a fresh challenge; UntrustedDevice when it holds another one);
@@ -148,7 +152,7 @@ def open_device(
                     hint=f"edgequal devices trust NAME {device}",
                 )
     with _closed_on_error(transport):
-        transport.use_token(resolve_token(token_file, entry.token_file))
+        transport.use_token(token if token else resolve_token(token_file, entry.token_file))
     return OpenDevice(transport, entry.name, address, known, unrecorded)
 
 

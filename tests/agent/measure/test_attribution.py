@@ -130,7 +130,7 @@ def test_a_drop_on_a_machine_shared_throughout_is_interference_not_unexplained()
     assert [w["cause"] for w in windows] == ["none", "interference", "none"]
     assert windows[1]["cause_detail"] == [
         "run-queue wait 62% of runnable time here and in the fastest window too "
-        "(the machine was shared throughout)"
+        "(no quiet window to compare with)"
     ]
     s = score_windows(windows, started_at=0.0, planned_windows=3)
     assert s["verdict"] == "stable" and s["interference_windows"] == 1

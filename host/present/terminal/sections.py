@@ -136,9 +136,9 @@ def print_latency(results: dict) -> None:
         for entry in per_shape:
             excluded = excluded_text(entry)
             if excluded:
-                basis = "calls that kept the CPU" if decided_on_clean(entry) else "every call"
+                basis = "the calls that kept the CPU" if decided_on_clean(entry) else "every call"
                 measured = (entry.get("as_measured") or entry["summary"]).get("p99_ms")
-                line = f"  latency {esc(entry['shape'])} on the {basis}: {esc(excluded)}"
+                line = f"  latency {esc(entry['shape'])} over {basis}: {esc(excluded)}"
                 if measured is not None and decided_on_clean(entry):
                     line += f"; p99 as measured {v(measured)} {unit}"
                 console.print(line, soft_wrap=True)

@@ -41,14 +41,20 @@ def signer(tmp_path):
     key = load_or_create_device_key(tmp_path / "device-state")
     KnownDevices().trust("bench", "grpc://127.0.0.1:1", key.public_key_raw())
 
-    def sign(p50_ms: float, runtime_version: str = "1.20.0", status: str = "passed") -> bytes:
+    def sign(
+        p50_ms: float,
+        runtime_version: str = "1.20.0",
+        status: str = "passed",
+        model_name: str = "micro.onnx",
+        model_bytes: bytes = b"model",
+    ) -> bytes:
         request = RunRequest(
             run_id=new_run_id(),
-            model_digest=hashlib.sha256(b"model").hexdigest(),
+            model_digest=hashlib.sha256(model_bytes).hexdigest(),
             golden_digest=None,
             plan={"preset": "quick", "profile": "generic/linux-x86_64"},
             nonce="n",
-            model_name="micro.onnx",
+            model_name=model_name,
         )
         measurement = {
             "status": status,
@@ -287,3 +293,36 @@ def test_a_version_1_database_is_upgraded_in_place(tmp_path, signer):
     path.write_bytes(signer(1.5))
     assert history.record_file(path, "bench")
     assert [r["p50_ms"] for r in history.list()] == [1.5]
+
+
+def test_record_with_the_models_file_keeps_the_labs_names(signer, tmp_path, capsys):
+    """``history record --models models.toml`` records a report under the model's name there
+    (matched by SHA-256), as fleet run does; an unknown ``--model`` says so, naming the known."""
+    db = f"sqlite:///{tmp_path / 'history.sqlite'}"
+    long_name = "face_detector_mobilenet_v2_int8_320x320.onnx"
+    model = tmp_path / long_name
+    model.write_bytes(b"face detector weights")
+    models = tmp_path / "models.toml"
+    models.write_text(f'[models.face-det]\npath = "{model}"\n')
+    face = tmp_path / "face.json"
+    face.write_bytes(signer(3.25, model_name=long_name, model_bytes=model.read_bytes()))
+    other = tmp_path / "micro.json"
+    other.write_bytes(signer(1.5))  # not a model of the file: recorded without a name
+    argv = ["history", "record", str(face), str(other), "--models", str(models), "--db", db]
+    assert edgequal_main(argv) == 0
+    capsys.readouterr()
+    assert edgequal_main(["history", "list", "--model", "face-det", "--db", db, "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert (row["model_label"], row["model_name"], row["p50_ms"]) == ("face-det", long_name, 3.25)
+    assert row["cell"] is None and row["attempt"] is None
+    # The table keeps file names whole on a 120-column screen (the run id folds instead).
+    assert edgequal_main(["history", "trend", "--model", "face-det", "--db", db]) == 0
+    out = capsys.readouterr().out
+    assert f"face-det ({long_name})" in out
+    assert edgequal_main(["history", "list", "--model", "face-dt", "--db", db]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("edgequal: error: no recorded run of model 'face-dt' in sqlite:///")
+    assert err.endswith(
+        "(hint: known models: face-det, face_detector_mobilenet_v2_int8_320x320.onnx, micro.onnx)"
+    )
+    assert edgequal_main(["history", "show", "--model", "face-dt", "--db", db]) == 2

@@ -326,3 +326,34 @@ def test_record_with_the_models_file_keeps_the_labs_names(signer, tmp_path, caps
         "(hint: known models: face-det, face_detector_mobilenet_v2_int8_320x320.onnx, micro.onnx)"
     )
     assert edgequal_main(["history", "show", "--model", "face-dt", "--db", db]) == 2
+
+
+def test_the_trend_page_draws_an_inconclusive_run_as_a_marked_gap(signer, tmp_path, capsys):
+    """A run interference spoiled is a gap in each line with a dotted line at its time, not
+    a point; a p99 panel without a point says "not measured"."""
+    import math
+
+    from edgequal.host.present.html.trend import trend_plot
+
+    db = f"sqlite:///{tmp_path / 'history.sqlite'}"
+    paths = []
+    for i, (p50, status) in enumerate([(1.0, "passed"), (9.0, "inconclusive"), (1.1, "passed")]):
+        paths.append(tmp_path / f"r{i}.json")
+        paths[-1].write_bytes(signer(p50, status=status))
+    assert edgequal_main(["history", "record", *map(str, paths), "--db", db]) == 0
+    page = tmp_path / "trend.html"
+    assert edgequal_main(["history", "trend", "--db", db, "--html", str(page)]) == 0
+    assert "1 inconclusive run (other processes took the CPU): gaps in the lines" in (
+        page.read_text()
+    )
+    rows = History.open(db).trend("bench", "micro")
+    fig = trend_plot("bench", "micro.onnx", rows)
+    p50_ax, p99_ax, thr = fig.axes
+    (line,) = [ln for ln in p50_ax.get_lines() if ln.get_gid() != "inconclusive"]
+    y = list(line.get_ydata())
+    assert y[0] == pytest.approx(1.0) and math.isnan(y[1]) and y[2] == pytest.approx(1.1)
+    for ax in (p50_ax, p99_ax, thr):
+        assert sum(ln.get_gid() == "inconclusive" for ln in ax.get_lines()) == 1
+    assert [t.get_text() for t in p99_ax.texts] == [
+        "not measured: a p99 needs 368 calls in a run (a longer plan)"
+    ]

@@ -442,6 +442,10 @@ def test_retries_with_backoff(tmp_path, example_models, outcomes, state, attempt
         envelope = (tmp_path / "out" / record.report).read_bytes()
         report = verify_envelope(envelope, known=KnownDevices(), device="dev")
         assert NonceLedger().check(report.nonce, report.run_id, envelope)
+        import xmlschema
+
+        xsd = Path(__file__).resolve().parents[2] / "fixtures" / "junit" / "junit-10.xsd"
+        xmlschema.XMLSchema(xsd).validate(str(tmp_path / "out" / "junit.xml"))
         suite = ET.parse(tmp_path / "out" / "junit.xml").getroot().find("testsuite")
         failure = suite.find("testcase").find("failure")
         if record.ok:

@@ -101,7 +101,15 @@ def test_a_range_that_starts_with_a_minus_is_taken_and_the_cases_are_counted(
     cases = example_inputs("classifier", 3)
     np.savez(inputs, **{f"c{i}/{k}": v for i, feeds in enumerate(cases) for k, v in feeds.items()})
     rc, out = _make(
-        example_models, tmp_path, "--range", "-1,1", "--mean", "-0.5,-0.5,-0.5", "--std", "2,2,2", inputs=inputs
+        example_models,
+        tmp_path,
+        "--range",
+        "-1,1",
+        "--mean",
+        "-0.5,-0.5,-0.5",
+        "--std",
+        "2,2,2",
+        inputs=inputs,
     )
     assert rc == 0
     image = read_golden(out).manifest["preprocessing"]["inputs"]["image"]

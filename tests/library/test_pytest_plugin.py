@@ -109,9 +109,7 @@ def test_each_board_test_runs_once_per_device(
     suite_props = {p.get("name"): p.get("value") for p in root.iter("property")}
     for label, device in (("pi-a", "pi-a"), (agents[1].address, "pi-b")):
         prefix = f"test_each_board_test_runs_once_per_device.py::test_classifier[{label}]::"
-        props = {
-            k.removeprefix(prefix): v for k, v in suite_props.items() if k.startswith(prefix)
-        }
+        props = {k.removeprefix(prefix): v for k, v in suite_props.items() if k.startswith(prefix)}
         assert props["edgequal_device"] == device and props["edgequal_status"]
         shape_p50 = [k for k in props if k.startswith("edgequal_p50_ms[")]
         assert len(shape_p50) == 1 and float(props[shape_p50[0]]) > 0

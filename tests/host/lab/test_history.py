@@ -328,6 +328,7 @@ def test_record_with_the_models_file_keeps_the_labs_names(signer, tmp_path, caps
     assert edgequal_main(["history", "show", "--model", "face-dt", "--db", db]) == 2
 
 
+@pytest.mark.slow  # renders the page's figure twice (about 1.5 CPU-seconds)
 def test_the_trend_page_draws_an_inconclusive_run_as_a_marked_gap(signer, tmp_path, capsys):
     """A run interference spoiled is a gap in each line with a dotted line at its time, not
     a point; a p99 panel without a point says "not measured"."""

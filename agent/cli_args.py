@@ -13,6 +13,10 @@ import re
 from collections.abc import Callable, Iterator
 
 _INVALID_CHOICE = re.compile(r"invalid choice: '(?P<given>[^']*)' \(choose from (?P<choices>.*)\)")
+# A value that starts with "-" but is numbers: "-1", "-0.5", "-1,1", "-0.5,-0.5,-0.5",
+# "-1e-3". argparse before 3.13 takes only a lone negative number as a value and reads
+# "--range -1,1" as an option "-1,1"; no option of either CLI looks like this.
+_NUMBERS_VALUE = re.compile(r"^-\.?\d[\d.,eE+-]*$")
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -20,8 +24,15 @@ class OneLineParser(argparse.ArgumentParser):
 
     An unknown command or choice is answered with the closest known one ("did you
     mean"); anything else points at the command's ``--help``. Exit code 2, as
-    argparse's own errors. Subparsers are made of the same class.
+    argparse's own errors. Subparsers are made of the same class. A value that starts
+    with ``-`` and is made of numbers (``--range -1,1``, ``--mean -0.5,-0.5``) is a value,
+    not an unknown option.
     """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # argparse's own rule for "a negative number is a value" (its only hook for it).
+        self._negative_number_matcher = _NUMBERS_VALUE
 
     def error(self, message: str):
         message, hint = with_suggestion(message)

@@ -52,6 +52,13 @@ class UntrustedDevice(VerificationFailed):
     """The device is unknown, or its key differs from the pinned one."""
 
 
+class NotMeasuredError(HostError):
+    """A figure the run did not measure was compared or computed with (``report.latency[0].
+    p99_ms < 50`` on a run too short for a p99); the message says why it was not measured."""
+
+    exit_code = 1
+
+
 class TransportError(HostError):
     """The device could not be reached or the connection broke."""
 

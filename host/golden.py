@@ -141,9 +141,10 @@ def make_golden(
     to run; ``reference_inputs`` are the tensors the training pipeline fed the model.
     ``attach`` is what such a golden set records beside the tensors (set by that path).
     """
+    from .model_file import check_model_file
+
     model = Path(model)
-    if not model.is_file():
-        raise UsageError(f"model file not found: {model}")
+    check_model_file(model, runtime)  # the same one line qualify gives for a non-model
     edges = _checked_edge_shapes(edge_shapes)
     if raw is not None:
         return _make_raw_golden(

@@ -114,16 +114,30 @@ def check_shapes(model: Path, runtime: str, shapes: dict[str, list[int]]) -> Non
         if spec is None:
             raise UsageError(
                 f"{flag}: the model has no input '{name}' "
-                f"(its inputs: {', '.join(by_name) or 'none'})"
+                f"(its inputs: {', '.join(by_name) or 'none'})",
+                hint="name one of the model's inputs: "
+                + (", ".join(f"--shape {_shape_pattern(s)}" for s in inputs) or "it has none"),
             )
         if len(spec.shape) != len(dims):
             raise UsageError(
                 f"{flag}: the model's input '{name}' is {spec.describe()}: "
-                f"{len(spec.shape)} dimensions, the flag gives {len(dims)}"
+                f"{len(spec.shape)} dimensions, the flag gives {len(dims)}",
+                hint=f"give one size per dimension: --shape {_shape_pattern(spec)}",
             )
         for i, (want, got) in enumerate(zip(spec.shape, dims)):
             if isinstance(want, int) and want > 0 and want != got:
                 raise UsageError(
                     f"{flag}: the model's input '{name}' is {spec.describe()}: "
-                    f"dimension {i} is fixed at {want}, the flag gives {got}"
+                    f"dimension {i} is fixed at {want}, the flag gives {got}",
+                    hint=f"only the named dimensions may change: --shape {_shape_pattern(spec)}",
                 )
+
+
+def _shape_pattern(spec: TensorSpec) -> str:
+    """``NAME=1x3xHEIGHTxWIDTH``: the fixed sizes as they are, a dynamic one by its name
+    in capitals (``N`` when it has none), for the user to fill in."""
+    dims = [
+        str(d) if isinstance(d, int) and d > 0 else (str(d).upper() if d else "N")
+        for d in spec.shape
+    ]
+    return f"{spec.name}={'x'.join(dims)}"

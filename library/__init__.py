@@ -20,6 +20,8 @@ _EXPORTS = {
     "Device": "edgequal.device",
     "Report": "edgequal.report",
     "Latency": "edgequal.report",
+    "NotMeasured": "edgequal.report",
+    "NotMeasuredError": "edgequal.host.errors",
     "verify": "edgequal.judging",
     "gate": "edgequal.judging",
     "attest": "edgequal.judging",

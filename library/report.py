@@ -5,6 +5,11 @@ Only a report that verified is ever a :class:`Report` (built by ``Device.qualify
 written, gated or verified again. The figures are those docs/report-schema.md names;
 where a latency shape was measured through interference and its clean calls decide,
 the clean figures are the ones shown (as the gate judges them).
+
+A figure the run did not measure (a p99 of 309 samples, which needs 368) is a
+:class:`NotMeasured`, never None: it is false in a truth test, and comparing or
+computing with it raises :class:`~edgequal.host.errors.NotMeasuredError` saying why,
+so ``assert report.latency[0].p99_ms < 50`` fails with the reason, not a TypeError.
 """
 
 from __future__ import annotations
@@ -15,6 +20,17 @@ from pathlib import Path
 from typing import Any
 
 from edgequal.host.devices.verify import VerifiedReport
+from edgequal.host.errors import NotMeasuredError
+
+# The percentile each summary key holds, as the gate names it (its minimum sample count).
+_PERCENTILE_LABELS = {
+    "p90_ms": "p90",
+    "p95_ms": "p95",
+    "p99_ms": "p99",
+    "p99_9_ms": "p99.9",
+    "p50_ci_ms": "p50",
+    "p99_ci_ms": "p99",
+}
 
 _SUMMARY_KEYS = (
     "count",
@@ -33,12 +49,85 @@ _SUMMARY_KEYS = (
 )
 
 
+class NotMeasured:
+    """The value of a figure the run did not measure, with why (``reason``).
+
+    False in a truth test (``if lat.p99_ms:``; ``edgequal.NotMeasured`` for isinstance);
+    printed as ``not measured (REASON)``. Comparing it, computing with it, converting it
+    to a number or indexing it (a confidence interval) raises
+    :class:`~edgequal.host.errors.NotMeasuredError` with the reason, e.g. "p99 not
+    measured: 309 samples, 368 needed; the run was inconclusive: other processes took
+    the CPU; re-run on a quiet board".
+    """
+
+    __slots__ = ("figure", "reason")
+
+    def __init__(self, figure: str, reason: str):
+        self.figure = figure
+        self.reason = reason
+
+    def _refuse(self, *_args):
+        raise NotMeasuredError(self.reason, hint="check it first: if lat.p99_ms: …")
+
+    __lt__ = __le__ = __gt__ = __ge__ = _refuse
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _refuse
+    __truediv__ = __rtruediv__ = __floordiv__ = __rfloordiv__ = __pow__ = __rpow__ = _refuse
+    __neg__ = __abs__ = __float__ = __int__ = __round__ = __index__ = _refuse
+    __getitem__ = __iter__ = __len__ = _refuse
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, NotMeasured) and other.figure == self.figure
+
+    def __hash__(self) -> int:
+        return hash(("NotMeasured", self.figure))
+
+    def __format__(self, spec: str) -> str:
+        return str(self)  # f"{lat.p99_ms:.2f}" prints the reason rather than failing
+
+    def __str__(self) -> str:
+        return f"not measured ({self.reason})"
+
+    def __repr__(self) -> str:
+        return f"NotMeasured({self.figure!r}, {self.reason!r})"
+
+
+def _not_measured(key: str, count: int, run_note: str) -> NotMeasured:
+    """What stands for summary figure ``key`` when the report has none."""
+    from edgequal.host.judge.checks import percentile_not_measured
+
+    label = _PERCENTILE_LABELS.get(key)
+    figure = key.removesuffix("_ms")
+    if label is not None:
+        reason = percentile_not_measured(label, count)
+        if key.endswith("_ci_ms"):
+            reason = f"{label} 95 % interval not measured: " + reason.split(": ", 1)[1]
+    else:
+        reason = f"{figure} not measured in this report"
+    return NotMeasured(figure, reason + run_note)
+
+
+def _run_note(status: str | None, cause: str | None) -> str:
+    """``; the run was inconclusive: WHY; re-run on a quiet board`` for a run that was not
+    ``passed``; empty otherwise."""
+    from edgequal.host.judge.checks import RERUN_ADVICE
+
+    if status in (None, "passed", "degraded"):
+        return ""
+    why = (cause or "").removesuffix(RERUN_ADVICE).rstrip("; ")
+    note = f"; the run was {status}" + (f": {why}" if why else "")
+    return note + (f"; {RERUN_ADVICE}" if status == "inconclusive" else "")
+
+
 @dataclass(frozen=True)
 class Latency:
     """Warm latency of one input shape: the figures that decide (milliseconds).
 
-    ``p99_ms`` is None under 368 samples and ``p99_9_ms`` under 3,688 (nearest rank);
-    ``decided_on`` is ``clean`` when only the calls that kept the CPU count.
+    ``p99_ms`` is a :class:`NotMeasured` under 368 samples and ``p99_9_ms`` under 3,688
+    (nearest rank), as is any figure the report lacks; ``decided_on`` is ``clean`` when
+    only the calls that kept the CPU count.
     """
 
     shape: str
@@ -48,27 +137,34 @@ class Latency:
     sd_ms: float
     cv: float
     p50_ms: float
-    p90_ms: float
-    p95_ms: float
-    p99_ms: float | None
-    p99_9_ms: float | None
+    p90_ms: float | NotMeasured
+    p95_ms: float | NotMeasured
+    p99_ms: float | NotMeasured
+    p99_9_ms: float | NotMeasured
     max_ms: float
-    p50_ci_ms: tuple[float, float] | None
-    p99_ci_ms: tuple[float, float] | None
+    p50_ci_ms: tuple[float, float] | NotMeasured
+    p99_ci_ms: tuple[float, float] | NotMeasured
     decided_on: str
     steady: bool
     cause: str | None
     entry: dict = field(repr=False, compare=False)
 
     @classmethod
-    def from_entry(cls, entry: dict) -> Latency:
-        """One ``results.latency.per_shape`` entry of a verified predicate."""
+    def from_entry(
+        cls, entry: dict, status: str | None = None, cause: str | None = None
+    ) -> Latency:
+        """One ``results.latency.per_shape`` entry of a verified predicate; ``status`` and
+        ``cause`` (the report's) go into the reason of each figure it lacks."""
         from edgequal.agent.measure.preemption import decided_on_clean, decisive_summary
 
         s = decisive_summary(entry)
         figures = {k: s.get(k) for k in _SUMMARY_KEYS}
         for k in ("p50_ci_ms", "p99_ci_ms"):
             figures[k] = tuple(figures[k]) if figures[k] else None
+        note = _run_note(status, cause)
+        for k, v in figures.items():
+            if v is None:
+                figures[k] = _not_measured(k, s.get("count") or 0, note)
         return cls(
             shape=entry["shape"],
             **figures,
@@ -178,7 +274,7 @@ class Report:
     def latency(self) -> LatencyTable:
         """Warm latency per input shape, by shape text or by index."""
         per_shape = (self.results.get("latency") or {}).get("per_shape") or []
-        return LatencyTable([Latency.from_entry(e) for e in per_shape])
+        return LatencyTable([Latency.from_entry(e, self.status, self.cause) for e in per_shape])
 
     @property
     def cold_load(self) -> dict | None:

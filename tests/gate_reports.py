@@ -169,3 +169,24 @@ def trust_local(reports: GateReports):
     if known.get("local") is None:
         known.trust("local", "local", reports.public_key_raw)
     return known
+
+
+INCONCLUSIVE_REASON = "other processes took the CPU; re-run on a quiet board"
+"""The reason :func:`cut_short_by_interference` gives its run, as an agent words it."""
+
+
+def cut_short_by_interference(predicate: dict, count: int = 309) -> dict:
+    """A copy of ``predicate`` as a run interference cut short would sign it: status
+    inconclusive, every latency shape ``count`` calls (under the 368 a p99 needs: no p99,
+    no p99 interval, no p99.9) blamed on interference, its raw samples not kept."""
+    import copy
+
+    pred = copy.deepcopy(predicate)
+    pred["status"] = "inconclusive"
+    pred["reason"] = INCONCLUSIVE_REASON
+    for entry in pred["results"]["latency"]["per_shape"]:
+        for key in ("clean", "preemption", "as_measured", "samples_ns_b64", "preempted_b64"):
+            entry.pop(key, None)
+        entry["cause"] = "interference"
+        entry["summary"].update(count=count, p99_ms=None, p99_ci_ms=None, p99_9_ms=None)
+    return pred

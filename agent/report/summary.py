@@ -82,9 +82,9 @@ def format_summary(measurement: dict) -> str:
         )
         excluded = excluded_text(entry)
         if excluded:
-            basis = "calls that kept the CPU" if decided_on_clean(entry) else "every call"
+            basis = "the calls that kept the CPU" if decided_on_clean(entry) else "every call"
             lines.append(
-                f"  figures over the {basis}: {excluded}; "
+                f"  figures over {basis}: {excluded}; "
                 f"p99 as measured {_ms(entry['summary']['p99_ms'])}"
             )
     drift = results.get("drift")

@@ -51,7 +51,7 @@ def _run_fleet(lab, models, options, args, title: str, **kwargs) -> int:
             r.state,
             str(r.attempts),
             r.gate_summary or "",
-            r.error or r.reason or "",
+            r.why,
         ]
         for r in result.runs
     ]

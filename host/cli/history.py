@@ -12,13 +12,19 @@ def cmd_history(args) -> int:
     history = History.open(args.db)
     if args.history_command == "record":
         from ..devices.trust import KnownDevices
+        from ..lab.history import model_labels
+        from ..lab.inventory import load_models
 
         known = KnownDevices()
+        labels = model_labels(load_models(args.models)) if args.models else None
         added = sum(
-            1 for p in args.reports if history.record_file(p, device=args.device, known=known)
+            1
+            for p in args.reports
+            if history.record_file(p, device=args.device, known=known, labels=labels)
         )
         print_table("recorded", ["reports", "new"], [[str(len(args.reports)), str(added)]])
         return 0
+    history.check_model(args.model)
     if args.history_command == "show":
         return _history_show(history, args)
     if args.history_command == "list":
@@ -26,7 +32,12 @@ def cmd_history(args) -> int:
         if args.json:
             write_json(json.dumps(rows, indent=1, default=str))
             return 0
-        print_table(f"history ({history.url_for_display})", _HISTORY_COLUMNS, _history_rows(rows))
+        print_table(
+            f"history ({history.url_for_display})",
+            _HISTORY_COLUMNS,
+            _history_rows(rows),
+            whole=_WHOLE_COLUMNS,
+        )
         return 0
     trends = history.trends(device=args.device, model=args.model, limit=args.limit)
     if args.html:
@@ -41,7 +52,10 @@ def cmd_history(args) -> int:
             print_note("no recorded runs match")
         for (device, model), rows in trends.items():
             print_table(
-                f"{model} on {device}", _HISTORY_COLUMNS + ["changed"], _history_rows(rows, True)
+                f"{model} on {device}",
+                _HISTORY_COLUMNS + ["changed"],
+                _history_rows(rows, True),
+                whole=_WHOLE_COLUMNS,
             )
     if args.html:
         print_note(f"trend page: {args.html}")
@@ -49,6 +63,7 @@ def cmd_history(args) -> int:
 
 
 _HISTORY_COLUMNS = ["measured", "device", "model", "status", "p50 ms", "p99 ms", "runtime", "run"]
+_WHOLE_COLUMNS = ("device", "model")  # names read whole; a file name split in two reads as two
 
 
 def _history_rows(rows: list[dict], changes: bool = False) -> list[list[str]]:
@@ -57,7 +72,9 @@ def _history_rows(rows: list[dict], changes: bool = False) -> list[list[str]]:
         line = [
             str(r["measured_at"])[:19],
             r["device"],
-            r["model_name"],
+            r["model_name"]
+            if not r.get("model_label")
+            else f"{r['model_label']} ({r['model_name']})",
             r["status"],
             "" if r["p50_ms"] is None else f"{r['p50_ms']:.3f}",
             "" if r["p99_ms"] is None else f"{r['p99_ms']:.3f}",

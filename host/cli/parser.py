@@ -699,8 +699,19 @@ def _add_fleet_parsers(sub) -> None:
     )
     hr = hsub.add_parser("record", help="verify reports and record them")
     hr.add_argument("reports", type=Path, nargs="+")
-    examples(hr, "edgequal history record nightly/*.report.json --device pi5")
+    examples(
+        hr,
+        "edgequal history record nightly/*.report.json --device pi5",
+        "edgequal history record nightly/*.report.json --models models.toml",
+    )
     hr.add_argument("--device", help="the device that must have signed them")
+    hr.add_argument(
+        "--models",
+        type=Path,
+        metavar="TOML",
+        help="the lab's models file: a report of one of its models (same SHA-256) is recorded "
+        "under the model's name there, as fleet run records it (--model finds it by that name)",
+    )
     for q in (hl, hs, ht, hr):
         q.add_argument(
             "--db", metavar="URL", help="database URL (default: SQLite in the state dir)"

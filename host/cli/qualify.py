@@ -174,7 +174,8 @@ def cmd_qualify(args) -> int:
         write_json(json.dumps(predicate, indent=1))
         print_note(f"signed report: {printable(report.path)}")
     else:
-        print_summary(predicate, device.address, printable(report.path))
+        # The name the device is trusted under (its key signed this), not its address.
+        print_summary(predicate, report.device, printable(report.path))
     if policy is not None or args.html:
         return _gate_after_qualify(args, policy, report.path, device.name, predicate)
     if report.interrupted:
@@ -228,7 +229,12 @@ def cmd_golden_make(args) -> int:
         }
         write_json(json.dumps(made, indent=1))
         return 0
-    print_line(f"golden set {args.output} sha256 {digest}")
+    from edgequal.agent.golden import read_golden
+
+    cases = len(read_golden(args.output).cases)
+    print_line(
+        f"golden set {args.output}: {cases} case{'s' if cases != 1 else ''}, sha256 {digest}"
+    )
     return 0
 
 

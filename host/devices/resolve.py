@@ -189,6 +189,10 @@ def _closed_on_error(transport: Transport):
         raise
 
 
+CLOSE_NAME_CUTOFF = 0.75
+"""difflib's ratio a name must reach to be offered as "did you mean" for an unknown device."""
+
+
 def _lookup(known: KnownDevices, device: str) -> DeviceEntry | None:
     """The pinned device called ``device``, or reached at the address ``device``."""
     entry = known.get(device)
@@ -196,7 +200,8 @@ def _lookup(known: KnownDevices, device: str) -> DeviceEntry | None:
         import difflib
 
         names = ["local"] + [e.name for e in known.list() if e.name != "local"]
-        close = difflib.get_close_matches(device, names, n=1, cutoff=0.5)
+        # Only a name a typo away ("pi55", "board3"); at 0.5 "nosuchboard" met "board-3".
+        close = difflib.get_close_matches(device, names, n=1, cutoff=CLOSE_NAME_CUTOFF)
         raise UsageError(
             f"unknown device '{device}' (known: {', '.join(names)}); nothing was sent",
             hint=f"did you mean '{close[0]}'?"

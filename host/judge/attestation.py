@@ -81,7 +81,7 @@ def gate_statement(
             "result": "PASSED" if result.passed else "FAILED",
             "configuration": [policy_descriptor(policy)],
             "passedTests": [check_name(c) for c in result.checks if c.passed],
-            "warnedTests": [],
+            "warnedTests": [check_name(c) for c in result.not_judged_checks],
             "failedTests": [check_name(c) for c in result.failed_checks],
         },
     }

@@ -7,7 +7,7 @@ and energy limits in ``scenario_checks.py``. Pure: a predicate and a policy in, 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -24,6 +24,8 @@ _PERCENTILE_KEYS = {
     "max_p99_ms": ("p99", 0.99, "p99_ms", "p99_ci_ms"),
     "max_p99_9_ms": ("p99.9", 0.999, "p99_9_ms", None),
 }
+RERUN_ADVICE = "re-run on a quiet board"
+
 _MIN_SAMPLES = {"p90": 10, "p95": 20, "p99": 368, "p99.9": 3688}
 
 
@@ -32,6 +34,8 @@ class Check:
     """One policy check: what was limited, the limit, what was measured, and why it passed or not.
 
     ``retry`` marks a failure explained by interference: re-run rather than fix.
+    ``judged`` is False for a limit on a figure an inconclusive run did not measure: it
+    neither passed nor failed (``passed`` False, ``retry`` True); see :func:`not_judged`.
     """
 
     name: str
@@ -41,6 +45,7 @@ class Check:
     measured: str
     message: str
     retry: bool = False
+    judged: bool = True
 
     def to_json(self) -> dict:
         """JSON-ready fields."""
@@ -69,6 +74,29 @@ def not_measured(section: str, name: str, limit: str, message: str) -> Check:
     """A limit the report has nothing to judge by: it fails, and ``message`` says how to
     measure it. The one way every section reports an absent figure (measured "—")."""
     return Check(name, section, False, limit, "—", message)
+
+
+def not_judged(predicate: dict, checks: list[Check]) -> list[Check]:
+    """``checks`` with each limit on a figure the run did not measure marked not judged,
+    when the run was inconclusive: other processes took the CPU, so the figure's absence
+    (too few calls that kept it, a phase cut short) says nothing about the model, and a
+    FAIL row would read as a regression. The status check says why and to re-run.
+    """
+    if predicate.get("status") != "inconclusive":
+        return checks
+    why = (predicate.get("reason") or "").removesuffix(RERUN_ADVICE).rstrip("; ")
+    out = []
+    for c in checks:
+        if c.passed or c.measured != "—" or c.section in ("status", "plan"):
+            out.append(c)
+            continue
+        message = (
+            f"not judged: {c.message}; the run was inconclusive"
+            + (f": {why}" if why else "")
+            + f"; {RERUN_ADVICE}"
+        )
+        out.append(replace(c, message=message, retry=True, judged=False))
+    return out
 
 
 def section_absent(section: str, what: str, how: str) -> Check:
@@ -172,9 +200,6 @@ def plan_checks(pred: dict, policy: Policy) -> list[Check]:
     return [Check("plan.requires_plan", "plan", False, limit, measured, msg)]
 
 
-RERUN_ADVICE = "re-run on a quiet board"
-
-
 def status_checks(pred: dict, policy: Policy) -> list[Check]:
     status = pred.get("status")
     reason = pred.get("reason")
@@ -253,6 +278,13 @@ def cold_load_checks(results: dict, policy: Policy) -> list[Check]:
     return checks
 
 
+def percentile_not_measured(label: str, count: int) -> str:
+    """``p99 not measured: 309 samples, 368 needed``: why a percentile has no figure (the
+    nearest-rank minimum of ``agent/measure/stats.py``); the gate and the library say it."""
+    need = _MIN_SAMPLES.get(label)
+    return f"{label} not measured: {count} samples" + (f", {need} needed" if need else "")
+
+
 def percentile_upper_ci(entry: dict, key: str) -> tuple[float | None, str, str | None]:
     """(upper 95 % CI bound in ms, detail, why missing) for one percentile limit of ``entry``.
 
@@ -264,12 +296,7 @@ def percentile_upper_ci(entry: dict, key: str) -> tuple[float | None, str, str |
     n = summary.get("count") or 0
     point = summary.get(point_key)
     if point is None:
-        need = _MIN_SAMPLES.get(label)
-        return (
-            None,
-            "",
-            f"{label} not measured ({n} samples" + (f", needs {need})" if need else ")"),
-        )
+        return None, "", percentile_not_measured(label, n)
     ci = summary.get(ci_key) if ci_key else None
     if ci is None and entry.get("samples_ns_b64"):
         from edgequal.agent.measure.stats import quantile_ci

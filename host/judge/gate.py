@@ -12,7 +12,8 @@ in the fingerprint (firmware, kernel, runtime, power mode, governor, clocks) is
 listed beside the verdict, because that is usually the reason.
 
 An ``inconclusive`` report (a drop explained by interference from other processes)
-fails with ``retry``: re-run it on a quiet board; it is not a regression.
+fails with ``retry``: re-run it on a quiet board; it is not a regression. A limit on a
+figure such a run did not measure is not judged (no FAIL; ``judged`` false).
 
 A policy that names the plan it needs (``requires_plan``) fails a report from a plan
 without that plan's sustained phase with one check naming both plans.
@@ -34,6 +35,7 @@ from .checks import (
     findings_checks,
     latency_checks,
     memory_checks,
+    not_judged,
     plan_checks,
     status_checks,
     sustained_checks,
@@ -77,21 +79,31 @@ class GateResult:
 
     @property
     def failed_checks(self) -> list[Check]:
-        """The checks that failed, in policy order."""
-        return [c for c in self.checks if not c.passed]
+        """The checks that failed, in policy order (not those left not judged)."""
+        return [c for c in self.checks if not c.passed and c.judged]
+
+    @property
+    def not_judged_checks(self) -> list[Check]:
+        """Limits on figures an inconclusive run did not measure: neither passed nor failed."""
+        return [c for c in self.checks if not c.judged]
 
     @property
     def retry(self) -> bool:
-        """Failed only because of interference: re-run on a quiet board; not a regression."""
+        """Failed only because of interference: re-run on a quiet board; not a regression.
+        A limit left not judged is such a reason too."""
         failed = self.failed_checks
-        return self.verified and bool(failed) and all(c.retry for c in failed)
+        return (
+            self.verified
+            and bool(failed or self.not_judged_checks)
+            and all(c.retry for c in failed)
+        )
 
     @property
     def summary(self) -> str:
         """One line: the verdict and the first reason."""
         if self.passed:
             return f"gate passed: {len(self.checks)} checks of policy '{self.policy}'"
-        failed = self.failed_checks
+        failed = self.failed_checks or self.not_judged_checks
         first = failed[0].message if failed else self.signature
         more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
         if self.retry and RERUN_ADVICE not in first:
@@ -127,25 +139,28 @@ def evaluate(predicate: dict, policy: Policy) -> list[Check]:
     results = predicate.get("results") or {}
     plan = plan_checks(predicate, policy)
     short = any(not c.passed for c in plan)
-    return [
-        *plan,
-        *status_checks(predicate, policy),
-        *findings_checks(predicate, policy),
-        *cold_load_checks(results, policy),
-        *latency_checks(results, policy),
-        *([] if short else sustained_checks(results, policy)),
-        *drift_checks(results, policy),
-        *memory_checks(results, policy),
-        *batch_checks(results, policy),
-        *thread_checks(results, policy),
-        *server_checks(results, policy),
-        *operator_checks(results, policy),
-        *([] if short else energy_checks(results, policy)),
-        *coload_checks(results, policy),
-        *edge_shape_checks(results, policy),
-        *pipeline_checks(results, policy),
-        *runtime_env_checks(results, policy),
-    ]
+    return not_judged(
+        predicate,
+        [
+            *plan,
+            *status_checks(predicate, policy),
+            *findings_checks(predicate, policy),
+            *cold_load_checks(results, policy),
+            *latency_checks(results, policy),
+            *([] if short else sustained_checks(results, policy)),
+            *drift_checks(results, policy),
+            *memory_checks(results, policy),
+            *batch_checks(results, policy),
+            *thread_checks(results, policy),
+            *server_checks(results, policy),
+            *operator_checks(results, policy),
+            *([] if short else energy_checks(results, policy)),
+            *coload_checks(results, policy),
+            *edge_shape_checks(results, policy),
+            *pipeline_checks(results, policy),
+            *runtime_env_checks(results, policy),
+        ],
+    )
 
 
 # ---------------------------------------------------------------------------

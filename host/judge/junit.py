@@ -5,7 +5,7 @@ The layout follows the Ant/Jenkins JUnit schema (``junit-10.xsd``) that Jenkins,
 GitLab, GitHub Actions reporters and Azure DevOps accept: ``testsuites`` >
 ``testsuite`` (name, tests, failures, errors, skipped, time, timestamp) >
 ``properties`` then ``testcase`` (name, classname, time) > ``failure`` (message,
-type) or ``system-out``. Limit and measured value are in a failed case's failure text
+type), ``skipped`` (a limit an inconclusive run left not judged) or ``system-out``. Limit and measured value are in a failed case's failure text
 and in a passed case's ``system-out`` (never both: readers show both, so a failure
 would read twice).
 """
@@ -32,7 +32,7 @@ def _suite(result: GateResult, timestamp: str) -> ET.Element:
             "tests": str(len(result.checks)),
             "failures": str(failures),
             "errors": "0",
-            "skipped": "0",
+            "skipped": str(len(result.not_judged_checks)),
             "time": "0",
             "timestamp": timestamp,
         },
@@ -58,7 +58,10 @@ def _suite(result: GateResult, timestamp: str) -> ET.Element:
             {"name": check.name, "classname": f"edgequal.gate.{check.section}", "time": "0"},
         )
         text = f"limit: {check.limit}\nmeasured: {check.measured}\n{check.message}"
-        if not check.passed:
+        if not check.judged:  # neither passed nor failed: the run could not measure it
+            skipped = ET.SubElement(case, "skipped", {"message": check.message})
+            skipped.text = text
+        elif not check.passed:
             failure = ET.SubElement(
                 case,
                 "failure",

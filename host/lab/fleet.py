@@ -111,6 +111,16 @@ class RunRecord:
         return self.gate_passed is not False
 
     @property
+    def why(self) -> str:
+        """Why the run is where it is, in one line (the terminal's ``why`` column and the
+        page's cell): the error, else the report's reason, else what it waits for."""
+        if self.error or self.reason:
+            return self.error or self.reason or ""
+        if self.state == "waiting" and self.waiting_for:
+            return f"waiting for {self.waiting_for}"
+        return ""
+
+    @property
     def retryable(self) -> bool:
         """Its status is one a fleet run measures again (interference, or unfinished)."""
         return self.state in RETRY_STATUSES
@@ -173,7 +183,18 @@ def waiting_text(device: str, wait: dict) -> str:
 
     lease = wait.get("lease")
     held = Lease.from_json(lease).describe() if lease else "others are ahead in line"
-    return f"the lease of {device}, place {wait.get('position')} in line: {held}"
+    place = f", place {wait['position']} in line" if wait.get("position") is not None else ""
+    return f"the lease of {device}{place}: {held}"
+
+
+def first_waiting_text(transport, device: str) -> str:
+    """What a run waits for before the device's first answer in line (which may take a
+    few seconds): the lease of ``device`` and, when one holds it now, who (its Info)."""
+    try:
+        lease = (transport.info() or {}).get("lease")
+    except HostError:  # the wait itself will say
+        lease = None
+    return waiting_text(device, {"lease": lease}) if lease else f"the lease of {device}"
 
 
 def run_file_stem(model: str, device: str) -> str:
@@ -495,7 +516,9 @@ class FleetRunner:
         keeper = None
         leased = device.transport_kind == "grpc"
         if leased:
-            self._set(record, state="waiting", waiting_for=f"the lease of {device.name}")
+            self._set(
+                record, state="waiting", waiting_for=first_waiting_text(transport, device.name)
+            )
 
             def waiting(w: dict) -> None:
                 self._set(record, waiting_for=waiting_text(device.name, w))

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -191,10 +191,11 @@ def _firmware(fp: dict) -> str | None:
 @dataclass(frozen=True)
 class FleetCell:
     """Where a fleet run's report belongs: the model's name in models.toml, the cell (one
-    model on one board in one fleet run) and which attempt at it the report is."""
+    model on one board in one fleet run) and which attempt at it the report is. A report
+    recorded by hand (``history record --models``) has the name only, no cell."""
 
     model_label: str
-    cell: str
+    cell: str | None = None
     attempt: int = 1
 
 
@@ -250,7 +251,7 @@ def row_of(
         "envelope": envelope,
         "model_label": _text(cell.model_label) if cell else None,
         "cell": _text(cell.cell, 160) if cell else None,
-        "attempt": cell.attempt if cell else None,
+        "attempt": cell.attempt if cell and cell.cell else None,
         "replaced_by": None,
     }
 
@@ -331,7 +332,7 @@ class History:
             with self.engine.begin() as conn:
                 # A row comes back only when it was inserted (rowcount is -1 under psycopg).
                 inserted = conn.execute(stmt).first() is not None
-                if inserted and cell is not None:
+                if inserted and cell is not None and cell.cell:
                     conn.execute(
                         reports.update()
                         .where(
@@ -352,14 +353,20 @@ class History:
         device: str | None = None,
         known=None,
         cell: FleetCell | None = None,
+        labels: Mapping[str, str] | None = None,
     ) -> bool:
-        """Verify a report file against the pinned keys, then record it."""
+        """Verify a report file against the pinned keys, then record it. ``labels`` (model
+        SHA-256 → the name in models.toml, :func:`model_labels`) names a report's model."""
         from ..devices.trust import KnownDevices
         from ..devices.verify import verify_envelope
 
         envelope = Path(path).read_bytes()
         known = known or KnownDevices()
         report = verify_envelope(envelope, known=known, device=device)
+        if cell is None and labels:
+            model = subject_with_role(report.subjects, "model")
+            label = labels.get(model["sha256"]) if model else None
+            cell = FleetCell(label) if label else None
         entry = known.get(report.device_name)
         return self.record(envelope, report, report.device_name, entry.fingerprint, cell)
 
@@ -432,6 +439,32 @@ class History:
         row["envelope"] = bytes(row["envelope"])
         return row
 
+    def model_names(self) -> list[str]:
+        """Every name ``--model`` knows in this database: the models.toml names recorded,
+        then the file names, sorted."""
+        with self.engine.connect() as conn:
+            labels = conn.execute(select(reports.c.model_label).distinct()).scalars()
+            labels = sorted(x for x in labels if x)
+            files = sorted(conn.execute(select(reports.c.model_name).distinct()).scalars())
+        return labels + [f for f in files if f not in labels]
+
+    def check_model(self, model: str | None) -> None:
+        """UsageError when ``--model`` matches no recorded run at all, naming the known ones
+        (a filter that matches nothing would otherwise list nothing and say nothing)."""
+        if not model:
+            return
+        with self.engine.connect() as conn:
+            q = select(reports.c.id).where(_model_matches(model)).limit(1)
+            if conn.execute(q).first() is not None:
+                return
+        known = self.model_names()
+        raise UsageError(
+            f"no recorded run of model '{model}' in {self.url_for_display}",
+            hint="known models: " + ", ".join(known)
+            if known
+            else "nothing is recorded yet: edgequal history record REPORT...",
+        )
+
     def envelope(self, device: str, run_id: str) -> bytes | None:
         """The stored signed envelope of one run (to verify it again)."""
         q = select(reports.c.envelope).where(
@@ -440,6 +473,14 @@ class History:
         with self.engine.connect() as conn:
             value = conn.execute(q).scalar()
         return bytes(value) if value is not None else None
+
+
+def model_labels(models) -> dict[str, str]:
+    """Model SHA-256 → its name, for the models of a models file (``load_models``): how a
+    report recorded by hand gets the lab's name for its model."""
+    from edgequal.agent.golden import file_sha256
+
+    return {file_sha256(m.path): m.name for m in models}
 
 
 def _model_matches(model: str):

@@ -11,7 +11,10 @@
   gauge per status, 1 for the report's own).
 
 Only verified reports are exported, and only what they measured: an absent figure is
-left out, never written as zero.
+left out, never written as zero. An ``inconclusive`` report's figures are the
+interference's, not the board's: github-benchmark leaves the report out (the action has
+no way to mark an entry, and ``extra`` does not keep it off the chart) and Prometheus
+exports its ``edgequal_status`` only.
 """
 
 from __future__ import annotations
@@ -28,6 +31,13 @@ from edgequal.agent.report.signing import STATUSES
 from ..judge.report_file import ReportFile
 
 FORMATS = ("github-benchmark", "prometheus")
+SPOILED = "inconclusive"
+"""The status whose figures a dashboard must not chart (other processes took the CPU)."""
+
+
+def left_out(reports: Iterable[ReportFile]) -> list[ReportFile]:
+    """The reports whose figures an export leaves out (their status is :data:`SPOILED`)."""
+    return [r for r in reports if r.predicate.get("status") == SPOILED]
 
 
 def _labels(report: ReportFile) -> dict[str, str]:
@@ -44,6 +54,8 @@ def github_benchmark(reports: Iterable[ReportFile]) -> list[dict]:
     out = []
     for r in reports:
         pred, results = r.predicate, r.predicate.get("results") or {}
+        if pred.get("status") == SPOILED:
+            continue
         where = f"{r.model_name} on {r.device_name}"
         extra = f"run {pred.get('run_id')}, status {pred.get('status')}"
 
@@ -112,6 +124,10 @@ def prometheus(reports: Iterable[ReportFile]) -> str:
     }
     for r in reports:
         base, pred = _labels(r), r.predicate
+        for status in STATUSES:
+            g["status"].add({**base, "status": status}, status == pred.get("status"))
+        if pred.get("status") == SPOILED:
+            continue  # its status only: the figures are the interference's
         results = pred.get("results") or {}
         for shape, s in _shape_entries(r):
             for key in ("p50", "p99"):
@@ -130,8 +146,6 @@ def prometheus(reports: Iterable[ReportFile]) -> str:
             g["drift"].add({**base, "output": output}, d.get("max_abs"))
             g["psnr"].add({**base, "output": output}, d.get("psnr_db"))
         g["flips"].add(base, (drift.get("decisions") or {}).get("flip_count"))
-        for status in STATUSES:
-            g["status"].add({**base, "status": status}, status == pred.get("status"))
         g["finished"].add(base, _timestamp(pred.get("finished_at")))
     return render(g.values())
 

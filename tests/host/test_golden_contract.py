@@ -91,3 +91,27 @@ def test_bad_contract_flags_are_one_line_exit_2(example_models, tmp_path, capsys
     rc, _ = _make(example_models, tmp_path, *flags)
     assert rc == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_range_that_starts_with_a_minus_is_taken_and_the_cases_are_counted(
+    example_models, tmp_path, capsys
+):
+    """``--range -1,1`` (MediaPipe, Paddle) as a separate word, as ``--range=-1,1`` always was."""
+    inputs = tmp_path / "in.npz"
+    cases = example_inputs("classifier", 3)
+    np.savez(inputs, **{f"c{i}/{k}": v for i, feeds in enumerate(cases) for k, v in feeds.items()})
+    rc, out = _make(
+        example_models,
+        tmp_path,
+        "--range",
+        "-1,1",
+        "--mean",
+        "-0.5,-0.5,-0.5",
+        "--std",
+        "2,2,2",
+        inputs=inputs,
+    )
+    assert rc == 0
+    image = read_golden(out).manifest["preprocessing"]["inputs"]["image"]
+    assert image["model_range"] == [-1.0, 1.0] and image["mean"] == [-0.5, -0.5, -0.5]
+    assert f"golden set {out}: 3 cases, sha256 " in capsys.readouterr().out

@@ -6,12 +6,43 @@ from __future__ import annotations
 
 import os
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
+import edgequal
 import pytest
 
 pytest_plugins = ["pytester"]
 
+JUNIT_XSD = Path(__file__).resolve().parents[1] / "fixtures" / "junit" / "junit-10.xsd"
+
+
+def validate_junit(path: Path) -> None:
+    """``path`` is valid against Jenkins' junit-10.xsd (tests/fixtures/junit, vendored)."""
+    import xmlschema
+
+    xmlschema.XMLSchema(JUNIT_XSD).validate(str(path))
+
+
+NOT_MEASURED_TEST = """
+import edgequal
+
+REPORT = {report!r}
+
+
+def test_p99_as_the_docs_write_it():
+    r = edgequal.verify(REPORT)
+    assert r.latency[0].p99_ms < 50
+
+
+def test_a_check_first_reads_as_the_docs_say():
+    lat = edgequal.verify(REPORT).latency[0]
+    assert not lat.p99_ms and isinstance(lat.p99_ms, edgequal.NotMeasured)
+    assert lat.p50_ms < 1000  # measured: a number
+    assert f"{{lat.p99_ms:.2f}}".startswith("not measured (p99 not measured: 309 samples")
+"""
+
 BOARD_TEST = """
+import edgequal
 import pytest
 
 MODEL = {model!r}
@@ -70,12 +101,15 @@ def test_each_board_test_runs_once_per_device(
     finally:
         for agent in agents:
             agent.stop()
-    cases = {c.get("name"): c for c in ET.parse(junit).getroot().iter("testcase")}
+    # Valid against Jenkins' junit-10.xsd: the figures are properties of the suite, named
+    # after the test (the schema allows none on a test case).
+    validate_junit(junit)
+    root = ET.parse(junit).getroot()
+    assert not [c for c in root.iter("testcase") if c.find("properties") is not None]
+    suite_props = {p.get("name"): p.get("value") for p in root.iter("property")}
     for label, device in (("pi-a", "pi-a"), (agents[1].address, "pi-b")):
-        props = {
-            p.get("name"): p.get("value")
-            for p in cases[f"test_classifier[{label}]"].iter("property")
-        }
+        prefix = f"test_each_board_test_runs_once_per_device.py::test_classifier[{label}]::"
+        props = {k.removeprefix(prefix): v for k, v in suite_props.items() if k.startswith(prefix)}
         assert props["edgequal_device"] == device and props["edgequal_status"]
         shape_p50 = [k for k in props if k.startswith("edgequal_p50_ms[")]
         assert len(shape_p50) == 1 and float(props[shape_p50[0]]) > 0
@@ -136,3 +170,35 @@ def test_a_lab_selects_boards_by_tag_with_the_token_its_file_names(
             agent.stop()
     # The x86 board was not selected: it ran nothing; each pi board ran its one test.
     assert [len(a.run_records()) for a in agents] == [2, 1, 0]
+
+
+@pytest.mark.slow  # the session's signed reports: several real runs
+def test_a_p99_an_inconclusive_run_did_not_measure_fails_the_test_saying_why(
+    pytester, reports, test_helper, tmp_path
+):
+    """The docs' ``assert r.latency[0].p99_ms < 50`` on a run interference cut short fails
+    with edgequal's own error and its reason, never ``TypeError: '<' not supported``."""
+    from edgequal.agent.keys import DeviceKey
+    from edgequal.agent.report.signing import build_statement, sign_envelope
+    from edgequal.host.devices.trust import KnownDevices
+
+    helpers = test_helper("gate_reports")
+    known = helpers.trust_local(reports)
+    base = edgequal.verify(reports.classifier, known=known)
+    pred = helpers.cut_short_by_interference(base.predicate)
+    key = DeviceKey.generate()
+    KnownDevices().trust("board", "local", key.public_key_raw())
+    report = tmp_path / "cut-short.report.json"
+    report.write_bytes(sign_envelope(key, build_statement(base.subjects, pred)))
+    pytester.makepyfile(NOT_MEASURED_TEST.format(report=str(report)))
+    junit = tmp_path / "junit.xml"
+    result = pytester.runpytest("-p", "no:cacheprovider", f"--junitxml={junit}")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*NotMeasuredError: p99 not measured: 309 samples, 368 needed; the run was "
+            "inconclusive: other processes took the CPU; re-run on a quiet board"
+        ]
+    )
+    assert "TypeError" not in result.stdout.str()
+    validate_junit(junit)

@@ -41,6 +41,8 @@ def matrix_html(result: FleetResult) -> str:
                 text += f"<br><small>gate {'passed' if r.gate_passed else 'FAILED'}</small>"
             if r.attempts > 1:
                 text += f"<br><small>{r.attempts} attempts</small>"
+            if r.why and not r.ok:  # the terminal's why column: the reason, never just a state
+                text += f'<br><small class="why">{e(r.why)}</small>'
             if r.page:
                 text = f'<a href="{e(r.page)}">{text}</a>'
             title = e(r.error or r.run_id or "")

@@ -56,6 +56,8 @@ def _gate_section(results: Sequence[GateResult]) -> str:
             mark = (
                 '<span class="pass">pass</span>'
                 if c.passed
+                else '<span class="retry">not judged</span>'
+                if not c.judged
                 else '<span class="retry">re-run</span>'
                 if c.retry
                 else '<span class="fail">FAIL</span>'

@@ -5,7 +5,7 @@ One section per (device, model): p50 and p99 latency on axes of their own (each 
 unit rule of ``present/units.py``) and sustained throughput (inferences/s) against the
 measurement time, a dashed vertical line numbered at the top at each run whose firmware
 or runtime differs from the run before, the numbered list of what changed, and the table
-of runs. Plots are matplotlib PNGs embedded as base64, as on
+of runs. An inconclusive run is a marked gap (a dotted line), not a point. Plots are matplotlib PNGs embedded as base64, as on
 the report page (``report.py``): the page is one file, fetches nothing, runs no
 script, and every text that comes from the database is escaped.
 """
@@ -40,6 +40,21 @@ def _change_text(row: dict) -> str:
     return ", ".join(parts)
 
 
+INCONCLUSIVE = "inconclusive"
+INCONCLUSIVE_COLOR = "#9a6700"
+NOT_MEASURED = {
+    "p50_ms": "not measured in these runs",
+    "p99_ms": "not measured: a p99 needs 368 calls in a run (a longer plan)",
+}
+"""What an empty latency panel says."""
+
+
+def _empty(ax, text: str) -> None:
+    """A panel without a point says why, in its middle."""
+    ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", fontsize=9,
+            color="#656d76")  # fmt: skip
+
+
 def trend_plot(device: str, model: str, rows: Sequence[dict]):
     """The figure of one board × model (a matplotlib Figure), or None without timed runs.
 
@@ -47,6 +62,8 @@ def trend_plot(device: str, model: str, rows: Sequence[dict]):
     (``present/units.py``), and sustained throughput below; every run whose firmware,
     kernel, OS, runtime or model changed is a dashed line numbered at the top, the
     numbers explained under the figure (:func:`change_list`), so no label is cut off.
+    An inconclusive run is a gap in every line with a dotted line at its time (its
+    figures are the interference's); a panel without a point says "not measured".
     """
     from matplotlib.figure import Figure
 
@@ -56,29 +73,39 @@ def trend_plot(device: str, model: str, rows: Sequence[dict]):
     fig = Figure(figsize=(11.0, 6.6), dpi=100, layout="constrained")
     p50_ax, p99_ax, thr = fig.subplots(3, 1, sharex=True, squeeze=True)
     times = [r["measured_at"] for r in timed]
+    # An inconclusive run's figures are the interference's, not the board's: a gap in each
+    # line (NaN breaks it) and a dotted line at its time, never a point.
+    spoiled = [r.get("status") == INCONCLUSIVE for r in timed]
     for ax, key, label, color in (
         (p50_ax, "p50_ms", "p50 latency", "#1f77b4"),
         (p99_ax, "p99_ms", "p99 latency", "#d62728"),
     ):
-        points = [(t, r[key]) for t, r in zip(times, timed) if r.get(key) is not None]
-        unit, scale = table_unit(v for _, v in points)
-        if points:
+        values = [None if bad else r.get(key) for r, bad in zip(timed, spoiled)]
+        unit, scale = table_unit(v for v in values if v is not None)
+        if any(v is not None for v in values):
             ax.plot(
-                [t for t, _ in points],
-                [v * scale for _, v in points],
+                times,
+                [float("nan") if v is None else v * scale for v in values],
                 marker="o",
                 color=color,
                 label=f"{label} ({unit})",
             )
             ax.legend(loc="upper left", fontsize=8)
+        else:
+            _empty(ax, NOT_MEASURED[key])
         ax.set_ylabel(f"{label.split()[0]} ({unit})")
-    points = [(t, r["sustained_per_s"]) for t, r in zip(times, timed) if r.get("sustained_per_s")]
-    if points:
-        thr.plot(*zip(*points), marker="s", color="#2ca02c", label="sustained throughput")
+    values = [None if bad else r.get("sustained_per_s") for r, bad in zip(timed, spoiled)]
+    if any(values):
+        thr.plot(times, [v or float("nan") for v in values], marker="s", color="#2ca02c",
+                 label="sustained throughput")  # fmt: skip
         thr.legend(loc="upper left", fontsize=8)
     else:
-        thr.text(0.5, 0.5, "no sustained phase in these runs", transform=thr.transAxes,
-                 ha="center", va="center", fontsize=9, color="#656d76")  # fmt: skip
+        _empty(thr, "no sustained phase in these runs")
+    for t, bad in zip(times, spoiled):
+        if bad:
+            for ax in (p50_ax, p99_ax, thr):
+                ax.axvline(t, color=INCONCLUSIVE_COLOR, linestyle=":", linewidth=1.5,
+                           gid="inconclusive")  # fmt: skip
     number = 0
     for t, r in zip(times, timed):
         if r.get("changes"):
@@ -97,7 +124,7 @@ def trend_plot(device: str, model: str, rows: Sequence[dict]):
                 color="#633c01",
                 fontweight="bold",
             )
-        if r.get("status") not in ("passed", "degraded"):
+        if r.get("status") not in ("passed", "degraded", INCONCLUSIVE):
             thr.annotate(
                 str(r.get("status")),
                 (t, 0.04),
@@ -191,9 +218,17 @@ def render_trend_page(
             f'<span class="muted">({len(rows)} runs, {changes} with changes)</span></li>'
         )
         figure = trend_figure(device, model, rows) or '<p class="muted">no runs</p>'
+        spoiled = sum(1 for r in rows if r.get("status") == INCONCLUSIVE)
+        gaps = (
+            f'<p class="muted">{spoiled} inconclusive run{"s" if spoiled != 1 else ""} '
+            "(other processes took the CPU): gaps in the lines, each a dotted line, never a "
+            "point</p>"
+            if spoiled
+            else ""
+        )
         sections.append(
-            f'<h2 id="{anchor}">{_e(model)} on {_e(device)}</h2>{figure}{change_list(rows)}'
-            f"{_runs_table(rows)}"
+            f'<h2 id="{anchor}">{_e(model)} on {_e(device)}</h2>{figure}{gaps}'
+            f"{change_list(rows)}{_runs_table(rows)}"
         )
     if not sections:
         sections.append('<p class="muted">No recorded runs match.</p>')

@@ -41,12 +41,20 @@ def _num(v, fmt="{:.4g}") -> str:
     return "—" if v is None else fmt.format(v)
 
 
-def print_table(title: str, columns: list[str], rows: list[list[str]]) -> None:
+def print_table(
+    title: str, columns: list[str], rows: list[list[str]], whole: tuple[str, ...] = ()
+) -> None:
     """A plain table (devices list, profiles). A cell too wide for the screen folds onto
-    the next line rather than being cut (a run id or version must stay whole)."""
+    the next line rather than being cut (a run id or version must stay whole); a column
+    named in ``whole`` (file and device names) is as wide as its widest cell and never
+    folds: the other columns fold instead."""
     t = Table(title=esc(title), title_justify="left")
     for c in columns:
-        t.add_column(esc(c), overflow="fold")
+        if c in whole:
+            width = max([len(c), *(len(str(r[columns.index(c)])) for r in rows)])
+            t.add_column(esc(c), no_wrap=True, min_width=width)
+        else:
+            t.add_column(esc(c), overflow="fold")
     for r in rows:
         t.add_row(*[Text(str(x)) for x in r])
     console.print(t)
@@ -136,9 +144,9 @@ def print_latency(results: dict) -> None:
         for entry in per_shape:
             excluded = excluded_text(entry)
             if excluded:
-                basis = "calls that kept the CPU" if decided_on_clean(entry) else "every call"
+                basis = "the calls that kept the CPU" if decided_on_clean(entry) else "every call"
                 measured = (entry.get("as_measured") or entry["summary"]).get("p99_ms")
-                line = f"  latency {esc(entry['shape'])} on the {basis}: {esc(excluded)}"
+                line = f"  latency {esc(entry['shape'])} over {basis}: {esc(excluded)}"
                 if measured is not None and decided_on_clean(entry):
                     line += f"; p99 as measured {v(measured)} {unit}"
                 console.print(line, soft_wrap=True)

@@ -385,16 +385,20 @@ def print_gate_result(result: dict) -> None:
     for col in ("check", "limit", "measured", "result"):
         t.add_column(col, justify="left" if col in ("check", "result") else "right")
     for c in result["checks"]:
+        judged = c.get("judged", True)
         mark = (
             "[green]pass[/]"
             if c["passed"]
+            else "[yellow]not judged[/]"
+            if not judged
             else ("[yellow]RETRY[/]" if c["retry"] else "[red]FAIL[/]")
         )
         t.add_row(escape(c["name"]), escape(c["limit"]), escape(c["measured"]), mark)
     console.print(t)
     for c in result["checks"]:
         if not c["passed"]:
-            console.print(f"  [red]✗[/] {escape(c['message'])}", soft_wrap=True)
+            sign = "[red]✗[/]" if c.get("judged", True) else "[yellow]–[/]"
+            console.print(f"  {sign} {escape(c['message'])}", soft_wrap=True)
     baseline = result.get("baseline")
     if baseline:
         console.print(

@@ -49,3 +49,20 @@ def _decisions(flips, near, near_flips, total=12):
 )
 def test_decision_flips_name_the_cases_that_flipped(decisions, text):
     assert decisions_text(decisions) == text
+
+
+def test_a_shape_decided_on_every_call_reads_figures_over_every_call():
+    """The agent says "figures over every call", never "over the every call"."""
+    from edgequal.agent.report.summary import format_summary
+
+    figures = dict(count=400, min_ms=1.0, max_ms=3.0, mean_ms=1.2, sd_ms=0.1, cv=0.08)
+    figures.update(p50_ms=1.1, p90_ms=1.4, p95_ms=1.5, p99_ms=2.5, p99_9_ms=None)
+    entry = {
+        "shape": "x=1x4",
+        "summary": figures,
+        "warmup": {"runs": 20, "seconds": 0.1, "steady": True},
+        "preemption": {"calls": 400, "excluded": 100, "clean_enough": False, "needed": 368},
+    }
+    text = format_summary({"status": "passed", "results": {"latency": {"per_shape": [entry]}}})
+    assert "  figures over every call: 100 of 400 calls excluded (preempted); 300 clean" in text
+    assert "over the every" not in text

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from edgequal.host.cli.main import main as edgequal_main
 
 BIN = Path(sys.executable).parent
 
@@ -199,3 +200,73 @@ def test_key_show_points_at_the_local_agents_key_and_shows_it(tmp_path):
         f"fingerprint {key.fingerprint()}",
         f"state dir {local}",
     ]
+
+
+def _error_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    return err[0]
+
+
+def test_an_unrelated_device_name_gets_no_suggestion_a_typo_does(example_models, capsys):
+    from edgequal.agent.keys import DeviceKey
+    from edgequal.host.devices.trust import KnownDevices
+
+    KnownDevices().trust("board-3", "grpc://127.0.0.1:9", DeviceKey.generate().public_key_raw())
+    micro = str(example_models["micro"])
+    assert edgequal_main(["qualify", micro, "--device", "nosuchboard"]) == 2
+    line = _error_line(capsys)
+    assert "unknown device 'nosuchboard' (known: local, board-3)" in line
+    assert "did you mean" not in line
+    assert "(hint: trust it first: edgequal devices trust nosuchboard grpc://HOST:PORT)" in line
+    assert edgequal_main(["qualify", micro, "--device", "board3"]) == 2
+    assert _error_line(capsys).endswith("(hint: did you mean 'board-3'?)")
+
+
+def test_a_tflite_file_named_onnx_is_called_a_tflite_file(example_models, tmp_path, capsys):
+    renamed = tmp_path / "detector.onnx"
+    renamed.write_bytes(example_models["classifier_tflite"].read_bytes())
+    assert edgequal_main(["qualify", str(renamed)]) == 2
+    line = _error_line(capsys)
+    assert "detector.onnx is not an ONNX model: it is a TFLite file" in line
+    assert "name it .tflite" in line
+    onnx_renamed = tmp_path / "classifier.tflite"
+    onnx_renamed.write_bytes(example_models["classifier"].read_bytes())
+    assert edgequal_main(["qualify", str(onnx_renamed)]) == 2
+    assert "classifier.tflite is not a TFLite model: it is an ONNX model" in _error_line(capsys)
+
+
+def test_golden_make_on_a_non_model_says_what_qualify_says(tmp_path, capsys):
+    import numpy as np
+
+    text_model = tmp_path / "notes.onnx"
+    text_model.write_text("these are my notes, not a model\n")
+    inputs = tmp_path / "in.npz"
+    np.savez(inputs, image=np.zeros((1, 3, 32, 32), np.float32))
+    assert edgequal_main(["qualify", str(text_model)]) == 2
+    qualify_line = _error_line(capsys)
+    argv = ["golden", "make", str(text_model), "--inputs", str(inputs), "-o", str(tmp_path / "g")]
+    assert edgequal_main(argv) == 2
+    assert _error_line(capsys) == qualify_line
+    assert "notes.onnx is not an ONNX model" in qualify_line and "(hint: " in qualify_line
+
+
+def test_a_shape_error_ends_with_the_hint_the_docs_promise(ran):
+    line = _one_line(ran["shape_rank"])
+    assert line.endswith("(hint: give one size per dimension: --shape image=BATCHx3xHEIGHTxWIDTH)")
+
+
+@pytest.mark.parametrize(
+    "shapes, hint",
+    [
+        ({"image": [1, 4, 48, 48]}, "only the named dimensions may change: --shape image=BATCHx3x"),
+        ({"img": [1, 3, 48, 48]}, "name one of the model's inputs: --shape image=BATCHx3x"),
+    ],
+)
+def test_every_shape_error_has_a_hint(example_models, shapes, hint):
+    from edgequal.host.errors import UsageError
+    from edgequal.host.model_file import check_shapes
+
+    with pytest.raises(UsageError) as e:
+        check_shapes(example_models["dynamic"], "onnxruntime", shapes)
+    assert e.value.hint.startswith(hint)

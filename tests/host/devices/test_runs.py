@@ -111,6 +111,8 @@ def test_ctrl_c_cancels_the_run_and_keeps_its_signed_report(
     # A cancellation, said as one: no worker failure, no "fix the cause above".
     out = " ".join(out.decode().split())
     assert "INCOMPLETE" in out and "reason: cancelled" in out
+    # The header names the device as it is trusted, not its address.
+    assert f"INCOMPLETE device bench run {run_id}" in out and bench.address not in out
     assert "the run was cancelled (Ctrl-C or runs cancel), nothing failed" in out
     assert "worker_failure" not in out and "fix the cause" not in out
     predicate = _cancelled(report, "bench", run_id)

@@ -442,6 +442,10 @@ def test_retries_with_backoff(tmp_path, example_models, outcomes, state, attempt
         envelope = (tmp_path / "out" / record.report).read_bytes()
         report = verify_envelope(envelope, known=KnownDevices(), device="dev")
         assert NonceLedger().check(report.nonce, report.run_id, envelope)
+        import xmlschema
+
+        xsd = Path(__file__).resolve().parents[2] / "fixtures" / "junit" / "junit-10.xsd"
+        xmlschema.XMLSchema(xsd).validate(str(tmp_path / "out" / "junit.xml"))
         suite = ET.parse(tmp_path / "out" / "junit.xml").getroot().find("testsuite")
         failure = suite.find("testcase").find("failure")
         if record.ok:
@@ -452,6 +456,15 @@ def test_retries_with_backoff(tmp_path, example_models, outcomes, state, attempt
         from edgequal.host.present.terminal.summary import fleet_log_line
 
         assert fleet_log_line(record).endswith("" if record.ok else f": scripted {record.status}")
+    # The page's cell gives the reason, as the terminal's why column does.
+    page = (tmp_path / "out" / "index.html").read_text()
+    if not record.ok:
+        why = record.reason or record.error
+        assert why and f'<small class="why">{why}</small>' in page
+        if attempts > 1:
+            assert f'{attempts} attempts</small><br><small class="why">{why}' in page
+    else:
+        assert 'class="why"' not in page
 
 
 def test_a_waiting_run_says_what_it_waits_for_and_when_the_device_is_likely_free():
@@ -482,3 +495,51 @@ def test_a_waiting_run_says_what_it_waits_for_and_when_the_device_is_likely_free
         line,
     ), line
     assert "14399" not in line and "lease expires" not in line
+
+
+def test_the_first_wait_for_a_lease_names_its_holder(tmp_path, example_models):
+    """Before the device's first answer in line, "waiting for the lease of board-2" already
+    names who holds it (the device's Info); a free device's wait names nobody."""
+    import time
+
+    from edgequal.agent.keys import load_or_create_device_key
+
+    key = load_or_create_device_key(tmp_path / "key")
+    KnownDevices().trust("board-2", "grpc://127.0.0.1:1", key.public_key_raw())
+    now_ms = int(time.time() * 1000)
+    held = {
+        "run_id": "",
+        "holder": "alice@ci",
+        "purpose": "bench session",
+        "started_unix_ms": now_ms - 5_000,
+        "expires_unix_ms": now_ms + 60_000,
+    }
+
+    class HeldTransport(ScriptedTransport):
+        lease = held
+
+        def info(self):
+            return {**super().info(), "lease": self.lease}
+
+    lab_path = tmp_path / "lab.toml"
+    lab_path.write_text('[devices.board-2]\naddress = "grpc://127.0.0.1:1"\n')
+    models = load_models(write_models(tmp_path, example_models, {}, names=("micro",)))
+    for lease, expected in (
+        (held, "waiting for the lease of board-2: leased to alice@ci for bench session"),
+        (None, "waiting for the lease of board-2"),
+    ):
+        transport = HeldTransport(key, ["passed"])
+        transport.lease = lease
+        seen = []
+        runner = FleetRunner(
+            load_lab(lab_path),
+            models,
+            FleetOptions(out_dir=tmp_path / f"out-{bool(lease)}", retries=0, html_pages=False),
+            open_device=lambda d, t=transport: t,
+            sleep=lambda s: None,
+        )
+        runner.on_change = lambda r, seen=seen: seen.append(r.why) if r.state == "waiting" else None
+        runner.run()
+        assert seen and seen[0].startswith(expected), seen
+        if lease is None:
+            assert seen[0] == expected

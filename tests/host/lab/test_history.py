@@ -41,14 +41,20 @@ def signer(tmp_path):
     key = load_or_create_device_key(tmp_path / "device-state")
     KnownDevices().trust("bench", "grpc://127.0.0.1:1", key.public_key_raw())
 
-    def sign(p50_ms: float, runtime_version: str = "1.20.0", status: str = "passed") -> bytes:
+    def sign(
+        p50_ms: float,
+        runtime_version: str = "1.20.0",
+        status: str = "passed",
+        model_name: str = "micro.onnx",
+        model_bytes: bytes = b"model",
+    ) -> bytes:
         request = RunRequest(
             run_id=new_run_id(),
-            model_digest=hashlib.sha256(b"model").hexdigest(),
+            model_digest=hashlib.sha256(model_bytes).hexdigest(),
             golden_digest=None,
             plan={"preset": "quick", "profile": "generic/linux-x86_64"},
             nonce="n",
-            model_name="micro.onnx",
+            model_name=model_name,
         )
         measurement = {
             "status": status,
@@ -287,3 +293,68 @@ def test_a_version_1_database_is_upgraded_in_place(tmp_path, signer):
     path.write_bytes(signer(1.5))
     assert history.record_file(path, "bench")
     assert [r["p50_ms"] for r in history.list()] == [1.5]
+
+
+def test_record_with_the_models_file_keeps_the_labs_names(signer, tmp_path, capsys):
+    """``history record --models models.toml`` records a report under the model's name there
+    (matched by SHA-256), as fleet run does; an unknown ``--model`` says so, naming the known."""
+    db = f"sqlite:///{tmp_path / 'history.sqlite'}"
+    long_name = "face_detector_mobilenet_v2_int8_320x320.onnx"
+    model = tmp_path / long_name
+    model.write_bytes(b"face detector weights")
+    models = tmp_path / "models.toml"
+    models.write_text(f'[models.face-det]\npath = "{model}"\n')
+    face = tmp_path / "face.json"
+    face.write_bytes(signer(3.25, model_name=long_name, model_bytes=model.read_bytes()))
+    other = tmp_path / "micro.json"
+    other.write_bytes(signer(1.5))  # not a model of the file: recorded without a name
+    argv = ["history", "record", str(face), str(other), "--models", str(models), "--db", db]
+    assert edgequal_main(argv) == 0
+    capsys.readouterr()
+    assert edgequal_main(["history", "list", "--model", "face-det", "--db", db, "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert (row["model_label"], row["model_name"], row["p50_ms"]) == ("face-det", long_name, 3.25)
+    assert row["cell"] is None and row["attempt"] is None
+    # The table keeps file names whole on a 120-column screen (the run id folds instead).
+    assert edgequal_main(["history", "trend", "--model", "face-det", "--db", db]) == 0
+    out = capsys.readouterr().out
+    assert f"face-det ({long_name})" in out
+    assert edgequal_main(["history", "list", "--model", "face-dt", "--db", db]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("edgequal: error: no recorded run of model 'face-dt' in sqlite:///")
+    assert err.endswith(
+        "(hint: known models: face-det, face_detector_mobilenet_v2_int8_320x320.onnx, micro.onnx)"
+    )
+    assert edgequal_main(["history", "show", "--model", "face-dt", "--db", db]) == 2
+
+
+@pytest.mark.slow  # renders the page's figure twice (about 1.5 CPU-seconds)
+def test_the_trend_page_draws_an_inconclusive_run_as_a_marked_gap(signer, tmp_path, capsys):
+    """A run interference spoiled is a gap in each line with a dotted line at its time, not
+    a point; a p99 panel without a point says "not measured"."""
+    import math
+
+    from edgequal.host.present.html.trend import trend_plot
+
+    db = f"sqlite:///{tmp_path / 'history.sqlite'}"
+    paths = []
+    for i, (p50, status) in enumerate([(1.0, "passed"), (9.0, "inconclusive"), (1.1, "passed")]):
+        paths.append(tmp_path / f"r{i}.json")
+        paths[-1].write_bytes(signer(p50, status=status))
+    assert edgequal_main(["history", "record", *map(str, paths), "--db", db]) == 0
+    page = tmp_path / "trend.html"
+    assert edgequal_main(["history", "trend", "--db", db, "--html", str(page)]) == 0
+    assert "1 inconclusive run (other processes took the CPU): gaps in the lines" in (
+        page.read_text()
+    )
+    rows = History.open(db).trend("bench", "micro")
+    fig = trend_plot("bench", "micro.onnx", rows)
+    p50_ax, p99_ax, thr = fig.axes
+    (line,) = [ln for ln in p50_ax.get_lines() if ln.get_gid() != "inconclusive"]
+    y = list(line.get_ydata())
+    assert y[0] == pytest.approx(1.0) and math.isnan(y[1]) and y[2] == pytest.approx(1.1)
+    for ax in (p50_ax, p99_ax, thr):
+        assert sum(ln.get_gid() == "inconclusive" for ln in ax.get_lines()) == 1
+    assert [t.get_text() for t in p99_ax.texts] == [
+        "not measured: a p99 needs 368 calls in a run (a longer plan)"
+    ]

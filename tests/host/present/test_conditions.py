@@ -313,7 +313,7 @@ def test_edge_shapes_all_ran_memory_and_per_label_limits(sign):
     # p99 needs 368 runs: an edge shape timed for 40 runs has none, and says so.
     p99 = run_gate(ok, parse_policy({"edge_shapes": {"max_p99_ms": 500}}), known=KnownDevices())
     check = _check(p99, "edge_shapes.max_p99_ms[largest]")
-    assert not check.passed and "p99 not measured (40 samples, needs 368)" in check.message
+    assert not check.passed and "p99 not measured: 40 samples, 368 needed" in check.message
 
     # A label the report does not have fails, naming the labels it has.
     missing = parse_policy({"edge_shapes": {"labels": {"largets": {"max_peak_rss_mb": 300}}}})

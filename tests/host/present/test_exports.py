@@ -51,6 +51,11 @@ def test_export_prometheus_and_github_benchmark(reports, known, tmp_path, capsys
     assert edgequal_main(["export", *paths, "--format", "prometheus", "-o", str(out)]) == 0
     families = _families(out.read_text())
     shape, s, predicate = _latency(reports.classifier)
+    if predicate["status"] == "inconclusive":  # this busy machine's doing: its status only
+        assert "classifier.onnx" not in json.dumps(
+            [x.labels for f in families.values() for x in f.samples if f.name != "edgequal_status"]
+        )
+        return
     p50 = {
         (x.labels["model"], x.labels["shape"]): x.value
         for x in families["edgequal_latency_p50_seconds"].samples
@@ -132,3 +137,38 @@ def test_fleet_prometheus_directory_has_one_file_per_device(reports, known, tmp_
         models = {x.labels["model"] for x in families["edgequal_latency_p50_seconds"].samples}
         assert len(models) == (1 if model == "classifier" else 2)
     assert [p.name for p in prom.iterdir()] == ["local.prom"]
+
+
+@pytest.mark.slow  # the session's signed reports
+def test_an_inconclusive_run_is_never_charted(reports, known, sign, tmp_path, capsys):
+    """github-benchmark leaves an inconclusive run's entries out; Prometheus has its status
+    only (its figures are the interference's, not the board's)."""
+    _, _, predicate = _latency(reports.classifier)
+    good = json.loads(json.dumps(predicate))
+    good["status"], good["reason"] = "passed", None
+    spoiled = json.loads(json.dumps(predicate))
+    spoiled["status"] = "inconclusive"
+    spoiled["reason"] = "other processes took the CPU; re-run on a quiet board"
+    paths = [
+        str(sign("good", good, [{"name": "good.onnx", "sha256": "ab" * 32}])),
+        str(sign("spoiled", spoiled, [{"name": "spoiled.onnx", "sha256": "cd" * 32}])),
+    ]
+    capsys.readouterr()
+    assert edgequal_main(["export", *paths, "--format", "github-benchmark"]) == 0
+    names = [e["name"] for e in json.loads(capsys.readouterr().out)]
+    assert any(n.startswith("good.onnx on board: latency p50") for n in names)
+    assert not [n for n in names if n.startswith("spoiled.onnx")]
+    assert edgequal_main(["export", *paths, "--format", "prometheus"]) == 0
+    families = _families(capsys.readouterr().out)
+    models = {name: {x.labels["model"] for x in f.samples} for name, f in families.items()}
+    assert models["edgequal_status"] == {"good.onnx", "spoiled.onnx"}
+    status = {
+        x.labels["status"]: x.value
+        for x in families["edgequal_status"].samples
+        if x.labels["model"] == "spoiled.onnx"
+    }
+    assert status["inconclusive"] == 1.0 and sum(status.values()) == 1.0
+    for name, seen in models.items():
+        if name != "edgequal_status":
+            assert "spoiled.onnx" not in seen, name
+    assert "good.onnx" in models["edgequal_latency_p50_seconds"]

@@ -85,7 +85,7 @@ def test_a_card_per_model_with_the_figures_a_model_card_shows(tmp_path):
     flipping = _report(
         "classifier_qdq.onnx",
         0.07 + rng.exponential(0.01, 500),
-        cold_load={"total_ms": {"median": 365.2}},
+        cold_load={"total_ms": {"median": 365.2}, "first_inference_ms": {"median": 12.5}},
         memory={"peak_rss_bytes": 70 << 20},
         drift={
             "outputs": {"score": {"max_abs": 0.0175, "psnr_db": 26.7, "passed": False}},
@@ -108,7 +108,9 @@ def test_a_card_per_model_with_the_figures_a_model_card_shows(tmp_path):
         f"{p['p50_ms'] * 1000:.1f} µs / {p['p90_ms'] * 1000:.1f} µs / {p['p99_ms'] * 1000:.1f} µs"
     )
     assert expected in html
-    assert "365 ms cold" in html and "70.0 MB" in html
+    # The terminal's words: the total to the first result, and the first inference alone.
+    assert "<dt>Total to first result</dt><dd>365 ms</dd>" in html
+    assert "<dt>First inference</dt><dd>12.50 ms</dd>" in html and "70.0 MB" in html
     assert "score: max abs 0.0175, PSNR 26.7 dB; out of tolerance: score" in html
     assert "3 of 24 decisions flipped (case01, case09, case17)" in html
     assert "model_rejected: com.example:Frobnicate (cold_load)" in html

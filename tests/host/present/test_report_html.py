@@ -95,6 +95,10 @@ def test_several_reports_overlay_and_an_unverified_one_is_marked(reports, known,
     assert edgequal_main(["report", "html", *map(str, paths), "-o", str(page)]) == 0
     html = page.read_text()
     assert html.count("<img") == 1  # one latency figure, three curves; no sustained phase
+    # The cards use the terminal's words: the total to the first result is not the first
+    # inference, and each is given as itself.
+    assert html.count("<dt>Total to first result</dt>") == html.count("<dt>First inference</dt>")
+    assert html.count("<dt>First inference</dt>") == 3 and " cold</dd>" not in html
     # Each series names its letter and model; the same model twice on one device also
     # names its run.
     runs = [load_report(p, known=known).predicate["run_id"] for p in paths]

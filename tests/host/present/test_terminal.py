@@ -283,3 +283,29 @@ def test_a_table_folds_a_wide_cell_instead_of_cutting_it(capsys):
     lines = [line.split("│")[1:-1] for line in out.splitlines() if line.startswith("│")]
     cells = ["".join(part.strip() for part in col) for col in zip(*lines)]
     assert cells == [value.replace(" ", "") for value in row]
+
+
+def test_a_shape_with_too_few_clean_calls_reads_over_every_call(capsys):
+    """The line under the latency table: "latency x=1x4 over every call: …" (never "on the
+    every call"), and "over the calls that kept the CPU" when they decide."""
+    figures = dict(count=400, min_ms=1.0, max_ms=3.0, mean_ms=1.2, sd_ms=0.1, cv=0.08)
+    figures.update(p50_ms=1.1, p90_ms=1.4, p95_ms=1.5, p99_ms=2.5, p99_9_ms=None)
+    entry = {
+        "shape": "x=1x4",
+        "summary": figures,
+        "warmup": {"runs": 20, "seconds": 0.1, "steady": True},
+        "preemption": {"calls": 400, "excluded": 100, "clean_enough": False, "needed": 368},
+    }
+    predicate = {
+        "status": "passed",
+        "run_id": "r-3",
+        "results": {"latency": {"per_shape": [entry]}},
+    }
+    summary.print_summary(predicate, "bench")
+    text = " ".join(capsys.readouterr().out.split())
+    assert text.startswith("edgequal PASSED device bench run r-3")
+    assert (
+        "latency x=1x4 over every call: 100 of 400 calls excluded (preempted); 300 clean, "
+        "368 needed"
+    ) in text
+    assert "on the" not in text

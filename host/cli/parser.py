@@ -519,14 +519,16 @@ def _add_gate_parsers(sub) -> None:
         ex,
         "edgequal export nightly/reports/*.json --format github-benchmark -o bench.json",
         "edgequal export pi5.report.json --format prometheus -o /var/lib/node_exporter/eq.prom",
+        "edgequal export pi5.report.json jetson.report.json --format cyclonedx -o bom.json",
     )
     ex.add_argument("reports", type=Path, nargs="+", metavar="REPORT")
     ex.add_argument(
         "--format",
         required=True,
-        choices=["github-benchmark", "prometheus"],
+        choices=["github-benchmark", "prometheus", "cyclonedx"],
         help="github-benchmark: customSmallerIsBetter JSON for github-action-benchmark; "
-        "prometheus: OpenMetrics text for node_exporter's textfile collector",
+        "prometheus: OpenMetrics text for node_exporter's textfile collector; "
+        "cyclonedx: a CycloneDX 1.6 ML-BOM (model, golden set, runtimes, device, model card)",
     )
     ex.add_argument(
         "-o", "--output", type=Path, metavar="FILE", help="write here atomically (default stdout)"

@@ -27,7 +27,7 @@ from edgequal.agent.report.signing import STATUSES
 
 from ..judge.report_file import ReportFile
 
-FORMATS = ("github-benchmark", "prometheus")
+FORMATS = ("github-benchmark", "prometheus", "cyclonedx")
 
 
 def _labels(report: ReportFile) -> dict[str, str]:

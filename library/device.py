@@ -46,11 +46,17 @@ def host_errors() -> Iterator[None]:
 
 def plan_fields(fields: Mapping) -> dict:
     """Keyword plan fields as ``make_plan`` takes them: ``sustain``, ``window`` and
-    ``latency`` (or any ``*_s`` field) may be a duration text such as ``"2m"``."""
+    ``latency`` (or any ``*_s`` field) may be a duration text such as ``"2m"``; ``policy``
+    (a gate policy file) commits that policy's sha256 in the signed plan
+    (``policy_sha256``, docs/gating.md "A policy committed before the run")."""
     from edgequal.agent.plan import parse_duration_s
 
     out = {}
     for key, value in fields.items():
+        if key == "policy":
+            from edgequal.host.judge.policy import load_policy
+
+            key, value = "policy_sha256", load_policy(value).sha256 if value else None
         key = _DURATION_FIELDS.get(key, key)
         if key.endswith("_s") and isinstance(value, str):
             value = parse_duration_s(value)

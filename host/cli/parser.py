@@ -138,7 +138,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     q.add_argument("--json", action="store_true", help="print the verified predicate as JSON")
     q.add_argument(
-        "--gate", type=Path, metavar="POLICY", help="then gate the report on POLICY.toml"
+        "--gate",
+        type=Path,
+        metavar="POLICY",
+        help="commit POLICY.toml's digest in the signed plan, then gate the report on it",
+    )
+    q.add_argument(
+        "--policy",
+        type=Path,
+        metavar="POLICY",
+        help="commit POLICY.toml's digest in the signed plan (gate later with edgequal gate)",
     )
     q.add_argument("--html", type=Path, metavar="PAGE", help="also write the report page here")
     q.add_argument("--junit", type=Path, metavar="FILE", help="with --gate: write JUnit XML here")

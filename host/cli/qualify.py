@@ -110,7 +110,24 @@ def _plan_flags(args) -> dict:
         "window_s": parse_duration_s(args.window) if args.window else None,
         **length_flags(args),
         **_measurement_flags(args),
+        "policy_sha256": _committed_policy(args),
     }
+
+
+def _committed_policy(args) -> str | None:
+    """The sha256 of ``--gate``'s or ``--policy``'s policy, signed inside the plan so a gate
+    can show its limits were fixed before the run (host/judge/claims.py)."""
+    path = args.gate or args.policy
+    if path is None:
+        return None
+    if args.gate is not None and args.policy is not None and args.gate != args.policy:
+        from ..errors import UsageError
+
+        raise UsageError(
+            "--gate and --policy name different policies",
+            hint="--gate commits its policy and gates on it; give one of them",
+        )
+    return _load_gate_policy(path).sha256
 
 
 def _plan_from_args(args) -> Plan:

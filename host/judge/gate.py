@@ -38,6 +38,7 @@ from .checks import (
     status_checks,
     sustained_checks,
 )
+from .claims import claims, commitment, commitment_checks
 from .condition_checks import coload_checks, edge_shape_checks
 from .pipeline_checks import pipeline_checks
 from .policy import Policy
@@ -66,6 +67,10 @@ class GateResult:
     reason: str | None = None
     device: str | None = None
     baseline: dict | None = None
+    # Whether the run committed to this policy before it ran (host/judge/claims.py), and
+    # every check as a claim (metric, comparator, threshold, measured, sample size, passed).
+    commitment: str | None = None
+    claims: list[dict] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -114,6 +119,8 @@ class GateResult:
             "device": self.device,
             "checks": [c.to_json() for c in self.checks],
             "baseline": self.baseline,
+            "policy_commitment": self.commitment,
+            "claims": self.claims,
         }
 
 
@@ -129,6 +136,7 @@ def evaluate(predicate: dict, policy: Policy) -> list[Check]:
     short = any(not c.passed for c in plan)
     return [
         *plan,
+        *commitment_checks(predicate, policy),
         *status_checks(predicate, policy),
         *findings_checks(predicate, policy),
         *cold_load_checks(results, policy),
@@ -217,4 +225,6 @@ def run_gate(
         checks, summary = baseline_checks(base, cand, policy)
         result.checks += checks
         result.baseline = summary
+    result.commitment = commitment(pred, policy)
+    result.claims = claims(pred, policy, result.checks)
     return result

@@ -449,7 +449,11 @@ class FleetRunner:
         if fixed is not None and fixed.plan is not None:
             plan = Plan.from_json(fixed.plan)
         else:
-            plan = fleet_plan(model.plan or opts.plan, profile, opts.plan_overrides)
+            # --gate's policy is committed in the plan the device signs (host/judge/claims.py).
+            committed = {"policy_sha256": self.policy.sha256} if self.policy is not None else {}
+            plan = fleet_plan(
+                model.plan or opts.plan, profile, {**opts.plan_overrides, **committed}
+            )
         final_path = self.out / "reports" / f"{run_file_stem(model.name, device.name)}.json"
         attempts = 1 + max(0, opts.retries)
         for attempt in range(1, attempts + 1):

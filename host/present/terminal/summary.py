@@ -412,6 +412,8 @@ def print_gate_result(result: dict) -> None:
                 )
         else:
             console.print("  fingerprint unchanged since the baseline")
+    if result.get("policy_commitment"):
+        console.print(f"  policy {escape(result['policy_commitment'])}", soft_wrap=True)
     style = "bold green" if result["passed"] else ("bold yellow" if result["retry"] else "bold red")
     console.print(Text(result["summary"], style=style), soft_wrap=True)
 

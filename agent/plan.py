@@ -128,6 +128,9 @@ DEFAULTS = {
     # were fixed before the figures were known (docs/gating.md "A policy committed before
     # the run"). The device only checks its form.
     "policy_sha256": None,
+    # The sha256 of the model's OMS signature file, pushed like the model (qualify
+    # --model-signature): the agent verifies it before loading (agent/model_signature.py).
+    "model_signature_sha256": None,
     # Where fields came from: {field: "preset" | "profile" | "flag"}; a field not named
     # here has the plan's default (DEFAULTS).
     "sources": {},
@@ -230,6 +233,7 @@ class Plan:
     runtime_env_rounds: int = 4
     preemption_tags: bool = True
     policy_sha256: str | None = None
+    model_signature_sha256: str | None = None
     sources: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -427,11 +431,12 @@ def _validated(plan: Mapping) -> dict:
             raise BadInput(f"plan field '{key}' must be a string, got {full[key]!r}")
     if full["profile"] is not None and not isinstance(full["profile"], str):
         raise BadInput(f"plan field 'profile' must be a string, got {full['profile']!r}")
-    digest = full["policy_sha256"]
-    if digest is not None and not (
-        isinstance(digest, str) and len(digest) == 64 and set(digest) <= set("0123456789abcdef")
-    ):
-        raise BadInput("plan field 'policy_sha256' must be 64 lowercase hex digits or null")
+    for key in ("policy_sha256", "model_signature_sha256"):
+        digest = full[key]
+        if digest is not None and not (
+            isinstance(digest, str) and len(digest) == 64 and set(digest) <= set("0123456789abcdef")
+        ):
+            raise BadInput(f"plan field '{key}' must be 64 lowercase hex digits or null")
     providers = full["providers"]
     if providers is not None and (
         not isinstance(providers, (list, tuple)) or not all(isinstance(p, str) for p in providers)

@@ -149,6 +149,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="POLICY",
         help="commit POLICY.toml's digest in the signed plan (gate later with edgequal gate)",
     )
+    q.add_argument(
+        "--model-signature",
+        type=Path,
+        metavar="SIG",
+        help="the model's OpenSSF Model Signing signature: the device verifies it before "
+        "loading the model, against the keys its agent.toml trusts (docs/security.md)",
+    )
     q.add_argument("--html", type=Path, metavar="PAGE", help="also write the report page here")
     q.add_argument("--junit", type=Path, metavar="FILE", help="with --gate: write JUnit XML here")
 

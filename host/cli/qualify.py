@@ -167,6 +167,8 @@ def cmd_qualify(args) -> int:
             hint=f"make one with: edgequal golden make {model} --inputs INPUTS.npz -o {args.golden}",
         )
     check_shapes(model, runtime, flags_plan.shapes)
+    if args.model_signature is not None and not args.model_signature.is_file():
+        raise UsageError(f"model signature not found: {args.model_signature}")
     with open_device_from_args(args) as device:
         # The preset, then the profile (--profile, else the fingerprint's), then the flags.
         plan = device.plan(args.plan, profile=args.profile, **_plan_flags(args))
@@ -183,6 +185,7 @@ def cmd_qualify(args) -> int:
                 on_notice=print_note,
                 allow_golden_mismatch=args.allow_golden_mismatch,
                 coload_models=parse_coload(args.coload)[1],
+                model_signature=args.model_signature,
             )
     predicate = report.predicate
     for note in report.notes:

@@ -1,15 +1,7 @@
-"""What a gate decision claims, in the terms a release pipeline checks.
-
-- The policy's commitment: a run asked with ``qualify --gate/--policy`` or ``fleet run
-  --gate`` carries the policy's sha256 in its signed plan (``plan.policy_sha256``), so the
-  device signed it before any figure existed. The gate compares it with the policy it is
-  given: the same digest is "committed before the run"; none, or another policy's, is
-  "chosen after the run". Either is stated in the gate's output and attestation; a policy
-  with ``require_committed = true`` fails a run that did not commit to it.
-- Each check as a claim: ``{metric, comparator, threshold, measured, sampleSize,
-  passed}``, the threshold as the policy wrote it, the sample size the figure rests on
-  (latency calls per shape, cold-load processes, golden cases, scored sustained windows),
-  as in-toto's proposals for evaluation results ask.
+"""What a gate decision claims, in the terms a release pipeline checks: each check as a claim: ``{metric, comparator, threshold, measured, sampleSize,
+passed}``, the threshold as the policy wrote it, the sample size the figure rests on
+(latency calls per shape, cold-load processes, golden cases, scored sustained windows),
+as in-toto's proposals for evaluation results ask.
 """
 
 from __future__ import annotations
@@ -21,41 +13,8 @@ from edgequal.agent.measure.preemption import decisive_summary
 from .checks import Check
 from .policy import Policy
 
-COMMITTED = "committed before the run"
-CHOSEN_AFTER = "chosen after the run"
-
 _COMPARATORS = {"≤": "<=", "≥": ">=", "<": "<", ">": ">", "=": "=="}
 _SHAPE = re.compile(r"\[(.*)\]$")
-
-
-def commitment(predicate: dict, policy: Policy) -> str:
-    """Whether the run's signed plan committed to this very policy: :data:`COMMITTED`, or
-    :data:`CHOSEN_AFTER` (saying so when it committed to another one)."""
-    committed = (predicate.get("plan") or {}).get("policy_sha256")
-    if committed == policy.sha256:
-        return COMMITTED
-    if committed is None:
-        return CHOSEN_AFTER
-    return f"{CHOSEN_AFTER} (the run committed to another policy, sha256:{committed[:16]}…)"
-
-
-def commitment_checks(predicate: dict, policy: Policy) -> list[Check]:
-    """``require_committed = true``: one check, passed when the run committed to this policy."""
-    if not policy.require_committed:
-        return []
-    said = commitment(predicate, policy)
-    ok = said == COMMITTED
-    hint = "" if ok else "; qualify with --gate or --policy, or fleet run --gate, to commit it"
-    return [
-        Check(
-            "require_committed",
-            "plan",
-            ok,
-            COMMITTED,
-            said.split(" (")[0],
-            f"policy {policy.name} (sha256:{policy.sha256[:16]}…) was {said}{hint}",
-        )
-    ]
 
 
 def _threshold(policy_json: dict, check: Check):

@@ -38,10 +38,11 @@ from .checks import (
     status_checks,
     sustained_checks,
 )
-from .claims import claims, commitment, commitment_checks
+from .claims import claims
 from .condition_checks import coload_checks, edge_shape_checks
 from .pipeline_checks import pipeline_checks
 from .policy import Policy
+from .provenance_checks import commitment, commitment_checks, model_signature_checks
 from .report_file import ReportFile, load_report
 from .runtime_env_checks import runtime_env_checks
 from .scenario_checks import (
@@ -137,6 +138,7 @@ def evaluate(predicate: dict, policy: Policy) -> list[Check]:
     return [
         *plan,
         *commitment_checks(predicate, policy),
+        *model_signature_checks(results, policy),
         *status_checks(predicate, policy),
         *findings_checks(predicate, policy),
         *cold_load_checks(results, policy),

@@ -62,7 +62,13 @@ _PATH_PARTS = ("decode", "preprocess", "inference", "decision", "end_to_end")
 # Section -> key -> kind. "" is the top level; drift.outputs.NAME takes DRIFT_METRICS keys,
 # edge_shapes.labels.LABEL the EDGE_SHAPE_LIMITS keys.
 SCHEMA: dict[str, dict[str, str]] = {
-    "": {"name": TEXT, "description": TEXT, "requires_plan": TEXT, "require_committed": BOOL},
+    "": {
+        "name": TEXT,
+        "description": TEXT,
+        "requires_plan": TEXT,
+        "require_committed": BOOL,
+        "require_model_signature": BOOL,
+    },
     "status": {"allowed": TEXT_LIST},
     "findings": {"allowed_kinds": TEXT_LIST, "max_count": INTEGER},
     "cold_load": {
@@ -183,6 +189,8 @@ class Policy:
     requires_plan: str | None = None
     # The run must have committed to this very policy before it ran (host/judge/claims.py).
     require_committed: bool = False
+    # The model's signature verified on the device before it was loaded.
+    require_model_signature: bool = False
     allowed_statuses: tuple[str, ...] = DEFAULT_ALLOWED_STATUSES
     findings: dict = field(default_factory=dict)
     cold_load: dict = field(default_factory=dict)
@@ -222,6 +230,8 @@ class Policy:
             out["requires_plan"] = self.requires_plan
         if self.require_committed:
             out["require_committed"] = True
+        if self.require_model_signature:
+            out["require_model_signature"] = True
         out["status"] = {"allowed": list(self.allowed_statuses)}
         for section in (
             "findings",
@@ -364,6 +374,7 @@ def parse_policy(data: dict, where: str = "<policy>") -> Policy:
         description=top.get("description", ""),
         requires_plan=requires_plan,
         require_committed=bool(top.get("require_committed", False)),
+        require_model_signature=bool(top.get("require_model_signature", False)),
         allowed_statuses=tuple(allowed),
         findings=sections.get("findings", {}),
         cold_load=cold,

@@ -149,3 +149,52 @@ def test_agent_toml_refuses_what_it_would_otherwise_ignore(tmp_path):
     )
     assert policy.trusted_keys == (tmp_path / "keys" / "a.pub",) and policy.require
     AgentSettings.from_config({"store": {}, "worker": {}, "coload": {}, "model_signing": {}}, path)
+
+
+def _approve_signed_run(chain_model, tmp_path):
+    """A signed model qualified on a local agent that trusts its producer; its report path."""
+    import edgequal
+    from edgequal.agent.config import local_agent_state_dir
+
+    producer, producer_pub = _key_pair(tmp_path, "producer")
+    model = chain_model(tmp_path / "chain.onnx", 2)
+    signature = tmp_path / "chain.sig"
+    _sign(model, producer, signature)
+    state = local_agent_state_dir()
+    state.mkdir(parents=True, exist_ok=True)
+    (state / "producer.pub").write_bytes(producer_pub.read_bytes())
+    (state / "agent.toml").write_text('[model_signing]\ntrusted_keys = ["producer.pub"]\n')
+    policy = tmp_path / "committed.toml"
+    policy.write_text('name = "committed"\n')
+    with edgequal.connect("local") as dev:
+        report = dev.qualify(model, model_signature=signature, policy=policy, **PLAN)
+    return model, signature, policy, report
+
+
+@pytest.mark.slow  # a real local agent
+def test_an_approved_set_keeps_the_signature_and_refuses_a_changed_model(chain_model, tmp_path):
+    from edgequal.agent.golden import file_sha256
+    from edgequal.host.errors import UsageError
+    from edgequal.host.lab.requalify import approve, load_approved
+
+    model, signature, policy, report = _approve_signed_run(chain_model, tmp_path)
+    approved = tmp_path / "approved"
+    with pytest.raises(UsageError, match="measured with a model signature"):
+        approve(report.path, model, None, approved)
+    name, device = approve(report.path, model, None, approved, model_signature=signature)
+    entry = load_approved(approved)[name]
+    assert entry.signature == f"{name}/chain.sig"
+    assert entry.signature_sha256 == file_sha256(signature)
+    assert (
+        entry.oms_manifest_sha256
+        == report.predicate["results"]["model_signature"]["manifest_sha256"]
+    )
+    kept = entry.devices[device]
+    assert kept.committed_policy_sha256 == file_sha256(policy)
+    assert kept.model_signature["status"] == "verified"
+    entry.check_files(approved)  # as approved: nothing to refuse
+
+    # A model swapped in the approved set is refused before any device is contacted.
+    (approved / entry.model).write_bytes(chain_model(tmp_path / "swap.onnx", 3).read_bytes())
+    with pytest.raises(UsageError, match="changed since it was approved"):
+        entry.check_files(approved)

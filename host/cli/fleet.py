@@ -188,6 +188,7 @@ def cmd_approve(args) -> int:
         args.into,
         name=args.name,
         runtime_env=args.runtime_env,
+        model_signature=args.model_signature,
     )
     print_note(f"approved {name} on {device} in {args.into}")
     return 0

@@ -654,6 +654,12 @@ def _add_fleet_parsers(sub) -> None:
     fa.add_argument("report", type=Path)
     fa.add_argument("--model", type=Path, required=True, help="the model the report measured")
     fa.add_argument("--golden", type=Path, help="the golden set it used")
+    fa.add_argument(
+        "--model-signature",
+        type=Path,
+        metavar="SIG",
+        help="the model's signature the device verified (kept in the set; sent on re-runs)",
+    )
     fa.add_argument("--into", type=Path, required=True, metavar="DIR", help="the approved set")
     fa.add_argument("--name", help="the model's name in the set (default: the file's stem)")
     fa.add_argument(

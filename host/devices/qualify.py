@@ -118,6 +118,12 @@ def qualify(
 
     plan = plan if isinstance(plan, Plan) else Plan.from_json(plan)
     signature_digest = file_sha256(model_signature) if model_signature else None
+    if plan.model_signature_sha256 and plan.model_signature_sha256 != signature_digest:
+        raise UsageError(
+            f"the plan names model signature sha256:{plan.model_signature_sha256[:16]}…, "
+            + ("which was not given" if signature_digest is None else "not the one given"),
+            hint="give the signature file the plan was made with (--model-signature)",
+        )
     if signature_digest is not None:
         plan = Plan.from_json(
             {

@@ -524,6 +524,7 @@ class FleetRunner:
                 device_name=device.name,
                 on_event=lambda e: self._event(record, e),
                 out=tmp,
+                model_signature=model.signature,
             )
         finally:
             if keeper is not None:

@@ -136,6 +136,8 @@ class FleetModel:
     golden: Path | None = None
     plan: str | None = None
     tags: tuple[str, ...] = ()
+    signature: Path | None = None
+    """The model's OpenSSF Model Signing signature, verified on each device before loading."""
 
     def to_json(self) -> dict:
         """The model as JSON (paths as strings)."""
@@ -145,6 +147,7 @@ class FleetModel:
             "golden": str(self.golden) if self.golden else None,
             "plan": self.plan,
             "tags": list(self.tags),
+            "signature": str(self.signature) if self.signature else None,
         }
 
 
@@ -376,11 +379,12 @@ def load_lab(path: str | Path) -> Lab:
 
 # -- the models file ---------------------------------------------------------------
 
-_MODEL_KEYS = ["path", "golden", "plan", "tags"]
+_MODEL_KEYS = ["path", "golden", "plan", "tags", "signature"]
 
 
 def load_models(path: str | Path) -> list[FleetModel]:
-    """Read and validate a models file (``[models.NAME]`` with path, golden, plan, tags)."""
+    """Read and validate a models file (``[models.NAME]`` with path, golden, plan, tags,
+    signature)."""
     data, src = _read_toml(Path(path))
     _unknown_keys(src, (), data, ["models"])
     models = data.get("models")
@@ -405,7 +409,10 @@ def load_models(path: str | Path) -> list[FleetModel]:
         plan = _string(src, table, entry, "plan")
         if plan is not None and plan not in PLAN_NAMES:
             raise src.error(table, "plan", f"{plan!r} is not one of {', '.join(PLAN_NAMES)}")
-        out.append(FleetModel(name, model_path, golden, plan, _tags(src, table, entry)))
+        signature = _path(src, table, entry, "signature")
+        if signature is not None and not signature.is_file():
+            raise src.error(table, "signature", f"model signature not found: {signature}")
+        out.append(FleetModel(name, model_path, golden, plan, _tags(src, table, entry), signature))
     return out
 
 

@@ -190,6 +190,12 @@ def cyclonedx(reports: Iterable[ReportFile]) -> dict:
                 f"device {report.device_name} sha256:{envelope_digest}",
             )
         )
+        signature = results.get("model_signature") or {}
+        if signature.get("status") == "verified":
+            verified = f"verified by {signature.get('key')} on {report.device_name}"
+            if signature.get("manifest_sha256"):
+                verified += f"; OMS manifest sha256:{signature['manifest_sha256']}"
+            mc.properties.add(Property(name=f"{_PROP}model_signature", value=verified))
         golden = _subject(report, "golden")
         if golden is not None:
             golden_ref = f"golden:{golden['sha256']}"

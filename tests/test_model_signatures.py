@@ -198,3 +198,55 @@ def test_an_approved_set_keeps_the_signature_and_refuses_a_changed_model(chain_m
     (approved / entry.model).write_bytes(chain_model(tmp_path / "swap.onnx", 3).read_bytes())
     with pytest.raises(UsageError, match="changed since it was approved"):
         entry.check_files(approved)
+
+
+def _external_data_model(directory):
+    """y = x @ W with W in weights.bin beside the model (real ONNX external data)."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    from onnx.external_data_helper import convert_model_to_external_data
+
+    w = np.arange(12, dtype=np.float32).reshape(4, 3) / 10
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["y"])],
+        "external",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3])],
+        initializer=[numpy_helper.from_array(w, "W")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    convert_model_to_external_data(
+        model, all_tensors_to_one_file=True, location="weights.bin", size_threshold=0
+    )
+    directory.mkdir(parents=True)
+    onnx.save_model(model, str(directory / "net.onnx"))
+    return directory / "net.onnx"
+
+
+@pytest.mark.slow  # a real local agent
+def test_a_model_with_external_data_is_verified_as_its_manifest_lists_it(tmp_path):
+    import edgequal
+    from edgequal.agent.config import local_agent_state_dir
+
+    producer, producer_pub = _key_pair(tmp_path, "producer")
+    model = _external_data_model(tmp_path / "net")
+    signature = tmp_path / "net.sig"
+    _sign(model.parent, producer, signature)  # the model's directory: model and weights
+    state = local_agent_state_dir()
+    state.mkdir(parents=True, exist_ok=True)
+    (state / "producer.pub").write_bytes(producer_pub.read_bytes())
+    (state / "agent.toml").write_text('[model_signing]\ntrusted_keys = ["producer.pub"]\n')
+    with edgequal.connect("local") as dev:
+        good = dev.qualify(model, model_signature=signature, **PLAN)
+        assert good.predicate["results"]["model_signature"]["status"] == "verified"
+        assert {s["role"] for s in good.subjects} == {"model", "external_data", "model_signature"}
+        weights = model.parent / "weights.bin"
+        data = bytearray(weights.read_bytes())
+        data[0] ^= 0x01  # one bit of one weight
+        weights.write_bytes(bytes(data))
+        bad = dev.qualify(model, model_signature=signature, **PLAN)
+    assert bad.status == "failed"
+    assert "does not match its signature" in bad.predicate["reason"]
+    assert "weights.bin" in bad.predicate["reason"]

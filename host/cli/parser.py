@@ -619,6 +619,14 @@ def _add_fleet_parsers(sub) -> None:
         help="boards marked unhealthy here are skipped (default: the lab's, see fleet health)",
     )
 
+    fl = fsub.add_parser(
+        "list",
+        help="the lab's boards: its devices, or a labgrid coordinator's places and agents",
+    )
+    examples(fl, "edgequal fleet list --lab lab.toml", "edgequal fleet list --lab lab.toml --json")
+    fl.add_argument("--lab", type=Path, required=True, help="the lab file")
+    fl.add_argument("--json", action="store_true", help="print the boards as JSON")
+
     fh = fsub.add_parser(
         "health",
         help="a small known model on every board; unhealthy boards are skipped by fleet run",

@@ -287,6 +287,7 @@ class FleetRunner:
 
             self.policy = load_policy(options.policy_path)
         self.pairs = pairs
+        self.coordinator = None  # a labgrid lab's coordinator session, while run() runs
         self.result = FleetResult(
             lab.name,
             [
@@ -315,10 +316,21 @@ class FleetRunner:
         if self.options.resume:
             self._resume()
         self._write_index()
-        with ThreadPoolExecutor(max_workers=len(self.devices), thread_name_prefix="fleet") as ex:
-            futures = [ex.submit(self._work_device, d) for d in self.devices]
-            for f in futures:
-                f.result()
+        if self.lab.labgrid is not None:  # the coordinator's places arbitrate the boards
+            from .labgrid_places import Coordinator
+
+            self.coordinator = Coordinator(self.lab.labgrid.coordinator)
+        try:
+            with ThreadPoolExecutor(
+                max_workers=len(self.devices), thread_name_prefix="fleet"
+            ) as ex:
+                futures = [ex.submit(self._work_device, d) for d in self.devices]
+                for f in futures:
+                    f.result()
+        finally:
+            if self.coordinator is not None:
+                self.coordinator.close()
+                self.coordinator = None
         self.result.finished_unix = time.time()
         self._write_index()
         self._write_matrix_page()
@@ -486,6 +498,29 @@ class FleetRunner:
         self._set(record, duration_s=round(time.monotonic() - started, 3))
 
     def _attempt(
+        self,
+        transport: Transport,
+        device: LabDevice,
+        model: FleetModel,
+        record: RunRecord,
+        plan: Plan,
+    ) -> tuple[dict, Path]:
+        """One qualification: in its labgrid place when the lab is on labgrid, under the
+        device's own lease; returns its predicate and report file."""
+        if self.coordinator is None:
+            return self._attempt_leased(transport, device, model, record, plan)
+        self._set(record, state="waiting", waiting_for=f"labgrid place {device.name}")
+
+        def waiting(w: dict) -> None:
+            held = f" (held by {w['holder']})" if w.get("holder") else ""
+            self._set(record, waiting_for=f"labgrid place {device.name}{held}")
+            self.on_event(record, {"type": "wait", **w})
+
+        with self.coordinator.hold(device.name, wait_s=self.options.wait_s, on_wait=waiting):
+            self._set(record, state="running", waiting_for=None)
+            return self._attempt_leased(transport, device, model, record, plan)
+
+    def _attempt_leased(
         self,
         transport: Transport,
         device: LabDevice,

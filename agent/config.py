@@ -132,6 +132,10 @@ def parse_size_bytes(value: object, what: str) -> int:
     return int(size)
 
 
+CONFIG_TABLES = ("store", "worker", "coload", "model_signing")
+"""The tables of ``agent.toml``; any other is refused by name, so a setting such as
+``[model_signing] require = true`` is never silently ignored under a misspelt table."""
+
 _SETTINGS = {
     "store": {
         "max_artifact": "max_artifact_bytes",
@@ -168,6 +172,14 @@ class AgentSettings:
         """The settings of a configuration table (:func:`read_config`); BadInput names the key."""
         from .errors import BadInput
 
+        unknown = sorted(set(config) - set(CONFIG_TABLES))
+        if unknown:
+            close = [t for t in CONFIG_TABLES if t.startswith(unknown[0][:3])]
+            raise BadInput(
+                f"agent configuration {path}: unknown table [{unknown[0]}]"
+                + (f" (did you mean [{close[0]}]?)" if close else ""),
+                hint=f"agent.toml takes {', '.join(f'[{t}]' for t in CONFIG_TABLES)}",
+            )
         values = {}
         for section, keys in _SETTINGS.items():
             table = config.get(section, {})
@@ -218,5 +230,9 @@ class AgentSettings:
 
 def read_settings(state_dir: Path, **flags: int | None) -> AgentSettings:
     """The operator's settings: ``serve`` flags over the agent's configuration file."""
+    from .model_signature import SigningPolicy
+
     path = config_path(state_dir)
-    return AgentSettings.from_config(read_config(path), path).overridden(**flags)
+    config = read_config(path)
+    SigningPolicy.from_config(config, path)  # refused at start, not at the first run
+    return AgentSettings.from_config(config, path).overridden(**flags)

@@ -123,6 +123,14 @@ DEFAULTS = {
     # that kept the CPU (docs/measurement.md "Measuring through interference"); false
     # times every call alike and decides on all of them, as edgequal did before.
     "preemption_tags": True,
+    # The sha256 of the gate policy the host committed to before the run (qualify --gate or
+    # --policy, fleet run --gate): signed inside the plan, so a gate can show its limits
+    # were fixed before the figures were known (docs/gating.md "A policy committed before
+    # the run"). The device only checks its form.
+    "policy_sha256": None,
+    # The sha256 of the model's OMS signature file, pushed like the model (qualify
+    # --model-signature): the agent verifies it before loading (agent/model_signature.py).
+    "model_signature_sha256": None,
     # Where fields came from: {field: "preset" | "profile" | "flag"}; a field not named
     # here has the plan's default (DEFAULTS).
     "sources": {},
@@ -224,6 +232,8 @@ class Plan:
     runtime_envs: tuple[str, ...] | None = None
     runtime_env_rounds: int = 4
     preemption_tags: bool = True
+    policy_sha256: str | None = None
+    model_signature_sha256: str | None = None
     sources: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -421,6 +431,12 @@ def _validated(plan: Mapping) -> dict:
             raise BadInput(f"plan field '{key}' must be a string, got {full[key]!r}")
     if full["profile"] is not None and not isinstance(full["profile"], str):
         raise BadInput(f"plan field 'profile' must be a string, got {full['profile']!r}")
+    for key in ("policy_sha256", "model_signature_sha256"):
+        digest = full[key]
+        if digest is not None and not (
+            isinstance(digest, str) and len(digest) == 64 and set(digest) <= set("0123456789abcdef")
+        ):
+            raise BadInput(f"plan field '{key}' must be 64 lowercase hex digits or null")
     providers = full["providers"]
     if providers is not None and (
         not isinstance(providers, (list, tuple)) or not all(isinstance(p, str) for p in providers)

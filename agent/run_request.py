@@ -71,7 +71,8 @@ def check_plan_bounds(plan: dict, max_run_s: float) -> None:
 
 
 def subjects_for(request: RunRequest) -> list[dict]:
-    """The statement's subjects: the model, its external-data files, co-load models, the golden set.
+    """The statement's subjects: the model, its external-data files, co-load models, the
+    golden set, the model's signature file.
 
     Each carries its ``role`` (agent/report/signing.py ``SUBJECT_ROLES``), which readers
     go by, never the file name. A golden set whose file name equals another subject's is
@@ -96,6 +97,10 @@ def subjects_for(request: RunRequest) -> list[dict]:
         if name in {s["name"] for s in subjects}:
             name = f"golden/{name}"
         subjects.append({"name": name, "sha256": request.golden_digest, "role": "golden"})
+    signature = (request.plan or {}).get("model_signature_sha256")
+    if isinstance(signature, str):
+        name = f"signature/{request.model_name or 'model'}.sig"
+        subjects.append({"name": name, "sha256": signature, "role": "model_signature"})
     return subjects
 
 

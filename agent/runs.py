@@ -320,17 +320,26 @@ class Runs:
                 for load in coload or ()
                 if load.model is not None
             ]
+            signature = request.plan.get("model_signature_sha256")
+            if signature is not None:
+                checked.append((self.store.path(signature), signature, "model signature"))
             for path, digest, name in checked:
                 if path is not None:
                     self.store.check_intact(path, digest, name)
-            refused = _preflight(model_path)
+            # The signature is verified before anything parses the model.
+            signing = self._model_signature(request, bundle, model_path)
+            refused = (
+                f"model signature: {signing['reason']}"
+                if signing["status"] == "failed"
+                else _preflight(model_path)
+            )
             if refused is not None:
+                kind = "model_signature" if signing["status"] == "failed" else "model_rejected"
                 measurement = {
                     "status": "failed",
                     "reason": refused,
-                    "findings": [
-                        {"kind": "model_rejected", "phase": "preflight", "message": refused}
-                    ],
+                    "findings": [{"kind": kind, "phase": "preflight", "message": refused}],
+                    "results": {"model_signature": signing},
                 }
             else:
                 measurement = run_measurement(
@@ -344,6 +353,10 @@ class Runs:
                     coload=coload,
                     runtime_envs=RuntimeEnvs(self.state_dir),
                 )
+                measurement["results"] = {
+                    **(measurement.get("results") or {}),
+                    "model_signature": signing,
+                }
         except ArtifactCorrupt as e:
             measurement = {
                 "status": "failed",
@@ -381,6 +394,21 @@ class Runs:
             _write_outcome(run_dir, signed)
         self._store_report(request.run_id, envelope, measurement["status"])
         return envelope
+
+    def _model_signature(self, request: RunRequest, bundle: Path, model_path: Path) -> dict:
+        """``results.model_signature``: the request's signature verified against the keys
+        ``agent.toml`` trusts, over the model file (or its bundle when it has external data),
+        or ``unsigned`` (``failed`` where the owner requires a signature)."""
+        from .config import config_path, read_config
+        from .model_signature import SigningPolicy, unsigned, verify
+
+        path = config_path(self.state_dir)
+        policy = SigningPolicy.from_config(read_config(path), path)
+        digest = request.plan.get("model_signature_sha256")
+        if digest is None:
+            return unsigned(policy)
+        target = bundle if request.extra_files else model_path
+        return {**verify(target, self.store.path(digest), policy), "signature_sha256": digest}
 
     def _lay_out_bundle(self, request: RunRequest, bundle: Path) -> Path:
         """The model and its external-data files, by name, in a directory of their own.

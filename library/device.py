@@ -46,11 +46,17 @@ def host_errors() -> Iterator[None]:
 
 def plan_fields(fields: Mapping) -> dict:
     """Keyword plan fields as ``make_plan`` takes them: ``sustain``, ``window`` and
-    ``latency`` (or any ``*_s`` field) may be a duration text such as ``"2m"``."""
+    ``latency`` (or any ``*_s`` field) may be a duration text such as ``"2m"``; ``policy``
+    (a gate policy file) commits that policy's sha256 in the signed plan
+    (``policy_sha256``, docs/gating.md "A policy committed before the run")."""
     from edgequal.agent.plan import parse_duration_s
 
     out = {}
     for key, value in fields.items():
+        if key == "policy":
+            from edgequal.host.judge.policy import load_policy
+
+            key, value = "policy_sha256", load_policy(value).sha256 if value else None
         key = _DURATION_FIELDS.get(key, key)
         if key.endswith("_s") and isinstance(value, str):
             value = parse_duration_s(value)
@@ -139,6 +145,7 @@ class Device:
         allow_golden_mismatch: bool = False,
         coload_models: Mapping[str, Path] | None = None,
         holder: str = "",
+        model_signature: str | Path | None = None,
         **fields,
     ) -> Report:
         """Qualify ``model`` here and return the verified :class:`Report`.
@@ -147,7 +154,9 @@ class Device:
         profile and ``fields`` (see :meth:`plan`), or a :class:`Plan` used as it is. The
         signed envelope is written to ``out`` (default: the host's reports directory).
         ``on_progress`` gets every progress event; ``on_notice`` one-line notices during
-        the run (a cancel in progress). Raises :class:`edgequal.Error` subclasses.
+        the run (a cancel in progress). ``model_signature`` is the model's OMS signature
+        file, verified on the device before the model is loaded (docs/security.md "Model
+        signatures"). Raises :class:`edgequal.Error` subclasses.
         """
         from edgequal.agent.plan import Plan
         from edgequal.host.devices.qualify import qualify
@@ -155,6 +164,8 @@ class Device:
 
         model = Path(model)
         check_model_file(model)  # a file that is no model is refused before anything is sent
+        if model_signature is not None and not Path(model_signature).is_file():
+            raise UsageError(f"model signature not found: {model_signature}")
         with host_errors():
             if not isinstance(plan, Plan):
                 plan = self.plan(plan, profile=profile, **fields)
@@ -173,6 +184,7 @@ class Device:
                 allow_golden_mismatch=allow_golden_mismatch,
                 on_notice=on_notice or (lambda text: None),
                 coload_models=coload_models,
+                model_signature=Path(model_signature) if model_signature else None,
             )
         # qualify() recorded the nonce this host issued (as for a fleet run's reports).
         return Report(done.report, done.envelope, done.path, tuple(done.notes), done.interrupted)

@@ -133,9 +133,10 @@ def attest(
 
 
 def export(reports: Iterable[ReportLike], format: str, *, device: str | None = None, known=None):
-    """The verified reports for dashboards: ``github-benchmark`` (a list of
-    ``customSmallerIsBetter`` entries) or ``prometheus`` (OpenMetrics text); see
-    host/present/exports.py. A report that does not verify raises VerificationFailed."""
+    """The verified reports for dashboards and release pipelines: ``github-benchmark`` (a
+    list of ``customSmallerIsBetter`` entries), ``prometheus`` (OpenMetrics text), see
+    host/present/exports.py, or ``cyclonedx`` (a CycloneDX 1.6 ML-BOM as a JSON object,
+    host/present/bom.py). A report that does not verify raises VerificationFailed."""
     from edgequal.host.devices.trust import KnownDevices
     from edgequal.host.judge.report_file import ReportFile
     from edgequal.host.present.exports import FORMATS, github_benchmark, prometheus
@@ -159,4 +160,8 @@ def export(reports: Iterable[ReportLike], format: str, *, device: str | None = N
                 v.key_fingerprint,
             )
         )
+    if format == "cyclonedx":
+        from edgequal.host.present.bom import cyclonedx
+
+        return cyclonedx(files)
     return github_benchmark(files) if format == "github-benchmark" else prometheus(files)

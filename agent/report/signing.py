@@ -40,9 +40,10 @@ REQUIRED_PREDICATE_KEYS = ("nonce", "run_id", "status")
 
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
-SUBJECT_ROLES = ("model", "external_data", "coload", "golden")
+SUBJECT_ROLES = ("model", "external_data", "coload", "golden", "model_signature")
 """What a subject is to the run, in its ``annotations.role`` (an in-toto ResourceDescriptor
-annotation): the model, one of its external-data files, a co-load model, the golden set."""
+annotation): the model, one of its external-data files, a co-load model, the golden set,
+the model's OMS signature file."""
 
 
 def canonical_json(obj: Any) -> bytes:

@@ -60,7 +60,78 @@ def _run_fleet(lab, models, options, args, title: str, **kwargs) -> int:
     return result.exit_code()
 
 
+def load_fleet_lab(path):
+    """The lab file, its devices read from the labgrid coordinator's places when it names
+    one (a place without an agent resource is named and skipped)."""
+    from ..lab.inventory import load_lab
+    from ..lab.labgrid_places import resolve_lab
+    from ..present.terminal.summary import print_note
+
+    lab, skipped = resolve_lab(load_lab(path))
+    for place, why in skipped.items():
+        print_note(f"labgrid place {place} skipped: {why}")
+    if lab.labgrid is not None and not lab.devices:
+        from ..errors import UsageError
+
+        raise UsageError(
+            f"labgrid coordinator {lab.labgrid.coordinator} has no place with an agent for lab {lab.name}",
+            hint="edgequal fleet list --lab " + str(path),
+        )
+    return lab
+
+
+def _cmd_fleet_list(args) -> int:
+    """``fleet list --lab LAB``: the boards, with where their agents are."""
+    import json
+
+    from ..lab.inventory import load_lab
+    from ..present.terminal.summary import print_table, write_json
+
+    lab = load_lab(args.lab)
+    if lab.labgrid is None:
+        rows = [
+            {"name": d.name, "tags": list(d.tags), "agent": d.address, "held_by": None, "why": None}
+            for d in lab.devices
+        ]
+    else:
+        from ..lab.labgrid_places import Coordinator
+
+        coordinator = Coordinator(lab.labgrid.coordinator)
+        try:
+            places = [p for p in coordinator.places() if lab.labgrid.selects(p.name, p.tags)]
+        finally:
+            coordinator.close()
+        rows = [
+            {
+                "name": p.name,
+                "tags": sorted(f"{k}={v}" for k, v in p.tags.items()),
+                "agent": p.agent,
+                "held_by": p.acquired,
+                "why": p.why,
+            }
+            for p in places
+        ]
+    if args.json:
+        write_json(json.dumps(rows, indent=1))
+        return 0
+    title = f"lab {lab.name}" + (f" on labgrid {lab.labgrid.coordinator}" if lab.labgrid else "")
+    table = [
+        [
+            r["name"],
+            ", ".join(r["tags"]),
+            r["agent"] or "—",
+            r["held_by"] or "",
+            f"skipped: {r['why']}" if r["why"] else "",
+        ]
+        for r in rows
+    ]
+    print_table(title, ["board", "tags", "agent", "held by", "note"], table)
+    return 0
+
+
 def cmd_fleet(args) -> int:
+    if args.fleet_command == "list":
+        return _cmd_fleet_list(args)
     if args.fleet_command == "health":
         return _cmd_fleet_health(args)
     if args.fleet_command == "requalify":
@@ -69,9 +140,9 @@ def cmd_fleet(args) -> int:
 
     from ..lab.fleet import FleetOptions
     from ..lab.health import HealthState, default_health_path
-    from ..lab.inventory import load_lab, load_models, parse_tags
+    from ..lab.inventory import load_models, parse_tags
 
-    lab = load_lab(args.lab)
+    lab = load_fleet_lab(args.lab)
     models = load_models(args.models)
     wait_s = _wait_s(args.wait)
     unhealthy = HealthState.load(args.health_file or default_health_path(lab)).unhealthy()
@@ -111,10 +182,10 @@ def _cmd_fleet_health(args) -> int:
     import json
 
     from ..lab.health import check_health, default_health_path
-    from ..lab.inventory import load_lab, parse_tags
+    from ..lab.inventory import parse_tags
     from ..present.terminal.summary import print_note, print_table, write_json
 
-    lab = load_lab(args.lab)
+    lab = load_fleet_lab(args.lab)
     state_path = args.health_file or default_health_path(lab)
     checks = check_health(
         lab,
@@ -188,6 +259,7 @@ def cmd_approve(args) -> int:
         args.into,
         name=args.name,
         runtime_env=args.runtime_env,
+        model_signature=args.model_signature,
     )
     print_note(f"approved {name} on {device} in {args.into}")
     return 0
@@ -195,11 +267,10 @@ def cmd_approve(args) -> int:
 
 def _cmd_fleet_requalify(args) -> int:
     from ..lab.fleet import FleetOptions
-    from ..lab.inventory import load_lab
     from ..lab.requalify import plan_requalification
     from ..present.terminal.summary import print_note
 
-    lab = load_lab(args.lab)
+    lab = load_fleet_lab(args.lab)
     _load_gate_policy(args.policy)  # a bad policy is refused even when nothing runs
     plan = plan_requalification(args.approved, lab, every=args.all, runtime_env=args.runtime_env)
     for key, why in plan.missing_env.items():

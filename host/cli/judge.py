@@ -119,7 +119,7 @@ def _attest(args, result, policy) -> None:
 
 
 def cmd_export(args) -> int:
-    """``edgequal export REPORT... --format github-benchmark|prometheus [-o FILE]``."""
+    """``edgequal export REPORT... --format github-benchmark|prometheus|cyclonedx [-o FILE]``."""
     import json
 
     from edgequal.judging import export
@@ -127,7 +127,7 @@ def cmd_export(args) -> int:
     from ..present.terminal.summary import print_note, write_json
 
     exported = export(args.reports, args.format, device=args.device)
-    text = json.dumps(exported, indent=1) + "\n" if args.format == "github-benchmark" else exported
+    text = exported if isinstance(exported, str) else json.dumps(exported, indent=1) + "\n"
     if args.output is None:
         write_json(text.rstrip("\n"))
         return 0

@@ -138,7 +138,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     q.add_argument("--json", action="store_true", help="print the verified predicate as JSON")
     q.add_argument(
-        "--gate", type=Path, metavar="POLICY", help="then gate the report on POLICY.toml"
+        "--gate",
+        type=Path,
+        metavar="POLICY",
+        help="commit POLICY.toml's digest in the signed plan, then gate the report on it",
+    )
+    q.add_argument(
+        "--policy",
+        type=Path,
+        metavar="POLICY",
+        help="commit POLICY.toml's digest in the signed plan (gate later with edgequal gate)",
+    )
+    q.add_argument(
+        "--model-signature",
+        type=Path,
+        metavar="SIG",
+        help="the model's OpenSSF Model Signing signature: the device verifies it before "
+        "loading the model, against the keys its agent.toml trusts (docs/security.md)",
     )
     q.add_argument("--html", type=Path, metavar="PAGE", help="also write the report page here")
     q.add_argument("--junit", type=Path, metavar="FILE", help="with --gate: write JUnit XML here")
@@ -519,14 +535,16 @@ def _add_gate_parsers(sub) -> None:
         ex,
         "edgequal export nightly/reports/*.json --format github-benchmark -o bench.json",
         "edgequal export pi5.report.json --format prometheus -o /var/lib/node_exporter/eq.prom",
+        "edgequal export pi5.report.json jetson.report.json --format cyclonedx -o bom.json",
     )
     ex.add_argument("reports", type=Path, nargs="+", metavar="REPORT")
     ex.add_argument(
         "--format",
         required=True,
-        choices=["github-benchmark", "prometheus"],
+        choices=["github-benchmark", "prometheus", "cyclonedx"],
         help="github-benchmark: customSmallerIsBetter JSON for github-action-benchmark; "
-        "prometheus: OpenMetrics text for node_exporter's textfile collector",
+        "prometheus: OpenMetrics text for node_exporter's textfile collector; "
+        "cyclonedx: a CycloneDX 1.6 ML-BOM (model, golden set, runtimes, device, model card)",
     )
     ex.add_argument(
         "-o", "--output", type=Path, metavar="FILE", help="write here atomically (default stdout)"
@@ -601,6 +619,14 @@ def _add_fleet_parsers(sub) -> None:
         help="boards marked unhealthy here are skipped (default: the lab's, see fleet health)",
     )
 
+    fl = fsub.add_parser(
+        "list",
+        help="the lab's boards: its devices, or a labgrid coordinator's places and agents",
+    )
+    examples(fl, "edgequal fleet list --lab lab.toml", "edgequal fleet list --lab lab.toml --json")
+    fl.add_argument("--lab", type=Path, required=True, help="the lab file")
+    fl.add_argument("--json", action="store_true", help="print the boards as JSON")
+
     fh = fsub.add_parser(
         "health",
         help="a small known model on every board; unhealthy boards are skipped by fleet run",
@@ -636,6 +662,12 @@ def _add_fleet_parsers(sub) -> None:
     fa.add_argument("report", type=Path)
     fa.add_argument("--model", type=Path, required=True, help="the model the report measured")
     fa.add_argument("--golden", type=Path, help="the golden set it used")
+    fa.add_argument(
+        "--model-signature",
+        type=Path,
+        metavar="SIG",
+        help="the model's signature the device verified (kept in the set; sent on re-runs)",
+    )
     fa.add_argument("--into", type=Path, required=True, metavar="DIR", help="the approved set")
     fa.add_argument("--name", help="the model's name in the set (default: the file's stem)")
     fa.add_argument(

@@ -110,7 +110,24 @@ def _plan_flags(args) -> dict:
         "window_s": parse_duration_s(args.window) if args.window else None,
         **length_flags(args),
         **_measurement_flags(args),
+        "policy_sha256": _committed_policy(args),
     }
+
+
+def _committed_policy(args) -> str | None:
+    """The sha256 of ``--gate``'s or ``--policy``'s policy, signed inside the plan so a gate
+    can show its limits were fixed before the run (host/judge/claims.py)."""
+    path = args.gate or args.policy
+    if path is None:
+        return None
+    if args.gate is not None and args.policy is not None and args.gate != args.policy:
+        from ..errors import UsageError
+
+        raise UsageError(
+            "--gate and --policy name different policies",
+            hint="--gate commits its policy and gates on it; give one of them",
+        )
+    return _load_gate_policy(path).sha256
 
 
 def _plan_from_args(args) -> Plan:
@@ -150,6 +167,8 @@ def cmd_qualify(args) -> int:
             hint=f"make one with: edgequal golden make {model} --inputs INPUTS.npz -o {args.golden}",
         )
     check_shapes(model, runtime, flags_plan.shapes)
+    if args.model_signature is not None and not args.model_signature.is_file():
+        raise UsageError(f"model signature not found: {args.model_signature}")
     with open_device_from_args(args) as device:
         # The preset, then the profile (--profile, else the fingerprint's), then the flags.
         plan = device.plan(args.plan, profile=args.profile, **_plan_flags(args))
@@ -166,6 +185,7 @@ def cmd_qualify(args) -> int:
                 on_notice=print_note,
                 allow_golden_mismatch=args.allow_golden_mismatch,
                 coload_models=parse_coload(args.coload)[1],
+                model_signature=args.model_signature,
             )
     predicate = report.predicate
     for note in report.notes:

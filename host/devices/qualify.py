@@ -95,6 +95,7 @@ def qualify(
     on_notice: Callable[[str], None] = lambda message: None,
     ledger: RunLedger | None = None,
     coload_models: Mapping[str, Path] | None = None,
+    model_signature: Path | None = None,
 ) -> Qualification:
     """Push, qualify, verify against the pinned key and write the envelope to ``out``.
 
@@ -109,11 +110,28 @@ def qualify(
     and raises :class:`~edgequal.host.devices.runs.Interrupted` naming the run.
 
     ``coload_models`` (``{sha256: path}``) are the plan's co-load models: pushed like
-    the model, and checked against the report's subjects.
+    the model, and checked against the report's subjects. ``model_signature`` is the
+    model's OMS signature file: pushed like the model and named in the plan, so the device
+    verifies it before loading (agent/model_signature.py).
     """
     from ..golden import check_golden_for_model
 
     plan = plan if isinstance(plan, Plan) else Plan.from_json(plan)
+    signature_digest = file_sha256(model_signature) if model_signature else None
+    if plan.model_signature_sha256 and plan.model_signature_sha256 != signature_digest:
+        raise UsageError(
+            f"the plan names model signature sha256:{plan.model_signature_sha256[:16]}…, "
+            + ("which was not given" if signature_digest is None else "not the one given"),
+            hint="give the signature file the plan was made with (--model-signature)",
+        )
+    if signature_digest is not None:
+        plan = Plan.from_json(
+            {
+                **plan.to_json(),
+                "model_signature_sha256": signature_digest,
+                "sources": {**plan.sources, "model_signature_sha256": "flag"},
+            }
+        )
     model, golden = Path(model), Path(golden) if golden else None
     model_digest = file_sha256(model)
     golden_digest = file_sha256(golden) if golden else None
@@ -131,6 +149,8 @@ def qualify(
     coload_models = dict(coload_models or {})
     for digest, path in coload_models.items():
         sent += transport.push(Path(path), digest).bytes_sent
+    if signature_digest is not None:
+        sent += transport.push(Path(model_signature), signature_digest).bytes_sent
     on_event(
         {
             "type": "progress",
@@ -174,6 +194,7 @@ def qualify(
     on_event({"type": "phase", "phase": "signing", "state": "done"})
     artifacts = [model, *(model.parent / f["name"] for f in extra)] + ([golden] if golden else [])
     artifacts += [Path(p) for p in coload_models.values()]
+    artifacts += [Path(model_signature)] if signature_digest else []
     report = verify_envelope(
         envelope, known=known, device=device_name, expected_nonce=nonce, artifacts=artifacts
     )
@@ -181,6 +202,7 @@ def qualify(
     pushed += [{"sha256": f["sha256"], "role": "external_data"} for f in extra]
     pushed += [{"sha256": d, "role": "coload"} for d in coload_models]
     pushed += [{"sha256": golden_digest, "role": "golden"}] if golden else []
+    pushed += [{"sha256": signature_digest, "role": "model_signature"}] if signature_digest else []
     check_answers_request(report, request.plan, pushed)
     # This host issued the nonce: `verify` says so later, whoever ran it (qualify, fleet).
     NonceLedger().record(report.nonce, report.run_id, envelope)

@@ -16,7 +16,7 @@ from edgequal.agent.service.auth import parse_listen
 from ..errors import UsageError
 
 SERVICE_NAME = "edgequal-agent"
-KNOWN_EXTRAS = ("onnx", "litert", "pipeline")
+KNOWN_EXTRAS = ("onnx", "litert", "pipeline", "signing")
 _WILDCARD_HOSTS = ("", "0.0.0.0", "::", "*")
 
 

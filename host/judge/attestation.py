@@ -24,7 +24,7 @@ from edgequal.agent.report.signing import STATEMENT_TYPE, canonical_json, sign_p
 
 from ..errors import UsageError
 from ..paths import config_dir
-from .checks import Check
+from .claims import check_name
 from .gate import GateResult
 from .policy import Policy
 
@@ -41,24 +41,25 @@ def load_host_key() -> DeviceKey:
     return load_or_create_device_key(host_key_dir())
 
 
-def check_name(check: Check) -> str:
-    """A check's name in the attestation, led by its section (``drift.max_flip_count``,
-    ``verify``), as the gate's table and JUnit name it."""
-    if check.name == check.section or check.name.startswith(f"{check.section}."):
-        return check.name
-    return f"{check.section}.{check.name}"
+def policy_descriptor(policy: Policy, commitment: str | None = None) -> dict:
+    """The policy as a resource descriptor: its file's name and sha256 as the gate read it
+    (canonical JSON of the parsed policy when it came from no file), annotated with whether
+    the run committed to it before its figures existed."""
+    name = (
+        Path(policy.source).name if policy.file_sha256 is not None else f"{policy.name}.policy.json"
+    )
+    out = {"name": name, "digest": {"sha256": policy.sha256}}
+    if commitment is not None:
+        out["annotations"] = {"commitment": commitment}
+    return out
 
 
-def policy_descriptor(policy: Policy) -> dict:
-    """The policy as a resource descriptor: its file's name and sha256 (canonical JSON of
-    the parsed policy when it came from no file)."""
-    source = Path(policy.source)
-    try:
-        data = source.read_bytes()
-        name = source.name
-    except OSError:
-        data, name = canonical_json(policy.to_json()), f"{policy.name}.policy.json"
-    return {"name": name, "digest": {"sha256": hashlib.sha256(data).hexdigest()}}
+def claims_descriptor(claims: list[dict]) -> dict:
+    """The gate's claims as a resource descriptor: their canonical JSON's sha256, and the
+    claims themselves in its annotations (the Test Result predicate has no field of its own
+    for them, and its ``configuration`` is a list of resource descriptors)."""
+    digest = hashlib.sha256(canonical_json(claims)).hexdigest()
+    return {"name": "claims.json", "digest": {"sha256": digest}, "annotations": {"claims": claims}}
 
 
 def gate_statement(
@@ -79,7 +80,10 @@ def gate_statement(
         "predicateType": TEST_RESULT_TYPE,
         "predicate": {
             "result": "PASSED" if result.passed else "FAILED",
-            "configuration": [policy_descriptor(policy)],
+            "configuration": [
+                policy_descriptor(policy, result.commitment),
+                claims_descriptor(result.claims),
+            ],
             "passedTests": [check_name(c) for c in result.checks if c.passed],
             "warnedTests": [check_name(c) for c in result.not_judged_checks],
             "failedTests": [check_name(c) for c in result.failed_checks],

@@ -40,9 +40,11 @@ from .checks import (
     status_checks,
     sustained_checks,
 )
+from .claims import claims
 from .condition_checks import coload_checks, edge_shape_checks
 from .pipeline_checks import pipeline_checks
 from .policy import Policy
+from .provenance_checks import commitment, commitment_checks, model_signature_checks
 from .report_file import ReportFile, load_report
 from .runtime_env_checks import runtime_env_checks
 from .scenario_checks import (
@@ -68,6 +70,10 @@ class GateResult:
     reason: str | None = None
     device: str | None = None
     baseline: dict | None = None
+    # Whether the run committed to this policy before it ran (host/judge/claims.py), and
+    # every check as a claim (metric, comparator, threshold, measured, sample size, passed).
+    commitment: str | None = None
+    claims: list[dict] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -126,6 +132,8 @@ class GateResult:
             "device": self.device,
             "checks": [c.to_json() for c in self.checks],
             "baseline": self.baseline,
+            "policy_commitment": self.commitment,
+            "claims": self.claims,
         }
 
 
@@ -143,6 +151,8 @@ def evaluate(predicate: dict, policy: Policy) -> list[Check]:
         predicate,
         [
             *plan,
+            *commitment_checks(predicate, policy),
+            *model_signature_checks(results, policy),
             *status_checks(predicate, policy),
             *findings_checks(predicate, policy),
             *cold_load_checks(results, policy),
@@ -232,4 +242,6 @@ def run_gate(
         checks, summary = baseline_checks(base, cand, policy)
         result.checks += checks
         result.baseline = summary
+    result.commitment = commitment(pred, policy)
+    result.claims = claims(pred, policy, result.checks)
     return result

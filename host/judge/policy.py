@@ -11,7 +11,9 @@ check saying so, rather than with every limit that phase would have measured.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
+import hashlib
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,7 +62,13 @@ _PATH_PARTS = ("decode", "preprocess", "inference", "decision", "end_to_end")
 # Section -> key -> kind. "" is the top level; drift.outputs.NAME takes DRIFT_METRICS keys,
 # edge_shapes.labels.LABEL the EDGE_SHAPE_LIMITS keys.
 SCHEMA: dict[str, dict[str, str]] = {
-    "": {"name": TEXT, "description": TEXT, "requires_plan": TEXT},
+    "": {
+        "name": TEXT,
+        "description": TEXT,
+        "requires_plan": TEXT,
+        "require_committed": BOOL,
+        "require_model_signature": BOOL,
+    },
     "status": {"allowed": TEXT_LIST},
     "findings": {"allowed_kinds": TEXT_LIST, "max_count": INTEGER},
     "cold_load": {
@@ -179,6 +187,10 @@ class Policy:
     source: str
     description: str = ""
     requires_plan: str | None = None
+    # The run must have committed to this very policy before it ran (host/judge/claims.py).
+    require_committed: bool = False
+    # The model's signature verified on the device before it was loaded.
+    require_model_signature: bool = False
     allowed_statuses: tuple[str, ...] = DEFAULT_ALLOWED_STATUSES
     findings: dict = field(default_factory=dict)
     cold_load: dict = field(default_factory=dict)
@@ -198,12 +210,28 @@ class Policy:
     edge_shape_labels: dict[str, dict] = field(default_factory=dict)
     pipeline: dict = field(default_factory=dict)
     runtime_envs: dict = field(default_factory=dict)
+    # The sha256 of the file's bytes as read (None for a policy given as data).
+    file_sha256: str | None = None
+
+    @property
+    def sha256(self) -> str:
+        """What a run commits to and an attestation names: the file's sha256 as read, else
+        that of the parsed policy's canonical JSON."""
+        if self.file_sha256 is not None:
+            return self.file_sha256
+        from edgequal.agent.report.signing import canonical_json
+
+        return hashlib.sha256(canonical_json(self.to_json())).hexdigest()
 
     def to_json(self) -> dict:
         """The policy as JSON (the same sections and keys as the TOML)."""
         out: dict[str, Any] = {"name": self.name, "description": self.description}
         if self.requires_plan is not None:
             out["requires_plan"] = self.requires_plan
+        if self.require_committed:
+            out["require_committed"] = True
+        if self.require_model_signature:
+            out["require_model_signature"] = True
         out["status"] = {"allowed": list(self.allowed_statuses)}
         for section in (
             "findings",
@@ -345,6 +373,8 @@ def parse_policy(data: dict, where: str = "<policy>") -> Policy:
         source=where,
         description=top.get("description", ""),
         requires_plan=requires_plan,
+        require_committed=bool(top.get("require_committed", False)),
+        require_model_signature=bool(top.get("require_model_signature", False)),
         allowed_statuses=tuple(allowed),
         findings=sections.get("findings", {}),
         cold_load=cold,
@@ -419,13 +449,17 @@ def load_policy(path: str | Path) -> Policy:
     """Read and validate a policy file; UsageError (exit 2) naming the problem otherwise."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except OSError as e:
         raise UsageError(f"cannot read policy {path}: {e.strerror}") from e
+    try:
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise UsageError(f"policy {path} is not UTF-8 text") from e
     try:
         data = parse_toml(text)
     except BadToml as e:
         raise UsageError(f"policy {path} is not valid TOML: {e}") from e
-    return parse_policy(data, str(path))
+    return dataclasses.replace(
+        parse_policy(data, str(path)), file_sha256=hashlib.sha256(raw).hexdigest()
+    )

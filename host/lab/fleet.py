@@ -308,6 +308,7 @@ class FleetRunner:
 
             self.policy = load_policy(options.policy_path)
         self.pairs = pairs
+        self.coordinator = None  # a labgrid lab's coordinator session, while run() runs
         self.result = FleetResult(
             lab.name,
             [
@@ -336,10 +337,21 @@ class FleetRunner:
         if self.options.resume:
             self._resume()
         self._write_index()
-        with ThreadPoolExecutor(max_workers=len(self.devices), thread_name_prefix="fleet") as ex:
-            futures = [ex.submit(self._work_device, d) for d in self.devices]
-            for f in futures:
-                f.result()
+        if self.lab.labgrid is not None:  # the coordinator's places arbitrate the boards
+            from .labgrid_places import Coordinator
+
+            self.coordinator = Coordinator(self.lab.labgrid.coordinator)
+        try:
+            with ThreadPoolExecutor(
+                max_workers=len(self.devices), thread_name_prefix="fleet"
+            ) as ex:
+                futures = [ex.submit(self._work_device, d) for d in self.devices]
+                for f in futures:
+                    f.result()
+        finally:
+            if self.coordinator is not None:
+                self.coordinator.close()
+                self.coordinator = None
         self.result.finished_unix = time.time()
         self._write_index()
         self._write_matrix_page()
@@ -470,7 +482,11 @@ class FleetRunner:
         if fixed is not None and fixed.plan is not None:
             plan = Plan.from_json(fixed.plan)
         else:
-            plan = fleet_plan(model.plan or opts.plan, profile, opts.plan_overrides)
+            # --gate's policy is committed in the plan the device signs (host/judge/claims.py).
+            committed = {"policy_sha256": self.policy.sha256} if self.policy is not None else {}
+            plan = fleet_plan(
+                model.plan or opts.plan, profile, {**opts.plan_overrides, **committed}
+            )
         final_path = self.out / "reports" / f"{run_file_stem(model.name, device.name)}.json"
         attempts = 1 + max(0, opts.retries)
         for attempt in range(1, attempts + 1):
@@ -503,6 +519,29 @@ class FleetRunner:
         self._set(record, duration_s=round(time.monotonic() - started, 3))
 
     def _attempt(
+        self,
+        transport: Transport,
+        device: LabDevice,
+        model: FleetModel,
+        record: RunRecord,
+        plan: Plan,
+    ) -> tuple[dict, Path]:
+        """One qualification: in its labgrid place when the lab is on labgrid, under the
+        device's own lease; returns its predicate and report file."""
+        if self.coordinator is None:
+            return self._attempt_leased(transport, device, model, record, plan)
+        self._set(record, state="waiting", waiting_for=f"labgrid place {device.name}")
+
+        def waiting(w: dict) -> None:
+            held = f" (held by {w['holder']})" if w.get("holder") else ""
+            self._set(record, waiting_for=f"labgrid place {device.name}{held}")
+            self.on_event(record, {"type": "wait", **w})
+
+        with self.coordinator.hold(device.name, wait_s=self.options.wait_s, on_wait=waiting):
+            self._set(record, state="running", waiting_for=None)
+            return self._attempt_leased(transport, device, model, record, plan)
+
+    def _attempt_leased(
         self,
         transport: Transport,
         device: LabDevice,
@@ -543,6 +582,7 @@ class FleetRunner:
                 device_name=device.name,
                 on_event=lambda e: self._event(record, e),
                 out=tmp,
+                model_signature=model.signature,
             )
         finally:
             if keeper is not None:

@@ -106,14 +106,42 @@ class LabDevice:
 
 
 @dataclass(frozen=True)
+class LabgridSettings:
+    """A lab file's ``[labgrid]`` table: where the coordinator is, which places, which token."""
+
+    coordinator: str
+    places: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+    token: SecretRef | None = None
+
+    def selects(self, place: str, tags: dict[str, str]) -> bool:
+        """Whether the lab file selects this place (by name, else by every tag)."""
+        if self.places:
+            return place in self.places
+        return all(f"{k}={v}" in self.tags_of(tags) for k, v in _pairs(self.tags))
+
+    @staticmethod
+    def tags_of(tags: dict[str, str]) -> set[str]:
+        return {f"{k}={v}" for k, v in tags.items()}
+
+
+def _pairs(tags) -> list[tuple[str, str]]:
+    return [tuple(t.split("=", 1)) for t in tags]
+
+
+@dataclass(frozen=True)
 class Lab:
-    """A lab file: its name, its devices (in file order), and where its history database is."""
+    """A lab file: its name, its devices (in file order), and where its history database is.
+
+    A ``[labgrid]`` lab lists no devices: they are the coordinator's places
+    (host/lab/labgrid_places.py ``resolve_lab``)."""
 
     path: Path
     name: str
     devices: tuple[LabDevice, ...]
     history_url: SecretRef | None = None
     lease_ttl_s: float = 120.0
+    labgrid: LabgridSettings | None = None
 
     def select(self, tags: set[str] | frozenset[str] = frozenset()) -> list[LabDevice]:
         """The devices carrying all ``tags``."""
@@ -136,6 +164,8 @@ class FleetModel:
     golden: Path | None = None
     plan: str | None = None
     tags: tuple[str, ...] = ()
+    signature: Path | None = None
+    """The model's OpenSSF Model Signing signature, verified on each device before loading."""
 
     def to_json(self) -> dict:
         """The model as JSON (paths as strings)."""
@@ -145,6 +175,7 @@ class FleetModel:
             "golden": str(self.golden) if self.golden else None,
             "plan": self.plan,
             "tags": list(self.tags),
+            "signature": str(self.signature) if self.signature else None,
         }
 
 
@@ -353,7 +384,7 @@ def _device(src: _Source, name: str, data: Any) -> LabDevice:
 def load_lab(path: str | Path) -> Lab:
     """Read and validate a lab file; InventoryError (exit 2) names file, key and line."""
     data, src = _read_toml(Path(path))
-    _unknown_keys(src, (), data, ["lab", "devices"])
+    _unknown_keys(src, (), data, ["lab", "devices", "labgrid"])
     lab = data.get("lab", {})
     if not isinstance(lab, dict):
         raise src.error((), "lab", "must be a table ([lab])")
@@ -362,25 +393,72 @@ def load_lab(path: str | Path) -> Lab:
     ttl = lab.get("lease_ttl_s", 120.0)
     if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not 5 <= ttl <= 4 * 3600:
         raise src.error(("lab",), "lease_ttl_s", "must be a number of seconds from 5 to 14400")
+    labgrid = _labgrid(src, data["labgrid"]) if "labgrid" in data else None
     devices = data.get("devices")
-    if not isinstance(devices, dict) or not devices:
-        raise src.error((), None, "has no devices", hint="add a [devices.NAME] table per board")
+    if labgrid is not None and devices is not None:
+        raise src.error(
+            (), "devices", "a [labgrid] lab takes its devices from the coordinator's places"
+        )
+    if labgrid is None and (not isinstance(devices, dict) or not devices):
+        raise src.error(
+            (),
+            None,
+            "has no devices",
+            hint="add a [devices.NAME] table per board, or a [labgrid] coordinator",
+        )
     return Lab(
         path=Path(path),
         name=name,
-        devices=tuple(_device(src, n, d) for n, d in devices.items()),
+        devices=tuple(_device(src, n, d) for n, d in (devices or {}).items()),
         history_url=_secret(src, ("lab",), lab, "history_url_env", "history_url_file"),
         lease_ttl_s=float(ttl),
+        labgrid=labgrid,
+    )
+
+
+_LABGRID_KEYS = ["coordinator", "places", "tags", "token_env", "token_file"]
+_HOST_PORT = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):(\d{1,5})$")
+_LABGRID_TAG = re.compile(r"^[a-z0-9_]+=[a-z0-9_]+$")
+
+
+def _labgrid(src: _Source, data: Any) -> LabgridSettings:
+    """``[labgrid]``: the coordinator, the places (by name or labgrid tags), the token."""
+    table = ("labgrid",)
+    if not isinstance(data, dict):
+        raise src.error((), "labgrid", "must be a table ([labgrid])")
+    _unknown_keys(src, table, data, _LABGRID_KEYS)
+    coordinator = _string(src, table, data, "coordinator")
+    m = _HOST_PORT.match(coordinator or "")
+    if m is None or not 0 < int(m.group(2)) < 65536:
+        raise src.error(table, "coordinator", 'needs coordinator = "HOST:PORT" (labgrid\'s gRPC)')
+    places = data.get("places", [])
+    if not isinstance(places, list) or not all(
+        isinstance(p, str) and _NAME.match(p) for p in places
+    ):
+        raise src.error(table, "places", "must be a list of place names")
+    tags = data.get("tags", [])
+    if not isinstance(tags, list) or not all(
+        isinstance(t, str) and _LABGRID_TAG.match(t) for t in tags
+    ):
+        raise src.error(table, "tags", "must be a list of labgrid tags, key=value")
+    if places and tags:
+        raise src.error(table, "tags", "select places by name or by tags, not both")
+    return LabgridSettings(
+        coordinator=coordinator,
+        places=tuple(places),
+        tags=tuple(tags),
+        token=_secret(src, table, data, "token_env", "token_file"),
     )
 
 
 # -- the models file ---------------------------------------------------------------
 
-_MODEL_KEYS = ["path", "golden", "plan", "tags"]
+_MODEL_KEYS = ["path", "golden", "plan", "tags", "signature"]
 
 
 def load_models(path: str | Path) -> list[FleetModel]:
-    """Read and validate a models file (``[models.NAME]`` with path, golden, plan, tags)."""
+    """Read and validate a models file (``[models.NAME]`` with path, golden, plan, tags,
+    signature)."""
     data, src = _read_toml(Path(path))
     _unknown_keys(src, (), data, ["models"])
     models = data.get("models")
@@ -405,7 +483,10 @@ def load_models(path: str | Path) -> list[FleetModel]:
         plan = _string(src, table, entry, "plan")
         if plan is not None and plan not in PLAN_NAMES:
             raise src.error(table, "plan", f"{plan!r} is not one of {', '.join(PLAN_NAMES)}")
-        out.append(FleetModel(name, model_path, golden, plan, _tags(src, table, entry)))
+        signature = _path(src, table, entry, "signature")
+        if signature is not None and not signature.is_file():
+            raise src.error(table, "signature", f"model signature not found: {signature}")
+        out.append(FleetModel(name, model_path, golden, plan, _tags(src, table, entry), signature))
     return out
 
 

@@ -49,6 +49,10 @@ class ApprovedDevice:
     runtime_env: dict = field(default_factory=dict)
     """The runtime environment it was qualified with: name, runtime, distribution,
     version, python and wheels ([{file, sha256}]; none for the agent's own)."""
+    committed_policy_sha256: str | None = None
+    """The gate policy the run committed to before it ran (``plan.policy_sha256``)."""
+    model_signature: dict = field(default_factory=dict)
+    """What the device said of the model's signature (``results.model_signature``)."""
 
 
 @dataclass
@@ -60,6 +64,10 @@ class ApprovedModel:
     model_sha256: str
     golden: str | None = None
     devices: dict[str, ApprovedDevice] = field(default_factory=dict)
+    signature: str | None = None
+    """The model's OMS signature file in the set, verified by each device before loading."""
+    signature_sha256: str | None = None
+    oms_manifest_sha256: str | None = None
 
     def to_json(self) -> dict:
         """The entry as JSON."""
@@ -67,6 +75,9 @@ class ApprovedModel:
             "model": self.model,
             "model_sha256": self.model_sha256,
             "golden": self.golden,
+            "signature": self.signature,
+            "signature_sha256": self.signature_sha256,
+            "oms_manifest_sha256": self.oms_manifest_sha256,
             "devices": {d: vars(a) for d, a in self.devices.items()},
         }
 
@@ -79,7 +90,28 @@ class ApprovedModel:
             data["model_sha256"],
             data.get("golden"),
             {d: ApprovedDevice(**a) for d, a in data.get("devices", {}).items()},
+            data.get("signature"),
+            data.get("signature_sha256"),
+            data.get("oms_manifest_sha256"),
         )
+
+    def check_files(self, directory: Path) -> None:
+        """The set's model and signature still have the digests they were approved with;
+        UsageError (exit 2) naming the file otherwise, before anything is sent."""
+        files = [(self.model, self.model_sha256)]
+        files += [(self.signature, self.signature_sha256)] if self.signature else []
+        for rel, digest in files:
+            path = Path(directory) / rel
+            try:
+                actual = file_sha256(path)
+            except OSError as e:
+                raise UsageError(f"approved {self.name}: cannot read {path} ({e.strerror})") from e
+            if actual != digest:
+                raise UsageError(
+                    f"approved {self.name}: {path} changed since it was approved "
+                    f"(sha256 {actual[:16]}…, approved {digest[:16]}…)",
+                    hint="approve it again from a signed report, or restore the file",
+                )
 
 
 def load_approved(directory: Path) -> dict[str, ApprovedModel]:
@@ -110,16 +142,25 @@ def approve(
     name: str | None = None,
     known: KnownDevices | None = None,
     runtime_env: str | None = None,
+    model_signature: Path | None = None,
 ) -> tuple[str, str]:
-    """Verify ``report_path`` against its device's pinned key and ``model``/``golden``, then
-    keep model, golden set, report, plan and runtime environment (``runtime_env``, one the
-    report measured; default the agent's own) in ``directory``; returns (name, device)."""
+    """Verify ``report_path`` against its device's pinned key and ``model``/``golden`` (and
+    the model's signature file, when the report names one), then keep model, golden set,
+    signature, report, plan, runtime environment (``runtime_env``, one the report measured;
+    default the agent's own) and the policy the run committed to in ``directory``; returns
+    (name, device)."""
     from ..devices.verify import verify_envelope
 
     known = known or KnownDevices()
     envelope = Path(report_path).read_bytes()
     artifacts = [Path(model)] + ([Path(golden)] if golden else [])
+    artifacts += [Path(model_signature)] if model_signature else []
     report = verify_envelope(envelope, known=known, artifacts=artifacts)
+    signed = [s for s in report.subjects if s.get("role") == "model_signature"]
+    if signed and model_signature is None:
+        raise UsageError(
+            f"{report_path} was measured with a model signature; give it with --model-signature"
+        )
     env_record = approved_env_record(report.predicate, runtime_env)
     if len(report.subjects) != len(artifacts):
         raise UsageError(
@@ -147,6 +188,12 @@ def approve(
             golden_rel = f"{name}/{Path(golden).name}"
         entry = ApprovedModel(name, f"{name}/{model_copy.name}", digest, golden_rel)
         models[name] = entry
+    if model_signature is not None:
+        signature = (report.predicate.get("results") or {}).get("model_signature") or {}
+        shutil.copyfile(model_signature, entry_dir / Path(model_signature).name)
+        entry.signature = f"{name}/{Path(model_signature).name}"
+        entry.signature_sha256 = file_sha256(Path(model_signature))
+        entry.oms_manifest_sha256 = signature.get("manifest_sha256")
     device = report.device_name
     (entry_dir / f"{device}.report.json").write_bytes(envelope)
     runtime = dict((report.predicate.get("results") or {}).get("runtime") or {})
@@ -156,6 +203,8 @@ def approve(
         time.time(),
         runtime,
         env_record,
+        (report.predicate.get("plan") or {}).get("policy_sha256"),
+        dict((report.predicate.get("results") or {}).get("model_signature") or {}),
     )
     _save(directory, models)
     return name, device
@@ -280,6 +329,8 @@ def plan_requalification(
     runs, changes, unchanged, models, missing = {}, {}, [], [], {}
     for m in approved.values():
         wanted = False
+        if any(device in lab_devices for device in m.devices):
+            m.check_files(directory)
         for device, a in m.devices.items():
             if device not in lab_devices:
                 continue
@@ -314,6 +365,7 @@ def plan_requalification(
                     m.name,
                     directory / m.model,
                     directory / m.golden if m.golden else None,
+                    signature=directory / m.signature if m.signature else None,
                 )
             )
     return RequalifyPlan(models, runs, changes, unchanged, unreachable, missing)

@@ -30,7 +30,7 @@ from edgequal.agent.report.signing import STATUSES
 
 from ..judge.report_file import ReportFile
 
-FORMATS = ("github-benchmark", "prometheus")
+FORMATS = ("github-benchmark", "prometheus", "cyclonedx")
 SPOILED = "inconclusive"
 """The status whose figures a dashboard must not chart (other processes took the CPU)."""
 

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from edgequal.agent.measure.preemption import decisive_entry
 
 from ...judge.report_file import ReportFile
+from ..signature import signature_text
 from ..units import duration_text
 from .parts import _e, _get, _status
 
@@ -97,6 +98,8 @@ def model_cards(reports: Sequence[ReportFile]) -> str:
             rows.append(("contention", "not measurable on this machine"))
         sig = "verified" if r.verified else "NOT VERIFIED"
         rows.append(("signature", f"{sig}, device {r.device_name or '—'}"))
+        if (model_signature := signature_text(results)) is not None:
+            rows.append(("model signature", model_signature.split(": ", 1)[1]))
         body = "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in rows)
         cards.append(
             f'<div class="card"><h3>{_e(chr(65 + i))} {_e(r.model_name or r.path.name)}</h3>'

@@ -19,6 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ...errors import redact
+from ..signature import signature_text
 from ..units import figure_text
 from .pipeline import print_pipeline
 from .runtime_envs import print_runtime_envs
@@ -314,6 +315,9 @@ def print_summary(predicate: dict, device: str, report_path: str | None = None) 
             f"· stopped in {where_it_stopped(f)}",
             markup=False,
         )
+    signature = signature_text(results)
+    if signature:
+        console.print(f"  {signature}", markup=False, soft_wrap=True)
     print_cold_load(results)
     print_latency(results)
     print_pipeline(results)
@@ -416,6 +420,8 @@ def print_gate_result(result: dict) -> None:
                 )
         else:
             console.print("  fingerprint unchanged since the baseline")
+    if result.get("policy_commitment"):
+        console.print(f"  policy {escape(result['policy_commitment'])}", soft_wrap=True)
     style = "bold green" if result["passed"] else ("bold yellow" if result["retry"] else "bold red")
     console.print(Text(result["summary"], style=style), soft_wrap=True)
 

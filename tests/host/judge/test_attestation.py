@@ -64,9 +64,11 @@ def test_gate_attest_writes_a_host_signed_test_result(reports, known, tmp_path, 
         {"name": reports.classifier.name, "digest": {"sha256": report_digest}},
         {"name": "classifier.onnx", "digest": {"sha256": model_digest}},
     ]
-    assert data["predicate"]["configuration"] == [
-        {"name": "gate.toml", "digest": {"sha256": file_sha256(policy)}}
-    ]
+    assert data["predicate"]["configuration"][0] == {
+        "name": "gate.toml",
+        "digest": {"sha256": file_sha256(policy)},
+        "annotations": {"commitment": "chosen after the run"},
+    }
     assert "verify" in data["predicate"]["passedTests"]
 
     failed = tmp_path / "fail.intoto.json"
@@ -114,3 +116,93 @@ def test_no_decision_is_signed_for_a_report_that_does_not_verify(reports, known,
     )
     assert "the report did not verify" in capsys.readouterr().err
     assert not out.exists()
+
+
+@pytest.mark.slow  # a real run on a local agent
+def test_a_policy_committed_before_the_run_is_signed_in_the_plan_and_claimed(
+    reports, short_plan, tmp_path, capsys
+):
+    # No `known` fixture: qualify starts its own local agent (its own key) and pins it.
+    policy = tmp_path / "gate.toml"
+    policy.write_text(
+        'name = "committed"\nrequire_committed = true\n'
+        '[status]\nallowed = ["passed", "degraded", "failed", "inconclusive"]\n'
+        "[cold_load]\nmax_total_ms = 1e6\n"
+    )
+    report = tmp_path / "r.json"
+    argv = ["qualify", str(reports.models["chain"]), "--threads", "1", *short_plan]
+    assert edgequal_main([*argv, "--sustain", "0", "--policy", str(policy), "-o", str(report)]) in (
+        0,
+        1,  # inconclusive on a busy machine: still a signed report
+    )
+    envelope = json.loads(report.read_bytes())
+    predicate = json.loads(base64.b64decode(envelope["payload"]))["predicate"]
+    assert predicate["plan"]["policy_sha256"] == file_sha256(policy)
+    assert predicate["plan"]["sources"]["policy_sha256"] == "flag"
+    capsys.readouterr()
+
+    key = _host_key(capsys)
+    out = tmp_path / "committed.intoto.json"
+    gate = ["gate", str(report), "--policy", str(policy), "--attest", str(out)]
+    assert edgequal_main(gate) == 0
+    assert "policy committed before the run" in capsys.readouterr().out
+    data, result = _statement(out, key)
+    assert result == {"result": "PASSED", "failed": []}
+    policy_ref, claims_ref = data["predicate"]["configuration"]
+    assert policy_ref["digest"] == {"sha256": file_sha256(policy)}
+    assert policy_ref["annotations"] == {"commitment": "committed before the run"}
+    claims = {c["metric"]: c for c in claims_ref["annotations"]["claims"]}
+    assert claims["cold_load.max_total_ms"] == {
+        "metric": "cold_load.max_total_ms",
+        "comparator": "<=",
+        "threshold": 1e6,
+        "measured": claims["cold_load.max_total_ms"]["measured"],
+        "sampleSize": len(predicate["results"]["cold_load"]["runs"]),
+        "passed": True,
+        "judged": True,
+    }
+    assert claims["cold_load.max_total_ms"]["measured"].endswith(" ms")
+    assert claims["plan.require_committed"]["passed"] is True
+    canonical = json.dumps(
+        claims_ref["annotations"]["claims"], sort_keys=True, separators=(",", ":")
+    ).encode()
+    assert claims_ref["digest"] == {"sha256": hashlib.sha256(canonical).hexdigest()}
+
+    # The same limits loosened after the run: another policy, chosen after the run.
+    later = tmp_path / "later.toml"
+    later.write_text(policy.read_text().replace("1e6", "2e6"))
+    assert edgequal_main(["gate", str(report), "--policy", str(later), "--json"]) == 1
+    verdict = json.loads(capsys.readouterr().out)
+    assert verdict["policy_commitment"].startswith("chosen after the run (the run committed to")
+    [failed] = [c for c in verdict["checks"] if not c["passed"]]
+    assert failed["name"] == "require_committed" and "chosen after the run" in failed["message"]
+
+
+@pytest.mark.slow  # the session's signed reports
+def test_a_report_without_a_committed_policy_says_it_was_chosen_after(
+    reports, known, tmp_path, capsys
+):
+    policy = tmp_path / "gate.toml"
+    policy.write_text('name = "after"\n[status]\nallowed = ["passed", "degraded", "failed"]\n')
+    key = _host_key(capsys)
+    out = tmp_path / "after.intoto.json"
+    argv = ["gate", str(reports.chain_a), "--policy", str(policy), "--device", "local"]
+    assert edgequal_main([*argv, "--attest", str(out)]) == 0
+    data, _ = _statement(out, key)
+    policy_ref, claims_ref = data["predicate"]["configuration"]
+    assert policy_ref["annotations"] == {"commitment": "chosen after the run"}
+    [status] = [c for c in claims_ref["annotations"]["claims"] if c["metric"] == "status"]
+    assert status["threshold"] == ["passed", "degraded", "failed"] and status["passed"] is True
+
+
+def test_a_plan_carries_only_a_well_formed_policy_digest():
+    from edgequal.agent.errors import BadInput
+    from edgequal.agent.plan import Plan, make_plan
+
+    digest = hashlib.sha256(b"policy").hexdigest()
+    plan = make_plan("quick", None, policy_sha256=digest)
+    assert Plan.from_json(plan.to_json()).policy_sha256 == digest
+    assert make_plan("quick").policy_sha256 is None
+    for bad in ("ABC", digest.upper(), 7, digest[:-1] + "g"):
+        with pytest.raises(BadInput, match="policy_sha256"):
+            Plan.from_json({**plan.to_json(), "policy_sha256": bad})

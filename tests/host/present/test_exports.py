@@ -4,6 +4,7 @@ OpenMetrics text of verified reports, read back with prometheus_client's own par
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 
 import pytest
@@ -172,3 +173,97 @@ def test_an_inconclusive_run_is_never_charted(reports, known, sign, tmp_path, ca
         if name != "edgequal_status":
             assert "spoiled.onnx" not in seen, name
     assert "good.onnx" in models["edgequal_latency_p50_seconds"]
+
+
+def _statement(report_path) -> dict:
+    envelope = json.loads(report_path.read_bytes())
+    return json.loads(base64.b64decode(envelope["payload"]))
+
+
+@pytest.mark.slow  # the session's signed reports
+def test_export_cyclonedx_is_a_valid_ml_bom_of_what_was_qualified(reports, known, tmp_path):
+    from cyclonedx.schema import SchemaVersion
+    from cyclonedx.validation.json import JsonStrictValidator
+
+    out = tmp_path / "bom.json"
+    paths = [str(reports.classifier), str(reports.chain_a)]
+    assert edgequal_main(["export", *paths, "--format", "cyclonedx", "-o", str(out)]) == 0
+    text = out.read_text()
+    assert JsonStrictValidator(SchemaVersion.V1_6).validate_str(text) is None
+    bom = json.loads(text)
+    assert bom["bomFormat"] == "CycloneDX" and bom["specVersion"] == "1.6"
+    by_ref = {c["bom-ref"]: c for c in bom["components"]}
+
+    statement = _statement(reports.classifier)
+    predicate = statement["predicate"]
+    [model] = [s for s in statement["subject"] if s["annotations"]["role"] == "model"]
+    [golden] = [s for s in statement["subject"] if s["annotations"]["role"] == "golden"]
+    component = by_ref[f"model:{model['digest']['sha256']}"]
+    assert component["type"] == "machine-learning-model" and component["name"] == model["name"]
+    assert component["hashes"] == [{"alg": "SHA-256", "content": model["digest"]["sha256"]}]
+    data = by_ref[f"golden:{golden['digest']['sha256']}"]
+    assert data["type"] == "data" and data["hashes"][0]["content"] == golden["digest"]["sha256"]
+    card = component["modelCard"]
+    assert card["modelParameters"]["datasets"] == [{"ref": data["bom-ref"]}]
+    inputs = predicate["results"]["model_io"]["inputs"]
+    assert [i["format"].split()[0] for i in card["modelParameters"]["inputs"]] == [
+        i["name"] for i in inputs
+    ]
+    runtime = predicate["results"]["runtime"]
+    rt = by_ref[f"runtime:{runtime['runtime']}@{runtime['version']}"]
+    assert rt["type"] == "framework" and rt["version"] == runtime["version"]
+    deps = {d["ref"]: set(d.get("dependsOn", [])) for d in bom["dependencies"]}
+    assert rt["bom-ref"] in deps[component["bom-ref"]]
+    [device] = [c for c in bom["components"] if c["type"] == "device"]
+    props = {p["name"]: p["value"] for p in device["properties"]}
+    assert (
+        device["name"] == "local" and props["edgequal:python"] == predicate["fingerprint"]["python"]
+    )
+
+    # The card's p50 is the report's decisive p50, with its interval, sliced by board/shape.
+    shape, s, _ = _latency(reports.classifier)
+    metrics = card["quantitativeAnalysis"]["performanceMetrics"]
+    [p50] = [
+        m for m in metrics if m["type"] == "latency p50 (ms)" and f"shape={shape};" in m["slice"]
+    ]
+    assert float(p50["value"]) == pytest.approx(s["p50_ms"], rel=1e-5)
+    assert [float(p50["confidenceInterval"][k]) for k in ("lowerBound", "upperBound")] == (
+        pytest.approx(s["p50_ci_ms"], rel=1e-5)
+    )
+    assert p50["slice"].startswith(f"board=local;runtime={runtime['runtime']} {runtime['version']}")
+    flips = [m for m in metrics if m["type"] == "decision flips"]
+    assert [float(m["value"]) for m in flips] == [
+        predicate["results"]["drift"]["decisions"]["flip_count"]
+    ]
+    # No rail on this machine: no energy figure at all, not a zero.
+    assert not [m for m in metrics if m["type"].startswith("energy")]
+    [ref] = [p["value"] for p in component["properties"] if p["name"] == "edgequal:report"]
+    assert (
+        predicate["run_id"] in ref
+        and hashlib.sha256(reports.classifier.read_bytes()).hexdigest() in ref
+    )
+
+
+@pytest.mark.slow  # the session's signed reports
+def test_export_cyclonedx_carries_no_figure_of_an_inconclusive_run(reports, sign, tmp_path):
+    statement = _statement(reports.classifier)
+    predicate = {**statement["predicate"], "status": "inconclusive"}
+    subjects = [
+        {"name": s["name"], "sha256": s["digest"]["sha256"], "role": s["annotations"]["role"]}
+        for s in statement["subject"]
+    ]
+    path = sign("interfered", predicate, subjects)
+    out = tmp_path / "bom.json"
+    assert (
+        edgequal_main(
+            ["export", str(path), "--device", "board", "--format", "cyclonedx", "-o", str(out)]
+        )
+        == 0
+    )
+    [model] = [
+        c
+        for c in json.loads(out.read_text())["components"]
+        if c["type"] == "machine-learning-model"
+    ]
+    assert model["modelCard"]["quantitativeAnalysis"]["performanceMetrics"] == []
+    assert "status inconclusive" in model["properties"][0]["value"]

@@ -1,0 +1,217 @@
+"""Model signatures (OpenSSF Model Signing, OMS v1.0) verified on the device before the
+model is loaded.
+
+The device owner says which keys it trusts in ``agent.toml``::
+
+    [model_signing]
+    trusted_keys = ["keys/producer.pub"]   # PEM public keys (EC P-256/P-384); relative
+                                           # paths are from agent.toml's directory
+    require = true                          # refuse a model that comes without a signature
+    # sigstore bundles, verified offline against a trusted root (the second form):
+    sigstore_trust_config = "keys/trust_config.json"
+    sigstore_identities = [{identity = "releases@example.com", issuer = "https://accounts.example.com"}]
+
+A host sends the signature file with the model (``qualify --model-signature``); it is an
+artifact by digest like the model, named in the signed plan (``model_signature_sha256``)
+and in the report's subjects (role ``model_signature``). The agent verifies it in a child
+process (``python -m edgequal.agent.model_signature``: the ``model-signing`` package is an
+optional extra, ``signing``, and its import costs seconds and memory the agent keeps out
+of its own process) against the model as laid out for the run: the file, or its bundle
+directory when the model has external-data files (verified as the OMS manifest lists
+them). A tampered file, an untrusted key, or no signature where one is required makes a
+signed ``failed`` report; nothing is loaded.
+
+``results.model_signature`` then says ``verified`` (with the key's file name and the OMS
+manifest digest: the signature statement's ``subject[0].digest.sha256``), ``unsigned``,
+or ``failed`` with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import BadInput
+
+VERIFY_TIMEOUT_S = 120.0
+"""Longest one verification may take (it hashes the model once; the import is slow)."""
+
+_KEYS = ("trusted_keys", "require", "sigstore_trust_config", "sigstore_identities")
+
+
+@dataclass(frozen=True)
+class SigningPolicy:
+    """What the device owner trusts: public keys, sigstore identities, and whether a
+    signature is required."""
+
+    trusted_keys: tuple[Path, ...] = ()
+    require: bool = False
+    sigstore_trust_config: Path | None = None
+    sigstore_identities: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def trusts_anything(self) -> bool:
+        return bool(self.trusted_keys) or bool(self.sigstore_identities)
+
+    @classmethod
+    def from_config(cls, config: dict, path: Path) -> SigningPolicy:
+        """``[model_signing]`` of a configuration table; BadInput names a bad key."""
+        table = config.get("model_signing", {})
+        where = f"agent configuration {path}: [model_signing]"
+        if not isinstance(table, dict):
+            raise BadInput(f"{where} must be a table")
+        unknown = sorted(set(table) - set(_KEYS))
+        if unknown:
+            raise BadInput(f"{where} unknown key {unknown[0]}", hint=f"it takes {', '.join(_KEYS)}")
+        base = Path(path).parent
+        keys = table.get("trusted_keys", [])
+        if not isinstance(keys, list) or not all(isinstance(k, str) and k for k in keys):
+            raise BadInput(f"{where} trusted_keys must be a list of public key file paths")
+        require = table.get("require", False)
+        if not isinstance(require, bool):
+            raise BadInput(f"{where} require must be true or false")
+        trust = table.get("sigstore_trust_config")
+        if trust is not None and not (isinstance(trust, str) and trust):
+            raise BadInput(f"{where} sigstore_trust_config must be a file path")
+        identities = table.get("sigstore_identities", [])
+        if not isinstance(identities, list) or not all(
+            isinstance(i, dict)
+            and set(i) == {"identity", "issuer"}
+            and all(isinstance(v, str) and v for v in i.values())
+            for i in identities
+        ):
+            raise BadInput(f"{where} sigstore_identities must be a list of {{identity, issuer}}")
+        if identities and trust is None:
+            raise BadInput(
+                f"{where} sigstore_identities need sigstore_trust_config",
+                hint="bundles are verified offline, against a trusted root file",
+            )
+        return cls(
+            trusted_keys=tuple(base / k for k in keys),
+            require=require,
+            sigstore_trust_config=base / trust if trust else None,
+            sigstore_identities=tuple((i["identity"], i["issuer"]) for i in identities),
+        )
+
+
+def unsigned(policy: SigningPolicy) -> dict:
+    """``results.model_signature`` of a model sent without a signature."""
+    if policy.require:
+        return {
+            "status": "failed",
+            "reason": "this device requires a model signature ([model_signing] require = true) "
+            "and the model came without one",
+        }
+    return {"status": "unsigned"}
+
+
+def verify(target: Path, signature: Path, policy: SigningPolicy) -> dict:
+    """Verify ``signature`` over ``target`` (a model file or its bundle directory) in a
+    child process; ``results.model_signature``."""
+    if not policy.trusts_anything:
+        return {
+            "status": "failed",
+            "reason": "a model signature was sent, but this device trusts no model-signing key "
+            "([model_signing] trusted_keys in agent.toml)",
+        }
+    argv = [sys.executable, "-m", "edgequal.agent.model_signature", str(target), str(signature)]
+    argv += [f"--key={k}" for k in policy.trusted_keys]
+    if policy.sigstore_trust_config is not None:
+        argv.append(f"--trust-config={policy.sigstore_trust_config}")
+    argv += [f"--identity={i}\n{o}" for i, o in policy.sigstore_identities]
+    try:
+        proc = subprocess.run(
+            argv,
+            capture_output=True,
+            timeout=VERIFY_TIMEOUT_S,
+            start_new_session=True,
+            close_fds=True,
+        )
+    except subprocess.TimeoutExpired:
+        return {"status": "failed", "reason": f"not verified within {VERIFY_TIMEOUT_S:g} s"}
+    try:
+        return json.loads(proc.stdout.decode().strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        tail = proc.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
+        return {"status": "failed", "reason": f"the verifier failed: {tail[0][:300]}"}
+
+
+def manifest_sha256(signature: Path) -> str | None:
+    """The OMS manifest digest a signature names: its statement's ``subject[0]`` sha256."""
+    import base64
+
+    try:
+        bundle = json.loads(signature.read_bytes())
+        statement = json.loads(base64.b64decode(bundle["dsseEnvelope"]["payload"]))
+        return statement["subject"][0]["digest"]["sha256"]
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        return None
+
+
+def _first_line(error: Exception) -> str:
+    return (str(error).splitlines() or [type(error).__name__])[0][:300]
+
+
+def _verify_here(target: Path, signature: Path, keys, trust_config, identities) -> dict:
+    """The child's work: the first trusted key or identity the signature verifies with."""
+    try:
+        from model_signing import verifying
+    except ImportError as e:
+        return {
+            "status": "failed",
+            "reason": f"model-signing is not installed on this device ({e.name}): install the "
+            "agent's signing extra (edgequal agent install --extras signing)",
+        }
+    reasons = []
+    for key in keys:
+        try:
+            verifying.Config().use_elliptic_key_verifier(public_key=key).verify(target, signature)
+        except Exception as e:  # noqa: BLE001 - each key's refusal is a reason, not a crash
+            reasons.append(f"{Path(key).name}: {_first_line(e)}")
+            continue
+        return {"status": "verified", "key": Path(key).name, "form": "public key"}
+    for identity, issuer in identities:
+        try:
+            verifying.Config().use_sigstore_verifier(
+                identity=identity, oidc_issuer=issuer, trust_config=Path(trust_config)
+            ).verify(target, signature)
+        except Exception as e:  # noqa: BLE001
+            reasons.append(f"{identity}: {_first_line(e)}")
+            continue
+        return {"status": "verified", "key": identity, "form": "sigstore"}
+    # A signature that matches a trusted key but not the files is a tampered model.
+    tampered = [r for r in reasons if "Signature mismatch" in r or "mismatch for" in r]
+    return {
+        "status": "failed",
+        "reason": ("the model does not match its signature: " + tampered[0])
+        if tampered
+        else "not signed by a key this device trusts: " + "; ".join(reasons),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m edgequal.agent.model_signature TARGET SIGNATURE --key=K... [--trust-config=F
+    --identity=ID\\nISSUER...]``: one JSON line."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    plain = [a for a in args if not a.startswith("--")]
+    if len(plain) != 2:
+        print(json.dumps({"status": "failed", "reason": "usage: TARGET SIGNATURE --key=K..."}))
+        return 2
+    target, signature = map(Path, plain)
+    keys = [a.split("=", 1)[1] for a in args if a.startswith("--key=")]
+    trust = next((a.split("=", 1)[1] for a in args if a.startswith("--trust-config=")), None)
+    identities = [
+        tuple(a.split("=", 1)[1].split("\n", 1)) for a in args if a.startswith("--identity=")
+    ]
+    result = _verify_here(target, signature, keys, trust, identities)
+    if result["status"] == "verified":
+        result["manifest_sha256"] = manifest_sha256(signature)
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""What a gate decision claims, in the terms a release pipeline checks: each check as a claim: ``{metric, comparator, threshold, measured, sampleSize,
+passed}``, the threshold as the policy wrote it, the sample size the figure rests on
+(latency calls per shape, cold-load processes, golden cases, scored sustained windows),
+as in-toto's proposals for evaluation results ask.
+"""
+
+from __future__ import annotations
+
+import re
+
+from edgequal.agent.measure.preemption import decisive_summary
+
+from .checks import Check
+from .policy import Policy
+
+_COMPARATORS = {"≤": "<=", "≥": ">=", "<": "<", ">": ">", "=": "=="}
+_SHAPE = re.compile(r"\[(.*)\]$")
+
+
+def _threshold(policy_json: dict, check: Check):
+    """The policy's value behind a check, as written; None when the check has no one key."""
+    name = _SHAPE.sub("", check.name)
+    parts = name.split(".")
+    node = policy_json
+    for part in parts if parts[0] == check.section else [check.section, *parts]:
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    if isinstance(node, dict) and len(node) == 1:  # [status] allowed = [...]
+        node = next(iter(node.values()))
+    return node if isinstance(node, (int, float, str, bool, list)) else None
+
+
+def sample_size(predicate: dict, check: Check) -> int | None:
+    """How many measurements the checked figure rests on, where the report says."""
+    results = predicate.get("results") or {}
+    if check.section == "latency":
+        shape = _SHAPE.search(check.name)
+        for entry in (results.get("latency") or {}).get("per_shape") or []:
+            if shape and entry.get("shape") == shape.group(1):
+                return decisive_summary(entry).get("count")
+        return None
+    if check.section == "cold_load":
+        runs = (results.get("cold_load") or {}).get("runs")
+        return len(runs) if runs else None
+    if check.section == "drift":
+        cases = (results.get("drift") or {}).get("cases") or []
+        return len({row.get("case") for row in cases}) or None
+    if check.section == "sustained":
+        return (results.get("sustained") or {}).get("scored_windows")
+    return None
+
+
+def check_name(check: Check) -> str:
+    """A check's name led by its section (``drift.max_flip_count``, ``verify``), as the
+    gate's table, JUnit and the attestation name it."""
+    if check.name == check.section or check.name.startswith(f"{check.section}."):
+        return check.name
+    return f"{check.section}.{check.name}"
+
+
+def claims(predicate: dict, policy: Policy, checks: list[Check]) -> list[dict]:
+    """Every check as ``{metric, comparator, threshold, measured, sampleSize, passed,
+    judged}``."""
+    written = policy.to_json()
+    out = []
+    for check in checks:
+        threshold = _threshold(written, check)
+        out.append(
+            {
+                "metric": check_name(check),
+                "comparator": _COMPARATORS.get(check.limit[:1], "satisfies"),
+                "threshold": threshold if threshold is not None else check.limit,
+                "measured": check.measured,
+                "sampleSize": sample_size(predicate, check),
+                "passed": check.passed,
+                # False: a figure an inconclusive run did not measure (no verdict on it).
+                "judged": getattr(check, "judged", True),
+            }
+        )
+    return out

@@ -1,0 +1,252 @@
+"""Model signatures (OpenSSF Model Signing) verified on the device before the model is
+loaded: a real local agent whose agent.toml trusts a producer's EC key, real signatures
+made with the model-signing package, the report's verdict and the gate's requirement."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+from edgequal.agent.errors import BadInput
+from edgequal.agent.model_signature import SigningPolicy
+
+pytest.importorskip("model_signing", reason="the agent's signing extra")
+
+PLAN = {"cold_runs": 1, "warmup_min_s": 0.1, "latency_min_s": 0.1, "sustain_s": 0.0}
+
+
+def _key_pair(directory, name):
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    private, public = directory / f"{name}.pem", directory / f"{name}.pub"
+    private.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    public.write_bytes(
+        key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+    return private, public
+
+
+def _sign(model, private, out):
+    from model_signing import signing
+
+    signing.Config().use_elliptic_key_signer(private_key=private).sign(model, out)
+    bundle = json.loads(out.read_bytes())
+    statement = json.loads(base64.b64decode(bundle["dsseEnvelope"]["payload"]))
+    return statement["subject"][0]["digest"]["sha256"]
+
+
+def _signature_subjects(report) -> list[dict]:
+    return [s for s in report.subjects if s.get("role") == "model_signature"]
+
+
+@pytest.mark.slow  # a real local agent, several short runs, the verifier's slow import
+def test_the_device_verifies_the_model_signature_before_loading(chain_model, tmp_path):
+    import edgequal
+    from edgequal.agent.config import local_agent_state_dir
+    from edgequal.agent.golden import file_sha256
+
+    producer, producer_pub = _key_pair(tmp_path, "producer")
+    stranger, _ = _key_pair(tmp_path, "stranger")
+    model = chain_model(tmp_path / "chain.onnx", 2)
+    signature = tmp_path / "chain.sig"
+    manifest = _sign(model, producer, signature)
+    state = local_agent_state_dir()
+    state.mkdir(parents=True, exist_ok=True)
+    (state / "keys").mkdir()
+    (state / "keys" / "producer.pub").write_bytes(producer_pub.read_bytes())
+    config = state / "agent.toml"
+    config.write_text('[model_signing]\ntrusted_keys = ["keys/producer.pub"]\n')
+
+    with edgequal.connect("local") as dev:
+        signed = dev.qualify(model, model_signature=signature, **PLAN)
+        sig = signed.predicate["results"]["model_signature"]
+        assert sig["status"] == "verified" and sig["key"] == "producer.pub"
+        assert sig["manifest_sha256"] == manifest
+        assert sig["signature_sha256"] == file_sha256(signature)
+        assert _signature_subjects(signed) == [
+            {
+                "name": "signature/chain.onnx.sig",
+                "sha256": file_sha256(signature),
+                "role": "model_signature",
+            }
+        ]
+        assert signed.predicate["plan"]["model_signature_sha256"] == file_sha256(signature)
+        assert signed.status != "failed"
+
+        # The same signature over a model changed after signing: failed, nothing loaded.
+        tampered = tmp_path / "tampered" / "chain.onnx"
+        tampered.parent.mkdir()
+        tampered.write_bytes(chain_model(tmp_path / "other.onnx", 3).read_bytes())
+        bad = dev.qualify(tampered, model_signature=signature, **PLAN)
+        assert bad.status == "failed"
+        assert bad.predicate["results"]["model_signature"]["status"] == "failed"
+        [finding] = bad.predicate["findings"]
+        assert finding["kind"] == "model_signature" and finding["phase"] == "preflight"
+        assert "does not match its signature" in finding["message"]
+        assert "cold_load" not in bad.predicate["results"]  # nothing was loaded
+
+        # Signed by a key the device does not trust.
+        foreign = tmp_path / "foreign.sig"
+        _sign(model, stranger, foreign)
+        untrusted = dev.qualify(model, model_signature=foreign, **PLAN)
+        assert untrusted.status == "failed"
+        assert "not signed by a key this device trusts" in untrusted.predicate["reason"]
+
+        # Unsigned: said so; refused once the owner requires signatures.
+        plain = dev.qualify(model, **PLAN)
+        assert plain.predicate["results"]["model_signature"] == {"status": "unsigned"}
+        assert not _signature_subjects(plain)
+        config.write_text('[model_signing]\ntrusted_keys = ["keys/producer.pub"]\nrequire = true\n')
+        required = dev.qualify(model, **PLAN)
+        assert required.status == "failed"
+        assert "requires a model signature" in required.predicate["reason"]
+
+    # The gate can require it, and the summary line says it.
+    policy = tmp_path / "signed.toml"
+    policy.write_text(
+        'require_model_signature = true\n[status]\nallowed = ["passed", "degraded", "inconclusive"]\n'
+    )
+    assert edgequal.gate(signed.path, policy=policy, device="local").passed
+    result = edgequal.gate(plain.path, policy=policy, device="local")
+    [failed] = result.failed_checks
+    assert failed.name == "require_model_signature" and failed.measured == "unsigned"
+    from edgequal.host.present.signature import signature_text
+
+    assert signature_text(signed.predicate["results"]) == (
+        f"model signature: verified by producer.pub (OMS manifest sha256:{manifest[:16]}…)"
+    )
+
+
+def test_agent_toml_refuses_what_it_would_otherwise_ignore(tmp_path):
+    from edgequal.agent.config import AgentSettings
+
+    path = tmp_path / "agent.toml"
+    with pytest.raises(
+        BadInput, match=r"unknown table \[model_signin\] \(did you mean \[model_signing\]\?\)"
+    ):
+        AgentSettings.from_config({"model_signin": {"require": True}}, path)
+    with pytest.raises(BadInput, match=r"\[model_signing\] unknown key requires"):
+        SigningPolicy.from_config({"model_signing": {"requires": True}}, path)
+    with pytest.raises(BadInput, match="require must be true or false"):
+        SigningPolicy.from_config({"model_signing": {"require": "yes"}}, path)
+    with pytest.raises(BadInput, match="need sigstore_trust_config"):
+        SigningPolicy.from_config(
+            {"model_signing": {"sigstore_identities": [{"identity": "a", "issuer": "b"}]}}, path
+        )
+    policy = SigningPolicy.from_config(
+        {"model_signing": {"trusted_keys": ["keys/a.pub"], "require": True}}, path
+    )
+    assert policy.trusted_keys == (tmp_path / "keys" / "a.pub",) and policy.require
+    AgentSettings.from_config({"store": {}, "worker": {}, "coload": {}, "model_signing": {}}, path)
+
+
+def _approve_signed_run(chain_model, tmp_path):
+    """A signed model qualified on a local agent that trusts its producer; its report path."""
+    import edgequal
+    from edgequal.agent.config import local_agent_state_dir
+
+    producer, producer_pub = _key_pair(tmp_path, "producer")
+    model = chain_model(tmp_path / "chain.onnx", 2)
+    signature = tmp_path / "chain.sig"
+    _sign(model, producer, signature)
+    state = local_agent_state_dir()
+    state.mkdir(parents=True, exist_ok=True)
+    (state / "producer.pub").write_bytes(producer_pub.read_bytes())
+    (state / "agent.toml").write_text('[model_signing]\ntrusted_keys = ["producer.pub"]\n')
+    policy = tmp_path / "committed.toml"
+    policy.write_text('name = "committed"\n')
+    with edgequal.connect("local") as dev:
+        report = dev.qualify(model, model_signature=signature, policy=policy, **PLAN)
+    return model, signature, policy, report
+
+
+@pytest.mark.slow  # a real local agent
+def test_an_approved_set_keeps_the_signature_and_refuses_a_changed_model(chain_model, tmp_path):
+    from edgequal.agent.golden import file_sha256
+    from edgequal.host.errors import UsageError
+    from edgequal.host.lab.requalify import approve, load_approved
+
+    model, signature, policy, report = _approve_signed_run(chain_model, tmp_path)
+    approved = tmp_path / "approved"
+    with pytest.raises(UsageError, match="measured with a model signature"):
+        approve(report.path, model, None, approved)
+    name, device = approve(report.path, model, None, approved, model_signature=signature)
+    entry = load_approved(approved)[name]
+    assert entry.signature == f"{name}/chain.sig"
+    assert entry.signature_sha256 == file_sha256(signature)
+    assert (
+        entry.oms_manifest_sha256
+        == report.predicate["results"]["model_signature"]["manifest_sha256"]
+    )
+    kept = entry.devices[device]
+    assert kept.committed_policy_sha256 == file_sha256(policy)
+    assert kept.model_signature["status"] == "verified"
+    entry.check_files(approved)  # as approved: nothing to refuse
+
+    # A model swapped in the approved set is refused before any device is contacted.
+    (approved / entry.model).write_bytes(chain_model(tmp_path / "swap.onnx", 3).read_bytes())
+    with pytest.raises(UsageError, match="changed since it was approved"):
+        entry.check_files(approved)
+
+
+def _external_data_model(directory):
+    """y = x @ W with W in weights.bin beside the model (real ONNX external data)."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    from onnx.external_data_helper import convert_model_to_external_data
+
+    w = np.arange(12, dtype=np.float32).reshape(4, 3) / 10
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["y"])],
+        "external",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3])],
+        initializer=[numpy_helper.from_array(w, "W")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    convert_model_to_external_data(
+        model, all_tensors_to_one_file=True, location="weights.bin", size_threshold=0
+    )
+    directory.mkdir(parents=True)
+    onnx.save_model(model, str(directory / "net.onnx"))
+    return directory / "net.onnx"
+
+
+@pytest.mark.slow  # a real local agent
+def test_a_model_with_external_data_is_verified_as_its_manifest_lists_it(tmp_path):
+    import edgequal
+    from edgequal.agent.config import local_agent_state_dir
+
+    producer, producer_pub = _key_pair(tmp_path, "producer")
+    model = _external_data_model(tmp_path / "net")
+    signature = tmp_path / "net.sig"
+    _sign(model.parent, producer, signature)  # the model's directory: model and weights
+    state = local_agent_state_dir()
+    state.mkdir(parents=True, exist_ok=True)
+    (state / "producer.pub").write_bytes(producer_pub.read_bytes())
+    (state / "agent.toml").write_text('[model_signing]\ntrusted_keys = ["producer.pub"]\n')
+    with edgequal.connect("local") as dev:
+        good = dev.qualify(model, model_signature=signature, **PLAN)
+        assert good.predicate["results"]["model_signature"]["status"] == "verified"
+        assert {s["role"] for s in good.subjects} == {"model", "external_data", "model_signature"}
+        weights = model.parent / "weights.bin"
+        data = bytearray(weights.read_bytes())
+        data[0] ^= 0x01  # one bit of one weight
+        weights.write_bytes(bytes(data))
+        bad = dev.qualify(model, model_signature=signature, **PLAN)
+    assert bad.status == "failed"
+    assert "does not match its signature" in bad.predicate["reason"]
+    assert "weights.bin" in bad.predicate["reason"]

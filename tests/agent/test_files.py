@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 
 import pytest
-
 from edgequal.agent.files import write_atomic
 from edgequal.agent.openmetrics import write_textfile
 

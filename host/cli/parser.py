@@ -637,7 +637,9 @@ def _add_fleet_parsers(sub) -> None:
     fa.add_argument("--model", type=Path, required=True, help="the model the report measured")
     fa.add_argument("--golden", type=Path, help="the golden set it used")
     fa.add_argument("--into", type=Path, required=True, metavar="DIR", help="the approved set")
-    fa.add_argument("--name", help="the model's name in the set (default: the file's stem)")
+    fa.add_argument(
+        "--name", help="the model's name in the set, one path component (default: the file's stem)"
+    )
     fa.add_argument(
         "--runtime-env",
         metavar="NAME",

@@ -138,6 +138,30 @@ def build_four_input_model(path: Path) -> Path:
     return Path(path)
 
 
+def build_one_input_model(path: Path, dtype: str, shape: list) -> Path:
+    """y [1,1] = mean(float(x)): one input of ``dtype`` (float32 or int64) and ``shape``
+    (names for dynamic dims), for a pipeline of one decoder."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    elem = {"float32": TensorProto.FLOAT, "int64": TensorProto.INT64}[dtype]
+    nodes = [
+        helper.make_node("Cast", ["x"], ["xf"], to=TensorProto.FLOAT),
+        helper.make_node("ReduceMean", ["xf"], ["r"], keepdims=1),
+        helper.make_node("Flatten", ["r"], ["y"], axis=0),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "one_input",
+        [helper.make_tensor_value_info("x", elem, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    onnx.checker.check_model(model)
+    Path(path).write_bytes(model.SerializeToString())
+    return Path(path)
+
+
 FOUR_INPUT_PIPELINE = f"""
 [inputs.image]
 decode = "image"

@@ -115,3 +115,61 @@ def test_raw_without_a_pipeline_and_preprocessing_beside_raw_are_refused(four, c
     assert "--raw needs --pipeline" in capsys.readouterr().err
     assert _make(four, "--preprocessing", str(four / "pipeline.toml")) == 2
     assert "with --raw the keys go in --pipeline" in capsys.readouterr().err
+
+
+def _capped_golden_make(d, cap_bytes: int):
+    """``edgequal golden make`` in a child process whose address space is capped: what
+    today's host would allocate for a hostile size fails there, not on the test machine."""
+    import resource
+    import subprocess
+    import sys
+
+    def cap():
+        resource.setrlimit(resource.RLIMIT_AS, (cap_bytes, cap_bytes))
+
+    return subprocess.run(
+        [sys.executable, "-m", "edgequal.host.cli", "golden", "make", str(d / "m.onnx"),
+         "--raw", str(d / "raw"), "--pipeline", str(d / "pipeline.toml"), "-o", str(d / "g.npz")],
+        preexec_fn=cap, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ("crop", "raw case 'strip' input 'x': crop = \"center\" would resize the 100000x1 image to 22400000x224"),
+        ("resize", "'resize' [100000, 100000] is 10000000000 pixels, more than the limit of 50000000"),
+        ("resize_overflow", "'resize' [1099511627776, 1] is 1099511627776 pixels, more than the limit"),
+        ("frame", "'frame' of 1000000000000 samples × 1 channel(s) is more than the limit of 33554432"),
+        ("max_length", "'max_length' 1000000000 is more than the limit of 131072 tokens"),
+    ],
+)  # fmt: skip
+def test_pipeline_sizes_are_bounded_on_the_host(raw, tmp_path, case, message):
+    """Under a 3 GiB address-space cap each hostile size is one line and exit 2, naming the
+    key and the limit, before the host allocates it (was MemoryError, OverflowError, SIGABRT)."""
+    d = tmp_path
+    (d / "raw").mkdir()
+    if case == "crop":
+        raw.build_one_input_model(d / "m.onnx", "float32", [1, 3, 224, 224])
+        (d / "raw" / "strip.png").write_bytes(raw.encode_image(np.zeros((1, 100000, 3), np.uint8)))
+        pipeline = 'decode = "image"\ncrop = "center"\n'
+    elif case.startswith("resize"):
+        raw.build_one_input_model(d / "m.onnx", "float32", [1, 3, "h", "w"])
+        (d / "raw" / "img.png").write_bytes(raw.encode_image(raw.gradient(8, 8)))
+        size = "[100000, 100000]" if case == "resize" else f"[{2**40}, 1]"
+        pipeline = f'decode = "image"\nresize = {size}\n'
+    elif case == "frame":
+        raw.build_one_input_model(d / "m.onnx", "float32", [1, "n"])
+        (d / "raw" / "clip.wav").write_bytes(raw.wav_bytes(raw.tone(100)))
+        pipeline = f'decode = "audio"\nframe = {10**12}\n'
+    else:
+        raw.build_one_input_model(d / "m.onnx", "int64", [1, "s"])
+        (d / "raw" / "t.txt").write_text("the board runs")
+        (d / "tokenizer.json").write_text(raw.tokenizer_json())
+        pipeline = f'decode = "text"\ntokenizer = "tokenizer.json"\nmax_length = {10**9}\n'
+    (d / "pipeline.toml").write_text("[inputs.x]\n" + pipeline)
+    done = _capped_golden_make(d, 3 << 30)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not (d / "g.npz").exists()

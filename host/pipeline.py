@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -162,8 +163,46 @@ def run_on_host(pipeline, assets, raw_cases, on_library: Callable | None = None)
         raise UsageError(str(e), hint=e.hint) from e
     cases = {}
     for case, raw in raw_cases.items():
-        try:
-            cases[case] = stages.preprocess(stages.decode(raw))
-        except AgentError as e:
-            raise UsageError(f"raw case '{case}' {e}", hint=e.hint) from e
+        with _native_stderr() as native:
+            try:
+                cases[case] = stages.preprocess(stages.decode(raw))
+            except AgentError as e:
+                native.drop()  # e.g. a tokenizer's Rust panic report: the one line says it
+                raise UsageError(f"raw case '{case}' {e}", hint=e.hint) from e
     return cases, libraries
+
+
+class _native_stderr:
+    """File descriptor 2 held in a temporary file while a stage runs, then written back;
+    :meth:`drop` discards it. A Rust panic inside ``tokenizers`` prints its report (and a
+    backtrace under ``RUST_BACKTRACE``) straight to fd 2 before Python sees the exception;
+    the refusal of that case is one line, so the report is dropped with it."""
+
+    def __enter__(self):
+        import sys
+        import tempfile
+
+        sys.stderr.flush()
+        self._held = tempfile.TemporaryFile()
+        self._saved = os.dup(2)
+        os.dup2(self._held.fileno(), 2)
+        self._keep = True
+        return self
+
+    def drop(self) -> None:
+        """Discard what the stage wrote to fd 2."""
+        self._keep = False
+
+    def __exit__(self, *exc) -> None:
+        import sys
+
+        sys.stderr.flush()
+        os.dup2(self._saved, 2)
+        os.close(self._saved)
+        if self._keep:
+            self._held.seek(0)
+            text = self._held.read()
+            if text:
+                with open(2, "wb", closefd=False) as out:
+                    out.write(text)
+        self._held.close()

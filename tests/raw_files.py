@@ -99,6 +99,23 @@ def tokenizer_json() -> str:
     return tok.to_str()
 
 
+def backtracking_tokenizer_json() -> str:
+    """:func:`tokenizer_json` with a ``Split`` pre-tokenizer on ``(a+)+$`` after the whitespace
+    split: a word of thirty ``a`` and a ``b`` exhausts Oniguruma's retry limit, and
+    ``tokenizers`` panics (``pyo3_runtime.PanicException``, a BaseException)."""
+    from tokenizers import Regex, Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Sequence, Split, Whitespace
+
+    tok = Tokenizer(WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="[UNK]"))
+    tok.pre_tokenizer = Sequence([Whitespace(), Split(Regex("(a+)+$"), "isolated")])
+    return tok.to_str()
+
+
+BACKTRACKING_TEXT = "the board runs " + "a" * 40 + "b"
+"""A text :func:`backtracking_tokenizer_json` panics on."""
+
+
 def build_four_input_model(path: Path) -> Path:
     """score [1,1] = mean(image) + mean(audio) + mean(float(ids)) + mean(float(mask)):
     image float32 [1,3,16,16] NCHW, audio float32 [1,1,160], input_ids and attention_mask

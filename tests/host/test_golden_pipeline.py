@@ -173,3 +173,26 @@ def test_pipeline_sizes_are_bounded_on_the_host(raw, tmp_path, case, message):
     assert done.returncode == 2, done.stderr[-2000:]
     assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert not (d / "g.npz").exists()
+
+
+def test_a_tokenizer_regex_panic_is_one_line_and_exit_2(raw, tmp_path, capfd):
+    """A ``Split`` pre-tokenizer on ``(a+)+$`` panics inside ``tokenizers`` on a long run of
+    ``a``: one line naming the case, exit 2 (was exit 1 and a PanicException traceback);
+    the panic's own report on file descriptor 2 is not left on the terminal."""
+    raw.build_one_input_model(tmp_path / "m.onnx", "int64", [1, 8])
+    (tmp_path / "raw").mkdir()
+    (tmp_path / "raw" / "long.txt").write_text(raw.BACKTRACKING_TEXT)
+    (tmp_path / "tokenizer.json").write_text(raw.backtracking_tokenizer_json())
+    (tmp_path / "pipeline.toml").write_text(
+        '[inputs.x]\ndecode = "text"\ntokenizer = "tokenizer.json"\n'
+    )
+    capfd.readouterr()
+    rc = main(
+        ["golden", "make", str(tmp_path / "m.onnx"), "--raw", str(tmp_path / "raw"),
+         "--pipeline", str(tmp_path / "pipeline.toml"), "-o", str(tmp_path / "g.npz")]
+    )  # fmt: skip
+    err = capfd.readouterr().err
+    assert rc == 2, err
+    assert "raw case 'long' input 'x': the tokenizer failed on the text (" in err
+    assert len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "g.npz").exists()

@@ -246,3 +246,21 @@ def test_a_model_whose_fixed_sizes_pass_the_limits_is_refused_too():
     huge = TensorSpec("x", "float32", [1, 3, 100000, 100000])
     with pytest.raises(BadInput, match="'resize' \\[100000, 100000\\] is 10000000000 pixels"):
         _pipeline({"x": {"decode": "image"}}, (huge,))
+
+
+def test_a_tokenizer_regex_panic_is_a_refused_raw_file_not_a_base_exception(raw):
+    """``tokenizers`` panics (PanicException, a BaseException ``except Exception`` misses) when
+    a Split pattern like ``(a+)+$`` exhausts the regex engine: the case is refused in one line
+    at the preprocess stage, and the tokenizer still serves the next text."""
+    spec = TensorSpec("x", "int64", [1, 8])
+    tok = {"t.json": raw.backtracking_tokenizer_json().encode()}
+    stages = _pipeline({"x": {"decode": "text", "tokenizer": "t.json"}}, (spec,), tok)
+    decoded = stages.decode({"x": raw.BACKTRACKING_TEXT.encode()})
+    with pytest.raises(BadRawInput) as info:
+        stages.preprocess(decoded)
+    message = str(info.value)
+    assert message.startswith("input 'x': the tokenizer failed on the text (")
+    assert "retry-limit-in-match over" in message and "\n" not in message
+    assert info.value.stage == "preprocess"
+    ok = stages.preprocess(stages.decode({"x": b"the board runs"}))["x"]
+    np.testing.assert_array_equal(ok, [[2, 3, 4, 0, 0, 0, 0, 0]])

@@ -4,6 +4,7 @@ one line and exit 2."""
 
 from __future__ import annotations
 
+import os
 import shutil
 
 import numpy as np
@@ -196,3 +197,67 @@ def test_a_tokenizer_regex_panic_is_one_line_and_exit_2(raw, tmp_path, capfd):
     assert "raw case 'long' input 'x': the tokenizer failed on the text (" in err
     assert len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "g.npz").exists()
+
+
+@pytest.fixture
+def one_image(raw, tmp_path):
+    """A one-input image model [1,3,8,8], its pipeline.toml, a raw/ with one good PNG, and a
+    PNG outside raw/ standing for a host file that must never enter the golden set."""
+    raw.build_one_input_model(tmp_path / "m.onnx", "float32", [1, 3, 8, 8])
+    (tmp_path / "pipeline.toml").write_text('[inputs.x]\ndecode = "image"\n')
+    (tmp_path / "raw").mkdir()
+    (tmp_path / "raw" / "good.png").write_bytes(raw.encode_image(raw.gradient(8, 8, 1)))
+    secret = tmp_path / "elsewhere" / "secret.png"
+    secret.parent.mkdir()
+    secret.write_bytes(raw.encode_image(raw.gradient(8, 8, 7)))
+    return tmp_path
+
+
+def _make_one(d, raw_arg):
+    return main(
+        ["golden", "make", str(d / "m.onnx"), "--raw", str(raw_arg),
+         "--pipeline", str(d / "pipeline.toml"), "-o", str(d / "g.npz")]
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("how", ["symlink", "csv_relative", "csv_absolute", "csv_symlink"])
+def test_raw_files_from_outside_the_raw_directory_are_refused(one_image, capsys, how):
+    """A symlink out of ``--raw DIR`` and a cases.csv row that climbs out of it or is absolute
+    are refused in one line, exit 2: the host file's bytes never enter the golden set."""
+    d = one_image
+    secret = d / "elsewhere" / "secret.png"
+    if how == "symlink":
+        (d / "raw" / "leak.png").symlink_to(secret)
+    elif how == "csv_symlink":
+        (d / "raw" / "leak.png").symlink_to(secret)
+        (d / "raw" / "cases.csv").write_text("case,x\ngood,good.png\nleak,leak.png\n")
+    else:
+        row = "../elsewhere/secret.png" if how == "csv_relative" else str(secret)
+        (d / "raw" / "cases.csv").write_text(f"case,x\ngood,good.png\nleak,{row}\n")
+    capsys.readouterr()
+    assert _make_one(d, d / "raw") == 2
+    err = capsys.readouterr().err
+    assert "outside --raw" in err and len(err.strip().splitlines()) == 1, err
+    assert not (d / "g.npz").exists()
+
+
+def test_a_symlink_within_the_raw_directory_is_read(one_image):
+    d = one_image
+    (d / "raw" / "again.png").symlink_to(d / "raw" / "good.png")
+    assert _make_one(d, d / "raw") == 0
+    g = read_golden(d / "g.npz")
+    assert [c.name for c in g.cases] == ["again", "good"]
+    assert g.cases[0].raw["x"] == g.cases[1].raw["x"]
+
+
+def test_a_raw_file_name_that_is_not_utf8_is_one_line_naming_its_bytes(one_image, capsys):
+    d = one_image
+    name = b"caf\xe9.png"
+    with open(os.path.join(os.fsencode(d / "raw"), name), "wb") as f:
+        f.write((d / "raw" / "good.png").read_bytes())
+    capsys.readouterr()
+    assert _make_one(d, d / "raw") == 2
+    err = capsys.readouterr().err
+    assert "caf\\xe9.png" in err and "not UTF-8" in err, err
+    assert len(err.strip().splitlines()) == 1
+    assert not (d / "g.npz").exists()

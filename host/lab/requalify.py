@@ -354,6 +354,8 @@ def _candidate_missing(a: ApprovedDevice, candidate: str, info: dict, device: st
                 else f"edgequal agent runtime add ssh://… {name}"
             )
             return f"{device} has no runtime environment {name} (install it: {how})"
-        if not env.get("available", True):
+        # "probing": an agent that just started has not finished its trial import; the
+        # run itself refuses an environment that turns out broken.
+        if not env.get("available", True) and env.get("reason") != "probing":
             return f"{device}: runtime environment {name} is broken: {env.get('reason')}"
     return ""

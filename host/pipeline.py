@@ -20,7 +20,7 @@ from pathlib import Path
 
 from edgequal.agent.errors import AgentError
 
-from .errors import UsageError
+from .errors import UsageError, printable
 
 RAW_SUFFIXES = (".png", ".jpg", ".jpeg", ".wav", ".txt")
 """The raw files a directory's cases are read from (anything else there is not a case)."""
@@ -55,7 +55,7 @@ def read_raw_cases(source: Path, pipeline) -> dict[str, dict[str, bytes]]:
         if not f.is_file() or f.suffix.lower() not in RAW_SUFFIXES:
             continue
         _check_utf8_name(f)
-        _check_inside(base, f, f"--raw {_printable(source)}: {_printable(f.name)}")
+        _check_inside(base, f, f"--raw {printable(source)}: {printable(f.name)}")
         if f.stem in cases:
             raise UsageError(f"--raw {source}: two files for case '{f.stem}'")
         data = _read(f)
@@ -89,21 +89,15 @@ def _from_manifest(path: Path, names: list[str]) -> dict[str, dict[str, bytes]]:
         files = {}
         for n in names:
             rel = (row.get(n) or "").strip()
-            where = f"{_printable(path)} line {i} column {n}: {rel[:200]!r}"
+            where = f"{printable(path)} line {i} column {n}: {rel[:200]!r}"
             if not rel or rel.startswith("/") or ".." in Path(rel).parts:
                 raise UsageError(
-                    f"{where} is {'empty' if not rel else 'outside --raw ' + _printable(path.parent)}",
+                    f"{where} is {'empty' if not rel else 'outside --raw ' + printable(path.parent)}",
                     hint="name each raw file relative to the manifest, inside its directory",
                 )
             files[n] = _check_inside(base, path.parent / rel, where)
         cases[case] = {n: _read(f) for n, f in files.items()}
     return cases
-
-
-def _printable(path) -> str:
-    from .devices.qualify import printable
-
-    return printable(path)
 
 
 def _check_utf8_name(f: Path) -> None:
@@ -113,7 +107,7 @@ def _check_utf8_name(f: Path) -> None:
         f.name.encode("utf-8")
     except UnicodeEncodeError:
         raise UsageError(
-            f"raw file {_printable(f)}: its name is not UTF-8, and a case is named after its file",
+            f"raw file {printable(f)}: its name is not UTF-8, and a case is named after its file",
             hint="rename it, or list it under a UTF-8 case name in cases.csv",
         ) from None
 
@@ -125,7 +119,7 @@ def _check_inside(base_real: str, path: Path, where: str) -> Path:
     real = os.path.realpath(path)
     if not real.startswith(base_real.rstrip(os.sep) + os.sep):
         raise UsageError(
-            f"{where} resolves to {_printable(real)}, outside --raw {_printable(base_real)}",
+            f"{where} resolves to {printable(real)}, outside --raw {printable(base_real)}",
             hint="copy the file into the raw directory if it belongs in the golden set",
         )
     return Path(real)
@@ -135,11 +129,11 @@ def _read(path: Path) -> bytes:
     try:
         if path.stat().st_size > MAX_RAW_BYTES:
             raise UsageError(
-                f"{_printable(path)}: {path.stat().st_size} bytes, more than a raw case may hold"
+                f"{printable(path)}: {path.stat().st_size} bytes, more than a raw case may hold"
             )
         return path.read_bytes()
     except OSError as e:
-        raise UsageError(f"cannot read raw file {_printable(path)}: {e.strerror}") from None
+        raise UsageError(f"cannot read raw file {printable(path)}: {e.strerror}") from None
 
 
 def read_reference_inputs(path: Path, cases, names: list[str]) -> dict[str, dict]:

@@ -204,7 +204,7 @@ def run_on_host(pipeline, assets, raw_cases, on_library: Callable | None = None)
         raise UsageError(str(e), hint=e.hint) from e
     cases = {}
     for case, raw in raw_cases.items():
-        with _native_stderr() as native:
+        with _NativeStderr() as native:
             try:
                 cases[case] = stages.preprocess(stages.decode(raw))
             except AgentError as e:
@@ -213,7 +213,7 @@ def run_on_host(pipeline, assets, raw_cases, on_library: Callable | None = None)
     return cases, libraries
 
 
-class _native_stderr:
+class _NativeStderr:
     """File descriptor 2 held in a temporary file while a stage runs, then written back;
     :meth:`drop` discards it. A Rust panic inside ``tokenizers`` prints its report (and a
     backtrace under ``RUST_BACKTRACE``) straight to fd 2 before Python sees the exception;

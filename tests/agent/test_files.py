@@ -29,7 +29,9 @@ def test_a_symlink_planted_at_the_old_temporary_name_is_not_followed(tmp_path, w
     assert leftovers == ["eq.prom", f"eq.prom.tmp{os.getpid()}"]  # only the planted link remains
 
 
-def test_the_temporary_is_created_exclusively_and_the_file_keeps_the_umask_mode(tmp_path, monkeypatch):
+def test_the_temporary_is_created_exclusively_and_the_file_keeps_the_umask_mode(
+    tmp_path, monkeypatch
+):
     opened = []
     real_open = os.open
 

@@ -23,11 +23,26 @@ def fsync_dir(path: Path) -> None:
 
 
 def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file and a rename; no temporary is left behind."""
+    """Write ``data`` to ``path`` through a temporary file and a rename; no temporary is left behind.
+
+    The temporary is a fresh, unpredictable name in the target's directory, created with
+    ``O_CREAT|O_EXCL|O_NOFOLLOW``: a file or symlink someone planted there is never opened
+    or written through (the metrics textfile is rewritten every interval in a directory
+    node_exporter's users may share). Its mode is 0666 less the umask, as ``open`` gives.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    for _ in range(100):
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{os.urandom(6).hex()}")
+        try:
+            fd = os.open(tmp, flags, 0o666)
+            break
+        except FileExistsError:
+            continue
+    else:  # pragma: no cover - 100 collisions of 48 random bits
+        raise FileExistsError(errno.EEXIST, "no free temporary name", str(path.parent))
     try:
-        with open(tmp, "wb") as f:
+        with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())

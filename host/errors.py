@@ -5,6 +5,7 @@ password written into an address (``grpc://user:pw@host``, a database URL) never
 reaches the terminal, a log line, a fleet index or a JUnit file.
 """
 
+import os
 import re
 
 _CREDENTIALS = re.compile(
@@ -12,6 +13,16 @@ _CREDENTIALS = re.compile(
     r"(?=[\w\[])"
 )
 REDACTED = "***"
+
+
+def printable(path) -> str:
+    """A file name or path as text that can be printed and sent (UTF-8).
+
+    File names are bytes on POSIX; one that is not UTF-8 reaches Python with
+    surrogate escapes, which neither protobuf, JSON reports nor a UTF-8 terminal
+    accept. Its undecodable bytes are shown as ``\\xNN``.
+    """
+    return os.fsencode(str(path)).decode("utf-8", "backslashreplace")
 
 
 def redact(text: str) -> str:

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import os
 from collections.abc import Callable
 from pathlib import Path
 
 from edgequal.agent.errors import AgentError
 
-from .errors import UsageError
+from .errors import UsageError, printable
 
 RAW_SUFFIXES = (".png", ".jpg", ".jpeg", ".wav", ".txt")
 """The raw files a directory's cases are read from (anything else there is not a case)."""
@@ -49,9 +50,12 @@ def read_raw_cases(source: Path, pipeline) -> dict[str, dict[str, bytes]]:
             hint=f"list each case's files in {source / MANIFEST_NAME}: case,{','.join(names)}",
         )
     cases: dict[str, dict[str, bytes]] = {}
+    base = os.path.realpath(source)
     for f in sorted(source.iterdir()):
         if not f.is_file() or f.suffix.lower() not in RAW_SUFFIXES:
             continue
+        _check_utf8_name(f)
+        _check_inside(base, f, f"--raw {printable(source)}: {printable(f.name)}")
         if f.stem in cases:
             raise UsageError(f"--raw {source}: two files for case '{f.stem}'")
         data = _read(f)
@@ -77,21 +81,59 @@ def _from_manifest(path: Path, names: list[str]) -> dict[str, dict[str, bytes]]:
             f"{path}: no column '{missing[0]}'", hint=f"columns: case,{','.join(names)}"
         )
     cases = {}
+    base = os.path.realpath(path.parent)
     for i, row in enumerate(rows, 2):
         case = (row.get("case") or "").strip()
         if not case or case in cases:
             raise UsageError(f"{path} line {i}: case name {'missing' if not case else 'repeated'}")
-        cases[case] = {n: _read(path.parent / (row.get(n) or "").strip()) for n in names}
+        files = {}
+        for n in names:
+            rel = (row.get(n) or "").strip()
+            where = f"{printable(path)} line {i} column {n}: {rel[:200]!r}"
+            if not rel or rel.startswith("/") or ".." in Path(rel).parts:
+                raise UsageError(
+                    f"{where} is {'empty' if not rel else 'outside --raw ' + printable(path.parent)}",
+                    hint="name each raw file relative to the manifest, inside its directory",
+                )
+            files[n] = _check_inside(base, path.parent / rel, where)
+        cases[case] = {n: _read(f) for n, f in files.items()}
     return cases
+
+
+def _check_utf8_name(f: Path) -> None:
+    """A case is named after its file: a name that is not UTF-8 cannot be one (it would reach
+    the golden manifest and the device as surrogate escapes)."""
+    try:
+        f.name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UsageError(
+            f"raw file {printable(f)}: its name is not UTF-8, and a case is named after its file",
+            hint="rename it, or list it under a UTF-8 case name in cases.csv",
+        ) from None
+
+
+def _check_inside(base_real: str, path: Path, where: str) -> Path:
+    """``path`` when it resolves (symlinks followed) to a file below ``base_real``; a raw
+    file from elsewhere on the host would be copied into the golden set and pushed to the
+    device, so it is refused, as an ONNX model's external data out of its directory is."""
+    real = os.path.realpath(path)
+    if not real.startswith(base_real.rstrip(os.sep) + os.sep):
+        raise UsageError(
+            f"{where} resolves to {printable(real)}, outside --raw {printable(base_real)}",
+            hint="copy the file into the raw directory if it belongs in the golden set",
+        )
+    return Path(real)
 
 
 def _read(path: Path) -> bytes:
     try:
         if path.stat().st_size > MAX_RAW_BYTES:
-            raise UsageError(f"{path}: {path.stat().st_size} bytes, more than a raw case may hold")
+            raise UsageError(
+                f"{printable(path)}: {path.stat().st_size} bytes, more than a raw case may hold"
+            )
         return path.read_bytes()
     except OSError as e:
-        raise UsageError(f"cannot read raw file {path}: {e.strerror}") from None
+        raise UsageError(f"cannot read raw file {printable(path)}: {e.strerror}") from None
 
 
 def read_reference_inputs(path: Path, cases, names: list[str]) -> dict[str, dict]:
@@ -162,8 +204,46 @@ def run_on_host(pipeline, assets, raw_cases, on_library: Callable | None = None)
         raise UsageError(str(e), hint=e.hint) from e
     cases = {}
     for case, raw in raw_cases.items():
-        try:
-            cases[case] = stages.preprocess(stages.decode(raw))
-        except AgentError as e:
-            raise UsageError(f"raw case '{case}' {e}", hint=e.hint) from e
+        with _NativeStderr() as native:
+            try:
+                cases[case] = stages.preprocess(stages.decode(raw))
+            except AgentError as e:
+                native.drop()  # e.g. a tokenizer's Rust panic report: the one line says it
+                raise UsageError(f"raw case '{case}' {e}", hint=e.hint) from e
     return cases, libraries
+
+
+class _NativeStderr:
+    """File descriptor 2 held in a temporary file while a stage runs, then written back;
+    :meth:`drop` discards it. A Rust panic inside ``tokenizers`` prints its report (and a
+    backtrace under ``RUST_BACKTRACE``) straight to fd 2 before Python sees the exception;
+    the refusal of that case is one line, so the report is dropped with it."""
+
+    def __enter__(self):
+        import sys
+        import tempfile
+
+        sys.stderr.flush()
+        self._held = tempfile.TemporaryFile()
+        self._saved = os.dup(2)
+        os.dup2(self._held.fileno(), 2)
+        self._keep = True
+        return self
+
+    def drop(self) -> None:
+        """Discard what the stage wrote to fd 2."""
+        self._keep = False
+
+    def __exit__(self, *exc) -> None:
+        import sys
+
+        sys.stderr.flush()
+        os.dup2(self._saved, 2)
+        os.close(self._saved)
+        if self._keep:
+            self._held.seek(0)
+            text = self._held.read()
+            if text:
+                with open(2, "wb", closefd=False) as out:
+                    out.write(text)
+        self._held.close()

@@ -235,6 +235,7 @@ def connect(
     tls_cert: str | Path | None = None,
     tls_key: str | Path | None = None,
     known=None,
+    name: str | None = None,
 ) -> Device:
     """Reach ``device`` (``local``, a trusted NAME, ``grpc://HOST:PORT`` or
     ``ssh://USER@HOST``) as ``--device`` does, and return it once it proved its pinned key.
@@ -243,6 +244,9 @@ def connect(
     device's entry) authorizes the
     calls; ``tls_*`` are the PEM files of a grpc:// device; ``known_hosts``, ``ssh_key``
     and ``agent_cmd`` serve ssh://. ``known`` is the trust store (default: this host's).
+    ``name`` binds the connection and its token to one device: ``device`` is then an address
+    of it, where the agent must prove the key pinned for ``name`` (a lab file's entry
+    ``[devices.NAME] address = …``); nothing is sent when it does not.
     """
     from edgequal.host.devices.resolve import open_device, tls_options
 
@@ -260,5 +264,6 @@ def connect(
             known=known,
             tls=tls,
             token=token,
+            name=name,
         )
     return Device(opened)

@@ -43,6 +43,7 @@ class DeviceChoice:
 
     label: str
     device: str
+    name: str | None = None  # a lab device: ``device`` is its address, proved by this name's key
     token_file: Path | None = None
     token_env: str | None = None  # a lab file's token_env: the variable holding the token
     known_hosts: Path | None = None
@@ -85,16 +86,17 @@ def chosen_devices(config) -> list[DeviceChoice]:
     ]
     lab_path = config.getoption("--eq-lab")
     if lab_path:
-        from edgequal.host.devices.trust import KnownDevices
         from edgequal.host.lab.inventory import load_lab
 
         tags = {t.strip() for t in (config.getoption("--eq-tags") or "").split(",") if t.strip()}
-        known = KnownDevices()
         for d in load_lab(lab_path).select(tags):
+            # The lab's address, bound to the lab's name: the agent there must prove the key
+            # pinned for that name before the lab's token for it is sent (as fleet run does).
             out.append(
                 DeviceChoice(
                     d.name,
-                    d.name if known.get(d.name) else d.address,
+                    d.address,
+                    name=d.name,
                     token_file=d.token.file if d.token and d.token.file else None,
                     token_env=d.token.env if d.token and d.token.env else None,
                     known_hosts=d.known_hosts_file,
@@ -150,6 +152,7 @@ class _Connections:
                 known_hosts=choice.known_hosts,
                 agent_cmd=choice.agent_cmd,
                 ssh_key=choice.ssh_key,
+                name=choice.name,
             )
         return self.open[choice]
 

@@ -99,6 +99,23 @@ def tokenizer_json() -> str:
     return tok.to_str()
 
 
+def backtracking_tokenizer_json() -> str:
+    """:func:`tokenizer_json` with a ``Split`` pre-tokenizer on ``(a+)+$`` after the whitespace
+    split: a word of thirty ``a`` and a ``b`` exhausts Oniguruma's retry limit, and
+    ``tokenizers`` panics (``pyo3_runtime.PanicException``, a BaseException)."""
+    from tokenizers import Regex, Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Sequence, Split, Whitespace
+
+    tok = Tokenizer(WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="[UNK]"))
+    tok.pre_tokenizer = Sequence([Whitespace(), Split(Regex("(a+)+$"), "isolated")])
+    return tok.to_str()
+
+
+BACKTRACKING_TEXT = "the board runs " + "a" * 40 + "b"
+"""A text :func:`backtracking_tokenizer_json` panics on."""
+
+
 def build_four_input_model(path: Path) -> Path:
     """score [1,1] = mean(image) + mean(audio) + mean(float(ids)) + mean(float(mask)):
     image float32 [1,3,16,16] NCHW, audio float32 [1,1,160], input_ids and attention_mask
@@ -131,6 +148,30 @@ def build_four_input_model(path: Path) -> Path:
             helper.make_tensor_value_info("attention_mask", TensorProto.INT64, [1, SEQ]),
         ],
         [helper.make_tensor_value_info("score", TensorProto.FLOAT, [1, 1])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    onnx.checker.check_model(model)
+    Path(path).write_bytes(model.SerializeToString())
+    return Path(path)
+
+
+def build_one_input_model(path: Path, dtype: str, shape: list) -> Path:
+    """y [1,1] = mean(float(x)): one input of ``dtype`` (float32 or int64) and ``shape``
+    (names for dynamic dims), for a pipeline of one decoder."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    elem = {"float32": TensorProto.FLOAT, "int64": TensorProto.INT64}[dtype]
+    nodes = [
+        helper.make_node("Cast", ["x"], ["xf"], to=TensorProto.FLOAT),
+        helper.make_node("ReduceMean", ["xf"], ["r"], keepdims=1),
+        helper.make_node("Flatten", ["r"], ["y"], axis=0),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "one_input",
+        [helper.make_tensor_value_info("x", elem, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1])],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     onnx.checker.check_model(model)

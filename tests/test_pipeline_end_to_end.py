@@ -153,3 +153,36 @@ def _copy(case, name):
     from edgequal.agent.golden import GoldenCase
 
     return GoldenCase(name, dict(case.inputs), dict(case.outputs), dict(case.raw))
+
+
+def test_a_tokenizer_panic_on_the_device_is_a_finding_and_the_agent_keeps_serving(
+    tmp_path, quick_plan, test_helper
+):
+    """A golden set whose tokenizer panics (``Split`` on ``(a+)+$``) on one case's text: the
+    device reports that case as a ``raw_input`` finding at the preprocess stage, runs the
+    other cases, and keeps serving."""
+    raw = test_helper("raw_files")
+    d = raw.write_four_input_cases(tmp_path / "four")
+    (d / "tokenizer.json").write_text(raw.backtracking_tokenizer_json())
+    good = tmp_path / "good.npz"
+    make_golden(d / "four.onnx", None, good, raw=d / "raw", pipeline=d / "pipeline.toml")
+    g = read_golden(good)
+    hostile = _copy(g.cases[1], "backtracking")
+    text = raw.BACKTRACKING_TEXT.encode()
+    hostile.raw["input_ids"] = hostile.raw["attention_mask"] = text
+    manifest = {k: v for k, v in g.manifest.items() if k not in ("format", "cases")}
+    golden = tmp_path / "hostile.npz"
+    write_golden(golden, manifest, [_copy(g.cases[0], "ok"), hostile], g.assets)
+    known = KnownDevices()
+    with LocalTransport() as transport:
+        pin_device_key(transport, known, "local", "local")
+        result = qualify(
+            transport, d / "four.onnx", golden, quick_plan(), known=known, device_name="local"
+        )
+        p = result.report.predicate
+        (finding,) = [f for f in p["findings"] if f["kind"] == "raw_input"]
+        assert finding["case"] == "backtracking" and finding["stage"] == "preprocess"
+        assert "the tokenizer failed on the text (" in finding["message"]
+        assert "\n" not in finding["message"]
+        assert p["results"]["pipeline"]["stages"]["preprocess"]["count"] > 0
+        assert transport.info()["public_key_b64"]

@@ -3,7 +3,7 @@
 Pillow is imported when an image is first decoded (the ``pipeline`` extra), so an agent
 that never decodes an image never loads it. A raw file is hostile input: only PNG and
 JPEG are opened, the pixel count is read from the header and refused above
-:data:`MAX_PIXELS` before anything is decompressed (a decompression bomb), and a file
+:data:`~.spec.MAX_PIXELS` before anything is decompressed (a decompression bomb), and a file
 that ends early is refused rather than padded (Pillow's ``LOAD_TRUNCATED_IMAGES`` stays
 off).
 """
@@ -15,11 +15,9 @@ import io
 import numpy as np
 
 from ..errors import BadRawInput
-from .spec import InputPipeline
+from .spec import MAX_PIXELS, InputPipeline
 
 FORMATS = ("PNG", "JPEG")
-MAX_PIXELS = 50_000_000
-"""The most pixels a raw image may declare (a 50-megapixel photo; RGB, 150 MB decoded)."""
 _RESAMPLE = {"nearest": "NEAREST", "bilinear": "BILINEAR", "bicubic": "BICUBIC", "area": "BOX"}
 
 
@@ -71,6 +69,12 @@ def preprocess_image(img, p: InputPipeline) -> np.ndarray:
         w0, h0 = img.size
         factor = max(p.width / w0, p.height / h0)
         size = (max(p.width, round(w0 * factor)), max(p.height, round(h0 * factor)))
+        if size[0] * size[1] > MAX_PIXELS:  # a 100000x1 strip scaled to cover 224x224
+            raise BadRawInput(
+                f'crop = "center" would resize the {w0}x{h0} image to {size[0]}x{size[1]} '
+                f"({size[0] * size[1]} pixels) before cropping, more than the limit of {MAX_PIXELS}",
+                stage="preprocess",
+            )
         img = img.resize(size, resample)
         left, top = (size[0] - p.width) // 2, (size[1] - p.height) // 2
         img = img.crop((left, top, left + p.width, top + p.height))

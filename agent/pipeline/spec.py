@@ -43,6 +43,21 @@ _ONLY = {
 _INTEGER_DTYPES = ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64")
 # Keys the contract declares without a stage executing them.
 _DECLARATIONS = ("range",)
+# The sizes a pipeline may declare, or take from the model's fixed dims. One definition: the
+# host checks them when it makes a golden set (resolve_pipeline) and the device when it reads
+# one back (Pipeline.from_json), before either allocates a tensor of that size; image.py
+# bounds a raw image and a crop's intermediate resize by the same MAX_PIXELS.
+MAX_PIXELS = 50_000_000
+"""The most pixels an image stage holds: a raw image's header, ``resize`` height × width and
+the resize ``crop = "center"`` makes before it crops (a 50-megapixel photo; RGB float32
+600 MB)."""
+MAX_AUDIO_SAMPLES = 1 << 25
+"""The most samples of one audio tensor, ``frame`` × ``channels`` (35 minutes of 16 kHz mono;
+float32 128 MiB)."""
+MAX_TOKENS = 1 << 17
+"""The longest ``max_length`` (131072 tokens: the longest context a model on a board takes;
+the tokenizer pads every text to it)."""
+
 # 16-bit PCM full scale: float audio is samples / 32768 unless a scale says otherwise.
 PCM16_SCALE = 1.0 / 32768.0
 
@@ -346,6 +361,11 @@ def _image(keys: dict, spec: TensorSpec) -> dict:
                 hint="declare resize = [height, width]",
             )
         size = model_hw
+    if size[0] * size[1] > MAX_PIXELS:
+        raise BadInput(
+            f"'resize' [{size[0]}, {size[1]}] is {size[0] * size[1]} pixels, more than the "
+            f"limit of {MAX_PIXELS}"
+        )
     interpolation = keys.pop("interpolation", None) or "bilinear"
     if interpolation not in INTERPOLATIONS:
         raise BadInput(
@@ -397,6 +417,11 @@ def _audio(keys: dict, spec: TensorSpec) -> dict:
             f"{channels} channel(s) of {frame} samples do not fill {spec.describe()}",
             hint="declare channels to match the model",
         )
+    if frame * channels > MAX_AUDIO_SAMPLES:
+        raise BadInput(
+            f"'frame' of {frame} samples × {channels} channel(s) is more than the limit of "
+            f"{MAX_AUDIO_SAMPLES} samples"
+        )
     return {"sample_rate": rate, "channels": channels, "frame": frame}
 
 
@@ -418,6 +443,8 @@ def _text(keys: dict, spec: TensorSpec, tokenizer_digest) -> dict:
             f"the model's sequence length is dynamic ({spec.describe()})",
             hint="declare max_length = TOKENS",
         )
+    if max_length > MAX_TOKENS:
+        raise BadInput(f"'max_length' {max_length} is more than the limit of {MAX_TOKENS} tokens")
     flags = {}
     for k in ("truncation", "padding"):
         v = keys.pop(k, None)

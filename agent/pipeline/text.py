@@ -14,6 +14,10 @@ from ..errors import BadRawInput
 from .spec import InputPipeline
 
 _PAD_TOKENS = ("[PAD]", "<pad>", "<PAD>")
+# tokenizers turns a Rust panic (a Split pattern like "(a+)+$" exhausting Oniguruma's retry
+# limit) into pyo3_runtime.PanicException, a BaseException that `except Exception` misses and
+# that no module exports to name. Everything else BaseException is caught as that; these not.
+_NEVER_CAUGHT = (KeyboardInterrupt, SystemExit, GeneratorExit)
 
 
 def tokenizers_module():
@@ -33,9 +37,10 @@ def load_tokenizer(data: bytes):
     Tokenizer = tokenizers_module().Tokenizer
     try:
         tok = Tokenizer.from_str(data.decode("utf-8"))
-    except Exception as e:  # tokenizers raises its own Exception for a bad file
-        text = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-        raise BadRawInput(f"the tokenizer.json cannot be loaded ({text})") from None
+    except _NEVER_CAUGHT:
+        raise
+    except BaseException as e:  # its own Exception for a bad file, or a Rust panic
+        raise BadRawInput(f"the tokenizer.json cannot be loaded ({_first_line(e)})") from None
     tok.no_truncation()
     tok.no_padding()
     return tok
@@ -54,7 +59,14 @@ def decode_text(data: bytes) -> str:
 def preprocess_text(text: str, tokenizer, p: InputPipeline) -> np.ndarray:
     """Tokenize, truncate to ``max_length`` (or refuse a longer text without truncation),
     pad to it, take the declared field; shaped as the model's input."""
-    enc = tokenizer.encode(text)
+    try:
+        enc = tokenizer.encode(text)
+    except _NEVER_CAUGHT:
+        raise
+    except BaseException as e:  # a regex the engine gives up on: "retry-limit-in-match over"
+        raise BadRawInput(
+            f"the tokenizer failed on the text ({_first_line(e)})", stage="preprocess"
+        ) from None
     if len(enc.ids) > p.max_length:
         if not p.truncation:
             raise BadRawInput(
@@ -71,3 +83,7 @@ def preprocess_text(text: str, tokenizer, p: InputPipeline) -> np.ndarray:
     values = getattr(enc, p.field)
     shape = [d if isinstance(d, int) and d >= 0 else 1 for d in p.shape[:-1]] + [len(values)]
     return np.asarray(values, dtype=p.dtype).reshape(shape)
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0][:200]

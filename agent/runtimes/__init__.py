@@ -8,6 +8,7 @@ worker, so the agent process can detect runtimes and answer Info without them.
 from __future__ import annotations
 
 import importlib.util
+import os
 import signal
 import subprocess
 import sys
@@ -199,21 +200,32 @@ def child_import(
 
     Returns ``('', stdout)`` when it exits 0, else ``(problem, stdout)``: one line saying
     how ``what`` broke (the signal that killed it, its last error line, a hang).
+
+    The child dies with the thread that started it (PR_SET_PDEATHSIG, set before its
+    script runs) and its whole process group is killed after ``timeout_s``: an import
+    that hangs never outlives the agent, re-parented to init, nor its timeout.
     """
+    code = _DIE_WITH_PARENT.format(parent=os.getpid()) + script[0]
     try:
-        proc = subprocess.run(
-            [python or sys.executable, "-c", *script],
+        proc = subprocess.Popen(
+            [python or sys.executable, "-c", code, *script[1:]],
             stdin=subprocess.DEVNULL,
-            capture_output=True,
-            timeout=timeout_s,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             start_new_session=True,
             env=env,
         )
-    except subprocess.TimeoutExpired:
-        return f"broken: {what} did not finish within {timeout_s:g} s", ""
     except OSError as e:
         return f"broken: {what} cannot start: {e.strerror or e}", ""
-    out = proc.stdout.decode("utf-8", "replace")
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        return f"broken: {what} hung > {timeout_s:g} s", ""
+    except BaseException:
+        _kill_group(proc)
+        raise
+    out = stdout.decode("utf-8", "replace")
     if proc.returncode < 0:
         try:
             sig = signal.Signals(-proc.returncode).name
@@ -221,9 +233,32 @@ def child_import(
             sig = f"signal {-proc.returncode}"
         return f"broken: {what} kills the process with {sig}", out
     if proc.returncode != 0:
-        lines = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+        lines = stderr.decode("utf-8", "replace").strip().splitlines()
         return f"broken: {what} fails: {lines[-1] if lines else f'exit {proc.returncode}'}", out
     return "", out
+
+
+# Run first in every trial import's child: SIGKILL when the agent's probing thread ends
+# (PR_SET_PDEATHSIG is 1), and exit at once if the agent died before it took effect.
+_DIE_WITH_PARENT = """\
+try:
+    import ctypes as _c, os as _o
+    _c.CDLL(None).prctl(1, 9, 0, 0, 0)
+    if _o.getppid() != {parent}:
+        _o._exit(1)
+    del _c, _o
+except (OSError, AttributeError):
+    pass
+"""
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the child's process group (its own session), then reap the child."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        proc.kill()
+    proc.wait()
 
 
 __all__ = [

@@ -23,6 +23,7 @@ import re
 import shutil
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -33,7 +34,15 @@ ENVS_DIR = "runtimes"
 MANIFEST = "env.json"
 DEFAULT_ENV = "default"
 MAX_ENVS_PER_PLAN = 8
-PROBE_TIMEOUT_S = 60.0
+PROBE_TIMEOUT_S = 20.0
+"""How long the serving agent's trial import of one environment may take; past it the
+environment is ``broken: importing … hung > 20 s`` (the probe's process group killed)."""
+INSTALL_PROBE_TIMEOUT_S = 60.0
+"""How long ``runtime add``'s trial import may take (the first import after pip is cold)."""
+REFRESH_S = 600.0
+"""How old a probe's result may be before Info starts another in the background."""
+PROBING = "probing"
+"""An environment's ``reason`` until its first probe has ended."""
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 
 # distribution -> (runtime name the adapters know, modules to import)
@@ -213,7 +222,7 @@ class RuntimeEnvs:
         self.root = Path(state_dir) / ENVS_DIR
         self.python = python
         self.step = on_step or (lambda _line: None)
-        self._probed: dict[tuple, str] = {}
+        self._probes: dict[tuple, _EnvProbe] = {}
         self._probe_lock = threading.Lock()
 
     def list(self) -> list[RuntimeEnv]:
@@ -239,29 +248,78 @@ class RuntimeEnvs:
         """The environment called ``name``, or None."""
         return next((e for e in self.list() if e.name == name), None)
 
-    def statuses(self) -> list[dict]:
+    def statuses(self, wait: bool = True, start: bool = True) -> list[dict]:
         """Each environment's manifest plus ``available`` and ``reason``, its runtime
-        imported in a child process (side by side), so a crashing import is ``broken``.
+        imported in a child process (one per environment, side by side, each bounded by
+        :data:`PROBE_TIMEOUT_S`), so a crashing import is ``broken: … SIGSEGV`` and a
+        hanging one ``broken: … hung > 20 s``.
 
-        One trial import per installed environment for the life of this object (a
-        serving agent answers Info from it); a re-installed one is tried again.
+        ``wait`` (a one-shot command): wait for the probes. Without it (a serving agent's
+        Info) answer at once with the last known state (``probing`` before the first probe
+        ends), starting in the background a probe of any environment installed since and
+        of any whose result is older than :data:`REFRESH_S`; ``start=False`` (a run holds
+        the device) starts none. A re-installed environment is probed again.
         """
         envs = self.list()
         if not envs:
             return []
-        from concurrent.futures import ThreadPoolExecutor
-
+        if start:
+            self._start_probes(envs, refresh_after_s=None if wait else REFRESH_S)
         with self._probe_lock:
-            todo = [e for e in envs if (e.name, e.created_unix) not in self._probed]
-            if todo:
-                with ThreadPoolExecutor(max_workers=min(4, len(todo))) as pool:
-                    for e, problem in zip(todo, pool.map(env_problem, todo)):
-                        self._probed[(e.name, e.created_unix)] = problem
-            problems = [self._probed[(e.name, e.created_unix)] for e in envs]
-        return [
-            {**e.to_json(), "available": not problem, "reason": problem}
-            for e, problem in zip(envs, problems)
-        ]
+            probes = [self._probes.get(_probe_key(e)) for e in envs]
+        if wait:
+            for p in probes:
+                if p is not None:
+                    p.done.wait(PROBE_TIMEOUT_S + 30)  # the probe's own kill ends it before
+        out = []
+        with self._probe_lock:
+            for e, p in zip(envs, probes):
+                problem = p.problem if p is not None and p.problem is not None else PROBING
+                out.append({**e.to_json(), "available": problem == "", "reason": problem})
+        return out
+
+    def start_probing(self) -> None:
+        """Probe every installed environment not probed yet, in the background (at start)."""
+        self._start_probes(self.list(), refresh_after_s=None)
+
+    def settle(self, timeout_s: float | None = PROBE_TIMEOUT_S + 30) -> None:
+        """Wait for the probes in flight (a run starts after them: an import loads the CPU)."""
+        with self._probe_lock:
+            running = [p for p in self._probes.values() if p.running]
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        for p in running:
+            p.done.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+
+    def _start_probes(self, envs: list[RuntimeEnv], refresh_after_s: float | None) -> None:
+        now = time.monotonic()
+        todo = []
+        with self._probe_lock:
+            for e in envs:
+                p = self._probes.setdefault(_probe_key(e), _EnvProbe())
+                if p.running:
+                    continue
+                if p.ended_at is not None and (
+                    refresh_after_s is None or now - p.ended_at < refresh_after_s
+                ):
+                    continue
+                p.running = True
+                p.done.clear()
+                todo.append((e, p))
+        for e, p in todo:
+            # A thread of its own: PR_SET_PDEATHSIG ties the child to the thread that
+            # started it, which waits for it, so it lives exactly as long as the probe.
+            threading.Thread(
+                target=self._probe_one, args=(e, p), name=f"env-probe-{e.name}", daemon=True
+            ).start()
+
+    def _probe_one(self, env: RuntimeEnv, p: _EnvProbe) -> None:
+        try:
+            problem = env_problem(env)
+        except Exception as e:  # a probe that cannot run is a broken environment, not a crash
+            problem = f"broken: the probe failed: {type(e).__name__}: {e}"
+        with self._probe_lock:
+            p.problem, p.ended_at, p.running = problem, time.monotonic(), False
+        p.done.set()
 
     def add(
         self,
@@ -346,6 +404,21 @@ class RuntimeEnvs:
                 )
             out.append(env)
         return out
+
+
+@dataclass
+class _EnvProbe:
+    """One environment's trial import: the last result ('' works; None before the first
+    ended), when it ended (monotonic), and whether one is running now."""
+
+    problem: str | None = None
+    ended_at: float | None = None
+    running: bool = False
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+def _probe_key(env: RuntimeEnv) -> tuple:
+    return (env.name, env.created_unix)
 
 
 def plan_env_names(plan: dict | None) -> list[str]:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..errors import AgentError, BadInput, RuntimeUnavailable
 from ..files import write_atomic
-from .envs import MANIFEST, Requirement, RuntimeEnv, probe
+from .envs import INSTALL_PROBE_TIMEOUT_S, MANIFEST, Requirement, RuntimeEnv, probe
 
 PIP_TIMEOUT_S = 1800.0
 
@@ -112,7 +112,7 @@ def build_env(
         created_unix=round(time.time(), 3),
     )
     step(f"importing {req.distribution} in the new environment")
-    probed, problem = probe(env)
+    probed, problem = probe(env, INSTALL_PROBE_TIMEOUT_S)
     if problem:
         raise RuntimeUnavailable(
             f"runtime environment {name}: {problem}",

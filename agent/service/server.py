@@ -201,9 +201,12 @@ class AgentService(pb_grpc.AgentServicer):
         except Exception as e:  # a broken probe must not hide the rest of Info
             log.exception("fingerprint failed")
             fingerprint = {"error": f"fingerprint failed: {type(e).__name__}: {e}"}
-        if self.runtime_envs is not None:
-            fingerprint = {**fingerprint, "runtime_envs": self.runtime_envs.statuses()}
         lease = self.slot.lease()
+        if self.runtime_envs is not None:
+            # The last known state at once: a hung import must not hold Info (probes run in
+            # the background, none started while a run holds the device).
+            envs = self.runtime_envs.statuses(wait=False, start=lease is None)
+            fingerprint = {**fingerprint, "runtime_envs": envs}
         return AgentInfo(
             agent_version=__version__,
             fingerprint=fingerprint,
@@ -368,6 +371,8 @@ class AgentService(pb_grpc.AgentServicer):
             settle = getattr(self.runtimes_fn, "settle", None)
             if settle is not None:
                 settle()  # a trial import must not load the CPU beside a measurement
+            if self.runtime_envs is not None:
+                self.runtime_envs.settle()  # nor an environment's (each bounded)
             envelope = self.runs.execute(run_request, on_event=run.post_event, cancel=run.cancel)
             ended = ("envelope", bytes(envelope))
         except BaseException as e:
@@ -635,6 +640,8 @@ def serve(
     except QuotaExceeded as e:  # serve anyway: Info, Stat and GetReport need no space
         log.warning("%s; runs are refused until there is room", e)
     agent.start()
+    if service.runtime_envs is not None:
+        service.runtime_envs.start_probing()  # off the request path; Info shows "probing"
     log.info(
         "edgequal agent %s listening on %s (port %d), key %s",
         __version__,

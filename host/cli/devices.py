@@ -149,9 +149,9 @@ def cmd_runs(args) -> int:
 def _fetch_run(args, transport, device, ledger):
     """Fetch (``--wait``: once the run ends), verify and, for fetch/cancel, write a run's report."""
     from ..devices.nonces import NonceLedger
-    from ..devices.qualify import printable
     from ..devices.runs import REPORT_WAIT_S, report_path_for, wait_for_report, write_report
     from ..devices.verify import verify_envelope
+    from ..errors import printable
 
     run_id = args.run_id
     wait_s = REPORT_WAIT_S if getattr(args, "wait", False) else 0

@@ -669,7 +669,9 @@ def _add_fleet_parsers(sub) -> None:
         help="the model's signature the device verified (kept in the set; sent on re-runs)",
     )
     fa.add_argument("--into", type=Path, required=True, metavar="DIR", help="the approved set")
-    fa.add_argument("--name", help="the model's name in the set (default: the file's stem)")
+    fa.add_argument(
+        "--name", help="the model's name in the set, one path component (default: the file's stem)"
+    )
     fa.add_argument(
         "--runtime-env",
         metavar="NAME",

@@ -142,8 +142,7 @@ def cmd_qualify(args) -> int:
     """``edgequal qualify``: the library's ``Device.qualify``, shown on the terminal."""
     import json
 
-    from ..devices.qualify import printable
-    from ..errors import UsageError
+    from ..errors import UsageError, printable
     from ..model_file import check_model_file, check_shapes
     from ..present.terminal.summary import (
         ProgressDisplay,

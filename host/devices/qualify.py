@@ -7,7 +7,6 @@ against the device's pinned key before it reads a single result from it.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -19,22 +18,12 @@ from edgequal.agent.golden import file_sha256
 from edgequal.agent.plan import Plan
 from edgequal.agent.runtimes.onnx_external_data import check_external_data
 
-from ..errors import UsageError
+from ..errors import UsageError, printable
 from ..transport import QualifyRequest, Transport
 from .nonces import NonceLedger
 from .runs import RunLedger, StartedRun, cancel_and_fetch
 from .trust import KnownDevices
 from .verify import VerifiedReport, check_answers_request, verify_envelope
-
-
-def printable(path: Path | str) -> str:
-    """A file name or path as text that can be printed and sent (UTF-8).
-
-    File names are bytes on POSIX; one that is not UTF-8 reaches Python with
-    surrogate escapes, which neither protobuf, JSON reports nor a UTF-8 terminal
-    accept. Its undecodable bytes are shown as ``\\xNN``.
-    """
-    return os.fsencode(str(path)).decode("utf-8", "backslashreplace")
 
 
 @dataclass

@@ -93,11 +93,18 @@ def open_device(
     known: KnownDevices | None = None,
     tls: dict[str, str] | None = None,
     token: str | None = None,
+    name: str | None = None,
 ) -> OpenDevice:
     """Open a transport to ``device`` (``local``, a trusted NAME, ``grpc://`` or ``ssh://``).
 
     ``token``, when given, is the token itself (read by the caller, for example from a lab
     file's ``token_env``); else :func:`resolve_token` finds it.
+
+    ``name`` binds the connection, and so its token, to one device: ``device`` is then an
+    address of it (a lab file's), and the agent there must prove the key pinned for
+    ``name``. A name pinned for no key, or another key proved there, is UntrustedDevice
+    with nothing sent: a lab device's token never goes to whichever trusted device answers
+    at its address.
 
     Before anything else crosses the connection, the agent proves it holds the
     pinned key (a fresh challenge; UntrustedDevice when it holds another one);
@@ -115,7 +122,10 @@ def open_device(
     from .trust import default_device_name
 
     known = known or KnownDevices()
-    if device == "local":
+    if name is not None:
+        entry = _bound_entry(known, name, device)
+        address = device
+    elif device == "local":
         entry = known.get("local") or known.find_by_address("local")
         address = "local"
     else:
@@ -151,9 +161,26 @@ def open_device(
                     "for no device); nothing was sent to it",
                     hint=f"edgequal devices trust NAME {device}",
                 )
+    if name is not None:
+        unrecorded = address != "local" and address not in entry.addresses
     with _closed_on_error(transport):
         transport.use_token(token if token else resolve_token(token_file, entry.token_file))
     return OpenDevice(transport, entry.name, address, known, unrecorded)
+
+
+def _bound_entry(known: KnownDevices, name: str, address: str) -> DeviceEntry:
+    """The pinned entry of ``name``, to be reached at ``address``; UntrustedDevice (nothing
+    sent) when no key is pinned for it."""
+    if address != "local" and "://" not in address:
+        raise UsageError(f"device {name}: {address!r} is not an address (grpc://, ssh://, local)")
+    entry = known.get(name)
+    if entry is None:
+        raise UntrustedDevice(
+            f"device {name} is not trusted (no key is pinned for it); nothing was sent to "
+            f"{address}",
+            hint=f"edgequal devices trust {name} {address}",
+        )
+    return entry
 
 
 def _reopen_with_device_tls(address: str, entry: DeviceEntry, options: dict) -> Transport:

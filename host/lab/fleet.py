@@ -34,7 +34,14 @@ from typing import TYPE_CHECKING
 from edgequal.agent.plan import Plan, make_plan
 
 from ..devices.trust import KnownDevices
-from ..errors import DeviceBusy, HostError, TransportError, UsageError, VerificationFailed
+from ..errors import (
+    DeviceBusy,
+    HostError,
+    TransportError,
+    UntrustedDevice,
+    UsageError,
+    VerificationFailed,
+)
 from ..judge.junit import fleet_junit
 from ..present.html.matrix import matrix_html
 from ..transport import Transport, open_transport
@@ -219,13 +226,20 @@ def open_lab_device(device: LabDevice, known: KnownDevices | None = None) -> Tra
     The agent must prove the key pinned for the device's name before its token or
     anything else is sent, and a ``grpc://`` device is reached with the TLS files of its
     ``known_devices`` entry: the device's security settings, wherever the lab file says
-    it is.
+    it is. A name with no pinned key is UntrustedDevice before anything is opened: its
+    token belongs to it alone, never to whichever trusted device answers at its address.
     """
     entry = (known or KnownDevices()).get(device.name)
-    pinned = entry.public_key_raw if entry is not None else None
+    if entry is None:
+        raise UntrustedDevice(
+            f"device {device.name} is not trusted (no key is pinned for it); nothing was sent "
+            f"to {device.address}",
+            hint=f"edgequal devices trust {device.name} {device.address}",
+        )
+    pinned = entry.public_key_raw
     if device.transport_kind == "grpc":
         token = device.token.read(f"device {device.name}") if device.token else None
-        tls = (entry.tls or None) if entry is not None else None
+        tls = entry.tls or None
         transport = open_transport(device.address, token=token, tls=tls, pinned_key=pinned)
         transport.holder = f"{_holder()} (pid {os.getpid()})"
         return transport

@@ -133,6 +133,24 @@ def _save(directory: Path, models: dict[str, ApprovedModel]) -> None:
     tmp.replace(path)
 
 
+def check_approved_name(name: str) -> str:
+    """``name`` when it is one path component (the entry's directory inside ``--into``);
+    a path (``../../x``, ``/abs``, ``a/b``), ``.``, ``..`` or an empty name is a UsageError."""
+    if (
+        not name
+        or name in (".", "..")
+        or "/" in name
+        or "\\" in name
+        or "\0" in name
+        or any(not c.isprintable() for c in name)
+    ):
+        raise UsageError(
+            f"--name {name!r} is not a name: one path component, no '/', not '.' or '..'",
+            hint="the approved set keeps each model in a directory of that name inside --into",
+        )
+    return name
+
+
 def approve(
     report_path: Path,
     model: Path,
@@ -151,6 +169,7 @@ def approve(
     (name, device)."""
     from ..devices.verify import verify_envelope
 
+    name = check_approved_name(name if name is not None else Path(model).stem)
     known = known or KnownDevices()
     envelope = Path(report_path).read_bytes()
     artifacts = [Path(model)] + ([Path(golden)] if golden else [])
@@ -167,7 +186,6 @@ def approve(
             f"{report_path} was measured with{'' if len(report.subjects) > 1 else 'out'} a "
             "golden set; give the same files it names",
         )
-    name = name or Path(model).stem
     directory = Path(directory)
     entry_dir = directory / name
     entry_dir.mkdir(parents=True, exist_ok=True)
@@ -388,6 +406,8 @@ def _candidate_missing(a: ApprovedDevice, candidate: str, info: dict, device: st
                 else f"edgequal agent runtime add ssh://… {name}"
             )
             return f"{device} has no runtime environment {name} (install it: {how})"
-        if not env.get("available", True):
+        # "probing": an agent that just started has not finished its trial import; the
+        # run itself refuses an environment that turns out broken.
+        if not env.get("available", True) and env.get("reason") != "probing":
             return f"{device}: runtime environment {name} is broken: {env.get('reason')}"
     return ""

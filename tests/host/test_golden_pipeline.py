@@ -4,6 +4,7 @@ one line and exit 2."""
 
 from __future__ import annotations
 
+import os
 import shutil
 
 import numpy as np
@@ -115,3 +116,148 @@ def test_raw_without_a_pipeline_and_preprocessing_beside_raw_are_refused(four, c
     assert "--raw needs --pipeline" in capsys.readouterr().err
     assert _make(four, "--preprocessing", str(four / "pipeline.toml")) == 2
     assert "with --raw the keys go in --pipeline" in capsys.readouterr().err
+
+
+def _capped_golden_make(d, cap_bytes: int):
+    """``edgequal golden make`` in a child process whose address space is capped: what
+    today's host would allocate for a hostile size fails there, not on the test machine."""
+    import resource
+    import subprocess
+    import sys
+
+    def cap():
+        resource.setrlimit(resource.RLIMIT_AS, (cap_bytes, cap_bytes))
+
+    return subprocess.run(
+        [sys.executable, "-m", "edgequal.host.cli", "golden", "make", str(d / "m.onnx"),
+         "--raw", str(d / "raw"), "--pipeline", str(d / "pipeline.toml"), "-o", str(d / "g.npz")],
+        preexec_fn=cap, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ("crop", "raw case 'strip' input 'x': crop = \"center\" would resize the 100000x1 image to 22400000x224"),
+        ("resize", "'resize' [100000, 100000] is 10000000000 pixels, more than the limit of 50000000"),
+        ("resize_overflow", "'resize' [1099511627776, 1] is 1099511627776 pixels, more than the limit"),
+        ("frame", "'frame' of 1000000000000 samples × 1 channel(s) is more than the limit of 33554432"),
+        ("max_length", "'max_length' 1000000000 is more than the limit of 131072 tokens"),
+    ],
+)  # fmt: skip
+def test_pipeline_sizes_are_bounded_on_the_host(raw, tmp_path, case, message):
+    """Under a 3 GiB address-space cap each hostile size is one line and exit 2, naming the
+    key and the limit, before the host allocates it (was MemoryError, OverflowError, SIGABRT)."""
+    d = tmp_path
+    (d / "raw").mkdir()
+    if case == "crop":
+        raw.build_one_input_model(d / "m.onnx", "float32", [1, 3, 224, 224])
+        (d / "raw" / "strip.png").write_bytes(raw.encode_image(np.zeros((1, 100000, 3), np.uint8)))
+        pipeline = 'decode = "image"\ncrop = "center"\n'
+    elif case.startswith("resize"):
+        raw.build_one_input_model(d / "m.onnx", "float32", [1, 3, "h", "w"])
+        (d / "raw" / "img.png").write_bytes(raw.encode_image(raw.gradient(8, 8)))
+        size = "[100000, 100000]" if case == "resize" else f"[{2**40}, 1]"
+        pipeline = f'decode = "image"\nresize = {size}\n'
+    elif case == "frame":
+        raw.build_one_input_model(d / "m.onnx", "float32", [1, "n"])
+        (d / "raw" / "clip.wav").write_bytes(raw.wav_bytes(raw.tone(100)))
+        pipeline = f'decode = "audio"\nframe = {10**12}\n'
+    else:
+        raw.build_one_input_model(d / "m.onnx", "int64", [1, "s"])
+        (d / "raw" / "t.txt").write_text("the board runs")
+        (d / "tokenizer.json").write_text(raw.tokenizer_json())
+        pipeline = f'decode = "text"\ntokenizer = "tokenizer.json"\nmax_length = {10**9}\n'
+    (d / "pipeline.toml").write_text("[inputs.x]\n" + pipeline)
+    done = _capped_golden_make(d, 3 << 30)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not (d / "g.npz").exists()
+
+
+def test_a_tokenizer_regex_panic_is_one_line_and_exit_2(raw, tmp_path, capfd):
+    """A ``Split`` pre-tokenizer on ``(a+)+$`` panics inside ``tokenizers`` on a long run of
+    ``a``: one line naming the case, exit 2 (was exit 1 and a PanicException traceback);
+    the panic's own report on file descriptor 2 is not left on the terminal."""
+    raw.build_one_input_model(tmp_path / "m.onnx", "int64", [1, 8])
+    (tmp_path / "raw").mkdir()
+    (tmp_path / "raw" / "long.txt").write_text(raw.BACKTRACKING_TEXT)
+    (tmp_path / "tokenizer.json").write_text(raw.backtracking_tokenizer_json())
+    (tmp_path / "pipeline.toml").write_text(
+        '[inputs.x]\ndecode = "text"\ntokenizer = "tokenizer.json"\n'
+    )
+    capfd.readouterr()
+    rc = main(
+        ["golden", "make", str(tmp_path / "m.onnx"), "--raw", str(tmp_path / "raw"),
+         "--pipeline", str(tmp_path / "pipeline.toml"), "-o", str(tmp_path / "g.npz")]
+    )  # fmt: skip
+    err = capfd.readouterr().err
+    assert rc == 2, err
+    assert "raw case 'long' input 'x': the tokenizer failed on the text (" in err
+    assert len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "g.npz").exists()
+
+
+@pytest.fixture
+def one_image(raw, tmp_path):
+    """A one-input image model [1,3,8,8], its pipeline.toml, a raw/ with one good PNG, and a
+    PNG outside raw/ standing for a host file that must never enter the golden set."""
+    raw.build_one_input_model(tmp_path / "m.onnx", "float32", [1, 3, 8, 8])
+    (tmp_path / "pipeline.toml").write_text('[inputs.x]\ndecode = "image"\n')
+    (tmp_path / "raw").mkdir()
+    (tmp_path / "raw" / "good.png").write_bytes(raw.encode_image(raw.gradient(8, 8, 1)))
+    secret = tmp_path / "elsewhere" / "secret.png"
+    secret.parent.mkdir()
+    secret.write_bytes(raw.encode_image(raw.gradient(8, 8, 7)))
+    return tmp_path
+
+
+def _make_one(d, raw_arg):
+    return main(
+        ["golden", "make", str(d / "m.onnx"), "--raw", str(raw_arg),
+         "--pipeline", str(d / "pipeline.toml"), "-o", str(d / "g.npz")]
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("how", ["symlink", "csv_relative", "csv_absolute", "csv_symlink"])
+def test_raw_files_from_outside_the_raw_directory_are_refused(one_image, capsys, how):
+    """A symlink out of ``--raw DIR`` and a cases.csv row that climbs out of it or is absolute
+    are refused in one line, exit 2: the host file's bytes never enter the golden set."""
+    d = one_image
+    secret = d / "elsewhere" / "secret.png"
+    if how == "symlink":
+        (d / "raw" / "leak.png").symlink_to(secret)
+    elif how == "csv_symlink":
+        (d / "raw" / "leak.png").symlink_to(secret)
+        (d / "raw" / "cases.csv").write_text("case,x\ngood,good.png\nleak,leak.png\n")
+    else:
+        row = "../elsewhere/secret.png" if how == "csv_relative" else str(secret)
+        (d / "raw" / "cases.csv").write_text(f"case,x\ngood,good.png\nleak,{row}\n")
+    capsys.readouterr()
+    assert _make_one(d, d / "raw") == 2
+    err = capsys.readouterr().err
+    assert "outside --raw" in err and len(err.strip().splitlines()) == 1, err
+    assert not (d / "g.npz").exists()
+
+
+def test_a_symlink_within_the_raw_directory_is_read(one_image):
+    d = one_image
+    (d / "raw" / "again.png").symlink_to(d / "raw" / "good.png")
+    assert _make_one(d, d / "raw") == 0
+    g = read_golden(d / "g.npz")
+    assert [c.name for c in g.cases] == ["again", "good"]
+    assert g.cases[0].raw["x"] == g.cases[1].raw["x"]
+
+
+def test_a_raw_file_name_that_is_not_utf8_is_one_line_naming_its_bytes(one_image, capsys):
+    d = one_image
+    name = b"caf\xe9.png"
+    with open(os.path.join(os.fsencode(d / "raw"), name), "wb") as f:
+        f.write((d / "raw" / "good.png").read_bytes())
+    capsys.readouterr()
+    assert _make_one(d, d / "raw") == 2
+    err = capsys.readouterr().err
+    assert "caf\\xe9.png" in err and "not UTF-8" in err, err
+    assert len(err.strip().splitlines()) == 1
+    assert not (d / "g.npz").exists()

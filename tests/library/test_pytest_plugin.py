@@ -202,3 +202,61 @@ def test_a_p99_an_inconclusive_run_did_not_measure_fails_the_test_saying_why(
     )
     assert "TypeError" not in result.stdout.str()
     validate_junit(junit)
+
+
+@pytest.mark.slow
+def test_a_lab_token_goes_only_to_the_device_it_belongs_to(
+    pytester, tmp_path, local_agents, example_models, golden_sets, monkeypatch
+):
+    """A lab file names ``labz`` (not trusted here, or pinned to another key) at the address
+    where the trusted ``libB`` answers, with labz's token: ``--eq-lab`` refuses it in one
+    line naming the device, and libB never receives labz's token (no rejected call in its
+    log), as ``fleet run`` refuses the same lab; ``connect(address, name=...)`` binds the
+    same way."""
+    import edgequal
+    from edgequal.host.devices.trust import KnownDevices
+    from edgequal.host.errors import UntrustedDevice
+    from edgequal.host.lab.fleet import open_lab_device
+    from edgequal.host.lab.inventory import load_lab
+
+    tok = tmp_path / "libB.token"
+    tok.write_text("secret-libB-0123456789abcdef\n")
+    tok.chmod(0o600)
+    lib_b, other = local_agents.start_agents(
+        tmp_path, ["libB", "other"], args={"libB": ["--token-file", str(tok)]}
+    )
+    try:
+        KnownDevices().trust("libB", lib_b.address, lib_b.public_key_raw(), token_file=str(tok))
+        monkeypatch.setenv("EQ_LABZ_TOKEN", "secret-labz-not-libB-0123456789")
+        lab = tmp_path / "lab.toml"
+        lab.write_text(
+            f'[devices.labz]\naddress = "{lib_b.address}"\ntoken_env = "EQ_LABZ_TOKEN"\n'
+        )
+        pytester.makepyfile(
+            BOARD_TEST.format(
+                model=str(example_models["classifier"]), golden=str(golden_sets["classifier"])
+            )
+        )
+        run = ["--eq-lab", str(lab), "-p", "no:cacheprovider", "-v"]
+        result = pytester.runpytest(*run)
+        result.assert_outcomes(passed=1, errors=1)
+        result.stdout.fnmatch_lines(["*device labz is not trusted*nothing was sent*"])
+        # fleet run, health and requalify open lab devices through open_lab_device.
+        (labz,) = load_lab(lab).devices
+        with pytest.raises(UntrustedDevice, match="device labz is not trusted"):
+            open_lab_device(labz).info()
+        # Pinned, but to another device's key: libB proves its own key at that address.
+        KnownDevices().trust("labz", other.address, other.public_key_raw())
+        result = pytester.runpytest(*run)
+        result.assert_outcomes(passed=1, errors=1)
+        result.stdout.fnmatch_lines(["*not the pinned*nothing was sent*"])
+        with pytest.raises(edgequal.Error, match="not the pinned"):
+            edgequal.connect(lib_b.address, name="labz", token="secret-labz-not-libB-0123456789")
+        assert "wrong bearer token" not in lib_b.log()
+        assert other.run_records() == [] and lib_b.run_records() == []
+        # The device's own name and token still work at that address.
+        with edgequal.connect(lib_b.address, name="libB") as device:
+            assert device.name == "libB" and device.info()["key_fingerprint"]
+    finally:
+        for agent in (lib_b, other):
+            agent.stop()

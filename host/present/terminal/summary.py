@@ -338,9 +338,32 @@ def print_summary(predicate: dict, device: str, report_path: str | None = None) 
         console.print(f"  [bold]to change this:[/] {esc(hint)}", soft_wrap=True)
 
 
+def one_line(text: str) -> str:
+    """``text`` with every character that could end a line or hide text (controls, line and
+    paragraph separators, format characters, surrogates, unassigned code points) written
+    as an escape: a hostile file's key or name never breaks the one error line."""
+    import unicodedata
+
+    out = []
+    for c in text:
+        if unicodedata.category(c) in ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"):
+            code = ord(c)
+            out.append(
+                f"\\x{code:02x}"
+                if code < 0x100
+                else f"\\u{code:04x}"
+                if code < 0x10000
+                else f"\\U{code:08x}"
+            )
+        else:
+            out.append(c)
+    return "".join(out)
+
+
 def print_error(message: str, hint: str | None = None) -> None:
-    """One line, with the hint after it (credentials in it redacted)."""
-    message, hint = redact(message), redact(hint) if hint else hint
+    """One line, with the hint after it (credentials in it redacted, and anything that would
+    break the line escaped)."""
+    message, hint = one_line(redact(message)), one_line(redact(hint)) if hint else hint
     err_console.print(
         f"[red]edgequal: error:[/] {esc(message)}"
         + (f" [dim](hint: {esc(hint)})[/]" if hint else ""),

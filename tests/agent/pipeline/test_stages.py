@@ -197,3 +197,70 @@ def test_a_hostile_manifest_pipeline_is_refused():
     ):  # fmt: skip
         with pytest.raises(BadInput, match=message):
             Pipeline.from_json(bad)
+
+
+DYNAMIC = {
+    "image": TensorSpec("x", "float32", [1, 3, "h", "w"]),
+    "audio": TensorSpec("x", "float32", [1, "n"]),
+    "text": TensorSpec("x", "int64", [1, "s"]),
+}
+
+
+@pytest.mark.parametrize(
+    ("decode", "keys", "message"),
+    [
+        ("image", {"resize": [100000, 100000]}, "'resize' [100000, 100000] is 10000000000 pixels, more than the limit of 50000000"),
+        ("image", {"resize": [2**40, 1]}, "'resize' [1099511627776, 1] is 1099511627776 pixels, more than the limit of 50000000"),
+        ("audio", {"frame": 10**12}, "'frame' of 1000000000000 samples × 1 channel(s) is more than the limit of 33554432 samples"),
+        ("text", {"max_length": 10**9, "tokenizer": "t.json"}, "'max_length' 1000000000 is more than the limit of 131072 tokens"),
+    ],
+)  # fmt: skip
+def test_sizes_past_the_pipeline_limits_are_refused_by_the_one_parser_both_sides_use(
+    decode, keys, message
+):
+    """The host (resolve_pipeline) and the device (Pipeline.from_json of a golden manifest)
+    refuse a size past spec.py's limits before anything is allocated."""
+    with pytest.raises(BadInput) as info:
+        _pipeline({"x": {"decode": decode, **keys}}, (DYNAMIC[decode],))
+    assert message in str(info.value) and "\n" not in str(info.value)
+    small = {
+        "image": {"resize": [4, 4]},
+        "audio": {"frame": 4},
+        "text": {"max_length": 4, "tokenizer": "t.json"},
+    }
+    declared = parse_declared(
+        {"inputs": {"x": {"decode": decode, **small[decode]}}}, "p", stages=True
+    )
+    good = resolve_pipeline(declared, [DYNAMIC[decode]], lambda _: "ab" * 32).to_json()
+    hostile = dict(good["inputs"]["x"])
+    if decode == "image":
+        hostile["height"], hostile["width"] = keys["resize"]
+    else:
+        hostile.update({k: v for k, v in keys.items() if k != "tokenizer"})
+    with pytest.raises(BadInput) as info:
+        Pipeline.from_json({**good, "inputs": {"x": hostile}})
+    assert message in str(info.value)
+
+
+def test_a_model_whose_fixed_sizes_pass_the_limits_is_refused_too():
+    huge = TensorSpec("x", "float32", [1, 3, 100000, 100000])
+    with pytest.raises(BadInput, match="'resize' \\[100000, 100000\\] is 10000000000 pixels"):
+        _pipeline({"x": {"decode": "image"}}, (huge,))
+
+
+def test_a_tokenizer_regex_panic_is_a_refused_raw_file_not_a_base_exception(raw):
+    """``tokenizers`` panics (PanicException, a BaseException ``except Exception`` misses) when
+    a Split pattern like ``(a+)+$`` exhausts the regex engine: the case is refused in one line
+    at the preprocess stage, and the tokenizer still serves the next text."""
+    spec = TensorSpec("x", "int64", [1, 8])
+    tok = {"t.json": raw.backtracking_tokenizer_json().encode()}
+    stages = _pipeline({"x": {"decode": "text", "tokenizer": "t.json"}}, (spec,), tok)
+    decoded = stages.decode({"x": raw.BACKTRACKING_TEXT.encode()})
+    with pytest.raises(BadRawInput) as info:
+        stages.preprocess(decoded)
+    message = str(info.value)
+    assert message.startswith("input 'x': the tokenizer failed on the text (")
+    assert "retry-limit-in-match over" in message and "\n" not in message
+    assert info.value.stage == "preprocess"
+    ok = stages.preprocess(stages.decode({"x": b"the board runs"}))["x"]
+    np.testing.assert_array_equal(ok, [[2, 3, 4, 0, 0, 0, 0, 0]])

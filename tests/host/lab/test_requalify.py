@@ -217,3 +217,35 @@ def test_requalify_gates_each_approved_model_against_its_report(
     finally:
         for a in agents:
             a.stop()
+
+
+@pytest.mark.parametrize("bad", ["../../escaped", "/abs/escaped", "a/b", "..", "."])
+def test_approve_name_is_one_path_component(tmp_path, sign, bad):
+    """``approve --name`` names a directory inside ``--into``: a path is refused (exit 2)
+    and nothing is written anywhere, inside ``--into`` or out."""
+    import hashlib
+
+    model = tmp_path / "m.onnx"
+    model.write_bytes(b"model bytes")
+    report = sign(
+        "r",
+        {
+            "nonce": "n" * 32,
+            "run_id": "20261130T120000Z-0000000a",
+            "status": "passed",
+            "device": {"name": "board"},
+            "plan": {},
+            "results": {},
+        },
+        [{"name": "m.onnx", "sha256": hashlib.sha256(b"model bytes").hexdigest()}],
+    )
+    work = tmp_path / "work" / "deep"
+    work.mkdir(parents=True)
+    into = work / "approved"
+    name = bad.replace("/abs", str(tmp_path / "abs"))
+    before = sorted(p for p in tmp_path.rglob("*"))
+    rc = edgequal_main(
+        ["approve", str(report), "--model", str(model), "--into", str(into), "--name", name]
+    )
+    assert rc == 2
+    assert sorted(p for p in tmp_path.rglob("*")) == before

@@ -123,6 +123,10 @@ DEFAULTS = {
     # that kept the CPU (docs/measurement.md "Measuring through interference"); false
     # times every call alike and decides on all of them, as edgequal did before.
     "preemption_tags": True,
+    # Measure the drift once more with onnxruntime's graph optimisation off, in the same
+    # run (docs/measurement.md "int8 on x86 without VNNI"): whether the optimised kernels
+    # cause a drift.
+    "check_optimization": False,
     # Where fields came from: {field: "preset" | "profile" | "flag"}; a field not named
     # here has the plan's default (DEFAULTS).
     "sources": {},
@@ -224,6 +228,7 @@ class Plan:
     runtime_envs: tuple[str, ...] | None = None
     runtime_env_rounds: int = 4
     preemption_tags: bool = True
+    check_optimization: bool = False
     sources: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -413,6 +418,7 @@ def _validated(plan: Mapping) -> dict:
         "server",
         "operator_profile",
         "preemption_tags",
+        "check_optimization",
     ):
         if not isinstance(full[key], bool):
             raise BadInput(f"plan field '{key}' must be true or false, got {full[key]!r}")

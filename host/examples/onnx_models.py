@@ -15,6 +15,7 @@ from .weights import (
     MICRO_CONSTANT,
     MID_CLASSES,
     MID_LAYERS,
+    WEIGHT_QMAX,
     classifier_qdq_params,
     classifier_weights,
     dynamic_weights,
@@ -124,14 +125,15 @@ def build_classifier_fp16(path: Path, description: str) -> None:
     _classifier_onnx(path, description, float16=True)
 
 
-def build_classifier_qdq(path: Path, description: str) -> None:
+def build_classifier_qdq(path: Path, description: str, weight_qmax: int = WEIGHT_QMAX) -> None:
     """The classifier quantized to int8 in QDQ form, float32 in and out (as a post-training
     static quantization with ``reduce_range`` writes it: 7-bit weights, int32 biases);
     onnxruntime runs the quantized conv as an int8 kernel, exact on every CPU
-    (``classifier_qdq_params`` says why the weights have 7 bits)."""
+    (``classifier_qdq_params`` says why the weights have 7 bits; ``weight_qmax=127`` writes
+    the 8-bit model whose kernels saturate on x86 without VNNI)."""
     from onnx import TensorProto, helper, numpy_helper
 
-    q = classifier_qdq_params()
+    q = classifier_qdq_params(weight_qmax)
     zero_u8, zero_i8 = np.uint8(0), np.int8(0)
     inits = [
         numpy_helper.from_array(np.float32(IMAGE_SCALE), "image.scale"),

@@ -576,8 +576,8 @@ def run_measurement(
             }
         results["runtime"] = value["runtime"]
         results["model_io"] = {"inputs": value["inputs"], "outputs": value["outputs"]}
-        if "quantization" in value:  # onnxruntime: the graph's int8 form, or None
-            results["model_io"]["quantization"] = value["quantization"]
+        if "int8_form" in value:  # onnxruntime: the graph's int8 form, or None
+            results["model_io"]["int8_form"] = value["int8_form"]
         results["latency"] = {"per_shape": value["latency"]}
         results["memory"] = value["memory"]
         if "drift" in value:
@@ -660,7 +660,7 @@ def run_measurement(
     # After every phase: the finding only names the cause of a drift already measured, and
     # must not end the phases a finding ends.
     cause = int8_drift_finding(
-        (results.get("model_io") or {}).get("quantization"),
+        (results.get("model_io") or {}).get("int8_form"),
         fingerprint.get("cpu_isa"),
         fingerprint.get("cpu_flags"),
         results.get("drift"),

@@ -187,7 +187,7 @@ def run_warm(job: WorkerJob) -> dict:
         phase("drift")
         result["drift"] = measure_drift(rt, golden)
     if job.runtime == "onnxruntime":
-        result["quantization"] = _quantization(Path(job.model))
+        result["int8_form"] = _int8_form(Path(job.model))
     result["memory"] = {
         "rss_before_load_bytes": rss_before,
         "rss_added_by_load_bytes": rss_loaded - rss_before,
@@ -196,7 +196,7 @@ def run_warm(job: WorkerJob) -> dict:
     return result
 
 
-def _quantization(model: Path) -> str | None:
+def _int8_form(model: Path) -> str | None:
     """The model's int8 form (``measure.quantization``), from its graph's operator types."""
     from ..measure.quantization import quantization_form
     from ..runtimes.onnx_graph import model_op_types

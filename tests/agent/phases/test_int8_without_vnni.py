@@ -71,7 +71,7 @@ def test_drift_on_x86_without_vnni_names_the_cause_and_the_check_measures_it_aga
     assert out["fingerprint"]["cpu_isa"] == "x86"
     assert "avx512_vnni" not in out["fingerprint"]["cpu_flags"]
     results = out["results"]
-    assert results["model_io"]["quantization"] == "qdq"
+    assert results["model_io"]["int8_form"] == "qdq"
     assert results["drift"]["passed"] is False
     check = results["optimization_check"]
     assert check["graph_optimization"] == "disabled" and check["compared_with"] == "all"

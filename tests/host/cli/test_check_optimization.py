@@ -68,3 +68,27 @@ def test_qualify_check_optimization_on_x86_without_vnni(tmp_path, monkeypatch, c
     check = p["results"]["optimization_check"]
     assert check["compared_with"] == "all" and check["drift"]["outputs"]["score"]["cases"] == 6
     assert p["findings"][-1]["kind"] == "int8_without_vnni"
+
+
+def test_the_library_asks_for_it_as_a_plan_field(tmp_path, monkeypatch):
+    """``Device.qualify(..., check_optimization=True)``: the same run, through the library."""
+    import edgequal
+    from edgequal.host.golden import make_golden
+
+    model = build_example("classifier_qdq", tmp_path)
+    golden = tmp_path / "g.npz"
+    cases = {f"c{i}": feeds for i, feeds in enumerate(example_inputs("classifier_qdq", 4))}
+    make_golden(model, cases, golden)  # reference: onnxruntime here, at its default level
+    monkeypatch.setenv("EDGEQUAL_ROOT", str(NO_VNNI))
+    with edgequal.connect("local") as device:
+        report = device.qualify(
+            model, golden, check_optimization=True, cold_runs=1, latency_min_s=0.1,
+            latency_min_runs=50, warmup_min_s=0.05, warmup_max_s=0.5, out=tmp_path / "r.json",
+        )  # fmt: skip
+    results = report.predicate["results"]
+    assert report.predicate["plan"]["check_optimization"] is True
+    # Its own outputs as reference: no drift at the default level, and none without it
+    # beyond float rounding (the example's int8 kernels are exact), so nothing to explain.
+    check = results["optimization_check"]
+    assert check["cause"] == "none" and check["max_abs_unoptimized"] < 1e-5
+    assert not any(f.get("kind") == "int8_without_vnni" for f in report.predicate["findings"])

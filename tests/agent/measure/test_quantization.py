@@ -95,3 +95,21 @@ def test_the_finding_says_what_the_optimisation_check_showed():
     assert "with graph optimisation off it drifts as well (max abs 0.41 against 0.418)" in (
         found["message"]
     )
+
+
+def test_when_the_optimisation_check_cannot_run_it_says_why():
+    from edgequal.agent.phases.qualification import optimization_check_skipped
+    from edgequal.agent.plan import make_plan
+
+    plan, measured = make_plan("quick", check_optimization=True), {"drift": drift(False, 0.4)}
+    assert optimization_check_skipped(plan, "onnxruntime", measured) is None
+    assert optimization_check_skipped(plan, "litert", measured) == (
+        "graph optimisation is an onnxruntime setting; litert has none to turn off"
+    )
+    off = make_plan("quick", check_optimization=True, graph_optimization="disabled")
+    assert optimization_check_skipped(off, "onnxruntime", measured) == (
+        "the plan already measures with graph optimisation off"
+    )
+    assert optimization_check_skipped(plan, "onnxruntime", {}) == (
+        "no drift to compare: the check needs a golden set of model inputs"
+    )

@@ -198,31 +198,9 @@ def print_drift(results: dict) -> None:
             console.print(f"  decisions [{style}]{esc(decisions_text(d))}[/]", soft_wrap=True)
     check = results.get("optimization_check")
     if check:
+        from edgequal.agent.report.summary import optimization_check_text
+
         console.print(f"  {esc(optimization_check_text(check))}", soft_wrap=True)
-
-
-_CHECK_CAUSES = {
-    "optimized_kernels": "the optimised kernels cause the drift",
-    "not_optimization": "the drift is not the optimised kernels'",
-    "none": "no drift to explain",
-}
-
-
-def optimization_check_text(check: dict) -> str:
-    """One line for the optimisation check: both drifts and what they show, or why it did not run."""
-    if check.get("skipped"):
-        return f"optimisation check not run: {check['skipped']}"
-
-    def flips(key: str) -> str:
-        value = check.get(key)
-        return "" if value is None else f", {len(value)} flip{'s' if len(value) != 1 else ''}"
-
-    return (
-        f"optimisation check: max abs {_num(check.get('max_abs'), '{:.3g}')} at "
-        f"{check['compared_with']}{flips('flips')}, "
-        f"{_num(check.get('max_abs_unoptimized'), '{:.3g}')} with graph optimisation off"
-        f"{flips('flips_unoptimized')}: {_CHECK_CAUSES.get(check['cause'], check['cause'])}"
-    )
 
 
 def print_sustained(results: dict) -> None:

@@ -49,3 +49,21 @@ def _decisions(flips, near, near_flips, total=12):
 )
 def test_decision_flips_name_the_cases_that_flipped(decisions, text):
     assert decisions_text(decisions) == text
+
+
+def test_optimization_check_in_one_line():
+    from edgequal.agent.report.summary import optimization_check_text
+
+    check = {
+        "compared_with": "all",
+        "cause": "optimized_kernels",
+        "max_abs": 0.41834,
+        "max_abs_unoptimized": 0.017501,
+        "flips": ["case01", "case07", "case09"],
+        "flips_unoptimized": ["case01"],
+    }
+    assert optimization_check_text(check) == (
+        "optimisation check: max abs 0.418 at all, 3 flips, 0.0175 with graph optimisation "
+        "off, 1 flip: the optimised kernels cause the drift"
+    )
+    assert optimization_check_text({"skipped": "why"}) == "optimisation check not run: why"

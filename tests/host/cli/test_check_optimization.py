@@ -68,6 +68,10 @@ def test_qualify_check_optimization_on_x86_without_vnni(tmp_path, monkeypatch, c
     check = p["results"]["optimization_check"]
     assert check["compared_with"] == "all" and check["drift"]["outputs"]["score"]["cases"] == 6
     assert p["findings"][-1]["kind"] == "int8_without_vnni"
+    page = tmp_path / "page.html"
+    assert edgequal_main(["report", "html", str(report), "-o", str(page)]) == 0
+    assert "optimisation check: max abs" in page.read_text()
+    assert "likely cause x86 without VNNI" in page.read_text()  # the finding, on the page
 
 
 def test_the_library_asks_for_it_as_a_plan_field(tmp_path, monkeypatch):

@@ -92,8 +92,9 @@ def test_the_finding_says_what_the_optimisation_check_showed():
     assert found["optimization_check"] == "optimized_kernels"
     both = optimization_check(on, drift(False, 0.41), "all")
     found = int8_drift_finding("qlinear", "x86", SKYLAKE, on, both)
-    assert "with graph optimisation off it drifts as well (max abs 0.41 against 0.418)" in (
-        found["message"]
+    assert (
+        "with graph optimisation off it drifts as well (max abs 0.41 against 0.418)"
+        in (found["message"])
     )
 
 

@@ -131,6 +131,10 @@ DEFAULTS = {
     # The sha256 of the model's OMS signature file, pushed like the model (qualify
     # --model-signature): the agent verifies it before loading (agent/model_signature.py).
     "model_signature_sha256": None,
+    # Measure the drift once more with onnxruntime's graph optimisation off, in the same
+    # run (docs/measurement.md "int8 on x86 without VNNI"): whether the optimised kernels
+    # cause a drift.
+    "check_optimization": False,
     # Where fields came from: {field: "preset" | "profile" | "flag"}; a field not named
     # here has the plan's default (DEFAULTS).
     "sources": {},
@@ -234,6 +238,7 @@ class Plan:
     preemption_tags: bool = True
     policy_sha256: str | None = None
     model_signature_sha256: str | None = None
+    check_optimization: bool = False
     sources: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -423,6 +428,7 @@ def _validated(plan: Mapping) -> dict:
         "server",
         "operator_profile",
         "preemption_tags",
+        "check_optimization",
     ):
         if not isinstance(full[key], bool):
             raise BadInput(f"plan field '{key}' must be true or false, got {full[key]!r}")

@@ -21,7 +21,10 @@
 #            qualification ends in a verified, signed failed report that names the
 #            runtime and the signal, or a one-line error (exit 3) naming the runtime.
 #   aarch64  the board sees an aarch64 /proc/cpuinfo. Passes when both runtimes ran
-#            (a verified report with the runtime's name and version and cold loads).
+#            (a verified report with the runtime's name and version and cold loads),
+#            and the int8 example (classifier_qdq.onnx against the float model's
+#            outputs, as the demo runs it) flipped exactly case01, case09, case17, as
+#            on x86: its int8 kernels are exact on arm64 too.
 # A transport error, a traceback or a report from another machine fails either round.
 #
 # Everything runs in a scratch HOME (ssh config with the alias arm64-board,
@@ -213,12 +216,13 @@ run_step "example models" "$PY" -c '
 import sys
 from pathlib import Path
 from edgequal.host.examples.demo import prepare
-for model, golden in prepare(Path(sys.argv[1])):
+for model, golden in prepare(Path(sys.argv[1])).values():
     print(model, golden)' "$WORK/examples"
 record "example models" "$([ "$STEP_RC" = 0 ] && echo ok || echo FAIL)" "edgequal.host.examples.demo.prepare"
 TFLITE=$WORK/examples/models/classifier.tflite
 ONNX=$WORK/examples/models/classifier.onnx
-for m in "$TFLITE" "$ONNX"; do
+QDQ=$WORK/examples/models/classifier_qdq.onnx
+for m in "$TFLITE" "$ONNX" "$QDQ"; do
     [ -s "$m" ] || { STEP_S=0 record "example $(basename "$m")" FAIL "prepare() made no $m"; finish; }
 done
 
@@ -268,6 +272,13 @@ if expect == "ran" and not rt:
     problems.append("the runtime did not run (no results.runtime)")
 if expect == "named" and not rt and not any(f.get("runtime") for f in findings):
     problems.append("a failed report that names no runtime")
+if expect == "flips":  # the int8 example: its three near-threshold cases, as on x86
+    flips = ((results.get("drift") or {}).get("decisions") or {}).get("flips")
+    print(f"int8 flips {', '.join(flips or []) or 'none'}")
+    if not rt:
+        problems.append("the runtime did not run (no results.runtime)")
+    if flips != ["case01", "case09", "case17"]:
+        problems.append(f"the int8 example flipped {flips}, not case01, case09, case17")
 for problem in problems:
     print("problem:", problem)
 sys.exit(1 if problems else 0)
@@ -331,6 +342,9 @@ except ValueError:
     fi
     qualify_one "$mode" tflite "$TFLITE" "$WORK/examples/golden/classifier_tflite.golden.npz" litert "$expect"
     qualify_one "$mode" onnx "$ONNX" "$WORK/examples/golden/classifier.golden.npz" onnxruntime "$expect"
+    if [ "$mode" = aarch64 ]; then
+        qualify_one "$mode" int8 "$QDQ" "$WORK/examples/golden/classifier_qdq.golden.npz" onnxruntime flips
+    fi
 }
 
 for mode in $ROUNDS; do

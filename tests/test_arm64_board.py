@@ -3,7 +3,8 @@
 Runs ``scripts/arm64_check.sh``: a Debian bookworm arm64 root file system under
 qemu-user (built once by ``scripts/arm64_board.sh``, several minutes the first
 time, then cached), OpenSSH inside it on 127.0.0.1, ``edgequal agent install``,
-``edgequal qualify`` of the TFLite and the ONNX example model over ``ssh://``
+``edgequal qualify`` of the TFLite and the ONNX example model over ``ssh://`` (and of
+the int8 example, which must flip case01, case09, case17 as on x86)
 and ``edgequal verify`` of the reports, which must name an aarch64 board.
 See docs/device-reach.md for what it found. Until ``qualify --device ssh://U@H`` finds
 the pin that ``agent install ssh://U@H`` made (docs/device-reach.md, "Found on the way",
@@ -51,4 +52,6 @@ def test_install_and_qualify_on_emulated_arm64_board(tmp_path):
     summary = out[out.rfind("summary (board") :] if "summary (board" in out else out[-6000:]
     assert proc.returncode == 0, summary
     assert "report names aarch64" in out
+    # The int8 example flips the same cases on arm64 as on x86 (docs/demo.md).
+    assert "int8 flips case01, case09, case17" in out
     assert "every step held" in out

@@ -33,6 +33,7 @@ from ..measure.attribution import (
 from ..measure.coload import coload_cause
 from ..measure.latency import loop_limit_s
 from ..measure.preemption import decided_on_clean, decisive_summary, preemption_evidence
+from ..measure.quantization import int8_drift_finding, optimization_check
 from ..plan import Plan
 from ..probes.contention import contention_unmeasurable
 from ..probes.fingerprint import fingerprint as probe_fingerprint
@@ -272,6 +273,35 @@ def measure_warm(
         )
         entry["cause"] = latency_cause(entry)
     return ended.result
+
+
+def measure_unoptimized_drift(model, golden, plan: Plan, runtime, cancel, findings) -> dict | None:
+    """The optimisation check: drift over the golden set once more, in a fresh worker with
+    onnxruntime's graph optimisation off (None, with a finding, when that worker fails)."""
+    job = replace(
+        WorkerJob.for_phase("drift", model, golden, plan, runtime), graph_optimization="disabled"
+    )
+    ended = run_job(
+        job.to_json(),
+        phase_timeout_s=plan.phase_timeout_s,
+        memory_limit_mb=plan.memory_limit_mb,
+        cancel=cancel,
+    )
+    if not ended.ok:
+        findings.append(finding_from(ended, "optimization_check", runtime))
+        return None
+    return ended.result["drift"]
+
+
+def optimization_check_skipped(plan: Plan, runtime: str, results: dict) -> str | None:
+    """Why the optimisation check the plan asks for cannot run here, or None when it can."""
+    if runtime != "onnxruntime":
+        return f"graph optimisation is an onnxruntime setting; {runtime} has none to turn off"
+    if plan.graph_optimization == "disabled":
+        return "the plan already measures with graph optimisation off"
+    if results.get("drift") is None or "pipeline" in results:
+        return "no drift to compare: the check needs a golden set of model inputs"
+    return None
 
 
 # The optional service scenarios, in the order they run: (plan switch, job kind, result key).
@@ -546,6 +576,8 @@ def run_measurement(
             }
         results["runtime"] = value["runtime"]
         results["model_io"] = {"inputs": value["inputs"], "outputs": value["outputs"]}
+        if "int8_form" in value:  # onnxruntime: the graph's int8 form, or None
+            results["model_io"]["int8_form"] = value["int8_form"]
         results["latency"] = {"per_shape": value["latency"]}
         results["memory"] = value["memory"]
         if "drift" in value:
@@ -559,6 +591,19 @@ def run_measurement(
             results["drift"] = value.pop("drift")
         fingerprint["pipeline_libraries"] = value["libraries"]
         results["pipeline"] = value
+
+    def optimization() -> None:
+        skipped = optimization_check_skipped(plan, runtime, results)
+        if skipped:
+            results["optimization_check"] = {"skipped": skipped}
+            return
+        unoptimized = measure_unoptimized_drift(
+            model_path, golden_path, plan, runtime, cancel, findings
+        )
+        if unoptimized is not None:
+            results["optimization_check"] = optimization_check(
+                results["drift"], unoptimized, plan.graph_optimization
+            )
 
     def edge_shapes() -> None:
         results["edge_shapes"] = measure_edge_shapes(
@@ -594,6 +639,8 @@ def run_measurement(
         phases.append(("runtime_envs", environments))
     if golden_has_pipeline(golden_path):
         phases.append(("pipeline", pipeline))
+    if plan.check_optimization:
+        phases.append(("optimization_check", optimization))
     if edges:
         phases.append(("edge_shapes", edge_shapes))
     phases += [(kind, scenario(kind, key)) for kind, key in planned_scenarios(plan)]
@@ -610,6 +657,18 @@ def run_measurement(
     results["contention"] = {"measurable": unmeasurable is None, "reason": unmeasurable}
     if unmeasurable and (results.get("sustained") or {}).get("verdict") == "unexplained":
         results["sustained"]["reason"] += "; interference is not measurable on this machine"
+    # After every phase: the finding only names the cause of a drift already measured, and
+    # must not end the phases a finding ends.
+    cause = int8_drift_finding(
+        (results.get("model_io") or {}).get("int8_form"),
+        fingerprint.get("cpu_isa"),
+        fingerprint.get("cpu_flags"),
+        results.get("drift"),
+        results.get("optimization_check"),
+        runtime,
+    )
+    if cause is not None and not cancel.is_set():
+        findings.append(cause)
     if cancel.is_set():
         status, reason = "incomplete", "cancelled"
     else:

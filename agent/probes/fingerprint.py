@@ -1,6 +1,7 @@
 """The board fingerprint recorded before every run (DESIGN.md, measurement.md §6.0).
 
-Board model, SoC, kernel, OS, boot id, CPU count, memory, governors, and the Pi or
+Board model, SoC, kernel, OS, boot id, CPU count, memory, CPU model and kernel-selecting
+flags, governors, and the Pi or
 Jetson state when the board is one. Every file is read under the probe root; what
 describes the running interpreter (architecture, Python version) comes from the
 process itself. Cheap: a handful of small reads plus, on a Pi or Jetson, the board
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from edgequal.agent.config import probe_root
 from edgequal.agent.probes import cpufreq as cpufreq_probe
+from edgequal.agent.probes import cpuinfo as cpuinfo_probe
 from edgequal.agent.probes import jetson as jetson_probe
 from edgequal.agent.probes import raspberry_pi as pi_probe
 from edgequal.agent.probes.sysfs import parse_cpu_list, read_text, read_value, under
@@ -79,7 +81,9 @@ def fingerprint(
 
     Keys: ``board_model``, ``board_model_source`` (``device-tree`` or ``dmi``), ``soc``,
     ``compatible``, ``kernel``, ``os_release``, ``boot_id``, ``cpu_count``,
-    ``memory_total_kb``, ``memory_mb``, ``architecture``, ``python``, ``cpu_governors``,
+    ``memory_total_kb``, ``memory_mb``, ``architecture``, ``python``, ``cpu_model``,
+    ``cpu_isa`` and ``cpu_flags`` (the kernel-selecting flags of ``/proc/cpuinfo``,
+    ``probes/cpuinfo.py``), ``cpu_governors``,
     ``online_cpus``, and when the board is one, ``raspberry_pi`` (``get_throttled``) and
     ``jetson`` (``nvpmodel``, ``jetson_clocks``, ``l4t``). A value that cannot be read
     is ``None`` and ``absent[key]`` says why; nothing is guessed. ``cpufreq``,
@@ -144,6 +148,13 @@ def fingerprint(
 
     fp["architecture"] = platform.machine()
     fp["python"] = platform.python_version()
+
+    cpu = cpuinfo_probe.read_cpuinfo(root)
+    fp["cpu_model"] = cpu["model_name"]
+    fp["cpu_isa"] = cpu["isa"]
+    fp["cpu_flags"] = cpu["flags"]
+    if cpu["flags"] is None:
+        absent["cpu_flags"] = cpu["reason"]
 
     freq = cpufreq if cpufreq is not None else cpufreq_probe.read_cpufreq(root)
     fp["cpu_governors"] = cpufreq_probe.governors(freq)

@@ -97,6 +97,8 @@ def format_summary(measurement: dict) -> str:
         decisions = drift.get("decisions")
         if decisions:
             lines.append(f"decisions: {decisions_text(decisions)}")
+    if results.get("optimization_check"):
+        lines.append(optimization_check_text(results["optimization_check"]))
     memory = results.get("memory")
     if memory:
         lines.append(
@@ -112,3 +114,31 @@ def format_summary(measurement: dict) -> str:
         op = f" (operator {f['operator']})" if f.get("operator") else ""
         lines.append(f"finding [{f.get('kind')}] {f.get('message')}{op}")
     return "\n".join(lines)
+
+
+_CHECK_CAUSES = {
+    "optimized_kernels": "the optimised kernels cause the drift",
+    "not_optimization": "the drift is not the optimised kernels'",
+    "none": "no drift to explain",
+}
+
+
+def optimization_check_text(check: dict) -> str:
+    """One line for the optimisation check: both drifts and what they show, or why it did not run."""
+    if check.get("skipped"):
+        return f"optimisation check not run: {check['skipped']}"
+
+    def flips(key: str) -> str:
+        value = check.get(key)
+        return "" if value is None else f", {len(value)} flip{'s' if len(value) != 1 else ''}"
+
+    return (
+        f"optimisation check: max abs {_g(check.get('max_abs'))} at "
+        f"{check['compared_with']}{flips('flips')}, "
+        f"{_g(check.get('max_abs_unoptimized'))} with graph optimisation off"
+        f"{flips('flips_unoptimized')}: {_CHECK_CAUSES.get(check['cause'], check['cause'])}"
+    )
+
+
+def _g(value) -> str:
+    return "n/a" if value is None else f"{value:.3g}"

@@ -8,7 +8,8 @@ while the board heats), the optional service scenarios ``batch_sweep``,
 files through its declared pipeline, stage by stage), ``providers`` (which execution
 providers the runtime offers, asked before anything runs), and ``env_segments`` (one
 runtime environment's warm latency in segments the agent asks for one at a time,
-interleaved with other environments' workers, then drift; ``phases/runtime_envs.py``).
+interleaved with other environments' workers, then drift; ``phases/runtime_envs.py``), and
+``drift`` (drift over the golden set alone: the optimisation check's second measure).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ JOB_KINDS = (
     "coload",
     "env_segments",
     "pipeline",
+    "drift",
 )
 # Profiled inferences for the operator profile (after one that allocates).
 OPERATOR_PROFILE_RUNS = 20

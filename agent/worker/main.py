@@ -186,12 +186,34 @@ def run_warm(job: WorkerJob) -> dict:
     if golden is not None and golden.pipeline is None:  # with one, the whole path's drift
         phase("drift")
         result["drift"] = measure_drift(rt, golden)
+    if job.runtime == "onnxruntime":
+        result["int8_form"] = _int8_form(Path(job.model))
     result["memory"] = {
         "rss_before_load_bytes": rss_before,
         "rss_added_by_load_bytes": rss_loaded - rss_before,
         "peak_rss_bytes": peak_rss_bytes(),
     }
     return result
+
+
+def _int8_form(model: Path) -> str | None:
+    """The model's int8 form (``measure.quantization``), from its graph's operator types."""
+    from ..measure.quantization import quantization_form
+    from ..runtimes.onnx_graph import model_op_types
+
+    ops = model_op_types(model)
+    return quantization_form(ops) if ops is not None else None
+
+
+def run_drift(job: WorkerJob) -> dict:
+    """Drift over the golden set alone, at the job's graph optimisation level (the
+    optimisation check measures it once more with optimisation off)."""
+    from ..measure.drift import measure_drift
+
+    rt, _, _ = load_runtime(job)
+    golden = read_golden_for(job, rt)
+    phase("drift")
+    return {"runtime": rt.describe(), "drift": measure_drift(rt, golden)}
 
 
 def coload_switch(pgids):
@@ -458,6 +480,7 @@ JOBS = {
     "edge_shape": run_edge_shape,
     "env_segments": run_env_segments,
     "pipeline": run_pipeline,
+    "drift": run_drift,
 }
 
 

@@ -447,6 +447,13 @@ def _add_measurement_flags(q) -> None:
         help="per-operator time, delegate use",
     )
     m.add_argument("--scenario-time", metavar="DURATION", help="time per scenario point")
+    m.add_argument(
+        "--check-optimization",
+        action="store_true",
+        default=None,
+        help="measure the drift once more with onnxruntime's graph optimisation off, in the "
+        "same run: do the optimised kernels cause it?",
+    )
     c = q.add_argument_group("declared co-load (docs/measurement.md)")
     c.add_argument(
         "--coload",

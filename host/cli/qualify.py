@@ -94,6 +94,7 @@ def _measurement_flags(args) -> dict:
         "coload_rounds": args.coload_rounds,
         "runtime_envs": args.runtime_env,
         "runtime_env_rounds": args.runtime_env_rounds,
+        "check_optimization": args.check_optimization,
     }
 
 

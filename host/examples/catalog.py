@@ -77,9 +77,10 @@ _DESCRIPTIONS = {
     "classifier_fp16": "The classifier with float16 input, weights and outputs "
     "(image float16 [1,3,32,32] -> probs float16 [1,10], score float16 [1,1]).",
     "classifier_qdq": "The classifier quantized to int8 (QDQ: QuantizeLinear/DequantizeLinear "
-    "around the image, the ReLU and the pooled features; int8 weights), float32 in and out: "
+    "around the image, the ReLU and the pooled features; int8 weights, int32 biases), float32 in and out: "
     "image float32 [1,3,32,32] -> probs float32 [1,10], score float32 [1,1]. Its score sits "
-    "about 0.01 below the float model's, so cases just above the threshold flip.",
+    "about 0.02 below the float model's, so cases just above the threshold flip. 7-bit weights "
+    "(reduce_range) keep its int8 kernels exact on x86 without VNNI too.",
     "mid": "Mid-size CNN for benchmarks: image float32 [1,3,96,96] -> 6x (Conv 3x3 + ReLU; 32-32-64-64-"
     "128-128 channels, stride 2 then 1) -> global average pool -> Gemm(100) -> softmax probs [1,100].",
     "micro": "Trivial model for overhead benchmarks: y = x + constant, float32 [1,4].",

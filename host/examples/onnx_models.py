@@ -11,9 +11,11 @@ from pathlib import Path
 import numpy as np
 
 from .weights import (
+    IMAGE_SCALE,
     MICRO_CONSTANT,
     MID_CLASSES,
     MID_LAYERS,
+    WEIGHT_QMAX,
     classifier_qdq_params,
     classifier_weights,
     dynamic_weights,
@@ -123,26 +125,33 @@ def build_classifier_fp16(path: Path, description: str) -> None:
     _classifier_onnx(path, description, float16=True)
 
 
-def build_classifier_qdq(path: Path, description: str) -> None:
+def build_classifier_qdq(path: Path, description: str, weight_qmax: int = WEIGHT_QMAX) -> None:
     """The classifier quantized to int8 in QDQ form, float32 in and out (as a post-training
-    static quantization writes it); onnxruntime runs the quantized pairs as int8 kernels."""
+    static quantization with ``reduce_range`` writes it: 7-bit weights, int32 biases);
+    onnxruntime runs the quantized conv as an int8 kernel, exact on every CPU
+    (``classifier_qdq_params`` says why the weights have 7 bits; ``weight_qmax=127`` writes
+    the 8-bit model whose kernels saturate on x86 without VNNI)."""
     from onnx import TensorProto, helper, numpy_helper
 
-    q = classifier_qdq_params()
+    q = classifier_qdq_params(weight_qmax)
     zero_u8, zero_i8 = np.uint8(0), np.int8(0)
     inits = [
-        numpy_helper.from_array(np.float32(1 / 255), "image.scale"),
+        numpy_helper.from_array(np.float32(IMAGE_SCALE), "image.scale"),
         numpy_helper.from_array(zero_u8, "uint8.zero"),
         numpy_helper.from_array(q["conv_w_q"], "conv.weight_q"),
         numpy_helper.from_array(q["conv_scale"], "conv.weight_scale"),
         numpy_helper.from_array(np.zeros(8, np.int8), "conv.weight_zero"),
-        numpy_helper.from_array(q["conv_b"], "conv.bias"),
+        numpy_helper.from_array(q["conv_b_q"], "conv.bias_q"),
+        numpy_helper.from_array(q["conv_b_scale"], "conv.bias_scale"),
+        numpy_helper.from_array(np.zeros(8, np.int32), "conv.bias_zero"),
         numpy_helper.from_array(q["act_scale"], "relu.scale"),
         numpy_helper.from_array(q["feature_scale"], "features.scale"),
         numpy_helper.from_array(q["head_w_q"], "head.weight_q"),
         numpy_helper.from_array(q["head_scale"], "head.weight_scale"),
         numpy_helper.from_array(zero_i8, "int8.zero"),
-        numpy_helper.from_array(q["head_b"], "head.bias"),
+        numpy_helper.from_array(q["head_b_q"], "head.bias_q"),
+        numpy_helper.from_array(q["head_b_scale"], "head.bias_scale"),
+        numpy_helper.from_array(np.int32(0), "int32.zero"),
         numpy_helper.from_array(np.array([10, 1], dtype=np.int64), "head.split"),
     ]
 
@@ -162,12 +171,21 @@ def build_classifier_qdq(path: Path, description: str) -> None:
             ["conv.weight"],
             axis=0,
         ),
+        helper.make_node(
+            "DequantizeLinear",
+            ["conv.bias_q", "conv.bias_scale", "conv.bias_zero"],
+            ["conv.bias"],
+            axis=0,
+        ),
         *_conv_relu_pool_nodes("features", "image_dq", qdq("relu", "relu.scale")),
         *qdq("features", "features.scale"),
         helper.make_node(
             "DequantizeLinear",
             ["head.weight_q", "head.weight_scale", "int8.zero"],
             ["head.weight"],
+        ),
+        helper.make_node(
+            "DequantizeLinear", ["head.bias_q", "head.bias_scale", "int32.zero"], ["head.bias"]
         ),
         *_classifier_head_nodes("features_dq"),
     ]

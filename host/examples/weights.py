@@ -177,28 +177,47 @@ def int8_classifier_params() -> dict[str, object]:
     }
 
 
-def classifier_qdq_params() -> dict[str, np.ndarray]:
+# The QDQ classifier: uint8 images at scale 1/255, weights in 7 bits (see classifier_qdq_params).
+IMAGE_SCALE = 1.0 / 255.0
+WEIGHT_QMAX = 63
+
+
+def classifier_qdq_params(weight_qmax: int = WEIGHT_QMAX) -> dict[str, np.ndarray]:
     """The classifier's weights quantized to int8 and its activation scales, for the QDQ model.
 
-    Weights: symmetric int8, per output channel for the conv, per tensor for the head.
-    Activations: uint8 with zero point 0, the scale the maximum over the calibration images
-    (the classifier's own, ``classifier_weights``) / 255, rounded to 5 decimals.
+    Weights: symmetric int8 in 7 bits (``reduce_range``: within ±63), per output channel for
+    the conv, per tensor for the head. Activations: uint8 with zero point 0, the scale the
+    maximum over the calibration images (the classifier's own, ``classifier_weights``) / 255,
+    rounded to 5 decimals. Biases: int32 at the scale input scale × weight scale, as a
+    post-training quantizer writes them (so every onnxruntime fuses the same int8 kernels).
+
+    Why 7-bit weights: onnxruntime's u8×s8 kernels on x86 without VNNI (AVX2, AVX-512BW)
+    multiply with ``vpmaddubsw``, which adds two adjacent products into a saturating int16.
+    With u8 activations up to 255 and weights within ±63 a pair stays within
+    2 × 255 × 63 = 32130 ≤ 32767, so the int8 kernels are exact on every x86 CPU and on
+    arm64 alike; with full 8-bit weights (±127) a pair reaches 64770 and saturates.
+    ``weight_qmax=127`` builds that model on purpose (the tests' saturating example).
     """
     w = classifier_weights()
     conv_w = w["conv_w"].astype(np.float64)
     calib = natural_images(np.random.default_rng(1002), 64, 32, 32)
     act = np.maximum(conv3x3_same(calib.astype(np.float64), conv_w, w["conv_b"]), 0.0)
-    conv_scale = (np.abs(conv_w).reshape(8, -1).max(axis=1) / 127.0).astype(np.float32)
-    head_scale = np.float32(float(np.abs(w["gemm_w"]).max()) / 127.0)
+    conv_scale = (np.abs(conv_w).reshape(8, -1).max(axis=1) / weight_qmax).astype(np.float32)
+    head_scale = np.float32(float(np.abs(w["gemm_w"]).max()) / weight_qmax)
+    feature_scale = np.float32(round(float(act.mean(axis=(2, 3)).max()) / 255.0, 5))
     return {
-        "conv_w_q": np.clip(np.round(conv_w / conv_scale[:, None, None, None]), -127, 127).astype(
+        "conv_w_q": np.clip(
+            np.round(conv_w / conv_scale[:, None, None, None]), -weight_qmax, weight_qmax
+        ).astype(np.int8),
+        "conv_scale": conv_scale,
+        "conv_b_q": np.round(w["conv_b"] / (np.float32(IMAGE_SCALE) * conv_scale)).astype(np.int32),
+        "conv_b_scale": (np.float32(IMAGE_SCALE) * conv_scale).astype(np.float32),
+        "act_scale": np.float32(round(float(act.max()) / 255.0, 5)),
+        "feature_scale": feature_scale,
+        "head_w_q": np.clip(np.round(w["gemm_w"] / head_scale), -weight_qmax, weight_qmax).astype(
             np.int8
         ),
-        "conv_scale": conv_scale,
-        "conv_b": w["conv_b"],
-        "act_scale": np.float32(round(float(act.max()) / 255.0, 5)),
-        "feature_scale": np.float32(round(float(act.mean(axis=(2, 3)).max()) / 255.0, 5)),
-        "head_w_q": np.clip(np.round(w["gemm_w"] / head_scale), -127, 127).astype(np.int8),
         "head_scale": head_scale,
-        "head_b": w["gemm_b"],
+        "head_b_q": np.round(w["gemm_b"] / (feature_scale * head_scale)).astype(np.int32),
+        "head_b_scale": np.float32(feature_scale * head_scale),
     }

@@ -89,6 +89,10 @@ def change_category(key: str) -> str:
         return "power mode"
     if key.startswith("cpu_governors"):
         return "governor"
+    if key in ("cpu_model", "cpu_isa", "cpu_flags"):
+        # Not "board": agents record them since the int8 finding; a lab's older approvals
+        # lack them, and the board model already names a board swap.
+        return "cpu"
     if key.startswith(("jetson.jetson_clocks", "clocks.")):
         return "clocks"
     if key.startswith("raspberry_pi."):

@@ -334,6 +334,11 @@ def _drift_section(reports: Sequence[ReportFile]) -> str:
                     [False, True, True, True, True, True],
                 )
             )
+        check = _get(r.predicate, "results", "optimization_check")
+        if check:
+            from edgequal.agent.report.summary import optimization_check_text
+
+            out.append(f"<p>{_e(optimization_check_text(check))}</p>")
     return "".join(out) or '<p class="muted">No golden set: drift not measured.</p>'
 
 

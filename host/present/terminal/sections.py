@@ -204,6 +204,11 @@ def print_drift(results: dict) -> None:
             from edgequal.agent.report.summary import decisions_text
 
             console.print(f"  decisions [{style}]{esc(decisions_text(d))}[/]", soft_wrap=True)
+    check = results.get("optimization_check")
+    if check:
+        from edgequal.agent.report.summary import optimization_check_text
+
+        console.print(f"  {esc(optimization_check_text(check))}", soft_wrap=True)
 
 
 def print_sustained(results: dict) -> None:

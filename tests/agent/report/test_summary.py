@@ -66,3 +66,21 @@ def test_a_shape_decided_on_every_call_reads_figures_over_every_call():
     text = format_summary({"status": "passed", "results": {"latency": {"per_shape": [entry]}}})
     assert "  figures over every call: 100 of 400 calls excluded (preempted); 300 clean" in text
     assert "over the every" not in text
+
+
+def test_optimization_check_in_one_line():
+    from edgequal.agent.report.summary import optimization_check_text
+
+    check = {
+        "compared_with": "all",
+        "cause": "optimized_kernels",
+        "max_abs": 0.41834,
+        "max_abs_unoptimized": 0.017501,
+        "flips": ["case01", "case07", "case09"],
+        "flips_unoptimized": ["case01"],
+    }
+    assert optimization_check_text(check) == (
+        "optimisation check: max abs 0.418 at all, 3 flips, 0.0175 with graph optimisation "
+        "off, 1 flip: the optimised kernels cause the drift"
+    )
+    assert optimization_check_text({"skipped": "why"}) == "optimisation check not run: why"

@@ -46,6 +46,9 @@ def test_update_changes_sees_firmware_kernel_and_runtime_but_not_a_reboot():
         }
     ]
     assert [c["field"] for c in update_changes(APPROVED, info(kernel="6.6.31"))] == ["kernel"]
+    # An agent that now records the CPU's flags (approved before it did) is no board update.
+    cpu = {"cpu_model": None, "cpu_isa": "arm", "cpu_flags": ["asimd", "asimddp"]}
+    assert update_changes(APPROVED, info(**cpu)) == []
     newer = info()
     newer["runtimes"][0]["version"] = "1.21.1"
     (change,) = update_changes(APPROVED, newer)

@@ -137,6 +137,7 @@ def test_a_second_model_as_co_load_raises_p50_against_interleaved_plain_runs(
     assert through["label"] == "command:spin" and through["achieved"]["value"] > 0.1
 
 
+@pytest.mark.slow  # starts the local agent (--device local)
 def test_a_command_not_in_the_agent_configuration_is_refused_before_anything_runs(
     example_models, tmp_path, capsys
 ):

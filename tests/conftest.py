@@ -51,7 +51,7 @@ def pytest_xdist_auto_num_workers(config) -> int:
     The fast loop (:func:`leaves_out_slow`) runs in one process too: every worker imports
     and collects the whole suite and builds its own session fixtures (about 10 CPU seconds
     each, more where $PYTHONDONTWRITEBYTECODE stops pytest from caching its rewritten test
-    modules), as much as a second worker would take off the fast tests' own 30; on a shared
+    modules), as much as a second worker would take off the fast tests' own 20; on a shared
     machine the CPU it costs is what everyone waits for. ``-n 2`` still asks for workers."""
     if config.getoption("eq_device", None) or config.getoption("eq_lab", None):
         return 0
@@ -79,8 +79,8 @@ def pytest_ignore_collect(collection_path, config):
 
 
 CPU_LOG_ENV = "EDGEQUAL_TEST_CPU_LOG"
-"""When set to a file path, every pytest process (the controller and each xdist worker)
-appends one JSON line per test to that file: the test's CPU seconds (setup, call and
+"""When set to a file path, every pytest process that collects and runs tests (the only
+one, or each xdist worker) appends one JSON line per test to that file: the test's CPU seconds (setup, call and
 teardown; this process and the children it reaped meanwhile), and one line when its
 collection is done (the CPU seconds the process had used by then). scripts/bench/fast_loop.py
 reads it; unset, nothing is measured."""

@@ -7,7 +7,10 @@ in that folder's own conftest.py.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
+import re
+import resource
 import sys
 from pathlib import Path
 
@@ -31,13 +34,99 @@ def load_test_helper(name: str):
 MAX_WORKERS = 4
 
 
+def leaves_out_slow(config) -> bool:
+    """Whether ``-m`` leaves out every test marked slow: the fast loop, ``-m "not slow"``,
+    alone or as one term of an ``and`` (``-m "not slow and not compat"``)."""
+    expr = (config.getoption("markexpr", "") or "").strip()
+    if not expr or "(" in expr or " or " in f" {expr} ":
+        return False
+    return "not slow" in (" ".join(term.split()) for term in expr.split(" and "))
+
+
 def pytest_xdist_auto_num_workers(config) -> int:
     """Workers for ``-n auto`` (pyproject's addopts): one per CPU this process may use, at
     most :data:`MAX_WORKERS`. Board tests (``--eq-device``, ``--eq-lab``) run in one process,
-    so a board is never asked for two qualifications at once."""
+    so a board is never asked for two qualifications at once.
+
+    The fast loop (:func:`leaves_out_slow`) runs in one process too: every worker imports
+    and collects the whole suite and builds its own session fixtures (about 10 CPU seconds
+    each, more where $PYTHONDONTWRITEBYTECODE stops pytest from caching its rewritten test
+    modules), as much as a second worker would take off the fast tests' own 20; on a shared
+    machine the CPU it costs is what everyone waits for. ``-n 2`` still asks for workers."""
     if config.getoption("eq_device", None) or config.getoption("eq_lab", None):
         return 0
+    if leaves_out_slow(config):
+        return 0
     return min(len(os.sched_getaffinity(0)), MAX_WORKERS)
+
+
+_SLOW_MODULE = re.compile(r"^pytestmark = pytest\.mark\.slow$", re.MULTILINE)
+
+
+def pytest_ignore_collect(collection_path, config):
+    """Under the fast loop, a test module marked slow as a whole (a top-level
+    ``pytestmark = pytest.mark.slow`` line) is not imported: every test in it would be
+    deselected, and importing it costs every run its imports (hypothesis) and pytest's
+    assertion rewriting. None (pytest decides) otherwise."""
+    if (
+        collection_path.suffix == ".py"
+        and collection_path.name.startswith("test_")
+        and leaves_out_slow(config)
+        and _SLOW_MODULE.search(collection_path.read_text(encoding="utf-8"))
+    ):
+        return True
+    return None
+
+
+CPU_LOG_ENV = "EDGEQUAL_TEST_CPU_LOG"
+"""When set to a file path, every pytest process that collects and runs tests (the only
+one, or each xdist worker) appends one JSON line per test to that file: the test's CPU seconds (setup, call and
+teardown; this process and the children it reaped meanwhile), and one line when its
+collection is done (the CPU seconds the process had used by then). scripts/bench/fast_loop.py
+reads it; unset, nothing is measured."""
+
+
+def _cpu_seconds() -> float:
+    """CPU seconds of this process and of the children it has reaped, user and system."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def _log_cpu(record: dict) -> None:
+    """Append ``record`` as one line to $EDGEQUAL_TEST_CPU_LOG (one write: processes share it)."""
+    line = (json.dumps({**record, "pid": os.getpid()}) + "\n").encode()
+    fd = os.open(os.environ[CPU_LOG_ENV], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+
+
+def pytest_collection_finish(session) -> None:
+    """Unregister hypothesis's pytest plugin when no collected module imported hypothesis
+    (the fast loop does not import tests/test_fuzz.py): it has nothing to report, yet its
+    terminal summary imports hypothesis, which pytest rewrites as a plugin's package, 1 to
+    2 CPU-s on every run. With $EDGEQUAL_TEST_CPU_LOG: what start-up and collection cost
+    this process."""
+    if "hypothesis" not in sys.modules:
+        plugin = session.config.pluginmanager.get_plugin("hypothesispytest")
+        if plugin is not None:
+            session.config.pluginmanager.unregister(plugin)
+    if os.environ.get(CPU_LOG_ENV):
+        _log_cpu({"collected": len(session.items), "cpu_s": round(_cpu_seconds(), 3)})
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """With $EDGEQUAL_TEST_CPU_LOG: each test's CPU seconds, fixtures it set up or tore down
+    included (a module-scoped agent's teardown lands on the module's last test)."""
+    if not os.environ.get(CPU_LOG_ENV):
+        yield
+        return
+    start = _cpu_seconds()
+    yield
+    _log_cpu({"test": item.nodeid, "cpu_s": round(_cpu_seconds() - start, 3)})
 
 
 @pytest.fixture(scope="session")

@@ -40,6 +40,10 @@ try:
 except ImportError:  # Python 3.10
     import tomli as tomllib
 
+# Thousands of generated inputs in all (about 6 CPU-s with hypothesis's import): the full
+# suite's, not the fast loop's (-m "not slow" does not even import this module).
+pytestmark = pytest.mark.slow
+
 FUZZ = settings(
     max_examples=100,
     deadline=None,

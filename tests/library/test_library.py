@@ -47,6 +47,7 @@ def trusted(bench):
     return bench
 
 
+@pytest.mark.slow  # starts the module's real agent (about 0.7 CPU-s)
 def test_errors_are_the_package_exceptions(trusted, tmp_path):
     # A name no device has is bad usage, naming the known ones; nothing was sent.
     with pytest.raises(edgequal.UsageError, match=r"unknown device 'nope' \(known: local, bench\)"):

@@ -58,6 +58,7 @@ def agent(tmp_path_factory):
     a.stop(0)
 
 
+@pytest.mark.slow  # a flood of callers on purpose: about 1 CPU-s
 def test_light_calls_are_not_refused_beside_a_prove_flood_and_held_uploads(agent):
     """50 token holders call Info and Stat at once while uploads hold the push class and
     unauthenticated callers flood Prove and a wrong-token Info: no token holder's call fails."""

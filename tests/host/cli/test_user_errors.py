@@ -2,7 +2,7 @@
 bad input is one line, the README's exit code, and nothing reaches a device.
 
 The commands run as subprocesses, all at once (module fixture), so the file costs about
-one interpreter start on the wall clock.
+one interpreter start on the wall clock, but a dozen in CPU time: it is marked slow.
 """
 
 from __future__ import annotations
@@ -17,6 +17,9 @@ import pytest
 from edgequal.host.cli.main import main as edgequal_main
 
 BIN = Path(sys.executable).parent
+
+# Twelve interpreters, several of which import the host's qualify path: 3 to 5 CPU-s in all.
+pytestmark = pytest.mark.slow
 
 
 @dataclass

@@ -89,7 +89,7 @@ def test_a_second_model_as_co_load_raises_p50_against_interleaved_plain_runs(
     assert declared["label"] == "model:heavy.onnx" and declared["rate_per_s"] is None
     (ran,) = results["coload"]["latency"]
     assert ran["achieved"]["unit"] == "inferences/s" and ran["achieved"]["value"] > 1
-    assert ran["cpus"] > 0.2  # its CPU was counted as the declared co-load's
+    assert ran["cpus"] > 0  # its CPU was counted as the declared co-load's
     (entry,) = results["latency"]["per_shape"]
     loaded = entry["coload"]
     # Interleaved in one run: where the run saw no other processes take the CPU, the
@@ -105,6 +105,9 @@ def test_a_second_model_as_co_load_raises_p50_against_interleaved_plain_runs(
         loaded["interference"], declared=True
     )
     if not others:
+        # Alone, the co-load model gets a good share of a CPU; at load 11 (two cores
+        # shared with other jobs) it got 0.19, its share among a dozen busy processes.
+        assert ran["cpus"] > 0.2
         assert loaded["summary"]["p50_ms"] > entry["summary"]["p50_ms"]
         assert rise.p_value < 1e-3 and rise.prob_candidate_slower > 0.6, rise
         assert loaded["rounds_slower"] >= 3
@@ -137,6 +140,7 @@ def test_a_second_model_as_co_load_raises_p50_against_interleaved_plain_runs(
     assert through["label"] == "command:spin" and through["achieved"]["value"] > 0.1
 
 
+@pytest.mark.slow  # starts the local agent (--device local)
 def test_a_command_not_in_the_agent_configuration_is_refused_before_anything_runs(
     example_models, tmp_path, capsys
 ):

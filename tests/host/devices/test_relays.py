@@ -157,6 +157,7 @@ def _impostor(calls: list):
     return server, f"grpc://127.0.0.1:{port}", own
 
 
+@pytest.mark.slow  # the module's three real agents (about 2 CPU-s)
 def test_trusting_a_pinned_name_again_proves_the_pinned_key_before_the_token_leaves(agents, capsys):
     plain, token_file = agents["plain"], agents["token_file"]
     argv = ["devices", "trust", "bench", plain.address, "--token-file", str(token_file)]
@@ -202,6 +203,7 @@ def test_trusting_a_pinned_name_again_proves_the_pinned_key_before_the_token_lea
     assert KnownDevices().get("bench") == pinned  # its token file kept
 
 
+@pytest.mark.slow  # the module's three real agents (about 2 CPU-s)
 def test_an_unpinned_address_relaying_a_tls_device_gets_no_token_and_is_not_recorded(
     agents, relay, pki, example_models, capsys
 ):
@@ -239,6 +241,7 @@ def test_an_unpinned_address_relaying_a_tls_device_gets_no_token_and_is_not_reco
     assert entry.addresses == [localhost, agent.address] and entry.tls == pinned.tls
 
 
+@pytest.mark.slow  # the module's three real agents (about 2 CPU-s)
 def test_agent_status_of_a_mutual_tls_device_by_name(agents, pki, capsys):
     agent = agents["mtls"]
     argv = ["devices", "trust", "lab-mtls", agent.address, *_tls_args(pki, mutual=True)]

@@ -174,6 +174,7 @@ def test_a_bad_url_is_a_usage_error(capsys):
     assert "not a database URL" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # draws the trend page with matplotlib: about 1.5 CPU-s
 def test_show_trend_per_pair_and_the_trend_page(db_url, signer, tmp_path, capsys):
     paths = []
     for i, (p50, version) in enumerate([(1.0, "1.20.0"), (1.2, "1.20.0"), (1.9, "1.21.0")]):

@@ -502,6 +502,7 @@ class _Tables(HTMLParser):
         return next(rows for h3, rows in self.tables if h3.startswith(title))
 
 
+@pytest.mark.slow  # the whole page with its matplotlib figures: about 1 CPU-s
 def test_the_page_has_the_coload_and_edge_tables_with_real_numbers(sign, tmp_path):
     pred = _predicate(coload_ms=50.0, edges=_edges())
     path = sign("p", pred)

@@ -38,7 +38,9 @@ class Latency:
     """Warm latency of one input shape: the figures that decide (milliseconds).
 
     ``p99_ms`` is None under 368 samples and ``p99_9_ms`` under 3,688 (nearest rank);
-    ``decided_on`` is ``clean`` when only the calls that kept the CPU count.
+    ``decided_on`` is ``clean`` when only the calls that kept the CPU count. ``claims``
+    holds the 99 % percentile claims of those figures (``stats.percentile_claims``:
+    ``claims["p99"]["value_ms"]``, or ``["needs"]`` samples where none can be made yet).
     """
 
     shape: str
@@ -55,6 +57,7 @@ class Latency:
     max_ms: float
     p50_ci_ms: tuple[float, float] | None
     p99_ci_ms: tuple[float, float] | None
+    claims: dict | None
     decided_on: str
     steady: bool
     cause: str | None
@@ -72,6 +75,7 @@ class Latency:
         return cls(
             shape=entry["shape"],
             **figures,
+            claims=s.get("claims"),
             decided_on="clean" if decided_on_clean(entry) else "all",
             steady=bool((entry.get("warmup") or {}).get("steady", True)),
             cause=entry.get("cause"),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 
 from edgequal.agent.measure.preemption import decided_on_clean, decisive_entry, excluded_text
+from edgequal.agent.report.summary import claims_lines
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -133,6 +134,11 @@ def print_latency(results: dict) -> None:
                 f"{unit}; CV {_num(s['cv'], '{:.2f}')}",
                 soft_wrap=True,
             )
+            for basis, text in claims_lines(entry, lambda ms: f"{v(ms)} {unit}"):
+                console.print(
+                    f"  {esc(entry['shape'])}: 99 % claims over {basis}: {esc(text)}",
+                    soft_wrap=True,
+                )
         for entry in per_shape:
             excluded = excluded_text(entry)
             if excluded:

@@ -283,3 +283,29 @@ def test_a_table_folds_a_wide_cell_instead_of_cutting_it(capsys):
     lines = [line.split("│")[1:-1] for line in out.splitlines() if line.startswith("│")]
     cells = ["".join(part.strip() for part in col) for col in zip(*lines)]
     assert cells == [value.replace(" ", "") for value in row]
+
+
+def test_percentile_claims_are_printed_for_clean_and_all_calls(tagged_latency_entry, capsys):
+    """Beside P90…P99.9: the 99 % claim over the clean calls and over every call, and
+    "needs N samples" where the claim would be the maximum."""
+    from edgequal.agent.report.summary import format_summary
+    from edgequal.host.present.terminal.sections import print_latency
+
+    entry = tagged_latency_entry
+    print_latency({"latency": {"per_shape": [entry]}})
+    text = " ".join(capsys.readouterr().out.split())
+    # All 1,024 calls: p90 claims x(945) = 945 µs; the 768 clean calls: t = 57, x(712).
+    assert entry["summary"]["claims"]["p90"]["rank"] == 945
+    assert entry["clean"]["claims"]["p90"]["rank"] == 712
+    assert (
+        "x=1x4: 99 % claims over all calls: P90 <= 945 µs (holds to p92.3; "
+        "p91.1 from 4,033 samples)" in text
+    )
+    assert "x=1x4: 99 % claims over clean calls: P90 <= 949 µs (holds to p92.7;" in text
+    assert "clean calls: P90 <= 949 µs (holds to p92.7; p91.4 from 2,906 samples), " in text
+    assert "P99 needs 838 samples" in text  # 768 clean calls: the claim would be the maximum
+    assert "P99.9 needs 8,403 samples" in text
+
+    plain = format_summary({"status": "passed", "results": {"latency": {"per_shape": [entry]}}})
+    assert "99 % claims over clean calls: P90 <= " in plain
+    assert "99 % claims over all calls: P90 <= 0.945 ms (holds to p92.3;" in plain

@@ -123,6 +123,9 @@ DEFAULTS = {
     # that kept the CPU (docs/measurement.md "Measuring through interference"); false
     # times every call alike and decides on all of them, as edgequal did before.
     "preemption_tags": True,
+    # A tagged latency loop short of clean calls runs on to this many times its planned
+    # seconds (docs/measurement.md "Measuring through interference"); latency_max_s wins.
+    "latency_max_extension": 3.0,
     # Where fields came from: {field: "preset" | "profile" | "flag"}; a field not named
     # here has the plan's default (DEFAULTS).
     "sources": {},
@@ -166,6 +169,7 @@ _NUMBERS = {
     "edge_latency_s": float,
     "edge_min_runs": int,
     "runtime_env_rounds": int,
+    "latency_max_extension": float,
 }
 
 
@@ -224,6 +228,7 @@ class Plan:
     runtime_envs: tuple[str, ...] | None = None
     runtime_env_rounds: int = 4
     preemption_tags: bool = True
+    latency_max_extension: float = 3.0
     sources: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -320,6 +325,7 @@ _LIMITS = {
     "edge_latency_s": 600.0,
     "edge_min_runs": 1_000_000,
     "runtime_env_rounds": 100,
+    "latency_max_extension": 100.0,
 }
 # A batch sweep lists at most this many sizes, each at most MAX_BATCH.
 MAX_BATCH_SIZES = 16
@@ -458,6 +464,11 @@ def _validated(plan: Mapping) -> dict:
         raise BadInput("plan field 'coload_rounds' must be at least 1")
     if full["edge_min_runs"] < 1:
         raise BadInput("plan field 'edge_min_runs' must be at least 1")
+    if full["latency_max_extension"] < 1:
+        raise BadInput(
+            "plan field 'latency_max_extension' must be at least 1 (times the plan's latency "
+            f"seconds), got {full['latency_max_extension']:g}"
+        )
     if full["runtime_env_rounds"] < 1:
         raise BadInput("plan field 'runtime_env_rounds' must be at least 1")
     full["runtime_envs"] = _runtime_envs(full["runtime_envs"])

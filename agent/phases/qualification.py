@@ -233,7 +233,7 @@ def measure_warm(
     # The timed loop may run on to its limit while clean calls are short (measure/latency.py).
     timeout_s = (
         plan.phase_timeout_s
-        + loop_limit_s(plan.latency_min_s, plan.latency_max_s)
+        + loop_limit_s(plan.latency_min_s, plan.latency_max_s, plan.latency_max_extension)
         + plan.warmup_max_s
     )
     run = None
@@ -412,10 +412,11 @@ def decide_status(results: dict, findings: list[dict]) -> tuple[str, str | None]
         if pre is not None:
             # Measured through interference: only too few clean calls leave it undecided.
             if not pre["clean_enough"]:
+                bound = f" ({pre['limit_s']:g} s)" if pre.get("limit_s") else ""
                 interference.append(
                     f"latency for {entry['shape']}: {pre['calls'] - pre['excluded']} of "
                     f"{pre['calls']} calls kept the CPU, {pre['needed']} needed within the "
-                    "plan's limits, while other processes took the CPU"
+                    f"plan's limits{bound}, while other processes took the CPU"
                 )
             elif unsteady:
                 busy = (

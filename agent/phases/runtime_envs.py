@@ -152,7 +152,9 @@ def _interleaved(model, golden, plan, runtime, envs, entries, fail, failed, emit
         plan.latency_min_runs, plan.latency_min_s, plan.latency_max_runs, plan.runtime_env_rounds
     )
     job = WorkerJob.for_phase("env_segments", model, golden, plan, runtime, latency=settings)
-    timeout_s = plan.phase_timeout_s + loop_limit_s(plan.latency_min_s, plan.latency_max_s)
+    timeout_s = plan.phase_timeout_s + loop_limit_s(
+        plan.latency_min_s, plan.latency_max_s, plan.latency_max_extension
+    )
     workers: dict[int, _EnvWorker] = {}
     samples: dict[int, list[np.ndarray]] = {i: [] for i in range(len(envs))}
     segments: dict[int, list[dict]] = {i: [] for i in range(len(envs))}

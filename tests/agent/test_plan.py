@@ -102,3 +102,12 @@ def test_timed_s_adds_the_phases_a_plan_times():
     assert two.timed_s() == 2 * (1.0 + 3.0) + 3 * 2.0
     assert timed_s_of(plan.to_json()) == 64.0
     assert timed_s_of({"cold_runs": -1}) is None  # no plan: the run refuses it by name later
+
+
+def test_latency_max_extension_defaults_to_three_and_refuses_less_than_one():
+    assert make_plan("quick").latency_max_extension == 3.0
+    plan = make_plan("quick", latency_max_extension=5.0)
+    assert plan.latency_max_extension == 5.0 and plan.sources["latency_max_extension"] == "flag"
+    assert Plan.from_json(plan.to_json()) == plan
+    with pytest.raises(BadInput, match="latency_max_extension' must be at least 1"):
+        make_plan("quick", latency_max_extension=0.5)

@@ -235,7 +235,8 @@ def test_qualify_prints_the_effective_plan_before_it_starts(
     rc = edgequal_main(args)
     out = capsys.readouterr().out
     line = (
-        "plan: quick (cold load ×1 [flag], warm-up 0.2 s [flag], latency 0.2 s [flag], "
+        "plan: quick (cold load ×1 [flag], warm-up 0.2 s [flag], latency 0.2 s [flag] "
+        "(to 0.7 s for clean calls), "
         "no sustained phase) · threads 1 [flag] · profile generic/linux-x86_64"
     )
     # The line comes first, before the summary; the signed plan is the one it describes.

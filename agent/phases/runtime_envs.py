@@ -30,7 +30,13 @@ from pathlib import Path
 import numpy as np
 
 from ..measure.latency import encode_samples, loop_limit_s
-from ..measure.runtime_envs import latency_ratios, rounds_slower, segment_budget, segment_order
+from ..measure.runtime_envs import (
+    latency_ratios,
+    pair_interference,
+    rounds_slower,
+    segment_budget,
+    segment_order,
+)
 from ..measure.stats import summarize_latency
 from ..plan import Plan
 from ..worker.jobs import WorkerJob, latency_settings
@@ -272,6 +278,8 @@ def _pairs(entries: list[dict], envs: list, failed: set, golden, seed: int) -> l
                 b_shape["summary"], c_shape["summary"], base["_segments"], cand["_segments"], seed
             )
         )
+        # Segments that waited for a CPU make the comparison the neighbour's: not decisive.
+        pair["interference"] = pair_interference(b_shape["segments"], c_shape["segments"])
         pair["rounds_slower"] = rounds_slower(
             [s["p50_ms"] for s in b_shape["segments"]], [s["p50_ms"] for s in c_shape["segments"]]
         )

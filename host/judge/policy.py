@@ -121,6 +121,8 @@ SCHEMA: dict[str, dict[str, str]] = {
         "max_p99_ratio": NUMBER,
         "max_cold_load_ratio": NUMBER,
         "max_flips_between": INTEGER,
+        "max_drift_abs_between": NUMBER,
+        "min_psnr_db_between": NUMBER,
     },
     "edge_shapes": {
         "require_all_ran": BOOL,

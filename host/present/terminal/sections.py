@@ -8,6 +8,7 @@ markup is escaped (:func:`esc`) or printed with markup off.
 
 from __future__ import annotations
 
+import os
 import sys
 
 from edgequal.agent.measure.preemption import decided_on_clean, decisive_entry, excluded_text
@@ -20,8 +21,13 @@ from rich.text import Text
 from ...judge.conditions import achieved_text, coload_shapes, edge_failure, edge_shapes, shapes_text
 from ..units import duration_text, scaled_text, table_unit
 
-# A terminal gets its own width; logs (CI) get 120 columns rather than rich's 80.
-console = Console(stderr=False, highlight=False, width=None if sys.stdout.isatty() else 120)
+# A terminal gets its own width; logs (CI) get $COLUMNS where set, else 120 columns
+# rather than rich's 80. Wide tables fold or stack at that width, never cut a figure.
+console = Console(
+    stderr=False,
+    highlight=False,
+    width=None if sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit() else 120,
+)
 err_console = Console(stderr=True, highlight=False)
 
 

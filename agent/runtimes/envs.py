@@ -335,17 +335,23 @@ class RuntimeEnvs:
                 continue
             env = installed.get(name)
             if env is None:
-                raise BadInput(
-                    f"unknown runtime environment '{name}' on this device; "
-                    f"installed: {', '.join([DEFAULT_ENV, *installed])}",
-                    hint="the device owner installs one: edgequal-agent runtime add onnxruntime==1.20.1",
-                )
+                raise BadInput(*unknown_env_message(name, list(installed)))
             if runtime is not None and env.runtime != runtime:
                 raise BadInput(
                     f"runtime environment '{name}' holds {env.runtime}; this model needs {runtime}"
                 )
             out.append(env)
         return out
+
+
+def unknown_env_message(name: str, installed: list[str]) -> tuple[str, str]:
+    """(message, hint) refusing environment ``name`` on a device holding ``installed``
+    (besides ``default``): the one wording of agent and host."""
+    return (
+        f"unknown runtime environment '{name}' on this device; "
+        f"installed: {', '.join([DEFAULT_ENV, *installed])}",
+        "the device owner installs one: edgequal-agent runtime add onnxruntime==1.20.1",
+    )
 
 
 def plan_env_names(plan: dict | None) -> list[str]:

@@ -215,8 +215,8 @@ def test_a_runtime_that_crashes_at_import_is_not_kept(board, wheelhouse):
     error = [line for line in done.stderr.splitlines() if line.startswith("edgequal-agent: error")]
     assert error == [
         "edgequal-agent: error: runtime environment onnxruntime-0.0.2: broken: importing "
-        "onnxruntime kills the process with SIGSEGV (hint: the runtime does not work on this "
-        "board; the environment was not kept)"
+        "onnxruntime kills the process with SIGSEGV (hint: the runtime crashed at import on "
+        "this board; the environment was not kept)"
     ]
     assert not (board["state"] / "runtimes" / "onnxruntime-0.0.2").exists()
     # A second add of an installed one is refused with the way out.

@@ -374,6 +374,43 @@ def summarize_latency(samples_ns) -> dict:
 
 
 # ---------------------------------------------------------------------------
+# The spread of repeated runs
+
+
+TRIM_PROPORTION = 0.2
+
+
+def trimmed_mean(values, proportion: float = TRIM_PROPORTION) -> float:
+    """Mean after cutting ``floor(proportion * n)`` values from each end of the sorted
+    values (``scipy.stats.trim_mean``'s rule; 0.2: the 20 % trimmed mean)."""
+    ordered = np.sort(np.asarray(values, dtype=np.float64).ravel())
+    if ordered.size == 0:
+        raise BadInput("a trimmed mean needs at least one value")
+    if not 0.0 <= proportion < 0.5:
+        raise BadInput(f"trim proportion must be within 0..0.5, got {proportion}")
+    cut = int(proportion * ordered.size)
+    return float(ordered[cut : ordered.size - cut].mean())
+
+
+def repeat_spread(values) -> dict:
+    """How one figure spread over N repeated runs on one board: ``{n, median, mean, cv,
+    trimmed_mean}`` (cv = sample sd / mean, None under two runs or a zero mean;
+    trimmed_mean the 0.2-trimmed mean). Labs compare boards by this, not by one run."""
+    v = np.asarray(values, dtype=np.float64).ravel()
+    if v.size == 0 or not np.all(np.isfinite(v)):
+        raise BadInput("repeated runs' figures must be finite numbers, at least one")
+    mean = float(v.mean())
+    cv = float(v.std(ddof=1)) / mean if v.size >= 2 and mean != 0 else None
+    return {
+        "n": int(v.size),
+        "median": round(float(np.median(v)), _ROUND_DIGITS),
+        "mean": round(mean, _ROUND_DIGITS),
+        "cv": None if cv is None else round(cv, _ROUND_DIGITS),
+        "trimmed_mean": round(trimmed_mean(v), _ROUND_DIGITS),
+    }
+
+
+# ---------------------------------------------------------------------------
 # Steady state during warm-up
 
 

@@ -440,3 +440,27 @@ def test_percentile_claims_cost_grows_slowly_with_samples():
     stats.percentile_claims(large)
     t2 = time.thread_time()
     assert t2 - t1 < 10 * max(t1 - t0, 0.005)
+
+
+# ---------------------------------------------------------------------------
+# the spread of repeated runs
+
+
+def test_repeat_spread_of_five_runs_by_hand():
+    # p50 of five runs (ms); sorted 1.0 1.1 1.2 1.3 2.0: the 0.2-trimmed mean drops one
+    # from each end, (1.1 + 1.2 + 1.3) / 3 = 1.2; mean 1.32, sample sd 0.396232.
+    out = stats.repeat_spread([1.2, 2.0, 1.0, 1.3, 1.1])
+    assert out == {
+        "n": 5, "median": 1.2, "mean": 1.32, "cv": round(0.3962322551231 / 1.32, 6),
+        "trimmed_mean": 1.2,
+    }  # fmt: skip
+    assert stats.repeat_spread([4.0])["cv"] is None
+
+
+@pytest.mark.parametrize("n", [3, 4, 5, 9, 10, 11])
+def test_trimmed_mean_matches_scipy(n):
+    scipy_stats = pytest.importorskip("scipy.stats")
+    values = np.random.default_rng(n).lognormal(size=n)
+    assert stats.trimmed_mean(values) == pytest.approx(scipy_stats.trim_mean(values, 0.2))
+    spread = stats.repeat_spread(values)
+    assert spread["cv"] == pytest.approx(scipy_stats.variation(values, ddof=1), abs=1e-6)

@@ -126,6 +126,9 @@ DEFAULTS = {
     # A tagged latency loop short of clean calls runs on to this many times its planned
     # seconds (docs/measurement.md "Measuring through interference"); latency_max_s wins.
     "latency_max_extension": 3.0,
+    # The measurement (warm latency, and the sustained phase where planned) this many
+    # times, with the cool-down between (docs/measurement.md "Repeated runs").
+    "repeat": 1,
     # Where fields came from: {field: "preset" | "profile" | "flag"}; a field not named
     # here has the plan's default (DEFAULTS).
     "sources": {},
@@ -170,6 +173,7 @@ _NUMBERS = {
     "edge_min_runs": int,
     "runtime_env_rounds": int,
     "latency_max_extension": float,
+    "repeat": int,
 }
 
 
@@ -229,6 +233,7 @@ class Plan:
     runtime_env_rounds: int = 4
     preemption_tags: bool = True
     latency_max_extension: float = 3.0
+    repeat: int = 1
     sources: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -268,7 +273,8 @@ class Plan:
         starts, cool-down and uploads come on top; an estimate of when a run is done, never
         a measurement."""
         shapes = max(1, len(self.shapes))
-        total = shapes * (self.warmup_min_s + self.latency_min_s) + self.sustain_s
+        # Repeated runs time the warm latency and the sustained phase again (cool-downs on top).
+        total = self.repeat * (shapes * (self.warmup_min_s + self.latency_min_s) + self.sustain_s)
         total += len(self.edge_shapes or ()) * self.edge_latency_s
         points = len(self.batch_sizes or ()) + (self.server_search_steps if self.server else 0)
         if self.thread_scaling:
@@ -326,6 +332,7 @@ _LIMITS = {
     "edge_min_runs": 1_000_000,
     "runtime_env_rounds": 100,
     "latency_max_extension": 100.0,
+    "repeat": 20,
 }
 # A batch sweep lists at most this many sizes, each at most MAX_BATCH.
 MAX_BATCH_SIZES = 16
@@ -464,6 +471,8 @@ def _validated(plan: Mapping) -> dict:
         raise BadInput("plan field 'coload_rounds' must be at least 1")
     if full["edge_min_runs"] < 1:
         raise BadInput("plan field 'edge_min_runs' must be at least 1")
+    if full["repeat"] < 1:
+        raise BadInput("plan field 'repeat' must be at least 1")
     if full["latency_max_extension"] < 1:
         raise BadInput(
             "plan field 'latency_max_extension' must be at least 1 (times the plan's latency "

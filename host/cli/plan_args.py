@@ -35,6 +35,13 @@ def add_length_options(parser: argparse.ArgumentParser) -> None:
         "the plan's minimum runs still apply",
     )
     parser.add_argument(
+        "--repeat",
+        type=int,
+        metavar="N",
+        help="measure N times with the cool-down between; the report holds each run's "
+        "figures, their median, CV and 0.2-trimmed mean (default: 1)",
+    )
+    parser.add_argument(
         "--max-extension",
         metavar="FACTOR",
         help="a latency loop short of calls that kept the CPU runs on to FACTOR times its "
@@ -56,6 +63,12 @@ def length_flags(args) -> dict:
         out["warmup_min_runs"] = args.warmup_runs
     if args.latency:
         out["latency_min_s"] = parse_duration_s(args.latency)
+    if getattr(args, "repeat", None) is not None:
+        if args.repeat < 1:
+            from edgequal.host.errors import UsageError
+
+            raise UsageError(f"--repeat must be at least 1, got {args.repeat}")
+        out["repeat"] = args.repeat
     if getattr(args, "max_extension", None):
         out["latency_max_extension"] = parse_factor(args.max_extension, "--max-extension")
     return out

@@ -41,6 +41,7 @@ from .checks import (
 from .condition_checks import coload_checks, edge_shape_checks
 from .pipeline_checks import pipeline_checks
 from .policy import Policy
+from .repeat_checks import repeat_checks
 from .report_file import ReportFile, load_report
 from .runtime_env_checks import runtime_env_checks
 from .scenario_checks import (
@@ -145,6 +146,7 @@ def evaluate(predicate: dict, policy: Policy) -> list[Check]:
         *edge_shape_checks(results, policy),
         *pipeline_checks(results, policy),
         *runtime_env_checks(results, policy),
+        *repeat_checks(results, policy),
     ]
 
 

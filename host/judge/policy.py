@@ -134,6 +134,10 @@ SCHEMA: dict[str, dict[str, str]] = {
         "max_mj_per_inference_above_idle": NUMBER,
         "max_power_w": NUMBER,
     },
+    "repeat": {
+        "min_runs": INTEGER,
+        "max_cv": NUMBER,
+    },
     "pipeline": {
         **{f"max_{part}_{p}_ms": NUMBER for part in _PATH_PARTS for p in ("p50", "p99")},
         "max_preprocessing_abs": NUMBER,
@@ -200,6 +204,7 @@ class Policy:
     edge_shape_labels: dict[str, dict] = field(default_factory=dict)
     pipeline: dict = field(default_factory=dict)
     runtime_envs: dict = field(default_factory=dict)
+    repeat: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
         """The policy as JSON (the same sections and keys as the TOML)."""
@@ -218,6 +223,7 @@ class Policy:
             "coload",
             "pipeline",
             "runtime_envs",
+            "repeat",
         ):
             out[section] = dict(getattr(self, section))
         out["edge_shapes"] = {
@@ -360,6 +366,7 @@ def parse_policy(data: dict, where: str = "<policy>") -> Policy:
         edge_shape_labels=sections.get("edge_shapes.labels", {}),
         pipeline=sections.get("pipeline", {}),
         runtime_envs=sections.get("runtime_envs", {}),
+        repeat=sections.get("repeat", {}),
     )
 
 

@@ -431,3 +431,40 @@ def sparkline(values: list[float]) -> str:
     if hi == lo:
         return blocks[-1] * len(values)
     return "".join(blocks[round((v - lo) / (hi - lo) * (len(blocks) - 1))] for v in values)
+
+
+_REPEAT_FIGURES = (
+    ("p50_ms", "p50", "ms"),
+    ("p99_ms", "p99", "ms"),
+    ("sustained_per_s", "sustained", "/s"),
+)
+
+
+def print_repeats(results: dict) -> None:
+    """Repeated runs on one board: each run's figures, then their median, CV and 0.2-trimmed
+    mean (``results.repeats``), one line each so no figure is cut."""
+    repeats = results.get("repeats")
+    if not repeats or not repeats.get("runs"):
+        return
+    spread = repeats.get("spread") or {}
+    console.print(f"  repeated runs ({repeats['n']}, cool-down between):", soft_wrap=True)
+    for run in repeats["runs"]:
+        f = run.get("figures") or {}
+        parts = [
+            f"{label} {_num(f[key])}{'/s' if unit == '/s' else ' ms'}"
+            for key, label, unit in _REPEAT_FIGURES
+            if f.get(key) is not None
+        ]
+        cool = run.get("cooldown") or {}
+        waited = f"; cooled {cool['waited_s']:g} s" if cool.get("waited_s") else ""
+        console.print(f"    run {run['run']}: {', '.join(parts)}{waited}", soft_wrap=True)
+    for key, label, unit in _REPEAT_FIGURES:
+        s = spread.get(key)
+        if not s:
+            continue
+        cv = "—" if s.get("cv") is None else f"{s['cv']:.1%}"
+        console.print(
+            f"    {label}: median {s['median']:.4g}, CV {cv}, 0.2-trimmed mean "
+            f"{s['trimmed_mean']:.4g} ({unit})",
+            soft_wrap=True,
+        )

@@ -34,6 +34,7 @@ from .sections import (
     print_energy,
     print_latency,
     print_memory,
+    print_repeats,
     print_sustained,
 )
 
@@ -324,6 +325,7 @@ def print_summary(predicate: dict, device: str, report_path: str | None = None) 
         )
     print_cold_load(results)
     print_latency(results)
+    print_repeats(results)
     print_pipeline(results)
     print_drift(results)
     print_sustained(results)

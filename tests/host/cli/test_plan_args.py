@@ -36,3 +36,13 @@ def test_the_plan_line_states_the_bound_a_latency_loop_may_extend_to():
     assert "latency 2 s [flag] (to 10 s for clean calls [flag])" in plan_line(flagged)
     untagged = make_plan("quick", preemption_tags=False)
     assert "latency 3 s, no sustained" in plan_line(untagged)
+
+
+@pytest.mark.parametrize(
+    "command", [["qualify", "m.onnx"], ["fleet", "run", "lab.toml", "--models", "m.onnx"]]
+)
+def test_repeat_is_a_plan_field_of_qualify_and_fleet_run(command):
+    args = build_parser().parse_args([*command, "--repeat", "3"])
+    assert length_flags(args) == {"repeat": 3}
+    with pytest.raises(UsageError, match="--repeat must be at least 1"):
+        length_flags(build_parser().parse_args([*command, "--repeat", "0"]))

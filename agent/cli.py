@@ -165,6 +165,13 @@ def _parser() -> argparse.ArgumentParser:
     rts = rt.add_subparsers(dest="runtime_command", required=True)
     ra = rts.add_parser("add", help="install a runtime version in an environment of its own")
     ra.add_argument("requirement", help="an exact pin: onnxruntime==1.20.1, ai-edge-litert==…")
+    ra.add_argument(
+        "extra",
+        nargs="*",
+        metavar="EXTRA",
+        help="more requirements installed beside it, e.g. 'numpy<2' (default: the numpy "
+        "the runtime was built for)",
+    )
     ra.add_argument("--name", help="the environment's name (default DIST-VERSION)")
     ra.add_argument(
         "--find-links", action="append", default=[], type=Path, metavar="DIR", help="wheels here"
@@ -524,6 +531,7 @@ def cmd_runtime(args, state_dir: Path) -> int:
         find_links=args.find_links,
         no_index=args.no_index,
         exact_wheels=exact,
+        extra=args.extra,
     )
     if args.json:
         print(json.dumps(env.to_json(), indent=1))

@@ -135,6 +135,12 @@ DEFAULTS = {
     # run (docs/measurement.md "int8 on x86 without VNNI"): whether the optimised kernels
     # cause a drift.
     "check_optimization": False,
+    # A tagged latency loop short of clean calls runs on to this many times its planned
+    # seconds (docs/measurement.md "Measuring through interference"); latency_max_s wins.
+    "latency_max_extension": 3.0,
+    # The measurement (warm latency, and the sustained phase where planned) this many
+    # times, with the cool-down between (docs/measurement.md "Repeated runs").
+    "repeat": 1,
     # Where fields came from: {field: "preset" | "profile" | "flag"}; a field not named
     # here has the plan's default (DEFAULTS).
     "sources": {},
@@ -178,6 +184,8 @@ _NUMBERS = {
     "edge_latency_s": float,
     "edge_min_runs": int,
     "runtime_env_rounds": int,
+    "latency_max_extension": float,
+    "repeat": int,
 }
 
 
@@ -239,6 +247,8 @@ class Plan:
     policy_sha256: str | None = None
     model_signature_sha256: str | None = None
     check_optimization: bool = False
+    latency_max_extension: float = 3.0
+    repeat: int = 1
     sources: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -278,7 +288,8 @@ class Plan:
         starts, cool-down and uploads come on top; an estimate of when a run is done, never
         a measurement."""
         shapes = max(1, len(self.shapes))
-        total = shapes * (self.warmup_min_s + self.latency_min_s) + self.sustain_s
+        # Repeated runs time the warm latency and the sustained phase again (cool-downs on top).
+        total = self.repeat * (shapes * (self.warmup_min_s + self.latency_min_s) + self.sustain_s)
         total += len(self.edge_shapes or ()) * self.edge_latency_s
         points = len(self.batch_sizes or ()) + (self.server_search_steps if self.server else 0)
         if self.thread_scaling:
@@ -335,6 +346,8 @@ _LIMITS = {
     "edge_latency_s": 600.0,
     "edge_min_runs": 1_000_000,
     "runtime_env_rounds": 100,
+    "latency_max_extension": 100.0,
+    "repeat": 20,
 }
 # A batch sweep lists at most this many sizes, each at most MAX_BATCH.
 MAX_BATCH_SIZES = 16
@@ -480,6 +493,13 @@ def _validated(plan: Mapping) -> dict:
         raise BadInput("plan field 'coload_rounds' must be at least 1")
     if full["edge_min_runs"] < 1:
         raise BadInput("plan field 'edge_min_runs' must be at least 1")
+    if full["repeat"] < 1:
+        raise BadInput("plan field 'repeat' must be at least 1")
+    if full["latency_max_extension"] < 1:
+        raise BadInput(
+            "plan field 'latency_max_extension' must be at least 1 (times the plan's latency "
+            f"seconds), got {full['latency_max_extension']:g}"
+        )
     if full["runtime_env_rounds"] < 1:
         raise BadInput("plan field 'runtime_env_rounds' must be at least 1")
     full["runtime_envs"] = _runtime_envs(full["runtime_envs"])

@@ -128,6 +128,8 @@ class Latency:
     ``p99_ms`` is a :class:`NotMeasured` under 368 samples and ``p99_9_ms`` under 3,688
     (nearest rank), as is any figure the report lacks; ``decided_on`` is ``clean`` when
     only the calls that kept the CPU count.
+    ``claims`` holds the 99 % percentile claims of those figures (``stats.percentile_claims``:
+    ``claims["p99"]["value_ms"]``, or ``["needs"]`` samples where none can be made yet).
     """
 
     shape: str
@@ -144,6 +146,7 @@ class Latency:
     max_ms: float
     p50_ci_ms: tuple[float, float] | NotMeasured
     p99_ci_ms: tuple[float, float] | NotMeasured
+    claims: dict | None
     decided_on: str
     steady: bool
     cause: str | None
@@ -168,6 +171,7 @@ class Latency:
         return cls(
             shape=entry["shape"],
             **figures,
+            claims=s.get("claims"),
             decided_on="clean" if decided_on_clean(entry) else "all",
             steady=bool((entry.get("warmup") or {}).get("steady", True)),
             cause=entry.get("cause"),

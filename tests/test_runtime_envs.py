@@ -149,7 +149,9 @@ def board(tmp_path_factory, wheelhouse, sshd_server):
     adds = [
         subprocess.Popen(
             [*AGENT, "--state-dir", str(state), "runtime", "add", f"onnxruntime=={version}"]
-            + ["--find-links", str(wheelhouse), "--no-index"],
+            # The wheelhouse's numpy for every one: the stand-in 0.0.1 would otherwise get
+            # the numpy<2 an onnxruntime before 1.19 was built for.
+            + [f"numpy=={NUMPY}", "--find-links", str(wheelhouse), "--no-index"],
             stderr=subprocess.PIPE,
             text=True,
         )
@@ -207,6 +209,7 @@ def test_a_runtime_that_crashes_at_import_is_not_kept(board, wheelhouse):
         "runtime",
         "add",
         "onnxruntime==0.0.2",
+        f"numpy=={NUMPY}",
         "--find-links",
         str(wheelhouse),
         "--no-index",
@@ -215,8 +218,8 @@ def test_a_runtime_that_crashes_at_import_is_not_kept(board, wheelhouse):
     error = [line for line in done.stderr.splitlines() if line.startswith("edgequal-agent: error")]
     assert error == [
         "edgequal-agent: error: runtime environment onnxruntime-0.0.2: broken: importing "
-        "onnxruntime kills the process with SIGSEGV (hint: the runtime does not work on this "
-        "board; the environment was not kept)"
+        "onnxruntime kills the process with SIGSEGV (hint: the runtime crashed at import on "
+        "this board; the environment was not kept)"
     ]
     assert not (board["state"] / "runtimes" / "onnxruntime-0.0.2").exists()
     # A second add of an installed one is refused with the way out.
@@ -326,22 +329,44 @@ def test_one_run_over_grpc_measures_both_versions_side_by_side(grpc_run):
 
 
 def test_gate_fails_an_environment_slower_than_its_limit(grpc_run, tmp_path, capsys):
+    """The [runtime_envs] checks on the run's own ratio. On a busy machine the segments
+    wait for a CPU: then the comparison is not decisive and its latency limits fail as
+    not measured, naming the interference (the run's status is the summary's concern)."""
     out = grpc_run["out"]
     known = KnownDevices(out.parent / "known_devices")
-    ratio = grpc_run["result"].report.predicate["results"]["runtime_envs"]["pairs"][0]["p50_ratio"]
-    loose = parse_policy(
-        {"runtime_envs": {"max_p50_ratio": 50.0, "required": [OLD_ENV, CURRENT_ENV]}}
+    pair = grpc_run["result"].report.predicate["results"]["runtime_envs"]["pairs"][0]
+    ratio, decisive = pair["p50_ratio"], pair["interference"]["decisive"]
+    name = f"runtime_envs.max_p50_ratio[{CURRENT_ENV}]"
+
+    def env_checks(policy):
+        return {
+            c.name: c
+            for c in run_gate(out, policy, known=known).checks
+            if c.section == "runtime_envs"
+        }
+
+    loose = env_checks(
+        parse_policy({"runtime_envs": {"max_p50_ratio": 50.0, "required": [OLD_ENV, CURRENT_ENV]}})
     )
-    assert run_gate(out, loose, known=known).passed
+    assert loose[f"runtime_envs.required[{OLD_ENV}]"].passed
+    assert loose[f"runtime_envs.required[{CURRENT_ENV}]"].passed
+    assert loose[name].passed == decisive
     # The current version may be no slower than a thousandth of the old one: it is slower.
-    strict = parse_policy({"runtime_envs": {"max_p50_ratio": 0.001, "max_flips_between": 0}})
-    result = run_gate(out, strict, known=known)
-    assert not result.passed
-    (failed,) = [c for c in result.checks if not c.passed]
-    assert failed.name == f"runtime_envs.max_p50_ratio[{CURRENT_ENV}]"
-    assert failed.message.startswith(
-        f"{CURRENT_ENV}: p50 / baseline p50 ({OLD_ENV}) {ratio:.4g} is above the limit ≤ 0.001"
+    strict = env_checks(
+        parse_policy({"runtime_envs": {"max_p50_ratio": 0.001, "max_flips_between": 0}})
     )
+    failed = [c for c in strict.values() if not c.passed]
+    assert [c.name for c in failed] == [name]
+    if decisive:
+        assert failed[0].message.startswith(
+            f"{CURRENT_ENV}: p50 / baseline p50 ({OLD_ENV}) {ratio:.4g} is above the limit ≤ 0.001"
+        )
+    else:
+        assert failed[0].message.startswith(
+            f"{CURRENT_ENV}: p50 / baseline p50 ({OLD_ENV}): {pair['interference']['interfered']} "
+            f"of {pair['interference']['segments']} segments waited for a CPU"
+        )
+        assert failed[0].message.endswith("not decisive, re-run on a quiet board")
     # Side by side in the summary, on the page and in compare.
     from edgequal.host.present.terminal.summary import print_summary
 

@@ -28,18 +28,19 @@ from .stats import MIN_SAMPLES_P99, MIN_SAMPLES_P99_9, steady_state, summarize_l
 # Warm-up runs in rounds of at least this many runs and seconds, judged each round.
 WARMUP_ROUND_RUNS = 20
 WARMUP_ROUND_S = 0.2
-# Without the plan's latency_max_s, a loop short of clean samples runs on for at most
-# this share of latency_min_s more, and at least CLEAN_EXTENSION_MIN_S (docs/measurement.md).
-CLEAN_EXTENSION = 1.0
+# Without the plan's latency_max_s, a loop short of clean samples runs on to
+# MAX_EXTENSION times latency_min_s (the plan's latency_max_extension), and at least
+# CLEAN_EXTENSION_MIN_S past it (docs/measurement.md "Measuring through interference").
+MAX_EXTENSION = 3.0
 CLEAN_EXTENSION_MIN_S = 0.5
 
 
-def loop_limit_s(min_s: float, max_s: float | None) -> float:
-    """How long a tagged timed loop may run at most: the plan's max seconds, else its
-    minimum seconds plus CLEAN_EXTENSION of them (at least CLEAN_EXTENSION_MIN_S)."""
+def loop_limit_s(min_s: float, max_s: float | None, max_extension: float = MAX_EXTENSION) -> float:
+    """How long a tagged timed loop may run at most: the plan's max seconds, else
+    ``max_extension`` times its minimum seconds (at least CLEAN_EXTENSION_MIN_S more)."""
     if max_s:
         return max_s
-    return min_s + max(min_s * CLEAN_EXTENSION, CLEAN_EXTENSION_MIN_S)
+    return max(min_s * max_extension, min_s + CLEAN_EXTENSION_MIN_S)
 
 
 # Steadiness is judged on the clean warm-up calls when at least this many kept the CPU.
@@ -58,6 +59,7 @@ class LatencySettings:
     max_runs: int
     max_s: float | None = None
     preemption_tags: bool = True
+    max_extension: float = MAX_EXTENSION
 
     def to_json(self) -> dict:
         """As JSON for the worker job."""
@@ -265,7 +267,11 @@ def measure_latency(
     )
     samples = np.empty(capacity, dtype=np.int64)
     tags = np.zeros(capacity, dtype=bool)
-    limit_s = loop_limit_s(settings.min_s, settings.max_s) if switches else settings.max_s
+    limit_s = (
+        loop_limit_s(settings.min_s, settings.max_s, settings.max_extension)
+        if switches
+        else settings.max_s
+    )
     on_phase("latency")
     before = sched() if sched else None
     t0 = time.monotonic()
@@ -328,6 +334,7 @@ def measure_latency(
             "needed": int(needed),
             "clean_enough": bool(len(kept) >= needed),
             "extended_s": round(max(0.0, (t1 - t0) - settings.min_s), 3),
+            "limit_s": round(limit_s, 3),
         }
         out["preempted_b64"] = encode_tags(hit)
     return out

@@ -78,6 +78,15 @@ def excluded_text(entry: dict) -> str | None:
             text += f" ({', '.join(ev['top_processes'])})"
     if ev.get("steal_share"):
         text += f"; steal {ev['steal_share']:.0%}"
+    extended = pre.get("extended_s") or 0.0
+    # Under a tenth of a second past the plan is the loop's own last call, not a run-on.
+    if extended >= 0.1 and entry.get("loop_s"):
+        text += (
+            f"; timed {entry['loop_s']:.1f} s, {extended:.1f} s past the plan's time, "
+            "for clean calls"
+        )
+        if pre.get("limit_s"):
+            text += f" (bound {pre['limit_s']:g} s)"
     if not pre["clean_enough"]:
         text += f"; {calls - excluded} clean, {pre['needed']} needed"
     return text

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from .attribution import RUNQ_WAIT_PRESENT
 from .stats import MIN_SAMPLES_P99, nearest_rank_index
 
 BOOTSTRAP_RESAMPLES = 1000
@@ -40,12 +41,6 @@ def segment_budget(min_runs: int, min_s: float, max_runs: int, rounds: int) -> d
     return {"runs": runs, "seconds": min_s / rounds, "max_runs": max(runs, max_runs // rounds)}
 
 
-def _nearest_rank_rows(rows: np.ndarray, percent: float) -> np.ndarray:
-    """The nearest-rank ``percent`` percentile of each row."""
-    k = nearest_rank_index(rows.shape[1], percent)
-    return np.partition(rows, k, axis=1)[:, k]
-
-
 def ratio_ci(
     baseline: Sequence[np.ndarray],
     candidate: Sequence[np.ndarray],
@@ -54,37 +49,84 @@ def ratio_ci(
     resamples: int = BOOTSTRAP_RESAMPLES,
     confidence: float = CONFIDENCE,
 ) -> tuple[float, float] | None:
-    """Percentile-bootstrap interval of ``candidate's / baseline's`` nearest-rank percentile.
+    """Hierarchical percentile-bootstrap interval of ``candidate's / baseline's``
+    nearest-rank percentile over segments measured in rounds.
 
-    The samples are resampled within each segment (a stratified bootstrap): a segment
-    keeps its size, so the interval reflects the variation between calls of one
-    segment and no resample moves samples across the board states segments saw.
-    None when either side has no samples.
+    ``baseline[r]`` and ``candidate[r]`` are round r's segments (ABBA order, so a round's
+    two segments saw the same board state). Each resample draws the rounds with
+    replacement, the same rounds on both sides (they are paired), then the samples
+    within each drawn segment (keeping its size): the interval carries how much rounds
+    differ as well as how calls within one differ. Per-round ratios of 1.01, 0.80,
+    0.40, 1.06 give an interval that reaches from below 0.5 to about 1, not a tight
+    one around 0.75. With one round it is the within-segment bootstrap. None when no
+    round has samples on both sides.
     """
-    if not any(len(s) for s in baseline) or not any(len(s) for s in candidate):
+    rounds = [(b, c) for b, c in zip(baseline, candidate) if len(b) and len(c)]
+    if not rounds:
         return None
     rng = np.random.default_rng(seed)
+    sides = [[np.asarray(r[side], dtype=np.int64) for r in rounds] for side in (0, 1)]
+    width = max(len(x) for side in sides for x in side)
+    sentinel = np.iinfo(np.int64).max  # pads a row past its drawn samples; sorts last
 
-    def draws(segments: Sequence[np.ndarray], count: int) -> np.ndarray:
-        parts = [
-            np.asarray(s, dtype=np.int64)[rng.integers(0, len(s), size=(count, len(s)))]
-            for s in segments
-            if len(s)
-        ]
-        return _nearest_rank_rows(np.concatenate(parts, axis=1), percent).astype(np.float64)
+    def percentiles(segs: list[np.ndarray], drawn: np.ndarray) -> np.ndarray:
+        # Row i pools the rounds drawn[i], each resampled within itself at its own size.
+        count = len(drawn)
+        pooled = np.full((count, len(rounds) * width), sentinel, dtype=np.int64)
+        for j in range(len(rounds)):
+            for r, seg in enumerate(segs):
+                rows = np.flatnonzero(drawn[:, j] == r)
+                if rows.size:
+                    picks = seg[rng.integers(0, len(seg), size=(rows.size, len(seg)))]
+                    pooled[rows, j * width : j * width + len(seg)] = picks
+        sizes = np.array([len(x) for x in segs])[drawn].sum(axis=1)
+        ks = np.array([nearest_rank_index(int(n), percent) for n in sizes])
+        parted = np.partition(pooled, np.unique(ks), axis=1)
+        return parted[np.arange(count), ks].astype(np.float64)
 
-    ratios = []
-    left = resamples
+    chunks, left = [], resamples
     while left > 0:
         count = min(_CHUNK, left)
-        base, cand = draws(baseline, count), draws(candidate, count)
-        ratios.append(cand / np.maximum(base, 1.0))
+        drawn = rng.integers(0, len(rounds), size=(count, len(rounds)))
+        base = percentiles(sides[0], drawn)
+        chunks.append(percentiles(sides[1], drawn) / np.maximum(base, 1.0))
         left -= count
-    values = np.sort(np.concatenate(ratios))
+    ratios = np.concatenate(chunks)
+    values = np.sort(ratios)
     alpha = (1.0 - confidence) / 2
     lo = values[max(0, math.floor(alpha * len(values)))]
     hi = values[min(len(values) - 1, math.ceil((1 - alpha) * len(values)) - 1)]
     return round(float(lo), 4), round(float(hi), 4)
+
+
+def segment_wait_share(sched_ns) -> float | None:
+    """The share of a segment's runnable time its worker waited for a CPU, from its
+    ``[cpu_ns, wait_ns]`` (None where unread)."""
+    if not sched_ns or len(sched_ns) != 2:
+        return None
+    cpu, wait = sched_ns
+    return wait / (cpu + wait) if cpu + wait > 0 else None
+
+
+def pair_interference(
+    baseline_segments: Sequence[dict], candidate_segments: Sequence[dict]
+) -> dict:
+    """Whether a comparison's segments were interfered with: ``{segments, interfered,
+    max_runq_wait_share, decisive}``. A segment whose worker waited for a CPU for
+    RUNQ_WAIT_PRESENT (5 %) or more of its runnable time is interfered (the latency
+    cause rule, measure/attribution.py); a comparison with any such segment is not
+    decisive: its ratio may be the neighbour's, not the runtime's."""
+    shares = [
+        segment_wait_share(s.get("sched_ns")) for s in [*baseline_segments, *candidate_segments]
+    ]
+    read = [x for x in shares if x is not None]
+    interfered = sum(x >= RUNQ_WAIT_PRESENT for x in read)
+    return {
+        "segments": len(shares),
+        "interfered": interfered,
+        "max_runq_wait_share": round(max(read), 4) if read else None,
+        "decisive": interfered == 0,
+    }
 
 
 def _ratio(a, b) -> float | None:

@@ -89,6 +89,15 @@ def _log_factorial_range(m: int) -> np.ndarray:
     return out
 
 
+def _log_factorial(k: np.ndarray) -> np.ndarray:
+    """log(k!) for non-negative integral float k (the table below 256, Stirling beyond)."""
+    out = np.empty(k.shape, dtype=np.float64)
+    small = k < _LOG_FACTORIAL_TABLE_SIZE
+    out[small] = _LOG_FACTORIAL_TABLE[k[small].astype(np.int64)]
+    out[~small] = _stirling_log_gamma(k[~small] + 1.0)
+    return out
+
+
 def _check_binom_args(n: int, p: float) -> None:
     if n < 0:
         raise BadInput(f"binomial n must be >= 0, got {n}")
@@ -161,6 +170,136 @@ def quantile_ci(sorted_values, q: float, confidence: float = 0.95) -> tuple[Any,
 
 
 # ---------------------------------------------------------------------------
+# Percentile claims at stated confidence (MLPerf LoadGen early stopping)
+
+# The percentiles a summary claims, as (key, percent).
+CLAIM_PERCENTS = (("p90", 90.0), ("p95", 95.0), ("p99", 99.0), ("p99_9", 99.9))
+# A claim holds at this confidence: the true percentile lies at or below it.
+CLAIM_CONFIDENCE = 0.99
+
+
+def claim_overshoot_count(n: int, percent: float, confidence: float = CLAIM_CONFIDENCE) -> int:
+    """t: the largest count with BinomCDF(t; n, 1 - p) <= 1 - confidence, or -1 if none.
+
+    The number of samples above the true p-quantile is Binomial(n, 1 - p); with t so
+    chosen, x(n - t + 1) is at or above the p-quantile with the stated confidence
+    (MLPerf LoadGen's early-stopping estimate, at its 99 %).
+    """
+    if n < 1:
+        return -1
+    q = 1.0 - _fraction(percent)
+    # t lies below the mean n*q (the CDF there is about one half), and the mass more
+    # than 12 standard deviations below the mean is under 1e-30: sum only the band
+    # between, so a claim costs O(sqrt(n)) whatever the sample count.
+    mean, sd = n * q, math.sqrt(n * q * (1.0 - q))
+    k_hi = min(n, math.ceil(mean) + 1)
+    k_lo = max(0, math.floor(mean - 12.0 * sd) - 10)
+    k = np.arange(k_lo, k_hi + 1, dtype=np.float64)
+    log_pmf = (
+        _log_factorial(np.array([float(n)]))[0]
+        - _log_factorial(k)
+        - _log_factorial(n - k)
+        + k * math.log(q)
+        + (n - k) * math.log1p(-q)
+    )
+    cdf = np.exp(np.logaddexp.accumulate(log_pmf))
+    ok = np.flatnonzero(cdf <= 1.0 - confidence)
+    return k_lo + int(ok[-1]) if ok.size else (k_lo - 1 if k_lo > 0 else -1)
+
+
+def claim_rank(n: int, percent: float, confidence: float = CLAIM_CONFIDENCE) -> int | None:
+    """1-based rank n - t + 1 of the order statistic claimed for ``percent`` from ``n``
+    samples, or None when it would be the maximum or beyond it (t < 2)."""
+    t = claim_overshoot_count(n, percent, confidence)
+    return n - t + 1 if t >= 2 else None
+
+
+def _fraction(percent: float) -> float:
+    if not 0.0 < percent < 100.0:
+        raise BadInput(f"a claimed percentile must be strictly between 0 and 100, got {percent}")
+    return float(Fraction(str(percent)) / 100)
+
+
+def _first_n(test, lo: int) -> int:
+    """Smallest n > lo with test(n) true, given test(lo) false (doubling, then bisection).
+
+    Where ``test`` is not monotone in n (a claim's overshoot is a sawtooth) the answer is
+    an n where it turns true with n - 1 false, the first such one past the doubling's start.
+    """
+    hi = max(lo * 2, lo + 1)
+    while not test(hi):
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if test(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def claim_needs_samples(percent: float, confidence: float = CLAIM_CONFIDENCE) -> int:
+    """Fewest samples from which ``percent`` has a claim below the maximum (t >= 2)."""
+    _fraction(percent)
+    return _first_n(lambda n: claim_overshoot_count(n, percent, confidence) >= 2, 1)
+
+
+def claimed_percent(n: int, rank: int) -> float:
+    """The percentile rank ``rank`` of ``n`` stands for: 100 * rank / n."""
+    return 100.0 * rank / n
+
+
+def tighter_claim_needs(n: int, percent: float, confidence: float = CLAIM_CONFIDENCE) -> int | None:
+    """Samples for a claim half as far above ``percent`` as the one ``n`` samples give.
+
+    With n samples the claim stands for percentile c = 100 (n - t + 1) / n > percent;
+    the answer is the first n' past n whose claim stands at or below
+    percent + (c - percent) / 2 (about 4 n: the overshoot shrinks as 1 / sqrt(n)).
+    None when n gives no claim.
+    """
+    rank = claim_rank(n, percent, confidence)
+    if rank is None:
+        return None
+    target = percent + (claimed_percent(n, rank) - percent) / 2
+
+    def tight(m: int) -> bool:
+        r = claim_rank(m, percent, confidence)
+        return r is not None and claimed_percent(m, r) <= target
+
+    return _first_n(tight, n)
+
+
+def percentile_claims(sorted_ns, confidence: float = CLAIM_CONFIDENCE) -> dict:
+    """The 99 % claims for p90, p95, p99 and p99.9 of sorted integer-ns samples (ms).
+
+    Per key of CLAIM_PERCENTS: ``{percent, rank, value_ms, claimed_percent,
+    tighter_needs}`` where a claim below the maximum exists, else ``{percent, rank:
+    None, value_ms: None, needs}`` (the samples from which it would). ``value_ms`` is
+    x(rank), the bound under which the true percentile lies with ``confidence``.
+    """
+    n = len(sorted_ns)
+    out: dict = {"confidence": confidence}
+    for key, percent in CLAIM_PERCENTS:
+        rank = claim_rank(n, percent, confidence)
+        if rank is None:
+            out[key] = {
+                "percent": percent,
+                "rank": None,
+                "value_ms": None,
+                "needs": claim_needs_samples(percent, confidence),
+            }
+            continue
+        out[key] = {
+            "percent": percent,
+            "rank": rank,
+            "value_ms": _ms(sorted_ns[rank - 1]),
+            "claimed_percent": round(claimed_percent(n, rank), 3),
+            "tighter_needs": tighter_claim_needs(n, percent, confidence),
+        }
+    return out
+
+
+# ---------------------------------------------------------------------------
 # Latency summary
 
 
@@ -189,7 +328,8 @@ def summarize_latency(samples_ns) -> dict:
     Keys: count, min_ms, mean_ms, sd_ms (sample sd, ddof=1; None for one sample),
     cv (sd/mean), p50_ms, p90_ms, p95_ms, p99_ms, p99_9_ms (nearest rank; None when
     fewer than MIN_SAMPLES_* samples), max_ms, p50_ci_ms and p99_ci_ms ([lo, hi] of the
-    95 % order-statistic CI, None when it does not exist). Floats rounded to 6 decimals.
+    95 % order-statistic CI, None when it does not exist), and claims (the 99 %
+    percentile claims, :func:`percentile_claims`). Floats rounded to 6 decimals.
     """
     samples = _as_samples(samples_ns)
     n = int(samples.size)
@@ -229,6 +369,44 @@ def summarize_latency(samples_ns) -> dict:
         "max_ms": _ms(ordered[-1]),
         "p50_ci_ms": ci(0.5),
         "p99_ci_ms": ci(0.99),
+        "claims": percentile_claims(ordered),
+    }
+
+
+# ---------------------------------------------------------------------------
+# The spread of repeated runs
+
+
+TRIM_PROPORTION = 0.2
+
+
+def trimmed_mean(values, proportion: float = TRIM_PROPORTION) -> float:
+    """Mean after cutting ``floor(proportion * n)`` values from each end of the sorted
+    values (``scipy.stats.trim_mean``'s rule; 0.2: the 20 % trimmed mean)."""
+    ordered = np.sort(np.asarray(values, dtype=np.float64).ravel())
+    if ordered.size == 0:
+        raise BadInput("a trimmed mean needs at least one value")
+    if not 0.0 <= proportion < 0.5:
+        raise BadInput(f"trim proportion must be within 0..0.5, got {proportion}")
+    cut = int(proportion * ordered.size)
+    return float(ordered[cut : ordered.size - cut].mean())
+
+
+def repeat_spread(values) -> dict:
+    """How one figure spread over N repeated runs on one board: ``{n, median, mean, cv,
+    trimmed_mean}`` (cv = sample sd / mean, None under two runs or a zero mean;
+    trimmed_mean the 0.2-trimmed mean). Labs compare boards by this, not by one run."""
+    v = np.asarray(values, dtype=np.float64).ravel()
+    if v.size == 0 or not np.all(np.isfinite(v)):
+        raise BadInput("repeated runs' figures must be finite numbers, at least one")
+    mean = float(v.mean())
+    cv = float(v.std(ddof=1)) / mean if v.size >= 2 and mean != 0 else None
+    return {
+        "n": int(v.size),
+        "median": round(float(np.median(v)), _ROUND_DIGITS),
+        "mean": round(mean, _ROUND_DIGITS),
+        "cv": None if cv is None else round(cv, _ROUND_DIGITS),
+        "trimmed_mean": round(trimmed_mean(v), _ROUND_DIGITS),
     }
 
 

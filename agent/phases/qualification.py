@@ -34,8 +34,10 @@ from ..measure.coload import coload_cause
 from ..measure.latency import loop_limit_s
 from ..measure.preemption import decided_on_clean, decisive_summary, preemption_evidence
 from ..measure.quantization import int8_drift_finding, optimization_check
+from ..measure.stats import repeat_spread
 from ..plan import Plan
 from ..probes.contention import contention_unmeasurable
+from ..probes.cooldown import wait_for_cooldown
 from ..probes.fingerprint import fingerprint as probe_fingerprint
 from ..probes.thermal import read_thermal
 from ..runtimes import runtime_for
@@ -234,7 +236,7 @@ def measure_warm(
     # The timed loop may run on to its limit while clean calls are short (measure/latency.py).
     timeout_s = (
         plan.phase_timeout_s
-        + loop_limit_s(plan.latency_min_s, plan.latency_max_s)
+        + loop_limit_s(plan.latency_min_s, plan.latency_max_s, plan.latency_max_extension)
         + plan.warmup_max_s
     )
     run = None
@@ -442,10 +444,11 @@ def decide_status(results: dict, findings: list[dict]) -> tuple[str, str | None]
         if pre is not None:
             # Measured through interference: only too few clean calls leave it undecided.
             if not pre["clean_enough"]:
+                bound = f" ({pre['limit_s']:g} s)" if pre.get("limit_s") else ""
                 interference.append(
                     f"latency for {entry['shape']}: {pre['calls'] - pre['excluded']} of "
                     f"{pre['calls']} calls kept the CPU, {pre['needed']} needed within the "
-                    "plan's limits, while other processes took the CPU"
+                    f"plan's limits{bound}, while other processes took the CPU"
                 )
             elif unsteady:
                 busy = (
@@ -500,6 +503,55 @@ def exit_code_for(status: str, findings: list[dict]) -> int:
     if first.get("kind") == "model_rejected" and not first.get("operator"):
         return 2
     return 1
+
+
+def repeat_figures(results: dict) -> dict:
+    """One run's figures that repeated runs compare: the first input shape's p50 and p99
+    (the clean ones where they decide) and the sustained throughput, where measured."""
+    per_shape = (results.get("latency") or {}).get("per_shape") or []
+    out = {}
+    if per_shape:
+        s = decisive_summary(per_shape[0])
+        out["p50_ms"], out["p99_ms"] = s.get("p50_ms"), s.get("p99_ms")
+    sustained = results.get("sustained") or {}
+    if sustained.get("sustained_per_s") is not None:
+        out["sustained_per_s"] = sustained["sustained_per_s"]
+    return out
+
+
+def measure_repeats(results, plan, emit, cancel, root, latency, sustained) -> dict:
+    """Runs 2..N of ``plan.repeat``: the cool-down (where the plan waits for one), then the
+    warm latency phase again (and the sustained phase where planned), each run's figures
+    kept (:func:`repeat_figures`; run 1's are the report's own), with their spread:
+    ``{n, runs: [{run, cooldown, figures}], spread: {figure: stats.repeat_spread}}``.
+    The report's other figures stay run 1's."""
+    kept = ("latency", "sustained", "runtime", "model_io", "memory", "drift", "coload")
+    first = {k: results.get(k) for k in kept}
+    runs = [{"run": 1, "cooldown": None, "figures": repeat_figures(results)}]
+    idle_c = read_thermal(root)["authoritative_temp_c"]
+    for i in range(2, plan.repeat + 1):
+        if cancel.is_set():
+            break
+        cooldown = None
+        if plan.cooldown:
+            cooldown = wait_for_cooldown(
+                lambda: read_thermal(root)["authoritative_temp_c"],
+                idle_c,
+                plan.cooldown_timeout_s,
+                cancel=cancel,
+            )
+        emit({"type": "progress", "phase": "repeat", "message": f"run {i} of {plan.repeat}"})
+        latency()
+        if sustained is not None:
+            sustained()
+        runs.append({"run": i, "cooldown": cooldown, "figures": repeat_figures(results)})
+    results.update({k: v for k, v in first.items() if v is not None})
+    keys = [k for k in runs[0]["figures"] if all(r["figures"].get(k) is not None for r in runs)]
+    return {
+        "n": len(runs),
+        "runs": runs,
+        "spread": {k: repeat_spread([r["figures"][k] for r in runs]) for k in keys},
+    }
 
 
 def run_measurement(
@@ -652,6 +704,12 @@ def run_measurement(
         emit({"type": "phase", "phase": name, "state": "started"})
         run()
         emit({"type": "phase", "phase": name, "state": "done"})
+    if plan.repeat > 1 and not (stops_later_phases(findings) or cancel.is_set()):
+        emit({"type": "phase", "phase": "repeat", "state": "started"})
+        results["repeats"] = measure_repeats(
+            results, plan, emit, cancel, root, latency, sustained if plan.sustain_s > 0 else None
+        )
+        emit({"type": "phase", "phase": "repeat", "state": "done"})
     results["elapsed_s"] = round(time.monotonic() - t_start, 3)
     unmeasurable = contention_unmeasurable(proc_root())
     results["contention"] = {"measurable": unmeasurable is None, "reason": unmeasurable}

@@ -30,7 +30,13 @@ from pathlib import Path
 import numpy as np
 
 from ..measure.latency import encode_samples, loop_limit_s
-from ..measure.runtime_envs import latency_ratios, rounds_slower, segment_budget, segment_order
+from ..measure.runtime_envs import (
+    latency_ratios,
+    pair_interference,
+    rounds_slower,
+    segment_budget,
+    segment_order,
+)
 from ..measure.stats import summarize_latency
 from ..plan import Plan
 from ..worker.jobs import WorkerJob, latency_settings
@@ -152,7 +158,9 @@ def _interleaved(model, golden, plan, runtime, envs, entries, fail, failed, emit
         plan.latency_min_runs, plan.latency_min_s, plan.latency_max_runs, plan.runtime_env_rounds
     )
     job = WorkerJob.for_phase("env_segments", model, golden, plan, runtime, latency=settings)
-    timeout_s = plan.phase_timeout_s + loop_limit_s(plan.latency_min_s, plan.latency_max_s)
+    timeout_s = plan.phase_timeout_s + loop_limit_s(
+        plan.latency_min_s, plan.latency_max_s, plan.latency_max_extension
+    )
     workers: dict[int, _EnvWorker] = {}
     samples: dict[int, list[np.ndarray]] = {i: [] for i in range(len(envs))}
     segments: dict[int, list[dict]] = {i: [] for i in range(len(envs))}
@@ -270,6 +278,8 @@ def _pairs(entries: list[dict], envs: list, failed: set, golden, seed: int) -> l
                 b_shape["summary"], c_shape["summary"], base["_segments"], cand["_segments"], seed
             )
         )
+        # Segments that waited for a CPU make the comparison the neighbour's: not decisive.
+        pair["interference"] = pair_interference(b_shape["segments"], c_shape["segments"])
         pair["rounds_slower"] = rounds_slower(
             [s["p50_ms"] for s in b_shape["segments"]], [s["p50_ms"] for s in c_shape["segments"]]
         )

@@ -51,6 +51,52 @@ def decisions_text(decisions: dict, limit: int = 8) -> str:
     return text + f"; {near_count} of {where} flipped: {names(near_flips)}"
 
 
+CLAIM_LABELS = (("p90", "P90"), ("p95", "P95"), ("p99", "P99"), ("p99_9", "P99.9"))
+
+
+def claim_text(claim: dict, value_text=None) -> str:
+    """One 99 % percentile claim: ``<= 0.945 ms (holds to p92.3; p91.1 from 4,033
+    samples)``, or ``needs 8,403 samples`` where the claim would be the maximum.
+
+    ``value_text`` turns a value in ms into text (default: ``_ms``).
+    """
+    if claim.get("rank") is None:
+        return f"needs {claim['needs']:,} samples"
+    text = f"<= {(value_text or _ms)(claim['value_ms'])} (holds to p{claim['claimed_percent']:.1f}"
+    if claim.get("tighter_needs"):
+        nearer = claim["percent"] + (claim["claimed_percent"] - claim["percent"]) / 2
+        text += f"; p{nearer:.1f} from {claim['tighter_needs']:,} samples"
+    return text + ")"
+
+
+def claims_text(claims: dict | None, value_text=None) -> str | None:
+    """The 99 % percentile claims in one sentence (``P90 <= 0.945 ms (…), …, P99.9 needs
+    8,403 samples``); None without claims (a report from before they were made)."""
+    if not claims:
+        return None
+    parts = [
+        f"{label} {claim_text(claims[key], value_text)}"
+        for key, label in CLAIM_LABELS
+        if claims.get(key)
+    ]
+    return ", ".join(parts) or None
+
+
+def claim_bases(entry: dict) -> list[tuple[str, dict]]:
+    """``(basis, summary)`` of a latency entry whose claims are shown: the clean calls'
+    where the run tagged them, then every call's (raw or :func:`decisive_entry` form)."""
+    out = []
+    if entry.get("clean"):
+        out.append(("clean calls", entry["clean"]))
+    out.append(("all calls", entry.get("as_measured") or entry.get("summary") or {}))
+    return [(basis, s) for basis, s in out if s.get("claims")]
+
+
+def claims_lines(entry: dict, value_text=None) -> list[tuple[str, str]]:
+    """``(basis, claims_text)`` for each of :func:`claim_bases`."""
+    return [(basis, claims_text(s["claims"], value_text)) for basis, s in claim_bases(entry)]
+
+
 def format_summary(measurement: dict) -> str:
     """The lines a person reads first: status, load, latency, drift, memory, findings."""
     results = measurement.get("results", {})
@@ -87,6 +133,8 @@ def format_summary(measurement: dict) -> str:
                 f"  figures over {basis}: {excluded}; "
                 f"p99 as measured {_ms(entry['summary']['p99_ms'])}"
             )
+        for basis, text in claims_lines(entry):
+            lines.append(f"  99 % claims over {basis}: {text}")
     drift = results.get("drift")
     if drift:
         for name, out in drift.get("outputs", {}).items():

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -233,9 +234,26 @@ def child_import(
             sig = f"signal {-proc.returncode}"
         return f"broken: {what} kills the process with {sig}", out
     if proc.returncode != 0:
-        lines = stderr.decode("utf-8", "replace").strip().splitlines()
-        return f"broken: {what} fails: {lines[-1] if lines else f'exit {proc.returncode}'}", out
+        why = error_line(stderr.decode("utf-8", "replace")) or f"exit {proc.returncode}"
+        return f"broken: {what} fails: {why}", out
     return "", out
+
+
+def error_line(stderr: str) -> str:
+    """The line of a failed Python's stderr that says why: its last line, and where that is
+    a bare exception name (``ImportError``, as a module built for NumPy 1.x ends beside
+    NumPy 2), the last line before it that carries a message, in brackets."""
+    lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
+    if not lines:
+        return ""
+    last = lines[-1]
+    if ":" not in last:
+        told = [
+            line for line in lines[:-1] if re.match(r"[A-Za-z_][\w.]*(Error|Exception): ", line)
+        ]
+        if told:
+            return f"{last} ({told[-1]})"[:300]
+    return last[:300]
 
 
 # Run first in every trial import's child: SIGKILL when the agent's probing thread ends

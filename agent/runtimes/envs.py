@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..errors import BadInput
+from ..errors import AgentError, BadInput, RuntimeUnavailable
 
 ENVS_DIR = "runtimes"
 MANIFEST = "env.json"
@@ -117,6 +117,88 @@ class Requirement:
     def default_name(self) -> str:
         """The environment's name unless one is given: ``onnxruntime-1.20.1``."""
         return f"{self.distribution}-{self.version}".lower()
+
+
+# Runtimes built against NumPy 1.x's C API: importing them beside NumPy 2 fails
+# ("_ARRAY_API not found"). onnxruntime supports NumPy 2 from 1.19.0; tflite-runtime never
+# released a build for it.
+_NUMPY_1_BEFORE = {
+    "onnxruntime": (1, 19),
+    "onnxruntime-gpu": (1, 19),
+    "onnxruntime-openvino": (1, 19),
+}
+_NUMPY_1_ALWAYS = {"tflite-runtime"}
+_EXTRA_REQUIREMENT = re.compile(
+    r"\s*[A-Za-z0-9][A-Za-z0-9._-]*\s*"
+    r"((==|!=|<=|>=|~=|<|>)\s*[A-Za-z0-9.*+!_-]+\s*(,\s*(==|!=|<=|>=|~=|<|>)\s*[A-Za-z0-9.*+!_-]+\s*)*)?"
+)
+
+
+def _release(version: str) -> tuple[int, ...]:
+    parts = []
+    for piece in version.split("."):
+        digits = re.match(r"\d+", piece)
+        if digits is None:
+            break
+        parts.append(int(digits.group()))
+    return tuple(parts)
+
+
+def numpy_requirement(req: Requirement) -> str:
+    """The numpy a runtime version was built for: ``numpy<2`` for onnxruntime before 1.19
+    and tflite-runtime, else ``numpy``."""
+    before = _NUMPY_1_BEFORE.get(req.distribution)
+    if req.distribution in _NUMPY_1_ALWAYS or (before and _release(req.version) < before):
+        return "numpy<2"
+    return "numpy"
+
+
+def companion_requirements(req: Requirement, extra: Sequence[str] = ()) -> list[str]:
+    """What is installed beside the runtime: the caller's ``extra`` requirements (``numpy<2``)
+    and, unless they name numpy, the numpy the runtime was built for. BadInput for an
+    extra requirement that is not ``name`` with optional version clauses."""
+    for text in extra:
+        if not isinstance(text, str) or not _EXTRA_REQUIREMENT.fullmatch(text):
+            raise BadInput(
+                f"cannot read extra requirement {str(text)[:80]!r}",
+                hint="give a name with optional version clauses, e.g. 'numpy<2'",
+            )
+    names = {re.match(r"\s*([A-Za-z0-9._-]+)", t).group(1).lower() for t in extra}
+    return [t.strip() for t in extra] + ([] if "numpy" in names else [numpy_requirement(req)])
+
+
+# What a runtime built for NumPy 1.x prints when it is imported beside NumPy 2.
+_NUMPY_ABI_SIGNS = (
+    "compiled using NumPy 1.x",
+    "_ARRAY_API not found",
+    "numpy.core.multiarray failed to import",
+    "numpy.core._multiarray_umath failed to import",
+)
+
+
+def import_failure(
+    name: str, req: Requirement, problem: str, numpy_version: str | None
+) -> AgentError:
+    """The error for a new environment whose runtime did not import, naming the real cause:
+    a runtime built for NumPy 1.x beside NumPy 2 is a packaging conflict (BadInput, with
+    the requirement that fixes it); a crash at import is the runtime on this board; any
+    other failure is the import's own error."""
+    if any(sign in problem for sign in _NUMPY_ABI_SIGNS):
+        got = f"numpy {numpy_version}" if numpy_version else "NumPy 2"
+        return BadInput(
+            f"runtime environment {name}: {req} was built for NumPy 1.x and the environment "
+            f"got {got}: a packaging conflict, not the board",
+            hint=f"install it with a NumPy 1.x: edgequal-agent runtime add {req} 'numpy<2'",
+        )
+    if "SIG" in problem:
+        return RuntimeUnavailable(
+            f"runtime environment {name}: {problem}",
+            hint="the runtime crashed at import on this board; the environment was not kept",
+        )
+    return RuntimeUnavailable(
+        f"runtime environment {name}: {problem}",
+        hint="importing the runtime failed in the new environment; it was not kept",
+    )
 
 
 @dataclass
@@ -329,8 +411,12 @@ class RuntimeEnvs:
         find_links: Sequence[Path] = (),
         no_index: bool = False,
         exact_wheels: Sequence[dict] | None = None,
+        extra: Sequence[str] = (),
     ) -> RuntimeEnv:
         """Create the environment for ``requirement`` and return its manifest.
+
+        Beside the runtime go ``extra`` requirements (``numpy<2``) and, unless they name
+        numpy, the numpy the runtime was built for (:func:`companion_requirements`).
 
         The wheels are first collected into the environment's ``wheels/`` (``pip
         download``, from ``find_links`` and, unless ``no_index``, the package index),
@@ -341,6 +427,7 @@ class RuntimeEnvs:
         imported is removed again and refused.
         """
         req = Requirement.parse(requirement)
+        companions = companion_requirements(req, extra)
         name = check_env_name(name or req.default_name)
         if name == DEFAULT_ENV:
             raise BadInput(
@@ -359,7 +446,15 @@ class RuntimeEnvs:
             from .installer import build_env
 
             return build_env(
-                req, name, target, self.python, self.step, list(find_links), no_index, exact_wheels
+                req,
+                name,
+                target,
+                self.python,
+                self.step,
+                list(find_links),
+                no_index,
+                exact_wheels,
+                companions,
             )
         except BaseException:
             shutil.rmtree(target, ignore_errors=True)
@@ -393,11 +488,7 @@ class RuntimeEnvs:
                 continue
             env = installed.get(name)
             if env is None:
-                raise BadInput(
-                    f"unknown runtime environment '{name}' on this device; "
-                    f"installed: {', '.join([DEFAULT_ENV, *installed])}",
-                    hint="the device owner installs one: edgequal-agent runtime add onnxruntime==1.20.1",
-                )
+                raise BadInput(*unknown_env_message(name, list(installed)))
             if runtime is not None and env.runtime != runtime:
                 raise BadInput(
                     f"runtime environment '{name}' holds {env.runtime}; this model needs {runtime}"
@@ -419,6 +510,16 @@ class _EnvProbe:
 
 def _probe_key(env: RuntimeEnv) -> tuple:
     return (env.name, env.created_unix)
+
+
+def unknown_env_message(name: str, installed: list[str]) -> tuple[str, str]:
+    """(message, hint) refusing environment ``name`` on a device holding ``installed``
+    (besides ``default``): the one wording of agent and host."""
+    return (
+        f"unknown runtime environment '{name}' on this device; "
+        f"installed: {', '.join([DEFAULT_ENV, *installed])}",
+        "the device owner installs one: edgequal-agent runtime add onnxruntime==1.20.1",
+    )
 
 
 def plan_env_names(plan: dict | None) -> list[str]:

@@ -20,7 +20,14 @@ from pathlib import Path
 
 from ..errors import AgentError, BadInput, RuntimeUnavailable
 from ..files import write_atomic
-from .envs import INSTALL_PROBE_TIMEOUT_S, MANIFEST, Requirement, RuntimeEnv, probe
+from .envs import (
+    INSTALL_PROBE_TIMEOUT_S,
+    MANIFEST,
+    Requirement,
+    RuntimeEnv,
+    import_failure,
+    probe,
+)
 
 PIP_TIMEOUT_S = 1800.0
 
@@ -48,6 +55,7 @@ def build_env(
     find_links: Sequence[Path],
     no_index: bool,
     exact_wheels: Sequence[dict] | None,
+    companions: Sequence[str] = ("numpy",),
 ) -> RuntimeEnv:
     """Collect the wheels into ``target/wheels``, create ``target/venv`` with ``python``,
     install them there alone, link the agent, try the import, write the manifest
@@ -60,7 +68,7 @@ def build_env(
         files = _copy_exact(exact_wheels, find_links, wheels)
         install_args = ["--no-deps", *[str(f) for f in files]]
     else:
-        step(f"collecting wheels for {req} and numpy")
+        step(f"collecting wheels for {req} and {' '.join(companions)}")
         _pip(
             python,
             [
@@ -71,11 +79,11 @@ def build_env(
                 *(["--no-index"] if no_index else []),
                 *links,
                 str(req),
-                "numpy",
+                *companions,
             ],
             "collect the wheels",
         )
-        install_args = [str(req), "numpy"]
+        install_args = [str(req), *companions]
     step(f"creating {target / 'venv'}")
     _run(
         [python, "-m", "venv", "--without-pip", str(target / "venv")],
@@ -114,10 +122,7 @@ def build_env(
     step(f"importing {req.distribution} in the new environment")
     probed, problem = probe(env, INSTALL_PROBE_TIMEOUT_S)
     if problem:
-        raise RuntimeUnavailable(
-            f"runtime environment {name}: {problem}",
-            hint="the runtime does not work on this board; the environment was not kept",
-        )
+        raise import_failure(name, req, problem, _wheel_version(wheels, "numpy"))
     env.python, env.version = probed["python"], probed["version"]
     if env.version != req.version:
         raise RuntimeUnavailable(
@@ -127,6 +132,15 @@ def build_env(
     shutil.rmtree(wheels)  # the digests are kept; the files would only take the board's disk
     write_atomic(target / MANIFEST, json.dumps(env.to_json(), indent=1).encode())
     return env
+
+
+def _wheel_version(wheels: Path, distribution: str) -> str | None:
+    """The version of ``distribution`` among the collected wheel files, or None."""
+    for f in wheels.glob("*.whl"):
+        name, _, rest = f.name.partition("-")
+        if name.lower().replace("_", "-") == distribution:
+            return rest.split("-", 1)[0]
+    return None
 
 
 def link_agent(venv_python: Path) -> None:

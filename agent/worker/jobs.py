@@ -118,6 +118,7 @@ def latency_settings(plan: Plan) -> LatencySettings:
         max_runs=plan.latency_max_runs,
         max_s=plan.latency_max_s,
         preemption_tags=plan.preemption_tags,
+        max_extension=plan.latency_max_extension,
     )
 
 

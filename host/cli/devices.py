@@ -218,6 +218,7 @@ def _cmd_agent_runtime(args) -> int:
             args.target,
             args.requirement,
             name=args.name,
+            extra=args.extra,
             from_approved=args.from_approved,
             wheelhouse=args.wheelhouse,
             on_step=lambda line: print_note(f"agent runtime add: {line}"),

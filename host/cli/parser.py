@@ -368,9 +368,17 @@ def build_parser() -> argparse.ArgumentParser:
         ara,
         "edgequal agent runtime add ssh://pi@bench-pi5 onnxruntime==1.20.1",
         "edgequal agent runtime add ssh://pi@bench-pi5 --from-approved approved/classifier",
+        "edgequal agent runtime add ssh://pi@bench-pi5 onnxruntime==1.17.3 'numpy<2'",
     )
     ara.add_argument("target", help="ssh://USER@HOST of a trusted device")
     ara.add_argument("requirement", nargs="?", help="an exact pin, e.g. onnxruntime==1.20.1")
+    ara.add_argument(
+        "extra",
+        nargs="*",
+        metavar="EXTRA",
+        help="more requirements installed beside it, e.g. 'numpy<2' (default: the numpy "
+        "the runtime was built for)",
+    )
     ara.add_argument("--name", help="the environment's name (default DIST-VERSION)")
     ara.add_argument(
         "--from-approved",

@@ -11,8 +11,8 @@ import argparse
 
 
 def add_length_options(parser: argparse.ArgumentParser) -> None:
-    """``--cold-runs``, ``--warmup``, ``--warmup-runs`` and ``--latency``: the preset's
-    cold loads, warm-up and timed latency, changed."""
+    """``--cold-runs``, ``--warmup``, ``--warmup-runs``, ``--latency`` and
+    ``--max-extension``: the preset's cold loads, warm-up and timed latency, changed."""
     parser.add_argument(
         "--cold-runs",
         type=int,
@@ -34,11 +34,24 @@ def add_length_options(parser: argparse.ArgumentParser) -> None:
         help="timed latency per input shape, e.g. 0.5s, 2m (default: the plan's); "
         "the plan's minimum runs still apply",
     )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        metavar="N",
+        help="measure N times with the cool-down between; the report holds each run's "
+        "figures, their median, CV and 0.2-trimmed mean (default: 1)",
+    )
+    parser.add_argument(
+        "--max-extension",
+        metavar="FACTOR",
+        help="a latency loop short of calls that kept the CPU runs on to FACTOR times its "
+        "planned time, e.g. 3 or 5x (default: 3); beyond it the run is inconclusive",
+    )
 
 
 def length_flags(args) -> dict:
-    """``--cold-runs``, ``--warmup``, ``--warmup-runs`` and ``--latency`` as plan fields
-    (only those given)."""
+    """``--cold-runs``, ``--warmup``, ``--warmup-runs``, ``--latency`` and
+    ``--max-extension`` as plan fields (only those given)."""
     from edgequal.agent.plan import parse_duration_s
 
     out = {}
@@ -50,4 +63,25 @@ def length_flags(args) -> dict:
         out["warmup_min_runs"] = args.warmup_runs
     if args.latency:
         out["latency_min_s"] = parse_duration_s(args.latency)
+    if getattr(args, "repeat", None) is not None:
+        if args.repeat < 1:
+            from edgequal.host.errors import UsageError
+
+            raise UsageError(f"--repeat must be at least 1, got {args.repeat}")
+        out["repeat"] = args.repeat
+    if getattr(args, "max_extension", None):
+        out["latency_max_extension"] = parse_factor(args.max_extension, "--max-extension")
     return out
+
+
+def parse_factor(text: str, flag: str) -> float:
+    """``3``, ``3x`` or ``3×`` as 3.0; UsageError (exit 2) naming ``flag`` otherwise."""
+    from edgequal.host.errors import UsageError
+
+    try:
+        value = float(text.strip().rstrip("x×"))
+    except ValueError:
+        value = float("nan")
+    if not value >= 1 or value == float("inf"):
+        raise UsageError(f"{flag} must be a factor of at least 1, e.g. 3 or 5x; got {text!r}")
+    return value

@@ -52,6 +52,23 @@ def pin_device_key(transport: Transport, known: KnownDevices, name: str, address
         known.trust(name, address, raw)
 
 
+def check_runtime_envs(transport: Transport, plan: Plan) -> None:
+    """Refuse a plan naming a runtime environment the device does not hold, from its Info,
+    before the model is uploaded (UsageError, exit 2, as the agent words it). An agent
+    whose Info lists no environments field (older) is left to refuse it itself."""
+    from edgequal.agent.runtimes.envs import DEFAULT_ENV, unknown_env_message
+
+    if not plan.runtime_envs:
+        return
+    listed = (transport.info().get("fingerprint") or {}).get("runtime_envs")
+    if listed is None:
+        return
+    installed = [e.get("name") for e in listed if isinstance(e, dict)]
+    for name in plan.runtime_envs:
+        if name != DEFAULT_ENV and name not in installed:
+            raise UsageError(*unknown_env_message(name, installed))
+
+
 def external_data_files(model: Path) -> list[dict]:
     """The files an ONNX model keeps its external data in, ``{"name", "sha256"}`` each.
 
@@ -129,6 +146,7 @@ def qualify(
         note = check_golden_for_model(golden, model_digest, allow_mismatch=allow_golden_mismatch)
         notes += [note] if note else []
     extra = external_data_files(model)
+    check_runtime_envs(transport, plan)  # before anything is uploaded
     on_event({"type": "phase", "phase": "upload", "state": "started"})
     sent = transport.push(model, model_digest).bytes_sent
     for f in extra:

@@ -131,6 +131,7 @@ def add_runtime_env(
     requirement: str | None,
     *,
     name: str | None = None,
+    extra: list[str] | None = None,
     from_approved: Path | None = None,
     wheelhouse: Path | None = None,
     known_devices: KnownDevices | Path | None = None,
@@ -148,9 +149,11 @@ def add_runtime_env(
 
     ``from_approved`` (an approved model's directory, ``approved/MODEL``) installs the
     environment that approval recorded for this device instead: its requirement, its
-    name and exactly its wheels (by sha256).
+    name and exactly its wheels (by sha256). ``extra`` requirements (``numpy<2``) are
+    collected and installed beside the runtime; without one naming numpy, the numpy the
+    runtime was built for is (``envs.companion_requirements``).
     """
-    from edgequal.agent.runtimes.envs import Requirement
+    from edgequal.agent.runtimes.envs import Requirement, companion_requirements
 
     step = on_step or (lambda _line: None)
     known = (
@@ -181,6 +184,7 @@ def add_runtime_env(
         if requirement is None:
             raise UsageError("give a requirement (onnxruntime==1.20.1) or --from-approved")
         req = Requirement.parse(requirement)
+        companions = companion_requirements(req, extra or [])
         tags = agent.agent_json(["runtime", "tags"], "read the board's wheel tags")
         with tempfile.TemporaryDirectory(prefix="edgequal-runtime-") as tmp:
             local = Path(tmp)
@@ -196,15 +200,18 @@ def add_runtime_env(
                 _check_exact(exact, local)
                 (local / "exact.json").write_text(json.dumps(exact))
             else:
-                step(f"collecting wheels of {req} and numpy for Python {tags['python']}")
-                download_wheels([str(req), "numpy"], tags, local, wheelhouse=wheelhouse)
+                step(
+                    f"collecting wheels of {req} and {' '.join(companions)} for Python {tags['python']}"
+                )
+                download_wheels([str(req), *companions], tags, local, wheelhouse=wheelhouse)
             remote = ssh.check_remote("mktemp -d", "make a directory for the wheels").strip()
             try:
                 files = sorted(local.iterdir())
                 step(f"uploading {len(files)} files")
                 for f in files:
                     ssh.put_file(f, f"{remote}/{f.name}")
-                args = ["runtime", "add", str(req), "--find-links", remote, "--no-index", "--json"]
+                args = ["runtime", "add", str(req), *(extra or [])]
+                args += ["--find-links", remote, "--no-index", "--json"]
                 if name:
                     args += ["--name", name]
                 if exact:

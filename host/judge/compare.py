@@ -18,7 +18,7 @@ from .conditions import edge_shapes, mb
 from .pipeline_checks import PART_LABELS, PATH_PARTS, part_summary, worst_preprocessing_abs
 from .policy import BASELINE_DEFAULTS
 from .report_file import ReportFile
-from .runtime_envs import env_entry, env_names, env_pair, env_shape
+from .runtime_envs import drift_between, env_entry, env_names, env_pair, env_shape
 
 _MB = 1 << 20
 
@@ -197,6 +197,17 @@ def _runtime_env_rows(reports: list[ReportFile], add) -> list[tuple[Row, str]]:
             f"env {name} flips against its run's baseline",
             "",
             lambda r, n=name: _get(pair(r, n), "flips_between"),
+        )
+        add(
+            f"env {name} max abs output difference from its run's baseline",
+            "",
+            lambda r, n=name: drift_between(pair(r, n) or {})["drift_between_max_abs"],
+        )
+        add(
+            f"env {name} PSNR against its run's baseline",
+            "dB",
+            lambda r, n=name: drift_between(pair(r, n) or {})["drift_between_psnr_db"],
+            better="higher",
         )
     return p50_rows
 

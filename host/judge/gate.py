@@ -45,6 +45,7 @@ from .condition_checks import coload_checks, edge_shape_checks
 from .pipeline_checks import pipeline_checks
 from .policy import Policy
 from .provenance_checks import commitment, commitment_checks, model_signature_checks
+from .repeat_checks import repeat_checks
 from .report_file import ReportFile, load_report
 from .runtime_env_checks import runtime_env_checks
 from .scenario_checks import (
@@ -169,6 +170,7 @@ def evaluate(predicate: dict, policy: Policy) -> list[Check]:
             *edge_shape_checks(results, policy),
             *pipeline_checks(results, policy),
             *runtime_env_checks(results, policy),
+            *repeat_checks(results, policy),
         ],
     )
 

@@ -129,6 +129,8 @@ SCHEMA: dict[str, dict[str, str]] = {
         "max_p99_ratio": NUMBER,
         "max_cold_load_ratio": NUMBER,
         "max_flips_between": INTEGER,
+        "max_drift_abs_between": NUMBER,
+        "min_psnr_db_between": NUMBER,
     },
     "edge_shapes": {
         "require_all_ran": BOOL,
@@ -139,6 +141,10 @@ SCHEMA: dict[str, dict[str, str]] = {
         "max_mj_per_inference": NUMBER,
         "max_mj_per_inference_above_idle": NUMBER,
         "max_power_w": NUMBER,
+    },
+    "repeat": {
+        "min_runs": INTEGER,
+        "max_cv": NUMBER,
     },
     "pipeline": {
         **{f"max_{part}_{p}_ms": NUMBER for part in _PATH_PARTS for p in ("p50", "p99")},
@@ -210,6 +216,7 @@ class Policy:
     edge_shape_labels: dict[str, dict] = field(default_factory=dict)
     pipeline: dict = field(default_factory=dict)
     runtime_envs: dict = field(default_factory=dict)
+    repeat: dict = field(default_factory=dict)
     # The sha256 of the file's bytes as read (None for a policy given as data).
     file_sha256: str | None = None
 
@@ -244,6 +251,7 @@ class Policy:
             "coload",
             "pipeline",
             "runtime_envs",
+            "repeat",
         ):
             out[section] = dict(getattr(self, section))
         out["edge_shapes"] = {
@@ -388,6 +396,7 @@ def parse_policy(data: dict, where: str = "<policy>") -> Policy:
         edge_shape_labels=sections.get("edge_shapes.labels", {}),
         pipeline=sections.get("pipeline", {}),
         runtime_envs=sections.get("runtime_envs", {}),
+        repeat=sections.get("repeat", {}),
     )
 
 

@@ -5,7 +5,10 @@ Every limit is judged per environment after the baseline (the first the run name
 on the agent's ratio of the two measured in the same run: ``max_p50_ratio`` and
 ``max_p99_ratio`` on the point ratio (its 95 % interval in the message),
 ``max_cold_load_ratio`` on the median cold-load totals, ``max_flips_between`` on the
-golden cases whose decision differs between the two. ``required`` names environments
+golden cases whose decision differs between the two, ``max_drift_abs_between`` and
+``min_psnr_db_between`` on the outputs of the two over the golden set. The latency
+ratios of a comparison whose segments waited for a CPU are not decisive: those limits
+fail as not measured, naming the interference. ``required`` names environments
 the report must have measured. A limit on a report without environments fails as not
 measured, naming the flag that measures it.
 """
@@ -14,7 +17,7 @@ from __future__ import annotations
 
 from .checks import Check, limit_check, not_measured
 from .policy import Policy
-from .runtime_envs import env_rows, env_section, ratio_text
+from .runtime_envs import env_rows, env_section, interference_text, ratio_text
 
 SECTION = "runtime_envs"
 _LIMITS = {
@@ -22,7 +25,15 @@ _LIMITS = {
     "max_p99_ratio": ("p99_ratio", "p99_ratio_ci", "p99 / baseline p99"),
     "max_cold_load_ratio": ("cold_load_ratio", None, "cold load / baseline cold load (median)"),
     "max_flips_between": ("flips_between", None, "decision flips against the baseline"),
+    "max_drift_abs_between": (
+        "drift_between_max_abs",
+        None,
+        "max abs output difference from the baseline",
+    ),
+    "min_psnr_db_between": ("drift_between_psnr_db", None, "PSNR against the baseline's outputs"),
 }
+# Latency limits a comparison interfered with cannot decide (not its outputs).
+_TIMED = ("max_p50_ratio", "max_p99_ratio")
 
 
 def _flag(names: list[str]) -> str:
@@ -80,6 +91,24 @@ def runtime_env_checks(results: dict, policy: Policy) -> list[Check]:
                     )
                 )
                 continue
+            if key in _TIMED and not row.get("decisive", True):
+                checks.append(
+                    not_measured(
+                        SECTION,
+                        f"{SECTION}.{key}[{name}]",
+                        f"≤ {limit:g}",
+                        f"{label}: {interference_text(row)}",
+                    )
+                )
+                continue
+            if key == "min_psnr_db_between" and row["drift_between_max_abs"] == 0:
+                checks.append(
+                    Check(
+                        f"{SECTION}.{key}[{name}]", SECTION, True, f"≥ {limit:g}", "identical",
+                        f"{label}: identical outputs",
+                    )
+                )  # fmt: skip
+                continue
             detail = ""
             if ci_key and row.get(ci_key):
                 detail = f"95 % interval {ratio_text(row[figure], row[ci_key]).split(' ', 1)[1]}"
@@ -90,6 +119,8 @@ def runtime_env_checks(results: dict, policy: Policy) -> list[Check]:
                 missing = "not measured: p99 needs 368 samples in each environment (a longer plan)"
             if key == "max_flips_between" and row[figure] is None:
                 missing = "not measured: the golden set has no decision rule"
+            if key in ("max_drift_abs_between", "min_psnr_db_between"):
+                missing = "not measured: a golden set gives the outputs compared"
             checks.append(
                 limit_check(
                     SECTION,
@@ -97,7 +128,7 @@ def runtime_env_checks(results: dict, policy: Policy) -> list[Check]:
                     label,
                     row[figure],
                     limit,
-                    "max",
+                    "min" if key.startswith("min_") else "max",
                     detail=detail,
                     missing=missing,
                 )

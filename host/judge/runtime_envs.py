@@ -75,9 +75,56 @@ def env_rows(results: dict) -> list[dict]:
                 "cold_load_ratio": pair.get("cold_load_ratio"),
                 "flips_between": pair.get("flips_between"),
                 "flipped_cases": pair.get("flipped_cases") or [],
+                "interference": pair.get("interference"),
+                "decisive": (pair.get("interference") or {}).get("decisive", True),
+                **drift_between(pair),
             }
         )
     return rows
+
+
+def drift_between(pair: dict) -> dict:
+    """The between-version drift of a pair over every output: ``drift_between_max_abs``
+    (the largest max abs difference) and ``drift_between_psnr_db`` (the lowest PSNR, None
+    where every output is identical); both None when not measured."""
+    outputs = ((pair or {}).get("drift_between") or {}).get("outputs") or {}
+    if not outputs:
+        return {"drift_between_max_abs": None, "drift_between_psnr_db": None}
+    max_abs = [o["max_abs"] for o in outputs.values() if isinstance(o.get("max_abs"), (int, float))]
+    psnr = [
+        o["psnr_db"]
+        for o in outputs.values()
+        if not o.get("exact") and isinstance(o.get("psnr_db"), (int, float))
+    ]
+    return {
+        "drift_between_max_abs": max(max_abs) if max_abs else None,
+        "drift_between_psnr_db": min(psnr) if psnr else None,
+    }
+
+
+def drift_between_text(row: dict) -> str:
+    """``max abs 3.1e-06, PSNR 96.2 dB``, ``identical`` or ``—`` (not measured)."""
+    max_abs, psnr = row.get("drift_between_max_abs"), row.get("drift_between_psnr_db")
+    if max_abs is None:
+        return "—"
+    if max_abs == 0:
+        return "identical"
+    text = f"max abs {max_abs:.2g}"
+    return text + (f", PSNR {psnr:.1f} dB" if psnr is not None else "")
+
+
+def interference_text(row: dict) -> str | None:
+    """Why a comparison is not decisive: ``2 of 8 segments waited for a CPU (up to 31 %):
+    not decisive, re-run on a quiet board``; None when it is decisive."""
+    ev = row.get("interference") or {}
+    if row.get("decisive", True) or not ev:
+        return None
+    share = ev.get("max_runq_wait_share")
+    most = f" (up to {share:.0%} of their runnable time)" if share is not None else ""
+    return (
+        f"{ev.get('interfered')} of {ev.get('segments')} segments waited for a CPU{most}: "
+        "not decisive, re-run on a quiet board"
+    )
 
 
 def ratio_text(ratio, ci) -> str:

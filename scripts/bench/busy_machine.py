@@ -18,11 +18,15 @@ the baseline measured in the same run. Reported per run: status, wall time, excl
 calls, clean and as-measured p50/p99, and the ratios of the clean figures to the bare
 loop's clean ones.
 
-Target (issue 21): beside one busy process, tagged, at least 5 of 6 runs decisive (not
-inconclusive), and clean p50 within 25 % and clean p99 within 50 % of the bare loop's
-(median over the runs). Prints one JSON object; progress goes to stderr.
+Target (issues 21 and 37): beside the busy processes, tagged, at least 5 of 6 runs
+decisive (not inconclusive), and the clean p50 within x0.8-1.25 and the clean p99 within
+x0.67-1.5 of the bare loop's (median over the runs). ``--busy 3`` starts three spinning
+processes (issue 37's heavier load), ``--conditions busy_tagged`` runs only that one,
+``--max-extension`` sets the plan's bound on how far a loop short of clean calls runs on.
+Prints one JSON object; progress goes to stderr.
 
     python scripts/bench/busy_machine.py [--runs 6] [--model classifier] [--seconds 3]
+        [--busy 3] [--conditions busy_tagged] [--max-extension 3]
 """
 
 from __future__ import annotations
@@ -42,13 +46,19 @@ from pathlib import Path
 import numpy as np
 
 SPIN = "import time\nwhile True:\n    time.perf_counter()\n"
-P50_TOLERANCE = 0.25
-P99_TOLERANCE = 0.50
+# Clean figures / the bare loop's: within these bands (issue 37).
+P50_BAND = (0.8, 1.25)
+P99_BAND = (0.67, 1.5)
 DECISIVE_MIN = 5 / 6
+CONDITIONS = ("quiet_untagged", "quiet_tagged", "busy_untagged", "busy_tagged")
 
 
-def bare_loop(model: Path, threads: int | None, seconds: float) -> dict:
-    """The bare loop: the adapter's bound call, tagged by involuntary context switches."""
+def bare_loop(model: Path, threads: int | None, seconds: float, max_extension: float) -> dict:
+    """The bare loop: the adapter's bound call, tagged by involuntary context switches.
+
+    Runs ``seconds``, then on until p99's 368 clean calls, to ``max_extension`` times
+    ``seconds`` (the qualification's own rule), so its clean p99 exists where the
+    qualification's can."""
     from edgequal.agent.measure.stats import summarize_latency
     from edgequal.agent.runtimes import RuntimeOptions, runtime_class, runtime_for
     from edgequal.agent.worker.io import synthesize_inputs
@@ -61,26 +71,35 @@ def bare_loop(model: Path, threads: int | None, seconds: float) -> dict:
         call()
     times, tags = [], []
     seen = resource.getrusage(resource.RUSAGE_SELF).ru_nivcsw
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
+    start = time.monotonic()
+    clean = 0
+    while time.monotonic() - start < seconds or (
+        clean < 368 and time.monotonic() - start < seconds * max_extension
+    ):
         t0 = time.perf_counter_ns()
         call()
         t1 = time.perf_counter_ns()
         now = resource.getrusage(resource.RUSAGE_SELF).ru_nivcsw
         times.append(t1 - t0)
         tags.append(now != seen)
+        clean += now == seen
         seen = now
     samples, hit = np.array(times, dtype=np.int64), np.array(tags)
     clean = summarize_latency(samples[~hit])
     return {"clean_p50_ms": clean["p50_ms"], "clean_p99_ms": clean["p99_ms"]}
 
 
-def qualify(model: Path, tagged: bool, seconds: float) -> dict:
+def qualify(model: Path, tagged: bool, seconds: float, max_extension: float | None) -> dict:
     """One quick qualification on the agent's code path; the figures this benchmark reads."""
     from edgequal.agent.phases.qualification import run_measurement
     from edgequal.agent.plan import make_plan
 
-    plan = make_plan("quick", latency_min_s=seconds, preemption_tags=tagged)
+    plan = make_plan(
+        "quick",
+        latency_min_s=seconds,
+        preemption_tags=tagged,
+        latency_max_extension=max_extension,
+    )
     t0 = time.monotonic()
     out = run_measurement(model, None, plan)
     wall = time.monotonic() - t0
@@ -98,6 +117,9 @@ def qualify(model: Path, tagged: bool, seconds: float) -> dict:
         "clean_p50_ms": clean["p50_ms"] if clean else None,
         "clean_p99_ms": clean["p99_ms"] if clean else None,
         "runq_wait_share": (entry.get("interference") or {}).get("runq_wait_share"),
+        "loop_s": entry.get("loop_s"),
+        "extended_s": pre.get("extended_s"),
+        "limit_s": pre.get("limit_s"),
     }
 
 
@@ -105,14 +127,22 @@ def _ratio(a, b):
     return round(a / b, 3) if a and b else None
 
 
-def condition(model: Path, runs: int, tagged: bool, busy: bool, threads, seconds: float) -> dict:
-    """``runs`` qualifications (each followed by its bare loop) in one condition."""
-    spinner = subprocess.Popen([sys.executable, "-c", SPIN]) if busy else None
+def condition(
+    model: Path,
+    runs: int,
+    tagged: bool,
+    busy: int,
+    threads,
+    seconds: float,
+    max_extension: float | None = None,
+) -> dict:
+    """``runs`` qualifications (each followed by its bare loop) beside ``busy`` spinners."""
+    spinners = [subprocess.Popen([sys.executable, "-c", SPIN]) for _ in range(busy)]
     try:
         rows = []
         for i in range(runs):
-            row = qualify(model, tagged, seconds)
-            bare = bare_loop(model, threads, seconds)
+            row = qualify(model, tagged, seconds, max_extension)
+            bare = bare_loop(model, threads, seconds, max_extension or 3.0)
             # Tagged runs compare their clean figures, untagged ones their as-measured ones.
             p50 = row["clean_p50_ms"] if tagged else row["p50_ms"]
             p99 = row["clean_p99_ms"] if tagged else row["p99_ms"]
@@ -126,7 +156,7 @@ def condition(model: Path, runs: int, tagged: bool, busy: bool, threads, seconds
             name = f"{'busy' if busy else 'quiet'} {'tagged' if tagged else 'untagged'}"
             print(f"{name} run {i + 1}: {json.dumps(row)}", file=sys.stderr, flush=True)
     finally:
-        if spinner is not None:
+        for spinner in spinners:
             spinner.kill()
             spinner.wait(10)
     decisive = sum(r["status"] != "inconclusive" for r in rows)
@@ -144,6 +174,8 @@ def condition(model: Path, runs: int, tagged: bool, busy: bool, threads, seconds
         "median_p99_vs_bare": med("p99_vs_bare"),
         "median_as_measured_p99_ms": med("p99_ms"),
         "median_clean_p99_ms": med("clean_p99_ms"),
+        "median_loop_s": med("loop_s"),
+        "extended_runs": sum(bool(r.get("extended_s")) for r in rows),
     }
 
 
@@ -155,42 +187,57 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--threads", type=int, default=None, help="runtime threads (default: runtime's)"
     )
+    parser.add_argument("--busy", type=int, default=1, help="spinning processes when busy")
+    parser.add_argument(
+        "--conditions", nargs="+", choices=CONDITIONS, default=list(CONDITIONS),
+        help="conditions to run (default: all four)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--max-extension", type=float, default=None, help="plan latency_max_extension"
+    )
     args = parser.parse_args(argv)
+    load_at_start = [round(x, 2) for x in os.getloadavg()]
     from edgequal.host.examples.catalog import build_example
 
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="edgequal-busy-") as tmp:
         model = build_example(args.model, tmp)
         conditions = {}
-        for busy in (False, True):
-            for tagged in (False, True):
-                name = f"{'busy' if busy else 'quiet'}_{'tagged' if tagged else 'untagged'}"
-                conditions[name] = condition(
-                    model, args.runs, tagged, busy, args.threads, args.seconds
-                )
-    target = conditions["busy_tagged"]
+        for name in args.conditions:
+            busy = args.busy if name.startswith("busy") else 0
+            tagged = name.endswith("_tagged")
+            conditions[name] = condition(
+                model, args.runs, tagged, busy, args.threads, args.seconds, args.max_extension
+            )
+    target = conditions.get("busy_tagged")
+
+    def within(value, band) -> bool:
+        return value is not None and band[0] <= value <= band[1]
+
     met = (
-        target["decisive"] >= DECISIVE_MIN * args.runs
-        and target["median_p50_vs_bare"] is not None
-        and abs(target["median_p50_vs_bare"] - 1) <= P50_TOLERANCE
-        and target["median_p99_vs_bare"] is not None
-        and abs(target["median_p99_vs_bare"] - 1) <= P99_TOLERANCE
+        target is not None
+        and target["decisive"] >= DECISIVE_MIN * args.runs
+        and within(target["median_p50_vs_bare"], P50_BAND)
+        and within(target["median_p99_vs_bare"], P99_BAND)
     )
     figures = {
         "benchmark": "busy_machine",
         "model": args.model,
         "runs_per_condition": args.runs,
         "latency_min_s": args.seconds,
+        "busy_processes": args.busy,
+        "max_extension": args.max_extension,
         "machine": {
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
+            "load_average_at_start": load_at_start,
             "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
         },
         "conditions": conditions,
         "target": {
             "decisive_at_least": f"{round(DECISIVE_MIN * args.runs)} of {args.runs}",
-            "p50_within": P50_TOLERANCE,
-            "p99_within": P99_TOLERANCE,
+            "p50_within": P50_BAND,
+            "p99_within": P99_BAND,
             "met": met,
         },
         "seconds": round(time.monotonic() - started, 1),

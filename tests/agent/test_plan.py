@@ -102,3 +102,28 @@ def test_timed_s_adds_the_phases_a_plan_times():
     assert two.timed_s() == 2 * (1.0 + 3.0) + 3 * 2.0
     assert timed_s_of(plan.to_json()) == 64.0
     assert timed_s_of({"cold_runs": -1}) is None  # no plan: the run refuses it by name later
+
+
+def test_latency_max_extension_defaults_to_three_and_refuses_less_than_one():
+    assert make_plan("quick").latency_max_extension == 3.0
+    plan = make_plan("quick", latency_max_extension=5.0)
+    assert plan.latency_max_extension == 5.0 and plan.sources["latency_max_extension"] == "flag"
+    assert Plan.from_json(plan.to_json()) == plan
+    with pytest.raises(BadInput, match="latency_max_extension' must be at least 1"):
+        make_plan("quick", latency_max_extension=0.5)
+
+
+def test_repeat_defaults_to_one_and_refuses_zero():
+    assert make_plan("quick").repeat == 1
+    assert make_plan("quick", repeat=3).repeat == 3
+    with pytest.raises(BadInput, match="'repeat' must be at least 1"):
+        make_plan("quick", repeat=0)
+    with pytest.raises(BadInput, match="the most a plan may ask for is 20"):
+        make_plan("quick", repeat=21)
+
+
+def test_timed_s_counts_every_repeated_run():
+    once = make_plan("quick", sustain_s=10.0)
+    assert make_plan("quick", sustain_s=10.0, repeat=3).timed_s() == pytest.approx(
+        3 * once.timed_s()
+    )

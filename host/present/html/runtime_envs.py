@@ -8,7 +8,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ...judge.report_file import ReportFile
-from ...judge.runtime_envs import env_rows, env_section, env_shape, ratio_text
+from ...judge.runtime_envs import (
+    drift_between_text,
+    env_rows,
+    env_section,
+    env_shape,
+    interference_text,
+    ratio_text,
+)
 from .parts import _COLORS, _dur, _e, _figure, _get, _num, _png, _table
 
 
@@ -32,7 +39,12 @@ def _rows(reports: Sequence[ReportFile]) -> list[list[str]]:
                     _dur(row["p50_ms"]),
                     "1×"
                     if row["baseline"]
-                    else _e(ratio_text(row["p50_ratio"], row["p50_ratio_ci"])),
+                    else _e(ratio_text(row["p50_ratio"], row["p50_ratio_ci"]))
+                    + (
+                        ""
+                        if row["decisive"]
+                        else '<br><span class="muted">' + _e(interference_text(row)) + "</span>"
+                    ),
                     _dur(row["p99_ms"]),
                     "1×"
                     if row["baseline"]
@@ -43,6 +55,7 @@ def _rows(reports: Sequence[ReportFile]) -> list[list[str]]:
                     _num(row["peak_rss_mb"], "{:.1f}"),
                     _e(drift),
                     "—" if row["baseline"] else _num(row["flips_between"], "{}"),
+                    "—" if row["baseline"] else _e(drift_between_text(row)),
                 ]
             )
     return rows
@@ -102,6 +115,7 @@ def runtime_envs_section(reports: Sequence[ReportFile]) -> str:
         "peak RSS MB",
         "drift",
         "flips between",
+        "drift between",
     ]
-    numeric = [False, False, False] + [True] * 8 + [False, True]
+    numeric = [False, False, False] + [True] * 8 + [False, True, True]
     return _table(headers, rows, numeric) + (segments_figure(reports) or "")

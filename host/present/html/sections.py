@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from edgequal.agent.measure.preemption import decided_on_clean, decisive_entry, excluded_text
+from edgequal.agent.report.summary import CLAIM_LABELS, claim_bases, claim_text
 
 from ...judge.baseline import fingerprint_fields
 from ...judge.gate import GateResult
@@ -146,6 +147,40 @@ def _latency_table(reports: Sequence[ReportFile]) -> str:
         )
     if not rows:
         return '<p class="muted">No latency measured.</p>'
+    return _figures_table(rows, unit) + _claims_table(
+        series, lambda ms: f"{scaled_text(ms, scale)} {unit}"
+    )
+
+
+def _claims_table(series, value_text) -> str:
+    """The 99 % percentile claims (MLPerf early stopping) per shape, over the clean calls
+    where the run tagged them and over every call."""
+    rows = []
+    for label, entry, _ in series:
+        for basis, summary in claim_bases(entry):
+            cells = [
+                _e(claim_text(summary["claims"][key], value_text))
+                if summary["claims"].get(key)
+                else "—"
+                for key, _ in CLAIM_LABELS
+            ]
+            rows.append([_e(label), _e(basis), *cells])
+    if not rows:
+        return ""
+    return (
+        "<h3>Percentile claims at 99 % confidence</h3>"
+        '<p class="muted">MLPerf LoadGen early stopping: with 99 % confidence the true '
+        "percentile lies at or below the claim, which stands for the percentile it holds to; "
+        "more samples bring it nearer.</p>"
+        + _table(
+            ["report shape", "calls", *(label for _, label in CLAIM_LABELS)],
+            rows,
+            [False, False] + [True] * len(CLAIM_LABELS),
+        )
+    )
+
+
+def _figures_table(rows, unit) -> str:
     return _table(
         [
             "report shape",

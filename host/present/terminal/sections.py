@@ -8,9 +8,11 @@ markup is escaped (:func:`esc`) or printed with markup off.
 
 from __future__ import annotations
 
+import os
 import sys
 
 from edgequal.agent.measure.preemption import decided_on_clean, decisive_entry, excluded_text
+from edgequal.agent.report.summary import claims_lines
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -19,8 +21,13 @@ from rich.text import Text
 from ...judge.conditions import achieved_text, coload_shapes, edge_failure, edge_shapes, shapes_text
 from ..units import duration_text, scaled_text, table_unit
 
-# A terminal gets its own width; logs (CI) get 120 columns rather than rich's 80.
-console = Console(stderr=False, highlight=False, width=None if sys.stdout.isatty() else 120)
+# A terminal gets its own width; logs (CI) get $COLUMNS where set, else 120 columns
+# rather than rich's 80. Wide tables fold or stack at that width, never cut a figure.
+console = Console(
+    stderr=False,
+    highlight=False,
+    width=None if sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit() else 120,
+)
 err_console = Console(stderr=True, highlight=False)
 
 
@@ -141,6 +148,11 @@ def print_latency(results: dict) -> None:
                 f"{unit}; CV {_num(s['cv'], '{:.2f}')}",
                 soft_wrap=True,
             )
+            for basis, text in claims_lines(entry, lambda ms: f"{v(ms)} {unit}"):
+                console.print(
+                    f"  {esc(entry['shape'])}: 99 % claims over {basis}: {esc(text)}",
+                    soft_wrap=True,
+                )
         for entry in per_shape:
             excluded = excluded_text(entry)
             if excluded:
@@ -432,3 +444,40 @@ def sparkline(values: list[float]) -> str:
     if hi == lo:
         return blocks[-1] * len(values)
     return "".join(blocks[round((v - lo) / (hi - lo) * (len(blocks) - 1))] for v in values)
+
+
+_REPEAT_FIGURES = (
+    ("p50_ms", "p50", "ms"),
+    ("p99_ms", "p99", "ms"),
+    ("sustained_per_s", "sustained", "/s"),
+)
+
+
+def print_repeats(results: dict) -> None:
+    """Repeated runs on one board: each run's figures, then their median, CV and 0.2-trimmed
+    mean (``results.repeats``), one line each so no figure is cut."""
+    repeats = results.get("repeats")
+    if not repeats or not repeats.get("runs"):
+        return
+    spread = repeats.get("spread") or {}
+    console.print(f"  repeated runs ({repeats['n']}, cool-down between):", soft_wrap=True)
+    for run in repeats["runs"]:
+        f = run.get("figures") or {}
+        parts = [
+            f"{label} {_num(f[key])}{'/s' if unit == '/s' else ' ms'}"
+            for key, label, unit in _REPEAT_FIGURES
+            if f.get(key) is not None
+        ]
+        cool = run.get("cooldown") or {}
+        waited = f"; cooled {cool['waited_s']:g} s" if cool.get("waited_s") else ""
+        console.print(f"    run {run['run']}: {', '.join(parts)}{waited}", soft_wrap=True)
+    for key, label, unit in _REPEAT_FIGURES:
+        s = spread.get(key)
+        if not s:
+            continue
+        cv = "—" if s.get("cv") is None else f"{s['cv']:.1%}"
+        console.print(
+            f"    {label}: median {s['median']:.4g}, CV {cv}, 0.2-trimmed mean "
+            f"{s['trimmed_mean']:.4g} ({unit})",
+            soft_wrap=True,
+        )

@@ -35,6 +35,7 @@ from .sections import (
     print_energy,
     print_latency,
     print_memory,
+    print_repeats,
     print_sustained,
 )
 
@@ -161,7 +162,15 @@ def plan_line(plan: Plan, *, boards: bool = False) -> str:
     phases = [f"cold load ×{plan.cold_runs}{origin('cold_runs')}"]
     if origin("warmup_min_s"):  # the preset's warm-up goes unsaid, as it always did
         phases.append(f"warm-up {duration_text(plan.warmup_min_s)}{origin('warmup_min_s')}")
-    phases.append(f"latency {duration_text(plan.latency_min_s)}{origin('latency_min_s')}")
+    latency = f"latency {duration_text(plan.latency_min_s)}{origin('latency_min_s')}"
+    if plan.preemption_tags:
+        # The bound a run short of clean calls may extend its timed loop to.
+        from edgequal.agent.measure.latency import loop_limit_s
+
+        bound = loop_limit_s(plan.latency_min_s, plan.latency_max_s, plan.latency_max_extension)
+        which = "latency_max_s" if plan.latency_max_s else "latency_max_extension"
+        latency += f" (to {duration_text(bound)} for clean calls{origin(which)})"
+    phases.append(latency)
     if plan.sustain_s:
         text = f"sustained {duration_text(plan.sustain_s)}{origin('sustain_s')}"
         if plan.sustain_extend_to_s and plan.sustain_extend_to_s > plan.sustain_s:
@@ -320,6 +329,7 @@ def print_summary(predicate: dict, device: str, report_path: str | None = None) 
         console.print(f"  {signature}", markup=False, soft_wrap=True)
     print_cold_load(results)
     print_latency(results)
+    print_repeats(results)
     print_pipeline(results)
     print_drift(results)
     print_sustained(results)

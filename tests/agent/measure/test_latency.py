@@ -120,6 +120,35 @@ def test_a_loop_that_cannot_get_enough_clean_calls_says_so_at_its_limit():
     assert 0.55 <= out["loop_s"] < 1.0
 
 
+def test_the_loop_limit_is_the_plans_extension_factor_of_its_time():
+    from edgequal.agent.measure.latency import loop_limit_s
+
+    assert loop_limit_s(3.0, None) == 9.0  # default: 3 x the plan's time
+    assert loop_limit_s(60.0, None, 2.0) == 120.0
+    assert loop_limit_s(0.05, None) == 0.55  # at least 0.5 s past the plan's time
+    assert loop_limit_s(3.0, 4.0, 10.0) == 4.0  # the plan's max seconds win
+
+
+def test_a_loop_short_of_clean_calls_extends_to_its_bound_and_says_how_long():
+    """Every call tagged: the loop runs on past its 0.1 s to 6 x (0.6 s), records the
+    bound and how long it ran past the plan, and stays short of clean calls."""
+    from edgequal.agent.measure.latency import measure_latency
+    from edgequal.agent.measure.preemption import excluded_text
+
+    settings = LatencySettings(
+        warmup_min_runs=10, warmup_min_s=0.0, warmup_max_s=0.05, min_runs=50, min_s=0.1,
+        max_runs=20_000_000, max_extension=6.0,
+    )  # fmt: skip
+    reads = iter(range(10**9))
+    out = measure_latency(lambda: None, settings, switches=lambda: next(reads))
+    pre = out["preemption"]
+    assert pre["limit_s"] == 0.6 and not pre["clean_enough"]
+    assert out["loop_s"] >= 0.6 and pre["extended_s"] >= 0.5
+    text = excluded_text({**out, "preemption": pre})
+    assert f"timed {out['loop_s']:.1f} s, {pre['extended_s']:.1f} s past the plan's time" in text
+    assert "(bound 0.6 s)" in text and f"0 clean, {pre['needed']} needed" in text
+
+
 def test_the_closed_loop_runs_one_window_more_for_each_window_asked_for():
     from edgequal.agent.measure.sustained import closed_loop
 

@@ -63,3 +63,47 @@ def test_latency_ratios_need_368_samples_for_p99():
 
 def test_rounds_slower_counts_rounds_the_candidate_lost():
     assert rounds_slower([1.0, 1.0, 1.0, 1.0], [1.1, 0.9, 1.2, 1.0]) == 2
+
+
+def _rounds(ratios, n=300, seed=5):
+    """Baseline and candidate segments of one round each per ratio: the candidate's
+    segment is the baseline's distribution scaled by that round's ratio."""
+    rng = np.random.default_rng(seed)
+    base, cand = [], []
+    for r in ratios:
+        b = rng.normal(1_000_000, 20_000, size=n).astype(np.int64)
+        base.append(b)
+        cand.append((rng.normal(1_000_000, 20_000, size=n) * r).astype(np.int64))
+    return base, cand
+
+
+def test_ratio_interval_carries_the_spread_between_rounds():
+    """The issue's case: per-round ratios 1.01, 0.80, 0.40, 1.06 (slower in 2 of 4). The
+    pooled median ratio is about 0.9; resampling only within segments gave a tight
+    interval that excluded 1; resampling the rounds too gives one that does not."""
+    base, cand = _rounds([1.01, 0.80, 0.40, 1.06])
+    lo, hi = ratio_ci(base, cand, 50, seed=1)
+    assert lo < 0.5 and hi >= 1.0
+    assert (
+        rounds_slower([float(np.median(b)) for b in base], [float(np.median(c)) for c in cand]) == 2
+    )
+    # Rounds that agree keep a tight interval: the width comes from the rounds' spread.
+    steady_lo, steady_hi = ratio_ci(*_rounds([0.8, 0.8, 0.8, 0.8]), 50, seed=1)
+    assert 0.78 < steady_lo < 0.8 < steady_hi < 0.82
+
+
+def test_a_comparison_with_an_interfered_segment_is_not_decisive():
+    from edgequal.agent.measure.runtime_envs import pair_interference, segment_wait_share
+
+    assert segment_wait_share([95, 5]) == 0.05
+    assert segment_wait_share(None) is None
+    quiet = [{"sched_ns": [1_000_000, 10_000]} for _ in range(4)]
+    busy = [*quiet[:3], {"sched_ns": [1_000_000, 400_000]}]
+    assert pair_interference(quiet, quiet) == {
+        "segments": 8, "interfered": 0, "max_runq_wait_share": 0.0099, "decisive": True,
+    }  # fmt: skip
+    out = pair_interference(quiet, busy)
+    assert out["interfered"] == 1 and not out["decisive"]
+    assert out["max_runq_wait_share"] == round(400_000 / 1_400_000, 4)
+    # Unread (no /proc): nothing says it was interfered with.
+    assert pair_interference([{}], [{}])["decisive"]

@@ -182,6 +182,14 @@ def test_summarize_1_to_100_ms():
         "max_ms": 100.0,
         "p50_ci_ms": [40.0, 61.0],
         "p99_ci_ms": None,
+        "claims": stats.percentile_claims(samples_ns),
+    }
+    assert summary["claims"]["p90"]["rank"] == 98  # t = 3 of 100 at p90
+    assert summary["claims"]["p99"] == {
+        "percent": 99.0,
+        "rank": None,
+        "value_ms": None,
+        "needs": 838,
     }
     assert summary["sd_ms"] == 29.011492
     json.dumps(summary, allow_nan=False)
@@ -360,3 +368,99 @@ def test_first_drop_time_needing_consecutive_windows():
     assert stats.first_drop_time_s(starts, rates, peak=100, consecutive=2) == 90.0
     with pytest.raises(BadInput):
         stats.first_drop_time_s([0, 30], [100], peak=100)
+
+
+# ---------------------------------------------------------------------------
+# percentile claims at 99 % confidence (MLPerf LoadGen early stopping)
+
+
+def test_claim_of_p90_from_1024_samples_is_x945():
+    # The issue's worked example: t = 80, so x(1024 - 80 + 1) = x(945), about p92.3.
+    assert stats.claim_overshoot_count(1024, 90) == 80
+    assert stats.claim_rank(1024, 90) == 945
+    claims = stats.percentile_claims(np.arange(1, 1025, dtype=np.int64) * 1_000_000)
+    assert claims["confidence"] == 0.99
+    assert claims["p90"]["value_ms"] == 945.0
+    assert claims["p90"]["claimed_percent"] == 92.285
+
+
+def test_claim_that_would_be_the_maximum_needs_samples():
+    claims = stats.percentile_claims(np.arange(1, 301, dtype=np.int64) * 1000)
+    assert claims["p99"]["rank"] is None and claims["p99"]["value_ms"] is None
+    assert claims["p99"]["needs"] == 838
+    assert claims["p99_9"]["needs"] == 8403
+    assert claims["p90"]["rank"] is not None
+
+
+def _scipy_claim(n: int, percent: float) -> int:
+    """t recomputed with scipy: the largest count with BinomCDF(t; n, 1 - p) <= 0.01."""
+    binom = pytest.importorskip("scipy.stats").binom
+    cdf = binom.cdf(np.arange(n + 1), n, 1 - percent / 100)
+    ok = np.flatnonzero(cdf <= 0.01)
+    return int(ok[-1]) if ok.size else -1
+
+
+@pytest.mark.parametrize("n", [20, 81, 300, 1024, 5000, 9000])
+def test_percentile_claims_match_scipy_recomputation_from_raw_samples(n):
+    binom = pytest.importorskip("scipy.stats").binom
+    rng = np.random.default_rng(n)
+    raw_ns = (rng.lognormal(mean=14.0, sigma=0.4, size=n)).astype(np.int64)
+    claims = stats.summarize_latency(raw_ns)["claims"]
+    ordered = np.sort(raw_ns)
+    for key, percent in stats.CLAIM_PERCENTS:
+        t = _scipy_claim(n, percent)
+        claim = claims[key]
+        if t < 2:
+            assert claim["rank"] is None and claim["value_ms"] is None
+            # needs: the first n' whose t reaches 2 (scipy's CDF falls with n here).
+            needs = claim["needs"]
+            q = 1 - percent / 100
+            assert binom.cdf(2, needs, q) <= 0.01 < binom.cdf(2, needs - 1, q)
+            continue
+        assert claim["rank"] == n - t + 1
+        assert claim["value_ms"] == round(ordered[n - t] / 1e6, 6)
+        # 99 %: the true percentile lies at or below the claim.
+        assert binom.cdf(t, n, 1 - percent / 100) <= 0.01
+        assert claim["claimed_percent"] == round(100 * (n - t + 1) / n, 3)
+        # A tighter claim: n' samples whose claim is half as far above the percentile.
+        target = percent + (100 * (n - t + 1) / n - percent) / 2
+        m = claim["tighter_needs"]
+        assert 100 * (m - _scipy_claim(m, percent) + 1) / m <= target
+        prev = _scipy_claim(m - 1, percent)
+        assert prev < 2 or 100 * (m - prev) / (m - 1) > target
+
+
+def test_percentile_claims_cost_grows_slowly_with_samples():
+    # O(sqrt(n)) a claim: 600,000 samples' claims cost about what 30,000 do.
+    small = np.arange(1, 30_001, dtype=np.int64)
+    large = np.arange(1, 600_001, dtype=np.int64)
+    t0 = time.thread_time()
+    stats.percentile_claims(small)
+    t1 = time.thread_time()
+    stats.percentile_claims(large)
+    t2 = time.thread_time()
+    assert t2 - t1 < 10 * max(t1 - t0, 0.005)
+
+
+# ---------------------------------------------------------------------------
+# the spread of repeated runs
+
+
+def test_repeat_spread_of_five_runs_by_hand():
+    # p50 of five runs (ms); sorted 1.0 1.1 1.2 1.3 2.0: the 0.2-trimmed mean drops one
+    # from each end, (1.1 + 1.2 + 1.3) / 3 = 1.2; mean 1.32, sample sd 0.396232.
+    out = stats.repeat_spread([1.2, 2.0, 1.0, 1.3, 1.1])
+    assert out == {
+        "n": 5, "median": 1.2, "mean": 1.32, "cv": round(0.3962322551231 / 1.32, 6),
+        "trimmed_mean": 1.2,
+    }  # fmt: skip
+    assert stats.repeat_spread([4.0])["cv"] is None
+
+
+@pytest.mark.parametrize("n", [3, 4, 5, 9, 10, 11])
+def test_trimmed_mean_matches_scipy(n):
+    scipy_stats = pytest.importorskip("scipy.stats")
+    values = np.random.default_rng(n).lognormal(size=n)
+    assert stats.trimmed_mean(values) == pytest.approx(scipy_stats.trim_mean(values, 0.2))
+    spread = stats.repeat_spread(values)
+    assert spread["cv"] == pytest.approx(scipy_stats.variation(values, ddof=1), abs=1e-6)

@@ -113,3 +113,87 @@ def test_pip_error_is_the_line_that_says_why():
     assert pip_error(stderr, 1) == "ERROR: No matching distribution found for onnxruntime==9.9.9"
     assert pip_error("Error: venv failed\nWARNING: x\n", 1) == "Error: venv failed"
     assert pip_error("", 2) == "exit 2"
+
+
+@pytest.mark.parametrize(
+    "pin, numpy",
+    [
+        ("onnxruntime==1.17.3", "numpy<2"),
+        ("onnxruntime==1.18.1", "numpy<2"),
+        ("onnxruntime==1.19.0", "numpy"),
+        ("onnxruntime==1.20.1", "numpy"),
+        ("onnxruntime-gpu==1.16.3", "numpy<2"),
+        ("tflite-runtime==2.14.0", "numpy<2"),
+        ("ai-edge-litert==1.2.0", "numpy"),
+    ],
+)
+def test_the_numpy_a_runtime_was_built_for(pin, numpy):
+    from edgequal.agent.runtimes.envs import companion_requirements, numpy_requirement
+
+    req = Requirement.parse(pin)
+    assert numpy_requirement(req) == numpy
+    assert companion_requirements(req) == [numpy]
+
+
+def test_extra_requirements_go_beside_the_runtime_and_may_choose_its_numpy():
+    from edgequal.agent.runtimes.envs import companion_requirements
+
+    req = Requirement.parse("onnxruntime==1.17.3")
+    assert companion_requirements(req, ["numpy<2"]) == ["numpy<2"]
+    assert companion_requirements(req, ["numpy>=1.24,<2", "protobuf"]) == [
+        "numpy>=1.24,<2",
+        "protobuf",
+    ]
+    assert companion_requirements(req, ["protobuf==4.25.3"]) == ["protobuf==4.25.3", "numpy<2"]
+    for bad in ("numpy<2; rm -rf /", "--index-url=http://x", "", "numpy @ file:///x"):
+        with pytest.raises(BadInput, match="cannot read extra requirement"):
+            companion_requirements(req, [bad])
+
+
+# What `edgequal-agent runtime add onnxruntime==1.17.3` met when pip gave it numpy 2:
+# the child import's last line (probe's "broken: ... fails: LINE").
+NUMPY_2_IMPORT = (
+    "broken: importing onnxruntime fails: ImportError: numpy.core.multiarray failed to import"
+)
+
+
+def test_a_numpy_conflict_is_named_as_packaging_never_the_board():
+    from edgequal.agent.errors import RuntimeUnavailable
+    from edgequal.agent.runtimes.envs import import_failure
+
+    req = Requirement.parse("onnxruntime==1.17.3")
+    err = import_failure("onnxruntime-1.17.3", req, NUMPY_2_IMPORT, "2.4.6")
+    assert isinstance(err, BadInput) and err.exit_code == 2
+    assert str(err) == (
+        "runtime environment onnxruntime-1.17.3: onnxruntime==1.17.3 was built for NumPy 1.x "
+        "and the environment got numpy 2.4.6: a packaging conflict, not the board"
+    )
+    assert (
+        err.hint
+        == "install it with a NumPy 1.x: edgequal-agent runtime add onnxruntime==1.17.3 'numpy<2'"
+    )
+    crash = import_failure(
+        "x", req, "broken: importing onnxruntime kills the process with SIGILL", None
+    )
+    assert isinstance(crash, RuntimeUnavailable) and "crashed at import on this board" in crash.hint
+    other = import_failure(
+        "x", req, "broken: importing onnxruntime fails: ImportError: libgomp.so.1", None
+    )
+    assert "board" not in other.hint and "importing the runtime failed" in other.hint
+
+
+def test_a_bare_exception_line_is_told_by_the_message_before_it():
+    """onnxruntime 1.17.3 imported beside numpy 2.4.6 ends its stderr with a bare
+    ``ImportError`` (recorded output); the line that says why comes before it."""
+    from pathlib import Path
+
+    from edgequal.agent.runtimes import error_line
+
+    recorded = Path(__file__).parents[2] / "fixtures/runtime_imports"
+    stderr = (recorded / "onnxruntime-1.17.3-numpy-2.4.6.stderr").read_text()
+    assert stderr.rstrip().endswith("ImportError")
+    assert error_line(stderr) == "ImportError (AttributeError: _ARRAY_API not found)"
+    assert error_line("Traceback\nModuleNotFoundError: No module named 'x'\n") == (
+        "ModuleNotFoundError: No module named 'x'"
+    )
+    assert error_line("") == ""

@@ -235,7 +235,8 @@ def test_qualify_prints_the_effective_plan_before_it_starts(
     rc = edgequal_main(args)
     out = capsys.readouterr().out
     line = (
-        "plan: quick (cold load ×1 [flag], warm-up 0.2 s [flag], latency 0.2 s [flag], "
+        "plan: quick (cold load ×1 [flag], warm-up 0.2 s [flag], latency 0.2 s [flag] "
+        "(to 0.7 s for clean calls), "
         "no sustained phase) · threads 1 [flag] · profile generic/linux-x86_64"
     )
     # The line comes first, before the summary; the signed plan is the one it describes.
@@ -443,3 +444,35 @@ def test_cold_runs_warmup_and_latency_flags_change_the_presets_lengths_and_say_s
         ["fleet", "run", "lab.toml", "--models", "m.toml"] + ["--latency", "1s"]
     )
     assert fleet.latency == "1s" and fleet.cold_runs is None
+
+
+@pytest.mark.slow
+def test_qualify_repeat_writes_one_report_holding_every_run_and_their_spread(
+    example_models, tmp_path, capsys, short_plan
+):
+    """``--repeat 3``: one signed report with three runs' figures, their median, CV and
+    0.2-trimmed mean (recomputed here from the runs), shown in the summary and gated."""
+    from edgequal.agent.measure.preemption import decisive_summary
+    from edgequal.agent.measure.stats import repeat_spread
+
+    report = tmp_path / "r.json"
+    args = ["qualify", str(example_models["micro"]), *FAST_FLAGS, *short_plan, "--repeat", "3"]
+    rc = edgequal_main([*args, "-o", str(report)])
+    out = " ".join(capsys.readouterr().out.split())
+    predicate = _report_predicate(report)
+    assert rc == exit_code_for(predicate["status"], predicate["findings"])
+    assert predicate["plan"]["repeat"] == 3 and predicate["plan"]["sources"]["repeat"] == "flag"
+    repeats = predicate["results"]["repeats"]
+    assert repeats["n"] == 3 and [r["run"] for r in repeats["runs"]] == [1, 2, 3]
+    p50s = [r["figures"]["p50_ms"] for r in repeats["runs"]]
+    assert repeats["spread"]["p50_ms"] == repeat_spread(p50s)
+    # Run 1's figures are the report's own.
+    first = decisive_summary(predicate["results"]["latency"]["per_shape"][0])
+    assert repeats["runs"][0]["figures"]["p50_ms"] == first["p50_ms"]
+    assert "repeated runs (3, cool-down between):" in out
+    assert f"p50: median {repeats['spread']['p50_ms']['median']:.4g}, CV" in out
+    policy = tmp_path / "gate.toml"
+    policy.write_text("[repeat]\nmin_runs = 3\nmax_cv = 100.0\n")
+    assert edgequal_main(["gate", str(report), "--policy", str(policy)]) in (0, 1)
+    gate_out = capsys.readouterr().out
+    assert "repeat.max_cv[p50_ms]" in gate_out or "CV of p50 over 3 runs" in gate_out

@@ -118,3 +118,59 @@ def test_rows_side_by_side():
     assert rows[1]["runtime"] == "onnxruntime 1.32.0" and rows[1]["peak_rss_mb"] == 70.0
     assert ratio_text(rows[1]["p50_ratio"], rows[1]["p50_ratio_ci"]) == "1.3× [1.25–1.35]"
     assert env_rows({}) == []
+
+
+def _with_pair(results: dict, **extra) -> dict:
+    results["runtime_envs"]["pairs"][0].update(extra)
+    return results
+
+
+_DRIFT = {
+    "outputs": {
+        "probs": {"max_abs": 3.1e-6, "psnr_db": 96.24, "exact": False},
+        "score": {"max_abs": 0.0, "psnr_db": None, "exact": True},
+    }
+}
+
+
+def test_between_version_drift_is_limited_by_max_abs_and_psnr():
+    results = _with_pair(_results(1.0, 0), drift_between=_DRIFT)
+    (row,) = [r for r in env_rows(results) if not r["baseline"]]
+    assert row["drift_between_max_abs"] == 3.1e-6 and row["drift_between_psnr_db"] == 96.24
+    from edgequal.host.judge.runtime_envs import drift_between_text
+
+    assert drift_between_text(row) == "max abs 3.1e-06, PSNR 96.2 dB"
+    checks = runtime_env_checks(
+        results, _policy(max_drift_abs_between=1e-6, min_psnr_db_between=90.0)
+    )
+    by_name = {c.name: c for c in checks}
+    abs_check = by_name["runtime_envs.max_drift_abs_between[default]"]
+    assert not abs_check.passed and "is above the limit ≤ 1e-06" in abs_check.message
+    assert by_name["runtime_envs.min_psnr_db_between[default]"].passed
+    # Without a golden set nothing was compared: not measured, saying what measures it.
+    (missing,) = runtime_env_checks(_results(1.0, 0), _policy(max_drift_abs_between=1e-6))
+    assert not missing.passed and "a golden set gives the outputs compared" in missing.message
+
+
+def test_identical_outputs_pass_a_psnr_limit():
+    identical = {"outputs": {"y": {"max_abs": 0.0, "psnr_db": None, "exact": True}}}
+    results = _with_pair(_results(1.0, 0), drift_between=identical)
+    (check,) = runtime_env_checks(results, _policy(min_psnr_db_between=40.0))
+    assert check.passed and check.measured == "identical"
+
+
+def test_an_interfered_comparison_decides_no_latency_limit():
+    interference = {
+        "segments": 8, "interfered": 2, "max_runq_wait_share": 0.31, "decisive": False,
+    }  # fmt: skip
+    results = _with_pair(_results(0.75, 0), interference=interference)
+    checks = runtime_env_checks(results, _policy(max_p50_ratio=1.2, max_flips_between=0))
+    by_name = {c.name: c for c in checks}
+    p50 = by_name["runtime_envs.max_p50_ratio[default]"]
+    assert not p50.passed and p50.measured == "—"
+    assert p50.message == (
+        "default: p50 / baseline p50 (onnxruntime-1.20.1): 2 of 8 segments waited for a CPU "
+        "(up to 31% of their runnable time): not decisive, re-run on a quiet board"
+    )
+    # The outputs still compare: flips are not timing.
+    assert by_name["runtime_envs.max_flips_between[default]"].passed

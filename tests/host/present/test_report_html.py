@@ -158,3 +158,23 @@ def test_window_cause_uses_the_report_cause_else_the_throttle_rule():
     assert window_cause({"min_clock_khz": 1_450_000}, 1_500_000) == "none"
     assert window_cause({"min_clock_khz": 1_000_000}, 1_500_000) == "throttling"
     assert window_cause({}, None) == "none"
+
+
+def test_the_page_gives_percentile_claims_for_clean_and_all_calls(tagged_latency_entry, tmp_path):
+    """The page's claims table: the 99 % bound per percentile over the clean calls and
+    over every call, "needs N samples" where the claim would be the maximum."""
+    from edgequal.host.judge.report_file import ReportFile
+
+    predicate = {
+        "status": "passed",
+        "run_id": "20261202T000000Z-00000000",
+        "results": {"latency": {"per_shape": [tagged_latency_entry]}},
+    }
+    page = render_report_html([ReportFile(tmp_path / "r.json", predicate)])
+    assert "Percentile claims at 99 % confidence" in page
+    rows = re.findall(r"<tr><td>A r.json · x=1x4</td><td>(clean|all) calls</td>(.*?)</tr>", page)
+    cells = {basis: re.findall(r"<td[^>]*>(.*?)</td>", rest) for basis, rest in rows}
+    assert cells["all"][0] == "&lt;= 945 µs (holds to p92.3; p91.1 from 4,033 samples)"
+    assert cells["all"][3] == "needs 8,403 samples"
+    assert cells["clean"][0].startswith("&lt;= 949 µs (holds to p92.7;")
+    assert cells["clean"][2] == "needs 838 samples"

@@ -309,3 +309,82 @@ def test_a_shape_with_too_few_clean_calls_reads_over_every_call(capsys):
         "368 needed"
     ) in text
     assert "on the" not in text
+
+
+def test_percentile_claims_are_printed_for_clean_and_all_calls(tagged_latency_entry, capsys):
+    """Beside P90…P99.9: the 99 % claim over the clean calls and over every call, and
+    "needs N samples" where the claim would be the maximum."""
+    from edgequal.agent.report.summary import format_summary
+    from edgequal.host.present.terminal.sections import print_latency
+
+    entry = tagged_latency_entry
+    print_latency({"latency": {"per_shape": [entry]}})
+    text = " ".join(capsys.readouterr().out.split())
+    # All 1,024 calls: p90 claims x(945) = 945 µs; the 768 clean calls: t = 57, x(712).
+    assert entry["summary"]["claims"]["p90"]["rank"] == 945
+    assert entry["clean"]["claims"]["p90"]["rank"] == 712
+    assert (
+        "x=1x4: 99 % claims over all calls: P90 <= 945 µs (holds to p92.3; "
+        "p91.1 from 4,033 samples)" in text
+    )
+    assert "x=1x4: 99 % claims over clean calls: P90 <= 949 µs (holds to p92.7;" in text
+    assert "clean calls: P90 <= 949 µs (holds to p92.7; p91.4 from 2,906 samples), " in text
+    assert "P99 needs 838 samples" in text  # 768 clean calls: the claim would be the maximum
+    assert "P99.9 needs 8,403 samples" in text
+
+    plain = format_summary({"status": "passed", "results": {"latency": {"per_shape": [entry]}}})
+    assert "99 % claims over clean calls: P90 <= " in plain
+    assert "99 % claims over all calls: P90 <= 0.945 ms (holds to p92.3;" in plain
+
+
+def _env_results() -> dict:
+    """Two runtime environments as the agent writes them, the second interfered with."""
+
+    def entry(name, version, p50):
+        return {
+            "name": name, "runtime": "onnxruntime", "version": version, "status": "ok",
+            "latency": {"per_shape": [{"summary": {"p50_ms": p50, "p99_ms": p50 * 2.5}}]},
+            "cold_load": {"total_ms": {"median": 312.4}, "first_inference_ms": {"median": 7.78}},
+            "memory": {"peak_rss_bytes": 71 << 20},
+            "drift": {"passed": True},
+        }  # fmt: skip
+
+    pair = {
+        "baseline": "onnxruntime-1.17.3", "candidate": "default", "measured": True,
+        "p50_ratio": 0.7812, "p50_ratio_ci": [0.4012, 1.0634], "p99_ratio": 0.8123,
+        "p99_ratio_ci": None, "cold_load_ratio": 1.1042, "flips_between": 1,
+        "flipped_cases": ["case07"],
+        "interference": {"segments": 8, "interfered": 2, "max_runq_wait_share": 0.31,
+                         "decisive": False},
+        "drift_between": {"outputs": {"probs": {"max_abs": 3.1e-6, "psnr_db": 96.24}}},
+    }  # fmt: skip
+    return {
+        "runtime_envs": {
+            "rounds": 4, "order": "ABBA", "baseline": "onnxruntime-1.17.3",
+            "environments": [entry("onnxruntime-1.17.3", "1.17.3", 7.78),
+                             entry("default", "1.20.1", 6.08)],
+            "pairs": [pair],
+        }
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("width", [200, 120, 72])
+def test_the_runtime_environments_table_never_cuts_a_figure(width, monkeypatch, capsys):
+    """At any width every figure is whole: the table when it fits, else one block per
+    environment; the interfered comparison and the between-version drift are shown."""
+    from edgequal.host.present.terminal import sections
+    from edgequal.host.present.terminal.runtime_envs import print_runtime_envs
+
+    monkeypatch.setattr(sections.console, "width", width)
+    print_runtime_envs(_env_results())
+    out = capsys.readouterr().out
+    assert "…" not in out
+    flat = " ".join(out.split())
+    for figure in ("0.781× [0.401–1.06] (interfered)", "max abs 3.1e-06, PSNR 96.2 dB", "7.78"):
+        assert figure in flat, figure
+    assert (
+        "default: 2 of 8 segments waited for a CPU (up to 31% of their runnable time): "
+        "not decisive, re-run on a quiet board" in flat
+    )
+    stacked = "p50 [95 % CI]: 0.781×" in flat
+    assert stacked == (width < 150)

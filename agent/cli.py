@@ -14,9 +14,15 @@ import os
 import sys
 from pathlib import Path
 
-from .cli_args import OneLineParser, examples, global_default, spread_global_options
+from edgequal.contract.cli_args import (
+    OneLineParser,
+    examples,
+    global_default,
+    spread_global_options,
+)
+from edgequal.contract.errors import AgentError, BadInput, DeviceBusy
+
 from .config import default_state_dir, probe_root, read_settings
-from .errors import AgentError, BadInput, DeviceBusy
 from .run_plan import cmd_run_plan
 
 log = logging.getLogger("edgequal.agent")
@@ -24,7 +30,7 @@ log = logging.getLogger("edgequal.agent")
 
 def _add_global_options(parser: argparse.ArgumentParser, top: bool) -> None:
     """``--debug`` and ``--state-dir``, before or after the subcommand
-    (:func:`~edgequal.agent.cli_args.spread_global_options`)."""
+    (:func:`~edgequal.contract.cli_args.spread_global_options`)."""
     parser.add_argument(
         "--debug", action="store_true", default=global_default(top, False), help="show tracebacks"
     )
@@ -254,7 +260,8 @@ def main(argv: list[str] | None = None) -> int:
 def cmd_serve(args, state_dir: Path) -> int:
     import signal
 
-    from .plan import parse_duration_s
+    from edgequal.contract.plan import parse_duration_s
+
     from .probes.fingerprint import fingerprint
     from .runtimes import ProbedRuntimes
     from .service.auth import read_token_file
@@ -312,9 +319,10 @@ def cmd_serve(args, state_dir: Path) -> int:
 
 
 def cmd_measure(args, state_dir: Path) -> int:
+    from edgequal.contract.plan import Plan, make_plan, parse_duration_s, parse_shape_args
+    from edgequal.contract.signing import json_clean
+
     from .phases.qualification import exit_code_for, run_measurement
-    from .plan import Plan, make_plan, parse_duration_s, parse_shape_args
-    from .report.signing import json_clean
     from .report.summary import format_summary
 
     plan = make_plan(
@@ -362,8 +370,9 @@ def cmd_measure(args, state_dir: Path) -> int:
 def cmd_key(args, state_dir: Path) -> int:
     """``key show`` reads the key and never makes one; ``key prove`` makes it on first use
     (the SSH form of enrolment). Either way the state directory read is named."""
+    from edgequal.contract.keys import load_device_key, load_or_create_device_key
+
     from .config import local_agent_state_dir
-    from .keys import load_device_key, load_or_create_device_key
 
     if args.action == "prove":
         return _prove(load_or_create_device_key(state_dir), args.challenge)
@@ -423,8 +432,9 @@ def agent_info(state_dir: Path, root: Path):
     Runtimes are found by a trial import in a child process each, never here;
     the lease is that of whichever agent holds the state directory, if any.
     """
+    from edgequal.contract.keys import load_or_create_device_key
+
     from . import __version__
-    from .keys import load_or_create_device_key
     from .probes import read_all
     from .runtimes import detect_runtimes
     from .runtimes.envs import RuntimeEnvs

@@ -84,7 +84,7 @@ def read_config(path: Path | None) -> dict:
 
     A file that cannot be read or is not TOML is a BadInput naming the file.
     """
-    from .errors import BadInput
+    from edgequal.contract.errors import BadInput
 
     try:
         import tomllib  # novermin: the fallback below is for 3.10
@@ -113,7 +113,7 @@ def parse_size_bytes(value: object, what: str) -> int:
     """
     import re
 
-    from .errors import BadInput
+    from edgequal.contract.errors import BadInput
 
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return value
@@ -166,7 +166,7 @@ class AgentSettings:
     @classmethod
     def from_config(cls, config: dict, path: Path | str = CONFIG_FILE) -> AgentSettings:
         """The settings of a configuration table (:func:`read_config`); BadInput names the key."""
-        from .errors import BadInput
+        from edgequal.contract.errors import BadInput
 
         values = {}
         for section, keys in _SETTINGS.items():

@@ -18,8 +18,9 @@ import sys
 import threading
 from pathlib import Path
 
+from edgequal.contract.errors import AgentError, BadInput, DeviceBusy
+
 from .config import probe_root, read_settings
-from .errors import AgentError, BadInput, DeviceBusy
 
 log = logging.getLogger("edgequal.agent")
 
@@ -88,9 +89,10 @@ class _EventLines:
 def cmd_run_plan(args, state_dir: Path) -> int:
     import signal
 
-    from .keys import load_or_create_device_key
+    from edgequal.contract.keys import load_or_create_device_key
+    from edgequal.contract.plan import timed_s_of
+
     from .phases.coload import config_path, resolve_plan
-    from .plan import timed_s_of
     from .run_request import (
         RunRequest,
         check_extra_files,

@@ -10,7 +10,7 @@ import secrets
 import time
 from dataclasses import dataclass, field
 
-from .errors import BadInput
+from edgequal.contract.errors import BadInput
 
 RUN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 """A run id: a safe file name (no separator, no leading dot), at most 64 characters."""
@@ -73,7 +73,7 @@ def check_plan_bounds(plan: dict, max_run_s: float) -> None:
 def subjects_for(request: RunRequest) -> list[dict]:
     """The statement's subjects: the model, its external-data files, co-load models, the golden set.
 
-    Each carries its ``role`` (agent/report/signing.py ``SUBJECT_ROLES``), which readers
+    Each carries its ``role`` (contract/signing.py ``SUBJECT_ROLES``), which readers
     go by, never the file name. A golden set whose file name equals another subject's is
     named ``golden/<name>``, so two inputs with one file name never make a report that
     cannot be signed.

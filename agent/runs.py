@@ -43,11 +43,12 @@ from collections.abc import Callable
 from dataclasses import asdict, replace
 from pathlib import Path
 
+from edgequal.contract.errors import AgentError, ArtifactCorrupt, BadInput, QuotaExceeded
+from edgequal.contract.files import is_no_space, write_atomic
+from edgequal.contract.keys import DeviceKey
+from edgequal.contract.signing import build_statement, json_clean, sign_envelope
+
 from .clock import ClockCheck, check_clock, read_boot_id
-from .errors import AgentError, ArtifactCorrupt, BadInput, QuotaExceeded
-from .files import is_no_space, write_atomic
-from .keys import DeviceKey
-from .report.signing import build_statement, json_clean, sign_envelope
 from .run_request import RunRequest, bundle_model_name, check_run_id, new_run_id, subjects_for
 
 log = logging.getLogger(__name__)

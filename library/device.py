@@ -20,7 +20,7 @@ from edgequal.host.errors import HostError, UsageError
 from .report import Report
 
 if TYPE_CHECKING:
-    from edgequal.agent.plan import Plan
+    from edgequal.contract.plan import Plan
     from edgequal.host.devices.profiles import DeviceProfile
     from edgequal.host.devices.resolve import OpenDevice
 
@@ -35,7 +35,7 @@ _DURATION_FIELDS = {"sustain": "sustain_s", "window": "window_s", "latency": "la
 def host_errors() -> Iterator[None]:
     """Turn the agent package's errors (raised by the shared plan and golden-set rules) into
     the host's, so a library caller catches one root: :class:`edgequal.Error`."""
-    from edgequal.agent.errors import AgentError
+    from edgequal.contract.errors import AgentError
 
     try:
         yield
@@ -47,7 +47,7 @@ def host_errors() -> Iterator[None]:
 def plan_fields(fields: Mapping) -> dict:
     """Keyword plan fields as ``make_plan`` takes them: ``sustain``, ``window`` and
     ``latency`` (or any ``*_s`` field) may be a duration text such as ``"2m"``."""
-    from edgequal.agent.plan import parse_duration_s
+    from edgequal.contract.plan import parse_duration_s
 
     out = {}
     for key, value in fields.items():
@@ -119,7 +119,7 @@ class Device:
     def plan(self, preset: str = "quick", *, profile: str | Path | None = None, **fields) -> Plan:
         """The plan a run here uses: the preset, then the profile's board fields, then
         ``fields`` (plan field names; None values are ignored; see :func:`plan_fields`)."""
-        from edgequal.agent.plan import make_plan
+        from edgequal.contract.plan import make_plan
 
         with host_errors():
             chosen = self.profile(profile)
@@ -149,7 +149,7 @@ class Device:
         ``on_progress`` gets every progress event; ``on_notice`` one-line notices during
         the run (a cancel in progress). Raises :class:`edgequal.Error` subclasses.
         """
-        from edgequal.agent.plan import Plan
+        from edgequal.contract.plan import Plan
         from edgequal.host.devices.qualify import qualify
         from edgequal.host.model_file import check_model_file
 

@@ -109,7 +109,7 @@ def attest(
     the verified device report ``result`` judged (by digest) and that report's model;
     ``report`` is the report judged when ``result.report`` names no file (a report given to
     :func:`gate` as bytes); ``key`` defaults to this host's key, created on first use."""
-    from edgequal.agent.files import write_atomic
+    from edgequal.contract.files import write_atomic
     from edgequal.host.devices.trust import KnownDevices
     from edgequal.host.devices.verify import verify_envelope
     from edgequal.host.judge.attestation import sign_gate_decision

@@ -63,7 +63,7 @@ class Latency:
     @classmethod
     def from_entry(cls, entry: dict) -> Latency:
         """One ``results.latency.per_shape`` entry of a verified predicate."""
-        from edgequal.agent.measure.preemption import decided_on_clean, decisive_summary
+        from edgequal.contract.preemption import decided_on_clean, decisive_summary
 
         s = decisive_summary(entry)
         figures = {k: s.get(k) for k in _SUMMARY_KEYS}
@@ -80,7 +80,7 @@ class Latency:
 
     def samples_ns(self):
         """The raw samples that decide (int64 nanoseconds, numpy), or None without them."""
-        from edgequal.agent.measure.preemption import decisive_samples_ns
+        from edgequal.contract.preemption import decisive_samples_ns
 
         return decisive_samples_ns(self.entry)
 

@@ -21,7 +21,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from edgequal.agent.keys import load_or_create_device_key
+from edgequal.contract.keys import load_or_create_device_key
 from edgequal.host.cli.main import main as edgequal_main
 from edgequal.host.devices.qualify import pin_device_key, qualify
 from edgequal.host.devices.resolve import trust_device
@@ -231,7 +231,7 @@ def _plan(quick_plan, envs, **overrides):
 @pytest.fixture(scope="module")
 def grpc_run(board, example_models, golden_sets, tmp_path_factory):
     """The classifier measured under the old and the current environment in one run over gRPC."""
-    from edgequal.agent.plan import make_plan
+    from edgequal.contract.plan import make_plan
 
     out = tmp_path_factory.mktemp("grpc") / "both.report.json"
     known = KnownDevices(out.parent / "known_devices")

@@ -29,8 +29,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from edgequal.contract.errors import BadInput
+
 from ..config import CONFIG_ENV, CONFIG_FILE, config_path, read_config  # noqa: F401 (re-exported)
-from ..errors import BadInput
 
 READY_TIMEOUT_S = 120.0
 """Longest a co-load may take to load and report ready."""
@@ -121,7 +122,7 @@ def resolve_plan(plan: dict, store, config: Path | None) -> list[Load] | None:
     ``config`` is the agent's configuration file (``config_path``; None: it has none).
     Called when a request arrives (before the device is taken) and again by the run.
     """
-    from ..plan import Plan
+    from edgequal.contract.plan import Plan
 
     decls = Plan.from_json(plan).coload
     return resolve(decls, store, config) if decls else None

@@ -21,9 +21,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
+from edgequal.contract.errors import BadInput
+from edgequal.contract.plan import Plan
+from edgequal.contract.preemption import decided_on_clean, decisive_summary, preemption_evidence
+
 from .. import __version__
 from ..config import proc_root
-from ..errors import BadInput
 from ..measure.attribution import (
     contention_between,
     contention_over,
@@ -32,8 +35,6 @@ from ..measure.attribution import (
 )
 from ..measure.coload import coload_cause
 from ..measure.latency import loop_limit_s
-from ..measure.preemption import decided_on_clean, decisive_summary, preemption_evidence
-from ..plan import Plan
 from ..probes.contention import contention_unmeasurable
 from ..probes.fingerprint import fingerprint as probe_fingerprint
 from ..probes.thermal import read_thermal

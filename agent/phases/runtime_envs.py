@@ -28,11 +28,11 @@ import threading
 from pathlib import Path
 
 import numpy as np
+from edgequal.contract.plan import Plan
 
 from ..measure.latency import encode_samples, loop_limit_s
 from ..measure.runtime_envs import latency_ratios, rounds_slower, segment_budget, segment_order
 from ..measure.stats import summarize_latency
-from ..plan import Plan
 from ..worker.jobs import WorkerJob, latency_settings
 from ..worker.supervisor import Worker
 from .qualification import cold_load_once, summarize_cold_runs
@@ -249,7 +249,7 @@ def _pairs(entries: list[dict], envs: list, failed: set, golden, seed: int) -> l
 
     tolerances_of, rule = {}, None
     if golden is not None:
-        from ..golden import read_golden
+        from edgequal.contract.golden import read_golden
 
         g = read_golden(Path(golden))
         tolerances_of = g.tolerances

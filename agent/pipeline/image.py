@@ -13,9 +13,8 @@ from __future__ import annotations
 import io
 
 import numpy as np
-
-from ..errors import BadRawInput
-from .spec import InputPipeline
+from edgequal.contract.errors import BadRawInput
+from edgequal.contract.pipeline_spec import InputPipeline
 
 FORMATS = ("PNG", "JPEG")
 MAX_PIXELS = 50_000_000

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import BadInput
+from edgequal.contract.errors import BadInput
 
 if TYPE_CHECKING:
     from .base import Runtime, RuntimeOptions, TensorSpec

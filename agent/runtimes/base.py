@@ -13,8 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
-
-from ..errors import GoldenMismatch
+from edgequal.contract.errors import GoldenMismatch
 
 
 @dataclass

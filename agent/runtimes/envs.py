@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..errors import BadInput
+from edgequal.contract.errors import BadInput
 
 ENVS_DIR = "runtimes"
 MANIFEST = "env.json"

@@ -18,8 +18,9 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ..errors import AgentError, BadInput, RuntimeUnavailable
-from ..files import write_atomic
+from edgequal.contract.errors import AgentError, BadInput, RuntimeUnavailable
+from edgequal.contract.files import write_atomic
+
 from .envs import MANIFEST, Requirement, RuntimeEnv, probe
 
 PIP_TIMEOUT_S = 1800.0

@@ -11,8 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from edgequal.contract.errors import ModelRejected, RuntimeUnavailable
 
-from ..errors import ModelRejected, RuntimeUnavailable
 from .base import Runtime, TensorSpec
 
 _MODULES = ("ai_edge_litert.interpreter", "tflite_runtime.interpreter")

@@ -31,7 +31,7 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..errors import BadInput, ModelRejected
+from edgequal.contract.errors import BadInput, ModelRejected
 
 # ONNX field numbers (onnx/onnx.proto), only those that lead to a TensorProto.
 _MODEL_GRAPH, _MODEL_TRAINING, _MODEL_FUNCTIONS = 7, 20, 25

@@ -7,8 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from edgequal.contract.errors import BadInput, ModelRejected
 
-from ..errors import BadInput, ModelRejected
 from .base import Runtime, TensorSpec
 
 _ORT_DTYPES = {

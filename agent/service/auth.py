@@ -21,8 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
-
-from ..errors import BadInput
+from edgequal.contract.errors import BadInput
 
 log = logging.getLogger(__name__)
 

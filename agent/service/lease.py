@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
-from ..errors import DeviceBusy
+from edgequal.contract.errors import DeviceBusy
 
 log = logging.getLogger(__name__)
 
@@ -203,7 +203,7 @@ class _Waiter:
 
 
 def _check_ttl(ttl_s: float) -> float:
-    from ..errors import BadInput
+    from edgequal.contract.errors import BadInput
 
     if not 1.0 <= float(ttl_s) <= MAX_LEASE_TTL_S:
         raise BadInput(f"a lease lasts 1 to {MAX_LEASE_TTL_S:g} s, not {ttl_s:g}")

@@ -16,9 +16,10 @@ import threading
 import time
 from pathlib import Path
 
+from edgequal.contract.openmetrics import Gauge, render, write_textfile
+from edgequal.contract.signing import STATUSES
+
 from .. import __version__
-from ..openmetrics import Gauge, render, write_textfile
-from ..report.signing import STATUSES
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The agent's gRPC service (``edgequal.v1.Agent``) plus the standard health service.
 
 Wire types stay here: requests are converted to plain values at the top of each
-handler, and every :class:`~edgequal.agent.errors.AgentError` is turned into a
+handler, and every :class:`~edgequal.contract.errors.AgentError` is turned into a
 gRPC status in one place (:func:`status_for`). Unexpected exceptions become
 INTERNAL with a generic message; the traceback goes to the agent's log only.
 
@@ -29,12 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
-from edgequal.protos import edgequal_v1_pb2 as pb
-from edgequal.protos import edgequal_v1_pb2_grpc as pb_grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-
-from .. import __version__
-from ..errors import (
+from edgequal.contract.errors import (
     AgentError,
     BadInput,
     DeviceBusy,
@@ -44,9 +39,14 @@ from ..errors import (
     RuntimeUnavailable,
     WorkerFailed,
 )
-from ..keys import DeviceKey, load_or_create_device_key
+from edgequal.contract.keys import DeviceKey, load_or_create_device_key
+from edgequal.contract.plan import timed_s_of
+from edgequal.protos import edgequal_v1_pb2 as pb
+from edgequal.protos import edgequal_v1_pb2_grpc as pb_grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from .. import __version__
 from ..phases.coload import config_path, resolve_plan
-from ..plan import timed_s_of
 from ..run_request import (
     RunRequest,
     check_extra_files,

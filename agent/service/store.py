@@ -29,8 +29,14 @@ import threading
 import time
 from pathlib import Path
 
-from ..errors import AgentError, ArtifactCorrupt, BadInput, DigestMismatch, QuotaExceeded
-from ..files import fsync_dir, is_no_space
+from edgequal.contract.errors import (
+    AgentError,
+    ArtifactCorrupt,
+    BadInput,
+    DigestMismatch,
+    QuotaExceeded,
+)
+from edgequal.contract.files import fsync_dir, is_no_space
 
 DEFAULT_MAX_ARTIFACT_BYTES = 2 * 1024**3
 """Largest artifact accepted by default: 2 GiB (ONNX's protobuf limit, TFLite's unverified range)."""

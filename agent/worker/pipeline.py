@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import time
 
-from ..errors import BadRawInput, GoldenMismatch
+from edgequal.contract.errors import BadRawInput, GoldenMismatch
+
 from .io import load_runtime, phase, read_golden_for
 from .jobs import WorkerJob
 

@@ -131,7 +131,7 @@ def cmd_export(args) -> int:
     if args.output is None:
         write_json(text.rstrip("\n"))
         return 0
-    from edgequal.agent.openmetrics import write_textfile
+    from edgequal.contract.openmetrics import write_textfile
 
     write_textfile(args.output, text)  # atomically: a collector never reads half a file
     print_note(f"{args.format} export of {len(args.reports)} reports: {args.output}")

@@ -14,7 +14,7 @@ from .parser import build_parser
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``edgequal``."""
     args = build_parser().parse_args(argv)
-    from edgequal.agent.errors import AgentError
+    from edgequal.contract.errors import AgentError
 
     from ..errors import HostError
 

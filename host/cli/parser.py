@@ -11,7 +11,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from edgequal.agent.cli_args import OneLineParser, examples, global_default, spread_global_options
+from edgequal.contract.cli_args import (
+    OneLineParser,
+    examples,
+    global_default,
+    spread_global_options,
+)
 
 from .device_args import add_connection_options, add_tls_options
 from .plan_args import add_length_options
@@ -26,7 +31,7 @@ RUNS_EXAMPLES = {
 
 def _add_global_options(parser: argparse.ArgumentParser, top: bool) -> None:
     """Options that may stand before or after the subcommand (``--debug``); see
-    :func:`~edgequal.agent.cli_args.spread_global_options`."""
+    :func:`~edgequal.contract.cli_args.spread_global_options`."""
     parser.add_argument(
         "--debug", action="store_true", default=global_default(top, False), help="show tracebacks"
     )

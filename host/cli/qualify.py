@@ -10,7 +10,7 @@ from .judge import _check_plan_for_policy, _gate_after_qualify, _load_gate_polic
 from .plan_args import length_flags
 
 if TYPE_CHECKING:
-    from edgequal.agent.plan import Plan
+    from edgequal.contract.plan import Plan
 
 
 EDGE_SHAPE_HINT = (
@@ -21,8 +21,8 @@ EDGE_SHAPE_HINT = (
 def parse_edge_shape_args(items: list[str]) -> list[dict] | None:
     """``LABEL:INPUT=1x3x1024x1024[,INPUT2=1x0]`` arguments into the plan's ``edge_shapes``
     (sizes may be 0); labels and limits are checked by the plan's own rule."""
-    from edgequal.agent.errors import BadInput
-    from edgequal.agent.plan import EDGE_LABEL
+    from edgequal.contract.errors import BadInput
+    from edgequal.contract.plan import EDGE_LABEL
 
     out = []
     for item in items or []:
@@ -53,15 +53,15 @@ def parse_edge_shape_args(items: list[str]) -> list[dict] | None:
         out.append({"label": label, "shapes": shapes})
     if not out:
         return None
-    from edgequal.agent.golden import check_edge_shapes
+    from edgequal.contract.golden import check_edge_shapes
 
     return check_edge_shapes(out, "--edge-shape")
 
 
 def _measurement_flags(args) -> dict:
     """The plan fields of the flags ``_add_measurement_flags`` adds (None: not given)."""
-    from edgequal.agent.errors import BadInput
-    from edgequal.agent.plan import parse_duration_s
+    from edgequal.contract.errors import BadInput
+    from edgequal.contract.plan import parse_duration_s
 
     from .coload_args import parse_coload
 
@@ -99,7 +99,7 @@ def _measurement_flags(args) -> dict:
 
 def _plan_flags(args) -> dict:
     """The plan fields the flags set (None: not given; the preset's or profile's stays)."""
-    from edgequal.agent.plan import parse_duration_s, parse_shape_args
+    from edgequal.contract.plan import parse_duration_s, parse_shape_args
 
     return {
         "runtime": args.runtime if args.runtime != "auto" else None,
@@ -116,7 +116,7 @@ def _plan_flags(args) -> dict:
 def _plan_from_args(args) -> Plan:
     """The plan before a device is known (the preset and the flags): checked against
     ``--gate``'s policy before connecting; a profile never adds a phase (``make_plan``)."""
-    from edgequal.agent.plan import make_plan
+    from edgequal.contract.plan import make_plan
 
     return make_plan(args.plan, None, **_plan_flags(args))
 
@@ -209,7 +209,7 @@ def cmd_golden_make(args) -> int:
     if args.json:
         import json
 
-        from edgequal.agent.golden import read_golden
+        from edgequal.contract.golden import read_golden
 
         from ..present.terminal.summary import write_json
 

@@ -4,7 +4,7 @@ A profile names a board (tag ``"raspberry-pi/5"``), what to expect of it
 (architecture, cores, memory, runtimes, execution providers, thermal zones, trip and
 maximum temperatures, throttle indicators, default threads) and the window length of
 each plan that runs a sustained phase. It sets no phase's length: the preset and the
-flags decide which phases run and for how long (``edgequal.agent.plan.PROFILE_FIELDS``
+flags decide which phases run and for how long (``edgequal.contract.plan.PROFILE_FIELDS``
 lists what a profile may set). Files are validated strictly when loaded: a missing
 field, a wrong type or an unknown key is refused with the file's path and the field's name.
 
@@ -21,7 +21,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from edgequal.agent.plan import PRESETS
+from edgequal.contract.plan import PRESETS
 from edgequal.host.errors import UsageError
 
 from ..toml_text import BadToml, parse_toml

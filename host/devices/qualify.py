@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgequal.agent.clock import new_nonce
-from edgequal.agent.errors import ModelRejected
-from edgequal.agent.golden import file_sha256
-from edgequal.agent.plan import Plan
 from edgequal.agent.runtimes.onnx_external_data import check_external_data
+from edgequal.contract.errors import ModelRejected
+from edgequal.contract.golden import file_sha256
+from edgequal.contract.plan import Plan
 
 from ..errors import UsageError
 from ..transport import QualifyRequest, Transport

@@ -16,9 +16,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgequal.agent.errors import BadInput
-from edgequal.agent.keys import fingerprint_of
 from edgequal.agent.service.auth import read_token_file
+from edgequal.contract.errors import BadInput
+from edgequal.contract.keys import fingerprint_of
 
 from ..errors import TransportError, UntrustedDevice, UsageError
 from ..transport import Transport, open_transport

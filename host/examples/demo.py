@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from edgequal.agent.plan import make_plan, parse_duration_s
+from edgequal.contract.plan import make_plan, parse_duration_s
 
 from ..devices.nonces import NonceLedger
 from ..devices.qualify import pin_device_key, qualify
@@ -75,7 +75,7 @@ def prepare(out: Path) -> dict[str, tuple[Path, Path | None]]:
     A variant's golden set holds its reference model's outputs (the float classifier's
     for the int8 one) under the int8 tolerance class, as a user checks a quantized export.
     """
-    from edgequal.agent.golden import read_golden
+    from edgequal.contract.golden import read_golden
 
     models = out / "models"
     made: dict[str, tuple[Path, Path | None]] = {}

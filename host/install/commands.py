@@ -10,8 +10,8 @@ import re
 import shlex
 from collections.abc import Sequence
 
-from edgequal.agent.errors import BadInput
 from edgequal.agent.service.auth import parse_listen
+from edgequal.contract.errors import BadInput
 
 from ..errors import UsageError
 

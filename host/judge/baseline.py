@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from edgequal.agent.measure.preemption import decisive_samples_ns, decisive_summary
-from edgequal.agent.report.signing import RolesUnmarked, subject_with_role
+from edgequal.contract.preemption import decisive_samples_ns, decisive_summary
+from edgequal.contract.signing import RolesUnmarked, subject_with_role
 
 from .checks import Check, blamed_on_interference, fmt_value, not_measured
 from .policy import Policy

@@ -11,8 +11,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
-from edgequal.agent.measure.preemption import decided_on_clean, decisive_entry, decisive_samples_ns
-from edgequal.agent.plan import PRESETS, duration_text
+from edgequal.contract.plan import PRESETS, duration_text
+from edgequal.contract.preemption import decided_on_clean, decisive_entry, decisive_samples_ns
 
 from .policy import DRIFT_METRICS, Policy
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edgequal.agent.plan import PRESETS
+from edgequal.contract.plan import PRESETS
 
 from ..errors import UsageError
 from ..toml_text import BadToml, parse_toml

@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from edgequal.agent.plan import Plan, make_plan
+from edgequal.contract.plan import Plan, make_plan
 
 from ..devices.trust import KnownDevices
 from ..errors import DeviceBusy, HostError, TransportError, UsageError, VerificationFailed

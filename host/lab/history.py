@@ -26,8 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgequal.agent.measure.preemption import decisive_summary
-from edgequal.agent.report.signing import RolesUnmarked, subject_with_role
+from edgequal.contract.preemption import decisive_summary
+from edgequal.contract.signing import RolesUnmarked, subject_with_role
 from sqlalchemy import (
     Column,
     DateTime,

@@ -73,8 +73,8 @@ class SecretRef:
                 )
             return value
         assert self.file is not None
-        from edgequal.agent.errors import BadInput
         from edgequal.agent.service.auth import read_token_file
+        from edgequal.contract.errors import BadInput
 
         try:
             return read_token_file(self.file)

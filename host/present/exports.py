@@ -21,9 +21,9 @@ import threading
 from collections.abc import Iterable
 from pathlib import Path
 
-from edgequal.agent.measure.preemption import decisive_summary
-from edgequal.agent.openmetrics import Gauge, render
-from edgequal.agent.report.signing import STATUSES
+from edgequal.contract.openmetrics import Gauge, render
+from edgequal.contract.preemption import decisive_summary
+from edgequal.contract.signing import STATUSES
 
 from ..judge.report_file import ReportFile
 
@@ -158,7 +158,7 @@ class PrometheusDirectory:
 
     def on_change(self, record) -> None:
         """A fleet record changed; once it has its report, rewrite its device's file."""
-        from edgequal.agent.openmetrics import write_textfile
+        from edgequal.contract.openmetrics import write_textfile
 
         from ..judge.report_file import load_report
 

@@ -78,7 +78,7 @@ def bare_loop(model: Path, threads: int | None, seconds: float) -> dict:
 def qualify(model: Path, tagged: bool, seconds: float) -> dict:
     """One quick qualification on the agent's code path; the figures this benchmark reads."""
     from edgequal.agent.phases.qualification import run_measurement
-    from edgequal.agent.plan import make_plan
+    from edgequal.contract.plan import make_plan
 
     plan = make_plan("quick", latency_min_s=seconds, preemption_tags=tagged)
     t0 = time.monotonic()

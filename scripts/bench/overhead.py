@@ -193,7 +193,7 @@ def interleaved_us(path: Path, threads: int, seconds: float, chunk_s: float = 0.
 def agent_p50_us(path: Path, threads: int, seconds: float) -> tuple[float, int, list | None]:
     """The p50 the agent reports (µs), its sample count and its 95 % CI (µs)."""
     from edgequal.agent.phases.qualification import run_measurement
-    from edgequal.agent.plan import make_plan
+    from edgequal.contract.plan import make_plan
 
     plan = make_plan("quick", threads=threads, latency_min_s=seconds, cold_runs=1)
     out = run_measurement(path, None, plan)

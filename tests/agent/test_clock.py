@@ -29,12 +29,12 @@ from edgequal.agent.clock import (
     new_nonce,
     nonce_time_unix_ms,
 )
-from edgequal.agent.keys import DeviceKey, load_or_create_device_key
-from edgequal.agent.report.signing import MEASURED_STATUSES
 from edgequal.agent.run_request import RunRequest
 from edgequal.agent.runs import Runs
 from edgequal.agent.service.server import build_server
 from edgequal.agent.service.store import ArtifactStore
+from edgequal.contract.keys import DeviceKey, load_or_create_device_key
+from edgequal.contract.signing import MEASURED_STATUSES
 from edgequal.host.devices.qualify import qualify
 from edgequal.host.devices.trust import KnownDevices
 from edgequal.host.devices.verify import verify_envelope

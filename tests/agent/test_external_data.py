@@ -21,14 +21,14 @@ import numpy as np
 import onnx
 import pytest
 from edgequal.agent.clock import new_nonce
-from edgequal.agent.errors import ModelRejected
-from edgequal.agent.keys import load_or_create_device_key
-from edgequal.agent.report.signing import MEASURED_STATUSES
 from edgequal.agent.runtimes.onnx_external_data import (
     check_external_data,
     external_data_refs,
 )
 from edgequal.agent.service.server import build_server
+from edgequal.contract.errors import ModelRejected
+from edgequal.contract.keys import load_or_create_device_key
+from edgequal.contract.signing import MEASURED_STATUSES
 from edgequal.host.devices.qualify import external_data_files, qualify
 from edgequal.host.devices.trust import KnownDevices
 from edgequal.host.devices.verify import verify_envelope
@@ -358,8 +358,8 @@ def test_a_bundle_over_ssh_gives_the_same_subjects(sshd_server, agent_cmd, tmp_p
 
 def test_bundle_names_and_subjects_are_distinct(tmp_path):
     """The model, its files and the golden set are distinct subjects; clashing names are refused."""
-    from edgequal.agent.errors import BadInput
     from edgequal.agent.run_request import RunRequest, check_extra_files, subjects_for
+    from edgequal.contract.errors import BadInput
 
     a, b, c = "a" * 64, "b" * 64, "c" * 64
     files = check_extra_files("net.onnx", [{"name": "w/x.bin", "sha256": b}], None)

@@ -17,13 +17,13 @@ from pathlib import Path
 import grpc
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-from edgequal.agent.errors import BadInput, QuotaExceeded
-from edgequal.agent.keys import DeviceKey
-from edgequal.agent.report.signing import MEASURED_STATUSES, PAYLOAD_TYPE, pae, validate_statement
 from edgequal.agent.run_request import RunRequest, check_plan_bounds, check_run_id
 from edgequal.agent.runs import RESERVE_FILE, UNRECOVERABLE_DIR, Runs, sign_report
 from edgequal.agent.service.server import build_server, serve
 from edgequal.agent.service.store import ArtifactStore
+from edgequal.contract.errors import BadInput, QuotaExceeded
+from edgequal.contract.keys import DeviceKey
+from edgequal.contract.signing import MEASURED_STATUSES, PAYLOAD_TYPE, pae, validate_statement
 from edgequal.protos import edgequal_v1_pb2 as pb
 from edgequal.protos import edgequal_v1_pb2_grpc as pb_grpc
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from edgequal.agent.measure.preemption import decisive_entry
+from edgequal.contract.preemption import decisive_entry
 
 from ...judge.report_file import ReportFile
 from ..units import duration_text

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import numpy as np
 from edgequal.agent.measure.latency import decode_tags
-from edgequal.agent.measure.preemption import decided_on_clean, decisive_entry
+from edgequal.contract.preemption import decided_on_clean, decisive_entry
 
 from ...errors import UsageError
 from ...judge.regression import decode_samples_ns
@@ -23,7 +23,7 @@ def _latency_series(reports: Sequence[ReportFile]) -> list[tuple[str, dict, np.n
     out = []
     for i, r in enumerate(reports):
         for entry in _get(r.predicate, "results", "latency", "per_shape") or []:
-            # The calls that kept the CPU where they decide (agent/measure/preemption.py).
+            # The calls that kept the CPU where they decide (contract/preemption.py).
             entry = decisive_entry(entry)
             samples = None
             if entry.get("samples_ns_b64"):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from edgequal.agent.measure.preemption import decided_on_clean, decisive_entry, excluded_text
+from edgequal.contract.preemption import decided_on_clean, decisive_entry, excluded_text
 
 from ...judge.baseline import fingerprint_fields
 from ...judge.gate import GateResult

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from edgequal.agent.measure.preemption import decided_on_clean, decisive_entry, excluded_text
+from edgequal.contract.preemption import decided_on_clean, decisive_entry, excluded_text
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table

@@ -44,7 +44,7 @@ from .sections import sparkline as sparkline
 from .sections import window_marks as window_marks
 
 if TYPE_CHECKING:
-    from edgequal.agent.plan import Plan
+    from edgequal.contract.plan import Plan
 
 PHASES = ("upload", "fingerprint", "cold_load", "latency", "sustained", "signing")
 # Optional phases: a row appears when the run starts one, in this place among PHASES.
@@ -151,7 +151,7 @@ def plan_line(plan: Plan, *, boards: bool = False) -> str:
     ``boards``: the plan before each board's profile is applied (a fleet's), which says so.
     """
 
-    from edgequal.agent.plan import duration_text
+    from edgequal.contract.plan import duration_text
 
     def origin(key: str) -> str:
         source = plan.sources.get(key)

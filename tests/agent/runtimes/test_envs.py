@@ -4,8 +4,6 @@ tests/test_runtime_envs.py installs real ones)."""
 from __future__ import annotations
 
 import pytest
-from edgequal.agent.errors import BadInput
-from edgequal.agent.plan import Plan, make_plan
 from edgequal.agent.runtimes.envs import (
     Requirement,
     RuntimeEnv,
@@ -13,6 +11,8 @@ from edgequal.agent.runtimes.envs import (
     check_env_name,
     resolve_plan_envs,
 )
+from edgequal.contract.errors import BadInput
+from edgequal.contract.plan import Plan, make_plan
 
 
 def test_requirement_is_one_exact_pin_of_a_known_runtime():

@@ -10,9 +10,6 @@ import sys
 
 import grpc
 import pytest
-from edgequal.agent.errors import BadInput
-from edgequal.agent.keys import DeviceKey, load_or_create_device_key
-from edgequal.agent.report.signing import PAYLOAD_TYPE, pae
 from edgequal.agent.service.identity import (
     IDENTITY_PROOF_TYPE,
     check_challenge,
@@ -21,6 +18,9 @@ from edgequal.agent.service.identity import (
     verify_identity_proof,
 )
 from edgequal.agent.service.server import build_server
+from edgequal.contract.errors import BadInput
+from edgequal.contract.keys import DeviceKey, load_or_create_device_key
+from edgequal.contract.signing import PAYLOAD_TYPE, pae
 from edgequal.protos import edgequal_v1_pb2 as pb
 from edgequal.protos import edgequal_v1_pb2_grpc as pb_grpc
 

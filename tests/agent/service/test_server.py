@@ -19,7 +19,16 @@ from pathlib import Path
 
 import grpc
 import pytest
-from edgequal.agent.errors import (
+from edgequal.agent.runtimes import RuntimeStatus, detect_runtimes
+from edgequal.agent.service import server as server_mod
+from edgequal.agent.service.auth import (
+    check_listen_allowed,
+    is_loopback_host,
+    parse_listen,
+    read_token_file,
+)
+from edgequal.agent.service.server import build_server, status_for
+from edgequal.contract.errors import (
     AgentError,
     BadInput,
     DeviceBusy,
@@ -30,16 +39,7 @@ from edgequal.agent.errors import (
     RuntimeUnavailable,
     WorkerFailed,
 )
-from edgequal.agent.keys import DeviceKey
-from edgequal.agent.runtimes import RuntimeStatus, detect_runtimes
-from edgequal.agent.service import server as server_mod
-from edgequal.agent.service.auth import (
-    check_listen_allowed,
-    is_loopback_host,
-    parse_listen,
-    read_token_file,
-)
-from edgequal.agent.service.server import build_server, status_for
+from edgequal.contract.keys import DeviceKey
 from edgequal.protos import edgequal_v1_pb2 as pb
 from edgequal.protos import edgequal_v1_pb2_grpc as pb_grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc

@@ -180,7 +180,7 @@ def test_key_show_never_creates_a_key_and_names_the_directory(ran, home):
 
 def test_key_show_points_at_the_local_agents_key_and_shows_it(tmp_path):
     """The key that signs local reports lives in edgequal's state dir; key show says where."""
-    from edgequal.agent.keys import load_or_create_device_key
+    from edgequal.contract.keys import load_or_create_device_key
 
     local_home = tmp_path / "home"
     local = local_home / ".local" / "state" / "edgequal" / "local-agent"

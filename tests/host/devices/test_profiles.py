@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from edgequal.agent.plan import Plan, make_plan
 from edgequal.agent.probes.fingerprint import fingerprint
 from edgequal.agent.probes.telemetry import THROTTLE_INDICATORS
+from edgequal.contract.plan import Plan, make_plan
 from edgequal.host.devices.profiles import (
     KNOWN_THROTTLE_INDICATORS,
     DeviceProfile,
@@ -288,7 +288,7 @@ def test_a_flag_still_adds_a_sustained_phase_and_wins_over_the_profile():
 
 
 def test_a_profile_may_set_only_board_fields():
-    from edgequal.agent.errors import BadInput
+    from edgequal.contract.errors import BadInput
 
     with pytest.raises(BadInput, match="a device profile may not set plan field 'sustain_s'"):
         make_plan("quick", {"threads": 2, "sustain_s": 60.0})

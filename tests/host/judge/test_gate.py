@@ -13,7 +13,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from edgequal.agent.measure.preemption import decided_on_clean, decisive_summary
+from edgequal.contract.preemption import decided_on_clean, decisive_summary
 from edgequal.host.cli.main import main as edgequal_main
 from edgequal.host.devices.trust import KnownDevices
 from edgequal.host.errors import UsageError
@@ -328,8 +328,8 @@ def test_fingerprint_changes_name_firmware_kernel_runtime_power_mode_governor_cl
 
 @pytest.mark.slow
 def test_tampered_and_foreign_key_reports_fail_the_gate(reports, known, tmp_path, capsys):
-    from edgequal.agent.keys import load_or_create_device_key
-    from edgequal.agent.report.signing import sign_envelope
+    from edgequal.contract.keys import load_or_create_device_key
+    from edgequal.contract.signing import sign_envelope
 
     policy_file = tmp_path / "p.toml"
     policy_file.write_text('[status]\nallowed = ["passed", "degraded", "failed", "inconclusive"]\n')
@@ -562,7 +562,7 @@ def throttled_report(tmp_path_factory, example_models, device_emulator):
     """A signed report of a run on the device emulator (scripts/device_emulator.py): the
     agent reads a sysfs tree that heats with its workers' CPU use and, past 60 °C,
     throttles them from outside; the agent has no code for the emulator."""
-    from edgequal.agent.plan import make_plan
+    from edgequal.contract.plan import make_plan
     from edgequal.host.devices.qualify import pin_device_key, qualify
     from edgequal.host.devices.trust import KnownDevices
     from edgequal.host.transport.local import LocalTransport
@@ -670,10 +670,10 @@ def test_require_same_golden_goes_by_the_subjects_role_not_the_file_name(
     """Golden sets called ``*.golden`` (as ``golden make -o g.golden`` writes them), signed by
     the agent's own report code: a different golden set fails ``require_same[golden]`` and
     is a fingerprint change; a report whose subjects carry no roles cannot pass it."""
-    from edgequal.agent.plan import make_plan
-    from edgequal.agent.report.signing import build_statement, sign_envelope
     from edgequal.agent.run_request import RunRequest
     from edgequal.agent.runs import sign_report
+    from edgequal.contract.plan import make_plan
+    from edgequal.contract.signing import build_statement, sign_envelope
 
     plan = make_plan("quick").to_json()
     measurement = {"status": "passed", "plan": plan, "results": {}, "findings": []}

@@ -9,7 +9,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from edgequal.agent.report.signing import MEASURED_STATUSES
+from edgequal.contract.signing import MEASURED_STATUSES
 from edgequal.host.cli.main import main as edgequal_main
 from edgequal.host.devices.resolve import trust_device
 from edgequal.host.devices.trust import KnownDevices
@@ -294,7 +294,7 @@ def test_fleet_run_cli(
     text = (tmp_path / "textfiles" / "dev-0.prom").read_text()
     families = {f.name: f for f in text_string_to_metric_families(text)}
     entry = _predicate(out / "reports" / "micro@dev-0.json")["results"]["latency"]["per_shape"][0]
-    from edgequal.agent.measure.preemption import decisive_summary
+    from edgequal.contract.preemption import decisive_summary
 
     [p50] = families["edgequal_latency_p50_seconds"].samples
     assert p50.labels["device"] == "dev-0"
@@ -392,7 +392,7 @@ class ScriptedTransport:
     ],
 )
 def test_retries_with_backoff(tmp_path, example_models, outcomes, state, attempts):
-    from edgequal.agent.keys import load_or_create_device_key
+    from edgequal.contract.keys import load_or_create_device_key
     from edgequal.host import errors
     from edgequal.host.devices.verify import verify_envelope
 

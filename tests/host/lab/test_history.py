@@ -8,9 +8,9 @@ import json
 import threading
 
 import pytest
-from edgequal.agent.keys import load_or_create_device_key
 from edgequal.agent.run_request import RunRequest, new_run_id
 from edgequal.agent.runs import sign_report
+from edgequal.contract.keys import load_or_create_device_key
 from edgequal.host.cli.main import main as edgequal_main
 from edgequal.host.devices.trust import KnownDevices
 from edgequal.host.errors import VerificationFailed

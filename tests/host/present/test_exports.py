@@ -7,8 +7,8 @@ import base64
 import json
 
 import pytest
-from edgequal.agent.measure.preemption import decisive_summary
-from edgequal.agent.openmetrics import Gauge, render, write_textfile
+from edgequal.contract.openmetrics import Gauge, render, write_textfile
+from edgequal.contract.preemption import decisive_summary
 from edgequal.host.cli.main import main as edgequal_main
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from edgequal.agent.phases.qualification import run_measurement
-from edgequal.agent.plan import make_plan
+from edgequal.contract.plan import make_plan
 from edgequal.host.present.terminal import summary
 
 

@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 
 import pytest
-from edgequal.agent.keys import DeviceKey
 from edgequal.agent.service.server import build_server
+from edgequal.contract.keys import DeviceKey
 from edgequal.host.errors import TransportError, UsageError
 from edgequal.host.transport.base import QualifyRequest
 from edgequal.host.transport.grpc import GrpcTransport, normalize_address

@@ -428,7 +428,7 @@ def _validated(plan: Mapping) -> dict:
         raise BadInput("plan field 'providers' must be a list of provider names")
     indicators = full["throttle_indicators"]
     if indicators is not None:
-        from .probes.telemetry import THROTTLE_INDICATORS
+        from edgequal.agent.probes.telemetry import THROTTLE_INDICATORS
 
         if not isinstance(indicators, (list, tuple)) or not all(
             i in THROTTLE_INDICATORS for i in indicators
@@ -437,7 +437,7 @@ def _validated(plan: Mapping) -> dict:
                 f"plan field 'throttle_indicators' must list some of {', '.join(THROTTLE_INDICATORS)}"
             )
     if full["runtime"] != "auto":
-        from .runtimes import runtime_class
+        from edgequal.agent.runtimes import runtime_class
 
         runtime_class(full["runtime"])  # BadInput naming the accepted names
     if full["threads"] == 0:
@@ -616,7 +616,7 @@ def _runtime_envs(value) -> list[str] | None:
     """``runtime_envs``: None, or 1..8 distinct environment names (``default``: the agent's own)."""
     if value is None:
         return None
-    from .runtimes.envs import MAX_ENVS_PER_PLAN, check_env_name
+    from edgequal.agent.runtimes.envs import MAX_ENVS_PER_PLAN, check_env_name
 
     if not isinstance(value, (list, tuple)) or not value:
         raise BadInput("plan field 'runtime_envs' must be a non-empty list of environment names")

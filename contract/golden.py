@@ -8,7 +8,7 @@ One ``.npz`` file (a zip of ``.npy`` arrays, read with ``allow_pickle=False``):
   raw file (PNG, JPEG, WAV, UTF-8 text) as uint8 bytes, optionally
   ``reference_inputs/CASE/NAME``, the tensors the training pipeline fed the model, and
   ``assets/SHA256``, files the pipeline names (a tokenizer.json) by their digest. The
-  manifest's ``pipeline`` (``agent/pipeline/spec.py``) declares the stages; ``inputs/``
+  manifest's ``pipeline`` (``contract/pipeline_spec.py``) declares the stages; ``inputs/``
   then holds what that pipeline made of the raw files on the host.
 
 The manifest (``format: edgequal.golden/v1``) records the model's input and output
@@ -35,9 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from edgequal.agent.runtimes.base import TensorSpec, check_feeds, shape_fits, shape_key
 
 from .errors import BadInput, GoldenMismatch
-from .runtimes.base import TensorSpec, check_feeds, shape_fits, shape_key
 
 FORMAT = "edgequal.golden/v1"
 MANIFEST_KEY = "__manifest__"
@@ -93,7 +93,7 @@ class GoldenSet:
     @property
     def pipeline(self):
         """The declared pipeline (:class:`~.pipeline.spec.Pipeline`), None for prepared tensors."""
-        from .pipeline.spec import Pipeline
+        from .pipeline_spec import Pipeline
 
         return Pipeline.from_json(self.manifest.get("pipeline"))
 

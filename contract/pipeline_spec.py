@@ -17,8 +17,10 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 
-from ..errors import BadInput
-from ..input_contract import (
+from edgequal.agent.runtimes.base import TensorSpec
+
+from .errors import BadInput
+from .input_contract import (
     COLOR_ORDERS,
     LAYOUTS,
     _choice,
@@ -27,7 +29,6 @@ from ..input_contract import (
     _size,
     infer_layout,
 )
-from ..runtimes.base import TensorSpec
 
 FORMAT = "edgequal.pipeline/v1"
 DECODERS = ("image", "audio", "text")

@@ -12,8 +12,7 @@ from __future__ import annotations
 import base64
 
 import numpy as np
-
-from .latency import decode_tags
+from edgequal.agent.measure.latency import decode_tags
 
 
 def decided_on_clean(entry: dict) -> bool:

@@ -319,10 +319,11 @@ def cmd_serve(args, state_dir: Path) -> int:
 
 
 def cmd_measure(args, state_dir: Path) -> int:
+    from edgequal.contract.exit_codes import exit_code_for
     from edgequal.contract.plan import Plan, make_plan, parse_duration_s, parse_shape_args
     from edgequal.contract.signing import json_clean
 
-    from .phases.qualification import exit_code_for, run_measurement
+    from .phases.qualification import run_measurement
     from .report.summary import format_summary
 
     plan = make_plan(

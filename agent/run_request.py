@@ -105,7 +105,7 @@ def check_extra_files(model_name: str, extra: object, store) -> list[dict]:
     Names must be bundle names (relative, no ``..``), unique, not the model's own
     name; every digest must be in the store. Checked before the device is taken.
     """
-    from .service.store import MAX_BUNDLE_FILES, check_bundle_name, validate_digest
+    from edgequal.contract.artifacts import MAX_BUNDLE_FILES, check_bundle_name, validate_digest
 
     if not isinstance(extra, list) or len(extra) > MAX_BUNDLE_FILES:
         raise BadInput(f"extra files must be a list of at most {MAX_BUNDLE_FILES} files")
@@ -137,7 +137,7 @@ def subjects_as_files(subjects: list) -> list:
 
 def bundle_model_name(model_name: str | None) -> str:
     """The model's file name inside its bundle: the host's name when it is one plain file name."""
-    from .service.store import check_bundle_name
+    from edgequal.contract.artifacts import check_bundle_name
 
     try:
         if model_name and "/" not in model_name:

@@ -35,9 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from edgequal.agent.runtimes.base import TensorSpec, check_feeds, shape_fits, shape_key
 
 from .errors import BadInput, GoldenMismatch
+from .tensors import TensorSpec, check_feeds, shape_fits, shape_key
 
 FORMAT = "edgequal.golden/v1"
 MANIFEST_KEY = "__manifest__"

@@ -23,9 +23,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from edgequal.agent.runtimes.base import TensorSpec
 
 from .errors import BadInput
+from .tensors import TensorSpec
 
 FORMAT = "edgequal.input-contract/v1"
 LAYOUTS = ("NCHW", "NHWC")

@@ -17,8 +17,6 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 
-from edgequal.agent.runtimes.base import TensorSpec
-
 from .errors import BadInput
 from .input_contract import (
     COLOR_ORDERS,
@@ -29,6 +27,7 @@ from .input_contract import (
     _size,
     infer_layout,
 )
+from .tensors import TensorSpec
 
 FORMAT = "edgequal.pipeline/v1"
 DECODERS = ("image", "audio", "text")

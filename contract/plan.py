@@ -19,6 +19,22 @@ from dataclasses import dataclass, field, fields
 
 from .errors import BadInput
 
+# Throttle indicator names (measurement.md §6.4); device profiles list the ones that apply.
+INDICATOR_PI_FLAGS = "get_throttled"
+
+INDICATOR_CLOCK_DROP = "clock_drop"
+
+INDICATOR_COOLING = "cooling_device"
+
+INDICATOR_PASSIVE_TRIP = "passive_trip"
+
+THROTTLE_INDICATORS = (
+    INDICATOR_PI_FLAGS,
+    INDICATOR_CLOCK_DROP,
+    INDICATOR_COOLING,
+    INDICATOR_PASSIVE_TRIP,
+)
+
 PRESETS: dict[str, dict] = {
     # CI: a few cold starts, 200 runs and 3 s of warm latency, no sustained phase.
     "quick": {
@@ -427,19 +443,17 @@ def _validated(plan: Mapping) -> dict:
     ):
         raise BadInput("plan field 'providers' must be a list of provider names")
     indicators = full["throttle_indicators"]
-    if indicators is not None:
-        from edgequal.agent.probes.telemetry import THROTTLE_INDICATORS
-
-        if not isinstance(indicators, (list, tuple)) or not all(
-            i in THROTTLE_INDICATORS for i in indicators
-        ):
-            raise BadInput(
-                f"plan field 'throttle_indicators' must list some of {', '.join(THROTTLE_INDICATORS)}"
-            )
+    if indicators is not None and (
+        not isinstance(indicators, (list, tuple))
+        or not all(i in THROTTLE_INDICATORS for i in indicators)
+    ):
+        raise BadInput(
+            f"plan field 'throttle_indicators' must list some of {', '.join(THROTTLE_INDICATORS)}"
+        )
     if full["runtime"] != "auto":
-        from edgequal.agent.runtimes import runtime_class
+        from .runtimes import check_runtime_name
 
-        runtime_class(full["runtime"])  # BadInput naming the accepted names
+        check_runtime_name(full["runtime"])  # BadInput naming the accepted names
     if full["threads"] == 0:
         full["threads"] = None
     if full["cold_runs"] < 1:
@@ -616,7 +630,7 @@ def _runtime_envs(value) -> list[str] | None:
     """``runtime_envs``: None, or 1..8 distinct environment names (``default``: the agent's own)."""
     if value is None:
         return None
-    from edgequal.agent.runtimes.envs import MAX_ENVS_PER_PLAN, check_env_name
+    from .runtimes import MAX_ENVS_PER_PLAN, check_env_name
 
     if not isinstance(value, (list, tuple)) or not value:
         raise BadInput("plan field 'runtime_envs' must be a non-empty list of environment names")

@@ -168,7 +168,7 @@ def make_golden(
         rt.load(model)
         cases = []
         for case_name, feeds in case_inputs.items():
-            from edgequal.agent.runtimes.base import check_feeds
+            from edgequal.contract.tensors import check_feeds
 
             check_feeds(rt.inputs(), feeds, where=f"case '{case_name}' input")
             cases.append(GoldenCase(case_name, dict(feeds)))

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from edgequal.agent.runtimes.base import TensorSpec
 from edgequal.contract.errors import AgentError
+from edgequal.contract.tensors import TensorSpec
 
 from .errors import UsageError
 

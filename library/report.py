@@ -212,7 +212,7 @@ class Report:
     @property
     def exit_code(self) -> int:
         """The CLI's exit code for this report (0 passed or degraded; docs/gating.md)."""
-        from edgequal.agent.phases.qualification import exit_code_for
+        from edgequal.contract.exit_codes import exit_code_for
 
         if self.interrupted:
             return 130

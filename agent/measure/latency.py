@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import numpy as np
+from edgequal.contract.preemption import encode_tags
 
 from .stats import MIN_SAMPLES_P99, MIN_SAMPLES_P99_9, steady_state, summarize_latency
 
@@ -331,17 +332,6 @@ def measure_latency(
         }
         out["preempted_b64"] = encode_tags(hit)
     return out
-
-
-def encode_tags(preempted: np.ndarray) -> str:
-    """Per-sample preemption tags as base64 of ``np.packbits`` (one bit a sample, big-endian)."""
-    return base64.b64encode(np.packbits(preempted.astype(bool)).tobytes()).decode()
-
-
-def decode_tags(text: str, count: int) -> np.ndarray:
-    """The inverse of :func:`encode_tags`: ``count`` booleans."""
-    bits = np.unpackbits(np.frombuffer(base64.b64decode(text), dtype=np.uint8))
-    return bits[:count].astype(bool)
 
 
 def _delta(before, after) -> list[int] | None:

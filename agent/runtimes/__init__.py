@@ -1,7 +1,7 @@
 """Runtime adapters behind one interface, and runtime detection.
 
 Nothing heavy is imported here: the adapters' base (numpy) is loaded on first
-use of ``Runtime``, ``RuntimeOptions`` or ``TensorSpec``, and a runtime only in a
+use of ``Runtime`` or ``RuntimeOptions``, and a runtime only in a
 worker, so the agent process can detect runtimes and answer Info without them.
 """
 
@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from edgequal.contract.errors import BadInput
+from edgequal.contract.runtimes import check_runtime_name
 
 if TYPE_CHECKING:
-    from .base import Runtime, RuntimeOptions, TensorSpec
+    from .base import Runtime, RuntimeOptions
 
-_FROM_BASE = ("Runtime", "RuntimeOptions", "TensorSpec")
+_FROM_BASE = ("Runtime", "RuntimeOptions")
 
 
 def __getattr__(name: str):
@@ -31,9 +32,6 @@ def __getattr__(name: str):
 
         return getattr(base, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-RUNTIME_NAMES = ("onnxruntime", "litert")
 
 
 def runtime_class(name: str) -> type[Runtime]:
@@ -46,9 +44,8 @@ def runtime_class(name: str) -> type[Runtime]:
         from .litert import LiteRtRuntime
 
         return LiteRtRuntime
-    raise BadInput(
-        f"unknown runtime '{name}'", hint=f"use one of: auto, {', '.join(RUNTIME_NAMES)}"
-    )
+    check_runtime_name(name)  # BadInput naming the accepted names
+    raise AssertionError(f"runtime {name!r} has a name but no adapter")
 
 
 def runtime_for(model_path: Path, requested: str = "auto", name_hint: str | None = None) -> str:
@@ -227,10 +224,8 @@ def child_import(
 
 
 __all__ = [
-    "RUNTIME_NAMES",
     "Runtime",
     "RuntimeOptions",
-    "TensorSpec",
     "ProbedRuntimes",
     "RuntimeStatus",
     "detect_runtimes",

@@ -28,13 +28,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from edgequal.contract.errors import BadInput
+from edgequal.contract.runtimes import check_env_name
 
 ENVS_DIR = "runtimes"
 MANIFEST = "env.json"
 DEFAULT_ENV = "default"
-MAX_ENVS_PER_PLAN = 8
 PROBE_TIMEOUT_S = 60.0
-_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 
 # distribution -> (runtime name the adapters know, modules to import)
 DISTRIBUTIONS = {
@@ -55,16 +54,6 @@ for module in sys.argv[2:]:
 import edgequal.agent.worker.main
 print(json.dumps({"python": platform.python_version(), "version": md.version(sys.argv[1])}))
 """
-
-
-def check_env_name(name: object) -> str:
-    """A valid environment name (lowercase letters, digits, ``.``, ``_``, ``-``; at most 64)."""
-    if not isinstance(name, str) or not _NAME.match(name):
-        raise BadInput(
-            f"bad runtime environment name {str(name)[:70]!r}",
-            hint="use lowercase letters, digits, '.', '_' and '-' (at most 64), e.g. onnxruntime-1.20.1",
-        )
-    return name
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import numpy as np
 from edgequal.contract.errors import ModelRejected, RuntimeUnavailable
+from edgequal.contract.tensors import TensorSpec
 
-from .base import Runtime, TensorSpec
+from .base import Runtime
 
 _MODULES = ("ai_edge_litert.interpreter", "tflite_runtime.interpreter")
 

@@ -253,7 +253,7 @@ def check_external_data(model_path: Path) -> list[ExternalRef]:
 
     Reads the model file only (mapped); the data files are only ``lstat``-ed.
     """
-    from ..service.store import check_bundle_name
+    from edgequal.contract.artifacts import check_bundle_name
 
     model_path = Path(model_path)
     with open(model_path, "rb") as f:

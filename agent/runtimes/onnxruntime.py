@@ -8,8 +8,9 @@ from pathlib import Path
 
 import numpy as np
 from edgequal.contract.errors import BadInput, ModelRejected
+from edgequal.contract.tensors import TensorSpec
 
-from .base import Runtime, TensorSpec
+from .base import Runtime
 
 _ORT_DTYPES = {
     "tensor(float)": "float32",

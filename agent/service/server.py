@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
+from edgequal.contract.artifacts import validate_digest
 from edgequal.contract.errors import (
     AgentError,
     BadInput,
@@ -73,7 +74,7 @@ from .info import (
 )
 from .lease import DEFAULT_MAX_RUN_S, ActiveRun, RunSlot
 from .state_lock import StateLock
-from .store import DEFAULT_MAX_ARTIFACT_BYTES, ArtifactStore, validate_digest
+from .store import DEFAULT_MAX_ARTIFACT_BYTES, ArtifactStore
 from .write_behind import WriteBehind
 
 log = logging.getLogger(__name__)

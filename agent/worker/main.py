@@ -134,9 +134,10 @@ def run_cold_load(job: WorkerJob) -> dict:
 
 def run_warm(job: WorkerJob) -> dict:
     """Warm latency per input shape (``measure.latency``), drift over the golden set, memory."""
+    from edgequal.contract.tensors import shape_key
+
     from ..measure.drift import measure_drift
     from ..measure.latency import measure_latency
-    from ..runtimes.base import shape_key
 
     rt, rss_before, rss_loaded = load_runtime(job)
     golden = read_golden_for(job, rt)
@@ -324,9 +325,10 @@ def run_env_segments(job: WorkerJob) -> dict:
     against the reference outputs) and saves the outputs there, so the agent can compare
     environments with each other. Without a golden set the synthesized input is the one case.
     """
+    from edgequal.contract.tensors import shape_key
+
     from ..measure.drift import measure_drift
     from ..measure.latency import encode_samples, time_loop_ns, warm_up
-    from ..runtimes.base import shape_key
 
     rt, rss_before, rss_loaded = load_runtime(job)
     golden = read_golden_for(job, rt)

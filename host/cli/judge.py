@@ -178,7 +178,7 @@ def _finish_gate(args, result) -> int:
 def _gate_after_qualify(args, policy, report_path: Path, device_name: str, predicate) -> int:
     """``qualify --gate POLICY`` / ``--html PAGE``: the gate decides the exit code when asked."""
     if policy is None:
-        from edgequal.agent.phases.qualification import exit_code_for
+        from edgequal.contract.exit_codes import exit_code_for
 
         from ..devices.trust import KnownDevices
         from ..judge.report_file import load_report

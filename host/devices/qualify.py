@@ -13,10 +13,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from edgequal.agent.clock import new_nonce
 from edgequal.agent.runtimes.onnx_external_data import check_external_data
 from edgequal.contract.errors import ModelRejected
 from edgequal.contract.golden import file_sha256
+from edgequal.contract.nonce import new_nonce
 from edgequal.contract.plan import Plan
 
 from ..errors import UsageError

@@ -22,18 +22,13 @@ from pathlib import Path
 
 import grpc
 import pytest
-from edgequal.agent.clock import (
-    CLOCK_FLOOR_UNIX,
-    MAX_OFFSET_S,
-    check_clock,
-    new_nonce,
-    nonce_time_unix_ms,
-)
+from edgequal.agent.clock import CLOCK_FLOOR_UNIX, MAX_OFFSET_S, check_clock
 from edgequal.agent.run_request import RunRequest
 from edgequal.agent.runs import Runs
 from edgequal.agent.service.server import build_server
 from edgequal.agent.service.store import ArtifactStore
 from edgequal.contract.keys import DeviceKey, load_or_create_device_key
+from edgequal.contract.nonce import new_nonce, nonce_time_unix_ms
 from edgequal.contract.signing import MEASURED_STATUSES
 from edgequal.host.devices.qualify import qualify
 from edgequal.host.devices.trust import KnownDevices

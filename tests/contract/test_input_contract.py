@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from edgequal.agent.runtimes.base import TensorSpec
 from edgequal.contract.errors import BadInput
 from edgequal.contract.input_contract import (
     InputContract,
@@ -14,6 +13,7 @@ from edgequal.contract.input_contract import (
     describe_inputs,
     infer_layout,
 )
+from edgequal.contract.tensors import TensorSpec
 
 
 def test_layout_is_read_from_the_side_the_channel_axis_is_on():

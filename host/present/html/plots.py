@@ -8,8 +8,7 @@ import binascii
 from collections.abc import Sequence
 
 import numpy as np
-from edgequal.agent.measure.latency import decode_tags
-from edgequal.contract.preemption import decided_on_clean, decisive_entry
+from edgequal.contract.preemption import decided_on_clean, decisive_entry, decode_tags
 
 from ...errors import UsageError
 from ...judge.regression import decode_samples_ns

@@ -65,7 +65,8 @@ def _switch_every(k: int, slow_ns: int = 0):
 
 
 def test_tagged_calls_are_excluded_from_the_clean_figures_and_the_tags_round_trip():
-    from edgequal.agent.measure.latency import decode_tags, measure_latency
+    from edgequal.agent.measure.latency import measure_latency
+    from edgequal.contract.preemption import decode_tags
 
     switches, call = _switch_every(10, slow_ns=2_000_000)
     settings = LatencySettings(

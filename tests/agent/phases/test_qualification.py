@@ -8,10 +8,11 @@ import threading
 import time
 
 import pytest
-from edgequal.agent.phases.qualification import exit_code_for, run_measurement
+from edgequal.agent.phases.qualification import run_measurement
 from edgequal.agent.worker.jobs import WorkerJob, latency_settings
 from edgequal.agent.worker.supervisor import Worker
 from edgequal.contract.errors import BadInput, GoldenMismatch
+from edgequal.contract.exit_codes import exit_code_for
 from edgequal.contract.golden import GoldenCase, read_golden, write_golden
 from edgequal.contract.plan import make_plan
 

@@ -4,15 +4,10 @@ tests/test_runtime_envs.py installs real ones)."""
 from __future__ import annotations
 
 import pytest
-from edgequal.agent.runtimes.envs import (
-    Requirement,
-    RuntimeEnv,
-    RuntimeEnvs,
-    check_env_name,
-    resolve_plan_envs,
-)
+from edgequal.agent.runtimes.envs import Requirement, RuntimeEnv, RuntimeEnvs, resolve_plan_envs
 from edgequal.contract.errors import BadInput
 from edgequal.contract.plan import Plan, make_plan
+from edgequal.contract.runtimes import check_env_name
 
 
 def test_requirement_is_one_exact_pin_of_a_known_runtime():

@@ -11,7 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-from edgequal.agent.service.store import ArtifactStore, store_main, validate_digest
+from edgequal.agent.service.store import ArtifactStore, store_main
+from edgequal.contract.artifacts import validate_digest
 from edgequal.contract.errors import BadInput, DigestMismatch, QuotaExceeded
 
 DATA = bytes(range(256)) * 40  # 10,240 bytes

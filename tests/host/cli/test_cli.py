@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 from edgequal.agent.cli import main as agent_main
-from edgequal.agent.phases.qualification import exit_code_for
+from edgequal.contract.exit_codes import exit_code_for
 from edgequal.contract.golden import read_golden
 from edgequal.contract.signing import MEASURED_STATUSES
 from edgequal.host.cli.main import main as edgequal_main

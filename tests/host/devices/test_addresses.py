@@ -13,7 +13,7 @@ import json
 import sys
 
 import pytest
-from edgequal.agent.phases.qualification import exit_code_for
+from edgequal.contract.exit_codes import exit_code_for
 from edgequal.contract.signing import MEASURED_STATUSES
 from edgequal.host.cli.main import main as edgequal_main
 from edgequal.host.devices.resolve import open_device

@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-from edgequal.agent.phases.qualification import exit_code_for
 from edgequal.agent.service.state_lock import peek
+from edgequal.contract.exit_codes import exit_code_for
 from edgequal.contract.signing import MEASURED_STATUSES
 from edgequal.host.cli.main import main as edgequal_main
 from edgequal.host.devices.trust import KnownDevices

@@ -7,10 +7,8 @@ from pathlib import Path
 
 import pytest
 from edgequal.agent.probes.fingerprint import fingerprint
-from edgequal.agent.probes.telemetry import THROTTLE_INDICATORS
 from edgequal.contract.plan import Plan, make_plan
 from edgequal.host.devices.profiles import (
-    KNOWN_THROTTLE_INDICATORS,
     DeviceProfile,
     ProfileError,
     all_profiles,
@@ -73,10 +71,6 @@ def test_every_packaged_profile_loads_and_is_named_after_its_file():
         assert p.windows == {"standard": 30.0, "soak": 30.0}
         assert 1 <= p.default_threads <= p.cores
         assert p.is_generic == p.name.startswith("generic/")
-
-
-def test_profile_indicators_are_the_telemetry_ones():
-    assert set(KNOWN_THROTTLE_INDICATORS) == set(THROTTLE_INDICATORS)
 
 
 def test_documented_figures():

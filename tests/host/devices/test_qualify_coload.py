@@ -8,7 +8,7 @@ import sys
 
 import pytest
 from edgequal.agent.measure.attribution import interference_present
-from edgequal.agent.phases.qualification import exit_code_for
+from edgequal.contract.exit_codes import exit_code_for
 from edgequal.contract.plan import make_plan
 from edgequal.contract.signing import MEASURED_STATUSES
 from edgequal.host.cli.coload_args import parse_coload

@@ -6,7 +6,7 @@ import base64
 import json
 
 import pytest
-from edgequal.agent.phases.qualification import exit_code_for
+from edgequal.contract.exit_codes import exit_code_for
 from edgequal.contract.signing import MEASURED_STATUSES
 from edgequal.host.cli.main import main as edgequal_main
 from edgequal.host.devices.resolve import resolve_token

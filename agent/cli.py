@@ -21,8 +21,9 @@ from edgequal.contract.cli_args import (
     spread_global_options,
 )
 from edgequal.contract.errors import AgentError, BadInput, DeviceBusy
+from edgequal.contract.state_dirs import default_state_dir
 
-from .config import default_state_dir, probe_root, read_settings
+from .config import probe_root, read_settings
 from .run_plan import cmd_run_plan
 
 log = logging.getLogger("edgequal.agent")
@@ -44,7 +45,7 @@ def _add_global_options(parser: argparse.ArgumentParser, top: bool) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from . import __version__
+    from edgequal.contract import __version__
 
     p = OneLineParser(prog="edgequal-agent", description="edgequal device agent")
     p.add_argument("--version", action="version", version=f"edgequal-agent {__version__}")
@@ -260,11 +261,11 @@ def main(argv: list[str] | None = None) -> int:
 def cmd_serve(args, state_dir: Path) -> int:
     import signal
 
+    from edgequal.contract.auth import read_token_file
     from edgequal.contract.plan import parse_duration_s
 
     from .probes.fingerprint import fingerprint
     from .runtimes import ProbedRuntimes
-    from .service.auth import read_token_file
     from .service.server import serve
 
     token = read_token_file(args.token_file) if args.token_file else None
@@ -322,9 +323,9 @@ def cmd_measure(args, state_dir: Path) -> int:
     from edgequal.contract.exit_codes import exit_code_for
     from edgequal.contract.plan import Plan, make_plan, parse_duration_s, parse_shape_args
     from edgequal.contract.signing import json_clean
+    from edgequal.contract.summary import format_summary
 
     from .phases.qualification import run_measurement
-    from .report.summary import format_summary
 
     plan = make_plan(
         args.plan,
@@ -372,8 +373,7 @@ def cmd_key(args, state_dir: Path) -> int:
     """``key show`` reads the key and never makes one; ``key prove`` makes it on first use
     (the SSH form of enrolment). Either way the state directory read is named."""
     from edgequal.contract.keys import load_device_key, load_or_create_device_key
-
-    from .config import local_agent_state_dir
+    from edgequal.contract.state_dirs import local_agent_state_dir
 
     if args.action == "prove":
         return _prove(load_or_create_device_key(state_dir), args.challenge)
@@ -408,7 +408,7 @@ def cmd_key(args, state_dir: Path) -> int:
 
 def _prove(key, challenge_hex: str | None) -> int:
     """``key prove --challenge HEX``: one JSON line, the SSH form of the Prove RPC."""
-    from .service.identity import prove_identity
+    from edgequal.contract.identity import prove_identity
 
     try:
         challenge = bytes.fromhex(challenge_hex or "")
@@ -428,19 +428,19 @@ def _prove(key, challenge_hex: str | None) -> int:
 
 
 def agent_info(state_dir: Path, root: Path):
-    """This device's :class:`~edgequal.agent.service.info.AgentInfo`, as gRPC Info would answer it.
+    """This device's :class:`~edgequal.contract.info.AgentInfo`, as gRPC Info would answer it.
 
     Runtimes are found by a trial import in a child process each, never here;
     the lease is that of whichever agent holds the state directory, if any.
     """
+    from edgequal.contract import __version__
+    from edgequal.contract.info import AgentInfo, Limits
     from edgequal.contract.keys import load_or_create_device_key
+    from edgequal.contract.lease import Lease
 
-    from . import __version__
     from .probes import read_all
     from .runtimes import detect_runtimes
     from .runtimes.envs import RuntimeEnvs
-    from .service.info import AgentInfo, Limits
-    from .service.lease import Lease
     from .service.state_lock import peek
     from .service.store import ArtifactStore
 

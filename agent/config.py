@@ -8,12 +8,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 
-def xdg_state_home() -> Path:
-    """``$XDG_STATE_HOME``, else ``~/.local/state`` (the XDG base directory rule; host and agent)."""
-    xdg = os.environ.get("XDG_STATE_HOME")
-    return Path(xdg).expanduser() if xdg else Path.home() / ".local" / "state"
-
-
 def proc_root(explicit: str | os.PathLike | None = None) -> Path:
     """Where the worker and the contention sampler read ``/proc``: ``explicit``, else
     ``$EDGEQUAL_PROC_ROOT``, else ``/proc``.
@@ -25,26 +19,6 @@ def proc_root(explicit: str | os.PathLike | None = None) -> Path:
     if explicit:
         return Path(explicit)
     return Path(os.environ.get("EDGEQUAL_PROC_ROOT") or "/proc")
-
-
-def default_state_dir() -> Path:
-    """``$EDGEQUAL_AGENT_STATE``, else ``$XDG_STATE_HOME/edgequal-agent``, else ``~/.local/state/edgequal-agent``."""
-    env = os.environ.get("EDGEQUAL_AGENT_STATE")
-    if env:
-        return Path(env)
-    return xdg_state_home() / "edgequal-agent"
-
-
-def local_agent_state_dir() -> Path:
-    """The state dir of the agent ``edgequal`` starts on this host (``--device local``):
-    ``$EDGEQUAL_LOCAL_STATE``, else ``$XDG_STATE_HOME/edgequal/local-agent``.
-
-    Here, not in the host, so ``edgequal-agent key show`` can name where that key lives.
-    """
-    explicit = os.environ.get("EDGEQUAL_LOCAL_STATE")
-    if explicit:
-        return Path(explicit)
-    return xdg_state_home() / "edgequal" / "local-agent"
 
 
 def probe_root(explicit: str | os.PathLike | None = None) -> Path:

@@ -90,6 +90,7 @@ def cmd_run_plan(args, state_dir: Path) -> int:
     import signal
 
     from edgequal.contract.keys import load_or_create_device_key
+    from edgequal.contract.lease import Lease
     from edgequal.contract.plan import timed_s_of
 
     from .phases.coload import config_path, resolve_plan
@@ -102,7 +103,7 @@ def cmd_run_plan(args, state_dir: Path) -> int:
     )
     from .runs import Runs
     from .runtimes.envs import RuntimeEnvs, resolve_plan_envs
-    from .service.lease import DEFAULT_MAX_RUN_S, Lease
+    from .service.lease import DEFAULT_MAX_RUN_S
     from .service.state_lock import StateLock
     from .service.store import ArtifactStore
 
@@ -200,10 +201,11 @@ def _run_plan_through(serving: dict, request, holder: str) -> int:
     envelope. A host that leaves cancels the run, as it would over gRPC.
     """
     import grpc
+    from edgequal.contract.auth import read_token_file
 
     from ..protos import edgequal_v1_pb2 as pb
     from ..protos import edgequal_v1_pb2_grpc as pb_grpc
-    from .service.auth import AUTHORIZATION_KEY, read_token_file
+    from .service.auth import AUTHORIZATION_KEY
 
     token = read_token_file(Path(serving["token_file"])) if serving.get("token_file") else None
     metadata = ((AUTHORIZATION_KEY, f"Bearer {token}"),) if token else ()

@@ -130,7 +130,7 @@ def _preflight(model_path: Path) -> str | None:
 
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "edgequal.agent.runtimes.onnx_external_data", str(model_path)],
+            [sys.executable, "-m", "edgequal.contract.onnx_external_data", str(model_path)],
             capture_output=True,
             timeout=PREFLIGHT_TIMEOUT_S,
             start_new_session=True,

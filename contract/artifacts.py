@@ -3,7 +3,9 @@ model bundle (the model and its external data)."""
 
 from __future__ import annotations
 
+import hashlib
 import re
+from pathlib import Path
 
 from .errors import BadInput
 
@@ -47,3 +49,12 @@ def check_bundle_name(name: object) -> str:
     if "_ORT_MEM_ADDR_" in name:  # onnxruntime reads process memory for this location
         raise BadInput(f"{name[:120]!r} is onnxruntime's in-memory location, not a file")
     return name
+
+
+def file_sha256(path: Path, chunk: int = 1 << 20) -> str:
+    """Hex sha256 of a file, read in chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()

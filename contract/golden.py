@@ -23,7 +23,6 @@ the sha256 of its bytes. The agent only reads golden sets; the host writes them
 from __future__ import annotations
 
 import ast
-import hashlib
 import json
 import math
 import os
@@ -36,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .artifacts import file_sha256
 from .errors import BadInput, GoldenMismatch
 from .tensors import TensorSpec, check_feeds, shape_fits, shape_key
 
@@ -448,15 +448,6 @@ def load_npz_arrays(path: Path) -> dict[str, np.ndarray]:
     return _read_npz(path, what="file", not_ours=f"{path} is not a readable .npz file")
 
 
-def file_sha256(path: Path, chunk: int = 1 << 20) -> str:
-    """Hex sha256 of a file, read in chunks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
-
-
 __all__ = [
     "FORMAT",
     "check_edge_shapes",
@@ -467,7 +458,6 @@ __all__ = [
     "GoldenCase",
     "GoldenMismatch",
     "GoldenSet",
-    "file_sha256",
     "load_npz_arrays",
     "read_golden",
     "split_case_arrays",

@@ -4,6 +4,7 @@ environment's name: checked on the host before anything is sent and again on the
 from __future__ import annotations
 
 import re
+from dataclasses import asdict, dataclass
 
 from .errors import BadInput
 
@@ -32,3 +33,29 @@ def check_env_name(name: object) -> str:
             hint="use lowercase letters, digits, '.', '_' and '-' (at most 64), e.g. onnxruntime-1.20.1",
         )
     return name
+
+
+@dataclass
+class RuntimeStatus:
+    """Whether one runtime can be used here: its version, or why not."""
+
+    name: str
+    available: bool
+    version: str = ""
+    reason: str = ""
+    distribution: str = ""
+
+    def to_json(self) -> dict:
+        """The status as a JSON object (the keys of the protobuf ``RuntimeStatus``)."""
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> RuntimeStatus:
+        """The inverse of :meth:`to_json`; missing keys take their defaults."""
+        return cls(
+            name=str(data.get("name", "")),
+            available=bool(data.get("available", False)),
+            version=str(data.get("version") or ""),
+            reason=str(data.get("reason") or ""),
+            distribution=str(data.get("distribution") or ""),
+        )

@@ -30,11 +30,11 @@ from pathlib import Path
 import numpy as np
 from edgequal.agent.measure.drift import Tolerance, parse_decision_rule
 from edgequal.agent.runtimes import RuntimeOptions, runtime_class, runtime_for
+from edgequal.contract.artifacts import file_sha256
 from edgequal.contract.errors import AgentError
 from edgequal.contract.golden import (
     MANIFEST_KEY,
     GoldenCase,
-    file_sha256,
     load_npz_arrays,
     split_case_arrays,
     write_golden,

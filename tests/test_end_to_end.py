@@ -186,7 +186,7 @@ def test_two_hosts_at_once_one_is_told_the_device_is_busy(local_agent, example_m
     t = threading.Thread(target=first)
     t.start()
     assert accepted.wait(60), "the first run was never accepted"
-    from edgequal.contract.golden import file_sha256
+    from edgequal.contract.artifacts import file_sha256
 
     digest = file_sha256(example_models["micro"])
     with pytest.raises(TransportError, match="device busy") as e:

@@ -23,8 +23,12 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 from edgequal.contract.preemption import encode_tags
-
-from .stats import MIN_SAMPLES_P99, MIN_SAMPLES_P99_9, steady_state, summarize_latency
+from edgequal.contract.stats import (
+    MIN_SAMPLES_P99,
+    MIN_SAMPLES_P99_9,
+    steady_state,
+    summarize_latency,
+)
 
 # Warm-up runs in rounds of at least this many runs and seconds, judged each round.
 WARMUP_ROUND_RUNS = 20

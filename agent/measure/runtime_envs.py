@@ -13,8 +13,7 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-
-from .stats import MIN_SAMPLES_P99, nearest_rank_index
+from edgequal.contract.stats import MIN_SAMPLES_P99, nearest_rank_index
 
 BOOTSTRAP_RESAMPLES = 1000
 CONFIDENCE = 0.95

@@ -21,11 +21,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
+from edgequal.contract import __version__
 from edgequal.contract.errors import BadInput
 from edgequal.contract.plan import Plan
 from edgequal.contract.preemption import decided_on_clean, decisive_summary, preemption_evidence
 
-from .. import __version__
 from ..config import proc_root
 from ..measure.attribution import (
     contention_between,

@@ -29,10 +29,10 @@ from pathlib import Path
 
 import numpy as np
 from edgequal.contract.plan import Plan
+from edgequal.contract.stats import summarize_latency
 
 from ..measure.latency import encode_samples, loop_limit_s
 from ..measure.runtime_envs import latency_ratios, rounds_slower, segment_budget, segment_order
-from ..measure.stats import summarize_latency
 from ..worker.jobs import WorkerJob, latency_settings
 from ..worker.supervisor import Worker
 from .qualification import cold_load_once, summarize_cold_runs

@@ -12,12 +12,11 @@ import signal
 import subprocess
 import sys
 import threading
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from edgequal.contract.errors import BadInput
-from edgequal.contract.runtimes import check_runtime_name
+from edgequal.contract.runtimes import RuntimeStatus, check_runtime_name
 
 if TYPE_CHECKING:
     from .base import Runtime, RuntimeOptions
@@ -99,32 +98,6 @@ _KNOWN_RUNTIMES = (
 
 IMPORT_PROBE_TIMEOUT_S = 60.0
 """How long a runtime's trial import in a child process may take (a cold SD card is slow)."""
-
-
-@dataclass
-class RuntimeStatus:
-    """Whether one runtime can be used here: its version, or why not."""
-
-    name: str
-    available: bool
-    version: str = ""
-    reason: str = ""
-    distribution: str = ""
-
-    def to_json(self) -> dict:
-        """The status as a JSON object (the keys of the protobuf ``RuntimeStatus``)."""
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict) -> RuntimeStatus:
-        """The inverse of :meth:`to_json`; missing keys take their defaults."""
-        return cls(
-            name=str(data.get("name", "")),
-            available=bool(data.get("available", False)),
-            version=str(data.get("version") or ""),
-            reason=str(data.get("reason") or ""),
-            distribution=str(data.get("distribution") or ""),
-        )
 
 
 def detect_runtimes(*, probe_import: bool = False) -> list[RuntimeStatus]:

@@ -9,7 +9,6 @@ device owner's ``edgequal-agent runtime add`` calls it (docs/security.md).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import subprocess
@@ -18,6 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from edgequal.contract.artifacts import file_sha256
 from edgequal.contract.errors import AgentError, BadInput, RuntimeUnavailable
 from edgequal.contract.files import write_atomic
 
@@ -29,15 +29,6 @@ PIP_TIMEOUT_S = 1800.0
 def agent_package_dir() -> Path:
     """The directory of this agent's ``edgequal.agent`` package (what environments link to)."""
     return Path(__file__).resolve().parent.parent
-
-
-def sha256_file(path: Path) -> str:
-    """The hex sha256 of a file's bytes."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def build_env(
@@ -100,7 +91,7 @@ def build_env(
         "install the runtime",
     )
     link_agent(venv_python)
-    digests = [{"file": f.name, "sha256": sha256_file(f)} for f in sorted(wheels.iterdir())]
+    digests = [{"file": f.name, "sha256": file_sha256(f)} for f in sorted(wheels.iterdir())]
     env = RuntimeEnv(
         name=name,
         runtime=req.runtime,
@@ -159,7 +150,7 @@ def _copy_exact(wheels: Sequence[dict], find_links: Sequence[Path], into: Path) 
             raise BadInput(
                 f"approved wheel {name} is not in {', '.join(map(str, find_links)) or 'any --find-links'}"
             )
-        digest = sha256_file(source)
+        digest = file_sha256(source)
         if digest != w.get("sha256"):
             raise BadInput(
                 f"wheel {name} has sha256 {digest[:16]}…, the approved one {str(w.get('sha256'))[:16]}…",

@@ -16,10 +16,9 @@ import threading
 import time
 from pathlib import Path
 
+from edgequal.contract import __version__
 from edgequal.contract.openmetrics import Gauge, render, write_textfile
 from edgequal.contract.signing import STATUSES
-
-from .. import __version__
 
 log = logging.getLogger(__name__)
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
+from edgequal.contract import __version__
 from edgequal.contract.artifacts import validate_digest
 from edgequal.contract.errors import (
     AgentError,
@@ -40,13 +41,20 @@ from edgequal.contract.errors import (
     RuntimeUnavailable,
     WorkerFailed,
 )
+from edgequal.contract.identity import prove_identity
+from edgequal.contract.info import (
+    MAX_RECEIVE_MESSAGE_BYTES,
+    MAX_SEND_MESSAGE_BYTES,
+    AgentInfo,
+    Limits,
+)
 from edgequal.contract.keys import DeviceKey, load_or_create_device_key
 from edgequal.contract.plan import timed_s_of
+from edgequal.contract.runtimes import RuntimeStatus
 from edgequal.protos import edgequal_v1_pb2 as pb
 from edgequal.protos import edgequal_v1_pb2_grpc as pb_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from .. import __version__
 from ..phases.coload import config_path, resolve_plan
 from ..run_request import (
     RunRequest,
@@ -56,7 +64,7 @@ from ..run_request import (
     subjects_as_files,
 )
 from ..runs import Runs
-from ..runtimes import RuntimeStatus, detect_runtimes
+from ..runtimes import detect_runtimes
 from ..runtimes.envs import RuntimeEnvs, resolve_plan_envs
 from .admission import MAX_CALLS_IN_FLIGHT, AdmissionInterceptor, pool_threads
 from .auth import (
@@ -64,13 +72,6 @@ from .auth import (
     TlsServerConfig,
     check_listen_allowed,
     server_credentials,
-)
-from .identity import prove_identity
-from .info import (
-    MAX_RECEIVE_MESSAGE_BYTES,
-    MAX_SEND_MESSAGE_BYTES,
-    AgentInfo,
-    Limits,
 )
 from .lease import DEFAULT_MAX_RUN_S, ActiveRun, RunSlot
 from .state_lock import StateLock

@@ -18,8 +18,7 @@ import os
 from pathlib import Path
 
 from edgequal.contract.errors import DeviceBusy
-
-from .lease import Lease
+from edgequal.contract.lease import Lease
 
 LOCK_FILE_NAME = "agent.lock"
 

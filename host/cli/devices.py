@@ -84,7 +84,7 @@ def cmd_runs(args) -> int:
             lease = transport.info().get("lease")
             listed = []
             if lease:
-                from edgequal.agent.service.lease import Lease
+                from edgequal.contract.lease import Lease
 
                 listed.append(
                     {
@@ -129,7 +129,7 @@ def cmd_runs(args) -> int:
         if args.runs_command == "show":
             lease = transport.info().get("lease")
             if lease and lease["run_id"] == run_id:
-                from edgequal.agent.service.lease import Lease
+                from edgequal.contract.lease import Lease
 
                 print_line(
                     f"run {run_id} on {device.name}: in progress for {lease['holder']}, "

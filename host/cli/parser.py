@@ -38,7 +38,7 @@ def _add_global_options(parser: argparse.ArgumentParser, top: bool) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from edgequal.agent import __version__
+    from edgequal.contract import __version__
 
     p = OneLineParser(
         prog="edgequal", description="Qualify an exported model on the device that will run it."

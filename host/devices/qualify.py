@@ -13,10 +13,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from edgequal.agent.runtimes.onnx_external_data import check_external_data
+from edgequal.contract.artifacts import file_sha256
 from edgequal.contract.errors import ModelRejected
-from edgequal.contract.golden import file_sha256
 from edgequal.contract.nonce import new_nonce
+from edgequal.contract.onnx_external_data import check_external_data
 from edgequal.contract.plan import Plan
 
 from ..errors import UsageError
@@ -66,7 +66,7 @@ def pin_device_key(transport: Transport, known: KnownDevices, name: str, address
 def external_data_files(model: Path) -> list[dict]:
     """The files an ONNX model keeps its external data in, ``{"name", "sha256"}`` each.
 
-    The same checks the agent applies (agent/runtimes/onnx_external_data.py), here
+    The same checks the agent applies (contract/onnx_external_data.py), here
     before anything is sent: a location outside the model's directory, through a
     symlink, missing, or too short for its offset and length is a UsageError.
     """

@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgequal.agent.service.auth import read_token_file
+from edgequal.contract.auth import read_token_file
 from edgequal.contract.errors import BadInput
 from edgequal.contract.keys import fingerprint_of
 

@@ -31,7 +31,7 @@ from typing import Any
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-from edgequal.contract.golden import file_sha256
+from edgequal.contract.artifacts import file_sha256
 from edgequal.contract.signing import PAYLOAD_TYPE, pae, subjects_of, validate_statement
 
 from ..errors import UntrustedDevice, UsageError, VerificationFailed

@@ -10,7 +10,7 @@ import re
 import shlex
 from collections.abc import Sequence
 
-from edgequal.agent.service.auth import parse_listen
+from edgequal.contract.auth import parse_listen
 from edgequal.contract.errors import BadInput
 
 from ..errors import UsageError

@@ -23,7 +23,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from edgequal.agent.runtimes.installer import pip_error, sha256_file
+from edgequal.agent.runtimes.installer import pip_error
+from edgequal.contract.artifacts import file_sha256
 
 from ..devices.trust import KnownDevices
 from ..errors import HostError, TransportError, UsageError
@@ -220,7 +221,7 @@ def _check_exact(exact: list[dict], local: Path) -> None:
         path = local / Path(w["file"]).name
         if not path.is_file():
             raise UsageError(f"the approved wheel {w['file']} could not be collected")
-        digest = sha256_file(path)
+        digest = file_sha256(path)
         if digest != w["sha256"]:
             raise UsageError(
                 f"wheel {w['file']} now has sha256 {digest[:16]}…, the approved one "

@@ -272,7 +272,7 @@ def percentile_upper_ci(entry: dict, key: str) -> tuple[float | None, str, str |
         )
     ci = summary.get(ci_key) if ci_key else None
     if ci is None and entry.get("samples_ns_b64"):
-        from edgequal.agent.measure.stats import quantile_ci
+        from edgequal.contract.stats import quantile_ci
 
         ordered = np.sort(decisive_samples_ns(entry))
         bounds = quantile_ci(ordered, q)

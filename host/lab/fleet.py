@@ -169,7 +169,7 @@ def _holder() -> str:
 def waiting_text(device: str, wait: dict) -> str:
     """What a run waits for, from an ``acquire_lease`` wait: the lease, who holds it and
     when it is likely free, the place in line."""
-    from edgequal.agent.service.lease import Lease
+    from edgequal.contract.lease import Lease
 
     lease = wait.get("lease")
     held = Lease.from_json(lease).describe() if lease else "others are ahead in line"

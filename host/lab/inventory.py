@@ -73,7 +73,7 @@ class SecretRef:
                 )
             return value
         assert self.file is not None
-        from edgequal.agent.service.auth import read_token_file
+        from edgequal.contract.auth import read_token_file
         from edgequal.contract.errors import BadInput
 
         try:

@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from edgequal.contract.golden import file_sha256
+from edgequal.contract.artifacts import file_sha256
 
 from ..devices.trust import KnownDevices
 from ..errors import HostError, UsageError

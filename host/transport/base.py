@@ -96,7 +96,7 @@ class Transport(ABC):
         without it (enrolment, or finding a device by its key) any key that signed
         the challenge is returned, for the caller to pin or look up.
         """
-        from edgequal.agent.service.identity import verify_identity_proof
+        from edgequal.contract.identity import verify_identity_proof
         from edgequal.contract.keys import fingerprint_of
 
         challenge = secrets.token_bytes(CHALLENGE_BYTES)

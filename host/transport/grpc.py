@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
-from edgequal.agent.service.info import AgentInfo
+from edgequal.contract.info import AgentInfo
 
 from ...protos import edgequal_v1_pb2 as pb
 from ...protos import edgequal_v1_pb2_grpc as pb_grpc
@@ -424,7 +424,7 @@ class GrpcTransport(Transport):
             if on_wait is not None:
                 on_wait({"position": r.position, "lease": current})
             if deadline is not None and time.monotonic() >= deadline:
-                from edgequal.agent.service.lease import Lease
+                from edgequal.contract.lease import Lease
 
                 held = Lease.from_json(current).describe() if current else "others are waiting"
                 raise DeviceBusy(

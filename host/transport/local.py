@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 
 from edgequal.agent.service.state_lock import describe_holder, peek
+from edgequal.contract.state_dirs import local_agent_state_dir
 
 from ..errors import TransportError
-from ..paths import local_agent_state_dir
 from .grpc import GrpcTransport
 
 AGENT_EXIT_STATE_IN_USE = 3

@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import paramiko
-from edgequal.agent.service.info import AgentInfo
+from edgequal.contract.info import AgentInfo
 
 from ..errors import TransportError, UsageError
 from .base import IdentityProof, ProgressEvent, PushResult, QualifyRequest, Transport

@@ -49,9 +49,9 @@ DECISIVE_MIN = 5 / 6
 
 def bare_loop(model: Path, threads: int | None, seconds: float) -> dict:
     """The bare loop: the adapter's bound call, tagged by involuntary context switches."""
-    from edgequal.agent.measure.stats import summarize_latency
     from edgequal.agent.runtimes import RuntimeOptions, runtime_class, runtime_for
     from edgequal.agent.worker.io import synthesize_inputs
+    from edgequal.contract.stats import summarize_latency
 
     rt = runtime_class(runtime_for(model))(RuntimeOptions(threads=threads))
     rt.load(model)

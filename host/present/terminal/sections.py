@@ -193,7 +193,7 @@ def print_drift(results: dict) -> None:
         d = drift.get("decisions")
         if d:
             style = "green" if d["passed"] else "red"
-            from edgequal.agent.report.summary import decisions_text
+            from edgequal.contract.summary import decisions_text
 
             console.print(f"  decisions [{style}]{esc(decisions_text(d))}[/]", soft_wrap=True)
 

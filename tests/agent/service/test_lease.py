@@ -246,7 +246,7 @@ def test_leases_expire_on_the_monotonic_clock_whatever_the_wall_clock_does(tmp_p
 
 
 def test_a_busy_device_says_when_its_run_is_likely_done_not_the_runs_upper_limit():
-    from edgequal.agent.service.lease import Lease
+    from edgequal.contract.lease import Lease
 
     start = 1_000_000_000_000
     lease = Lease("r1", "alice@ci", start, start + 4 * 3600_000, "", start + 75_000)

@@ -84,7 +84,7 @@ def test_agent_textfile_shows_busy_last_status_and_temperatures_at_rest(tmp_path
                 and _value(f, "edgequal_agent_temperature_at_rest_celsius") == 80.0
             ),
         )
-        assert _value(rest, "edgequal_agent_info", version=edgequal.agent.__version__) == 1
+        assert _value(rest, "edgequal_agent_info", version=edgequal.contract.__version__) == 1
     finally:
         agent.stop()
     assert [p.name for p in textfile.parent.iterdir()] == ["edgequal.prom"]

@@ -19,15 +19,11 @@ from pathlib import Path
 
 import grpc
 import pytest
-from edgequal.agent.runtimes import RuntimeStatus, detect_runtimes
+from edgequal.agent.runtimes import detect_runtimes
 from edgequal.agent.service import server as server_mod
-from edgequal.agent.service.auth import (
-    check_listen_allowed,
-    is_loopback_host,
-    parse_listen,
-    read_token_file,
-)
+from edgequal.agent.service.auth import check_listen_allowed, is_loopback_host
 from edgequal.agent.service.server import build_server, status_for
+from edgequal.contract.auth import parse_listen, read_token_file
 from edgequal.contract.errors import (
     AgentError,
     BadInput,
@@ -40,6 +36,7 @@ from edgequal.contract.errors import (
     WorkerFailed,
 )
 from edgequal.contract.keys import DeviceKey
+from edgequal.contract.runtimes import RuntimeStatus
 from edgequal.protos import edgequal_v1_pb2 as pb
 from edgequal.protos import edgequal_v1_pb2_grpc as pb_grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc

@@ -365,7 +365,7 @@ def test_concurrent_uploads_cannot_exceed_the_quota_set_in_agent_toml(tmp_path, 
         assert os.listdir(state / "artifacts" / "partial") == []
         # The limits are the operator's, and Info says so.
         import grpc
-        from edgequal.agent.service.info import AgentInfo
+        from edgequal.contract.info import AgentInfo
         from edgequal.protos import edgequal_v1_pb2 as pb
         from edgequal.protos import edgequal_v1_pb2_grpc as pb_grpc
 

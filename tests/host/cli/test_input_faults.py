@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from edgequal.contract.artifacts import file_sha256
 from edgequal.contract.exit_codes import exit_code_for
-from edgequal.contract.golden import file_sha256
 from edgequal.contract.signing import MEASURED_STATUSES
 from edgequal.host.cli.main import main as edgequal_main
 from edgequal.host.devices.trust import KnownDevices

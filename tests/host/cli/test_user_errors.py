@@ -163,7 +163,7 @@ def test_a_mistyped_command_or_choice_is_one_line_with_a_suggestion(ran):
 
 
 def test_both_commands_say_their_version(ran):
-    from edgequal.agent import __version__
+    from edgequal.contract import __version__
 
     assert (ran["version"].rc, ran["version"].out) == (0, f"edgequal {__version__}\n")
     assert ran["agent_version"].out == f"edgequal-agent {__version__}\n"

@@ -15,7 +15,7 @@ from concurrent import futures
 
 import grpc
 import pytest
-from edgequal.agent.service.identity import prove_identity
+from edgequal.contract.identity import prove_identity
 from edgequal.contract.keys import DeviceKey
 from edgequal.contract.signing import MEASURED_STATUSES, build_statement, sign_envelope
 from edgequal.host.cli.main import main as edgequal_main

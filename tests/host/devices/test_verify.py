@@ -6,7 +6,7 @@ import json
 import shutil
 
 import pytest
-from edgequal.contract.golden import file_sha256
+from edgequal.contract.artifacts import file_sha256
 from edgequal.contract.keys import DeviceKey, load_or_create_device_key
 from edgequal.contract.signing import (
     PAYLOAD_TYPE,

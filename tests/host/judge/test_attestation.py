@@ -9,7 +9,7 @@ import hashlib
 import json
 
 import pytest
-from edgequal.contract.golden import file_sha256
+from edgequal.contract.artifacts import file_sha256
 from edgequal.host.cli.main import main as edgequal_main
 from google.protobuf.json_format import ParseDict
 from in_toto_attestation.predicates.test_result.v0 import test_result_pb2

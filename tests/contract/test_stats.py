@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 import pytest
-from edgequal.agent.measure import stats
+from edgequal.contract import stats
 from edgequal.contract.errors import BadInput
 
 # ---------------------------------------------------------------------------

@@ -16,7 +16,7 @@ The model is read with a small protobuf wire-format walker (no ``onnx`` package
 on the device) that follows every place a tensor can live: graph initializers
 and sparse initializers, node attributes (tensors, sparse tensors, subgraphs),
 functions and training graphs. The agent never parses a model itself: it runs
-this module as a child process (``python -m edgequal.agent.runtimes.onnx_external_data
+this module as a child process (``python -m edgequal.contract.onnx_external_data
 MODEL``), which prints one JSON line and leaves the model out of the page cache
 (so the cold-load phase still loads it from storage).
 """
@@ -321,7 +321,7 @@ def check_external_data(model_path: Path) -> list[ExternalRef]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m edgequal.agent.runtimes.onnx_external_data MODEL``: one JSON line, exit 0 or 2."""
+    """``python -m edgequal.contract.onnx_external_data MODEL``: one JSON line, exit 0 or 2."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
         print(json.dumps({"ok": False, "error": "usage: onnx_external_data MODEL"}))

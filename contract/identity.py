@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-from edgequal.contract.errors import BadInput
-from edgequal.contract.keys import DeviceKey
-from edgequal.contract.signing import pae
+
+from .errors import BadInput
+from .keys import DeviceKey
+from .signing import pae
 
 IDENTITY_PROOF_TYPE = "application/vnd.edgequal.identity-proof.v1"
 MIN_CHALLENGE_BYTES = 16

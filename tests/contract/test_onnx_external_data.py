@@ -20,14 +20,14 @@ import grpc
 import numpy as np
 import onnx
 import pytest
-from edgequal.agent.runtimes.onnx_external_data import (
-    check_external_data,
-    external_data_refs,
-)
 from edgequal.agent.service.server import build_server
 from edgequal.contract.errors import ModelRejected
 from edgequal.contract.keys import load_or_create_device_key
 from edgequal.contract.nonce import new_nonce
+from edgequal.contract.onnx_external_data import (
+    check_external_data,
+    external_data_refs,
+)
 from edgequal.contract.signing import MEASURED_STATUSES
 from edgequal.host.devices.qualify import external_data_files, qualify
 from edgequal.host.devices.trust import KnownDevices

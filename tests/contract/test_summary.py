@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from edgequal.agent.report.summary import decisions_text
+from edgequal.contract.summary import decisions_text
 
 
 def _decisions(flips, near, near_flips, total=12):

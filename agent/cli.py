@@ -529,7 +529,10 @@ def cmd_runtime(args, state_dir: Path) -> int:
             raise BadInput(f"cannot read {args.exact_wheels}: {e}") from e
         if not isinstance(exact, list) or not all(isinstance(w, dict) for w in exact):
             raise BadInput(f"{args.exact_wheels} must hold a JSON list of {{file, sha256}}")
-    env = envs.add(
+    from .runtimes.installer import add_env
+
+    env = add_env(
+        envs,
         args.requirement,
         args.name,
         find_links=args.find_links,

@@ -41,6 +41,7 @@ from edgequal.contract.golden import (
 )
 
 from .errors import UsageError
+from .preprocessing import read_preprocessing_toml, resolve_declared
 
 
 def read_case_inputs(source: Path) -> dict[str, dict[str, np.ndarray]]:
@@ -64,41 +65,6 @@ def preprocessing_toml_for(inputs: Path) -> Path:
     """Where the TOML beside ``inputs`` would be: ``DIR/preprocessing.toml`` or ``NAME.toml``."""
     inputs = Path(inputs)
     return inputs / "preprocessing.toml" if inputs.is_dir() else inputs.with_suffix(".toml")
-
-
-def read_preprocessing_toml(path: Path, *, stages: bool = False) -> dict:
-    """``{"*": defaults, NAME: keys}`` from a preprocessing (or, ``stages``, a pipeline) TOML;
-    UsageError naming a bad key (``agent.input_contract.parse_declared``, the one parser)."""
-    from edgequal.contract.input_contract import parse_declared
-
-    from .toml_text import BadToml, parse_toml
-
-    try:
-        data = parse_toml(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, BadToml) as e:
-        raise UsageError(f"{path}: not a readable TOML file ({e})") from e
-    try:
-        return parse_declared(data, str(path), stages=stages)
-    except AgentError as e:
-        raise UsageError(str(e), hint=e.hint) from e
-
-
-def resolve_declared(names: list[str], *layers: Mapping | None) -> dict[str, dict]:
-    """Per-input declared keys: each layer's ``"*"`` then its ``NAME`` entries, later layers win."""
-    out: dict[str, dict] = {n: {} for n in names}
-    for layer in layers:
-        if not layer:
-            continue
-        for n in names:
-            out[n].update({k: v for k, v in layer.get("*", {}).items() if v is not None})
-            out[n].update({k: v for k, v in layer.get(n, {}).items() if v is not None})
-        unknown = sorted(set(layer) - {"*", *names})
-        if unknown:
-            raise UsageError(
-                f"the preprocessing names input '{unknown[0]}', which the model does not have",
-                hint=f"inputs: {', '.join(names)}",
-            )
-    return out
 
 
 def _load(path: Path) -> dict[str, np.ndarray]:

@@ -129,7 +129,7 @@ def declared_pipeline(
     """
     from edgequal.contract.pipeline_spec import resolve_pipeline
 
-    from .golden import read_preprocessing_toml, resolve_declared
+    from .preprocessing import read_preprocessing_toml, resolve_declared
 
     toml = Path(toml)
     declared = read_preprocessing_toml(toml, stages=True)

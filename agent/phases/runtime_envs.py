@@ -35,7 +35,7 @@ from ..measure.latency import encode_samples, loop_limit_s
 from ..measure.runtime_envs import latency_ratios, rounds_slower, segment_budget, segment_order
 from ..worker.jobs import WorkerJob, latency_settings
 from ..worker.supervisor import Worker
-from .qualification import cold_load_once, summarize_cold_runs
+from .cold_load import cold_load_once, summarize_cold_runs
 from .workers import EventSink, finding_from
 
 SETTLE_S = 0.1

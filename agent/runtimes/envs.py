@@ -252,50 +252,6 @@ class RuntimeEnvs:
             for e, problem in zip(envs, problems)
         ]
 
-    def add(
-        self,
-        requirement: str,
-        name: str | None = None,
-        *,
-        find_links: Sequence[Path] = (),
-        no_index: bool = False,
-        exact_wheels: Sequence[dict] | None = None,
-    ) -> RuntimeEnv:
-        """Create the environment for ``requirement`` and return its manifest.
-
-        The wheels are first collected into the environment's ``wheels/`` (``pip
-        download``, from ``find_links`` and, unless ``no_index``, the package index),
-        then installed from there alone, so their sha256 digests are those recorded.
-        ``exact_wheels`` (``[{file, sha256}]``, an approval's record) installs exactly
-        those files, found in ``find_links``, each digest checked first. The runtime is
-        then imported in a child process; an environment whose runtime cannot be
-        imported is removed again and refused.
-        """
-        req = Requirement.parse(requirement)
-        name = check_env_name(name or req.default_name)
-        if name == DEFAULT_ENV:
-            raise BadInput(
-                "'default' names the agent's own environment", hint="choose another name"
-            )
-        if self.get(name) is not None:
-            raise BadInput(
-                f"runtime environment {name} is already installed",
-                hint=f"edgequal-agent runtime remove {name} first, or choose another --name",
-            )
-        target = self.root / name
-        if target.exists():  # an installation that did not finish
-            shutil.rmtree(target)
-        target.mkdir(parents=True)
-        try:
-            from .installer import build_env
-
-            return build_env(
-                req, name, target, self.python, self.step, list(find_links), no_index, exact_wheels
-            )
-        except BaseException:
-            shutil.rmtree(target, ignore_errors=True)
-            raise
-
     def remove(self, name: str) -> RuntimeEnv:
         """Delete the environment called ``name``; returns what it was."""
         check_env_name(name)

@@ -1,4 +1,4 @@
-"""Installing a runtime environment (``envs.RuntimeEnvs.add``): the wheels collected, a venv
+"""Installing a runtime environment (``add_env``): the wheels collected, a venv
 created, the wheels installed from there alone, the agent linked in, the import tried,
 the manifest written last. Also the wheel tags this Python takes (``runtime tags``), which
 a host collects wheels for.
@@ -20,8 +20,9 @@ from pathlib import Path
 from edgequal.contract.artifacts import file_sha256
 from edgequal.contract.errors import AgentError, BadInput, RuntimeUnavailable
 from edgequal.contract.files import write_atomic
+from edgequal.contract.runtimes import check_env_name
 
-from .envs import MANIFEST, Requirement, RuntimeEnv, probe
+from .envs import DEFAULT_ENV, MANIFEST, Requirement, RuntimeEnv, RuntimeEnvs, probe
 
 PIP_TIMEOUT_S = 1800.0
 
@@ -43,7 +44,7 @@ def build_env(
 ) -> RuntimeEnv:
     """Collect the wheels into ``target/wheels``, create ``target/venv`` with ``python``,
     install them there alone, link the agent, try the import, write the manifest
-    (``RuntimeEnvs.add`` explains the steps; it removes ``target`` when this raises)."""
+    (``add_env`` explains the steps; it removes ``target`` when this raises)."""
     wheels = target / "wheels"
     wheels.mkdir()
     links = [a for d in find_links for a in ("--find-links", str(d))]
@@ -211,3 +212,46 @@ def wheel_tags() -> dict:
         "abis": list(dict.fromkeys(t.abi for t in found if t.abi != "none")),
         "platforms": list(dict.fromkeys(t.platform for t in found if t.platform != "any")),
     }
+
+
+def add_env(
+    envs: RuntimeEnvs,
+    requirement: str,
+    name: str | None = None,
+    *,
+    find_links: Sequence[Path] = (),
+    no_index: bool = False,
+    exact_wheels: Sequence[dict] | None = None,
+) -> RuntimeEnv:
+    """Create the environment for ``requirement`` among ``envs`` and return its manifest.
+
+    The wheels are first collected into the environment's ``wheels/`` (``pip
+    download``, from ``find_links`` and, unless ``no_index``, the package index),
+    then installed from there alone, so their sha256 digests are those recorded.
+    ``exact_wheels`` (``[{file, sha256}]``, an approval's record) installs exactly
+    those files, found in ``find_links``, each digest checked first. The runtime is
+    then imported in a child process; an environment whose runtime cannot be
+    imported is removed again and refused.
+    """
+    req = Requirement.parse(requirement)
+    name = check_env_name(name or req.default_name)
+    if name == DEFAULT_ENV:
+        raise BadInput(
+            "'default' names the agent's own environment", hint="choose another name"
+        )
+    if envs.get(name) is not None:
+        raise BadInput(
+            f"runtime environment {name} is already installed",
+            hint=f"edgequal-agent runtime remove {name} first, or choose another --name",
+        )
+    target = envs.root / name
+    if target.exists():  # an installation that did not finish
+        shutil.rmtree(target)
+    target.mkdir(parents=True)
+    try:
+        return build_env(
+            req, name, target, envs.python, envs.step, list(find_links), no_index, exact_wheels
+        )
+    except BaseException:
+        shutil.rmtree(target, ignore_errors=True)
+        raise

@@ -235,7 +235,7 @@ def cmd_golden_make(args) -> int:
 def _declared_preprocessing(args) -> dict:
     """The input-contract flags as ``{"*": keys}`` over an optional ``--preprocessing`` TOML's."""
     from ..errors import UsageError
-    from ..golden import read_preprocessing_toml
+    from ..preprocessing import read_preprocessing_toml
 
     def numbers(flag: str, text: str | None) -> list[float] | None:
         if text is None:

@@ -231,7 +231,7 @@ def test_a_device_that_goes_away_is_marked_and_the_others_finish(
 
 
 def test_matrix_page_escapes_names(tmp_path):
-    from edgequal.host.lab.fleet import FleetResult, RunRecord
+    from edgequal.host.lab.results import FleetResult, RunRecord
 
     result = FleetResult("<lab>", [RunRecord("m<1>", "d&2", state="error", error='"quoted" <b>')])
     page = matrix_html(result)
@@ -457,7 +457,8 @@ def test_retries_with_backoff(tmp_path, example_models, outcomes, state, attempt
 def test_a_waiting_run_says_what_it_waits_for_and_when_the_device_is_likely_free():
     import time
 
-    from edgequal.host.lab.fleet import RunRecord, waiting_text
+    from edgequal.host.lab.fleet import waiting_text
+    from edgequal.host.lab.results import RunRecord
     from edgequal.host.present.terminal.summary import fleet_log_line
 
     now_ms = int(time.time() * 1000)

@@ -116,7 +116,7 @@ def test_export_refuses_a_report_that_does_not_verify(reports, known, tmp_path, 
 
 @pytest.mark.slow  # the session's signed reports
 def test_fleet_prometheus_directory_has_one_file_per_device(reports, known, tmp_path):
-    from edgequal.host.lab.fleet import RunRecord
+    from edgequal.host.lab.results import RunRecord
     from edgequal.host.present.exports import PrometheusDirectory
 
     out_dir = reports.classifier.parent

@@ -270,6 +270,6 @@ def _declared_preprocessing(args) -> dict:
 
 
 def cmd_demo(args) -> int:
-    from ..examples.demo import run_demo
+    from .demo import run_demo
 
     return run_demo(args.out, args.sustain, quick=args.quick)

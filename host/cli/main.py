@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _dispatch(args) -> int:
-    """Run the command. Its module is imported only now, so ``--help`` loads argparse alone."""
+    """Run the command (its module's heavy imports happen inside it, only now)."""
     if args.command == "demo":
         from .qualify import cmd_demo
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from .errors import BadInput
 
@@ -59,3 +60,97 @@ class RuntimeStatus:
             reason=str(data.get("reason") or ""),
             distribution=str(data.get("distribution") or ""),
         )
+
+
+def runtime_for(model_path: Path, requested: str = "auto", name_hint: str | None = None) -> str:
+    """The runtime name to use for a model: when ``auto``, by extension, else by content.
+
+    Artifacts on the device are stored by digest, without an extension, so the
+    host's file name (``name_hint``) is tried first and then the bytes themselves:
+    a TFLite flatbuffer carries ``TFL3`` at offset 4; an ONNX ModelProto starts
+    with field 1 (``ir_version``, tag 0x08).
+    """
+    if requested != "auto":
+        check_runtime_name(requested)
+        return requested
+    for name in (name_hint, str(model_path)):
+        suffix = Path(name).suffix.lower() if name else ""
+        if suffix == ".onnx":
+            return "onnxruntime"
+        if suffix in (".tflite", ".lite"):
+            return "litert"
+    try:
+        with open(model_path, "rb") as f:
+            head = f.read(8)
+    except OSError as e:
+        raise BadInput(f"cannot read model {model_path}: {e.strerror}") from e
+    if head[4:8] == b"TFL3":
+        return "litert"
+    if head[:1] == b"\x08":
+        return "onnxruntime"
+    raise BadInput(
+        f"cannot tell the runtime of '{name_hint or Path(model_path).name}' from its name or content",
+        hint="use a .onnx or .tflite file, or pass --runtime onnxruntime|litert",
+    )
+
+
+# distribution -> (runtime name the adapters know, modules to import)
+DISTRIBUTIONS = {
+    "onnxruntime": ("onnxruntime", ("onnxruntime",)),
+    "onnxruntime-gpu": ("onnxruntime", ("onnxruntime",)),
+    "onnxruntime-openvino": ("onnxruntime", ("onnxruntime",)),
+    "ai-edge-litert": ("litert", ("ai_edge_litert",)),
+    "tflite-runtime": ("litert", ("tflite_runtime",)),
+}
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """An exact runtime pin: ``distribution==version``."""
+
+    distribution: str
+    version: str
+
+    @classmethod
+    def parse(cls, text: str) -> Requirement:
+        """``onnxruntime==1.20.1``; only ``==`` pins of a known runtime distribution."""
+        m = re.fullmatch(r"\s*([A-Za-z0-9._-]+)\s*==\s*([A-Za-z0-9.+!_-]+)\s*", text or "")
+        if m is None:
+            raise BadInput(
+                f"cannot read runtime requirement {str(text)[:80]!r}",
+                hint="pin one exact version, e.g. onnxruntime==1.20.1 (a qualified runtime is one version)",
+            )
+        dist = m.group(1).lower().replace("_", "-")
+        if dist not in DISTRIBUTIONS:
+            raise BadInput(
+                f"{dist} is not a runtime edgequal measures",
+                hint=f"use one of: {', '.join(DISTRIBUTIONS)}",
+            )
+        return cls(dist, m.group(2))
+
+    def __str__(self) -> str:
+        return f"{self.distribution}=={self.version}"
+
+    @property
+    def runtime(self) -> str:
+        """The adapter's runtime name (``onnxruntime`` or ``litert``)."""
+        return DISTRIBUTIONS[self.distribution][0]
+
+    @property
+    def modules(self) -> tuple[str, ...]:
+        """The modules a working installation can import."""
+        return DISTRIBUTIONS[self.distribution][1]
+
+    @property
+    def default_name(self) -> str:
+        """The environment's name unless one is given: ``onnxruntime-1.20.1``."""
+        return f"{self.distribution}-{self.version}".lower()
+
+
+def pip_error(stderr: str, returncode: int) -> str:
+    """The line of a failed pip (or venv) run that says why: its last ``ERROR:`` line, else
+    its last line that is not a warning, else the exit status (at most 300 characters)."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("ERROR:")]
+    others = [line for line in lines if not line.startswith("WARNING:")]
+    return ((errors or others or [f"exit {returncode}"])[-1])[:300]

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 from edgequal.agent.measure.drift import Tolerance, parse_decision_rule
-from edgequal.agent.runtimes import RuntimeOptions, runtime_class, runtime_for
+from edgequal.agent.runtimes import RuntimeOptions, runtime_class
 from edgequal.contract.artifacts import file_sha256
 from edgequal.contract.errors import AgentError
 from edgequal.contract.golden import (
@@ -39,6 +39,7 @@ from edgequal.contract.golden import (
     split_case_arrays,
     write_golden,
 )
+from edgequal.contract.runtimes import runtime_for
 
 from .errors import UsageError
 from .preprocessing import read_preprocessing_toml, resolve_declared

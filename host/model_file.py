@@ -21,8 +21,8 @@ from .errors import UsageError
 
 def check_model_file(model: Path, runtime: str = "auto") -> str:
     """The runtime ``model`` is for; UsageError when it is missing or is no such model."""
-    from edgequal.agent.runtimes import runtime_for
     from edgequal.contract.model_file import model_file_problem
+    from edgequal.contract.runtimes import runtime_for
 
     model = Path(model)
     if not model.is_file():

@@ -92,7 +92,7 @@ class Load:
 def resolve(decls, store, config: Path | None) -> list[Load]:
     """Each declaration against this device: models by digest in ``store``, commands by name
     in the configuration file ``config``. BadInput for the first that cannot run here."""
-    from ..runtimes import runtime_for
+    from edgequal.contract.runtimes import runtime_for
 
     loads = []
     commands = None if config is not None else {}

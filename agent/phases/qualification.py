@@ -24,6 +24,7 @@ from edgequal.contract import __version__
 from edgequal.contract.errors import BadInput
 from edgequal.contract.plan import Plan
 from edgequal.contract.preemption import decided_on_clean, decisive_summary, preemption_evidence
+from edgequal.contract.runtimes import runtime_for
 
 from ..config import proc_root
 from ..measure.attribution import (
@@ -37,7 +38,6 @@ from ..measure.latency import loop_limit_s
 from ..probes.contention import contention_unmeasurable
 from ..probes.fingerprint import fingerprint as probe_fingerprint
 from ..probes.thermal import read_thermal
-from ..runtimes import runtime_for
 from ..worker.jobs import ScenarioSettings, WorkerJob, latency_settings
 from ..worker.supervisor import run_job
 from .cold_load import measure_cold_load

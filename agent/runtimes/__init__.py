@@ -12,10 +12,8 @@ import signal
 import subprocess
 import sys
 import threading
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from edgequal.contract.errors import BadInput
 from edgequal.contract.runtimes import RuntimeStatus, check_runtime_name
 
 if TYPE_CHECKING:
@@ -45,38 +43,6 @@ def runtime_class(name: str) -> type[Runtime]:
         return LiteRtRuntime
     check_runtime_name(name)  # BadInput naming the accepted names
     raise AssertionError(f"runtime {name!r} has a name but no adapter")
-
-
-def runtime_for(model_path: Path, requested: str = "auto", name_hint: str | None = None) -> str:
-    """The runtime name to use for a model: when ``auto``, by extension, else by content.
-
-    Artifacts on the device are stored by digest, without an extension, so the
-    host's file name (``name_hint``) is tried first and then the bytes themselves:
-    a TFLite flatbuffer carries ``TFL3`` at offset 4; an ONNX ModelProto starts
-    with field 1 (``ir_version``, tag 0x08).
-    """
-    if requested != "auto":
-        runtime_class(requested)  # validates the name
-        return requested
-    for name in (name_hint, str(model_path)):
-        suffix = Path(name).suffix.lower() if name else ""
-        if suffix == ".onnx":
-            return "onnxruntime"
-        if suffix in (".tflite", ".lite"):
-            return "litert"
-    try:
-        with open(model_path, "rb") as f:
-            head = f.read(8)
-    except OSError as e:
-        raise BadInput(f"cannot read model {model_path}: {e.strerror}") from e
-    if head[4:8] == b"TFL3":
-        return "litert"
-    if head[:1] == b"\x08":
-        return "onnxruntime"
-    raise BadInput(
-        f"cannot tell the runtime of '{name_hint or Path(model_path).name}' from its name or content",
-        hint="use a .onnx or .tflite file, or pass --runtime onnxruntime|litert",
-    )
 
 
 # (report name, importable modules, distributions, how to install)

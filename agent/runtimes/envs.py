@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import sys
 import threading
@@ -28,21 +27,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from edgequal.contract.errors import BadInput
-from edgequal.contract.runtimes import check_env_name
+from edgequal.contract.runtimes import Requirement, check_env_name
 
 ENVS_DIR = "runtimes"
 MANIFEST = "env.json"
 DEFAULT_ENV = "default"
 PROBE_TIMEOUT_S = 60.0
 
-# distribution -> (runtime name the adapters know, modules to import)
-DISTRIBUTIONS = {
-    "onnxruntime": ("onnxruntime", ("onnxruntime",)),
-    "onnxruntime-gpu": ("onnxruntime", ("onnxruntime",)),
-    "onnxruntime-openvino": ("onnxruntime", ("onnxruntime",)),
-    "ai-edge-litert": ("litert", ("ai_edge_litert",)),
-    "tflite-runtime": ("litert", ("tflite_runtime",)),
-}
 # Variables of the agent's own process that would let another Python's packages shadow
 # the environment's (a PYTHONPATH naming the agent's site-packages, a user site).
 _SHADOWING_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")
@@ -54,49 +45,6 @@ for module in sys.argv[2:]:
 import edgequal.agent.worker.main
 print(json.dumps({"python": platform.python_version(), "version": md.version(sys.argv[1])}))
 """
-
-
-@dataclass(frozen=True)
-class Requirement:
-    """An exact runtime pin: ``distribution==version``."""
-
-    distribution: str
-    version: str
-
-    @classmethod
-    def parse(cls, text: str) -> Requirement:
-        """``onnxruntime==1.20.1``; only ``==`` pins of a known runtime distribution."""
-        m = re.fullmatch(r"\s*([A-Za-z0-9._-]+)\s*==\s*([A-Za-z0-9.+!_-]+)\s*", text or "")
-        if m is None:
-            raise BadInput(
-                f"cannot read runtime requirement {str(text)[:80]!r}",
-                hint="pin one exact version, e.g. onnxruntime==1.20.1 (a qualified runtime is one version)",
-            )
-        dist = m.group(1).lower().replace("_", "-")
-        if dist not in DISTRIBUTIONS:
-            raise BadInput(
-                f"{dist} is not a runtime edgequal measures",
-                hint=f"use one of: {', '.join(DISTRIBUTIONS)}",
-            )
-        return cls(dist, m.group(2))
-
-    def __str__(self) -> str:
-        return f"{self.distribution}=={self.version}"
-
-    @property
-    def runtime(self) -> str:
-        """The adapter's runtime name (``onnxruntime`` or ``litert``)."""
-        return DISTRIBUTIONS[self.distribution][0]
-
-    @property
-    def modules(self) -> tuple[str, ...]:
-        """The modules a working installation can import."""
-        return DISTRIBUTIONS[self.distribution][1]
-
-    @property
-    def default_name(self) -> str:
-        """The environment's name unless one is given: ``onnxruntime-1.20.1``."""
-        return f"{self.distribution}-{self.version}".lower()
 
 
 @dataclass

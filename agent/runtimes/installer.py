@@ -20,9 +20,9 @@ from pathlib import Path
 from edgequal.contract.artifacts import file_sha256
 from edgequal.contract.errors import AgentError, BadInput, RuntimeUnavailable
 from edgequal.contract.files import write_atomic
-from edgequal.contract.runtimes import check_env_name
+from edgequal.contract.runtimes import Requirement, check_env_name, pip_error
 
-from .envs import DEFAULT_ENV, MANIFEST, Requirement, RuntimeEnv, RuntimeEnvs, probe
+from .envs import DEFAULT_ENV, MANIFEST, RuntimeEnv, RuntimeEnvs, probe
 
 PIP_TIMEOUT_S = 1800.0
 
@@ -165,15 +165,6 @@ def _copy_exact(wheels: Sequence[dict], find_links: Sequence[Path], into: Path) 
 def _pip(python: str, args: list[str], what: str) -> str:
     base = [python, "-m", "pip", "--disable-pip-version-check", "--no-input"]
     return _run(base + args, what, PIP_TIMEOUT_S)
-
-
-def pip_error(stderr: str, returncode: int) -> str:
-    """The line of a failed pip (or venv) run that says why: its last ``ERROR:`` line, else
-    its last line that is not a warning, else the exit status (at most 300 characters)."""
-    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    errors = [line for line in lines if line.startswith("ERROR:")]
-    others = [line for line in lines if not line.startswith("WARNING:")]
-    return ((errors or others or [f"exit {returncode}"])[-1])[:300]
 
 
 def _run(cmd: list[str], what: str, timeout_s: float) -> str:

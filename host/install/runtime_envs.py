@@ -23,8 +23,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from edgequal.agent.runtimes.installer import pip_error
 from edgequal.contract.artifacts import file_sha256
+from edgequal.contract.runtimes import pip_error
 
 from ..devices.trust import KnownDevices
 from ..errors import HostError, TransportError, UsageError
@@ -151,7 +151,7 @@ def add_runtime_env(
     environment that approval recorded for this device instead: its requirement, its
     name and exactly its wheels (by sha256).
     """
-    from edgequal.agent.runtimes.envs import Requirement
+    from edgequal.contract.runtimes import Requirement
 
     step = on_step or (lambda _line: None)
     known = (

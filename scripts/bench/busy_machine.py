@@ -49,8 +49,9 @@ DECISIVE_MIN = 5 / 6
 
 def bare_loop(model: Path, threads: int | None, seconds: float) -> dict:
     """The bare loop: the adapter's bound call, tagged by involuntary context switches."""
-    from edgequal.agent.runtimes import RuntimeOptions, runtime_class, runtime_for
+    from edgequal.agent.runtimes import RuntimeOptions, runtime_class
     from edgequal.agent.worker.io import synthesize_inputs
+    from edgequal.contract.runtimes import runtime_for
     from edgequal.contract.stats import summarize_latency
 
     rt = runtime_class(runtime_for(model))(RuntimeOptions(threads=threads))

@@ -121,8 +121,9 @@ def bare_p50_us(path: Path, threads: int, seconds: float) -> tuple[float, int]:
 
 def agent_call(path: Path, threads: int):
     """The agent's loop body: its runtime adapter's ``bind`` on the worker's inputs."""
-    from edgequal.agent.runtimes import RuntimeOptions, runtime_class, runtime_for
+    from edgequal.agent.runtimes import RuntimeOptions, runtime_class
     from edgequal.agent.worker.io import synthesize_inputs
+    from edgequal.contract.runtimes import runtime_for
 
     rt = runtime_class(runtime_for(path))(RuntimeOptions(threads=threads))
     rt.load(path)

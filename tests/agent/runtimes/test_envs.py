@@ -4,10 +4,10 @@ tests/test_runtime_envs.py installs real ones)."""
 from __future__ import annotations
 
 import pytest
-from edgequal.agent.runtimes.envs import Requirement, RuntimeEnv, RuntimeEnvs, resolve_plan_envs
+from edgequal.agent.runtimes.envs import RuntimeEnv, RuntimeEnvs, resolve_plan_envs
 from edgequal.contract.errors import BadInput
 from edgequal.contract.plan import Plan, make_plan
-from edgequal.contract.runtimes import check_env_name
+from edgequal.contract.runtimes import Requirement, check_env_name
 
 
 def test_requirement_is_one_exact_pin_of_a_known_runtime():
@@ -97,7 +97,7 @@ def test_unknown_environment_is_refused_listing_the_installed_ones(tmp_path):
 
 
 def test_pip_error_is_the_line_that_says_why():
-    from edgequal.agent.runtimes.installer import pip_error
+    from edgequal.contract.runtimes import pip_error
 
     stderr = (
         "WARNING: Location 'file:///opt/x/' is ignored: it is neither a file nor a directory.\n"

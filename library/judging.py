@@ -8,7 +8,6 @@ here prints; errors are :class:`edgequal.Error` subclasses.
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -81,19 +80,18 @@ def gate(
     from edgequal.host.judge.gate import run_gate
 
     policy = _policy(policy)
-    with tempfile.TemporaryDirectory(prefix="edgequal-gate-") as tmp:
-        paths = []
-        for i, r in enumerate((report, baseline)):
-            if r is None:
-                paths.append(None)
-                continue
-            envelope, path = _envelope(r)
-            if path is None or not path.is_file():
-                path = Path(tmp) / f"report-{i}.json"
-                path.write_bytes(envelope)
-            paths.append(path)
-        with host_errors():
-            return run_gate(paths[0], policy, known=known, device=device, baseline_path=paths[1])
+    envelope, path = _envelope(report)
+    base, base_path = _envelope(baseline) if baseline is not None else (None, None)
+    with host_errors():
+        return run_gate(
+            envelope,
+            policy,
+            name=str(path) if path is not None else "report",
+            known=known,
+            device=device,
+            baseline=base,
+            baseline_name=str(base_path) if base_path is not None else "baseline",
+        )
 
 
 def attest(

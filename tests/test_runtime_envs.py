@@ -35,7 +35,7 @@ from edgequal.host.install.runtime_envs import (
 from edgequal.host.judge.compare import compare_reports
 from edgequal.host.judge.gate import run_gate
 from edgequal.host.judge.policy import parse_policy
-from edgequal.host.judge.report_file import load_report
+from edgequal.host.judge.report_file import load_report, read_report_bytes
 from edgequal.host.lab.inventory import load_lab
 from edgequal.host.lab.requalify import approve, load_approved, plan_requalification
 from edgequal.host.present.html.report import render_report_html
@@ -332,10 +332,10 @@ def test_gate_fails_an_environment_slower_than_its_limit(grpc_run, tmp_path, cap
     loose = parse_policy(
         {"runtime_envs": {"max_p50_ratio": 50.0, "required": [OLD_ENV, CURRENT_ENV]}}
     )
-    assert run_gate(out, loose, known=known).passed
+    assert run_gate(read_report_bytes(out), loose, known=known).passed
     # The current version may be no slower than a thousandth of the old one: it is slower.
     strict = parse_policy({"runtime_envs": {"max_p50_ratio": 0.001, "max_flips_between": 0}})
-    result = run_gate(out, strict, known=known)
+    result = run_gate(read_report_bytes(out), strict, known=known)
     assert not result.passed
     (failed,) = [c for c in result.checks if not c.passed]
     assert failed.name == f"runtime_envs.max_p50_ratio[{CURRENT_ENV}]"

@@ -189,8 +189,11 @@ def _gate_after_qualify(args, policy, report_path: Path, device_name: str, predi
         write_report_html(args.html, [load_report(report_path, known=KnownDevices())])
         return exit_code_for(predicate["status"], predicate.get("findings", []))
     from ..judge.gate import run_gate
+    from ..judge.report_file import read_report_bytes
 
-    result = run_gate(report_path, policy, device=device_name)
+    result = run_gate(
+        read_report_bytes(report_path), policy, name=str(report_path), device=device_name
+    )
     return _finish_gate(args, result)
 
 

@@ -41,7 +41,7 @@ from .checks import (
 from .condition_checks import coload_checks, edge_shape_checks
 from .pipeline_checks import pipeline_checks
 from .policy import Policy
-from .report_file import ReportFile, load_report
+from .report_file import ReportFile, report_of
 from .runtime_env_checks import runtime_env_checks
 from .scenario_checks import (
     batch_checks,
@@ -153,24 +153,27 @@ def evaluate(predicate: dict, policy: Policy) -> list[Check]:
 
 
 def run_gate(
-    report_path: str | Path,
+    report: bytes,
     policy: Policy,
     *,
+    name: str = "report",
     known: KnownDevices | None = None,
     device: str | None = None,
-    baseline_path: str | Path | None = None,
+    baseline: bytes | None = None,
+    baseline_name: str = "baseline",
 ) -> GateResult:
-    """Verify the report, then every check of the policy (and the baseline's, when given).
+    """Verify the report's envelope bytes, then every check of the policy (and the
+    baseline's, when given). ``name`` (and ``baseline_name``) is the file the bytes came
+    from, or what to call them: the result's ``report``.
 
-    An unreadable file raises UsageError (exit 2); a report that does not verify gives
-    a failed result with no checks read from it.
+    A report that does not verify gives a failed result with no checks read from it.
     """
     known = known if known is not None else KnownDevices()
     try:
-        cand = load_report(report_path, known=known, device=device, require=True)
+        cand = report_of(report, name, known=known, device=device, require=True)
     except VerificationFailed as e:
         return GateResult(
-            str(report_path),
+            name,
             policy.name,
             False,
             f"NOT VERIFIED: {e}",
@@ -186,14 +189,14 @@ def run_gate(
             ],
         )
     base = None
-    if baseline_path is not None:
+    if baseline is not None:
         try:
-            base = load_report(baseline_path, known=known, require=True)
+            base = report_of(baseline, baseline_name, known=known, require=True)
         except VerificationFailed as e:
-            base = ReportFile(Path(baseline_path), {}, [], False, f"NOT VERIFIED: {e}")
+            base = ReportFile(Path(baseline_name), {}, [], False, f"NOT VERIFIED: {e}")
     pred = cand.predicate
     result = GateResult(
-        report=str(report_path),
+        report=name,
         policy=policy.name,
         verified=True,
         signature=cand.signature,

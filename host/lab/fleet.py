@@ -455,14 +455,18 @@ class FleetRunner:
         gate = None
         if self.policy is not None:
             from ..judge.gate import run_gate
+            from ..judge.report_file import read_report_bytes
 
             fixed = (self.pairs or {}).get((record.model, record.device))
+            baseline = fixed.baseline if fixed is not None else None
             gate = run_gate(
-                path,
+                read_report_bytes(path),
                 self.policy,
+                name=str(path),
                 known=self.known,
                 device=record.device,
-                baseline_path=fixed.baseline if fixed is not None else None,
+                baseline=read_report_bytes(baseline) if baseline is not None else None,
+                baseline_name=str(baseline),
             )
         page = None
         if self.options.html_pages:

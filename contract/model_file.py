@@ -82,10 +82,3 @@ def tflite_problem(path: Path) -> str | None:
     if head[4:8] != b"TFL3":
         return "it lacks the TFL3 file identifier at byte 4"
     return None
-
-
-def model_file_problem(path: Path, runtime: str) -> str | None:
-    """Why ``path`` is not a model ``runtime`` (``onnxruntime`` or ``litert``) could load,
-    judged from its framing; None when it looks like one (the runtime still decides)."""
-    check = {"onnxruntime": onnx_problem, "litert": tflite_problem}.get(runtime)
-    return check(Path(path)) if check is not None else None

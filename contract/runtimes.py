@@ -4,12 +4,103 @@ environment's name: checked on the host before anything is sent and again on the
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .errors import BadInput
+from .model_file import onnx_problem, tflite_problem
 
-RUNTIME_NAMES = ("onnxruntime", "litert")
+
+@dataclass(frozen=True)
+class RuntimeKind:
+    """One runtime edgequal qualifies on, everything that names it declared once: the plan's
+    and report's name, its adapter (imported only by a worker), the model files it takes
+    and how they are told apart, where it comes from, and its line in the docs. Every list
+    of runtimes (plan validation, ``--runtime``, detection, environments, install extras,
+    approvals) is derived from :data:`RUNTIMES`."""
+
+    name: str
+    adapter: str
+    """``module:Class`` in ``edgequal.agent.runtimes``."""
+    model_kind: str
+    """What its model file is, in messages: ``an ONNX model``."""
+    suffixes: tuple[str, ...]
+    """Model file suffixes, the first the usual one."""
+    magic: tuple[int, bytes]
+    """``(offset, bytes)`` its model files carry, to tell a file stored without a name."""
+    framing_problem: Callable[[Path], str | None]
+    """Why a file is not one of its models, from its framing (``contract/model_file.py``)."""
+    modules: tuple[str, ...]
+    """Importable modules that provide it, the first found wins."""
+    distributions: tuple[str, ...]
+    """pip distributions that provide it, the first the one an agent most likely has."""
+    environments: dict[str, tuple[str, ...]]
+    """Distributions a runtime environment may pin, with the modules each provides."""
+    extra: str
+    """edgequal's pip extra that installs it."""
+    install: str
+    """How to install it, in messages."""
+    docs: str
+    """Its line in the docs' table of runtimes."""
+
+
+RUNTIMES: tuple[RuntimeKind, ...] = (
+    RuntimeKind(
+        name="onnxruntime",
+        adapter="onnxruntime:OnnxRuntime",
+        model_kind="an ONNX model",
+        suffixes=(".onnx",),
+        magic=(0, b"\x08"),  # an ONNX ModelProto starts with field 1 (ir_version, tag 0x08)
+        framing_problem=onnx_problem,
+        modules=("onnxruntime",),
+        distributions=(
+            "onnxruntime",
+            "onnxruntime-gpu",
+            "onnxruntime-openvino",
+            "onnxruntime-directml",
+        ),
+        environments={
+            "onnxruntime": ("onnxruntime",),
+            "onnxruntime-gpu": ("onnxruntime",),
+            "onnxruntime-openvino": ("onnxruntime",),
+        },
+        extra="onnx",
+        install="pip install 'edgequal[onnx]' (onnxruntime)",
+        docs="ONNX Runtime: `.onnx` models, execution providers from what is installed",
+    ),
+    RuntimeKind(
+        name="litert",
+        adapter="litert:LiteRtRuntime",
+        model_kind="a TFLite model",
+        suffixes=(".tflite", ".lite"),
+        magic=(4, b"TFL3"),  # a TFLite flatbuffer's file identifier
+        framing_problem=tflite_problem,
+        modules=("ai_edge_litert", "tflite_runtime"),
+        distributions=("ai-edge-litert", "tflite-runtime"),
+        environments={"ai-edge-litert": ("ai_edge_litert",), "tflite-runtime": ("tflite_runtime",)},
+        extra="litert",
+        install="pip install 'edgequal[litert]' (ai-edge-litert), or tflite-runtime where no "
+        "ai-edge-litert wheel exists for this platform",
+        docs="LiteRT (ai-edge-litert, or tflite-runtime): `.tflite` models, XNNPACK by default",
+    ),
+)
+
+RUNTIME_NAMES = tuple(kind.name for kind in RUNTIMES)
+RUNTIME_EXTRAS = tuple(kind.extra for kind in RUNTIMES)
+
+
+def runtime_kind(name: str) -> RuntimeKind:
+    """The registry entry of a runtime name; BadInput naming the accepted names."""
+    check_runtime_name(name)
+    return next(kind for kind in RUNTIMES if kind.name == name)
+
+
+def model_file_problem(path: Path, runtime: str) -> str | None:
+    """Why ``path`` is not a model ``runtime`` could load, judged from its framing; None
+    when it looks like one (the runtime still decides)."""
+    kind = next((k for k in RUNTIMES if k.name == runtime), None)
+    return kind.framing_problem(Path(path)) if kind is not None else None
 
 
 def check_runtime_name(name: str) -> str:
@@ -75,32 +166,29 @@ def runtime_for(model_path: Path, requested: str = "auto", name_hint: str | None
         return requested
     for name in (name_hint, str(model_path)):
         suffix = Path(name).suffix.lower() if name else ""
-        if suffix == ".onnx":
-            return "onnxruntime"
-        if suffix in (".tflite", ".lite"):
-            return "litert"
+        for kind in RUNTIMES:
+            if suffix in kind.suffixes:
+                return kind.name
     try:
         with open(model_path, "rb") as f:
             head = f.read(8)
     except OSError as e:
         raise BadInput(f"cannot read model {model_path}: {e.strerror}") from e
-    if head[4:8] == b"TFL3":
-        return "litert"
-    if head[:1] == b"\x08":
-        return "onnxruntime"
+    # The longest identifier first: TFL3 at byte 4 says more than one tag byte.
+    for kind in sorted(RUNTIMES, key=lambda k: -len(k.magic[1])):
+        offset, magic = kind.magic
+        if head[offset : offset + len(magic)] == magic:
+            return kind.name
+    suffixes = " or ".join(kind.suffixes[0] for kind in RUNTIMES)
     raise BadInput(
         f"cannot tell the runtime of '{name_hint or Path(model_path).name}' from its name or content",
-        hint="use a .onnx or .tflite file, or pass --runtime onnxruntime|litert",
+        hint=f"use a {suffixes} file, or pass --runtime {'|'.join(RUNTIME_NAMES)}",
     )
 
 
 # distribution -> (runtime name the adapters know, modules to import)
 DISTRIBUTIONS = {
-    "onnxruntime": ("onnxruntime", ("onnxruntime",)),
-    "onnxruntime-gpu": ("onnxruntime", ("onnxruntime",)),
-    "onnxruntime-openvino": ("onnxruntime", ("onnxruntime",)),
-    "ai-edge-litert": ("litert", ("ai_edge_litert",)),
-    "tflite-runtime": ("litert", ("tflite_runtime",)),
+    dist: (kind.name, modules) for kind in RUNTIMES for dist, modules in kind.environments.items()
 }
 
 

@@ -21,8 +21,7 @@ from .errors import UsageError
 
 def check_model_file(model: Path, runtime: str = "auto") -> str:
     """The runtime ``model`` is for; UsageError when it is missing or is no such model."""
-    from edgequal.contract.model_file import model_file_problem
-    from edgequal.contract.runtimes import runtime_for
+    from edgequal.contract.runtimes import model_file_problem, runtime_for, runtime_kind
 
     model = Path(model)
     if not model.is_file():
@@ -35,7 +34,7 @@ def check_model_file(model: Path, runtime: str = "auto") -> str:
     except OSError as e:
         raise UsageError(f"cannot read model {model}: {e.strerror}") from e
     if problem is not None:
-        kind = {"onnxruntime": "an ONNX model", "litert": "a TFLite model"}.get(name, "a model")
+        kind = runtime_kind(name).model_kind
         raise UsageError(
             f"{model} is not {kind}: {problem}; nothing was sent",
             hint="give the exported .onnx or .tflite file itself",

@@ -7,6 +7,7 @@ worker, so the agent process can detect runtimes and answer Info without them.
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import signal
 import subprocess
@@ -14,7 +15,7 @@ import sys
 import threading
 from typing import TYPE_CHECKING
 
-from edgequal.contract.runtimes import RuntimeStatus, check_runtime_name
+from edgequal.contract.runtimes import RUNTIMES, RuntimeStatus, runtime_kind
 
 if TYPE_CHECKING:
     from .base import Runtime, RuntimeOptions
@@ -32,35 +33,13 @@ def __getattr__(name: str):
 
 
 def runtime_class(name: str) -> type[Runtime]:
-    """The adapter class for a runtime name (no runtime module is imported here)."""
-    if name == "onnxruntime":
-        from .onnxruntime import OnnxRuntime
-
-        return OnnxRuntime
-    if name == "litert":
-        from .litert import LiteRtRuntime
-
-        return LiteRtRuntime
-    check_runtime_name(name)  # BadInput naming the accepted names
-    raise AssertionError(f"runtime {name!r} has a name but no adapter")
+    """The adapter class for a runtime name (its module is imported now, not before)."""
+    module, cls = runtime_kind(name).adapter.split(":")  # BadInput naming the accepted names
+    return getattr(importlib.import_module(f"{__name__}.{module}"), cls)
 
 
 # (report name, importable modules, distributions, how to install)
-_KNOWN_RUNTIMES = (
-    (
-        "onnxruntime",
-        ("onnxruntime",),
-        ("onnxruntime", "onnxruntime-gpu", "onnxruntime-openvino", "onnxruntime-directml"),
-        "pip install 'edgequal[onnx]' (onnxruntime)",
-    ),
-    (
-        "litert",
-        ("ai_edge_litert", "tflite_runtime"),
-        ("ai-edge-litert", "tflite-runtime"),
-        "pip install 'edgequal[litert]' (ai-edge-litert), or tflite-runtime where no "
-        "ai-edge-litert wheel exists for this platform",
-    ),
-)
+_KNOWN_RUNTIMES = tuple((k.name, k.modules, k.distributions, k.install) for k in RUNTIMES)
 
 IMPORT_PROBE_TIMEOUT_S = 60.0
 """How long a runtime's trial import in a child process may take (a cold SD card is slow)."""

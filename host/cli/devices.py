@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from edgequal.contract.cli_args import examples
+from edgequal.contract.runtimes import RUNTIME_EXTRAS
 
 from .device_args import (
     add_connection_options,
@@ -340,7 +341,7 @@ def add_parsers(sub) -> None:
         "edgequal agent install ssh://pi@bench-pi5 --wheelhouse wheels/ --service background",
     )
     ai.add_argument("url", help="ssh://USER@HOST[:PORT]")
-    ai.add_argument("--extras", default="onnx,litert")
+    ai.add_argument("--extras", default=",".join(RUNTIME_EXTRAS))
     ai.add_argument(
         "--wheelhouse", type=Path, help="install only from this directory (labs without internet)"
     )

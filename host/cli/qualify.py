@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from edgequal.contract.cli_args import examples
+from edgequal.contract.runtimes import RUNTIME_NAMES
 
 from .device_args import add_connection_options, open_device_from_args
 from .judge import _check_plan_for_policy, _gate_after_qualify, _load_gate_policy
@@ -345,7 +346,7 @@ def add_parsers(sub) -> None:
     q.add_argument(
         "--runtime",
         default="auto",
-        help="auto (default: from the model file), onnxruntime or litert",
+        help=f"auto (default: from the model file), {' or '.join(RUNTIME_NAMES)}",
     )
     q.add_argument(
         "--threads",

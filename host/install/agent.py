@@ -43,6 +43,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from edgequal.contract.runtimes import RUNTIME_EXTRAS
+
 from ..devices.trust import KnownDevices, check_device_name, decode_public_key, default_device_name
 from ..errors import TransportError, UsageError
 from ..transport.ssh import DEFAULT_INSTALL_PREFIX, SSHTransport
@@ -61,7 +63,7 @@ from .wheel import build_wheel
 
 SERVICES = ("systemd", "background", "none")
 DEFAULT_LISTEN = "0.0.0.0:50051"
-DEFAULT_EXTRAS = ("onnx", "litert")
+DEFAULT_EXTRAS = RUNTIME_EXTRAS
 MIN_PYTHON = (3, 10)
 PIP_TIMEOUT_S = 1800.0
 PIP_IDLE_TIMEOUT_S = 600.0

@@ -12,11 +12,12 @@ from collections.abc import Sequence
 
 from edgequal.contract.auth import parse_listen
 from edgequal.contract.errors import BadInput
+from edgequal.contract.runtimes import RUNTIME_EXTRAS
 
 from ..errors import UsageError
 
 SERVICE_NAME = "edgequal-agent"
-KNOWN_EXTRAS = ("onnx", "litert", "pipeline")
+KNOWN_EXTRAS = (*RUNTIME_EXTRAS, "pipeline")
 _WILDCARD_HOSTS = ("", "0.0.0.0", "::", "*")
 
 

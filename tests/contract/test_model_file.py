@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from edgequal.contract.model_file import model_file_problem
+from edgequal.contract.runtimes import model_file_problem
 
 
 def test_every_example_model_passes(example_models):

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from edgequal.host.errors import HostError, UsageError
+from edgequal.host.transport.schemes import LOCAL, is_scheme, scheme_of
 
 from .report import Report
 
@@ -112,7 +113,7 @@ class Device:
 
         if name:
             return load_profile(name)
-        if self.address == "local":
+        if is_scheme(self.address, LOCAL):
             return None
         return match_profile(self.info().get("fingerprint") or {})
 
@@ -183,7 +184,7 @@ class Device:
         other host measures on it meanwhile; a device reached without leases (ssh://,
         the local agent) runs one measurement at a time by itself and holds none.
         ``wait_s``: 0 fails fast with DeviceBusy naming the holder, None waits."""
-        if not self.address.startswith("grpc://"):
+        if not scheme_of(self.address) or not scheme_of(self.address).leases:
             yield None
             return
         from edgequal.host.lab.fleet import _LeaseKeeper

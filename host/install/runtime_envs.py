@@ -28,6 +28,7 @@ from edgequal.contract.runtimes import pip_error
 
 from ..devices.trust import KnownDevices
 from ..errors import HostError, TransportError, UsageError
+from ..transport.schemes import SSH, is_scheme
 from ..transport.ssh import SSHTransport
 from ..transport.ssh_session import SSHSession
 
@@ -113,7 +114,7 @@ def _agent_transport(
 
 
 def _open(url: str, known_hosts, key_file, ssh_config, allow_agent, look_for_keys) -> SSHSession:
-    if not url.startswith("ssh://"):
+    if not is_scheme(url, SSH):
         raise UsageError(f"{url}: runtime environments are installed over SSH only", hint=(
             "give the board's ssh://USER@HOST: installing runs code, which no RPC may do"
         ))  # fmt: skip

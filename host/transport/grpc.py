@@ -25,7 +25,15 @@ from edgequal.contract.info import AgentInfo
 from ...protos import edgequal_v1_pb2 as pb
 from ...protos import edgequal_v1_pb2_grpc as pb_grpc
 from ..errors import DeviceBusy, HostError, TransportError, UsageError, refuse_credentials
-from .base import IdentityProof, ProgressEvent, PushResult, QualifyRequest, Transport
+from .base import (
+    IdentityProof,
+    OpenOptions,
+    ProgressEvent,
+    PushResult,
+    QualifyRequest,
+    Transport,
+)
+from .schemes import GRPC, is_scheme
 
 CHUNK_BYTES = 1024 * 1024
 """Push chunk size: far below the agent's 4 MiB receive limit, large enough to keep per-message cost low."""
@@ -84,8 +92,8 @@ def normalize_address(address: str) -> str:
     """``grpc://HOST:PORT`` or ``HOST:PORT`` -> ``HOST:PORT``; UsageError when there is no port."""
     addr = address.strip()
     refuse_credentials(addr if "://" in addr else f"grpc://{addr}")
-    if addr.startswith("grpc://"):
-        addr = addr[len("grpc://") :]
+    if is_scheme(addr, GRPC):
+        addr = GRPC.rest(addr)
     addr = addr.rstrip("/")
     host, sep, port = addr.rpartition(":")
     if not sep or not host or not port.isdigit():
@@ -153,6 +161,21 @@ def host_error(error: grpc.RpcError, address: str, timeout_s: float | None = Non
 
 class GrpcTransport(Transport):
     """A connection to one agent over gRPC (insecure on loopback, else token and/or TLS)."""
+
+    @classmethod
+    def open_address(cls, address: str, options: OpenOptions) -> GrpcTransport:
+        """``grpc://HOST:PORT``, with the token and the TLS files when given."""
+        tls = None
+        if options.tls:
+            tls = TlsClientConfig(
+                *(
+                    Path(options.tls[k]) if options.tls.get(k) else None
+                    for k in ("tls_ca", "tls_cert", "tls_key")
+                )
+            )
+        return cls(
+            GRPC.rest(address), token=options.token, tls=tls, pinned_key=options.pinned_key
+        )
 
     def __init__(
         self,

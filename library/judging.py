@@ -136,7 +136,7 @@ def export(reports: Iterable[ReportLike], format: str, *, device: str | None = N
     host/present/exports.py. A report that does not verify raises VerificationFailed."""
     from edgequal.host.devices.trust import KnownDevices
     from edgequal.host.judge.report_file import ReportFile
-    from edgequal.host.present.exports import FORMATS, github_benchmark, prometheus
+    from edgequal.host.present.exports import EXPORTS, FORMATS
 
     if format not in FORMATS:
         raise UsageError(
@@ -157,4 +157,4 @@ def export(reports: Iterable[ReportLike], format: str, *, device: str | None = N
                 v.key_fingerprint,
             )
         )
-    return github_benchmark(files) if format == "github-benchmark" else prometheus(files)
+    return EXPORTS[format].render(files)

@@ -8,6 +8,8 @@ from pathlib import Path
 
 from edgequal.contract.cli_args import examples
 
+from ..present.exports import EXPORTS
+
 
 def cmd_verify(args) -> int:
     """``edgequal verify``: the library's ``edgequal.verify``, in one line."""
@@ -122,14 +124,12 @@ def _attest(args, result, policy) -> None:
 
 def cmd_export(args) -> int:
     """``edgequal export REPORT... --format github-benchmark|prometheus [-o FILE]``."""
-    import json
-
     from edgequal.judging import export
 
     from ..present.terminal.summary import print_note, write_json
 
     exported = export(args.reports, args.format, device=args.device)
-    text = json.dumps(exported, indent=1) + "\n" if args.format == "github-benchmark" else exported
+    text = EXPORTS[args.format].text(exported)
     if args.output is None:
         write_json(text.rstrip("\n"))
         return 0
@@ -265,9 +265,8 @@ def add_parsers(sub) -> None:
     ex.add_argument(
         "--format",
         required=True,
-        choices=["github-benchmark", "prometheus"],
-        help="github-benchmark: customSmallerIsBetter JSON for github-action-benchmark; "
-        "prometheus: OpenMetrics text for node_exporter's textfile collector",
+        choices=list(EXPORTS),
+        help="; ".join(f"{f.name}: {f.help}" for f in EXPORTS.values()),
     )
     ex.add_argument(
         "-o", "--output", type=Path, metavar="FILE", help="write here atomically (default stdout)"

@@ -17,17 +17,17 @@ left out, never written as zero.
 from __future__ import annotations
 
 import datetime
+import json
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from edgequal.contract.openmetrics import Gauge, render
-from edgequal.contract.preemption import decisive_summary
-from edgequal.contract.signing import STATUSES
 
-from ..judge.report_file import ReportFile
-
-FORMATS = ("github-benchmark", "prometheus")
+if TYPE_CHECKING:  # the CLI reads EXPORTS for --format: nothing heavy at import
+    from ..judge.report_file import ReportFile
 
 
 def _labels(report: ReportFile) -> dict[str, str]:
@@ -35,6 +35,8 @@ def _labels(report: ReportFile) -> dict[str, str]:
 
 
 def _shape_entries(report: ReportFile) -> list[tuple[str, dict]]:
+    from edgequal.contract.preemption import decisive_summary
+
     per_shape = ((report.predicate.get("results") or {}).get("latency") or {}).get("per_shape")
     return [(e["shape"], decisive_summary(e)) for e in per_shape or []]
 
@@ -86,6 +88,8 @@ def github_benchmark(reports: Iterable[ReportFile]) -> list[dict]:
 
 def prometheus(reports: Iterable[ReportFile]) -> str:
     """OpenMetrics text of every report's figures (see the module doc)."""
+    from edgequal.contract.signing import STATUSES
+
     g = {
         "p50": Gauge(
             "edgequal_latency_p50_seconds", "warm latency p50 (decisive calls)", "seconds"
@@ -134,6 +138,37 @@ def prometheus(reports: Iterable[ReportFile]) -> str:
             g["status"].add({**base, "status": status}, status == pred.get("status"))
         g["finished"].add(base, _timestamp(pred.get("finished_at")))
     return render(g.values())
+
+
+@dataclass(frozen=True)
+class ExportFormat:
+    """One export format, declared once: its name, what it makes of verified reports, the
+    text of its file, and its line in ``--format``'s help and the docs."""
+
+    name: str
+    render: Callable[[Iterable[ReportFile]], object]
+    text: Callable[[object], str]
+    help: str
+
+
+EXPORTS: dict[str, ExportFormat] = {
+    f.name: f
+    for f in (
+        ExportFormat(
+            "github-benchmark",
+            github_benchmark,
+            lambda entries: json.dumps(entries, indent=1) + "\n",
+            "customSmallerIsBetter JSON for github-action-benchmark",
+        ),
+        ExportFormat(
+            "prometheus",
+            prometheus,
+            str,
+            "OpenMetrics text for node_exporter's textfile collector",
+        ),
+    )
+}
+FORMATS = tuple(EXPORTS)
 
 
 def _timestamp(text) -> float | None:

@@ -230,10 +230,10 @@ def _check_manifest(path: Path, manifest: dict) -> None:
 def check_edge_shapes(value, field: str) -> list[dict]:
     """Edge shapes checked by the plan's own rule (``plan.edge_shapes``); BadInput names
     ``field`` (``manifest field``, ``--edge-shape``) where the plan's message says ``plan field``."""
-    from .plan import _edge_shapes
+    from .plan import parse_edge_shapes
 
     try:
-        return _edge_shapes(value) or []
+        return parse_edge_shapes(value) or []
     except BadInput as e:
         raise BadInput(str(e).replace("plan field", field, 1), hint=e.hint) from None
 

@@ -477,7 +477,7 @@ def _validated(plan: Mapping) -> dict:
     full["runtime_envs"] = _runtime_envs(full["runtime_envs"])
     full["batch_sizes"] = _batch_sizes(full["batch_sizes"])
     full["coload"] = _coload(full["coload"])
-    full["edge_shapes"] = _edge_shapes(full["edge_shapes"])
+    full["edge_shapes"] = parse_edge_shapes(full["edge_shapes"])
     shapes = full.get("shapes") or {}
     if not isinstance(shapes, Mapping) or not all(
         isinstance(v, list) and all(isinstance(d, int) and d > 0 for d in v)
@@ -644,7 +644,7 @@ def _runtime_envs(value) -> list[str] | None:
     return names
 
 
-def _edge_shapes(value) -> list[dict] | None:
+def parse_edge_shapes(value) -> list[dict] | None:
     """``edge_shapes``: None, or 1..16 ``{"label", "shapes": {input: [dims]}}``.
 
     Dimensions may be 0 (an empty sequence); a label names the shape in the report

@@ -187,10 +187,10 @@ class Device:
         if not scheme_of(self.address) or not scheme_of(self.address).leases:
             yield None
             return
-        from edgequal.host.lab.fleet import _LeaseKeeper
+        from edgequal.host.lab.fleet import LeaseKeeper
 
         lease = self.transport.acquire_lease(purpose, ttl_s, wait_s=wait_s)
-        keeper = _LeaseKeeper(self.transport, ttl_s)
+        keeper = LeaseKeeper(self.transport, ttl_s)
         try:
             yield lease
         finally:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from edgequal.contract.cli_args import examples
 
-from .judge import _check_plan_for_policy, _load_gate_policy
+from .judge import check_plan_for_policy, load_gate_policy
 from .plan_args import add_length_options, length_flags
 
 
@@ -103,10 +103,10 @@ def _print_fleet_plans(models, preset: str, overrides: dict, policy_path) -> Non
     from ..lab.fleet import fleet_plan
     from ..present.terminal.summary import print_plan
 
-    policy = _load_gate_policy(policy_path) if policy_path else None
+    policy = load_gate_policy(policy_path) if policy_path else None
     for name in dict.fromkeys(m.plan or preset for m in models):
         plan = fleet_plan(name, None, overrides)
-        _check_plan_for_policy(plan, policy)
+        check_plan_for_policy(plan, policy)
         print_plan(plan, boards=True)
 
 
@@ -204,7 +204,7 @@ def _cmd_fleet_requalify(args) -> int:
     from ..present.terminal.summary import print_note
 
     lab = load_lab(args.lab)
-    _load_gate_policy(args.policy)  # a bad policy is refused even when nothing runs
+    load_gate_policy(args.policy)  # a bad policy is refused even when nothing runs
     plan = plan_requalification(args.approved, lab, every=args.all, runtime_env=args.runtime_env)
     for key, why in plan.missing_env.items():
         print_note(f"{key}: not re-qualified under {args.runtime_env}: {why}")

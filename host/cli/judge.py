@@ -48,13 +48,13 @@ def cmd_verify(args) -> int:
     return 0
 
 
-def _load_gate_policy(path: Path):
+def load_gate_policy(path: Path):
     from ..judge.policy import load_policy
 
     return load_policy(path)
 
 
-def _check_plan_for_policy(plan, policy) -> None:
+def check_plan_for_policy(plan, policy) -> None:
     """Refuse a run whose plan (a :class:`Plan`) ``--gate``'s policy would fail for lacking
     a phase: a profile adds none, so the plan's phases are known before connecting."""
     if policy is None or policy.requires_plan is None:
@@ -83,7 +83,7 @@ def cmd_gate_compare_report(args) -> int:
     if args.command == "gate":
         from edgequal.judging import gate
 
-        policy = _load_gate_policy(args.policy)
+        policy = load_gate_policy(args.policy)
         result = gate(args.report, policy=policy, device=args.device, baseline=args.baseline)
         if args.attest:
             _attest(args, result, policy)
@@ -177,7 +177,7 @@ def _finish_gate(args, result) -> int:
     return 0 if result.passed else 1
 
 
-def _gate_after_qualify(args, policy, report_path: Path, device_name: str, predicate) -> int:
+def gate_after_qualify(args, policy, report_path: Path, device_name: str, predicate) -> int:
     """``qualify --gate POLICY`` / ``--html PAGE``: the gate decides the exit code when asked."""
     if policy is None:
         from edgequal.contract.exit_codes import exit_code_for

@@ -10,7 +10,7 @@ from edgequal.contract.cli_args import examples
 from edgequal.contract.runtimes import RUNTIME_NAMES
 
 from .device_args import add_connection_options, open_device_from_args
-from .judge import _check_plan_for_policy, _gate_after_qualify, _load_gate_policy
+from .judge import check_plan_for_policy, gate_after_qualify, load_gate_policy
 from .plan_args import add_length_options, length_flags
 
 if TYPE_CHECKING:
@@ -144,9 +144,9 @@ def cmd_qualify(args) -> int:
     # Everything the host can check is checked before a device is contacted.
     # Flags first, then the files they name, then the shapes against the model's inputs.
     model = args.model
-    policy = _load_gate_policy(args.gate) if args.gate else None
+    policy = load_gate_policy(args.gate) if args.gate else None
     flags_plan = _plan_from_args(args)  # bad flags, before connecting
-    _check_plan_for_policy(flags_plan, policy)
+    check_plan_for_policy(flags_plan, policy)
     runtime = check_model_file(model, args.runtime)
     if args.golden is not None and not args.golden.is_file():
         raise UsageError(
@@ -180,7 +180,7 @@ def cmd_qualify(args) -> int:
     else:
         print_summary(predicate, device.address, printable(report.path))
     if policy is not None or args.html:
-        return _gate_after_qualify(args, policy, report.path, device.name, predicate)
+        return gate_after_qualify(args, policy, report.path, device.name, predicate)
     if report.interrupted:
         print_note(f"run {report.run_id} was cancelled; its signed report is above")
     return report.exit_code

@@ -55,7 +55,7 @@ EDGE_SHAPE_LIMITS: dict[str, str] = {
 }
 
 # The whole path's stages, then the path (results.pipeline): [pipeline] max_PART_p50_ms, ..._p99_ms.
-_PATH_PARTS = ("decode", "preprocess", "inference", "decision", "end_to_end")
+PATH_PARTS = ("decode", "preprocess", "inference", "decision", "end_to_end")
 
 # Section -> key -> kind. "" is the top level; drift.outputs.NAME takes DRIFT_METRICS keys,
 # edge_shapes.labels.LABEL the EDGE_SHAPE_LIMITS keys.
@@ -133,7 +133,7 @@ SCHEMA: dict[str, dict[str, str]] = {
         "max_power_w": NUMBER,
     },
     "pipeline": {
-        **{f"max_{part}_{p}_ms": NUMBER for part in _PATH_PARTS for p in ("p50", "p99")},
+        **{f"max_{part}_{p}_ms": NUMBER for part in PATH_PARTS for p in ("p50", "p99")},
         "max_preprocessing_abs": NUMBER,
     },
     "baseline": {

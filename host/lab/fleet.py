@@ -126,7 +126,7 @@ def open_lab_device(device: LabDevice, known: KnownDevices | None = None) -> Tra
     )
 
 
-class _LeaseKeeper:
+class LeaseKeeper:
     """Renews a transport's lease every third of its TTL until stopped."""
 
     def __init__(self, transport: Transport, ttl_s: float):
@@ -416,7 +416,7 @@ class FleetRunner:
                 wait_s=self.options.wait_s,
                 on_wait=waiting,
             )
-            keeper = _LeaseKeeper(transport, self.options.lease_ttl_s)
+            keeper = LeaseKeeper(transport, self.options.lease_ttl_s)
             self._set(record, state="running", waiting_for=None)
         tmp = self.out / "reports" / f".{run_file_stem(model.name, device.name)}.json.part"
         try:

@@ -10,11 +10,11 @@ from edgequal.contract.preemption import decisive_entry
 
 from ...judge.report_file import ReportFile
 from ..units import duration_text
-from .parts import _e, _get, _status
+from .parts import escape, get_path, status_badge
 
 
 def _latency(results: dict) -> str:
-    shapes = [decisive_entry(e) for e in _get(results, "latency", "per_shape") or []]
+    shapes = [decisive_entry(e) for e in get_path(results, "latency", "per_shape") or []]
     if not shapes:
         return "not measured"
     s = shapes[0].get("summary") or {}
@@ -78,8 +78,8 @@ def model_cards(reports: Sequence[ReportFile]) -> str:
     for i, r in enumerate(reports):
         p = r.predicate
         results = p.get("results") or {}
-        cold = _get(results, "cold_load", "total_ms", "median")
-        peak = _get(results, "memory", "peak_rss_bytes")
+        cold = get_path(results, "cold_load", "total_ms", "median")
+        peak = get_path(results, "memory", "peak_rss_bytes")
         rows = [
             ("p50 / p90 / p99", _latency(results)),
             ("first inference", f"{duration_text(cold)} cold" if cold is not None else "—"),
@@ -94,11 +94,11 @@ def model_cards(reports: Sequence[ReportFile]) -> str:
             rows.append(("contention", "not measurable on this machine"))
         sig = "verified" if r.verified else "NOT VERIFIED"
         rows.append(("signature", f"{sig}, device {r.device_name or '—'}"))
-        body = "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in rows)
+        body = "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in rows)
         cards.append(
-            f'<div class="card"><h3>{_e(chr(65 + i))} {_e(r.model_name or r.path.name)}</h3>'
-            f"{_status(p.get('status'))}"
-            f'<p class="why">{_e(p.get("reason") or "every check passed")}</p>'
-            f'<dl>{body}</dl><p class="muted">{_e(r.path.name)}</p></div>'
+            f'<div class="card"><h3>{escape(chr(65 + i))} {escape(r.model_name or r.path.name)}</h3>'
+            f"{status_badge(p.get('status'))}"
+            f'<p class="why">{escape(p.get("reason") or "every check passed")}</p>'
+            f'<dl>{body}</dl><p class="muted">{escape(r.path.name)}</p></div>'
         )
     return f'<div class="cards">{"".join(cards)}</div>'

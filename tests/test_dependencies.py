@@ -208,3 +208,20 @@ def test_a_circle_and_a_forbidden_import_are_caught():
     assert unit_of("host/transport/grpc.py", rows) == "host/transport/"
     assert unit_of("host/transport/local.py", rows) == "host/transport/local.py"
     assert unit_of("host/lab/fleet.py", rows) == "host/"
+
+
+def test_no_private_name_is_imported_from_another_module():
+    """What one module shares with another is public; a ``_name`` stays in its module."""
+    modules, _ = import_graph()
+    private = []
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and (
+                node.level or "edgequal" in (node.module or "")
+            ):
+                private += [
+                    f"{layout_path(name, modules)}:{node.lineno} imports {a.name}"
+                    for a in node.names
+                    if a.name.startswith("_") and not a.name.startswith("__")
+                ]
+    assert not private, "\n".join(private)

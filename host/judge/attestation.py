@@ -24,7 +24,7 @@ from edgequal.contract.signing import STATEMENT_TYPE, canonical_json, sign_paylo
 
 from ..errors import UsageError
 from ..paths import config_dir
-from .checks import Check
+from .check_kit import Check
 from .gate import GateResult
 from .policy import Policy
 

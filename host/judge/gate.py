@@ -26,9 +26,8 @@ from pathlib import Path
 from ..devices.trust import KnownDevices
 from ..errors import VerificationFailed
 from .baseline import baseline_checks
+from .check_kit import RERUN_ADVICE, Check
 from .checks import (
-    RERUN_ADVICE,
-    Check,
     cold_load_checks,
     drift_checks,
     findings_checks,

@@ -9,7 +9,7 @@ A limit on a report without a pipeline fails as not measured, saying how to meas
 
 from __future__ import annotations
 
-from .checks import Check, limit_check, not_measured, percentile_upper_ci
+from .check_kit import Check, limit_check, not_measured, percentile_upper_ci
 from .policy import PATH_PARTS, Policy
 
 PART_LABELS = {

@@ -8,9 +8,10 @@ from __future__ import annotations
 import re
 import secrets
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from edgequal.contract.errors import BadInput
+from edgequal.contract.plan import Plan
 
 RUN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 """A run id: a safe file name (no separator, no leading dot), at most 64 characters."""
@@ -21,18 +22,30 @@ MAX_LATENCY_RUNS = 2_000_000
 
 @dataclass
 class RunRequest:
-    """What the host asked for: artifacts by digest, the plan, and its fresh nonce."""
+    """What the host asked for: artifacts by digest, the plan, and its fresh nonce.
+
+    The plan is parsed once, where the request enters the agent (gRPC ``Qualify``,
+    ``run-plan``, a recovered run's record): a :class:`Plan` from there on."""
 
     run_id: str
     model_digest: str
     golden_digest: str | None
-    plan: dict
+    plan: Plan
     nonce: str
     model_name: str = "model"
     golden_name: str | None = None
     extra_files: list[dict] = field(default_factory=list)
     """Files the model needs beside it (ONNX external data): ``{"name", "sha256"}`` each,
     ``name`` relative to the model's directory (``store.check_bundle_name``)."""
+
+    def to_json(self) -> dict:
+        """The request as JSON (the plan as :meth:`Plan.to_json`), as a run's record keeps it."""
+        return {**{f.name: getattr(self, f.name) for f in fields(self)}, "plan": self.plan.to_json()}
+
+    @classmethod
+    def from_json(cls, data: dict) -> RunRequest:
+        """The inverse of :meth:`to_json`; BadInput for a plan that is no plan."""
+        return cls(**{**data, "plan": Plan.from_json(data.get("plan") or {})})
 
 
 def new_run_id() -> str:
@@ -85,7 +98,7 @@ def subjects_for(request: RunRequest) -> list[dict]:
         {"name": f["name"], "sha256": f["sha256"], "role": "external_data"}
         for f in request.extra_files
     ]
-    for i, decl in enumerate((request.plan or {}).get("coload") or []):
+    for i, decl in enumerate(request.plan.coload or ()):
         if isinstance(decl, dict) and decl.get("kind") == "model" and decl.get("sha256"):
             name = f"coload/{decl.get('name') or 'model'}"
             if name in {s["name"] for s in subjects}:

@@ -40,7 +40,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 
 from edgequal.contract.errors import AgentError, ArtifactCorrupt, BadInput, QuotaExceeded
@@ -90,7 +90,7 @@ def sign_report(
             "nonce": request.nonce,
             "status": measurement["status"],
             "reason": measurement.get("reason"),
-            "plan": measurement.get("plan", request.plan),
+            "plan": measurement.get("plan", request.plan.to_json()),
             "fingerprint": measurement.get("fingerprint", {}),
             "results": measurement.get("results", {}),
             "findings": measurement.get("findings", []),
@@ -298,7 +298,7 @@ class Runs:
         run_dir = self.run_dir(request.run_id)
         clock = check_clock(self.clock(), request.nonce)
         # The boot id beside the request: a recovery under another boot id was a reboot.
-        record = {**asdict(request), "boot_id": read_boot_id(self.root)}
+        record = {**request.to_json(), "boot_id": read_boot_id(self.root)}
         try:
             write_atomic(run_dir / "request.json", json.dumps(record).encode())
             _write_outcome(run_dir, {"state": "running"})
@@ -409,13 +409,12 @@ class Runs:
         the operator's, else a share of the board's memory (``supervisor``)."""
         from .worker.supervisor import default_memory_limit_mb
 
-        plan = request.plan if isinstance(request.plan, dict) else {}
-        if plan.get("memory_limit_mb") is not None:
+        if request.plan.memory_limit_mb is not None:
             return request
         limit = self.memory_limit_mb or default_memory_limit_mb(self.root)
         if limit is None:
             return request
-        return replace(request, plan={**plan, "memory_limit_mb": limit})
+        return replace(request, plan=replace(request.plan, memory_limit_mb=limit))
 
     def _sign_bounded(self, request: RunRequest, measurement: dict) -> bytes:
         """Sign ``measurement``; an envelope over ``max_report_bytes`` is signed again without raw samples."""
@@ -582,7 +581,7 @@ class Runs:
     def _recover_one(self, run_dir: Path) -> bool:
         record = json.loads((run_dir / "request.json").read_text())
         boot_then = record.pop("boot_id", None)
-        request = RunRequest(**record)
+        request = RunRequest.from_json(record)
         check_run_id(request.run_id)
         if request.run_id != run_dir.name:
             raise BadInput(f"request.json names run {request.run_id!r}")

@@ -296,15 +296,6 @@ class Plan:
         return 30.0
 
 
-def timed_s_of(plan: Mapping) -> float | None:
-    """:meth:`Plan.timed_s` of a plan's JSON, or None when it is no valid plan (the run
-    refuses it by name later)."""
-    try:
-        return Plan.from_json(plan).timed_s()
-    except (BadInput, TypeError, ValueError):
-        return None
-
-
 # The most a plan may ask for: a report must stay retrievable (raw samples travel in
 # it) and a phase timeout must still detect a hang.
 _LIMITS = {

@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from edgequal.contract.errors import BadInput
+from edgequal.contract.plan import Plan
 from edgequal.contract.runtimes import Requirement, check_env_name
 
 ENVS_DIR = "runtimes"
@@ -241,13 +242,12 @@ class RuntimeEnvs:
         return out
 
 
-def plan_env_names(plan: dict | None) -> list[str]:
-    """The environment names a plan's JSON asks for (``runtime_envs``), [] for none."""
-    names = (plan or {}).get("runtime_envs") or []
-    return list(names) if isinstance(names, (list, tuple)) else []
+def plan_env_names(plan: Plan | None) -> list[str]:
+    """The environment names a plan asks for (``runtime_envs``), [] for none."""
+    return list(plan.runtime_envs or ()) if plan is not None else []
 
 
-def resolve_plan_envs(plan: dict | None, envs: RuntimeEnvs | None) -> list[RuntimeEnv] | None:
+def resolve_plan_envs(plan: Plan | None, envs: RuntimeEnvs | None) -> list[RuntimeEnv] | None:
     """The plan's environments on this device (BadInput for an unknown name), None without any.
 
     Called before the device is taken; the runtime of each is checked against the

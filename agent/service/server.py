@@ -49,7 +49,7 @@ from edgequal.contract.info import (
     Limits,
 )
 from edgequal.contract.keys import DeviceKey, load_or_create_device_key
-from edgequal.contract.plan import timed_s_of
+from edgequal.contract.plan import Plan
 from edgequal.contract.runtimes import RuntimeStatus
 from edgequal.protos import edgequal_v1_pb2 as pb
 from edgequal.protos import edgequal_v1_pb2_grpc as pb_grpc
@@ -296,8 +296,9 @@ class AgentService(pb_grpc.AgentServicer):
     @_stream_errors
     def Qualify(self, request, context):
         """Start a run, stream its events, end with its signed envelope."""
-        plan = _parse_json(request.plan_json or "{}", "plan_json", dict)
-        check_plan_bounds(plan, self.max_run_s)
+        plan_json = _parse_json(request.plan_json or "{}", "plan_json", dict)
+        check_plan_bounds(plan_json, self.max_run_s)
+        plan = Plan.from_json(plan_json)  # the one parse of this run's plan
         resolve_plan(plan, self.store, self.config)  # refused before the device is taken
         resolve_plan_envs(plan, self.runtime_envs)  # an unknown name too
         model_digest = validate_digest(request.model_digest)
@@ -328,7 +329,7 @@ class AgentService(pb_grpc.AgentServicer):
             extra_files=extra_files,
         )
 
-        expected_s = timed_s_of(plan)
+        expected_s = plan.timed_s()
         run = self.slot.start(
             run_id, holder, self.max_run_s, lease_id=request.lease_id, expected_s=expected_s
         )

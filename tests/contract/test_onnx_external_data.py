@@ -360,10 +360,11 @@ def test_bundle_names_and_subjects_are_distinct(tmp_path):
     """The model, its files and the golden set are distinct subjects; clashing names are refused."""
     from edgequal.agent.run_request import RunRequest, check_extra_files, subjects_for
     from edgequal.contract.errors import BadInput
+    from edgequal.contract.plan import Plan
 
     a, b, c = "a" * 64, "b" * 64, "c" * 64
     files = check_extra_files("net.onnx", [{"name": "w/x.bin", "sha256": b}], None)
-    request = RunRequest("run-1", a, c, {}, "n", "net.onnx", "w/x.bin", extra_files=files)
+    request = RunRequest("run-1", a, c, Plan.from_json({}), "n", "net.onnx", "w/x.bin", extra_files=files)
     assert subjects_for(request) == [
         {"name": "net.onnx", "sha256": a, "role": "model"},
         {"name": "w/x.bin", "sha256": b, "role": "external_data"},

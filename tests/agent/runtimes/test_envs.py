@@ -79,15 +79,15 @@ def test_plan_names_environments_once_each():
 def test_unknown_environment_is_refused_listing_the_installed_ones(tmp_path):
     envs = RuntimeEnvs(tmp_path)
     assert envs.list() == [] and envs.statuses() == []
-    assert resolve_plan_envs({"runtime_envs": None}, envs) is None
+    assert resolve_plan_envs(Plan.from_json({"runtime_envs": None}), envs) is None
     with pytest.raises(BadInput) as info:
-        resolve_plan_envs({"runtime_envs": ["onnxruntime-1.20.1"]}, envs)
+        resolve_plan_envs(Plan.from_json({"runtime_envs": ["onnxruntime-1.20.1"]}), envs)
     assert str(info.value) == (
         "unknown runtime environment 'onnxruntime-1.20.1' on this device; installed: default"
     )
     assert "edgequal-agent runtime add" in info.value.hint
     # The agent's own environment is always there.
-    (default,) = resolve_plan_envs({"runtime_envs": ["default"]}, envs)
+    (default,) = resolve_plan_envs(Plan.from_json({"runtime_envs": ["default"]}), envs)
     assert default.name == "default" and default.worker_python() is None
     # A directory without a manifest is an installation that did not finish: not offered.
     (tmp_path / "runtimes" / "half").mkdir(parents=True)

@@ -84,6 +84,7 @@ def _signed_report(tmp_path):
     from edgequal.agent.run_request import RunRequest, new_run_id
     from edgequal.agent.runs import sign_report
     from edgequal.contract.keys import load_or_create_device_key
+    from edgequal.contract.plan import Plan
     from edgequal.host.devices.trust import KnownDevices
 
     key = load_or_create_device_key(tmp_path / "device")
@@ -91,7 +92,7 @@ def _signed_report(tmp_path):
     model = tmp_path / "m.onnx"
     model.write_bytes(b"model")
     request = RunRequest(
-        new_run_id(), hashlib.sha256(b"model").hexdigest(), None, {}, "n", "m.onnx"
+        new_run_id(), hashlib.sha256(b"model").hexdigest(), None, Plan.from_json({}), "n", "m.onnx"
     )
     report = tmp_path / "r.json"
     report.write_bytes(sign_report(key, request, {"status": "passed", "results": {}}))

@@ -711,7 +711,7 @@ def test_require_same_golden_goes_by_the_subjects_role_not_the_file_name(
     is a fingerprint change; a report whose subjects carry no roles cannot pass it."""
     from edgequal.agent.run_request import RunRequest
     from edgequal.agent.runs import sign_report
-    from edgequal.contract.plan import make_plan
+    from edgequal.contract.plan import Plan, make_plan
     from edgequal.contract.signing import build_statement, sign_envelope
 
     plan = make_plan("quick").to_json()
@@ -719,7 +719,7 @@ def test_require_same_golden_goes_by_the_subjects_role_not_the_file_name(
     model, golden_a, golden_b = "a" * 64, "b" * 64, "c" * 64
 
     def report(name: str, golden: str) -> Path:
-        request = RunRequest(f"run-{name}", model, golden, plan, f"n-{name}", "m.onnx", "g.golden")
+        request = RunRequest(f"run-{name}", model, golden, Plan.from_json(plan), f"n-{name}", "m.onnx", "g.golden")
         path = tmp_path / f"{name}.report.json"
         path.write_bytes(sign_report(device_key, request, measurement))
         return path

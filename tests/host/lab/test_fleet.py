@@ -345,6 +345,7 @@ class ScriptedTransport:
     def qualify(self, request, on_event):
         from edgequal.agent.run_request import RunRequest, new_run_id
         from edgequal.agent.runs import sign_report
+        from edgequal.contract.plan import Plan
 
         self.calls += 1
         outcome = self.outcomes.pop(0)
@@ -354,7 +355,7 @@ class ScriptedTransport:
             new_run_id(),
             request.model_digest,
             request.golden_digest,
-            request.plan,
+            Plan.from_json(request.plan),
             request.nonce,
             request.model_name,
             request.golden_name,

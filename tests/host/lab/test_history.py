@@ -11,6 +11,7 @@ import pytest
 from edgequal.agent.run_request import RunRequest, new_run_id
 from edgequal.agent.runs import sign_report
 from edgequal.contract.keys import load_or_create_device_key
+from edgequal.contract.plan import Plan
 from edgequal.host.cli.main import main as edgequal_main
 from edgequal.host.devices.trust import KnownDevices
 from edgequal.host.errors import VerificationFailed
@@ -46,7 +47,7 @@ def signer(tmp_path):
             run_id=new_run_id(),
             model_digest=hashlib.sha256(b"model").hexdigest(),
             golden_digest=None,
-            plan={"preset": "quick", "profile": "generic/linux-x86_64"},
+            plan=Plan.from_json({"preset": "quick", "profile": "generic/linux-x86_64"}),
             nonce="n",
             model_name="micro.onnx",
         )

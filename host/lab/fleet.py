@@ -36,8 +36,9 @@ from ..errors import DeviceBusy, HostError, TransportError, UsageError, Verifica
 from ..judge.junit import fleet_junit
 from ..present.html.matrix import matrix_html
 from ..transport import Transport, open_transport
+from ..transport.base import holder_name
 from .inventory import FleetModel, Lab, LabDevice
-from .results import RETRY_STATUSES, FleetResult, RunRecord, holder_name
+from .results import RETRY_STATUSES, FleetResult, RunRecord
 
 if TYPE_CHECKING:
     from .history import FleetCell

@@ -5,14 +5,15 @@ Apart from ``fleet.py`` (which runs them) so the JUnit writer and the matrix pag
 
 from __future__ import annotations
 
-import getpass
-import socket
 from dataclasses import asdict, dataclass, field
+
+from ..transport.base import holder_name
 
 RETRY_STATUSES = ("inconclusive", "incomplete")
 """Report statuses a fleet run measures again: interference, or a run that could not finish."""
 
 OK_STATUSES = ("passed", "degraded")
+
 
 @dataclass
 class RunRecord:
@@ -60,6 +61,7 @@ class RunRecord:
         names = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in data.items() if k in names})
 
+
 @dataclass
 class FleetResult:
     """Every run of a fleet run, and the devices that went away."""
@@ -90,11 +92,3 @@ class FleetResult:
             "runs": [r.to_json() for r in self.runs],
             **self.notes,
         }
-
-def holder_name() -> str:
-    """``user@host``: who this host is, in a fleet index and on the leases it takes."""
-    try:
-        user = getpass.getuser()
-    except Exception:  # no login name in some containers
-        user = "unknown"
-    return f"{user}@{socket.gethostname()}"

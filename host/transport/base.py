@@ -6,7 +6,9 @@ a transport returns are exactly the DSSE envelope the agent signed.
 
 from __future__ import annotations
 
+import getpass
 import secrets
+import socket
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -64,6 +66,15 @@ class IdentityProof:
 
 CHALLENGE_BYTES = 32
 """Fresh random bytes the host sends to ``Prove`` (the agent takes 16 to 1024)."""
+
+
+def holder_name() -> str:
+    """``user@host``: who this host is, on the leases it takes and in a fleet index."""
+    try:
+        user = getpass.getuser()
+    except Exception:  # no login name in some containers
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
 
 
 @dataclass(frozen=True)

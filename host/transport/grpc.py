@@ -10,10 +10,8 @@ connection Stat again and continue.
 
 from __future__ import annotations
 
-import getpass
 import json
 import re
-import socket
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -32,6 +30,7 @@ from .base import (
     PushResult,
     QualifyRequest,
     Transport,
+    holder_name,
 )
 from .schemes import GRPC, is_scheme
 
@@ -106,14 +105,6 @@ def normalize_address(address: str) -> str:
             hint="use grpc://HOST:PORT, e.g. grpc://pi5:7441",
         )
     return addr
-
-
-def _default_holder() -> str:
-    try:
-        user = getpass.getuser()
-    except Exception:  # no login name in some containers
-        user = "unknown"
-    return f"{user}@{socket.gethostname()}"
 
 
 def _error_class(error: grpc.RpcError) -> str:
@@ -194,7 +185,7 @@ class GrpcTransport(Transport):
         self.timeout_s = float(timeout_s)
         self.chunk_bytes = int(chunk_bytes)
         self.qualify_timeout_s = qualify_timeout_s
-        self.holder = holder or _default_holder()
+        self.holder = holder or holder_name()
         self.last_run_id: str | None = None
         self._token = token
         # The token is attached only once the agent proved its key (_identity_proven).

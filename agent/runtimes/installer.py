@@ -32,6 +32,13 @@ def agent_package_dir() -> Path:
     return Path(__file__).resolve().parent.parent
 
 
+def contract_package_dir() -> Path:
+    """The directory of ``edgequal.contract``, which the agent's workers import (linked too)."""
+    import edgequal.contract
+
+    return Path(edgequal.contract.__file__).resolve().parent
+
+
 def build_env(
     req: Requirement,
     name: str,
@@ -123,9 +130,10 @@ def build_env(
 
 
 def link_agent(venv_python: Path) -> None:
-    """Make this agent's ``edgequal.agent`` importable in the venv of ``venv_python``.
+    """Make this agent's ``edgequal.agent`` (and the ``edgequal.contract`` it stands on)
+    importable in the venv of ``venv_python``.
 
-    A link (not a copy) in its site-packages: the worker code an environment runs is
+    Links (not copies) in its site-packages: the worker code an environment runs is
     always the installed agent's, so an agent upgrade upgrades the workers with it.
     """
     out = _run(
@@ -135,10 +143,11 @@ def link_agent(venv_python: Path) -> None:
     )
     package = Path(out.strip()) / "edgequal"
     package.mkdir(parents=True, exist_ok=True)
-    link = package / "agent"
-    if link.is_symlink() or link.exists():
-        link.unlink()
-    link.symlink_to(agent_package_dir(), target_is_directory=True)
+    for name, target in (("agent", agent_package_dir()), ("contract", contract_package_dir())):
+        link = package / name
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(target, target_is_directory=True)
 
 
 def _copy_exact(wheels: Sequence[dict], find_links: Sequence[Path], into: Path) -> list[Path]:

@@ -20,6 +20,7 @@ without that plan's sustained phase with one check naming both plans.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,7 +40,7 @@ from .checks import (
 )
 from .condition_checks import coload_checks, edge_shape_checks
 from .pipeline_checks import pipeline_checks
-from .policy import Policy
+from .policy import SUSTAINED_SECTIONS, Policy
 from .report_file import ReportFile, report_of
 from .runtime_env_checks import runtime_env_checks
 from .scenario_checks import (
@@ -116,35 +117,45 @@ class GateResult:
         }
 
 
+# Each policy section (``policy.SCHEMA``) and its checks, in the order a gate reports them;
+# ``plan``, ``status`` and ``findings`` read the predicate, the others its results. A section
+# of ``policy.SUSTAINED_SECTIONS`` is not checked when the plan lacks the sustained phase.
+GATE_SECTIONS: tuple[tuple[str, Callable[[dict, Policy], list[Check]]], ...] = (
+    ("status", status_checks),
+    ("findings", findings_checks),
+    ("cold_load", cold_load_checks),
+    ("latency", latency_checks),
+    ("sustained", sustained_checks),
+    ("drift", drift_checks),
+    ("memory", memory_checks),
+    ("batch", batch_checks),
+    ("threads", thread_checks),
+    ("server", server_checks),
+    ("operators", operator_checks),
+    ("energy", energy_checks),
+    ("coload", coload_checks),
+    ("edge_shapes", edge_shape_checks),
+    ("pipeline", pipeline_checks),
+    ("runtime_envs", runtime_env_checks),
+)
+_READ_PREDICATE = ("status", "findings")
+
+
 def evaluate(predicate: dict, policy: Policy) -> list[Check]:
-    """Every check of ``policy`` on a verified predicate, in the policy's section order.
+    """Every check of ``policy`` on a verified predicate, in :data:`GATE_SECTIONS`' order.
 
     When the report's plan lacks the sustained phase ``requires_plan`` needs, that is
     one failed check, and the sustained and energy limits (which only that phase
     measures) are not checked.
     """
     results = predicate.get("results") or {}
-    plan = plan_checks(predicate, policy)
-    short = any(not c.passed for c in plan)
-    return [
-        *plan,
-        *status_checks(predicate, policy),
-        *findings_checks(predicate, policy),
-        *cold_load_checks(results, policy),
-        *latency_checks(results, policy),
-        *([] if short else sustained_checks(results, policy)),
-        *drift_checks(results, policy),
-        *memory_checks(results, policy),
-        *batch_checks(results, policy),
-        *thread_checks(results, policy),
-        *server_checks(results, policy),
-        *operator_checks(results, policy),
-        *([] if short else energy_checks(results, policy)),
-        *coload_checks(results, policy),
-        *edge_shape_checks(results, policy),
-        *pipeline_checks(results, policy),
-        *runtime_env_checks(results, policy),
-    ]
+    checks = plan_checks(predicate, policy)
+    short = any(not c.passed for c in checks)
+    for section, section_checks in GATE_SECTIONS:
+        if short and section in SUSTAINED_SECTIONS:
+            continue
+        checks += section_checks(predicate if section in _READ_PREDICATE else results, policy)
+    return checks
 
 
 # ---------------------------------------------------------------------------

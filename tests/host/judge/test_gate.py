@@ -774,3 +774,14 @@ def test_the_quiet_board_advice_is_given_once():
     summary = GateResult("r.json", "p", True, "verified", [check]).summary
     assert summary.count("re-run on a quiet board") == 1
     assert summary.startswith("gate failed: inconclusive: latency")
+
+
+def test_every_policy_section_has_its_checks_in_the_gate():
+    """A section the policy accepts is one the gate checks (its registry, GATE_SECTIONS)."""
+    from edgequal.host.judge.gate import GATE_SECTIONS
+    from edgequal.host.judge.policy import SCHEMA
+
+    sections = [name for name, _ in GATE_SECTIONS]
+    assert len(sections) == len(set(sections))
+    # "" holds the policy's own keys; the baseline is judged against another report.
+    assert set(sections) == set(SCHEMA) - {"", "baseline"}

@@ -14,9 +14,16 @@ import os
 import sys
 from pathlib import Path
 
-from .cli_args import OneLineParser, examples, global_default, spread_global_options
-from .config import default_state_dir, probe_root, read_settings
-from .errors import AgentError, BadInput, DeviceBusy
+from edgequal.contract.cli_args import (
+    OneLineParser,
+    examples,
+    global_default,
+    spread_global_options,
+)
+from edgequal.contract.errors import AgentError, BadInput, DeviceBusy
+from edgequal.contract.state_dirs import default_state_dir
+
+from .config import probe_root, read_settings
 from .run_plan import cmd_run_plan
 
 log = logging.getLogger("edgequal.agent")
@@ -24,7 +31,7 @@ log = logging.getLogger("edgequal.agent")
 
 def _add_global_options(parser: argparse.ArgumentParser, top: bool) -> None:
     """``--debug`` and ``--state-dir``, before or after the subcommand
-    (:func:`~edgequal.agent.cli_args.spread_global_options`)."""
+    (:func:`~edgequal.contract.cli_args.spread_global_options`)."""
     parser.add_argument(
         "--debug", action="store_true", default=global_default(top, False), help="show tracebacks"
     )
@@ -38,7 +45,7 @@ def _add_global_options(parser: argparse.ArgumentParser, top: bool) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from . import __version__
+    from edgequal.contract import __version__
 
     p = OneLineParser(prog="edgequal-agent", description="edgequal device agent")
     p.add_argument("--version", action="version", version=f"edgequal-agent {__version__}")
@@ -261,10 +268,11 @@ def main(argv: list[str] | None = None) -> int:
 def cmd_serve(args, state_dir: Path) -> int:
     import signal
 
-    from .plan import parse_duration_s
+    from edgequal.contract.auth import read_token_file
+    from edgequal.contract.plan import parse_duration_s
+
     from .probes.fingerprint import fingerprint
     from .runtimes import ProbedRuntimes
-    from .service.auth import read_token_file
     from .service.server import serve
 
     token = read_token_file(args.token_file) if args.token_file else None
@@ -319,10 +327,12 @@ def cmd_serve(args, state_dir: Path) -> int:
 
 
 def cmd_measure(args, state_dir: Path) -> int:
-    from .phases.qualification import exit_code_for, run_measurement
-    from .plan import Plan, make_plan, parse_duration_s, parse_shape_args
-    from .report.signing import json_clean
-    from .report.summary import format_summary
+    from edgequal.contract.exit_codes import exit_code_for
+    from edgequal.contract.plan import Plan, make_plan, parse_duration_s, parse_shape_args
+    from edgequal.contract.signing import json_clean
+    from edgequal.contract.summary import format_summary
+
+    from .phases.qualification import run_measurement
 
     plan = make_plan(
         args.plan,
@@ -369,8 +379,8 @@ def cmd_measure(args, state_dir: Path) -> int:
 def cmd_key(args, state_dir: Path) -> int:
     """``key show`` reads the key and never makes one; ``key prove`` makes it on first use
     (the SSH form of enrolment). Either way the state directory read is named."""
-    from .config import local_agent_state_dir
-    from .keys import load_device_key, load_or_create_device_key
+    from edgequal.contract.keys import load_device_key, load_or_create_device_key
+    from edgequal.contract.state_dirs import local_agent_state_dir
 
     if args.action == "prove":
         return _prove(load_or_create_device_key(state_dir), args.challenge)
@@ -405,7 +415,7 @@ def cmd_key(args, state_dir: Path) -> int:
 
 def _prove(key, challenge_hex: str | None) -> int:
     """``key prove --challenge HEX``: one JSON line, the SSH form of the Prove RPC."""
-    from .service.identity import prove_identity
+    from edgequal.contract.identity import prove_identity
 
     try:
         challenge = bytes.fromhex(challenge_hex or "")
@@ -425,18 +435,19 @@ def _prove(key, challenge_hex: str | None) -> int:
 
 
 def agent_info(state_dir: Path, root: Path):
-    """This device's :class:`~edgequal.agent.service.info.AgentInfo`, as gRPC Info would answer it.
+    """This device's :class:`~edgequal.contract.info.AgentInfo`, as gRPC Info would answer it.
 
     Runtimes are found by a trial import in a child process each, never here;
     the lease is that of whichever agent holds the state directory, if any.
     """
-    from . import __version__
-    from .keys import load_or_create_device_key
+    from edgequal.contract import __version__
+    from edgequal.contract.info import AgentInfo, Limits
+    from edgequal.contract.keys import load_or_create_device_key
+    from edgequal.contract.lease import Lease
+
     from .probes import read_all
     from .runtimes import detect_runtimes
     from .runtimes.envs import RuntimeEnvs
-    from .service.info import AgentInfo, Limits
-    from .service.lease import Lease
     from .service.state_lock import peek
     from .service.store import ArtifactStore
 
@@ -525,7 +536,10 @@ def cmd_runtime(args, state_dir: Path) -> int:
             raise BadInput(f"cannot read {args.exact_wheels}: {e}") from e
         if not isinstance(exact, list) or not all(isinstance(w, dict) for w in exact):
             raise BadInput(f"{args.exact_wheels} must hold a JSON list of {{file, sha256}}")
-    env = envs.add(
+    from .runtimes.installer import add_env
+
+    env = add_env(
+        envs,
         args.requirement,
         args.name,
         find_links=args.find_links,

@@ -23,11 +23,11 @@ id and recovered under another was cut by a reboot (``device_reboot``).
 
 from __future__ import annotations
 
-import re
-import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from edgequal.contract.nonce import nonce_time_unix_ms
 
 from .probes.fingerprint import BOOT_ID
 from .probes.sysfs import read_value, under
@@ -38,20 +38,6 @@ network and push delays, far below the error of a board that never synchronized.
 
 CLOCK_FLOOR_UNIX = 1_735_689_600
 """2025-01-01T00:00:00Z: no correct clock reads earlier on a device running this agent."""
-
-_NONCE_TIME = re.compile(r"[0-9a-f]{32}\.([0-9]{1,15})")
-
-
-def new_nonce(now_s: float | None = None) -> str:
-    """A fresh host nonce: 128 random bits, then the host's wall clock in unix ms."""
-    now_s = time.time() if now_s is None else now_s
-    return f"{secrets.token_hex(16)}.{int(now_s * 1000)}"
-
-
-def nonce_time_unix_ms(nonce: str) -> int | None:
-    """The host time written into a :func:`new_nonce` nonce, or None for any other nonce."""
-    m = _NONCE_TIME.fullmatch(nonce) if isinstance(nonce, str) else None
-    return int(m.group(1)) if m else None
 
 
 @dataclass(frozen=True)

@@ -8,12 +8,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 
-def xdg_state_home() -> Path:
-    """``$XDG_STATE_HOME``, else ``~/.local/state`` (the XDG base directory rule; host and agent)."""
-    xdg = os.environ.get("XDG_STATE_HOME")
-    return Path(xdg).expanduser() if xdg else Path.home() / ".local" / "state"
-
-
 def proc_root(explicit: str | os.PathLike | None = None) -> Path:
     """Where the worker and the contention sampler read ``/proc``: ``explicit``, else
     ``$EDGEQUAL_PROC_ROOT``, else ``/proc``.
@@ -25,26 +19,6 @@ def proc_root(explicit: str | os.PathLike | None = None) -> Path:
     if explicit:
         return Path(explicit)
     return Path(os.environ.get("EDGEQUAL_PROC_ROOT") or "/proc")
-
-
-def default_state_dir() -> Path:
-    """``$EDGEQUAL_AGENT_STATE``, else ``$XDG_STATE_HOME/edgequal-agent``, else ``~/.local/state/edgequal-agent``."""
-    env = os.environ.get("EDGEQUAL_AGENT_STATE")
-    if env:
-        return Path(env)
-    return xdg_state_home() / "edgequal-agent"
-
-
-def local_agent_state_dir() -> Path:
-    """The state dir of the agent ``edgequal`` starts on this host (``--device local``):
-    ``$EDGEQUAL_LOCAL_STATE``, else ``$XDG_STATE_HOME/edgequal/local-agent``.
-
-    Here, not in the host, so ``edgequal-agent key show`` can name where that key lives.
-    """
-    explicit = os.environ.get("EDGEQUAL_LOCAL_STATE")
-    if explicit:
-        return Path(explicit)
-    return xdg_state_home() / "edgequal" / "local-agent"
 
 
 def probe_root(explicit: str | os.PathLike | None = None) -> Path:
@@ -84,7 +58,7 @@ def read_config(path: Path | None) -> dict:
 
     A file that cannot be read or is not TOML is a BadInput naming the file.
     """
-    from .errors import BadInput
+    from edgequal.contract.errors import BadInput
 
     try:
         import tomllib  # novermin: the fallback below is for 3.10
@@ -113,7 +87,7 @@ def parse_size_bytes(value: object, what: str) -> int:
     """
     import re
 
-    from .errors import BadInput
+    from edgequal.contract.errors import BadInput
 
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return value
@@ -170,7 +144,7 @@ class AgentSettings:
     @classmethod
     def from_config(cls, config: dict, path: Path | str = CONFIG_FILE) -> AgentSettings:
         """The settings of a configuration table (:func:`read_config`); BadInput names the key."""
-        from .errors import BadInput
+        from edgequal.contract.errors import BadInput
 
         unknown = sorted(set(config) - set(CONFIG_TABLES))
         if unknown:

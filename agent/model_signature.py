@@ -34,7 +34,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import BadInput
+from edgequal.contract.errors import BadInput
 
 VERIFY_TIMEOUT_S = 120.0
 """Longest one verification may take (it hashes the model once; the import is slow)."""

@@ -18,8 +18,9 @@ import sys
 import threading
 from pathlib import Path
 
+from edgequal.contract.errors import AgentError, BadInput, DeviceBusy
+
 from .config import probe_root, read_settings
-from .errors import AgentError, BadInput, DeviceBusy
 
 log = logging.getLogger("edgequal.agent")
 
@@ -88,9 +89,11 @@ class _EventLines:
 def cmd_run_plan(args, state_dir: Path) -> int:
     import signal
 
-    from .keys import load_or_create_device_key
+    from edgequal.contract.keys import load_or_create_device_key
+    from edgequal.contract.lease import Lease
+    from edgequal.contract.plan import Plan
+
     from .phases.coload import config_path, resolve_plan
-    from .plan import timed_s_of
     from .run_request import (
         RunRequest,
         check_extra_files,
@@ -100,7 +103,7 @@ def cmd_run_plan(args, state_dir: Path) -> int:
     )
     from .runs import Runs
     from .runtimes.envs import RuntimeEnvs, resolve_plan_envs
-    from .service.lease import DEFAULT_MAX_RUN_S, Lease
+    from .service.lease import DEFAULT_MAX_RUN_S
     from .service.state_lock import StateLock
     from .service.store import ArtifactStore
 
@@ -111,21 +114,22 @@ def cmd_run_plan(args, state_dir: Path) -> int:
     if not isinstance(spec, dict):
         raise BadInput(f"plan file {args.plan_file} must hold a JSON object")
     try:
-        request = RunRequest(
-            run_id=spec.get("run_id") or new_run_id(),
-            model_digest=spec["model_digest"],
-            golden_digest=spec.get("golden_digest"),
-            plan=spec.get("plan", {}),
-            nonce=spec["nonce"],
-            model_name=spec.get("model_name", "model"),
-            golden_name=spec.get("golden_name"),
-            extra_files=subjects_as_files(spec.get("extra_subjects") or []),
-        )
+        asked = {
+            "run_id": spec.get("run_id") or new_run_id(),
+            "model_digest": spec["model_digest"],
+            "golden_digest": spec.get("golden_digest"),
+            "nonce": spec["nonce"],
+            "model_name": spec.get("model_name", "model"),
+            "golden_name": spec.get("golden_name"),
+            "extra_files": subjects_as_files(spec.get("extra_subjects") or []),
+        }
     except KeyError as e:
         raise BadInput(f"plan file {args.plan_file} lacks '{e.args[0]}'") from None
-    if not isinstance(request.plan, dict):
+    plan = spec.get("plan", {})
+    if not isinstance(plan, dict):
         raise BadInput(f"plan file {args.plan_file}: 'plan' must be a JSON object")
-    check_plan_bounds(request.plan, DEFAULT_MAX_RUN_S)
+    check_plan_bounds(plan, DEFAULT_MAX_RUN_S)
+    request = RunRequest(**asked, plan=Plan.from_json(plan))  # the one parse of this plan
     settings = read_settings(state_dir)
     store = ArtifactStore(Path(state_dir) / "artifacts", **settings.store_options())
     request.extra_files = check_extra_files(request.model_name, request.extra_files, store)
@@ -153,7 +157,7 @@ def cmd_run_plan(args, state_dir: Path) -> int:
             request.run_id,
             spec.get("holder") or "ssh",
             DEFAULT_MAX_RUN_S,
-            expected_s=timed_s_of(request.plan),
+            expected_s=request.plan.timed_s(),
         )
         timer = threading.Timer(DEFAULT_MAX_RUN_S, cancel.set)
         timer.daemon = True
@@ -198,10 +202,11 @@ def _run_plan_through(serving: dict, request, holder: str) -> int:
     envelope. A host that leaves cancels the run, as it would over gRPC.
     """
     import grpc
+    from edgequal.contract.auth import read_token_file
 
     from ..protos import edgequal_v1_pb2 as pb
     from ..protos import edgequal_v1_pb2_grpc as pb_grpc
-    from .service.auth import AUTHORIZATION_KEY, read_token_file
+    from .service.auth import AUTHORIZATION_KEY
 
     token = read_token_file(Path(serving["token_file"])) if serving.get("token_file") else None
     metadata = ((AUTHORIZATION_KEY, f"Bearer {token}"),) if token else ()
@@ -211,7 +216,7 @@ def _run_plan_through(serving: dict, request, holder: str) -> int:
     message = pb.QualifyRequest(
         model_digest=request.model_digest,
         golden_digest=request.golden_digest or "",
-        plan_json=json.dumps(request.plan),
+        plan_json=json.dumps(request.plan.to_json()),
         nonce=request.nonce,
         model_name=request.model_name or "",
         golden_name=request.golden_name or "",

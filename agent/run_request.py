@@ -8,9 +8,10 @@ from __future__ import annotations
 import re
 import secrets
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
-from .errors import BadInput
+from edgequal.contract.errors import BadInput
+from edgequal.contract.plan import Plan
 
 RUN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 """A run id: a safe file name (no separator, no leading dot), at most 64 characters."""
@@ -21,18 +22,33 @@ MAX_LATENCY_RUNS = 2_000_000
 
 @dataclass
 class RunRequest:
-    """What the host asked for: artifacts by digest, the plan, and its fresh nonce."""
+    """What the host asked for: artifacts by digest, the plan, and its fresh nonce.
+
+    The plan is parsed once, where the request enters the agent (gRPC ``Qualify``,
+    ``run-plan``, a recovered run's record): a :class:`Plan` from there on."""
 
     run_id: str
     model_digest: str
     golden_digest: str | None
-    plan: dict
+    plan: Plan
     nonce: str
     model_name: str = "model"
     golden_name: str | None = None
     extra_files: list[dict] = field(default_factory=list)
     """Files the model needs beside it (ONNX external data): ``{"name", "sha256"}`` each,
     ``name`` relative to the model's directory (``store.check_bundle_name``)."""
+
+    def to_json(self) -> dict:
+        """The request as JSON (the plan as :meth:`Plan.to_json`), as a run's record keeps it."""
+        return {
+            **{f.name: getattr(self, f.name) for f in fields(self)},
+            "plan": self.plan.to_json(),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> RunRequest:
+        """The inverse of :meth:`to_json`; BadInput for a plan that is no plan."""
+        return cls(**{**data, "plan": Plan.from_json(data.get("plan") or {})})
 
 
 def new_run_id() -> str:
@@ -74,7 +90,7 @@ def subjects_for(request: RunRequest) -> list[dict]:
     """The statement's subjects: the model, its external-data files, co-load models, the
     golden set, the model's signature file.
 
-    Each carries its ``role`` (agent/report/signing.py ``SUBJECT_ROLES``), which readers
+    Each carries its ``role`` (contract/signing.py ``SUBJECT_ROLES``), which readers
     go by, never the file name. A golden set whose file name equals another subject's is
     named ``golden/<name>``, so two inputs with one file name never make a report that
     cannot be signed.
@@ -86,7 +102,7 @@ def subjects_for(request: RunRequest) -> list[dict]:
         {"name": f["name"], "sha256": f["sha256"], "role": "external_data"}
         for f in request.extra_files
     ]
-    for i, decl in enumerate((request.plan or {}).get("coload") or []):
+    for i, decl in enumerate(request.plan.coload or ()):
         if isinstance(decl, dict) and decl.get("kind") == "model" and decl.get("sha256"):
             name = f"coload/{decl.get('name') or 'model'}"
             if name in {s["name"] for s in subjects}:
@@ -97,7 +113,7 @@ def subjects_for(request: RunRequest) -> list[dict]:
         if name in {s["name"] for s in subjects}:
             name = f"golden/{name}"
         subjects.append({"name": name, "sha256": request.golden_digest, "role": "golden"})
-    signature = (request.plan or {}).get("model_signature_sha256")
+    signature = request.plan.model_signature_sha256 if request.plan is not None else None
     if isinstance(signature, str):
         name = f"signature/{request.model_name or 'model'}.sig"
         subjects.append({"name": name, "sha256": signature, "role": "model_signature"})
@@ -110,7 +126,7 @@ def check_extra_files(model_name: str, extra: object, store) -> list[dict]:
     Names must be bundle names (relative, no ``..``), unique, not the model's own
     name; every digest must be in the store. Checked before the device is taken.
     """
-    from .service.store import MAX_BUNDLE_FILES, check_bundle_name, validate_digest
+    from edgequal.contract.artifacts import MAX_BUNDLE_FILES, check_bundle_name, validate_digest
 
     if not isinstance(extra, list) or len(extra) > MAX_BUNDLE_FILES:
         raise BadInput(f"extra files must be a list of at most {MAX_BUNDLE_FILES} files")
@@ -142,7 +158,7 @@ def subjects_as_files(subjects: list) -> list:
 
 def bundle_model_name(model_name: str | None) -> str:
     """The model's file name inside its bundle: the host's name when it is one plain file name."""
-    from .service.store import check_bundle_name
+    from edgequal.contract.artifacts import check_bundle_name
 
     try:
         if model_name and "/" not in model_name:

@@ -40,14 +40,15 @@ import shutil
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 
+from edgequal.contract.errors import AgentError, ArtifactCorrupt, BadInput, QuotaExceeded
+from edgequal.contract.files import is_no_space, write_atomic
+from edgequal.contract.keys import DeviceKey
+from edgequal.contract.signing import build_statement, json_clean, sign_envelope
+
 from .clock import ClockCheck, check_clock, read_boot_id
-from .errors import AgentError, ArtifactCorrupt, BadInput, QuotaExceeded
-from .files import is_no_space, write_atomic
-from .keys import DeviceKey
-from .report.signing import build_statement, json_clean, sign_envelope
 from .run_request import RunRequest, bundle_model_name, check_run_id, new_run_id, subjects_for
 
 log = logging.getLogger(__name__)
@@ -89,7 +90,7 @@ def sign_report(
             "nonce": request.nonce,
             "status": measurement["status"],
             "reason": measurement.get("reason"),
-            "plan": measurement.get("plan", request.plan),
+            "plan": measurement.get("plan", request.plan.to_json()),
             "fingerprint": measurement.get("fingerprint", {}),
             "results": measurement.get("results", {}),
             "findings": measurement.get("findings", []),
@@ -129,7 +130,7 @@ def _preflight(model_path: Path) -> str | None:
 
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "edgequal.agent.runtimes.onnx_external_data", str(model_path)],
+            [sys.executable, "-m", "edgequal.contract.onnx_external_data", str(model_path)],
             capture_output=True,
             timeout=PREFLIGHT_TIMEOUT_S,
             start_new_session=True,
@@ -297,7 +298,7 @@ class Runs:
         run_dir = self.run_dir(request.run_id)
         clock = check_clock(self.clock(), request.nonce)
         # The boot id beside the request: a recovery under another boot id was a reboot.
-        record = {**asdict(request), "boot_id": read_boot_id(self.root)}
+        record = {**request.to_json(), "boot_id": read_boot_id(self.root)}
         try:
             write_atomic(run_dir / "request.json", json.dumps(record).encode())
             _write_outcome(run_dir, {"state": "running"})
@@ -320,7 +321,7 @@ class Runs:
                 for load in coload or ()
                 if load.model is not None
             ]
-            signature = request.plan.get("model_signature_sha256")
+            signature = request.plan.model_signature_sha256
             if signature is not None:
                 checked.append((self.store.path(signature), signature, "model signature"))
             for path, digest, name in checked:
@@ -404,7 +405,7 @@ class Runs:
 
         path = config_path(self.state_dir)
         policy = SigningPolicy.from_config(read_config(path), path)
-        digest = request.plan.get("model_signature_sha256")
+        digest = request.plan.model_signature_sha256
         if digest is None:
             return unsigned(policy)
         target = bundle if request.extra_files else model_path
@@ -436,13 +437,12 @@ class Runs:
         the operator's, else a share of the board's memory (``supervisor``)."""
         from .worker.supervisor import default_memory_limit_mb
 
-        plan = request.plan if isinstance(request.plan, dict) else {}
-        if plan.get("memory_limit_mb") is not None:
+        if request.plan.memory_limit_mb is not None:
             return request
         limit = self.memory_limit_mb or default_memory_limit_mb(self.root)
         if limit is None:
             return request
-        return replace(request, plan={**plan, "memory_limit_mb": limit})
+        return replace(request, plan=replace(request.plan, memory_limit_mb=limit))
 
     def _sign_bounded(self, request: RunRequest, measurement: dict) -> bytes:
         """Sign ``measurement``; an envelope over ``max_report_bytes`` is signed again without raw samples."""
@@ -609,7 +609,7 @@ class Runs:
     def _recover_one(self, run_dir: Path) -> bool:
         record = json.loads((run_dir / "request.json").read_text())
         boot_then = record.pop("boot_id", None)
-        request = RunRequest(**record)
+        request = RunRequest.from_json(record)
         check_run_id(request.run_id)
         if request.run_id != run_dir.name:
             raise BadInput(f"request.json names run {request.run_id!r}")

@@ -6,7 +6,7 @@ case per file, named after the file). ``--outputs`` follows the same naming with
 output names. When outputs are not given they come from onnxruntime (ONNX) or
 LiteRT (TFLite) run here on the host, and the manifest records which and its version.
 
-The manifest's ``preprocessing`` is the input contract (``agent/input_contract.py``):
+The manifest's ``preprocessing`` is the input contract (``contract/input_contract.py``):
 dtype, layout and the value range seen, read from the inputs, and what the model was
 trained on (layout, range, mean/std or scale, colour order, resize) from flags or a
 TOML file next to the inputs (``DIR/preprocessing.toml`` for a directory,
@@ -28,19 +28,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from edgequal.agent.errors import AgentError
-from edgequal.agent.golden import (
+from edgequal.agent.measure.drift import Tolerance, parse_decision_rule
+from edgequal.agent.runtimes import RuntimeOptions, runtime_class
+from edgequal.contract.artifacts import file_sha256
+from edgequal.contract.errors import AgentError
+from edgequal.contract.golden import (
     MANIFEST_KEY,
     GoldenCase,
-    file_sha256,
     load_npz_arrays,
     split_case_arrays,
     write_golden,
 )
-from edgequal.agent.measure.drift import Tolerance, parse_decision_rule
-from edgequal.agent.runtimes import RuntimeOptions, runtime_class, runtime_for
+from edgequal.contract.runtimes import runtime_for
 
 from .errors import UsageError
+from .preprocessing import read_preprocessing_toml, resolve_declared
 
 
 def read_case_inputs(source: Path) -> dict[str, dict[str, np.ndarray]]:
@@ -64,41 +66,6 @@ def preprocessing_toml_for(inputs: Path) -> Path:
     """Where the TOML beside ``inputs`` would be: ``DIR/preprocessing.toml`` or ``NAME.toml``."""
     inputs = Path(inputs)
     return inputs / "preprocessing.toml" if inputs.is_dir() else inputs.with_suffix(".toml")
-
-
-def read_preprocessing_toml(path: Path, *, stages: bool = False) -> dict:
-    """``{"*": defaults, NAME: keys}`` from a preprocessing (or, ``stages``, a pipeline) TOML;
-    UsageError naming a bad key (``agent.input_contract.parse_declared``, the one parser)."""
-    from edgequal.agent.input_contract import parse_declared
-
-    from .toml_text import BadToml, parse_toml
-
-    try:
-        data = parse_toml(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, BadToml) as e:
-        raise UsageError(f"{path}: not a readable TOML file ({e})") from e
-    try:
-        return parse_declared(data, str(path), stages=stages)
-    except AgentError as e:
-        raise UsageError(str(e), hint=e.hint) from e
-
-
-def resolve_declared(names: list[str], *layers: Mapping | None) -> dict[str, dict]:
-    """Per-input declared keys: each layer's ``"*"`` then its ``NAME`` entries, later layers win."""
-    out: dict[str, dict] = {n: {} for n in names}
-    for layer in layers:
-        if not layer:
-            continue
-        for n in names:
-            out[n].update({k: v for k, v in layer.get("*", {}).items() if v is not None})
-            out[n].update({k: v for k, v in layer.get(n, {}).items() if v is not None})
-        unknown = sorted(set(layer) - {"*", *names})
-        if unknown:
-            raise UsageError(
-                f"the preprocessing names input '{unknown[0]}', which the model does not have",
-                hint=f"inputs: {', '.join(names)}",
-            )
-    return out
 
 
 def _load(path: Path) -> dict[str, np.ndarray]:
@@ -169,7 +136,7 @@ def make_golden(
         rt.load(model)
         cases = []
         for case_name, feeds in case_inputs.items():
-            from edgequal.agent.runtimes.base import check_feeds
+            from edgequal.contract.tensors import check_feeds
 
             check_feeds(rt.inputs(), feeds, where=f"case '{case_name}' input")
             cases.append(GoldenCase(case_name, dict(feeds)))
@@ -189,7 +156,7 @@ def make_golden(
     except AgentError as e:
         raise UsageError(str(e), hint=e.hint) from e
     tolerances = _tolerances_for_outputs(tolerances, [o.name for o in rt.outputs()])
-    from edgequal.agent.input_contract import contract_mismatches, describe_inputs
+    from edgequal.contract.input_contract import contract_mismatches, describe_inputs
 
     names = [s.name for s in rt.inputs()]
     try:
@@ -237,7 +204,7 @@ class RawAttachments:
 
 def _make_raw_golden(model, raw, pipeline_toml, out, reference_inputs, **kwargs) -> str:
     """:func:`make_golden` for raw files (``host/pipeline.py``)."""
-    from edgequal.agent.input_contract import DECLARED_KEYS
+    from edgequal.contract.input_contract import DECLARED_KEYS
 
     from .pipeline import declared_pipeline, read_raw_cases, read_reference_inputs, run_on_host
 
@@ -326,7 +293,7 @@ def _tolerances_for_outputs(tolerances: dict | None, outputs: list[str]) -> dict
 
 def _checked_edge_shapes(edge_shapes: list[dict] | None) -> list[dict]:
     """``--edge-shape`` values by the plan's own rule (labels, sizes, limits); UsageError."""
-    from edgequal.agent.golden import check_edge_shapes
+    from edgequal.contract.golden import check_edge_shapes
 
     if not edge_shapes:
         return []
@@ -339,7 +306,7 @@ def _checked_edge_shapes(edge_shapes: list[dict] | None) -> list[dict]:
 def check_edge_shapes_fit(edges: list[dict], inputs) -> None:
     """UsageError naming an edge shape's input the model lacks, or whose declared fixed dims
     its sizes contradict (``agent.golden.edge_shape_misfit``, the rule the worker applies)."""
-    from edgequal.agent.golden import edge_shape_misfit
+    from edgequal.contract.golden import edge_shape_misfit
 
     for edge in edges:
         misfit = edge_shape_misfit(edge["shapes"], inputs)

@@ -1,7 +1,7 @@
 """The model file as the host checks it before anything is sent to a device.
 
 - :func:`check_model_file`: the file exists and is a model of the kind its runtime
-  takes (``agent/runtimes/model_file.py``, from its framing; a text file renamed
+  takes (``contract/model_file.py``, from its framing; a text file renamed
   ``.onnx`` is refused here, exit 2, not uploaded to fail on the board).
 - :func:`check_shapes`: every ``--shape`` names an input the model declares, with its
   rank and its fixed dimensions. The declared inputs are read without a runtime session:
@@ -13,16 +13,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from edgequal.agent.errors import AgentError
-from edgequal.agent.runtimes.base import TensorSpec
+from edgequal.contract.errors import AgentError
+from edgequal.contract.tensors import TensorSpec
 
 from .errors import UsageError
 
 
 def check_model_file(model: Path, runtime: str = "auto") -> str:
     """The runtime ``model`` is for; UsageError when it is missing or is no such model."""
-    from edgequal.agent.runtimes import runtime_for
-    from edgequal.agent.runtimes.model_file import model_file_problem
+    from edgequal.contract.runtimes import model_file_problem, runtime_for, runtime_kind
 
     model = Path(model)
     if not model.is_file():
@@ -35,7 +34,7 @@ def check_model_file(model: Path, runtime: str = "auto") -> str:
     except OSError as e:
         raise UsageError(f"cannot read model {model}: {e.strerror}") from e
     if problem is not None:
-        kind = {"onnxruntime": "an ONNX model", "litert": "a TFLite model"}.get(name, "a model")
+        kind = runtime_kind(name).model_kind
         raise UsageError(
             f"{model} is not {kind}: {problem}; nothing was sent",
             hint="give the exported .onnx or .tflite file itself",

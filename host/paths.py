@@ -11,9 +11,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from edgequal.agent.config import local_agent_state_dir, xdg_state_home
+from edgequal.contract.state_dirs import xdg_state_home
 
-__all__ = ["config_dir", "local_agent_state_dir", "reports_dir", "state_dir"]
+__all__ = ["config_dir", "reports_dir", "state_dir"]
 
 
 def config_dir() -> Path:

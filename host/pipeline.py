@@ -3,7 +3,7 @@
 ``edgequal golden make MODEL --raw DIR --pipeline pipeline.toml`` reads raw cases
 (:func:`read_raw_cases`: one case per file stem, or one per row of a ``cases.csv``
 manifest for a model with several inputs), checks the pipeline against the model
-(``agent/pipeline/spec.py``: the input contract's vocabulary plus its stage keys, one
+(``contract/pipeline_spec.py``: the input contract's vocabulary plus its stage keys, one
 parser for both), runs it here with the same stages the device runs
 (``agent/pipeline/stages.py``) so a raw file the device would refuse is refused now,
 and hands the tensors to ``golden.make_golden`` with the raw files, any reference
@@ -18,7 +18,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from edgequal.agent.errors import AgentError
+from edgequal.contract.errors import AgentError
 
 from .errors import UsageError, printable
 
@@ -140,7 +140,7 @@ def read_reference_inputs(path: Path, cases, names: list[str]) -> dict[str, dict
     """``{case: {input: array}}`` from ``--reference-inputs`` (``CASE/INPUT`` arrays); each
     named case and input must exist (shapes are not checked: a transposed reference is
     evidence the device reports)."""
-    from edgequal.agent.golden import load_npz_arrays, split_case_arrays
+    from edgequal.contract.golden import load_npz_arrays, split_case_arrays
 
     try:
         given = split_case_arrays(load_npz_arrays(Path(path)))
@@ -169,9 +169,9 @@ def declared_pipeline(
     ``assets`` are the tokenizer files by sha256; ``declared`` the per-input keys, whose
     input-contract part the golden manifest records as its ``preprocessing``.
     """
-    from edgequal.agent.pipeline.spec import resolve_pipeline
+    from edgequal.contract.pipeline_spec import resolve_pipeline
 
-    from .golden import read_preprocessing_toml, resolve_declared
+    from .preprocessing import read_preprocessing_toml, resolve_declared
 
     toml = Path(toml)
     declared = read_preprocessing_toml(toml, stages=True)

@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from edgequal.host.errors import HostError, UsageError
+from edgequal.host.transport.schemes import LOCAL, is_scheme, scheme_of
 
 from .report import Report
 
 if TYPE_CHECKING:
-    from edgequal.agent.plan import Plan
+    from edgequal.contract.plan import Plan
     from edgequal.host.devices.profiles import DeviceProfile
     from edgequal.host.devices.resolve import OpenDevice
 
@@ -35,7 +36,7 @@ _DURATION_FIELDS = {"sustain": "sustain_s", "window": "window_s", "latency": "la
 def host_errors() -> Iterator[None]:
     """Turn the agent package's errors (raised by the shared plan and golden-set rules) into
     the host's, so a library caller catches one root: :class:`edgequal.Error`."""
-    from edgequal.agent.errors import AgentError
+    from edgequal.contract.errors import AgentError
 
     try:
         yield
@@ -49,7 +50,7 @@ def plan_fields(fields: Mapping) -> dict:
     ``latency`` (or any ``*_s`` field) may be a duration text such as ``"2m"``; ``policy``
     (a gate policy file) commits that policy's sha256 in the signed plan
     (``policy_sha256``, docs/gating.md "A policy committed before the run")."""
-    from edgequal.agent.plan import parse_duration_s
+    from edgequal.contract.plan import parse_duration_s
 
     out = {}
     for key, value in fields.items():
@@ -118,14 +119,14 @@ class Device:
 
         if name:
             return load_profile(name)
-        if self.address == "local":
+        if is_scheme(self.address, LOCAL):
             return None
         return match_profile(self.info().get("fingerprint") or {})
 
     def plan(self, preset: str = "quick", *, profile: str | Path | None = None, **fields) -> Plan:
         """The plan a run here uses: the preset, then the profile's board fields, then
         ``fields`` (plan field names; None values are ignored; see :func:`plan_fields`)."""
-        from edgequal.agent.plan import make_plan
+        from edgequal.contract.plan import make_plan
 
         with host_errors():
             chosen = self.profile(profile)
@@ -158,7 +159,7 @@ class Device:
         file, verified on the device before the model is loaded (docs/security.md "Model
         signatures"). Raises :class:`edgequal.Error` subclasses.
         """
-        from edgequal.agent.plan import Plan
+        from edgequal.contract.plan import Plan
         from edgequal.host.devices.qualify import qualify
         from edgequal.host.model_file import check_model_file
 
@@ -195,13 +196,13 @@ class Device:
         other host measures on it meanwhile; a device reached without leases (ssh://,
         the local agent) runs one measurement at a time by itself and holds none.
         ``wait_s``: 0 fails fast with DeviceBusy naming the holder, None waits."""
-        if not self.address.startswith("grpc://"):
+        if not scheme_of(self.address) or not scheme_of(self.address).leases:
             yield None
             return
-        from edgequal.host.lab.fleet import _LeaseKeeper
+        from edgequal.host.lab.fleet import LeaseKeeper
 
         lease = self.transport.acquire_lease(purpose, ttl_s, wait_s=wait_s)
-        keeper = _LeaseKeeper(self.transport, ttl_s)
+        keeper = LeaseKeeper(self.transport, ttl_s)
         try:
             yield lease
         finally:

@@ -8,7 +8,6 @@ here prints; errors are :class:`edgequal.Error` subclasses.
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -81,19 +80,18 @@ def gate(
     from edgequal.host.judge.gate import run_gate
 
     policy = _policy(policy)
-    with tempfile.TemporaryDirectory(prefix="edgequal-gate-") as tmp:
-        paths = []
-        for i, r in enumerate((report, baseline)):
-            if r is None:
-                paths.append(None)
-                continue
-            envelope, path = _envelope(r)
-            if path is None or not path.is_file():
-                path = Path(tmp) / f"report-{i}.json"
-                path.write_bytes(envelope)
-            paths.append(path)
-        with host_errors():
-            return run_gate(paths[0], policy, known=known, device=device, baseline_path=paths[1])
+    envelope, path = _envelope(report)
+    base, base_path = _envelope(baseline) if baseline is not None else (None, None)
+    with host_errors():
+        return run_gate(
+            envelope,
+            policy,
+            name=str(path) if path is not None else "report",
+            known=known,
+            device=device,
+            baseline=base,
+            baseline_name=str(base_path) if base_path is not None else "baseline",
+        )
 
 
 def attest(
@@ -109,7 +107,7 @@ def attest(
     the verified device report ``result`` judged (by digest) and that report's model;
     ``report`` is the report judged when ``result.report`` names no file (a report given to
     :func:`gate` as bytes); ``key`` defaults to this host's key, created on first use."""
-    from edgequal.agent.files import write_atomic
+    from edgequal.contract.files import write_atomic
     from edgequal.host.devices.trust import KnownDevices
     from edgequal.host.devices.verify import verify_envelope
     from edgequal.host.judge.attestation import sign_gate_decision
@@ -139,7 +137,7 @@ def export(reports: Iterable[ReportLike], format: str, *, device: str | None = N
     host/present/bom.py). A report that does not verify raises VerificationFailed."""
     from edgequal.host.devices.trust import KnownDevices
     from edgequal.host.judge.report_file import ReportFile
-    from edgequal.host.present.exports import FORMATS, github_benchmark, prometheus
+    from edgequal.host.present.exports import EXPORTS, FORMATS
 
     if format not in FORMATS:
         raise UsageError(
@@ -160,8 +158,4 @@ def export(reports: Iterable[ReportLike], format: str, *, device: str | None = N
                 v.key_fingerprint,
             )
         )
-    if format == "cyclonedx":
-        from edgequal.host.present.bom import cyclonedx
-
-        return cyclonedx(files)
-    return github_benchmark(files) if format == "github-benchmark" else prometheus(files)
+    return EXPORTS[format].render(files)

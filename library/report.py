@@ -96,7 +96,7 @@ class NotMeasured:
 
 def _not_measured(key: str, count: int, run_note: str) -> NotMeasured:
     """What stands for summary figure ``key`` when the report has none."""
-    from edgequal.host.judge.checks import percentile_not_measured
+    from edgequal.host.judge.check_kit import percentile_not_measured
 
     label = _PERCENTILE_LABELS.get(key)
     figure = key.removesuffix("_ms")
@@ -112,7 +112,7 @@ def _not_measured(key: str, count: int, run_note: str) -> NotMeasured:
 def _run_note(status: str | None, cause: str | None) -> str:
     """``; the run was inconclusive: WHY; re-run on a quiet board`` for a run that was not
     ``passed``; empty otherwise."""
-    from edgequal.host.judge.checks import RERUN_ADVICE
+    from edgequal.host.judge.check_kit import RERUN_ADVICE
 
     if status in (None, "passed", "degraded"):
         return ""
@@ -158,7 +158,7 @@ class Latency:
     ) -> Latency:
         """One ``results.latency.per_shape`` entry of a verified predicate; ``status`` and
         ``cause`` (the report's) go into the reason of each figure it lacks."""
-        from edgequal.agent.measure.preemption import decided_on_clean, decisive_summary
+        from edgequal.contract.preemption import decided_on_clean, decisive_summary
 
         s = decisive_summary(entry)
         figures = {k: s.get(k) for k in _SUMMARY_KEYS}
@@ -180,7 +180,7 @@ class Latency:
 
     def samples_ns(self):
         """The raw samples that decide (int64 nanoseconds, numpy), or None without them."""
-        from edgequal.agent.measure.preemption import decisive_samples_ns
+        from edgequal.contract.preemption import decisive_samples_ns
 
         return decisive_samples_ns(self.entry)
 
@@ -312,7 +312,7 @@ class Report:
     @property
     def exit_code(self) -> int:
         """The CLI's exit code for this report (0 passed or degraded; docs/gating.md)."""
-        from edgequal.agent.phases.qualification import exit_code_for
+        from edgequal.contract.exit_codes import exit_code_for
 
         if self.interrupted:
             return 130

@@ -300,7 +300,7 @@ def short_plan() -> list[str]:
 def quick_plan():
     """``make_plan("quick")`` shortened for tests (every phase, real runtimes), as the plan's
     JSON (what the wire and the report carry); overrides as keywords."""
-    from edgequal.agent.plan import make_plan
+    from edgequal.contract.plan import make_plan
 
     def build(**overrides) -> dict:
         return make_plan("quick", **{**QUICK_TEST_PLAN, **overrides}).to_json()

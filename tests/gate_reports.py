@@ -99,7 +99,7 @@ def produce(tmp_path_factory, example_models: dict[str, Path]) -> GateReports:
         return _CACHE["reports"]
     import base64
 
-    from edgequal.agent.plan import make_plan
+    from edgequal.contract.plan import make_plan
     from edgequal.host.devices.qualify import pin_device_key, qualify
     from edgequal.host.devices.trust import KnownDevices
     from edgequal.host.transport.local import LocalTransport

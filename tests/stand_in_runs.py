@@ -59,7 +59,7 @@ class StandInRuns:
         body = {
             "run_id": request.run_id,
             "nonce": request.nonce,
-            "plan": request.plan,
+            "plan": request.plan.to_json(),
             "status": status,
         }
         envelope = json.dumps(body, sort_keys=True).encode()

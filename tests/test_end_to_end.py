@@ -11,8 +11,8 @@ import time
 
 import psutil
 import pytest
-from edgequal.agent.plan import make_plan
-from edgequal.agent.report.signing import MEASURED_STATUSES
+from edgequal.contract.plan import make_plan
+from edgequal.contract.signing import MEASURED_STATUSES
 from edgequal.host.cli.main import main as edgequal_main
 from edgequal.host.devices.qualify import pin_device_key, qualify
 from edgequal.host.devices.trust import KnownDevices
@@ -186,7 +186,7 @@ def test_two_hosts_at_once_one_is_told_the_device_is_busy(local_agent, example_m
     t = threading.Thread(target=first)
     t.start()
     assert accepted.wait(60), "the first run was never accepted"
-    from edgequal.agent.golden import file_sha256
+    from edgequal.contract.artifacts import file_sha256
 
     digest = file_sha256(example_models["micro"])
     with pytest.raises(TransportError, match="device busy") as e:

@@ -23,11 +23,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from edgequal.agent.errors import BadInput
-from edgequal.agent.golden import GoldenCase, load_npz_arrays, read_golden, write_golden
-from edgequal.agent.keys import DeviceKey
-from edgequal.agent.plan import DEFAULTS, PRESETS, Plan
-from edgequal.agent.report.signing import build_statement, sign_envelope
+from edgequal.contract.errors import BadInput
+from edgequal.contract.golden import GoldenCase, load_npz_arrays, read_golden, write_golden
+from edgequal.contract.keys import DeviceKey
+from edgequal.contract.plan import DEFAULTS, PRESETS, Plan
+from edgequal.contract.signing import build_statement, sign_envelope
 from edgequal.host.devices.profiles import ProfileError, _parse, load_profile, profile_from_dict
 from edgequal.host.devices.trust import KnownDevices, parse_line
 from edgequal.host.devices.verify import verify_envelope
@@ -511,7 +511,7 @@ def test_verifier_on_forged_envelope_json(pinned, envelope):
 )
 def test_verifier_on_validly_signed_forged_statements(pinned, statement):
     """A statement signed by the pinned key but malformed is refused by name, never a crash."""
-    from edgequal.agent.report.signing import PAYLOAD_TYPE, pae
+    from edgequal.contract.signing import PAYLOAD_TYPE, pae
 
     payload = json.dumps(statement, allow_nan=True).encode()
     envelope = json.dumps(
@@ -534,7 +534,7 @@ def test_verifier_on_validly_signed_forged_statements(pinned, statement):
 
 def test_verifier_on_deeply_nested_json(tmp_path):
     """Nesting deeper than the JSON parser can go is a failed check (exit 1), not a crash."""
-    from edgequal.agent.report.signing import PAYLOAD_TYPE, pae
+    from edgequal.contract.signing import PAYLOAD_TYPE, pae
 
     known = _known(tmp_path)
     for depth in (10_000, 200_000):

@@ -8,8 +8,8 @@ import base64
 import json
 
 import pytest
-from edgequal.agent.errors import BadInput
 from edgequal.agent.model_signature import SigningPolicy
+from edgequal.contract.errors import BadInput
 
 pytest.importorskip("model_signing", reason="the agent's signing extra")
 
@@ -53,8 +53,8 @@ def _signature_subjects(report) -> list[dict]:
 @pytest.mark.slow  # a real local agent, several short runs, the verifier's slow import
 def test_the_device_verifies_the_model_signature_before_loading(chain_model, tmp_path):
     import edgequal
-    from edgequal.agent.config import local_agent_state_dir
-    from edgequal.agent.golden import file_sha256
+    from edgequal.contract.artifacts import file_sha256
+    from edgequal.contract.state_dirs import local_agent_state_dir
 
     producer, producer_pub = _key_pair(tmp_path, "producer")
     stranger, _ = _key_pair(tmp_path, "stranger")
@@ -154,7 +154,7 @@ def test_agent_toml_refuses_what_it_would_otherwise_ignore(tmp_path):
 def _approve_signed_run(chain_model, tmp_path):
     """A signed model qualified on a local agent that trusts its producer; its report path."""
     import edgequal
-    from edgequal.agent.config import local_agent_state_dir
+    from edgequal.contract.state_dirs import local_agent_state_dir
 
     producer, producer_pub = _key_pair(tmp_path, "producer")
     model = chain_model(tmp_path / "chain.onnx", 2)
@@ -173,7 +173,7 @@ def _approve_signed_run(chain_model, tmp_path):
 
 @pytest.mark.slow  # a real local agent
 def test_an_approved_set_keeps_the_signature_and_refuses_a_changed_model(chain_model, tmp_path):
-    from edgequal.agent.golden import file_sha256
+    from edgequal.contract.artifacts import file_sha256
     from edgequal.host.errors import UsageError
     from edgequal.host.lab.requalify import approve, load_approved
 
@@ -228,7 +228,7 @@ def _external_data_model(directory):
 @pytest.mark.slow  # a real local agent
 def test_a_model_with_external_data_is_verified_as_its_manifest_lists_it(tmp_path):
     import edgequal
-    from edgequal.agent.config import local_agent_state_dir
+    from edgequal.contract.state_dirs import local_agent_state_dir
 
     producer, producer_pub = _key_pair(tmp_path, "producer")
     model = _external_data_model(tmp_path / "net")

@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from edgequal.agent.clock import new_nonce
-from edgequal.agent.keys import load_or_create_device_key
-from edgequal.agent.report.signing import MEASURED_STATUSES
+from edgequal.contract.keys import load_or_create_device_key
+from edgequal.contract.nonce import new_nonce
+from edgequal.contract.signing import MEASURED_STATUSES
 from edgequal.host.devices.trust import KnownDevices
 from edgequal.host.devices.verify import verify_envelope
 from edgequal.host.errors import HostError, TransportError

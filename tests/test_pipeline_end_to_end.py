@@ -10,7 +10,7 @@ import json
 import re
 
 import pytest
-from edgequal.agent.golden import read_golden, write_golden
+from edgequal.contract.golden import read_golden, write_golden
 from edgequal.host.cli.main import main as edgequal_main
 from edgequal.host.devices.qualify import pin_device_key, qualify
 from edgequal.host.devices.trust import KnownDevices
@@ -150,7 +150,7 @@ def test_hostile_raw_files_over_ssh_are_findings_and_the_agent_keeps_serving(
 
 
 def _copy(case, name):
-    from edgequal.agent.golden import GoldenCase
+    from edgequal.contract.golden import GoldenCase
 
     return GoldenCase(name, dict(case.inputs), dict(case.outputs), dict(case.raw))
 

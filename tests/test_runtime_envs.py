@@ -21,7 +21,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from edgequal.agent.keys import load_or_create_device_key
+from edgequal.contract.keys import load_or_create_device_key
 from edgequal.host.cli.main import main as edgequal_main
 from edgequal.host.devices.qualify import pin_device_key, qualify
 from edgequal.host.devices.resolve import trust_device
@@ -35,7 +35,7 @@ from edgequal.host.install.runtime_envs import (
 from edgequal.host.judge.compare import compare_reports
 from edgequal.host.judge.gate import run_gate
 from edgequal.host.judge.policy import parse_policy
-from edgequal.host.judge.report_file import load_report
+from edgequal.host.judge.report_file import load_report, read_report_bytes
 from edgequal.host.lab.inventory import load_lab
 from edgequal.host.lab.requalify import approve, load_approved, plan_requalification
 from edgequal.host.present.html.report import render_report_html
@@ -234,7 +234,7 @@ def _plan(quick_plan, envs, **overrides):
 @pytest.fixture(scope="module")
 def grpc_run(board, example_models, golden_sets, tmp_path_factory):
     """The classifier measured under the old and the current environment in one run over gRPC."""
-    from edgequal.agent.plan import make_plan
+    from edgequal.contract.plan import make_plan
 
     out = tmp_path_factory.mktemp("grpc") / "both.report.json"
     known = KnownDevices(out.parent / "known_devices")
@@ -341,7 +341,7 @@ def test_gate_fails_an_environment_slower_than_its_limit(grpc_run, tmp_path, cap
     def env_checks(policy):
         return {
             c.name: c
-            for c in run_gate(out, policy, known=known).checks
+            for c in run_gate(read_report_bytes(out), policy, known=known).checks
             if c.section == "runtime_envs"
         }
 

@@ -15,10 +15,10 @@ import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
+from edgequal.contract.stats import summarize_latency
 
 from .attribution import interference_present
 from .latency import LatencySettings, encode_samples, time_loop_ns, warm_up
-from .stats import summarize_latency
 
 SETTLE_S = 0.1
 """Untimed calls after each switch: a resumed co-load is back at its pace well within this."""

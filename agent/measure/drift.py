@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
-from edgequal.agent.errors import BadInput
+from edgequal.contract.errors import BadInput
 
 # A reference value closer than this to the decision boundary (threshold distance, or
 # top-1/top-2 gap for argmax) makes the case "near threshold". 0.02 is meant for

@@ -22,25 +22,18 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import numpy as np
-
-from .stats import MIN_SAMPLES_P99, MIN_SAMPLES_P99_9, steady_state, summarize_latency
+from edgequal.contract.plan import MAX_EXTENSION, loop_limit_s
+from edgequal.contract.preemption import encode_tags
+from edgequal.contract.stats import (
+    MIN_SAMPLES_P99,
+    MIN_SAMPLES_P99_9,
+    steady_state,
+    summarize_latency,
+)
 
 # Warm-up runs in rounds of at least this many runs and seconds, judged each round.
 WARMUP_ROUND_RUNS = 20
 WARMUP_ROUND_S = 0.2
-# Without the plan's latency_max_s, a loop short of clean samples runs on to
-# MAX_EXTENSION times latency_min_s (the plan's latency_max_extension), and at least
-# CLEAN_EXTENSION_MIN_S past it (docs/measurement.md "Measuring through interference").
-MAX_EXTENSION = 3.0
-CLEAN_EXTENSION_MIN_S = 0.5
-
-
-def loop_limit_s(min_s: float, max_s: float | None, max_extension: float = MAX_EXTENSION) -> float:
-    """How long a tagged timed loop may run at most: the plan's max seconds, else
-    ``max_extension`` times its minimum seconds (at least CLEAN_EXTENSION_MIN_S more)."""
-    if max_s:
-        return max_s
-    return max(min_s * max_extension, min_s + CLEAN_EXTENSION_MIN_S)
 
 
 # Steadiness is judged on the clean warm-up calls when at least this many kept the CPU.
@@ -338,17 +331,6 @@ def measure_latency(
         }
         out["preempted_b64"] = encode_tags(hit)
     return out
-
-
-def encode_tags(preempted: np.ndarray) -> str:
-    """Per-sample preemption tags as base64 of ``np.packbits`` (one bit a sample, big-endian)."""
-    return base64.b64encode(np.packbits(preempted.astype(bool)).tobytes()).decode()
-
-
-def decode_tags(text: str, count: int) -> np.ndarray:
-    """The inverse of :func:`encode_tags`: ``count`` booleans."""
-    bits = np.unpackbits(np.frombuffer(base64.b64decode(text), dtype=np.uint8))
-    return bits[:count].astype(bool)
 
 
 def _delta(before, after) -> list[int] | None:

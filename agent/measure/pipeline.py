@@ -16,9 +16,9 @@ import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
+from edgequal.contract.stats import summarize_latency
 
 from .latency import LatencySettings, sample_capacity, warm_up
-from .stats import summarize_latency
 
 STAGES = ("decode", "preprocess", "inference", "decision")
 

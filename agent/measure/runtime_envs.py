@@ -13,9 +13,9 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
+from edgequal.contract.stats import MIN_SAMPLES_P99, nearest_rank_index
 
 from .attribution import RUNQ_WAIT_PRESENT
-from .stats import MIN_SAMPLES_P99, nearest_rank_index
 
 BOOTSTRAP_RESAMPLES = 1000
 CONFIDENCE = 0.95

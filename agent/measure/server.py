@@ -20,8 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
-
-from .stats import nearest_rank
+from edgequal.contract.stats import nearest_rank
 
 # LoadGen needs at least 64 queries for a p90; a step runs at least this many.
 MIN_QUERIES = 64

@@ -13,11 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
-
-from ..probes.raspberry_pi import throttle_active
-from ..probes.telemetry import throttle_reasons
-from .attribution import attribute_windows
-from .stats import (
+from edgequal.contract.stats import (
     DEGRADED_MIN_STABILITY,
     first_drop_time_s,
     peak_rate,
@@ -25,6 +21,10 @@ from .stats import (
     sustained_rate,
     sustained_verdict,
 )
+
+from ..probes.raspberry_pi import throttle_active
+from ..probes.telemetry import throttle_reasons
+from .attribution import attribute_windows
 
 WINDOW_BUFFER = 1 << 16  # latency samples kept per window for its p50/p90
 

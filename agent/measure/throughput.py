@@ -12,9 +12,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
+from edgequal.contract.stats import nearest_rank
 
 from .latency import time_loop_ns
-from .stats import nearest_rank
 
 # A point runs at least this many calls, whatever its seconds.
 POINT_MIN_RUNS = 5

@@ -29,8 +29,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from edgequal.contract.errors import BadInput
+from edgequal.contract.plan import Plan
+
 from ..config import CONFIG_ENV, CONFIG_FILE, config_path, read_config  # noqa: F401 (re-exported)
-from ..errors import BadInput
 
 READY_TIMEOUT_S = 120.0
 """Longest a co-load may take to load and report ready."""
@@ -91,7 +93,7 @@ class Load:
 def resolve(decls, store, config: Path | None) -> list[Load]:
     """Each declaration against this device: models by digest in ``store``, commands by name
     in the configuration file ``config``. BadInput for the first that cannot run here."""
-    from ..runtimes import runtime_for
+    from edgequal.contract.runtimes import runtime_for
 
     loads = []
     commands = None if config is not None else {}
@@ -115,15 +117,13 @@ def resolve(decls, store, config: Path | None) -> list[Load]:
     return loads
 
 
-def resolve_plan(plan: dict, store, config: Path | None) -> list[Load] | None:
+def resolve_plan(plan: Plan, store, config: Path | None) -> list[Load] | None:
     """The plan's co-load resolved on this device, or None when it declares none.
 
     ``config`` is the agent's configuration file (``config_path``; None: it has none).
     Called when a request arrives (before the device is taken) and again by the run.
     """
-    from ..plan import Plan
-
-    decls = Plan.from_json(plan).coload
+    decls = plan.coload
     return resolve(decls, store, config) if decls else None
 
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from ..plan import Plan
+from edgequal.contract.plan import Plan
+
 from ..worker.jobs import EdgeSettings, WorkerJob
 from ..worker.supervisor import run_job
 from .workers import EventSink
@@ -27,7 +28,7 @@ def planned_edge_shapes(plan: Plan, golden: Path | None) -> list[dict]:
     own = [{**_copy_edge(e), "source": "plan"} for e in plan.edge_shapes or ()]
     recorded = []
     if golden is not None:
-        from ..golden import golden_edge_shapes
+        from edgequal.contract.golden import golden_edge_shapes
 
         labels = {e["label"] for e in own}
         recorded = [

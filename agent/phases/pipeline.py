@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..plan import Plan
+from edgequal.contract.plan import Plan
+
 from ..worker.jobs import WorkerJob, latency_settings
 from ..worker.supervisor import run_job
 from .workers import EventSink, finding_from
@@ -21,7 +22,7 @@ def golden_has_pipeline(golden: Path | None) -> bool:
     """Whether a golden set holds raw files and a declared pipeline (its manifest only)."""
     if golden is None:
         return False
-    from ..golden import read_manifest
+    from edgequal.contract.golden import read_manifest
 
     return read_manifest(Path(golden)).get("pipeline") is not None
 

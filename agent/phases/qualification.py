@@ -13,7 +13,6 @@ only for a request that cannot start at all.
 from __future__ import annotations
 
 import platform
-import statistics
 import sys
 import threading
 import time
@@ -21,9 +20,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from .. import __version__
+from edgequal.contract import __version__
+from edgequal.contract.errors import BadInput
+from edgequal.contract.plan import Plan, loop_limit_s
+from edgequal.contract.preemption import decided_on_clean, decisive_summary, preemption_evidence
+from edgequal.contract.runtimes import runtime_for
+from edgequal.contract.stats import repeat_spread
+
 from ..config import proc_root
-from ..errors import BadInput
 from ..measure.attribution import (
     contention_between,
     contention_over,
@@ -31,18 +35,14 @@ from ..measure.attribution import (
     interference_present,
 )
 from ..measure.coload import coload_cause
-from ..measure.latency import loop_limit_s
-from ..measure.preemption import decided_on_clean, decisive_summary, preemption_evidence
 from ..measure.quantization import int8_drift_finding, optimization_check
-from ..measure.stats import repeat_spread
-from ..plan import Plan
 from ..probes.contention import contention_unmeasurable
 from ..probes.cooldown import wait_for_cooldown
 from ..probes.fingerprint import fingerprint as probe_fingerprint
 from ..probes.thermal import read_thermal
-from ..runtimes import runtime_for
 from ..worker.jobs import ScenarioSettings, WorkerJob, latency_settings
 from ..worker.supervisor import run_job
+from .cold_load import measure_cold_load
 from .coload import coload_finding, start_for_phase
 from .edge_shapes import measure_edge_shapes, planned_edge_shapes, stops_later_phases
 from .pipeline import golden_has_pipeline, measure_pipeline
@@ -53,112 +53,6 @@ RESULTS_SCHEMA = "edgequal.results/v1"
 # A latency phase whose p99 (p95 with too few samples for p99) is above this many
 # times its median has a heavy tail worth explaining.
 HEAVY_TAIL_RATIO = 3.0
-
-
-def _input_contract_findings(mismatches: list[dict], runtime: str) -> list[dict]:
-    """A finding per input whose golden data the model does not take as recorded (input named)."""
-    return [
-        {
-            "phase": "cold_load",
-            "cause": "inputs",
-            "kind": "input_contract",
-            "input": m["input"],
-            "mismatch": m["mismatch"],
-            "message": m["message"],
-            "hint": m["hint"],
-            "runtime": runtime,
-        }
-        for m in mismatches
-    ]
-
-
-def _summary(values: list[float]) -> dict:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
-
-
-def cold_load_once(
-    model, golden, plan: Plan, runtime, cancel, findings, env=None, phase: str = "cold_load"
-) -> dict | None:
-    """One fresh worker timing import, load and first inference (None, with a finding, when
-    it fails); ``env`` is a runtime environment (``runtimes/envs.py``) to run it in."""
-    ended = run_job(
-        WorkerJob.for_phase("cold_load", model, golden, plan, runtime).to_json(),
-        phase_timeout_s=plan.phase_timeout_s,
-        memory_limit_mb=plan.memory_limit_mb,
-        cancel=cancel,
-        python=env.worker_python() if env is not None else None,
-        env=env.worker_env() if env is not None else None,
-    )
-    if not ended.ok:
-        findings.append(finding_from(ended, phase, runtime))
-        return None
-    r = ended.result
-    if r.get("input_contract"):
-        findings.extend(_input_contract_findings(r["input_contract"], runtime))
-        return None
-    r["process_to_result_ms"] = ended.wall_ms
-    return r
-
-
-COLD_LOAD_KEYS = ("import_ms", "load_ms", "first_inference_ms", "total_ms", "process_to_result_ms")
-
-
-def summarize_cold_runs(runs: list[dict]) -> dict:
-    """The cold-load result of a list of runs: each run, and median/min/max of each time."""
-    keys = COLD_LOAD_KEYS
-    # With a pipeline, the first decode and preprocess (in total_ms, before the inference).
-    path_keys = tuple(
-        k
-        for k in ("first_decode_ms", "first_preprocess_ms")
-        if all(k in (r.get("pipeline") or {}) for r in runs)
-    )
-    for r in runs:
-        r.update({k: r["pipeline"][k] for k in path_keys})
-    keys += path_keys
-    return {
-        "runs": [{k: r[k] for k in (*keys, "page_cache", "rss_added_by_load_bytes")} for r in runs],
-        **{k: _summary([r[k] for r in runs]) for k in keys},
-        "page_cache_evicted": all(r["page_cache"].get("evicted") for r in runs),
-        "runtime": runs[0]["runtime"],
-    }
-
-
-def measure_cold_load(
-    model, golden, plan: Plan, runtime, emit: EventSink, cancel, findings
-) -> dict | None:
-    """N fresh worker processes, each timing import, load, first inference and the total."""
-    runs = []
-    total = plan.cold_runs
-    for i in range(total):
-        emit(
-            {
-                "type": "progress",
-                "phase": "cold_load",
-                "done": i,
-                "total": total,
-                "message": f"cold start {i + 1}/{total}",
-            }
-        )
-        r = cold_load_once(model, golden, plan, runtime, cancel, findings)
-        if r is None:
-            return None
-        runs.append(r)
-    if golden is None and runs[0].get("nonfinite_outputs"):
-        # Without a golden set nothing else compares the outputs: non-finite values on
-        # ordinary inputs are a finding, not a pass (with one, drift counts them).
-        name, c = next(iter(runs[0]["nonfinite_outputs"].items()))
-        findings.append(
-            {
-                "phase": "cold_load",
-                "cause": "model",
-                "kind": "nonfinite_output",
-                "message": f"output '{name}' holds {c['nan']} NaN and {c['inf']} Inf of "
-                f"{c['size']} values on the first inference",
-                "runtime": runtime,
-                "hint": "check the export and the input range; a golden set shows drift per case",
-            }
-        )
-    return summarize_cold_runs(runs)
 
 
 def latency_cause(entry: dict) -> str:
@@ -485,24 +379,6 @@ def decide_status(results: dict, findings: list[dict]) -> tuple[str, str | None]
     if reasons:
         return "degraded", "; ".join(reasons)
     return "passed", None
-
-
-def exit_code_for(status: str, findings: list[dict]) -> int:
-    """The CLI exit code of a finished measurement (docs/gating.md's table).
-
-    0 passed or degraded; 3 when the run could not finish (incomplete); 2 when the
-    model file is not a model the runtime can read at all (a bad input file); 1 for any
-    other outcome: failed, including a model the runtime reads but refuses (an
-    unsupported operator: the model is not qualified), and inconclusive.
-    """
-    if status in ("passed", "degraded"):
-        return 0
-    if status == "incomplete":
-        return 3
-    first = findings[0] if findings else {}
-    if first.get("kind") == "model_rejected" and not first.get("operator"):
-        return 2
-    return 1
 
 
 def repeat_figures(results: dict) -> dict:

@@ -28,8 +28,10 @@ import threading
 from pathlib import Path
 
 import numpy as np
+from edgequal.contract.plan import Plan, loop_limit_s
+from edgequal.contract.stats import summarize_latency
 
-from ..measure.latency import encode_samples, loop_limit_s
+from ..measure.latency import encode_samples
 from ..measure.runtime_envs import (
     latency_ratios,
     pair_interference,
@@ -37,11 +39,9 @@ from ..measure.runtime_envs import (
     segment_budget,
     segment_order,
 )
-from ..measure.stats import summarize_latency
-from ..plan import Plan
 from ..worker.jobs import WorkerJob, latency_settings
 from ..worker.supervisor import Worker
-from .qualification import cold_load_once, summarize_cold_runs
+from .cold_load import cold_load_once, summarize_cold_runs
 from .workers import EventSink, finding_from
 
 SETTLE_S = 0.1
@@ -257,7 +257,7 @@ def _pairs(entries: list[dict], envs: list, failed: set, golden, seed: int) -> l
 
     tolerances_of, rule = {}, None
     if golden is not None:
-        from ..golden import read_golden
+        from edgequal.contract.golden import read_golden
 
         g = read_golden(Path(golden))
         tolerances_of = g.tolerances

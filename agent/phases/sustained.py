@@ -12,9 +12,10 @@ import threading
 import time
 from pathlib import Path
 
+from edgequal.contract.plan import Plan
+
 from ..measure.attribution import attribute_windows, contention_between, declared_cpus
 from ..measure.sustained import INTERFERENCE_EXTENSION
-from ..plan import Plan
 from ..worker.jobs import SustainSettings, WorkerJob
 from ..worker.supervisor import Worker
 from .coload import coload_finding, start_for_phase

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from edgequal.contract.errors import BadInput, GoldenMismatch
+
 from ..config import proc_root
-from ..errors import BadInput, GoldenMismatch
 from ..probes.contention import ContentionSampler
 from ..worker.jobs import WorkerJob
 from ..worker.supervisor import Worker, WorkerOutcome

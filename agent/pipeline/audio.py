@@ -11,10 +11,10 @@ import struct
 from dataclasses import dataclass
 
 import numpy as np
+from edgequal.contract.errors import BadRawInput
+from edgequal.contract.pipeline_spec import InputPipeline
 
-from ..errors import BadRawInput
 from .image import cast, normalize
-from .spec import InputPipeline
 
 _PCM, _EXTENSIBLE = 1, 0xFFFE
 

@@ -13,9 +13,8 @@ from __future__ import annotations
 import io
 
 import numpy as np
-
-from ..errors import BadRawInput
-from .spec import MAX_PIXELS, InputPipeline
+from edgequal.contract.errors import BadRawInput
+from edgequal.contract.pipeline_spec import MAX_PIXELS, InputPipeline
 
 FORMATS = ("PNG", "JPEG")
 _RESAMPLE = {"nearest": "NEAREST", "bilinear": "BILINEAR", "bicubic": "BICUBIC", "area": "BOX"}

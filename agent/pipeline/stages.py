@@ -13,9 +13,8 @@ import hashlib
 from collections.abc import Mapping
 
 import numpy as np
-
-from ..errors import BadRawInput
-from .spec import InputPipeline, Pipeline
+from edgequal.contract.errors import BadRawInput
+from edgequal.contract.pipeline_spec import InputPipeline, Pipeline
 
 
 class PipelineStages:

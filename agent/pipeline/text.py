@@ -9,9 +9,8 @@ Its own truncation and padding settings are switched off: the pipeline declares 
 from __future__ import annotations
 
 import numpy as np
-
-from ..errors import BadRawInput
-from .spec import InputPipeline
+from edgequal.contract.errors import BadRawInput
+from edgequal.contract.pipeline_spec import InputPipeline
 
 _PAD_TOKENS = ("[PAD]", "<pad>", "<PAD>")
 # tokenizers turns a Rust panic (a Split pattern like "(a+)+$" exhausting Oniguruma's retry

@@ -4,7 +4,7 @@ compares each with the reference tensor). Pure: new :class:`~.spec.InputPipeline
 
 from __future__ import annotations
 
-from .spec import INTERPOLATIONS, InputPipeline
+from edgequal.contract.pipeline_spec import INTERPOLATIONS, InputPipeline
 
 
 def variants(p: InputPipeline) -> list[tuple[str, str, InputPipeline]]:

@@ -37,20 +37,14 @@ from edgequal.agent.probes.thermal import (
     list_entries,
     parse_millidegrees,
 )
-
-log = logging.getLogger(__name__)
-
-# Throttle indicator names (measurement.md §6.4); device profiles list the ones that apply.
-INDICATOR_PI_FLAGS = "get_throttled"
-INDICATOR_CLOCK_DROP = "clock_drop"
-INDICATOR_COOLING = "cooling_device"
-INDICATOR_PASSIVE_TRIP = "passive_trip"
-THROTTLE_INDICATORS = (
-    INDICATOR_PI_FLAGS,
+from edgequal.contract.plan import (
     INDICATOR_CLOCK_DROP,
     INDICATOR_COOLING,
     INDICATOR_PASSIVE_TRIP,
+    INDICATOR_PI_FLAGS,
 )
+
+log = logging.getLogger(__name__)
 
 
 def is_throttle_cooling_device(device_type: str | None) -> bool:

@@ -1,12 +1,13 @@
 """Runtime adapters behind one interface, and runtime detection.
 
 Nothing heavy is imported here: the adapters' base (numpy) is loaded on first
-use of ``Runtime``, ``RuntimeOptions`` or ``TensorSpec``, and a runtime only in a
+use of ``Runtime`` or ``RuntimeOptions``, and a runtime only in a
 worker, so the agent process can detect runtimes and answer Info without them.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import os
 import re
@@ -14,16 +15,14 @@ import signal
 import subprocess
 import sys
 import threading
-from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import BadInput
+from edgequal.contract.runtimes import RUNTIMES, RuntimeStatus, runtime_kind
 
 if TYPE_CHECKING:
-    from .base import Runtime, RuntimeOptions, TensorSpec
+    from .base import Runtime, RuntimeOptions
 
-_FROM_BASE = ("Runtime", "RuntimeOptions", "TensorSpec")
+_FROM_BASE = ("Runtime", "RuntimeOptions")
 
 
 def __getattr__(name: str):
@@ -35,101 +34,17 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-RUNTIME_NAMES = ("onnxruntime", "litert")
-
-
 def runtime_class(name: str) -> type[Runtime]:
-    """The adapter class for a runtime name (no runtime module is imported here)."""
-    if name == "onnxruntime":
-        from .onnxruntime import OnnxRuntime
-
-        return OnnxRuntime
-    if name == "litert":
-        from .litert import LiteRtRuntime
-
-        return LiteRtRuntime
-    raise BadInput(
-        f"unknown runtime '{name}'", hint=f"use one of: auto, {', '.join(RUNTIME_NAMES)}"
-    )
-
-
-def runtime_for(model_path: Path, requested: str = "auto", name_hint: str | None = None) -> str:
-    """The runtime name to use for a model: when ``auto``, by extension, else by content.
-
-    Artifacts on the device are stored by digest, without an extension, so the
-    host's file name (``name_hint``) is tried first and then the bytes themselves:
-    a TFLite flatbuffer carries ``TFL3`` at offset 4; an ONNX ModelProto starts
-    with field 1 (``ir_version``, tag 0x08).
-    """
-    if requested != "auto":
-        runtime_class(requested)  # validates the name
-        return requested
-    for name in (name_hint, str(model_path)):
-        suffix = Path(name).suffix.lower() if name else ""
-        if suffix == ".onnx":
-            return "onnxruntime"
-        if suffix in (".tflite", ".lite"):
-            return "litert"
-    try:
-        with open(model_path, "rb") as f:
-            head = f.read(8)
-    except OSError as e:
-        raise BadInput(f"cannot read model {model_path}: {e.strerror}") from e
-    if head[4:8] == b"TFL3":
-        return "litert"
-    if head[:1] == b"\x08":
-        return "onnxruntime"
-    raise BadInput(
-        f"cannot tell the runtime of '{name_hint or Path(model_path).name}' from its name or content",
-        hint="use a .onnx or .tflite file, or pass --runtime onnxruntime|litert",
-    )
+    """The adapter class for a runtime name (its module is imported now, not before)."""
+    module, cls = runtime_kind(name).adapter.split(":")  # BadInput naming the accepted names
+    return getattr(importlib.import_module(f"{__name__}.{module}"), cls)
 
 
 # (report name, importable modules, distributions, how to install)
-_KNOWN_RUNTIMES = (
-    (
-        "onnxruntime",
-        ("onnxruntime",),
-        ("onnxruntime", "onnxruntime-gpu", "onnxruntime-openvino", "onnxruntime-directml"),
-        "pip install 'edgequal[onnx]' (onnxruntime)",
-    ),
-    (
-        "litert",
-        ("ai_edge_litert", "tflite_runtime"),
-        ("ai-edge-litert", "tflite-runtime"),
-        "pip install 'edgequal[litert]' (ai-edge-litert), or tflite-runtime where no "
-        "ai-edge-litert wheel exists for this platform",
-    ),
-)
+_KNOWN_RUNTIMES = tuple((k.name, k.modules, k.distributions, k.install) for k in RUNTIMES)
 
 IMPORT_PROBE_TIMEOUT_S = 60.0
 """How long a runtime's trial import in a child process may take (a cold SD card is slow)."""
-
-
-@dataclass
-class RuntimeStatus:
-    """Whether one runtime can be used here: its version, or why not."""
-
-    name: str
-    available: bool
-    version: str = ""
-    reason: str = ""
-    distribution: str = ""
-
-    def to_json(self) -> dict:
-        """The status as a JSON object (the keys of the protobuf ``RuntimeStatus``)."""
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict) -> RuntimeStatus:
-        """The inverse of :meth:`to_json`; missing keys take their defaults."""
-        return cls(
-            name=str(data.get("name", "")),
-            available=bool(data.get("available", False)),
-            version=str(data.get("version") or ""),
-            reason=str(data.get("reason") or ""),
-            distribution=str(data.get("distribution") or ""),
-        )
 
 
 def detect_runtimes(*, probe_import: bool = False) -> list[RuntimeStatus]:
@@ -280,10 +195,8 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 
 __all__ = [
-    "RUNTIME_NAMES",
     "Runtime",
     "RuntimeOptions",
-    "TensorSpec",
     "ProbedRuntimes",
     "RuntimeStatus",
     "detect_runtimes",

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import sys
 import threading
@@ -28,12 +27,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..errors import AgentError, BadInput, RuntimeUnavailable
+from edgequal.contract.errors import AgentError, BadInput, RuntimeUnavailable
+from edgequal.contract.plan import Plan
+from edgequal.contract.runtimes import Requirement, check_env_name, unknown_env_message
 
 ENVS_DIR = "runtimes"
 MANIFEST = "env.json"
 DEFAULT_ENV = "default"
-MAX_ENVS_PER_PLAN = 8
 PROBE_TIMEOUT_S = 20.0
 """How long the serving agent's trial import of one environment may take; past it the
 environment is ``broken: importing … hung > 20 s`` (the probe's process group killed)."""
@@ -43,16 +43,7 @@ REFRESH_S = 600.0
 """How old a probe's result may be before Info starts another in the background."""
 PROBING = "probing"
 """An environment's ``reason`` until its first probe has ended."""
-_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 
-# distribution -> (runtime name the adapters know, modules to import)
-DISTRIBUTIONS = {
-    "onnxruntime": ("onnxruntime", ("onnxruntime",)),
-    "onnxruntime-gpu": ("onnxruntime", ("onnxruntime",)),
-    "onnxruntime-openvino": ("onnxruntime", ("onnxruntime",)),
-    "ai-edge-litert": ("litert", ("ai_edge_litert",)),
-    "tflite-runtime": ("litert", ("tflite_runtime",)),
-}
 # Variables of the agent's own process that would let another Python's packages shadow
 # the environment's (a PYTHONPATH naming the agent's site-packages, a user site).
 _SHADOWING_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")
@@ -64,107 +55,6 @@ for module in sys.argv[2:]:
 import edgequal.agent.worker.main
 print(json.dumps({"python": platform.python_version(), "version": md.version(sys.argv[1])}))
 """
-
-
-def check_env_name(name: object) -> str:
-    """A valid environment name (lowercase letters, digits, ``.``, ``_``, ``-``; at most 64)."""
-    if not isinstance(name, str) or not _NAME.match(name):
-        raise BadInput(
-            f"bad runtime environment name {str(name)[:70]!r}",
-            hint="use lowercase letters, digits, '.', '_' and '-' (at most 64), e.g. onnxruntime-1.20.1",
-        )
-    return name
-
-
-@dataclass(frozen=True)
-class Requirement:
-    """An exact runtime pin: ``distribution==version``."""
-
-    distribution: str
-    version: str
-
-    @classmethod
-    def parse(cls, text: str) -> Requirement:
-        """``onnxruntime==1.20.1``; only ``==`` pins of a known runtime distribution."""
-        m = re.fullmatch(r"\s*([A-Za-z0-9._-]+)\s*==\s*([A-Za-z0-9.+!_-]+)\s*", text or "")
-        if m is None:
-            raise BadInput(
-                f"cannot read runtime requirement {str(text)[:80]!r}",
-                hint="pin one exact version, e.g. onnxruntime==1.20.1 (a qualified runtime is one version)",
-            )
-        dist = m.group(1).lower().replace("_", "-")
-        if dist not in DISTRIBUTIONS:
-            raise BadInput(
-                f"{dist} is not a runtime edgequal measures",
-                hint=f"use one of: {', '.join(DISTRIBUTIONS)}",
-            )
-        return cls(dist, m.group(2))
-
-    def __str__(self) -> str:
-        return f"{self.distribution}=={self.version}"
-
-    @property
-    def runtime(self) -> str:
-        """The adapter's runtime name (``onnxruntime`` or ``litert``)."""
-        return DISTRIBUTIONS[self.distribution][0]
-
-    @property
-    def modules(self) -> tuple[str, ...]:
-        """The modules a working installation can import."""
-        return DISTRIBUTIONS[self.distribution][1]
-
-    @property
-    def default_name(self) -> str:
-        """The environment's name unless one is given: ``onnxruntime-1.20.1``."""
-        return f"{self.distribution}-{self.version}".lower()
-
-
-# Runtimes built against NumPy 1.x's C API: importing them beside NumPy 2 fails
-# ("_ARRAY_API not found"). onnxruntime supports NumPy 2 from 1.19.0; tflite-runtime never
-# released a build for it.
-_NUMPY_1_BEFORE = {
-    "onnxruntime": (1, 19),
-    "onnxruntime-gpu": (1, 19),
-    "onnxruntime-openvino": (1, 19),
-}
-_NUMPY_1_ALWAYS = {"tflite-runtime"}
-_EXTRA_REQUIREMENT = re.compile(
-    r"\s*[A-Za-z0-9][A-Za-z0-9._-]*\s*"
-    r"((==|!=|<=|>=|~=|<|>)\s*[A-Za-z0-9.*+!_-]+\s*(,\s*(==|!=|<=|>=|~=|<|>)\s*[A-Za-z0-9.*+!_-]+\s*)*)?"
-)
-
-
-def _release(version: str) -> tuple[int, ...]:
-    parts = []
-    for piece in version.split("."):
-        digits = re.match(r"\d+", piece)
-        if digits is None:
-            break
-        parts.append(int(digits.group()))
-    return tuple(parts)
-
-
-def numpy_requirement(req: Requirement) -> str:
-    """The numpy a runtime version was built for: ``numpy<2`` for onnxruntime before 1.19
-    and tflite-runtime, else ``numpy``."""
-    before = _NUMPY_1_BEFORE.get(req.distribution)
-    if req.distribution in _NUMPY_1_ALWAYS or (before and _release(req.version) < before):
-        return "numpy<2"
-    return "numpy"
-
-
-def companion_requirements(req: Requirement, extra: Sequence[str] = ()) -> list[str]:
-    """What is installed beside the runtime: the caller's ``extra`` requirements (``numpy<2``)
-    and, unless they name numpy, the numpy the runtime was built for. BadInput for an
-    extra requirement that is not ``name`` with optional version clauses."""
-    for text in extra:
-        if not isinstance(text, str) or not _EXTRA_REQUIREMENT.fullmatch(text):
-            raise BadInput(
-                f"cannot read extra requirement {str(text)[:80]!r}",
-                hint="give a name with optional version clauses, e.g. 'numpy<2'",
-            )
-    names = {re.match(r"\s*([A-Za-z0-9._-]+)", t).group(1).lower() for t in extra}
-    return [t.strip() for t in extra] + ([] if "numpy" in names else [numpy_requirement(req)])
 
 
 # What a runtime built for NumPy 1.x prints when it is imported beside NumPy 2.
@@ -403,63 +293,6 @@ class RuntimeEnvs:
             p.problem, p.ended_at, p.running = problem, time.monotonic(), False
         p.done.set()
 
-    def add(
-        self,
-        requirement: str,
-        name: str | None = None,
-        *,
-        find_links: Sequence[Path] = (),
-        no_index: bool = False,
-        exact_wheels: Sequence[dict] | None = None,
-        extra: Sequence[str] = (),
-    ) -> RuntimeEnv:
-        """Create the environment for ``requirement`` and return its manifest.
-
-        Beside the runtime go ``extra`` requirements (``numpy<2``) and, unless they name
-        numpy, the numpy the runtime was built for (:func:`companion_requirements`).
-
-        The wheels are first collected into the environment's ``wheels/`` (``pip
-        download``, from ``find_links`` and, unless ``no_index``, the package index),
-        then installed from there alone, so their sha256 digests are those recorded.
-        ``exact_wheels`` (``[{file, sha256}]``, an approval's record) installs exactly
-        those files, found in ``find_links``, each digest checked first. The runtime is
-        then imported in a child process; an environment whose runtime cannot be
-        imported is removed again and refused.
-        """
-        req = Requirement.parse(requirement)
-        companions = companion_requirements(req, extra)
-        name = check_env_name(name or req.default_name)
-        if name == DEFAULT_ENV:
-            raise BadInput(
-                "'default' names the agent's own environment", hint="choose another name"
-            )
-        if self.get(name) is not None:
-            raise BadInput(
-                f"runtime environment {name} is already installed",
-                hint=f"edgequal-agent runtime remove {name} first, or choose another --name",
-            )
-        target = self.root / name
-        if target.exists():  # an installation that did not finish
-            shutil.rmtree(target)
-        target.mkdir(parents=True)
-        try:
-            from .installer import build_env
-
-            return build_env(
-                req,
-                name,
-                target,
-                self.python,
-                self.step,
-                list(find_links),
-                no_index,
-                exact_wheels,
-                companions,
-            )
-        except BaseException:
-            shutil.rmtree(target, ignore_errors=True)
-            raise
-
     def remove(self, name: str) -> RuntimeEnv:
         """Delete the environment called ``name``; returns what it was."""
         check_env_name(name)
@@ -512,23 +345,12 @@ def _probe_key(env: RuntimeEnv) -> tuple:
     return (env.name, env.created_unix)
 
 
-def unknown_env_message(name: str, installed: list[str]) -> tuple[str, str]:
-    """(message, hint) refusing environment ``name`` on a device holding ``installed``
-    (besides ``default``): the one wording of agent and host."""
-    return (
-        f"unknown runtime environment '{name}' on this device; "
-        f"installed: {', '.join([DEFAULT_ENV, *installed])}",
-        "the device owner installs one: edgequal-agent runtime add onnxruntime==1.20.1",
-    )
+def plan_env_names(plan: Plan | None) -> list[str]:
+    """The environment names a plan asks for (``runtime_envs``), [] for none."""
+    return list(plan.runtime_envs or ()) if plan is not None else []
 
 
-def plan_env_names(plan: dict | None) -> list[str]:
-    """The environment names a plan's JSON asks for (``runtime_envs``), [] for none."""
-    names = (plan or {}).get("runtime_envs") or []
-    return list(names) if isinstance(names, (list, tuple)) else []
-
-
-def resolve_plan_envs(plan: dict | None, envs: RuntimeEnvs | None) -> list[RuntimeEnv] | None:
+def resolve_plan_envs(plan: Plan | None, envs: RuntimeEnvs | None) -> list[RuntimeEnv] | None:
     """The plan's environments on this device (BadInput for an unknown name), None without any.
 
     Called before the device is taken; the runtime of each is checked against the

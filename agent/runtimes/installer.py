@@ -1,4 +1,4 @@
-"""Installing a runtime environment (``envs.RuntimeEnvs.add``): the wheels collected, a venv
+"""Installing a runtime environment (``add_env``): the wheels collected, a venv
 created, the wheels installed from there alone, the agent linked in, the import tried,
 the manifest written last. Also the wheel tags this Python takes (``runtime tags``), which
 a host collects wheels for.
@@ -9,7 +9,6 @@ device owner's ``edgequal-agent runtime add`` calls it (docs/security.md).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import subprocess
@@ -18,13 +17,22 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ..errors import AgentError, BadInput, RuntimeUnavailable
-from ..files import write_atomic
+from edgequal.contract.artifacts import file_sha256
+from edgequal.contract.errors import AgentError, BadInput, RuntimeUnavailable
+from edgequal.contract.files import write_atomic
+from edgequal.contract.runtimes import (
+    Requirement,
+    check_env_name,
+    companion_requirements,
+    pip_error,
+)
+
 from .envs import (
+    DEFAULT_ENV,
     INSTALL_PROBE_TIMEOUT_S,
     MANIFEST,
-    Requirement,
     RuntimeEnv,
+    RuntimeEnvs,
     import_failure,
     probe,
 )
@@ -37,13 +45,11 @@ def agent_package_dir() -> Path:
     return Path(__file__).resolve().parent.parent
 
 
-def sha256_file(path: Path) -> str:
-    """The hex sha256 of a file's bytes."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+def contract_package_dir() -> Path:
+    """The directory of ``edgequal.contract``, which the agent's workers import (linked too)."""
+    import edgequal.contract
+
+    return Path(edgequal.contract.__file__).resolve().parent
 
 
 def build_env(
@@ -59,7 +65,7 @@ def build_env(
 ) -> RuntimeEnv:
     """Collect the wheels into ``target/wheels``, create ``target/venv`` with ``python``,
     install them there alone, link the agent, try the import, write the manifest
-    (``RuntimeEnvs.add`` explains the steps; it removes ``target`` when this raises)."""
+    (``add_env`` explains the steps; it removes ``target`` when this raises)."""
     wheels = target / "wheels"
     wheels.mkdir()
     links = [a for d in find_links for a in ("--find-links", str(d))]
@@ -107,7 +113,7 @@ def build_env(
         "install the runtime",
     )
     link_agent(venv_python)
-    digests = [{"file": f.name, "sha256": sha256_file(f)} for f in sorted(wheels.iterdir())]
+    digests = [{"file": f.name, "sha256": file_sha256(f)} for f in sorted(wheels.iterdir())]
     env = RuntimeEnv(
         name=name,
         runtime=req.runtime,
@@ -144,9 +150,10 @@ def _wheel_version(wheels: Path, distribution: str) -> str | None:
 
 
 def link_agent(venv_python: Path) -> None:
-    """Make this agent's ``edgequal.agent`` importable in the venv of ``venv_python``.
+    """Make this agent's ``edgequal.agent`` (and the ``edgequal.contract`` it stands on)
+    importable in the venv of ``venv_python``.
 
-    A link (not a copy) in its site-packages: the worker code an environment runs is
+    Links (not copies) in its site-packages: the worker code an environment runs is
     always the installed agent's, so an agent upgrade upgrades the workers with it.
     """
     out = _run(
@@ -156,10 +163,11 @@ def link_agent(venv_python: Path) -> None:
     )
     package = Path(out.strip()) / "edgequal"
     package.mkdir(parents=True, exist_ok=True)
-    link = package / "agent"
-    if link.is_symlink() or link.exists():
-        link.unlink()
-    link.symlink_to(agent_package_dir(), target_is_directory=True)
+    for name, target in (("agent", agent_package_dir()), ("contract", contract_package_dir())):
+        link = package / name
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(target, target_is_directory=True)
 
 
 def _copy_exact(wheels: Sequence[dict], find_links: Sequence[Path], into: Path) -> list[Path]:
@@ -172,7 +180,7 @@ def _copy_exact(wheels: Sequence[dict], find_links: Sequence[Path], into: Path) 
             raise BadInput(
                 f"approved wheel {name} is not in {', '.join(map(str, find_links)) or 'any --find-links'}"
             )
-        digest = sha256_file(source)
+        digest = file_sha256(source)
         if digest != w.get("sha256"):
             raise BadInput(
                 f"wheel {name} has sha256 {digest[:16]}…, the approved one {str(w.get('sha256'))[:16]}…",
@@ -186,15 +194,6 @@ def _copy_exact(wheels: Sequence[dict], find_links: Sequence[Path], into: Path) 
 def _pip(python: str, args: list[str], what: str) -> str:
     base = [python, "-m", "pip", "--disable-pip-version-check", "--no-input"]
     return _run(base + args, what, PIP_TIMEOUT_S)
-
-
-def pip_error(stderr: str, returncode: int) -> str:
-    """The line of a failed pip (or venv) run that says why: its last ``ERROR:`` line, else
-    its last line that is not a warning, else the exit status (at most 300 characters)."""
-    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    errors = [line for line in lines if line.startswith("ERROR:")]
-    others = [line for line in lines if not line.startswith("WARNING:")]
-    return ((errors or others or [f"exit {returncode}"])[-1])[:300]
 
 
 def _run(cmd: list[str], what: str, timeout_s: float) -> str:
@@ -233,3 +232,57 @@ def wheel_tags() -> dict:
         "abis": list(dict.fromkeys(t.abi for t in found if t.abi != "none")),
         "platforms": list(dict.fromkeys(t.platform for t in found if t.platform != "any")),
     }
+
+
+def add_env(
+    envs: RuntimeEnvs,
+    requirement: str,
+    name: str | None = None,
+    *,
+    find_links: Sequence[Path] = (),
+    no_index: bool = False,
+    exact_wheels: Sequence[dict] | None = None,
+    extra: Sequence[str] = (),
+) -> RuntimeEnv:
+    """Create the environment for ``requirement`` among ``envs`` and return its manifest.
+
+    Beside the runtime go ``extra`` requirements (``numpy<2``) and, unless they name
+    numpy, the numpy the runtime was built for (:func:`companion_requirements`).
+
+    The wheels are first collected into the environment's ``wheels/`` (``pip
+    download``, from ``find_links`` and, unless ``no_index``, the package index),
+    then installed from there alone, so their sha256 digests are those recorded.
+    ``exact_wheels`` (``[{file, sha256}]``, an approval's record) installs exactly
+    those files, found in ``find_links``, each digest checked first. The runtime is
+    then imported in a child process; an environment whose runtime cannot be
+    imported is removed again and refused.
+    """
+    req = Requirement.parse(requirement)
+    companions = companion_requirements(req, extra)
+    name = check_env_name(name or req.default_name)
+    if name == DEFAULT_ENV:
+        raise BadInput("'default' names the agent's own environment", hint="choose another name")
+    if envs.get(name) is not None:
+        raise BadInput(
+            f"runtime environment {name} is already installed",
+            hint=f"edgequal-agent runtime remove {name} first, or choose another --name",
+        )
+    target = envs.root / name
+    if target.exists():  # an installation that did not finish
+        shutil.rmtree(target)
+    target.mkdir(parents=True)
+    try:
+        return build_env(
+            req,
+            name,
+            target,
+            envs.python,
+            envs.step,
+            list(find_links),
+            no_index,
+            exact_wheels,
+            companions,
+        )
+    except BaseException:
+        shutil.rmtree(target, ignore_errors=True)
+        raise

@@ -11,9 +11,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from edgequal.contract.errors import ModelRejected, RuntimeUnavailable
+from edgequal.contract.tensors import TensorSpec
 
-from ..errors import ModelRejected, RuntimeUnavailable
-from .base import Runtime, TensorSpec
+from .base import Runtime
 
 _MODULES = ("ai_edge_litert.interpreter", "tflite_runtime.interpreter")
 

@@ -11,7 +11,12 @@ from __future__ import annotations
 import mmap
 from pathlib import Path
 
-from .onnx_external_data import _MODEL_GRAPH, _fields, _Malformed, _text
+from edgequal.contract.onnx_external_data import (
+    MODEL_GRAPH,
+    MalformedModel,
+    proto_fields,
+    proto_text,
+)
 
 _GRAPH_NODE = 1
 _NODE_OP_TYPE = 4
@@ -20,15 +25,15 @@ _NODE_OP_TYPE = 4
 def node_op_types(data) -> list[str]:
     """The ``op_type`` of every node of the main graph, in order (bytes or a buffer)."""
     op_types: list[str] = []
-    for number, wire, graph in _fields(data, 0, len(data)):
-        if number != _MODEL_GRAPH or wire != 2:
+    for number, wire, graph in proto_fields(data, 0, len(data)):
+        if number != MODEL_GRAPH or wire != 2:
             continue
-        for gnum, gwire, node in _fields(data, *graph):
+        for gnum, gwire, node in proto_fields(data, *graph):
             if gnum != _GRAPH_NODE or gwire != 2:
                 continue
-            for nnum, nwire, value in _fields(data, *node):
+            for nnum, nwire, value in proto_fields(data, *node):
                 if nnum == _NODE_OP_TYPE and nwire == 2:
-                    op_types.append(_text(data, value))
+                    op_types.append(proto_text(data, value))
     return op_types
 
 
@@ -37,5 +42,5 @@ def model_op_types(path: Path) -> list[str] | None:
     try:
         with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
             return node_op_types(buf)
-    except (OSError, ValueError, _Malformed):
+    except (OSError, ValueError, MalformedModel):
         return None

@@ -7,9 +7,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from edgequal.contract.errors import BadInput, ModelRejected
+from edgequal.contract.tensors import TensorSpec
 
-from ..errors import BadInput, ModelRejected
-from .base import Runtime, TensorSpec
+from .base import Runtime
 
 _ORT_DTYPES = {
     "tensor(float)": "float32",

@@ -16,9 +16,9 @@ import threading
 import time
 from pathlib import Path
 
-from .. import __version__
-from ..openmetrics import Gauge, render, write_textfile
-from ..report.signing import STATUSES
+from edgequal.contract import __version__
+from edgequal.contract.openmetrics import Gauge, render, write_textfile
+from edgequal.contract.signing import STATUSES
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The agent's gRPC service (``edgequal.v1.Agent``) plus the standard health service.
 
 Wire types stay here: requests are converted to plain values at the top of each
-handler, and every :class:`~edgequal.agent.errors.AgentError` is turned into a
+handler, and every :class:`~edgequal.contract.errors.AgentError` is turned into a
 gRPC status in one place (:func:`status_for`). Unexpected exceptions become
 INTERNAL with a generic message; the traceback goes to the agent's log only.
 
@@ -29,12 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
-from edgequal.protos import edgequal_v1_pb2 as pb
-from edgequal.protos import edgequal_v1_pb2_grpc as pb_grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-
-from .. import __version__
-from ..errors import (
+from edgequal.contract import __version__
+from edgequal.contract.artifacts import validate_digest
+from edgequal.contract.errors import (
     AgentError,
     BadInput,
     DeviceBusy,
@@ -44,9 +41,21 @@ from ..errors import (
     RuntimeUnavailable,
     WorkerFailed,
 )
-from ..keys import DeviceKey, load_or_create_device_key
+from edgequal.contract.identity import prove_identity
+from edgequal.contract.info import (
+    MAX_RECEIVE_MESSAGE_BYTES,
+    MAX_SEND_MESSAGE_BYTES,
+    AgentInfo,
+    Limits,
+)
+from edgequal.contract.keys import DeviceKey, load_or_create_device_key
+from edgequal.contract.plan import Plan
+from edgequal.contract.runtimes import RuntimeStatus
+from edgequal.protos import edgequal_v1_pb2 as pb
+from edgequal.protos import edgequal_v1_pb2_grpc as pb_grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
 from ..phases.coload import config_path, resolve_plan
-from ..plan import timed_s_of
 from ..run_request import (
     RunRequest,
     check_extra_files,
@@ -55,7 +64,7 @@ from ..run_request import (
     subjects_as_files,
 )
 from ..runs import Runs
-from ..runtimes import RuntimeStatus, detect_runtimes
+from ..runtimes import detect_runtimes
 from ..runtimes.envs import RuntimeEnvs, resolve_plan_envs
 from .admission import MAX_CALLS_IN_FLIGHT, AdmissionInterceptor, pool_threads
 from .auth import (
@@ -64,16 +73,9 @@ from .auth import (
     check_listen_allowed,
     server_credentials,
 )
-from .identity import prove_identity
-from .info import (
-    MAX_RECEIVE_MESSAGE_BYTES,
-    MAX_SEND_MESSAGE_BYTES,
-    AgentInfo,
-    Limits,
-)
 from .lease import DEFAULT_MAX_RUN_S, ActiveRun, RunSlot
 from .state_lock import StateLock
-from .store import DEFAULT_MAX_ARTIFACT_BYTES, ArtifactStore, validate_digest
+from .store import DEFAULT_MAX_ARTIFACT_BYTES, ArtifactStore
 from .write_behind import WriteBehind
 
 log = logging.getLogger(__name__)
@@ -297,8 +299,9 @@ class AgentService(pb_grpc.AgentServicer):
     @_stream_errors
     def Qualify(self, request, context):
         """Start a run, stream its events, end with its signed envelope."""
-        plan = _parse_json(request.plan_json or "{}", "plan_json", dict)
-        check_plan_bounds(plan, self.max_run_s)
+        plan_json = _parse_json(request.plan_json or "{}", "plan_json", dict)
+        check_plan_bounds(plan_json, self.max_run_s)
+        plan = Plan.from_json(plan_json)  # the one parse of this run's plan
         resolve_plan(plan, self.store, self.config)  # refused before the device is taken
         resolve_plan_envs(plan, self.runtime_envs)  # an unknown name too
         model_digest = validate_digest(request.model_digest)
@@ -329,7 +332,7 @@ class AgentService(pb_grpc.AgentServicer):
             extra_files=extra_files,
         )
 
-        expected_s = timed_s_of(plan)
+        expected_s = plan.timed_s()
         run = self.slot.start(
             run_id, holder, self.max_run_s, lease_id=request.lease_id, expected_s=expected_s
         )

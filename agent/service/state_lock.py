@@ -17,8 +17,8 @@ import json
 import os
 from pathlib import Path
 
-from ..errors import DeviceBusy
-from .lease import Lease
+from edgequal.contract.errors import DeviceBusy
+from edgequal.contract.lease import Lease
 
 LOCK_FILE_NAME = "agent.lock"
 

@@ -51,7 +51,7 @@ def peak_rss_bytes() -> int:
 
 def synthesize_inputs(specs, shapes: dict, seed: int = 0) -> dict[str, np.ndarray]:
     """Inputs made from the model's specs; dynamic dims must come from ``shapes``."""
-    from ..errors import BadInput
+    from edgequal.contract.errors import BadInput
 
     rng = np.random.default_rng(seed)
     feeds = {}
@@ -127,7 +127,7 @@ def load_runtime(job: WorkerJob):
 def read_golden_for(job: WorkerJob, rt):
     if not job.golden:
         return None
-    from ..golden import read_golden
+    from edgequal.contract.golden import read_golden
 
     golden = read_golden(Path(job.golden))
     golden.check_against(rt.inputs())

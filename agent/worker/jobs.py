@@ -17,8 +17,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from edgequal.contract.plan import Plan
+
 from ..measure.latency import LatencySettings
-from ..plan import Plan
 from ..runtimes.base import RuntimeOptions
 
 JOB_KINDS = (

@@ -74,8 +74,8 @@ def _input_contract_mismatches(job: WorkerJob, rt) -> list[dict]:
     """The golden set's input contract against the model's declared inputs ([] without one)."""
     if not job.golden:
         return []
-    from ..golden import read_golden
-    from ..input_contract import contract_mismatches
+    from edgequal.contract.golden import read_golden
+    from edgequal.contract.input_contract import contract_mismatches
 
     pre = read_golden(Path(job.golden)).preprocessing
     return contract_mismatches(pre, rt.inputs()) if pre is not None else []
@@ -134,9 +134,10 @@ def run_cold_load(job: WorkerJob) -> dict:
 
 def run_warm(job: WorkerJob) -> dict:
     """Warm latency per input shape (``measure.latency``), drift over the golden set, memory."""
+    from edgequal.contract.tensors import shape_key
+
     from ..measure.drift import measure_drift
     from ..measure.latency import measure_latency
-    from ..runtimes.base import shape_key
 
     rt, rss_before, rss_loaded = load_runtime(job)
     golden = read_golden_for(job, rt)
@@ -289,7 +290,8 @@ def run_edge_shape(job: WorkerJob) -> dict:
     The runtime refusing the shape is a result (``ok: false``, ``cause: error``, naming
     the input), not a crash; a crash, hang or memory kill is the supervisor's to report.
     """
-    from ..golden import edge_shape_misfit
+    from edgequal.contract.golden import edge_shape_misfit
+
     from ..measure.latency import LatencySettings, measure_latency
 
     edge = job.edge
@@ -345,9 +347,10 @@ def run_env_segments(job: WorkerJob) -> dict:
     against the reference outputs) and saves the outputs there, so the agent can compare
     environments with each other. Without a golden set the synthesized input is the one case.
     """
+    from edgequal.contract.tensors import shape_key
+
     from ..measure.drift import measure_drift
     from ..measure.latency import encode_samples, time_loop_ns, warm_up
-    from ..runtimes.base import shape_key
 
     rt, rss_before, rss_loaded = load_runtime(job)
     golden = read_golden_for(job, rt)
@@ -366,7 +369,7 @@ def run_env_segments(job: WorkerJob) -> dict:
     while finish is None:
         line = sys.stdin.readline()
         if not line:
-            from ..errors import WorkerFailed
+            from edgequal.contract.errors import WorkerFailed
 
             raise WorkerFailed("the agent closed the command stream before finishing")
         cmd = json.loads(line)
@@ -508,7 +511,7 @@ def main() -> int:
         return 1
     open_event_stream()
     job = WorkerJob.from_json(json.loads(sys.stdin.readline()))
-    from ..errors import AgentError
+    from edgequal.contract.errors import AgentError
 
     try:
         result = JOBS[job.kind](job)

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import time
 
-from ..errors import BadRawInput, GoldenMismatch
+from edgequal.contract.errors import BadRawInput, GoldenMismatch
+
 from .io import load_runtime, phase, read_golden_for
 from .jobs import WorkerJob
 
@@ -47,9 +48,10 @@ def run_pipeline(job: WorkerJob) -> dict:
     ``libraries``, ``failures``, and with any case through: ``drift``,
     ``reference_inputs``, ``stages``, ``end_to_end``, ``share``, ``warmup``, ``runs``.
     """
+    from edgequal.contract.tensors import check_feeds
+
     from ..measure.drift import drift_of_cases, parse_decision_rule
     from ..measure.pipeline import measure_path
-    from ..runtimes.base import check_feeds
 
     rt, _, _ = load_runtime(job)
     golden = read_golden_for(job, rt)

@@ -13,8 +13,8 @@ import functools
 import re
 from pathlib import Path
 
-from edgequal.agent.errors import BadInput
-from edgequal.agent.golden import file_sha256
+from edgequal.contract.artifacts import file_sha256
+from edgequal.contract.errors import BadInput
 
 _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(/s|hz)?\s*$", re.IGNORECASE)
 _HINT = "write model:PATH[@RATE], cpu:CORES, membw:CORES or command:NAME"

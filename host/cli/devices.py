@@ -4,8 +4,17 @@ device (also those a host left behind), the agent installed on a board."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
-from .device_args import open_device_from_args, tls_from_args
+from edgequal.contract.cli_args import examples
+from edgequal.contract.runtimes import RUNTIME_EXTRAS
+
+from .device_args import (
+    add_connection_options,
+    add_tls_options,
+    open_device_from_args,
+    tls_from_args,
+)
 
 
 def cmd_devices(args) -> int:
@@ -84,7 +93,7 @@ def cmd_runs(args) -> int:
             lease = transport.info().get("lease")
             listed = []
             if lease:
-                from edgequal.agent.service.lease import Lease
+                from edgequal.contract.lease import Lease
 
                 listed.append(
                     {
@@ -129,7 +138,7 @@ def cmd_runs(args) -> int:
         if args.runs_command == "show":
             lease = transport.info().get("lease")
             if lease and lease["run_id"] == run_id:
-                from edgequal.agent.service.lease import Lease
+                from edgequal.contract.lease import Lease
 
                 print_line(
                     f"run {run_id} on {device.name}: in progress for {lease['holder']}, "
@@ -241,3 +250,168 @@ def _cmd_agent_runtime(args) -> int:
             "no runtime environments (edgequal agent runtime add TARGET onnxruntime==VERSION)"
         )
     return 0
+
+
+RUNS_EXAMPLES = {
+    "list": ("edgequal runs list --device pi5 --json",),
+    "show": (),
+    "fetch": ("edgequal runs fetch RUN_ID --device pi5 --wait -o run.report.json",),
+    "cancel": ("edgequal runs cancel RUN_ID --device pi5 --wait",),
+}
+
+
+def add_parsers(sub) -> None:
+    """``devices``, ``runs`` and ``agent``: their flags."""
+    dv = sub.add_parser("devices", help="trusted devices")
+    examples(dv, "edgequal devices list", "edgequal devices trust pi5 grpc://pi5.lab:50051")
+    dsub = dv.add_subparsers(dest="devices_command", required=True)
+    dl = dsub.add_parser("list", help="list trusted devices")
+    dl.add_argument("--json", action="store_true", help="print the devices as JSON")
+    examples(dl, "edgequal devices list", "edgequal devices list --json")
+    ds = dsub.add_parser("show", help="show one device")
+    ds.add_argument("name")
+    examples(ds, "edgequal devices show pi5")
+    dt = dsub.add_parser("trust", help="pin a device's key (shows its fingerprint)")
+    examples(
+        dt,
+        "edgequal devices trust pi5 grpc://pi5.lab:50051 --token-file pi5.token",
+        "edgequal devices trust pi5 grpc://pi5.lab:50051 --fingerprint SHA256:...",
+        "edgequal devices trust lab3 grpc://lab3:50051 --tls-ca ca.pem --tls-cert me.pem "
+        "--tls-key me.key",
+    )
+    dt.add_argument("name")
+    dt.add_argument("address", help="grpc://HOST:PORT")
+    dt.add_argument("--token-file", type=Path)
+    add_tls_options(dt)
+    dt.add_argument(
+        "--fingerprint", help="expected key fingerprint (SHA256:...); refuse if different"
+    )
+    dt.add_argument(
+        "--replace-key",
+        action="store_true",
+        help="pin a new key for a device already trusted (needs --fingerprint of the new key)",
+    )
+    df = dsub.add_parser("forget", help="forget a device")
+    df.add_argument("name")
+    examples(df, "edgequal devices forget pi5")
+    examples(dsub.add_parser("profiles", help="list device profiles"), "edgequal devices profiles")
+
+    rn = sub.add_parser(
+        "runs",
+        help="runs on a device: list, show, fetch or cancel (also one a host left behind)",
+    )
+    examples(rn, "edgequal runs list --device pi5", "edgequal runs fetch RUN_ID --device pi5")
+    rsub = rn.add_subparsers(dest="runs_command", required=True)
+    for command, text in (
+        ("list", "the run in progress and the runs this host started there"),
+        ("show", "one run: in progress, or its signed report's status"),
+        ("fetch", "verify a run's signed report and write it"),
+        ("cancel", "cancel the run in progress (it is still signed: incomplete, cancelled)"),
+    ):
+        rp = rsub.add_parser(command, help=text)
+        examples(
+            rp,
+            f"edgequal runs {command}" + (" RUN_ID" if command != "list" else "") + " --device pi5",
+            *RUNS_EXAMPLES[command],
+        )
+        if command != "list":
+            rp.add_argument("run_id")
+        else:
+            rp.add_argument("--json", action="store_true", help="print the runs as JSON")
+        rp.add_argument("--device", default="local", help="local (default), NAME or address")
+        add_connection_options(rp)
+        if command in ("fetch", "cancel"):
+            rp.add_argument(
+                "--wait", action="store_true", help="wait for the run to end and fetch its report"
+            )
+            rp.add_argument(
+                "-o",
+                "--output",
+                type=Path,
+                help="write the report here (default: RUN_ID.report.json in the reports dir "
+                "of qualify)",
+            )
+
+    a = sub.add_parser("agent", help="install or inspect the agent on a board")
+    examples(a, "edgequal agent install ssh://pi@bench-pi5", "edgequal agent status pi5")
+    asub = a.add_subparsers(dest="agent_command", required=True)
+    ai = asub.add_parser("install", help="install the agent over SSH")
+    examples(
+        ai,
+        "edgequal agent install ssh://pi@bench-pi5 --extras litert",
+        "edgequal agent install ssh://pi@bench-pi5 --wheelhouse wheels/ --service background",
+    )
+    ai.add_argument("url", help="ssh://USER@HOST[:PORT]")
+    ai.add_argument("--extras", default=",".join(RUNTIME_EXTRAS))
+    ai.add_argument(
+        "--wheelhouse", type=Path, help="install only from this directory (labs without internet)"
+    )
+    ai.add_argument(
+        "--service",
+        default="systemd",
+        choices=["systemd", "background", "none"],
+        help="systemd unit (default), a background process, or install only",
+    )
+    ai.add_argument("--ssh-key", type=Path, help="private key file for SSH")
+    ai.add_argument(
+        "--prefix", default="~/.local/share/edgequal", help="install prefix on the board"
+    )
+    ai.add_argument("--python", default="python3", help="the board's Python 3.10+")
+    ai.add_argument(
+        "--system-site-packages",
+        action="store_true",
+        help="let the venv see the board's system packages (e.g. a vendor onnxruntime-gpu)",
+    )
+    ai.add_argument("--listen", default="0.0.0.0:50051")
+    ai.add_argument("--name", help="device name to pin (default: the host name)")
+    ai.add_argument("--known-hosts", type=Path)
+    art = asub.add_parser(
+        "runtime", help="runtime environments on a board (installed over SSH only)"
+    )
+    examples(
+        art,
+        "edgequal agent runtime add ssh://pi@bench-pi5 onnxruntime==1.20.1",
+        "edgequal agent runtime list ssh://pi@bench-pi5",
+    )
+    artsub = art.add_subparsers(dest="runtime_command", required=True)
+    ara = artsub.add_parser(
+        "add", help="collect a runtime's wheels here, push them over SSH, install them there"
+    )
+    examples(
+        ara,
+        "edgequal agent runtime add ssh://pi@bench-pi5 onnxruntime==1.20.1",
+        "edgequal agent runtime add ssh://pi@bench-pi5 --from-approved approved/classifier",
+        "edgequal agent runtime add ssh://pi@bench-pi5 onnxruntime==1.17.3 'numpy<2'",
+    )
+    ara.add_argument("target", help="ssh://USER@HOST of a trusted device")
+    ara.add_argument("requirement", nargs="?", help="an exact pin, e.g. onnxruntime==1.20.1")
+    ara.add_argument(
+        "extra",
+        nargs="*",
+        metavar="EXTRA",
+        help="more requirements installed beside it, e.g. 'numpy<2' (default: the numpy "
+        "the runtime was built for)",
+    )
+    ara.add_argument("--name", help="the environment's name (default DIST-VERSION)")
+    ara.add_argument(
+        "--from-approved",
+        type=Path,
+        metavar="DIR/MODEL",
+        help="restore the environment this approved model was qualified with (same wheel digests)",
+    )
+    ara.add_argument("--wheelhouse", type=Path, help="collect wheels only from this directory")
+    arl = artsub.add_parser("list", help="the board's runtime environments")
+    examples(arl, "edgequal agent runtime list ssh://pi@bench-pi5")
+    arl.add_argument("target", help="ssh://USER@HOST of a trusted device")
+    arr = artsub.add_parser("remove", help="delete a runtime environment on the board")
+    examples(arr, "edgequal agent runtime remove ssh://pi@bench-pi5 onnxruntime-1.20.1")
+    arr.add_argument("target", help="ssh://USER@HOST of a trusted device")
+    arr.add_argument("name")
+    for sp in (ara, arl, arr):
+        sp.add_argument("--known-hosts", type=Path)
+        sp.add_argument("--ssh-key", type=Path, help="private key file for SSH")
+        sp.add_argument("--agent-cmd", help="edgequal-agent command on the board")
+    ast = asub.add_parser("status", help="agent version, runtimes, key, service")
+    examples(ast, "edgequal agent status pi5", "edgequal agent status ssh://pi@bench-pi5")
+    ast.add_argument("target", help="ssh://USER@HOST or a device name")
+    ast.add_argument("--known-hosts", type=Path)

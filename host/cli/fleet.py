@@ -3,13 +3,17 @@ on a lab's boards (host/lab/fleet.py, host/lab/health.py, host/lab/requalify.py;
 
 from __future__ import annotations
 
-from .judge import _check_plan_for_policy, _load_gate_policy
-from .plan_args import length_flags
+from pathlib import Path
+
+from edgequal.contract.cli_args import examples
+
+from .judge import check_plan_for_policy, load_gate_policy
+from .plan_args import add_length_options, length_flags
 
 
 def _wait_s(text: str | None) -> float | None:
     """``--wait``: absent 0 (fail fast), bare None (no limit), else the duration."""
-    from edgequal.agent.plan import parse_duration_s
+    from edgequal.contract.plan import parse_duration_s
 
     if text == "forever":
         return None
@@ -136,7 +140,7 @@ def cmd_fleet(args) -> int:
         return _cmd_fleet_health(args)
     if args.fleet_command == "requalify":
         return _cmd_fleet_requalify(args)
-    from edgequal.agent.plan import parse_duration_s
+    from edgequal.contract.plan import parse_duration_s
 
     from ..lab.fleet import FleetOptions
     from ..lab.health import HealthState, default_health_path
@@ -170,10 +174,10 @@ def _print_fleet_plans(models, preset: str, overrides: dict, policy_path) -> Non
     from ..lab.fleet import fleet_plan
     from ..present.terminal.summary import print_plan
 
-    policy = _load_gate_policy(policy_path) if policy_path else None
+    policy = load_gate_policy(policy_path) if policy_path else None
     for name in dict.fromkeys(m.plan or preset for m in models):
         plan = fleet_plan(name, None, overrides)
-        _check_plan_for_policy(plan, policy)
+        check_plan_for_policy(plan, policy)
         print_plan(plan, boards=True)
 
 
@@ -271,7 +275,7 @@ def _cmd_fleet_requalify(args) -> int:
     from ..present.terminal.summary import print_note
 
     lab = load_fleet_lab(args.lab)
-    _load_gate_policy(args.policy)  # a bad policy is refused even when nothing runs
+    load_gate_policy(args.policy)  # a bad policy is refused even when nothing runs
     plan = plan_requalification(args.approved, lab, every=args.all, runtime_env=args.runtime_env)
     for key, why in plan.missing_env.items():
         print_note(f"{key}: not re-qualified under {args.runtime_env}: {why}")
@@ -306,3 +310,149 @@ def _cmd_fleet_requalify(args) -> int:
     )
     # A board that could not measure the candidate has not qualified the upgrade.
     return max(code, 1) if plan.missing_env else code
+
+
+def add_parsers(sub) -> None:
+    """``fleet run``, ``fleet health``, ``fleet requalify`` and ``approve``: their flags."""
+    f = sub.add_parser("fleet", help="qualify many models on a lab's boards (docs/fleet.md)")
+    examples(
+        f, "edgequal fleet run lab.toml --models models.toml", "edgequal fleet health lab.toml"
+    )
+    fsub = f.add_subparsers(dest="fleet_command", required=True)
+    fl = fsub.add_parser(
+        "list",
+        help="the lab's boards: its devices, or a labgrid coordinator's places and agents",
+    )
+    examples(fl, "edgequal fleet list --lab lab.toml", "edgequal fleet list --lab lab.toml --json")
+    fl.add_argument("--lab", type=Path, required=True, help="the lab file")
+    fl.add_argument("--json", action="store_true", help="print the boards as JSON")
+    fr = fsub.add_parser(
+        "run",
+        help="every model on every matching device, devices in parallel",
+        description="Run every model of MODELS.toml on every device of LAB.toml that carries "
+        "the tags, one run at a time per device under its lease; write the signed reports, "
+        "index.json, junit.xml and a matrix page to --out.",
+    )
+    examples(
+        fr,
+        "edgequal fleet run lab.toml --models models.toml",
+        "edgequal fleet run lab.toml --models models.toml --tags pi --wait 30m --out nightly/",
+        "edgequal fleet run lab.toml --models models.toml --gate docs/policies/nightly.toml",
+    )
+    fr.add_argument("lab", type=Path, help="the lab file (docs/lab.example.toml)")
+    fr.add_argument("--models", type=Path, required=True, help="the models file")
+    fr.add_argument("--tags", help="only devices with all these tags, e.g. pi,arm64")
+    fr.add_argument("--plan", choices=["quick", "standard", "soak"], default="quick")
+    fr.add_argument("--sustain", help="sustained phase duration for every run (0 to skip)")
+    add_length_options(fr)
+    fr.add_argument("--out", type=Path, default=Path("fleet-out"), help="output directory")
+    fr.add_argument(
+        "--resume", action="store_true", help="keep runs whose report in --out verifies"
+    )
+    fr.add_argument("--gate", type=Path, metavar="POLICY", help="gate every report on POLICY")
+    fr.add_argument(
+        "--wait",
+        nargs="?",
+        const="forever",
+        metavar="TIMEOUT",
+        help="wait for a device another host holds (in order of arrival), up to TIMEOUT "
+        "(e.g. 30m) or without limit; default: fail fast naming the holder",
+    )
+    fr.add_argument("--retries", type=int, default=2, help="retries per run (default 2)")
+    fr.add_argument("--history", metavar="URL", help="history database URL (default: the lab's)")
+    fr.add_argument(
+        "--no-record", action="store_true", help="do not record the reports in the history"
+    )
+    fr.add_argument(
+        "--prometheus",
+        type=Path,
+        metavar="DIR",
+        help="after each cell, write DIR/DEVICE.prom (OpenMetrics, by rename) for "
+        "node_exporter's textfile collector",
+    )
+    fr.add_argument(
+        "--health-file",
+        type=Path,
+        metavar="FILE",
+        help="boards marked unhealthy here are skipped (default: the lab's, see fleet health)",
+    )
+
+    fh = fsub.add_parser(
+        "health",
+        help="a small known model on every board; unhealthy boards are skipped by fleet run",
+        description="Run the micro example model on every board; report fingerprint, agent "
+        "version, clock sync, disk limits and temperature at rest; mark a board that fails or "
+        "drifted (firmware, kernel, OS, runtime changed since its last healthy check) "
+        "unhealthy until it passes again.",
+    )
+    examples(fh, "edgequal fleet health lab.toml", "edgequal fleet health lab.toml --accept --json")
+    fh.add_argument("lab", type=Path)
+    fh.add_argument("--tags", help="only devices with all these tags")
+    fh.add_argument("--out", type=Path, default=Path("health-out"), help="the check runs' outputs")
+    fh.add_argument("--health-file", type=Path, metavar="FILE", help="the health state file")
+    fh.add_argument(
+        "--accept",
+        action="store_true",
+        help="accept fingerprint changes (a deliberate update) as the new healthy state",
+    )
+    fh.add_argument("--wait", nargs="?", const="forever", metavar="TIMEOUT")
+    fh.add_argument("--retries", type=int, default=1)
+    fh.add_argument("--json", action="store_true")
+
+    # One command, ``edgequal approve`` (docs/fleet.md): approving is about one report.
+    fa = sub.add_parser(
+        "approve",
+        help="keep a verified report, its model, golden set, plan and runtime "
+        "configuration in DIR (what fleet requalify re-runs)",
+    )
+    examples(
+        fa,
+        "edgequal approve pi5.report.json --model model.onnx --golden g.npz --into approved/",
+    )
+    fa.add_argument("report", type=Path)
+    fa.add_argument("--model", type=Path, required=True, help="the model the report measured")
+    fa.add_argument("--golden", type=Path, help="the golden set it used")
+    fa.add_argument("--into", type=Path, required=True, metavar="DIR", help="the approved set")
+    fa.add_argument(
+        "--model-signature",
+        type=Path,
+        metavar="SIG",
+        help="the model's signature the device verified (kept in the set; sent on re-runs)",
+    )
+    fa.add_argument(
+        "--name", help="the model's name in the set, one path component (default: the file's stem)"
+    )
+    fa.add_argument(
+        "--runtime-env",
+        metavar="NAME",
+        help="the runtime environment of the report it was qualified with (default: the "
+        "agent's own)",
+    )
+    fq = fsub.add_parser(
+        "requalify",
+        help="re-run approved models where firmware or runtime changed; gate each against "
+        "its approved report",
+    )
+    examples(
+        fq,
+        "edgequal fleet requalify approved/ lab.toml --policy docs/policies/firmware-release.toml",
+        "edgequal fleet requalify approved/ lab.toml --policy gate.toml --all",
+    )
+    fq.add_argument("approved", type=Path, metavar="DIR", help="the approved set")
+    fq.add_argument("lab", type=Path)
+    fq.add_argument("--policy", type=Path, required=True, help="gate policy with [baseline]")
+    fq.add_argument("--all", action="store_true", help="re-run every approved pair")
+    fq.add_argument(
+        "--runtime-env",
+        metavar="CANDIDATE",
+        help="re-qualify every approved pair under this runtime environment beside the approved "
+        "one, on every board that has both",
+    )
+    fq.add_argument("--out", type=Path, default=Path("requalify-out"))
+    fq.add_argument("--wait", nargs="?", const="forever", metavar="TIMEOUT")
+    fq.add_argument("--retries", type=int, default=2)
+    fq.add_argument("--history", metavar="URL")
+    fq.add_argument("--no-record", action="store_true")
+    fq.add_argument(
+        "--health-file", type=Path, metavar="FILE", help="boards marked unhealthy are skipped"
+    )

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from edgequal.contract.cli_args import examples
+
 
 def cmd_history(args) -> int:
     import json
@@ -111,3 +115,56 @@ def _history_show(history, args) -> int:
     fields = [[k, "" if v is None else str(v)] for k, v in row.items() if k != "id"]
     print_table(f"run {row['run_id']} on {row['device']}", ["field", "value"], fields)
     return 0
+
+
+def add_parsers(sub) -> None:
+    """``history list``, ``show``, ``trend`` and ``record``: their flags."""
+    h = sub.add_parser("history", help="verified reports over time (docs/fleet.md)")
+    examples(h, "edgequal history list", "edgequal history trend --device pi5-a --model classifier")
+    hsub = h.add_subparsers(dest="history_command", required=True)
+    hl = hsub.add_parser("list", help="recorded runs, newest first")
+    examples(
+        hl, "edgequal history list --device pi5", "edgequal history list --model ocr-cls --json"
+    )
+    hs = hsub.add_parser(
+        "show", help="one recorded run (RUN_ID, or the newest for --device/--model), verified"
+    )
+    hs.add_argument("run_id", nargs="?", metavar="RUN_ID", help="a run id or its prefix")
+    examples(hs, "edgequal history show 3f2a", "edgequal history show --device pi5 --model ocr-cls")
+    ht = hsub.add_parser(
+        "trend",
+        help="figures over time per board × model, firmware and runtime changes marked",
+    )
+    ht.add_argument(
+        "--html", type=Path, metavar="PAGE", help="also write the trend page (plots) to PAGE"
+    )
+    examples(
+        ht,
+        "edgequal history trend --device pi5-a --model classifier --html trend.html",
+        "edgequal history trend --model ocr-cls --db postgresql://lab-db/edgequal",
+    )
+    hr = hsub.add_parser("record", help="verify reports and record them")
+    hr.add_argument("reports", type=Path, nargs="+")
+    examples(
+        hr,
+        "edgequal history record nightly/*.report.json --device pi5",
+        "edgequal history record nightly/*.report.json --models models.toml",
+    )
+    hr.add_argument(
+        "--models",
+        type=Path,
+        metavar="TOML",
+        help="the lab's models file: a report of one of its models (same SHA-256) is recorded "
+        "under the model's name there, as fleet run records it (--model finds it by that name)",
+    )
+    hr.add_argument("--device", help="the device that must have signed them")
+    for q in (hl, hs, ht, hr):
+        q.add_argument(
+            "--db", metavar="URL", help="database URL (default: SQLite in the state dir)"
+        )
+    for q in (hl, hs, ht):
+        q.add_argument("--device", help="only this device")
+        q.add_argument("--model", help="only this model (name, name without extension, SHA-256)")
+        q.add_argument("--json", action="store_true")
+    for q in (hl, ht):
+        q.add_argument("--limit", type=int, default=50, help="rows (per board × model for trend)")

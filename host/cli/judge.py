@@ -6,6 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from edgequal.contract.cli_args import examples
+
+from ..present.exports import EXPORTS
+
 
 def cmd_verify(args) -> int:
     """``edgequal verify``: the library's ``edgequal.verify``, in one line."""
@@ -44,13 +48,13 @@ def cmd_verify(args) -> int:
     return 0
 
 
-def _load_gate_policy(path: Path):
+def load_gate_policy(path: Path):
     from ..judge.policy import load_policy
 
     return load_policy(path)
 
 
-def _check_plan_for_policy(plan, policy) -> None:
+def check_plan_for_policy(plan, policy) -> None:
     """Refuse a run whose plan (a :class:`Plan`) ``--gate``'s policy would fail for lacking
     a phase: a profile adds none, so the plan's phases are known before connecting."""
     if policy is None or policy.requires_plan is None:
@@ -79,7 +83,7 @@ def cmd_gate_compare_report(args) -> int:
     if args.command == "gate":
         from edgequal.judging import gate
 
-        policy = _load_gate_policy(args.policy)
+        policy = load_gate_policy(args.policy)
         result = gate(args.report, policy=policy, device=args.device, baseline=args.baseline)
         if args.attest:
             _attest(args, result, policy)
@@ -120,18 +124,17 @@ def _attest(args, result, policy) -> None:
 
 def cmd_export(args) -> int:
     """``edgequal export REPORT... --format github-benchmark|prometheus|cyclonedx [-o FILE]``."""
-    import json
 
     from edgequal.judging import export
 
     from ..present.terminal.summary import print_note, write_json
 
     exported = export(args.reports, args.format, device=args.device)
-    text = exported if isinstance(exported, str) else json.dumps(exported, indent=1) + "\n"
+    text = EXPORTS[args.format].text(exported)
     if args.output is None:
         write_json(text.rstrip("\n"))
         return 0
-    from edgequal.agent.openmetrics import write_textfile
+    from edgequal.contract.openmetrics import write_textfile
 
     write_textfile(args.output, text)  # atomically: a collector never reads half a file
     print_note(f"{args.format} export of {len(args.reports)} reports: {args.output}")
@@ -175,10 +178,10 @@ def _finish_gate(args, result) -> int:
     return 0 if result.passed else 1
 
 
-def _gate_after_qualify(args, policy, report_path: Path, device_name: str, predicate) -> int:
+def gate_after_qualify(args, policy, report_path: Path, device_name: str, predicate) -> int:
     """``qualify --gate POLICY`` / ``--html PAGE``: the gate decides the exit code when asked."""
     if policy is None:
-        from edgequal.agent.phases.qualification import exit_code_for
+        from edgequal.contract.exit_codes import exit_code_for
 
         from ..devices.trust import KnownDevices
         from ..judge.report_file import load_report
@@ -187,6 +190,94 @@ def _gate_after_qualify(args, policy, report_path: Path, device_name: str, predi
         write_report_html(args.html, [load_report(report_path, known=KnownDevices())])
         return exit_code_for(predicate["status"], predicate.get("findings", []))
     from ..judge.gate import run_gate
+    from ..judge.report_file import read_report_bytes
 
-    result = run_gate(report_path, policy, device=device_name)
+    result = run_gate(
+        read_report_bytes(report_path), policy, name=str(report_path), device=device_name
+    )
     return _finish_gate(args, result)
+
+
+def add_parsers(sub) -> None:
+    """``verify``, ``gate``, ``compare``, ``report html``, ``export`` and ``key``: their flags."""
+    v = sub.add_parser("verify", help="verify a signed report")
+    examples(
+        v,
+        "edgequal verify pi5.report.json",
+        "edgequal verify pi5.report.json --device pi5 --artifact model.onnx --json",
+    )
+    v.add_argument("report", type=Path)
+    v.add_argument("--device", help="the device that must have signed it")
+    v.add_argument(
+        "--artifact",
+        type=Path,
+        action="append",
+        default=[],
+        help="a file whose sha256 must be a subject",
+    )
+    v.add_argument("--json", action="store_true", help="print what was verified as JSON")
+
+    gt = sub.add_parser("gate", help="judge a signed report against a policy (and a baseline)")
+    examples(
+        gt,
+        "edgequal gate pi5.report.json --policy docs/policies/nightly.toml",
+        "edgequal gate pi5.report.json --policy gate.toml --baseline last.json --junit gate.xml",
+        "edgequal gate pi5.report.json --policy gate.toml --attest gate.intoto.json",
+    )
+    gt.add_argument("report", type=Path)
+    gt.add_argument("--policy", type=Path, required=True, help="policy TOML (docs/gating.md)")
+    gt.add_argument("--baseline", type=Path, help="the last approved report to compare with")
+    gt.add_argument("--junit", type=Path, metavar="FILE", help="write JUnit XML here")
+    gt.add_argument("--json", action="store_true", help="print the verdict as JSON")
+    gt.add_argument("--device", help="the device that must have signed the report")
+    gt.add_argument("--html", type=Path, metavar="PAGE", help="also write the report page here")
+    gt.add_argument(
+        "--attest",
+        type=Path,
+        metavar="FILE",
+        help="write the decision as an in-toto Test Result attestation signed by this host's "
+        "key (edgequal key show)",
+    )
+    c = sub.add_parser("compare", help="compare reports side by side (the first is the reference)")
+    examples(
+        c, "edgequal compare last.json pi5.report.json", "edgequal compare a.json b.json --json"
+    )
+    c.add_argument("reports", type=Path, nargs="+", metavar="REPORT")
+    c.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    r = sub.add_parser("report", help="render reports")
+    examples(r, "edgequal report html pi5.report.json -o pi5.html")
+    rsub = r.add_subparsers(dest="report_command", required=True)
+    rh = rsub.add_parser("html", help="one self-contained HTML page with plots")
+    examples(
+        rh,
+        "edgequal report html pi5.report.json -o pi5.html",
+        "edgequal report html last.json pi5.report.json -o both.html --device pi5",
+    )
+    rh.add_argument("reports", type=Path, nargs="+", metavar="REPORT")
+    rh.add_argument("-o", "--output", type=Path, required=True, metavar="PAGE")
+    rh.add_argument("--device", help="the device that must have signed the reports")
+    ex = sub.add_parser("export", help="verified reports for dashboards (docs/api.md)")
+    examples(
+        ex,
+        "edgequal export nightly/reports/*.json --format github-benchmark -o bench.json",
+        "edgequal export pi5.report.json --format prometheus -o /var/lib/node_exporter/eq.prom",
+        "edgequal export pi5.report.json jetson.report.json --format cyclonedx -o bom.json",
+    )
+    ex.add_argument("reports", type=Path, nargs="+", metavar="REPORT")
+    ex.add_argument(
+        "--format",
+        required=True,
+        choices=list(EXPORTS),
+        help="; ".join(f"{f.name}: {f.help}" for f in EXPORTS.values()),
+    )
+    ex.add_argument(
+        "-o", "--output", type=Path, metavar="FILE", help="write here atomically (default stdout)"
+    )
+    ex.add_argument("--device", help="the device that must have signed the reports")
+    k = sub.add_parser("key", help="this host's key that signs gate decisions")
+    examples(k, "edgequal key show")
+    ksub = k.add_subparsers(dest="key_command", required=True)
+    examples(
+        ksub.add_parser("show", help="the key's fingerprint and public key (created on first use)"),
+        "edgequal key show   # what consumers of gate --attest pin",
+    )

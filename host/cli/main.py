@@ -14,7 +14,7 @@ from .parser import build_parser
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``edgequal``."""
     args = build_parser().parse_args(argv)
-    from edgequal.agent.errors import AgentError
+    from edgequal.contract.errors import AgentError
 
     from ..errors import HostError
 
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _dispatch(args) -> int:
-    """Run the command. Its module is imported only now, so ``--help`` loads argparse alone."""
+    """Run the command (its module's heavy imports happen inside it, only now)."""
     if args.command == "demo":
         from .qualify import cmd_demo
 

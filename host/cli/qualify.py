@@ -3,14 +3,18 @@ device profile, then flags), the run on the device, the report written and summa
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .device_args import open_device_from_args
-from .judge import _check_plan_for_policy, _gate_after_qualify, _load_gate_policy
-from .plan_args import length_flags
+from edgequal.contract.cli_args import examples
+from edgequal.contract.runtimes import RUNTIME_NAMES
+
+from .device_args import add_connection_options, open_device_from_args
+from .judge import check_plan_for_policy, gate_after_qualify, load_gate_policy
+from .plan_args import add_length_options, length_flags
 
 if TYPE_CHECKING:
-    from edgequal.agent.plan import Plan
+    from edgequal.contract.plan import Plan
 
 
 EDGE_SHAPE_HINT = (
@@ -21,8 +25,8 @@ EDGE_SHAPE_HINT = (
 def parse_edge_shape_args(items: list[str]) -> list[dict] | None:
     """``LABEL:INPUT=1x3x1024x1024[,INPUT2=1x0]`` arguments into the plan's ``edge_shapes``
     (sizes may be 0); labels and limits are checked by the plan's own rule."""
-    from edgequal.agent.errors import BadInput
-    from edgequal.agent.plan import EDGE_LABEL
+    from edgequal.contract.errors import BadInput
+    from edgequal.contract.plan import EDGE_LABEL
 
     out = []
     for item in items or []:
@@ -53,15 +57,15 @@ def parse_edge_shape_args(items: list[str]) -> list[dict] | None:
         out.append({"label": label, "shapes": shapes})
     if not out:
         return None
-    from edgequal.agent.golden import check_edge_shapes
+    from edgequal.contract.golden import check_edge_shapes
 
     return check_edge_shapes(out, "--edge-shape")
 
 
 def _measurement_flags(args) -> dict:
     """The plan fields of the flags ``_add_measurement_flags`` adds (None: not given)."""
-    from edgequal.agent.errors import BadInput
-    from edgequal.agent.plan import parse_duration_s
+    from edgequal.contract.errors import BadInput
+    from edgequal.contract.plan import parse_duration_s
 
     from .coload_args import parse_coload
 
@@ -100,7 +104,7 @@ def _measurement_flags(args) -> dict:
 
 def _plan_flags(args) -> dict:
     """The plan fields the flags set (None: not given; the preset's or profile's stays)."""
-    from edgequal.agent.plan import parse_duration_s, parse_shape_args
+    from edgequal.contract.plan import parse_duration_s, parse_shape_args
 
     return {
         "runtime": args.runtime if args.runtime != "auto" else None,
@@ -128,13 +132,13 @@ def _committed_policy(args) -> str | None:
             "--gate and --policy name different policies",
             hint="--gate commits its policy and gates on it; give one of them",
         )
-    return _load_gate_policy(path).sha256
+    return load_gate_policy(path).sha256
 
 
 def _plan_from_args(args) -> Plan:
     """The plan before a device is known (the preset and the flags): checked against
     ``--gate``'s policy before connecting; a profile never adds a phase (``make_plan``)."""
-    from edgequal.agent.plan import make_plan
+    from edgequal.contract.plan import make_plan
 
     return make_plan(args.plan, None, **_plan_flags(args))
 
@@ -157,9 +161,9 @@ def cmd_qualify(args) -> int:
     # Everything the host can check is checked before a device is contacted.
     # Flags first, then the files they name, then the shapes against the model's inputs.
     model = args.model
-    policy = _load_gate_policy(args.gate) if args.gate else None
+    policy = load_gate_policy(args.gate) if args.gate else None
     flags_plan = _plan_from_args(args)  # bad flags, before connecting
-    _check_plan_for_policy(flags_plan, policy)
+    check_plan_for_policy(flags_plan, policy)
     runtime = check_model_file(model, args.runtime)
     if args.golden is not None and not args.golden.is_file():
         raise UsageError(
@@ -197,7 +201,7 @@ def cmd_qualify(args) -> int:
         # The name the device is trusted under (its key signed this), not its address.
         print_summary(predicate, report.device, printable(report.path))
     if policy is not None or args.html:
-        return _gate_after_qualify(args, policy, report.path, device.name, predicate)
+        return gate_after_qualify(args, policy, report.path, device.name, predicate)
     if report.interrupted:
         print_note(f"run {report.run_id} was cancelled; its signed report is above")
     return report.exit_code
@@ -230,7 +234,7 @@ def cmd_golden_make(args) -> int:
     if args.json:
         import json
 
-        from edgequal.agent.golden import read_golden
+        from edgequal.contract.golden import read_golden
 
         from ..present.terminal.summary import write_json
 
@@ -249,7 +253,7 @@ def cmd_golden_make(args) -> int:
         }
         write_json(json.dumps(made, indent=1))
         return 0
-    from edgequal.agent.golden import read_golden
+    from edgequal.contract.golden import read_golden
 
     cases = len(read_golden(args.output).cases)
     print_line(
@@ -261,7 +265,7 @@ def cmd_golden_make(args) -> int:
 def _declared_preprocessing(args) -> dict:
     """The input-contract flags as ``{"*": keys}`` over an optional ``--preprocessing`` TOML's."""
     from ..errors import UsageError
-    from ..golden import read_preprocessing_toml
+    from ..preprocessing import read_preprocessing_toml
 
     def numbers(flag: str, text: str | None) -> list[float] | None:
         if text is None:
@@ -296,6 +300,276 @@ def _declared_preprocessing(args) -> dict:
 
 
 def cmd_demo(args) -> int:
-    from ..examples.demo import run_demo
+    from .demo import run_demo
 
     return run_demo(args.out, args.sustain, quick=args.quick)
+
+
+def add_parsers(sub) -> None:
+    """``demo``, ``qualify`` and ``golden make``: their flags."""
+    d = sub.add_parser("demo", help="qualify example models on a local agent (no device needed)")
+    d.add_argument(
+        "-o",
+        "--out",
+        type=Path,
+        default=None,
+        help="where models, reports and the page go (default: the demo folder of the state "
+        "directory, ~/.local/state/edgequal/demo)",
+    )
+    d.add_argument(
+        "--sustain",
+        default=None,
+        help="length of the sustained phase on the emulated board, e.g. 30s (default 12s, 6s with --quick)",
+    )
+    d.add_argument(
+        "--quick", action="store_true", help="shorter phases: the whole demo in about 20 s"
+    )
+    examples(d, "edgequal demo", "edgequal demo --out /tmp/eq-demo --sustain 30s")
+
+    q = sub.add_parser(
+        "qualify",
+        help="qualify MODEL on a device",
+        description="Measure MODEL on a device (load, latency, sustained throughput, drift) "
+        "and write the report it signs.",
+    )
+    examples(
+        q,
+        "edgequal qualify model.onnx --golden golden.npz",
+        "edgequal qualify model.onnx --golden golden.npz --device pi5 --plan standard -o pi5.report.json",
+        "edgequal qualify dynamic.onnx --device ssh://pi@bench-pi5 --shape image=1x3x224x224",
+    )
+    q.add_argument("model", type=Path, help="the model file (.onnx or .tflite)")
+    q.add_argument(
+        "--golden",
+        type=Path,
+        help="golden set (.npz from 'edgequal golden make'); without it, no drift check",
+    )
+    q.add_argument(
+        "--device",
+        default="local",
+        help="local (default), a trusted NAME, grpc://HOST:PORT or ssh://USER@HOST[:PORT]",
+    )
+    q.add_argument(
+        "--profile",
+        help="device profile, e.g. raspberry-pi/5 (default: matched from the fingerprint); "
+        "it sets threads, trip temperature and throttle indicators, never a phase",
+    )
+    q.add_argument(
+        "--plan",
+        default="quick",
+        choices=["quick", "standard", "soak"],
+        help="quick (default, CI): 3 cold loads, 200 runs/3 s warm, no sustained phase; "
+        "standard: 7 cold loads, 1000 runs/60 s warm, 10 min sustained; "
+        "soak: as standard with 30 min sustained (up to 60 while still heating)",
+    )
+    q.add_argument(
+        "--sustain", help="sustained phase duration, e.g. 90s, 10m (0 to skip); overrides --plan"
+    )
+    add_length_options(q)
+    q.add_argument(
+        "--window", help="sustained window length (default 30 s, or a tenth of runs under 5 min)"
+    )
+    q.add_argument(
+        "--runtime",
+        default="auto",
+        help=f"auto (default: from the model file), {' or '.join(RUNTIME_NAMES)}",
+    )
+    q.add_argument(
+        "--threads",
+        type=int,
+        help="intra-op threads for the runtime (default: the device profile's, else the runtime's)",
+    )
+    q.add_argument(
+        "--shape",
+        action="append",
+        default=[],
+        metavar="NAME=1x3x224x224",
+        help="sizes for an input with dynamic dimensions (repeat for each input)",
+    )
+    _add_edge_shape_flag(q)
+    _add_measurement_flags(q)
+    add_connection_options(q)
+    q.add_argument(
+        "--allow-golden-mismatch",
+        action="store_true",
+        help="qualify with a golden set made for another model file (its recorded sha256 differs)",
+    )
+    q.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        help="write the signed report here (default: MODEL-TIME.report.json in "
+        "$XDG_STATE_HOME/edgequal/reports, ~/.local/state/edgequal/reports)",
+    )
+    q.add_argument("--json", action="store_true", help="print the verified predicate as JSON")
+    q.add_argument(
+        "--gate",
+        type=Path,
+        metavar="POLICY",
+        help="commit POLICY.toml's digest in the signed plan, then gate the report on it",
+    )
+    q.add_argument(
+        "--policy",
+        type=Path,
+        metavar="POLICY",
+        help="commit POLICY.toml's digest in the signed plan (gate later with edgequal gate)",
+    )
+    q.add_argument(
+        "--model-signature",
+        type=Path,
+        metavar="SIG",
+        help="the model's OpenSSF Model Signing signature: the device verifies it before "
+        "loading the model, against the keys its agent.toml trusts (docs/security.md)",
+    )
+    q.add_argument("--html", type=Path, metavar="PAGE", help="also write the report page here")
+    q.add_argument("--junit", type=Path, metavar="FILE", help="with --gate: write JUnit XML here")
+
+    g = sub.add_parser("golden", help="golden sets")
+    examples(g, "edgequal golden make model.onnx --inputs inputs.npz -o golden.npz")
+    gsub = g.add_subparsers(dest="golden_command", required=True)
+    gm = gsub.add_parser("make", help="make a golden set: inputs plus reference outputs")
+    examples(
+        gm,
+        "edgequal golden make model.onnx --inputs inputs.npz -o golden.npz",
+        "edgequal golden make model.onnx --inputs cases/ --decision 'threshold:score>0.5' -o g.npz",
+        "edgequal golden make model.onnx --inputs in.npz --tolerance probs=1e-3,1e-2 -o g.npz",
+        "edgequal golden make model.onnx --inputs in.npz --range 0,1 --color-order RGB -o g.npz",
+    )
+    gm.add_argument("model", type=Path)
+    source = gm.add_mutually_exclusive_group(required=True)
+    source.add_argument(
+        "--inputs",
+        type=Path,
+        help="NPZ (NAME or CASE/NAME arrays) or a DIR of NPZ files: prepared tensors",
+    )
+    source.add_argument(
+        "--raw",
+        type=Path,
+        metavar="DIR",
+        help="raw files (PNG, JPEG, 16-bit WAV, UTF-8 text): one case per file stem, or a "
+        "cases.csv (case,INPUT..) for several inputs; needs --pipeline",
+    )
+    gm.add_argument(
+        "--pipeline",
+        type=Path,
+        metavar="TOML",
+        help="with --raw: the stages per input ([inputs.NAME] decode = image|audio|text, ...; "
+        "docs/measurement.md)",
+    )
+    gm.add_argument(
+        "--outputs",
+        type=Path,
+        help="reference outputs, same naming (with --raw: the training framework's, from the "
+        "same files); default: run the model here",
+    )
+    gm.add_argument(
+        "--reference-inputs",
+        type=Path,
+        metavar="NPZ",
+        help="with --raw: the tensors the training pipeline fed the model (CASE/INPUT), "
+        "compared with the device's preprocessing",
+    )
+    gm.add_argument("--decision", help="argmax | topk:K | threshold:OUTPUT>VALUE")
+    gm.add_argument(
+        "--tolerance",
+        action="append",
+        default=[],
+        metavar="OUTPUT=ATOL,RTOL|CLASS",
+        help="per-output tolerance the drift check applies: absolute and relative "
+        "(e.g. probs=1e-3,1e-2), or a class fp32, fp16, int8 (e.g. probs=int8); "
+        "OUTPUT may be * for every output; repeatable (default: the model's dtype class)",
+    )
+    _add_edge_shape_flag(gm, recorded=True)
+    pre = gm.add_argument_group(
+        "input contract",
+        "what the model was trained on (every input; per input in a TOML, see docs/measurement.md)",
+    )
+    pre.add_argument(
+        "--preprocessing", type=Path, metavar="TOML", help="default: a TOML beside --inputs"
+    )
+    pre.add_argument("--layout", choices=("NCHW", "NHWC"), type=str.upper)
+    pre.add_argument("--range", metavar="LO,HI", help="values the model was trained on, e.g. 0,1")
+    pre.add_argument("--mean", metavar="M[,M..]", help="normalization mean per channel")
+    pre.add_argument("--std", metavar="S[,S..]", help="normalization std per channel")
+    pre.add_argument("--scale", type=float, help="scale applied to 8-bit pixels, e.g. 0.00392")
+    pre.add_argument("--color-order", choices=("RGB", "BGR", "GRAY"), type=str.upper)
+    pre.add_argument("--resize", metavar="HxW", help="the size inputs were resized to")
+    gm.add_argument("-o", "--output", type=Path, required=True, help="the golden set to write")
+    gm.add_argument("--json", action="store_true", help="print the golden set's summary as JSON")
+
+
+def _add_measurement_flags(q) -> None:
+    """qualify's flags for providers, limits and the service scenarios (docs/measurement.md)."""
+    m = q.add_argument_group("providers, limits and service scenarios")
+    m.add_argument(
+        "--providers",
+        help="onnxruntime execution providers in priority order, e.g. "
+        "CUDAExecutionProvider,CPUExecutionProvider (refused if the device lacks one)",
+    )
+    m.add_argument("--memory-limit", type=int, metavar="MB", help="kill a worker above this RSS")
+    m.add_argument("--phase-timeout", metavar="DURATION", help="a worker silent this long hangs")
+    m.add_argument(
+        "--batch-sizes", metavar="1,2,4,8", help="batch sweep over these sizes (dynamic batch)"
+    )
+    m.add_argument(
+        "--thread-scaling", action="store_true", default=None, help="latency for 1..N threads"
+    )
+    m.add_argument(
+        "--server", action="store_true", default=None, help="server scenario (Poisson arrivals)"
+    )
+    m.add_argument("--server-rate", type=float, metavar="PER_S", help="server target rate")
+    m.add_argument("--p99-bound", metavar="DURATION", help="server p99 bound, e.g. 15ms")
+    m.add_argument(
+        "--operators",
+        "--operator-profile",
+        dest="operators",
+        action="store_true",
+        default=None,
+        help="per-operator time, delegate use",
+    )
+    m.add_argument("--scenario-time", metavar="DURATION", help="time per scenario point")
+    m.add_argument(
+        "--check-optimization",
+        action="store_true",
+        default=None,
+        help="measure the drift once more with onnxruntime's graph optimisation off, in the "
+        "same run: do the optimised kernels cause it?",
+    )
+    c = q.add_argument_group("declared co-load (docs/measurement.md)")
+    c.add_argument(
+        "--coload",
+        action="append",
+        metavar="KIND:VALUE",
+        help="background work beside the latency and sustained phases: model:PATH[@RATE], "
+        "cpu:CORES, membw:CORES or command:NAME (a name in the agent's configuration); repeatable",
+    )
+    c.add_argument(
+        "--coload-rounds", type=int, metavar="N", help="plain/co-load alternations (default 4)"
+    )
+    e = q.add_argument_group("runtime environments side by side (docs/measurement.md)")
+    e.add_argument(
+        "--runtime-env",
+        action="append",
+        metavar="NAME",
+        help="also measure under this runtime environment installed on the device (repeatable; "
+        "'default' is the agent's own; the first is the baseline of the ratios)",
+    )
+    e.add_argument(
+        "--runtime-env-rounds", type=int, metavar="N", help="segments per environment (default 4)"
+    )
+
+
+def _add_edge_shape_flag(parser, recorded: bool = False) -> None:
+    """``--edge-shape``, repeatable (docs/measurement.md "Edges of the input range")."""
+    parser.add_argument(
+        "--edge-shape",
+        action="append",
+        default=[],
+        metavar="LABEL:INPUT=DIMS[,INPUT=DIMS]",
+        help=(
+            "record an edge of the input range every qualification with this set measures"
+            if recorded
+            else "also measure this edge of the input range (latency, peak memory, a run)"
+        )
+        + ", e.g. largest:image=1x3x1024x1024 or empty:tokens=1x0 (repeat for each)",
+    )

@@ -4,7 +4,7 @@ A profile names a board (tag ``"raspberry-pi/5"``), what to expect of it
 (architecture, cores, memory, runtimes, execution providers, thermal zones, trip and
 maximum temperatures, throttle indicators, default threads) and the window length of
 each plan that runs a sustained phase. It sets no phase's length: the preset and the
-flags decide which phases run and for how long (``edgequal.agent.plan.PROFILE_FIELDS``
+flags decide which phases run and for how long (``edgequal.contract.plan.PROFILE_FIELDS``
 lists what a profile may set). Files are validated strictly when loaded: a missing
 field, a wrong type or an unknown key is refused with the file's path and the field's name.
 
@@ -21,7 +21,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from edgequal.agent.plan import PRESETS
+from edgequal.contract.plan import PRESETS, THROTTLE_INDICATORS
+from edgequal.contract.runtimes import RUNTIME_NAMES
 from edgequal.host.errors import UsageError
 
 from ..toml_text import BadToml, parse_toml
@@ -30,9 +31,6 @@ PACKAGE = "edgequal.device_profiles"
 PLAN_NAMES = tuple(PRESETS)
 # The plans whose preset runs a sustained phase: the only ones a profile gives a window.
 SUSTAINED_PLANS = tuple(name for name, table in PRESETS.items() if table["sustain_s"])
-KNOWN_RUNTIMES = ("onnxruntime", "litert")
-# Must match the indicator names of edgequal.agent.probes.telemetry.throttle_reasons.
-KNOWN_THROTTLE_INDICATORS = ("get_throttled", "clock_drop", "cooling_device", "passive_trip")
 KNOWN_ARCHITECTURES = ("aarch64", "x86_64", "armv7l")
 _ARCH_ALIASES = {"arm64": "aarch64", "amd64": "x86_64", "x64": "x86_64"}
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]*/[a-z0-9][a-z0-9._-]*$")
@@ -197,8 +195,8 @@ def profile_from_dict(data: dict, source: str = "<profile>") -> DeviceProfile:
             f"{source}: field 'trip_c' ({values['trip_c']:g}) must be below 'max_c' ({values['max_c']:g})"
         )
     for key, known in (
-        ("runtimes", KNOWN_RUNTIMES),
-        ("throttle_indicators", KNOWN_THROTTLE_INDICATORS),
+        ("runtimes", RUNTIME_NAMES),
+        ("throttle_indicators", THROTTLE_INDICATORS),
     ):
         for item in values[key]:
             if item not in known:

@@ -12,11 +12,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from edgequal.agent.clock import new_nonce
-from edgequal.agent.errors import ModelRejected
-from edgequal.agent.golden import file_sha256
-from edgequal.agent.plan import Plan
-from edgequal.agent.runtimes.onnx_external_data import check_external_data
+from edgequal.contract.artifacts import file_sha256
+from edgequal.contract.errors import ModelRejected
+from edgequal.contract.nonce import new_nonce
+from edgequal.contract.onnx_external_data import check_external_data
+from edgequal.contract.plan import Plan
 
 from ..errors import UsageError, printable
 from ..transport import QualifyRequest, Transport
@@ -56,7 +56,7 @@ def check_runtime_envs(transport: Transport, plan: Plan) -> None:
     """Refuse a plan naming a runtime environment the device does not hold, from its Info,
     before the model is uploaded (UsageError, exit 2, as the agent words it). An agent
     whose Info lists no environments field (older) is left to refuse it itself."""
-    from edgequal.agent.runtimes.envs import DEFAULT_ENV, unknown_env_message
+    from edgequal.contract.runtimes import unknown_env_message
 
     if not plan.runtime_envs:
         return
@@ -65,14 +65,14 @@ def check_runtime_envs(transport: Transport, plan: Plan) -> None:
         return
     installed = [e.get("name") for e in listed if isinstance(e, dict)]
     for name in plan.runtime_envs:
-        if name != DEFAULT_ENV and name not in installed:
+        if name != "default" and name not in installed:
             raise UsageError(*unknown_env_message(name, installed))
 
 
 def external_data_files(model: Path) -> list[dict]:
     """The files an ONNX model keeps its external data in, ``{"name", "sha256"}`` each.
 
-    The same checks the agent applies (agent/runtimes/onnx_external_data.py), here
+    The same checks the agent applies (contract/onnx_external_data.py), here
     before anything is sent: a location outside the model's directory, through a
     symlink, missing, or too short for its offset and length is a UsageError.
     """

@@ -16,12 +16,13 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgequal.agent.errors import BadInput
-from edgequal.agent.keys import fingerprint_of
-from edgequal.agent.service.auth import read_token_file
+from edgequal.contract.auth import read_token_file
+from edgequal.contract.errors import BadInput
+from edgequal.contract.keys import fingerprint_of
 
 from ..errors import TransportError, UntrustedDevice, UsageError
 from ..transport import Transport, open_transport
+from ..transport.schemes import LOCAL, REMOTE, SSH, is_scheme, scheme_of, takes_tls
 from .trust import DeviceEntry, KnownDevices
 
 
@@ -132,7 +133,7 @@ def open_device(
         entry = _lookup(known, device)
         address = device if "://" in device else entry.address
     given_tls = tls
-    if tls is None and entry is not None and address.startswith("grpc://"):
+    if tls is None and entry is not None and takes_tls(address):
         tls = entry.tls or None
     pinned = entry.public_key_raw if entry else None
     options = {"known_hosts": known_hosts, "ssh_agent_cmd": agent_cmd, "ssh_key": ssh_key}
@@ -146,14 +147,14 @@ def open_device(
                 # The same device, reached at an address it was not pinned at: one name,
                 # one key, and its own security settings; the address is not recorded.
                 unrecorded = address != "local"
-                if given_tls is None and entry.tls and address.startswith("grpc://"):
+                if given_tls is None and entry.tls and takes_tls(address):
                     transport.close()
                     transport = _reopen_with_device_tls(address, entry, options)
-            elif address == "local":
+            elif is_scheme(address, LOCAL):
                 entry = known.trust("local", "local", raw)  # the agent this host started
-            elif address.startswith("ssh://"):
+            elif is_scheme(address, SSH):
                 # The SSH host key was checked against known_hosts; the device key was proved over it.
-                name = default_device_name(address.removeprefix("ssh://"))
+                name = default_device_name(SSH.rest(address))
                 entry = known.trust(name, address, raw)
             else:
                 raise UntrustedDevice(
@@ -263,7 +264,7 @@ def trust_device(
     ``replace_key`` pins a new key for it, and needs ``expected_fingerprint``: the
     new key's fingerprint, confirmed on the device.
     """
-    if not address.startswith(("grpc://", "ssh://")):
+    if scheme_of(address) not in REMOTE:
         raise UsageError(f"cannot trust address '{address}'", hint="use grpc://HOST:PORT")
     existing = known.get(name)
     if replace_key and not expected_fingerprint:
@@ -271,7 +272,7 @@ def trust_device(
             "--replace-key needs --fingerprint: the new key's fingerprint, read on the device",
             hint=f"run `edgequal-agent key show` on {name} and compare it out of band",
         )
-    if existing is not None and tls is None and address.startswith("grpc://"):
+    if existing is not None and tls is None and takes_tls(address):
         tls = existing.tls or None  # the device's security settings, not the address's
     token = resolve_token(token_file, existing.token_file if existing else None)
     pinned = existing.public_key_raw if existing is not None and not replace_key else None

@@ -42,7 +42,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from edgequal.agent.keys import PUBLIC_KEY_SIZE, fingerprint_of, keyid_of
+from edgequal.contract.keys import PUBLIC_KEY_SIZE, fingerprint_of, keyid_of
 
 from ..errors import UntrustedDevice, UsageError
 from ..paths import config_dir

@@ -31,8 +31,8 @@ from typing import Any
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-from edgequal.agent.golden import file_sha256
-from edgequal.agent.report.signing import PAYLOAD_TYPE, pae, subjects_of, validate_statement
+from edgequal.contract.artifacts import file_sha256
+from edgequal.contract.signing import PAYLOAD_TYPE, pae, subjects_of, validate_statement
 
 from ..errors import UntrustedDevice, UsageError, VerificationFailed
 from .trust import DeviceEntry, KnownDevices
@@ -312,7 +312,7 @@ def check_answers_request(
     external-data files, co-load models, golden set): the report's subjects must be
     exactly those, by digest and role (by digest alone in a report without roles).
     """
-    from edgequal.agent.plan import Plan
+    from edgequal.contract.plan import Plan
 
     signed = report.predicate.get("plan")
     if not isinstance(signed, Mapping):

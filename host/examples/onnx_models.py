@@ -31,7 +31,7 @@ _PRODUCER = "edgequal.examples"
 # ONNX writers
 
 
-def _write_onnx(model, path: Path, check: bool = True) -> None:
+def write_onnx(model, path: Path, check: bool = True) -> None:
     """Check (unless told not to) and write an ONNX model with deterministic bytes."""
     import onnx
 
@@ -42,7 +42,7 @@ def _write_onnx(model, path: Path, check: bool = True) -> None:
     Path(path).write_bytes(model.SerializeToString(deterministic=True))
 
 
-def _onnx_model(nodes, name, inputs, outputs, initializers, doc, extra_opsets=()):
+def onnx_model(nodes, name, inputs, outputs, initializers, doc, extra_opsets=()):
     from onnx import helper
 
     graph = helper.make_graph(nodes, name, inputs, outputs, initializer=initializers)
@@ -103,7 +103,7 @@ def _classifier_onnx(path: Path, description: str, float16: bool = False) -> Non
         *_conv_relu_pool_nodes("features"),
         *_classifier_head_nodes("features"),
     ]
-    model = _onnx_model(
+    model = onnx_model(
         nodes,
         "classifier_fp16" if float16 else "classifier",
         [helper.make_tensor_value_info("image", elem, [1, 3, 32, 32])],
@@ -114,7 +114,7 @@ def _classifier_onnx(path: Path, description: str, float16: bool = False) -> Non
         inits,
         description,
     )
-    _write_onnx(model, path)
+    write_onnx(model, path)
 
 
 def build_classifier(path: Path, description: str) -> None:
@@ -189,7 +189,7 @@ def build_classifier_qdq(path: Path, description: str, weight_qmax: int = WEIGHT
         ),
         *_classifier_head_nodes("features_dq"),
     ]
-    model = _onnx_model(
+    model = onnx_model(
         nodes,
         "classifier_qdq",
         [helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, 3, 32, 32])],
@@ -200,7 +200,7 @@ def build_classifier_qdq(path: Path, description: str, weight_qmax: int = WEIGHT
         inits,
         description,
     )
-    _write_onnx(model, path)
+    write_onnx(model, path)
 
 
 def build_dynamic(path: Path, description: str) -> None:
@@ -208,7 +208,7 @@ def build_dynamic(path: Path, description: str) -> None:
 
     w = dynamic_weights()
     nodes = _conv_relu_pool_nodes("embedding")
-    model = _onnx_model(
+    model = onnx_model(
         nodes,
         "dynamic",
         [
@@ -223,7 +223,7 @@ def build_dynamic(path: Path, description: str) -> None:
         ],
         description,
     )
-    _write_onnx(model, path)
+    write_onnx(model, path)
 
 
 def build_multi_input(path: Path, description: str) -> None:
@@ -234,7 +234,7 @@ def build_multi_input(path: Path, description: str) -> None:
         helper.make_node("MatMul", ["features", "weight"], ["proj"]),
         helper.make_node("Mul", ["proj", "scale_f"], ["out"]),
     ]
-    model = _onnx_model(
+    model = onnx_model(
         nodes,
         "multi_input",
         [
@@ -245,7 +245,7 @@ def build_multi_input(path: Path, description: str) -> None:
         [numpy_helper.from_array(multi_input_weights(), "weight")],
         description,
     )
-    _write_onnx(model, path)
+    write_onnx(model, path)
 
 
 def build_mid(path: Path, description: str) -> None:
@@ -286,7 +286,7 @@ def build_mid(path: Path, description: str) -> None:
         helper.make_node("Gemm", ["features", "fc.weight", "fc.bias"], ["logits"]),
         helper.make_node("Softmax", ["logits"], ["probs"], axis=-1),
     ]
-    model = _onnx_model(
+    model = onnx_model(
         nodes,
         "mid",
         [helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, 3, 96, 96])],
@@ -294,13 +294,13 @@ def build_mid(path: Path, description: str) -> None:
         inits,
         description,
     )
-    _write_onnx(model, path)
+    write_onnx(model, path)
 
 
 def build_micro(path: Path, description: str) -> None:
     from onnx import TensorProto, helper, numpy_helper
 
-    model = _onnx_model(
+    model = onnx_model(
         [helper.make_node("Add", ["x", "bias"], ["y"])],
         "micro",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
@@ -308,14 +308,14 @@ def build_micro(path: Path, description: str) -> None:
         [numpy_helper.from_array(MICRO_CONSTANT, "bias")],
         description,
     )
-    _write_onnx(model, path)
+    write_onnx(model, path)
 
 
 def build_unsupported_op(path: Path, description: str) -> None:
     import onnx
     from onnx import TensorProto, helper
 
-    model = _onnx_model(
+    model = onnx_model(
         [helper.make_node("Frobnicate", ["x"], ["y"], domain="com.example", gain=2.0)],
         "unsupported_op",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
@@ -327,13 +327,13 @@ def build_unsupported_op(path: Path, description: str) -> None:
     # The checker accepts ops of unknown domains without a schema; full_check would
     # also run shape inference, which cannot know Frobnicate, so only the plain check.
     onnx.checker.check_model(model)
-    _write_onnx(model, path, check=False)
+    write_onnx(model, path, check=False)
 
 
 def build_nan_output(path: Path, description: str) -> None:
     from onnx import TensorProto, helper, numpy_helper
 
-    model = _onnx_model(
+    model = onnx_model(
         [
             helper.make_node("Sub", ["x", "ten"], ["shifted"]),
             helper.make_node("Sqrt", ["shifted"], ["y"]),
@@ -344,4 +344,4 @@ def build_nan_output(path: Path, description: str) -> None:
         [numpy_helper.from_array(np.array(10.0, dtype=np.float32), "ten")],
         description,
     )
-    _write_onnx(model, path)
+    write_onnx(model, path)

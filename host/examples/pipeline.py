@@ -70,7 +70,7 @@ def build_colour_model(path: Path) -> Path:
     """``colour.onnx``: logits = W · mean colour + b, W favouring each class's own channel."""
     from onnx import TensorProto, helper, numpy_helper
 
-    from .onnx_models import _onnx_model, _write_onnx
+    from .onnx_models import onnx_model, write_onnx
 
     w = (np.eye(3, dtype=np.float32) * 4.0 - 1.0).T
     inits = [
@@ -82,7 +82,7 @@ def build_colour_model(path: Path) -> Path:
         helper.make_node("Flatten", ["pool"], ["features"], axis=1),
         helper.make_node("Gemm", ["features", "head.weight", "head.bias"], ["logits"]),
     ]
-    model = _onnx_model(
+    model = onnx_model(
         nodes,
         "colour",
         [helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, 3, SIZE, SIZE])],
@@ -91,7 +91,7 @@ def build_colour_model(path: Path) -> Path:
         "Dominant colour: image float32 [1,3,16,16] (NCHW, RGB, (x/255-0.5)/0.25) -> global "
         "average pool -> Gemm -> logits [1,3] (red, green, blue).",
     )
-    _write_onnx(model, path)
+    write_onnx(model, path)
     return path
 
 

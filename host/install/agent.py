@@ -43,8 +43,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from edgequal.contract.runtimes import RUNTIME_EXTRAS
+
 from ..devices.trust import KnownDevices, check_device_name, decode_public_key, default_device_name
 from ..errors import TransportError, UsageError
+from ..transport.schemes import GRPC, REMOTE, SSH, is_scheme, scheme_of
 from ..transport.ssh import DEFAULT_INSTALL_PREFIX, SSHTransport
 from ..transport.ssh_session import SSHSession
 from ..transport.ssh_target import resolve_target
@@ -61,7 +64,7 @@ from .wheel import build_wheel
 
 SERVICES = ("systemd", "background", "none")
 DEFAULT_LISTEN = "0.0.0.0:50051"
-DEFAULT_EXTRAS = ("onnx", "litert")
+DEFAULT_EXTRAS = RUNTIME_EXTRAS
 MIN_PYTHON = (3, 10)
 PIP_TIMEOUT_S = 1800.0
 PIP_IDLE_TIMEOUT_S = 600.0
@@ -381,7 +384,7 @@ def agent_status(
     )
     entry = None
     address = url_or_name
-    if not url_or_name.startswith(("ssh://", "grpc://")):
+    if scheme_of(url_or_name) not in REMOTE:
         entry = known.get(url_or_name)
         if entry is None:
             raise UsageError(
@@ -389,7 +392,7 @@ def agent_status(
                 hint="give ssh://USER@HOST, or a name from `edgequal devices list`",
             )
         address = entry.options.get("ssh") or entry.address
-    if address.startswith("ssh://"):
+    if is_scheme(address, SSH):
         status = _ssh_status(
             address,
             known_hosts,
@@ -400,7 +403,7 @@ def agent_status(
             allow_agent,
             look_for_keys,
         )
-    elif address.startswith("grpc://"):
+    elif is_scheme(address, GRPC):
         status = _grpc_status(url_or_name if entry is not None else address, known)
     else:
         raise UsageError(f"cannot ask {address!r} for its status", hint="use ssh://USER@HOST")

@@ -10,13 +10,14 @@ import re
 import shlex
 from collections.abc import Sequence
 
-from edgequal.agent.errors import BadInput
-from edgequal.agent.service.auth import parse_listen
+from edgequal.contract.auth import parse_listen
+from edgequal.contract.errors import BadInput
+from edgequal.contract.runtimes import RUNTIME_EXTRAS
 
 from ..errors import UsageError
 
 SERVICE_NAME = "edgequal-agent"
-KNOWN_EXTRAS = ("onnx", "litert", "pipeline", "signing")
+KNOWN_EXTRAS = (*RUNTIME_EXTRAS, "pipeline", "signing")
 _WILDCARD_HOSTS = ("", "0.0.0.0", "::", "*")
 
 

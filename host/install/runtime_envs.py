@@ -23,10 +23,12 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from edgequal.agent.runtimes.installer import pip_error, sha256_file
+from edgequal.contract.artifacts import file_sha256
+from edgequal.contract.runtimes import pip_error
 
 from ..devices.trust import KnownDevices
 from ..errors import HostError, TransportError, UsageError
+from ..transport.schemes import SSH, is_scheme
 from ..transport.ssh import SSHTransport
 from ..transport.ssh_session import SSHSession
 
@@ -112,7 +114,7 @@ def _agent_transport(
 
 
 def _open(url: str, known_hosts, key_file, ssh_config, allow_agent, look_for_keys) -> SSHSession:
-    if not url.startswith("ssh://"):
+    if not is_scheme(url, SSH):
         raise UsageError(f"{url}: runtime environments are installed over SSH only", hint=(
             "give the board's ssh://USER@HOST: installing runs code, which no RPC may do"
         ))  # fmt: skip
@@ -151,9 +153,9 @@ def add_runtime_env(
     environment that approval recorded for this device instead: its requirement, its
     name and exactly its wheels (by sha256). ``extra`` requirements (``numpy<2``) are
     collected and installed beside the runtime; without one naming numpy, the numpy the
-    runtime was built for is (``envs.companion_requirements``).
+    runtime was built for is (``contract.runtimes.companion_requirements``).
     """
-    from edgequal.agent.runtimes.envs import Requirement, companion_requirements
+    from edgequal.contract.runtimes import Requirement, companion_requirements
 
     step = on_step or (lambda _line: None)
     known = (
@@ -227,7 +229,7 @@ def _check_exact(exact: list[dict], local: Path) -> None:
         path = local / Path(w["file"]).name
         if not path.is_file():
             raise UsageError(f"the approved wheel {w['file']} could not be collected")
-        digest = sha256_file(path)
+        digest = file_sha256(path)
         if digest != w["sha256"]:
             raise UsageError(
                 f"wheel {w['file']} now has sha256 {digest[:16]}…, the approved one "

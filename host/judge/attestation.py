@@ -19,8 +19,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from edgequal.agent.keys import DeviceKey, load_or_create_device_key
-from edgequal.agent.report.signing import STATEMENT_TYPE, canonical_json, sign_payload
+from edgequal.contract.keys import DeviceKey, load_or_create_device_key
+from edgequal.contract.signing import STATEMENT_TYPE, canonical_json, sign_payload
 
 from ..errors import UsageError
 from ..paths import config_dir

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from edgequal.agent.measure.preemption import decisive_samples_ns, decisive_summary
-from edgequal.agent.report.signing import RolesUnmarked, subject_with_role
+from edgequal.contract.preemption import decisive_samples_ns, decisive_summary
+from edgequal.contract.signing import RolesUnmarked, subject_with_role
 
-from .checks import Check, blamed_on_interference, fmt_value, not_measured
+from .check_kit import Check, blamed_on_interference, fmt_value, not_measured
 from .policy import Policy
 from .regression import bootstrap_median_ratio, judge_ratio, mann_whitney_u
 from .report_file import ReportFile

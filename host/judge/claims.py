@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import re
 
-from edgequal.agent.measure.preemption import decisive_summary
+from edgequal.contract.preemption import decisive_summary
 
-from .checks import Check
+from .check_kit import Check
 from .policy import Policy
 
 _COMPARATORS = {"≤": "<=", "≥": ">=", "<": "<", ">": ">", "=": "=="}

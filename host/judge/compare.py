@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from edgequal.agent.measure.preemption import decisive_entry
+from edgequal.contract.preemption import decisive_entry
 
 from .baseline import compare_latency, fingerprint_changes
 from .conditions import edge_shapes, mb

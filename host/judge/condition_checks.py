@@ -10,7 +10,14 @@ lacks fails as not measured and says how to measure it.
 
 from __future__ import annotations
 
-from .checks import Check, fmt_value, limit_check, not_measured, percentile_upper_ci, section_absent
+from .check_kit import (
+    Check,
+    fmt_value,
+    limit_check,
+    not_measured,
+    percentile_upper_ci,
+    section_absent,
+)
 from .conditions import coload_labels, coload_shapes, edge_failure, edge_shapes, mb, shapes_text
 from .policy import EDGE_SHAPE_LIMITS, Policy
 

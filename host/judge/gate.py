@@ -21,21 +21,20 @@ without that plan's sustained phase with one check naming both plans.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..devices.trust import KnownDevices
 from ..errors import VerificationFailed
 from .baseline import baseline_checks
+from .check_kit import RERUN_ADVICE, Check, not_judged
 from .checks import (
-    RERUN_ADVICE,
-    Check,
     cold_load_checks,
     drift_checks,
     findings_checks,
     latency_checks,
     memory_checks,
-    not_judged,
     plan_checks,
     status_checks,
     sustained_checks,
@@ -43,10 +42,10 @@ from .checks import (
 from .claims import claims
 from .condition_checks import coload_checks, edge_shape_checks
 from .pipeline_checks import pipeline_checks
-from .policy import Policy
+from .policy import SUSTAINED_SECTIONS, Policy
 from .provenance_checks import commitment, commitment_checks, model_signature_checks
 from .repeat_checks import repeat_checks
-from .report_file import ReportFile, load_report
+from .report_file import ReportFile, report_of
 from .runtime_env_checks import runtime_env_checks
 from .scenario_checks import (
     batch_checks,
@@ -138,41 +137,48 @@ class GateResult:
         }
 
 
+# Each policy section (``policy.SCHEMA``) and its checks, in the order a gate reports them;
+# ``plan``, ``status`` and ``findings`` read the predicate, the others its results. A section
+# of ``policy.SUSTAINED_SECTIONS`` is not checked when the plan lacks the sustained phase.
+GATE_SECTIONS: tuple[tuple[str, Callable[[dict, Policy], list[Check]]], ...] = (
+    ("status", status_checks),
+    ("findings", findings_checks),
+    ("cold_load", cold_load_checks),
+    ("latency", latency_checks),
+    ("sustained", sustained_checks),
+    ("drift", drift_checks),
+    ("memory", memory_checks),
+    ("batch", batch_checks),
+    ("threads", thread_checks),
+    ("server", server_checks),
+    ("operators", operator_checks),
+    ("energy", energy_checks),
+    ("coload", coload_checks),
+    ("edge_shapes", edge_shape_checks),
+    ("pipeline", pipeline_checks),
+    ("runtime_envs", runtime_env_checks),
+    ("repeat", repeat_checks),
+)
+_READ_PREDICATE = ("status", "findings")
+
+
 def evaluate(predicate: dict, policy: Policy) -> list[Check]:
-    """Every check of ``policy`` on a verified predicate, in the policy's section order.
+    """Every check of ``policy`` on a verified predicate, in :data:`GATE_SECTIONS`' order.
 
     When the report's plan lacks the sustained phase ``requires_plan`` needs, that is
     one failed check, and the sustained and energy limits (which only that phase
     measures) are not checked.
     """
     results = predicate.get("results") or {}
-    plan = plan_checks(predicate, policy)
-    short = any(not c.passed for c in plan)
-    return not_judged(
-        predicate,
-        [
-            *plan,
-            *commitment_checks(predicate, policy),
-            *model_signature_checks(results, policy),
-            *status_checks(predicate, policy),
-            *findings_checks(predicate, policy),
-            *cold_load_checks(results, policy),
-            *latency_checks(results, policy),
-            *([] if short else sustained_checks(results, policy)),
-            *drift_checks(results, policy),
-            *memory_checks(results, policy),
-            *batch_checks(results, policy),
-            *thread_checks(results, policy),
-            *server_checks(results, policy),
-            *operator_checks(results, policy),
-            *([] if short else energy_checks(results, policy)),
-            *coload_checks(results, policy),
-            *edge_shape_checks(results, policy),
-            *pipeline_checks(results, policy),
-            *runtime_env_checks(results, policy),
-            *repeat_checks(results, policy),
-        ],
-    )
+    checks = plan_checks(predicate, policy)
+    short = any(not c.passed for c in checks)
+    checks += commitment_checks(predicate, policy)
+    checks += model_signature_checks(results, policy)
+    for section, section_checks in GATE_SECTIONS:
+        if short and section in SUSTAINED_SECTIONS:
+            continue
+        checks += section_checks(predicate if section in _READ_PREDICATE else results, policy)
+    return not_judged(predicate, checks)
 
 
 # ---------------------------------------------------------------------------
@@ -180,24 +186,27 @@ def evaluate(predicate: dict, policy: Policy) -> list[Check]:
 
 
 def run_gate(
-    report_path: str | Path,
+    report: bytes,
     policy: Policy,
     *,
+    name: str = "report",
     known: KnownDevices | None = None,
     device: str | None = None,
-    baseline_path: str | Path | None = None,
+    baseline: bytes | None = None,
+    baseline_name: str = "baseline",
 ) -> GateResult:
-    """Verify the report, then every check of the policy (and the baseline's, when given).
+    """Verify the report's envelope bytes, then every check of the policy (and the
+    baseline's, when given). ``name`` (and ``baseline_name``) is the file the bytes came
+    from, or what to call them: the result's ``report``.
 
-    An unreadable file raises UsageError (exit 2); a report that does not verify gives
-    a failed result with no checks read from it.
+    A report that does not verify gives a failed result with no checks read from it.
     """
     known = known if known is not None else KnownDevices()
     try:
-        cand = load_report(report_path, known=known, device=device, require=True)
+        cand = report_of(report, name, known=known, device=device, require=True)
     except VerificationFailed as e:
         return GateResult(
-            str(report_path),
+            name,
             policy.name,
             False,
             f"NOT VERIFIED: {e}",
@@ -213,14 +222,14 @@ def run_gate(
             ],
         )
     base = None
-    if baseline_path is not None:
+    if baseline is not None:
         try:
-            base = load_report(baseline_path, known=known, require=True)
+            base = report_of(baseline, baseline_name, known=known, require=True)
         except VerificationFailed as e:
-            base = ReportFile(Path(baseline_path), {}, [], False, f"NOT VERIFIED: {e}")
+            base = ReportFile(Path(baseline_name), {}, [], False, f"NOT VERIFIED: {e}")
     pred = cand.predicate
     result = GateResult(
-        report=str(report_path),
+        report=name,
         policy=policy.name,
         verified=True,
         signature=cand.signature,

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from .gate import GateResult
 
 if TYPE_CHECKING:
-    from ..lab.fleet import FleetResult
+    from ..lab.results import FleetResult
 
 
 def _suite(result: GateResult, timestamp: str) -> ET.Element:

@@ -9,9 +9,8 @@ A limit on a report without a pipeline fails as not measured, saying how to meas
 
 from __future__ import annotations
 
-from .checks import Check, limit_check, not_measured, percentile_upper_ci
-from .policy import _PATH_PARTS as PATH_PARTS
-from .policy import Policy
+from .check_kit import Check, limit_check, not_measured, percentile_upper_ci
+from .policy import PATH_PARTS, Policy
 
 PART_LABELS = {
     "decode": "decode",

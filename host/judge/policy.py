@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edgequal.agent.plan import PRESETS
+from edgequal.contract.plan import PRESETS
 
 from ..errors import UsageError
 from ..toml_text import BadToml, parse_toml
@@ -57,7 +57,7 @@ EDGE_SHAPE_LIMITS: dict[str, str] = {
 }
 
 # The whole path's stages, then the path (results.pipeline): [pipeline] max_PART_p50_ms, ..._p99_ms.
-_PATH_PARTS = ("decode", "preprocess", "inference", "decision", "end_to_end")
+PATH_PARTS = ("decode", "preprocess", "inference", "decision", "end_to_end")
 
 # Section -> key -> kind. "" is the top level; drift.outputs.NAME takes DRIFT_METRICS keys,
 # edge_shapes.labels.LABEL the EDGE_SHAPE_LIMITS keys.
@@ -147,7 +147,7 @@ SCHEMA: dict[str, dict[str, str]] = {
         "max_cv": NUMBER,
     },
     "pipeline": {
-        **{f"max_{part}_{p}_ms": NUMBER for part in _PATH_PARTS for p in ("p50", "p99")},
+        **{f"max_{part}_{p}_ms": NUMBER for part in PATH_PARTS for p in ("p50", "p99")},
         "max_preprocessing_abs": NUMBER,
     },
     "baseline": {
@@ -226,7 +226,7 @@ class Policy:
         that of the parsed policy's canonical JSON."""
         if self.file_sha256 is not None:
             return self.file_sha256
-        from edgequal.agent.report.signing import canonical_json
+        from edgequal.contract.signing import canonical_json
 
         return hashlib.sha256(canonical_json(self.to_json())).hexdigest()
 

@@ -13,7 +13,7 @@ signature verified on the device.
 
 from __future__ import annotations
 
-from .checks import Check
+from .check_kit import Check
 from .policy import Policy
 
 COMMITTED = "committed before the run"

@@ -8,7 +8,7 @@ A limit on a report without repeated runs fails as not measured, naming the flag
 
 from __future__ import annotations
 
-from .checks import limit_check, not_measured
+from .check_kit import limit_check, not_measured
 from .policy import Policy
 
 SECTION = "repeat"

@@ -79,7 +79,20 @@ def load_report(
     An unverified report that cannot even be decoded raises VerificationFailed either way.
     """
     path = Path(path)
-    envelope = read_report_bytes(path)
+    return report_of(read_report_bytes(path), path, known=known, device=device, require=require)
+
+
+def report_of(
+    envelope: bytes,
+    path: str | Path,
+    *,
+    known: KnownDevices,
+    device: str | None = None,
+    require: bool = False,
+) -> ReportFile:
+    """Verify a report's envelope bytes; ``path`` is the file they came from, or a name for
+    them. As :func:`load_report`, without reading a file."""
+    path = Path(path)
     try:
         report = verify_envelope(envelope, known=known, device=device)
     except VerificationFailed as e:

@@ -15,7 +15,7 @@ measured, naming the flag that measures it.
 
 from __future__ import annotations
 
-from .checks import Check, limit_check, not_measured
+from .check_kit import Check, limit_check, not_measured
 from .policy import Policy
 from .runtime_envs import env_rows, env_section, interference_text, ratio_text
 

@@ -3,7 +3,7 @@ scenario, operators and energy per inference (docs/gating.md)."""
 
 from __future__ import annotations
 
-from .checks import Check, flag_check, fmt_value, limit_check, not_measured, section_absent
+from .check_kit import Check, flag_check, fmt_value, limit_check, not_measured, section_absent
 from .policy import Policy
 
 

@@ -18,20 +18,18 @@ rest.
 from __future__ import annotations
 
 import functools
-import getpass
 import json
 import logging
 import os
-import socket
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from edgequal.agent.plan import Plan, make_plan
+from edgequal.contract.plan import Plan, make_plan
 
 from ..devices.trust import KnownDevices
 from ..errors import (
@@ -45,16 +43,15 @@ from ..errors import (
 from ..judge.junit import fleet_junit
 from ..present.html.matrix import matrix_html
 from ..transport import Transport, open_transport
+from ..transport.base import holder_name
 from .inventory import FleetModel, Lab, LabDevice
+from .results import RETRY_STATUSES, FleetResult, RunRecord
 
 if TYPE_CHECKING:
     from .history import FleetCell
 
 log = logging.getLogger(__name__)
 
-RETRY_STATUSES = ("inconclusive", "incomplete")
-"""Report statuses a fleet run measures again: interference, or a run that could not finish."""
-OK_STATUSES = ("passed", "degraded")
 FINAL_STATES = ("passed", "degraded", "failed", "inconclusive", "incomplete", "error", "skipped")
 
 
@@ -86,107 +83,10 @@ class RunPlan:
     baseline: Path | None = None
 
 
-@dataclass
-class RunRecord:
-    """One model on one device: its state, the signed report's status, where its files are."""
-
-    model: str
-    device: str
-    state: str = "pending"
-    """pending, waiting, running, retrying, then passed/degraded/failed/inconclusive/
-    incomplete (the report's status), error (no report) or skipped."""
-    status: str | None = None
-    run_id: str | None = None
-    attempts: int = 0
-    report: str | None = None
-    page: str | None = None
-    error: str | None = None
-    resumed: bool = False
-    gate_passed: bool | None = None
-    gate_summary: str | None = None
-    duration_s: float = 0.0
-    reason: str | None = None
-    """The report's reason for its status (why it is inconclusive, incomplete, failed)."""
-    waiting_for: str | None = None
-    """While waiting: what for (the device's lease, who holds it, the place in line)."""
-
-    @property
-    def ok(self) -> bool:
-        """Qualified: an acceptable status and, when gated, a passed gate."""
-        if self.state not in OK_STATUSES:
-            return False
-        return self.gate_passed is not False
-
-    @property
-    def why(self) -> str:
-        """Why the run is where it is, in one line (the terminal's ``why`` column and the
-        page's cell): the error, else the report's reason, else what it waits for."""
-        if self.error or self.reason:
-            return self.error or self.reason or ""
-        if self.state == "waiting" and self.waiting_for:
-            return f"waiting for {self.waiting_for}"
-        return ""
-
-    @property
-    def retryable(self) -> bool:
-        """Its status is one a fleet run measures again (interference, or unfinished)."""
-        return self.state in RETRY_STATUSES
-
-    def to_json(self) -> dict:
-        """The record as JSON (``ok`` included for readers of the index)."""
-        return {**asdict(self), "ok": self.ok}
-
-    @classmethod
-    def from_json(cls, data: dict) -> RunRecord:
-        """The inverse of :meth:`to_json`."""
-        names = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in data.items() if k in names})
-
-
-@dataclass
-class FleetResult:
-    """Every run of a fleet run, and the devices that went away."""
-
-    lab: str
-    runs: list[RunRecord]
-    unreachable: dict[str, str] = field(default_factory=dict)
-    started_unix: float = 0.0
-    finished_unix: float = 0.0
-    notes: dict = field(default_factory=dict)
-    """Extra facts for the index (re-qualification: what changed, what was left alone)."""
-
-    def exit_code(self) -> int:
-        """0 every run qualified; 3 any device or transport failure; else 1."""
-        if any(r.state in ("error", "skipped") for r in self.runs) or self.unreachable:
-            return 3
-        return 0 if all(r.ok for r in self.runs) else 1
-
-    def to_json(self) -> dict:
-        """The index: lab, times, devices that went away, every run."""
-        return {
-            "lab": self.lab,
-            "started_unix": self.started_unix,
-            "finished_unix": self.finished_unix,
-            "host": _holder(),
-            "unreachable": self.unreachable,
-            "passed": self.exit_code() == 0,
-            "runs": [r.to_json() for r in self.runs],
-            **self.notes,
-        }
-
-
-def _holder() -> str:
-    try:
-        user = getpass.getuser()
-    except Exception:  # no login name in some containers
-        user = "unknown"
-    return f"{user}@{socket.gethostname()}"
-
-
 def waiting_text(device: str, wait: dict) -> str:
     """What a run waits for, from an ``acquire_lease`` wait: the lease, who holds it and
     when it is likely free, the place in line."""
-    from edgequal.agent.service.lease import Lease
+    from edgequal.contract.lease import Lease
 
     lease = wait.get("lease")
     held = Lease.from_json(lease).describe() if lease else "others are ahead in line"
@@ -241,7 +141,7 @@ def open_lab_device(device: LabDevice, known: KnownDevices | None = None) -> Tra
         token = device.token.read(f"device {device.name}") if device.token else None
         tls = entry.tls or None
         transport = open_transport(device.address, token=token, tls=tls, pinned_key=pinned)
-        transport.holder = f"{_holder()} (pid {os.getpid()})"
+        transport.holder = f"{holder_name()} (pid {os.getpid()})"
         return transport
     return open_transport(
         device.address,
@@ -252,7 +152,7 @@ def open_lab_device(device: LabDevice, known: KnownDevices | None = None) -> Tra
     )
 
 
-class _LeaseKeeper:
+class LeaseKeeper:
     """Renews a transport's lease every third of its TTL until stopped."""
 
     def __init__(self, transport: Transport, ttl_s: float):
@@ -583,7 +483,7 @@ class FleetRunner:
                 wait_s=self.options.wait_s,
                 on_wait=waiting,
             )
-            keeper = _LeaseKeeper(transport, self.options.lease_ttl_s)
+            keeper = LeaseKeeper(transport, self.options.lease_ttl_s)
             self._set(record, state="running", waiting_for=None)
         tmp = self.out / "reports" / f".{run_file_stem(model.name, device.name)}.json.part"
         try:
@@ -623,14 +523,18 @@ class FleetRunner:
         gate = None
         if self.policy is not None:
             from ..judge.gate import run_gate
+            from ..judge.report_file import read_report_bytes
 
             fixed = (self.pairs or {}).get((record.model, record.device))
+            baseline = fixed.baseline if fixed is not None else None
             gate = run_gate(
-                path,
+                read_report_bytes(path),
                 self.policy,
+                name=str(path),
                 known=self.known,
                 device=record.device,
-                baseline_path=fixed.baseline if fixed is not None else None,
+                baseline=read_report_bytes(baseline) if baseline is not None else None,
+                baseline_name=str(baseline),
             )
         page = None
         if self.options.html_pages:

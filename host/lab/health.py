@@ -28,7 +28,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from edgequal.agent.report.signing import MEASURED_STATUSES
+from edgequal.contract.signing import MEASURED_STATUSES
 
 from ..errors import HostError, UsageError
 from .inventory import FleetModel, Lab

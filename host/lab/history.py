@@ -26,8 +26,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgequal.agent.measure.preemption import decisive_summary
-from edgequal.agent.report.signing import RolesUnmarked, subject_with_role
+from edgequal.contract.preemption import decisive_summary
+from edgequal.contract.signing import RolesUnmarked, subject_with_role
 from sqlalchemy import (
     Column,
     DateTime,
@@ -478,7 +478,7 @@ class History:
 def model_labels(models) -> dict[str, str]:
     """Model SHA-256 → its name, for the models of a models file (``load_models``): how a
     report recorded by hand gets the lab's name for its model."""
-    from edgequal.agent.golden import file_sha256
+    from edgequal.contract.artifacts import file_sha256
 
     return {file_sha256(m.path): m.name for m in models}
 

@@ -32,6 +32,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..toml_text import BadToml, parse_toml
+from ..transport.schemes import GRPC, SSH, is_scheme, scheme_of
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _TAG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,63}$")
@@ -73,8 +74,8 @@ class SecretRef:
                 )
             return value
         assert self.file is not None
-        from edgequal.agent.errors import BadInput
-        from edgequal.agent.service.auth import read_token_file
+        from edgequal.contract.auth import read_token_file
+        from edgequal.contract.errors import BadInput
 
         try:
             return read_token_file(self.file)
@@ -339,11 +340,11 @@ def _device(src: _Source, name: str, data: Any) -> LabDevice:
     address = _string(src, table, data, "address")
     if address is None:
         raise src.error(table, None, "needs an address (grpc://HOST:PORT or ssh://USER@HOST)")
-    if address.startswith("grpc://"):
+    if is_scheme(address, GRPC):
         m = _GRPC.match(address)
         if not m or not 0 < int(m.group(2)) < 65536:
             raise src.error(table, "address", f"{address!r} is not grpc://HOST:PORT")
-    elif address.startswith("ssh://"):
+    elif is_scheme(address, SSH):
         if not _SSH.match(address):
             raise src.error(table, "address", f"{address!r} is not ssh://USER@HOST[:PORT]")
     else:
@@ -359,7 +360,7 @@ def _device(src: _Source, name: str, data: Any) -> LabDevice:
         except ProfileError as e:
             raise src.error(table, "profile", str(e), hint=e.hint) from e
     token = _secret(src, table, data, "token_env", "token_file")
-    if token is not None and address.startswith("ssh://"):
+    if token is not None and not scheme_of(address).token:
         raise src.error(
             table,
             "token_env" if token.env else "token_file",
@@ -367,7 +368,7 @@ def _device(src: _Source, name: str, data: Any) -> LabDevice:
             hint="use ssh_key_file",
         )
     ssh_only = [k for k in ("ssh_key_file", "known_hosts_file", "agent_cmd") if k in data]
-    if ssh_only and not address.startswith("ssh://"):
+    if ssh_only and not is_scheme(address, SSH):
         raise src.error(table, ssh_only[0], "only an ssh:// device takes this key")
     return LabDevice(
         name=name,

@@ -26,7 +26,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from edgequal.agent.golden import file_sha256
+from edgequal.contract.artifacts import file_sha256
+from edgequal.contract.runtimes import RUNTIMES
 
 from ..devices.trust import KnownDevices
 from ..errors import HostError, UsageError
@@ -229,7 +230,7 @@ def approve(
 
 
 # The distribution an agent's own runtime most likely came from, when the report names none.
-_DEFAULT_DISTRIBUTION = {"onnxruntime": "onnxruntime", "litert": "ai-edge-litert"}
+_DEFAULT_DISTRIBUTION = {kind.name: kind.distributions[0] for kind in RUNTIMES}
 
 
 def approved_env_record(predicate: dict, name: str | None = None) -> dict:

@@ -26,7 +26,7 @@ import hashlib
 import json
 from collections.abc import Iterable
 
-from edgequal.agent.measure.preemption import decisive_summary
+from edgequal.contract.preemption import decisive_summary
 
 from ..errors import HostError
 from ..judge.report_file import ReportFile
@@ -137,7 +137,7 @@ def cyclonedx(reports: Iterable[ReportFile]) -> dict:
     from cyclonedx.model.bom import Bom
     from cyclonedx.model.component import Component, ComponentType
     from cyclonedx.output.json import JsonV1Dot6
-    from edgequal.agent import __version__
+    from edgequal.contract import __version__
 
     bom = Bom()
     bom.metadata.tools.components.add(

@@ -20,17 +20,18 @@ exports its ``edgequal_status`` only.
 from __future__ import annotations
 
 import datetime
+import json
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from edgequal.agent.measure.preemption import decisive_summary
-from edgequal.agent.openmetrics import Gauge, render
-from edgequal.agent.report.signing import STATUSES
+from edgequal.contract.openmetrics import Gauge, render
 
-from ..judge.report_file import ReportFile
+if TYPE_CHECKING:  # the CLI reads EXPORTS for --format: nothing heavy at import
+    from ..judge.report_file import ReportFile
 
-FORMATS = ("github-benchmark", "prometheus", "cyclonedx")
 SPOILED = "inconclusive"
 """The status whose figures a dashboard must not chart (other processes took the CPU)."""
 
@@ -45,6 +46,8 @@ def _labels(report: ReportFile) -> dict[str, str]:
 
 
 def _shape_entries(report: ReportFile) -> list[tuple[str, dict]]:
+    from edgequal.contract.preemption import decisive_summary
+
     per_shape = ((report.predicate.get("results") or {}).get("latency") or {}).get("per_shape")
     return [(e["shape"], decisive_summary(e)) for e in per_shape or []]
 
@@ -98,6 +101,8 @@ def github_benchmark(reports: Iterable[ReportFile]) -> list[dict]:
 
 def prometheus(reports: Iterable[ReportFile]) -> str:
     """OpenMetrics text of every report's figures (see the module doc)."""
+    from edgequal.contract.signing import STATUSES
+
     g = {
         "p50": Gauge(
             "edgequal_latency_p50_seconds", "warm latency p50 (decisive calls)", "seconds"
@@ -150,6 +155,50 @@ def prometheus(reports: Iterable[ReportFile]) -> str:
     return render(g.values())
 
 
+@dataclass(frozen=True)
+class ExportFormat:
+    """One export format, declared once: its name, what it makes of verified reports, the
+    text of its file, and its line in ``--format``'s help and the docs."""
+
+    name: str
+    render: Callable[[Iterable[ReportFile]], object]
+    text: Callable[[object], str]
+    help: str
+
+
+EXPORTS: dict[str, ExportFormat] = {
+    f.name: f
+    for f in (
+        ExportFormat(
+            "github-benchmark",
+            github_benchmark,
+            lambda entries: json.dumps(entries, indent=1) + "\n",
+            "customSmallerIsBetter JSON for github-action-benchmark",
+        ),
+        ExportFormat(
+            "prometheus",
+            prometheus,
+            str,
+            "OpenMetrics text for node_exporter's textfile collector",
+        ),
+        ExportFormat(
+            "cyclonedx",
+            lambda reports: _bom(reports),
+            lambda document: json.dumps(document, indent=1) + "\n",
+            "a CycloneDX 1.6 ML-BOM (model, golden set, runtimes, device, model card)",
+        ),
+    )
+}
+FORMATS = tuple(EXPORTS)
+
+
+def _bom(reports: Iterable[ReportFile]) -> dict:
+    """host/present/bom.py's ML-BOM (cyclonedx-python-lib is imported only for it)."""
+    from .bom import cyclonedx
+
+    return cyclonedx(reports)
+
+
 def _timestamp(text) -> float | None:
     """Unix seconds of an ISO 8601 UTC time, or None."""
     try:
@@ -172,7 +221,7 @@ class PrometheusDirectory:
 
     def on_change(self, record) -> None:
         """A fleet record changed; once it has its report, rewrite its device's file."""
-        from edgequal.agent.openmetrics import write_textfile
+        from edgequal.contract.openmetrics import write_textfile
 
         from ..judge.report_file import load_report
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
 from ..errors import UsageError
-from .base import IdentityProof, PushResult, QualifyRequest, Transport
+from .base import IdentityProof, OpenOptions, PushResult, QualifyRequest, Transport
+from .schemes import SCHEMES, forms, scheme_of
 
 
 def open_transport(
@@ -25,36 +27,23 @@ def open_transport(
     mutual TLS ``tls_cert`` and ``tls_key``); ``pinned_key`` is the raw device key
     the agent must prove it holds before anything else is sent (see Transport).
     """
-    if tls and not address.startswith("grpc://"):
+    scheme = scheme_of(address)
+    if tls and (scheme is None or not scheme.tls):
+        with_tls = ", ".join(s.prefix for s in SCHEMES if s.tls)
         raise UsageError(
-            f"TLS options apply to grpc:// addresses, not {address}",
+            f"TLS options apply to {with_tls} addresses, not {address}",
             hint="ssh:// is protected by SSH itself; the local agent listens on loopback",
         )
-    if address == "local":
-        from .local import LocalTransport
-
-        return LocalTransport(root=local_root, pinned_key=pinned_key)
-    if address.startswith("grpc://"):
-        from .grpc import GrpcTransport, TlsClientConfig
-
-        tls_config = None
-        if tls:
-            tls_config = TlsClientConfig(
-                *(Path(tls[k]) if tls.get(k) else None for k in ("tls_ca", "tls_cert", "tls_key"))
-            )
-        return GrpcTransport(
-            address.removeprefix("grpc://"), token=token, tls=tls_config, pinned_key=pinned_key
+    if scheme is not None:
+        module, cls = scheme.transport.split(":")
+        transport = getattr(importlib.import_module(f"{__name__}.{module}"), cls)
+        options = OpenOptions(
+            token, known_hosts, local_root, ssh_agent_cmd, ssh_key, tls, pinned_key
         )
-    if address.startswith("ssh://"):
-        from .ssh import SSHTransport
-
-        kwargs = {"known_hosts": known_hosts, "key_file": ssh_key, "pinned_key": pinned_key}
-        if ssh_agent_cmd:
-            kwargs["agent_cmd"] = ssh_agent_cmd
-        return SSHTransport(address, **kwargs)
+        return transport.open_address(address, options)
     raise UsageError(
         f"cannot use device address '{address}'",
-        hint="use local, a trusted device name, grpc://HOST:PORT or ssh://USER@HOST",
+        hint=f"use local, a trusted device name, {forms()}",
     )
 
 

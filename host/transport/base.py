@@ -6,7 +6,9 @@ a transport returns are exactly the DSSE envelope the agent signed.
 
 from __future__ import annotations
 
+import getpass
 import secrets
+import socket
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -66,6 +68,30 @@ CHALLENGE_BYTES = 32
 """Fresh random bytes the host sends to ``Prove`` (the agent takes 16 to 1024)."""
 
 
+def holder_name() -> str:
+    """``user@host``: who this host is, on the leases it takes and in a fleet index."""
+    try:
+        user = getpass.getuser()
+    except Exception:  # no login name in some containers
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
+
+
+@dataclass(frozen=True)
+class OpenOptions:
+    """What a command may say about reaching a device; each transport takes what applies
+    to its scheme (:meth:`Transport.open_address`)."""
+
+    token: str | None = None
+    known_hosts: Path | None = None
+    local_root: str | None = None
+    ssh_agent_cmd: str | None = None
+    ssh_key: Path | None = None
+    tls: dict[str, str] | None = None
+    """PEM files for TLS (``tls_ca``, and for mutual TLS ``tls_cert`` and ``tls_key``)."""
+    pinned_key: bytes | None = None
+
+
 class Transport(ABC):
     """A connection from the host to one device's agent.
 
@@ -79,6 +105,13 @@ class Transport(ABC):
     address: str
     pinned_key: bytes | None = None
     """The raw key the device must prove it holds (None: any key, e.g. at enrolment)."""
+
+    @classmethod
+    def open_address(cls, address: str, options: OpenOptions) -> Transport:
+        """A transport to ``address`` (of this transport's scheme, ``schemes.py``): each
+        transport reads its own address and takes the options that apply to it."""
+        raise NotImplementedError
+
     proven_key: bytes | None = None
     """The raw device key the agent proved it holds (None until :meth:`prove_identity`)."""
     last_run_id: str | None = None
@@ -96,8 +129,8 @@ class Transport(ABC):
         without it (enrolment, or finding a device by its key) any key that signed
         the challenge is returned, for the caller to pin or look up.
         """
-        from edgequal.agent.keys import fingerprint_of
-        from edgequal.agent.service.identity import verify_identity_proof
+        from edgequal.contract.identity import verify_identity_proof
+        from edgequal.contract.keys import fingerprint_of
 
         challenge = secrets.token_bytes(CHALLENGE_BYTES)
         proof = self.prove(challenge)

@@ -10,22 +10,29 @@ connection Stat again and continue.
 
 from __future__ import annotations
 
-import getpass
 import json
 import re
-import socket
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
-from edgequal.agent.service.info import AgentInfo
+from edgequal.contract.info import AgentInfo
 
 from ...protos import edgequal_v1_pb2 as pb
 from ...protos import edgequal_v1_pb2_grpc as pb_grpc
 from ..errors import DeviceBusy, HostError, TransportError, UsageError, refuse_credentials
-from .base import IdentityProof, ProgressEvent, PushResult, QualifyRequest, Transport
+from .base import (
+    IdentityProof,
+    OpenOptions,
+    ProgressEvent,
+    PushResult,
+    QualifyRequest,
+    Transport,
+    holder_name,
+)
+from .schemes import GRPC, is_scheme
 
 CHUNK_BYTES = 1024 * 1024
 """Push chunk size: far below the agent's 4 MiB receive limit, large enough to keep per-message cost low."""
@@ -84,8 +91,8 @@ def normalize_address(address: str) -> str:
     """``grpc://HOST:PORT`` or ``HOST:PORT`` -> ``HOST:PORT``; UsageError when there is no port."""
     addr = address.strip()
     refuse_credentials(addr if "://" in addr else f"grpc://{addr}")
-    if addr.startswith("grpc://"):
-        addr = addr[len("grpc://") :]
+    if is_scheme(addr, GRPC):
+        addr = GRPC.rest(addr)
     addr = addr.rstrip("/")
     host, sep, port = addr.rpartition(":")
     if not sep or not host or not port.isdigit():
@@ -98,14 +105,6 @@ def normalize_address(address: str) -> str:
             hint="use grpc://HOST:PORT, e.g. grpc://pi5:7441",
         )
     return addr
-
-
-def _default_holder() -> str:
-    try:
-        user = getpass.getuser()
-    except Exception:  # no login name in some containers
-        user = "unknown"
-    return f"{user}@{socket.gethostname()}"
 
 
 def _error_class(error: grpc.RpcError) -> str:
@@ -154,6 +153,19 @@ def host_error(error: grpc.RpcError, address: str, timeout_s: float | None = Non
 class GrpcTransport(Transport):
     """A connection to one agent over gRPC (insecure on loopback, else token and/or TLS)."""
 
+    @classmethod
+    def open_address(cls, address: str, options: OpenOptions) -> GrpcTransport:
+        """``grpc://HOST:PORT``, with the token and the TLS files when given."""
+        tls = None
+        if options.tls:
+            tls = TlsClientConfig(
+                *(
+                    Path(options.tls[k]) if options.tls.get(k) else None
+                    for k in ("tls_ca", "tls_cert", "tls_key")
+                )
+            )
+        return cls(GRPC.rest(address), token=options.token, tls=tls, pinned_key=options.pinned_key)
+
     def __init__(
         self,
         address: str,
@@ -171,7 +183,7 @@ class GrpcTransport(Transport):
         self.timeout_s = float(timeout_s)
         self.chunk_bytes = int(chunk_bytes)
         self.qualify_timeout_s = qualify_timeout_s
-        self.holder = holder or _default_holder()
+        self.holder = holder or holder_name()
         self.last_run_id: str | None = None
         self._token = token
         # The token is attached only once the agent proved its key (_identity_proven).
@@ -424,7 +436,7 @@ class GrpcTransport(Transport):
             if on_wait is not None:
                 on_wait({"position": r.position, "lease": current})
             if deadline is not None and time.monotonic() >= deadline:
-                from edgequal.agent.service.lease import Lease
+                from edgequal.contract.lease import Lease
 
                 held = Lease.from_json(current).describe() if current else "others are waiting"
                 raise DeviceBusy(

@@ -20,9 +20,10 @@ import time
 from pathlib import Path
 
 from edgequal.agent.service.state_lock import describe_holder, peek
+from edgequal.contract.state_dirs import local_agent_state_dir
 
 from ..errors import TransportError
-from ..paths import local_agent_state_dir
+from .base import OpenOptions
 from .grpc import GrpcTransport
 
 AGENT_EXIT_STATE_IN_USE = 3
@@ -35,6 +36,11 @@ class LocalTransport(GrpcTransport):
     When an agent already serves the state directory, connects to it instead
     (and leaves it running on close).
     """
+
+    @classmethod
+    def open_address(cls, address: str, options: OpenOptions) -> LocalTransport:
+        """``local``: the agent this host starts (or finds serving) on 127.0.0.1."""
+        return cls(root=options.local_root, pinned_key=options.pinned_key)
 
     def __init__(
         self,

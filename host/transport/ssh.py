@@ -29,10 +29,17 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import paramiko
-from edgequal.agent.service.info import AgentInfo
+from edgequal.contract.info import AgentInfo
 
 from ..errors import TransportError, UsageError
-from .base import IdentityProof, ProgressEvent, PushResult, QualifyRequest, Transport
+from .base import (
+    IdentityProof,
+    OpenOptions,
+    ProgressEvent,
+    PushResult,
+    QualifyRequest,
+    Transport,
+)
 from .ssh_session import SSHSession, last_line, short
 
 log = logging.getLogger(__name__)
@@ -63,6 +70,19 @@ class SSHTransport(Transport):
     ``$EDGEQUAL_AGENT_STATE`` for every agent command. ``run_idle_timeout_s``
     and ``run_timeout_s`` bound a qualification (no output for that long, and in all).
     """
+
+    @classmethod
+    def open_address(cls, address: str, options: OpenOptions) -> SSHTransport:
+        """``ssh://USER@HOST[:PORT]``, with known_hosts, a key file and the agent command
+        when given."""
+        kwargs = {
+            "known_hosts": options.known_hosts,
+            "key_file": options.ssh_key,
+            "pinned_key": options.pinned_key,
+        }
+        if options.ssh_agent_cmd:
+            kwargs["agent_cmd"] = options.ssh_agent_cmd
+        return cls(address, **kwargs)
 
     def __init__(
         self,

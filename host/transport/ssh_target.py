@@ -23,6 +23,7 @@ from pathlib import Path
 import paramiko
 
 from ..errors import TransportError, UsageError, refuse_credentials
+from .schemes import SSH, is_scheme
 
 DEFAULT_SSH_PORT = 22
 GLOBAL_KNOWN_HOSTS = Path("/etc/ssh/ssh_known_hosts")
@@ -57,10 +58,10 @@ def parse_ssh_url(url: str) -> tuple[str | None, str, int | None]:
 
     HOST may be an ``~/.ssh/config`` alias or a bracketed IPv6 address.
     """
-    if not url.startswith("ssh://"):
+    if not is_scheme(url, SSH):
         raise UsageError(f"not an ssh:// address: {url!r}", hint="use ssh://USER@HOST[:PORT]")
     refuse_credentials(url)
-    rest = url[len("ssh://") :].rstrip("/")
+    rest = SSH.rest(url).rstrip("/")
     if not rest or "/" in rest or any(c.isspace() for c in rest):
         raise UsageError(f"bad ssh address {url!r}", hint="use ssh://USER@HOST[:PORT]")
     user, _, hostport = rest.rpartition("@")

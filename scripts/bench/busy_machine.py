@@ -59,9 +59,10 @@ def bare_loop(model: Path, threads: int | None, seconds: float, max_extension: f
     Runs ``seconds``, then on until p99's 368 clean calls, to ``max_extension`` times
     ``seconds`` (the qualification's own rule), so its clean p99 exists where the
     qualification's can."""
-    from edgequal.agent.measure.stats import summarize_latency
-    from edgequal.agent.runtimes import RuntimeOptions, runtime_class, runtime_for
+    from edgequal.agent.runtimes import RuntimeOptions, runtime_class
     from edgequal.agent.worker.io import synthesize_inputs
+    from edgequal.contract.runtimes import runtime_for
+    from edgequal.contract.stats import summarize_latency
 
     rt = runtime_class(runtime_for(model))(RuntimeOptions(threads=threads))
     rt.load(model)
@@ -92,7 +93,7 @@ def bare_loop(model: Path, threads: int | None, seconds: float, max_extension: f
 def qualify(model: Path, tagged: bool, seconds: float, max_extension: float | None) -> dict:
     """One quick qualification on the agent's code path; the figures this benchmark reads."""
     from edgequal.agent.phases.qualification import run_measurement
-    from edgequal.agent.plan import make_plan
+    from edgequal.contract.plan import make_plan
 
     plan = make_plan(
         "quick",

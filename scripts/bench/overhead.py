@@ -121,8 +121,9 @@ def bare_p50_us(path: Path, threads: int, seconds: float) -> tuple[float, int]:
 
 def agent_call(path: Path, threads: int):
     """The agent's loop body: its runtime adapter's ``bind`` on the worker's inputs."""
-    from edgequal.agent.runtimes import RuntimeOptions, runtime_class, runtime_for
+    from edgequal.agent.runtimes import RuntimeOptions, runtime_class
     from edgequal.agent.worker.io import synthesize_inputs
+    from edgequal.contract.runtimes import runtime_for
 
     rt = runtime_class(runtime_for(path))(RuntimeOptions(threads=threads))
     rt.load(path)
@@ -193,7 +194,7 @@ def interleaved_us(path: Path, threads: int, seconds: float, chunk_s: float = 0.
 def agent_p50_us(path: Path, threads: int, seconds: float) -> tuple[float, int, list | None]:
     """The p50 the agent reports (µs), its sample count and its 95 % CI (µs)."""
     from edgequal.agent.phases.qualification import run_measurement
-    from edgequal.agent.plan import make_plan
+    from edgequal.contract.plan import make_plan
 
     plan = make_plan("quick", threads=threads, latency_min_s=seconds, cold_runs=1)
     out = run_measurement(path, None, plan)

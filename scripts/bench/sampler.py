@@ -92,8 +92,8 @@ class EmulatorProcess:
 
 def sustain_job(model: Path, duration_s: float, window_s: float, threads: int) -> dict:
     """The worker job the agent's sustained phase sends (``jobs.WorkerJob``, kind ``sustained``)."""
-    from edgequal.agent.plan import make_plan
     from edgequal.agent.worker.jobs import SustainSettings, WorkerJob
+    from edgequal.contract.plan import make_plan
 
     plan = make_plan("quick", threads=threads)
     sustain = SustainSettings(duration_s=duration_s, window_s=window_s)

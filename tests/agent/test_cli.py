@@ -19,12 +19,12 @@ from pathlib import Path
 
 import grpc
 import pytest
-from edgequal.agent.keys import load_or_create_device_key
-from edgequal.agent.report.signing import MEASURED_STATUSES
-from edgequal.agent.runtimes import RuntimeStatus
-from edgequal.agent.service.info import MAX_RECEIVE_MESSAGE_BYTES, PROTOCOL, AgentInfo, Limits
-from edgequal.agent.service.lease import Lease
 from edgequal.agent.service.store import ArtifactStore
+from edgequal.contract.info import MAX_RECEIVE_MESSAGE_BYTES, PROTOCOL, AgentInfo, Limits
+from edgequal.contract.keys import load_or_create_device_key
+from edgequal.contract.lease import Lease
+from edgequal.contract.runtimes import RuntimeStatus
+from edgequal.contract.signing import MEASURED_STATUSES
 from edgequal.protos import edgequal_v1_pb2 as pb
 from edgequal.protos import edgequal_v1_pb2_grpc as pb_grpc
 

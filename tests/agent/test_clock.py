@@ -22,19 +22,15 @@ from pathlib import Path
 
 import grpc
 import pytest
-from edgequal.agent.clock import (
-    CLOCK_FLOOR_UNIX,
-    MAX_OFFSET_S,
-    check_clock,
-    new_nonce,
-    nonce_time_unix_ms,
-)
-from edgequal.agent.keys import DeviceKey, load_or_create_device_key
-from edgequal.agent.report.signing import MEASURED_STATUSES
+from edgequal.agent.clock import CLOCK_FLOOR_UNIX, MAX_OFFSET_S, check_clock
 from edgequal.agent.run_request import RunRequest
 from edgequal.agent.runs import Runs
 from edgequal.agent.service.server import build_server
 from edgequal.agent.service.store import ArtifactStore
+from edgequal.contract.keys import DeviceKey, load_or_create_device_key
+from edgequal.contract.nonce import new_nonce, nonce_time_unix_ms
+from edgequal.contract.plan import Plan
+from edgequal.contract.signing import MEASURED_STATUSES
 from edgequal.host.devices.qualify import qualify
 from edgequal.host.devices.trust import KnownDevices
 from edgequal.host.devices.verify import verify_envelope
@@ -145,7 +141,7 @@ def test_a_device_clock_in_1970_is_flagged_and_the_report_still_verifies(
 
 def test_a_synchronized_clock_is_not_flagged(tmp_path):
     runs = Runs(tmp_path / "state", DeviceKey.generate(), None, Path("/"))
-    request = RunRequest("run-1", "a" * 64, None, {}, new_nonce(), "m.onnx")
+    request = RunRequest("run-1", "a" * 64, None, Plan.from_json({}), new_nonce(), "m.onnx")
     clock = check_clock(runs.clock(), request.nonce)
     predicate = predicate_of(
         runs._sign_bounded(request, {"status": "passed", "clock": clock.to_json()})
@@ -245,7 +241,9 @@ def test_an_agent_restart_without_a_reboot_is_not_called_one(tmp_path):
         ("run-same", "7d3f0e2c-0000-4000-8000-000000000001"),
         ("run-old", None),
     ):
-        record = {**vars(RunRequest(run_id, "a" * 64, None, {}, new_nonce(), "m.onnx"))}
+        record = RunRequest(
+            run_id, "a" * 64, None, Plan.from_json({}), new_nonce(), "m.onnx"
+        ).to_json()
         if boot_id is not None:  # a run recorded by an agent before boot ids were kept
             record["boot_id"] = boot_id
         (state / "runs" / run_id).mkdir(parents=True)

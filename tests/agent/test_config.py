@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from edgequal.agent.cli import main
 from edgequal.agent.config import AgentSettings, parse_size_bytes, read_settings
-from edgequal.agent.errors import BadInput
+from edgequal.contract.errors import BadInput
 
 
 def test_sizes():

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 
 import pytest
-from edgequal.agent.files import write_atomic
-from edgequal.agent.openmetrics import write_textfile
+from edgequal.contract.files import write_atomic
+from edgequal.contract.openmetrics import write_textfile
 
 
 @pytest.mark.parametrize("writer", ["write_atomic", "write_textfile"])

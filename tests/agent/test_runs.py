@@ -17,13 +17,14 @@ from pathlib import Path
 import grpc
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-from edgequal.agent.errors import BadInput, QuotaExceeded
-from edgequal.agent.keys import DeviceKey
-from edgequal.agent.report.signing import MEASURED_STATUSES, PAYLOAD_TYPE, pae, validate_statement
 from edgequal.agent.run_request import RunRequest, check_plan_bounds, check_run_id
 from edgequal.agent.runs import RESERVE_FILE, UNRECOVERABLE_DIR, Runs, sign_report
 from edgequal.agent.service.server import build_server, serve
 from edgequal.agent.service.store import ArtifactStore
+from edgequal.contract.errors import BadInput, QuotaExceeded
+from edgequal.contract.keys import DeviceKey
+from edgequal.contract.plan import Plan
+from edgequal.contract.signing import MEASURED_STATUSES, PAYLOAD_TYPE, pae, validate_statement
 from edgequal.protos import edgequal_v1_pb2 as pb
 from edgequal.protos import edgequal_v1_pb2_grpc as pb_grpc
 
@@ -96,7 +97,7 @@ def request_for(store, model, golden=None, plan=None, run_id="run-1", **names) -
         run_id=run_id,
         model_digest=import_artifact(store, model),
         golden_digest=import_artifact(store, golden) if golden else None,
-        plan=plan or {},
+        plan=Plan.from_json(plan or {}),
         nonce="nonce-" + run_id,
         model_name=names.get("model_name", Path(model).name),
         golden_name=names.get("golden_name", Path(golden).name if golden else None),
@@ -126,7 +127,7 @@ def test_plan_bounds_name_the_field():
 
 
 def test_same_file_name_for_model_and_golden_set_is_signed(key):
-    request = RunRequest("run-1", "a" * 64, "b" * 64, {}, "n", "x.onnx", "x.onnx")
+    request = RunRequest("run-1", "a" * 64, "b" * 64, Plan.from_json({}), "n", "x.onnx", "x.onnx")
     statement = statement_of(sign_report(key, request, {"status": "passed"}), key)
     assert statement["subject"] == [
         {"name": "x.onnx", "digest": {"sha256": "a" * 64}, "annotations": {"role": "model"}},
@@ -182,17 +183,21 @@ def test_qualify_with_one_name_for_both_inputs_then_the_agent_restarts(
 def test_recovery_never_stops_the_agent_from_starting(tmp_path, key):
     state = tmp_path / "state"
     runs_dir = state / "runs"
-    good = RunRequest("run-good", "a" * 64, None, {}, "n1", "m.onnx")
-    unsignable = RunRequest("run-bad", "not-a-digest", None, {}, "n2", "m.onnx")
+    good = RunRequest("run-good", "a" * 64, None, Plan.from_json({}), "n1", "m.onnx")
+    unsignable = RunRequest("run-bad", "not-a-digest", None, Plan.from_json({}), "n2", "m.onnx")
     for request in (good, unsignable):
         (runs_dir / request.run_id).mkdir(parents=True)
-        (runs_dir / request.run_id / "request.json").write_text(json.dumps(vars(request)))
+        (runs_dir / request.run_id / "request.json").write_text(json.dumps(request.to_json()))
     (runs_dir / "run-garbage").mkdir()
     (runs_dir / "run-garbage" / "request.json").write_bytes(b"\xff{not json")
     earlier = Runs(state, key, None)
     earlier.report_path("run-old").parent.mkdir(parents=True)
     earlier.report_path("run-old").write_bytes(
-        sign_report(key, RunRequest("run-old", "c" * 64, None, {}, "n0"), {"status": "passed"})
+        sign_report(
+            key,
+            RunRequest("run-old", "c" * 64, None, Plan.from_json({}), "n0"),
+            {"status": "passed"},
+        )
     )
 
     for _ in range(2):  # and a second restart finds nothing left to trip on
@@ -540,17 +545,19 @@ def test_the_memory_limit_comes_from_the_plan_then_the_operator_then_the_board(t
     board = tmp_path / "board"
     (board / "proc").mkdir(parents=True)
     (board / "proc" / "meminfo").write_text("MemTotal:  1000000 kB\n")
-    request = RunRequest("run-1", "a" * 64, None, {"preset": "quick"}, "n")
+    request = RunRequest("run-1", "a" * 64, None, Plan.from_json({"preset": "quick"}), "n")
     by_board = Runs(tmp_path / "s", key, None, board)._with_memory_limit(request)
-    assert by_board.plan == {"preset": "quick", "memory_limit_mb": 488}  # half, in MiB
+    assert by_board.plan == Plan.from_json(
+        {"preset": "quick", "memory_limit_mb": 488}
+    )  # half, in MiB
     by_operator = Runs(tmp_path / "s", key, None, board, memory_limit_mb=700)
-    assert by_operator._with_memory_limit(request).plan["memory_limit_mb"] == 700
-    planned = RunRequest("run-2", "a" * 64, None, {"memory_limit_mb": 2048}, "n")
+    assert by_operator._with_memory_limit(request).plan.memory_limit_mb == 700
+    planned = RunRequest("run-2", "a" * 64, None, Plan.from_json({"memory_limit_mb": 2048}), "n")
     assert by_operator._with_memory_limit(planned) is planned
     # No meminfo under the root: no default can be drawn, the plan stays as it came.
-    assert Runs(tmp_path / "s", key, None, tmp_path / "empty")._with_memory_limit(request).plan == {
-        "preset": "quick"
-    }
+    assert Runs(tmp_path / "s", key, None, tmp_path / "empty")._with_memory_limit(
+        request
+    ).plan == Plan.from_json({"preset": "quick"})
 
 
 @pytest.mark.slow

@@ -36,7 +36,7 @@ def scenario_measurement(example_models, golden_sets, tmp_path_factory) -> dict:
     read it (copy before changing anything).
     """
     from edgequal.agent.phases.qualification import run_measurement
-    from edgequal.agent.plan import make_plan
+    from edgequal.contract.plan import make_plan
 
     root = tmp_path_factory.mktemp("board")
     hwmon = root / "sys/class/hwmon/hwmon0"
@@ -80,7 +80,7 @@ def known(reports):
 @pytest.fixture
 def device_key():
     """A device key pinned as device 'board' in this test's own config."""
-    from edgequal.agent.keys import DeviceKey
+    from edgequal.contract.keys import DeviceKey
     from edgequal.host.devices.trust import KnownDevices
 
     key = DeviceKey.generate()
@@ -93,7 +93,7 @@ def sign(device_key, tmp_path):
     """``sign(name, predicate, subjects=None)``: the predicate signed by the device key, as a
     report file (pinned as device 'board')."""
 
-    from edgequal.agent.report.signing import build_statement, sign_envelope
+    from edgequal.contract.signing import build_statement, sign_envelope
 
     def write(name: str, predicate: dict, subjects: list[dict] | None = None) -> Path:
         subjects = subjects or [{"name": "model.onnx", "sha256": "cd" * 32}]

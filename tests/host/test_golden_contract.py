@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from edgequal.agent.golden import read_golden
+from edgequal.contract.golden import read_golden
 from edgequal.host.cli.main import main as edgequal_main
 from edgequal.host.examples.catalog import example_inputs
 

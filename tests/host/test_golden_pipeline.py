@@ -9,7 +9,7 @@ import shutil
 
 import numpy as np
 import pytest
-from edgequal.agent.golden import read_golden
+from edgequal.contract.golden import read_golden
 from edgequal.host.cli.main import main
 
 

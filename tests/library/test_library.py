@@ -109,7 +109,7 @@ def test_cli_and_library_give_the_same_report(
 
 @pytest.mark.slow  # the session's signed reports: several real runs
 def test_report_figures_are_the_signed_ones(reports, test_helper):
-    from edgequal.agent.measure.preemption import decisive_summary
+    from edgequal.contract.preemption import decisive_summary
 
     known = test_helper("gate_reports").trust_local(reports)
     report = edgequal.verify(reports.classifier, known=known)

@@ -178,8 +178,8 @@ def test_a_p99_an_inconclusive_run_did_not_measure_fails_the_test_saying_why(
 ):
     """The docs' ``assert r.latency[0].p99_ms < 50`` on a run interference cut short fails
     with edgequal's own error and its reason, never ``TypeError: '<' not supported``."""
-    from edgequal.agent.keys import DeviceKey
-    from edgequal.agent.report.signing import build_statement, sign_envelope
+    from edgequal.contract.keys import DeviceKey
+    from edgequal.contract.signing import build_statement, sign_envelope
     from edgequal.host.devices.trust import KnownDevices
 
     helpers = test_helper("gate_reports")

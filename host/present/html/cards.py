@@ -6,16 +6,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from edgequal.agent.measure.preemption import decisive_entry
+from edgequal.contract.preemption import decisive_entry
 
 from ...judge.report_file import ReportFile
 from ..signature import signature_text
 from ..units import duration_text
-from .parts import _e, _get, _status
+from .parts import escape, get_path, status_badge
 
 
 def _latency(results: dict) -> str:
-    shapes = [decisive_entry(e) for e in _get(results, "latency", "per_shape") or []]
+    shapes = [decisive_entry(e) for e in get_path(results, "latency", "per_shape") or []]
     if not shapes:
         return "not measured"
     s = shapes[0].get("summary") or {}
@@ -79,9 +79,9 @@ def model_cards(reports: Sequence[ReportFile]) -> str:
     for i, r in enumerate(reports):
         p = r.predicate
         results = p.get("results") or {}
-        total = _get(results, "cold_load", "total_ms", "median")
-        first = _get(results, "cold_load", "first_inference_ms", "median")
-        peak = _get(results, "memory", "peak_rss_bytes")
+        total = get_path(results, "cold_load", "total_ms", "median")
+        first = get_path(results, "cold_load", "first_inference_ms", "median")
+        peak = get_path(results, "memory", "peak_rss_bytes")
         # The terminal's words (benchmark_model's): the total is not the first inference.
         rows = [
             ("p50 / p90 / p99", _latency(results)),
@@ -100,11 +100,11 @@ def model_cards(reports: Sequence[ReportFile]) -> str:
         rows.append(("signature", f"{sig}, device {r.device_name or '—'}"))
         if (model_signature := signature_text(results)) is not None:
             rows.append(("model signature", model_signature.split(": ", 1)[1]))
-        body = "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in rows)
+        body = "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in rows)
         cards.append(
-            f'<div class="card"><h3>{_e(chr(65 + i))} {_e(r.model_name or r.path.name)}</h3>'
-            f"{_status(p.get('status'))}"
-            f'<p class="why">{_e(p.get("reason") or "every check passed")}</p>'
-            f'<dl>{body}</dl><p class="muted">{_e(r.path.name)}</p></div>'
+            f'<div class="card"><h3>{escape(chr(65 + i))} {escape(r.model_name or r.path.name)}</h3>'
+            f"{status_badge(p.get('status'))}"
+            f'<p class="why">{escape(p.get("reason") or "every check passed")}</p>'
+            f'<dl>{body}</dl><p class="muted">{escape(r.path.name)}</p></div>'
         )
     return f'<div class="cards">{"".join(cards)}</div>'

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from ...judge.compare import compare_reports
 from ...judge.report_file import ReportFile
 from ..units import figure_text
-from .parts import _e, _table, series_name
+from .parts import escape, html_table, series_name
 
 
 def comparison_section(reports: Sequence[ReportFile]) -> str:
@@ -20,9 +20,9 @@ def comparison_section(reports: Sequence[ReportFile]) -> str:
     comparison = compare_reports(list(reports))
     rows = []
     for row in comparison.rows:
-        cells = [_e(row.figure)]
+        cells = [escape(row.figure)]
         for i, v in enumerate(row.values):
-            text = _e(figure_text(v, row.unit))
+            text = escape(figure_text(v, row.unit))
             d = row.deltas[i]
             if d is not None:
                 worse = (d > 0) if row.better == "lower" else (d < 0) if row.better else False
@@ -30,7 +30,7 @@ def comparison_section(reports: Sequence[ReportFile]) -> str:
                 text += f' <span class="{cls}">({d:+.1%})</span>'
             sig = row.significance[i]
             if sig:
-                text += f'<br><span class="muted">{_e(sig)}</span>'
+                text += f'<br><span class="muted">{escape(sig)}</span>'
             cells.append(text)
         rows.append(cells)
     headers = ["figure"] + [series_name(reports, i) for i in range(len(reports))]
@@ -38,7 +38,7 @@ def comparison_section(reports: Sequence[ReportFile]) -> str:
         '<p class="muted">The first report is the reference: each other column shows its '
         "change from it; for latency, the median ratio × [95 % bootstrap interval] and the "
         "Mann–Whitney U p-value, as <code>edgequal compare</code> prints them.</p>",
-        _table(headers, rows, [False] + [True] * len(reports)),
+        html_table(headers, rows, [False] + [True] * len(reports)),
     ]
     changed = [chr(65 + i) for i, c in enumerate(comparison.fingerprint_changes) if i and c]
     if changed:

@@ -12,11 +12,21 @@ from collections.abc import Sequence
 
 from ...judge.conditions import coload_shapes, edge_failure, edge_shapes, mb, shapes_text
 from ...judge.report_file import ReportFile
-from .parts import _COLORS, _dur, _e, _figure, _get, _label, _num, _png, _table
+from .parts import (
+    COLORS,
+    escape,
+    fmt_duration,
+    fmt_num,
+    get_path,
+    html_table,
+    legend_label,
+    new_figure,
+    png_img,
+)
 
 
 def _results(r: ReportFile) -> dict:
-    return _get(r.predicate, "results") or {}
+    return get_path(r.predicate, "results") or {}
 
 
 def _declared_table(reports: Sequence[ReportFile]) -> str:
@@ -28,24 +38,24 @@ def _declared_table(reports: Sequence[ReportFile]) -> str:
         sustained = {e.get("label"): e for e in coload.get("sustained") or []}
         for entry in coload.get("latency") or []:
             achieved = entry.get("achieved") or {}
-            during = _get(sustained.get(entry.get("label")), "achieved", "value")
+            during = get_path(sustained.get(entry.get("label")), "achieved", "value")
             rows.append(
                 [
-                    _label(i),
-                    _e(entry.get("label")),
-                    _e(entry.get("kind")),
-                    _num(achieved.get("value"), "{:.4g}"),
-                    _num(achieved.get("target"), "{:.4g}"),
-                    _e(achieved.get("unit")),
-                    _num(entry.get("cpus"), "{:.3g}"),
-                    _num(during, "{:.4g}") if sustained else "not run",
+                    legend_label(i),
+                    escape(entry.get("label")),
+                    escape(entry.get("kind")),
+                    fmt_num(achieved.get("value"), "{:.4g}"),
+                    fmt_num(achieved.get("target"), "{:.4g}"),
+                    escape(achieved.get("unit")),
+                    fmt_num(entry.get("cpus"), "{:.3g}"),
+                    fmt_num(during, "{:.4g}") if sustained else "not run",
                 ]
             )
     if not rows:
         return ""
     headers = ["", "load", "kind", "achieved", "target", "unit", "CPUs"]
     headers += ["achieved in sustained"]
-    return "<h3>Declared co-load</h3>" + _table(
+    return "<h3>Declared co-load</h3>" + html_table(
         headers, rows, [False, False, False, True, True, False, True, True]
     )
 
@@ -53,30 +63,30 @@ def _declared_table(reports: Sequence[ReportFile]) -> str:
 def _coload_latency_table(reports: Sequence[ReportFile]) -> str:
     rows = []
     for i, r in enumerate(reports):
-        rounds = _get(_results(r), "coload", "rounds")
+        rounds = get_path(_results(r), "coload", "rounds")
         for entry in coload_shapes(_results(r)):
             co = entry["coload"]
             plain, loaded = entry.get("summary") or {}, co.get("summary") or {}
             cause = co.get("cause")
             rows.append(
                 [
-                    _label(i),
-                    _e(entry.get("shape")),
-                    _dur(plain.get("p50_ms")),
-                    _dur(loaded.get("p50_ms")),
-                    _num(co.get("p50_ratio"), "{:.3f}"),
-                    _dur(plain.get("p99_ms")),
-                    _dur(loaded.get("p99_ms")),
-                    _num(co.get("p99_ratio"), "{:.3f}"),
-                    _e(f"{co.get('rounds_slower')} of {rounds}"),
-                    _e(cause) if cause and cause != "none" else "—",
+                    legend_label(i),
+                    escape(entry.get("shape")),
+                    fmt_duration(plain.get("p50_ms")),
+                    fmt_duration(loaded.get("p50_ms")),
+                    fmt_num(co.get("p50_ratio"), "{:.3f}"),
+                    fmt_duration(plain.get("p99_ms")),
+                    fmt_duration(loaded.get("p99_ms")),
+                    fmt_num(co.get("p99_ratio"), "{:.3f}"),
+                    escape(f"{co.get('rounds_slower')} of {rounds}"),
+                    escape(cause) if cause and cause != "none" else "—",
                 ]
             )
     if not rows:
         return ""
     headers = ["", "shape", "plain p50", "co-load p50", "p50 ratio", "plain p99"]
     headers += ["co-load p99", "p99 ratio", "rounds slower", "cause"]
-    return "<h3>Latency beside the co-load (interleaved in one run)</h3>" + _table(
+    return "<h3>Latency beside the co-load (interleaved in one run)</h3>" + html_table(
         headers, rows, [False, False] + [True] * 6
     )
 
@@ -97,7 +107,7 @@ def coload_figure(reports: Sequence[ReportFile]) -> str | None:
                     series.append((i, entry.get("shape"), loaded, points))
     if not series:
         return None
-    fig, axes = _figure(7.5, 3.0)
+    fig, axes = new_figure(7.5, 3.0)
     ax = axes[0][0]
     for i, shape, loaded, points in series:
         xs, ys = zip(*points)
@@ -106,14 +116,14 @@ def coload_figure(reports: Sequence[ReportFile]) -> str | None:
             ys,
             marker="o" if loaded else "s",
             linestyle="-" if loaded else "--",
-            color=_COLORS[i % len(_COLORS)],
+            color=COLORS[i % len(COLORS)],
             label=f"{chr(65 + i)} {shape} {'co-load' if loaded else 'plain'}",
         )
     ax.set_xlabel("round")
     ax.set_ylabel("segment p50 (ms)")
     ax.set_title("Plain and co-load segments, interleaved")
     ax.legend(fontsize=7)
-    return _png(fig, "segment medians per round, plain and beside the co-load")
+    return png_img(fig, "segment medians per round, plain and beside the co-load")
 
 
 def _edge_table(reports: Sequence[ReportFile]) -> str:
@@ -121,15 +131,15 @@ def _edge_table(reports: Sequence[ReportFile]) -> str:
     for i, r in enumerate(reports):
         for e in edge_shapes(_results(r)):
             head = [
-                _label(i),
-                _e(e.get("label")),
-                _e(shapes_text(e.get("shapes"))),
-                _e(e.get("source")),
+                legend_label(i),
+                escape(e.get("label")),
+                escape(shapes_text(e.get("shapes"))),
+                escape(e.get("source")),
             ]
             if not e.get("ok"):
                 rows.append(
                     head
-                    + [f'<span class="fail">{_e("did not run: " + edge_failure(e))}</span>']
+                    + [f'<span class="fail">{escape("did not run: " + edge_failure(e))}</span>']
                     + ["—"] * 6
                 )
                 continue
@@ -139,19 +149,19 @@ def _edge_table(reports: Sequence[ReportFile]) -> str:
                 head
                 + [
                     '<span class="pass">ran</span>',
-                    _num(e.get("runs"), "{}"),
-                    _dur(s.get("p50_ms")),
-                    _dur(s.get("p99_ms")),
-                    _num(mb(e.get("peak_rss_bytes")), "{:.1f}"),
-                    _num(mb(e.get("rss_added_by_inference_bytes")), "{:.1f}"),
-                    _e(outputs) if outputs else "—",
+                    fmt_num(e.get("runs"), "{}"),
+                    fmt_duration(s.get("p50_ms")),
+                    fmt_duration(s.get("p99_ms")),
+                    fmt_num(mb(e.get("peak_rss_bytes")), "{:.1f}"),
+                    fmt_num(mb(e.get("rss_added_by_inference_bytes")), "{:.1f}"),
+                    escape(outputs) if outputs else "—",
                 ]
             )
     if not rows:
         return ""
     headers = ["", "label", "shape", "from", "result", "runs", "p50", "p99"]
     headers += ["peak RSS MB", "RSS added by inference MB", "outputs"]
-    return "<h3>Edge shapes</h3>" + _table(headers, rows, [False] * 5 + [True] * 5)
+    return "<h3>Edge shapes</h3>" + html_table(headers, rows, [False] * 5 + [True] * 5)
 
 
 def conditions_section(reports: Sequence[ReportFile]) -> str:

@@ -8,7 +8,7 @@ import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ...lab.fleet import FleetResult
+    from ...lab.results import FleetResult
 
 
 _CELL_STYLE = {

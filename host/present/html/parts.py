@@ -12,7 +12,7 @@ from typing import Any
 
 from ..units import duration_text
 
-_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
+COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
 
 
 _STATUS_COLORS = {
@@ -24,7 +24,7 @@ _STATUS_COLORS = {
 }
 
 
-_CSS = """
+CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px auto;padding:0 16px;
 color:#1f2328;background:#fff;max-width:1232px}
 h1{font-size:22px;margin:0 0 4px}h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #d0d7de;
@@ -48,14 +48,14 @@ th{background:#f6f8fa}td.num{text-align:right;font-variant-numeric:tabular-nums}
 """
 
 
-def _e(value: Any) -> str:
+def escape(value: Any) -> str:
     """Escaped text of any value; None as an em dash."""
     if value is None:
         return "—"
     return html.escape(str(value), quote=True)
 
 
-def _num(value: Any, fmt: str = "{:.4g}", unit: str = "") -> str:
+def fmt_num(value: Any, fmt: str = "{:.4g}", unit: str = "") -> str:
     if value is None:
         return "—"
     if isinstance(value, bool):
@@ -64,18 +64,18 @@ def _num(value: Any, fmt: str = "{:.4g}", unit: str = "") -> str:
         text = fmt.format(value)
     except (TypeError, ValueError):
         text = str(value)
-    return _e(f"{text} {unit}".rstrip())
+    return escape(f"{text} {unit}".rstrip())
 
 
-def _dur(value_ms: Any) -> str:
+def fmt_duration(value_ms: Any) -> str:
     """A duration in ms by the one unit rule (``present/units.py``), escaped; a value that is
     not a number (an unverified payload may hold anything) as its text."""
     if isinstance(value_ms, bool) or not isinstance(value_ms, (int, float)):
-        return _e(value_ms)
-    return _e(duration_text(value_ms))
+        return escape(value_ms)
+    return escape(duration_text(value_ms))
 
 
-def _get(d: Any, *path: str) -> Any:
+def get_path(d: Any, *path: str) -> Any:
     for key in path:
         if not isinstance(d, dict):
             return None
@@ -83,11 +83,11 @@ def _get(d: Any, *path: str) -> Any:
     return d
 
 
-def _table(
+def html_table(
     headers: Sequence[str], rows: Sequence[Sequence[str]], numeric: Sequence[bool] = ()
 ) -> str:
     """A table; ``rows`` cells are already-escaped HTML."""
-    head = "".join(f"<th>{_e(h)}</th>" for h in headers)
+    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
     body = []
     for row in rows:
         cells = []
@@ -98,13 +98,13 @@ def _table(
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
-def _status(status: Any) -> str:
+def status_badge(status: Any) -> str:
     color = _STATUS_COLORS.get(str(status), "#1f2328")
-    return f'<span style="color:{color};font-weight:600">{_e(status)}</span>'
+    return f'<span style="color:{color};font-weight:600">{escape(status)}</span>'
 
 
-def _label(i: int) -> str:
-    return _e(chr(65 + i))
+def legend_label(i: int) -> str:
+    return escape(chr(65 + i))
 
 
 def series_name(reports: Sequence[Any], i: int) -> str:
@@ -121,7 +121,7 @@ def series_name(reports: Sequence[Any], i: int) -> str:
     return name
 
 
-def _figure(width_in: float, height_in: float, rows: int = 1, cols: int = 1, sharex=False):
+def new_figure(width_in: float, height_in: float, rows: int = 1, cols: int = 1, sharex=False):
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(width_in, height_in), dpi=100, layout="constrained")
@@ -129,8 +129,8 @@ def _figure(width_in: float, height_in: float, rows: int = 1, cols: int = 1, sha
     return fig, axes
 
 
-def _png(fig, alt: str) -> str:
+def png_img(fig, alt: str) -> str:
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     data = base64.b64encode(buf.getvalue()).decode("ascii")
-    return f'<img class="plot" alt="{_e(alt)}" src="data:image/png;base64,{data}">'
+    return f'<img class="plot" alt="{escape(alt)}" src="data:image/png;base64,{data}">'

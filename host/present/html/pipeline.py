@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from ...judge.pipeline_checks import PART_LABELS, PATH_PARTS, part_summary
 from ...judge.report_file import ReportFile
 from ..units import duration_text
-from .parts import _COLORS, _dur, _e, _get, _label, _num, _table
+from .parts import COLORS, escape, fmt_duration, fmt_num, get_path, html_table, legend_label
 
 _STAGES = PATH_PARTS[:-1]
 
@@ -26,15 +26,15 @@ def _bar(pipeline: dict) -> str:
         cut = share.get(stage)
         if not cut:
             continue
-        mean = _get(part_summary(pipeline, stage), "mean_ms")
+        mean = get_path(part_summary(pipeline, stage), "mean_ms")
         title = f"{PART_LABELS[stage]}: {cut:.1%} of end to end (mean {duration_text(mean)})"
         boxes.append(
-            f'<div class="stage" title="{_e(title)}" style="width:{cut * 100:.2f}%;'
-            f'background:{_COLORS[i]}">{_e(PART_LABELS[stage]) if cut >= 0.08 else ""}</div>'
+            f'<div class="stage" title="{escape(title)}" style="width:{cut * 100:.2f}%;'
+            f'background:{COLORS[i]}">{escape(PART_LABELS[stage]) if cut >= 0.08 else ""}</div>'
         )
     legend = " · ".join(
-        f'<span style="color:{_COLORS[i]}">■</span> {_e(PART_LABELS[s])} '
-        f"{_num(share.get(s), '{:.0%}')}"
+        f'<span style="color:{COLORS[i]}">■</span> {escape(PART_LABELS[s])} '
+        f"{fmt_num(share.get(s), '{:.0%}')}"
         for i, s in enumerate(_STAGES)
         if share.get(s) is not None
     )
@@ -53,14 +53,14 @@ def _stage_table(pipeline: dict) -> str:
         s = part_summary(pipeline, part)
         rows.append(
             [
-                _e(PART_LABELS[part]),
-                _dur(_get(s, "p50_ms")) if s else "not run",
-                _dur(_get(s, "p99_ms")),
-                _dur(_get(s, "mean_ms")),
-                _num(1.0 if part == "end_to_end" else share.get(part), "{:.1%}"),
+                escape(PART_LABELS[part]),
+                fmt_duration(get_path(s, "p50_ms")) if s else "not run",
+                fmt_duration(get_path(s, "p99_ms")),
+                fmt_duration(get_path(s, "mean_ms")),
+                fmt_num(1.0 if part == "end_to_end" else share.get(part), "{:.1%}"),
             ]
         )
-    return _table(["stage", "p50", "p99", "mean", "share"], rows, [False] + [True] * 4)
+    return html_table(["stage", "p50", "p99", "mean", "share"], rows, [False] + [True] * 4)
 
 
 def _reference_table(pipeline: dict) -> str:
@@ -69,11 +69,11 @@ def _reference_table(pipeline: dict) -> str:
         cause = f.get("cause")
         rows.append(
             [
-                _e(name),
-                _num(f.get("max_abs"), "{:.3g}"),
-                _num(f.get("tolerance"), "{:.3g}"),
-                _e(f"{f.get('cases_over')} of {f.get('cases')}"),
-                _e(cause and f"{cause['label']} ({cause['key']}?)")
+                escape(name),
+                fmt_num(f.get("max_abs"), "{:.3g}"),
+                fmt_num(f.get("tolerance"), "{:.3g}"),
+                escape(f"{f.get('cases_over')} of {f.get('cases')}"),
+                escape(cause and f"{cause['label']} ({cause['key']}?)")
                 if f.get("cases_over")
                 else "matches",
             ]
@@ -81,23 +81,23 @@ def _reference_table(pipeline: dict) -> str:
     if not rows:
         return '<p class="muted">No reference tensors (golden make --reference-inputs).</p>'
     headers = ["input", "max abs", "tolerance", "cases over", "likely cause"]
-    return _table(headers, rows, [False, True, True, True, False])
+    return html_table(headers, rows, [False, True, True, True, False])
 
 
 def pipeline_section(reports: Sequence[ReportFile]) -> str:
     """The section, or "" when no report measured the whole path."""
     parts = []
     for i, r in enumerate(reports):
-        pipeline = _get(r.predicate, "results", "pipeline")
+        pipeline = get_path(r.predicate, "results", "pipeline")
         if not pipeline or not pipeline.get("end_to_end"):
             continue
         libraries = ", ".join(f"{k} {v}" for k, v in (pipeline.get("libraries") or {}).items())
         parts += [
-            f"<h3>{_label(i)}: {_e(r.label)}</h3>",
+            f"<h3>{legend_label(i)}: {escape(r.label)}</h3>",
             _bar(pipeline),
             _stage_table(pipeline),
-            f'<p class="muted">{_e(pipeline.get("runs"))} runs over {_e(pipeline.get("cases"))} '
-            f"cases after a warm-up; stages by {_e(libraries)}</p>",
+            f'<p class="muted">{escape(pipeline.get("runs"))} runs over {escape(pipeline.get("cases"))} '
+            f"cases after a warm-up; stages by {escape(libraries)}</p>",
             "<h4>Preprocessing against the reference tensors</h4>",
             _reference_table(pipeline),
         ]

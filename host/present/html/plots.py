@@ -8,22 +8,21 @@ import binascii
 from collections.abc import Sequence
 
 import numpy as np
-from edgequal.agent.measure.latency import decode_tags
-from edgequal.agent.measure.preemption import decided_on_clean, decisive_entry
+from edgequal.contract.preemption import decided_on_clean, decisive_entry, decode_tags
 
 from ...errors import UsageError
 from ...judge.regression import decode_samples_ns
 from ...judge.report_file import ReportFile
 from ..units import scaled_text, table_unit
-from .parts import _COLORS, _figure, _get, _png, series_name
+from .parts import COLORS, get_path, new_figure, png_img, series_name
 
 
-def _latency_series(reports: Sequence[ReportFile]) -> list[tuple[str, dict, np.ndarray | None]]:
+def latency_series(reports: Sequence[ReportFile]) -> list[tuple[str, dict, np.ndarray | None]]:
     """``(legend label, decisive entry, samples in ms or None)`` per report and input shape."""
     out = []
     for i, r in enumerate(reports):
-        for entry in _get(r.predicate, "results", "latency", "per_shape") or []:
-            # The calls that kept the CPU where they decide (agent/measure/preemption.py).
+        for entry in get_path(r.predicate, "results", "latency", "per_shape") or []:
+            # The calls that kept the CPU where they decide (contract/preemption.py).
             entry = decisive_entry(entry)
             samples = None
             if entry.get("samples_ns_b64"):
@@ -55,7 +54,7 @@ def latency_plot(reports: Sequence[ReportFile]):
     """
     from matplotlib.figure import Figure
 
-    series = [(lab, e, s) for lab, e, s in _latency_series(reports) if s is not None and s.size]
+    series = [(lab, e, s) for lab, e, s in latency_series(reports) if s is not None and s.size]
     if not series:
         return None
     n = len(series)
@@ -65,7 +64,7 @@ def latency_plot(reports: Sequence[ReportFile]):
     cdf_unit, cdf_scale = table_unit(float(np.median(s)) for _, _, s in series)
     clean = any(decided_on_clean(e) for _, e, _ in series)
     for k, (label, entry, s) in enumerate(series):
-        color = _COLORS[k % len(_COLORS)]
+        color = COLORS[k % len(COLORS)]
         summary = entry.get("summary") or {}
         ax = fig.add_subplot(grid[k, 0])
         unit, scale = table_unit([float(np.median(s))])
@@ -138,7 +137,7 @@ def latency_plot(reports: Sequence[ReportFile]):
 def latency_figure(reports: Sequence[ReportFile]) -> str | None:
     """The latency figure as an inline PNG (:func:`latency_plot`), or None without samples."""
     fig = latency_plot(reports)
-    return None if fig is None else _png(fig, "latency histogram and cumulative distribution")
+    return None if fig is None else png_img(fig, "latency histogram and cumulative distribution")
 
 
 def window_cause(w: dict, clock_ref: float | None) -> str:
@@ -160,8 +159,8 @@ _SHADES = {
 }
 
 
-def _sustained_series(r: ReportFile):
-    s = _get(r.predicate, "results", "sustained") or {}
+def sustained_series(r: ReportFile):
+    s = get_path(r.predicate, "results", "sustained") or {}
     windows = s.get("windows_detail") or []
     if not windows:
         return None
@@ -179,19 +178,19 @@ def _sustained_series(r: ReportFile):
 
 def sustained_figure(reports: Sequence[ReportFile]) -> str | None:
     """Throughput, temperature and clock over time, throttle and interference windows shaded."""
-    data = [(i, r, _sustained_series(r)) for i, r in enumerate(reports)]
+    data = [(i, r, sustained_series(r)) for i, r in enumerate(reports)]
     data = [(i, r, d) for i, r, d in data if d is not None]
     if not data:
         return None
     from matplotlib.patches import Patch
 
-    fig, axes = _figure(12, 7.5, 3, 1, sharex=True)
+    fig, axes = new_figure(12, 7.5, 3, 1, sharex=True)
     rate_ax, temp_ax, clock_ax = axes[:, 0]
     shaded = set()
     any_temp = any_clock = False
     causes = []
     for i, _, (s, rows) in data:
-        color = _COLORS[i % len(_COLORS)]
+        color = COLORS[i % len(COLORS)]
         label = series_name(reports, i)
         if s.get("cause") not in (None, "none"):
             causes.append(f"{chr(65 + i)}: {s.get('verdict')}, cause {s['cause']}")
@@ -264,4 +263,4 @@ def sustained_figure(reports: Sequence[ReportFile]) -> str | None:
         lines, labels = ax.get_legend_handles_labels()
         if lines or handles:
             ax.legend(handles=lines + handles, fontsize=8, loc="best")
-    return _png(fig, "sustained throughput, temperature and clock over time")
+    return png_img(fig, "sustained throughput, temperature and clock over time")

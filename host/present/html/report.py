@@ -34,20 +34,20 @@ from ...judge.runtime_envs import env_section
 from .cards import model_cards
 from .comparison import comparison_section
 from .conditions import conditions_section
-from .parts import _CSS, _e
+from .parts import CSS, escape
 from .pipeline import pipeline_section
 from .plots import latency_figure, sustained_figure
 from .runtime_envs import runtime_envs_section
-from .scenarios import _scenarios_section
+from .scenarios import scenarios_section
 from .sections import (
-    _cold_memory_section,
-    _drift_section,
-    _findings_section,
-    _fingerprint_section,
-    _gate_section,
-    _latency_table,
-    _overview,
-    _sustained_table,
+    cold_memory_section,
+    drift_section,
+    findings_section,
+    fingerprint_section,
+    gate_section,
+    latency_table,
+    overview,
+    sustained_table,
 )
 
 
@@ -62,38 +62,38 @@ def render_report_html(
         # No network: nothing on this page may be fetched, whatever a report contains.
         '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
         "img-src data:; style-src 'unsafe-inline'\">",
-        f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>",
-        f"<h1>{_e(title)}</h1>",
-        f'<p class="muted">generated {_e(time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()))} '
+        f"<title>{escape(title)}</title><style>{CSS}</style></head><body>",
+        f"<h1>{escape(title)}</h1>",
+        f'<p class="muted">generated {escape(time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()))} '
         f"by edgequal · {len(reports)} report(s)</p>",
         model_cards(reports),
         "<h2>Overview and signatures</h2>",
-        _overview(reports),
+        overview(reports),
     ]
     if len(reports) > 1:
         parts += ["<h2>Comparison</h2>", comparison_section(reports)]
     if gate:
-        parts += ["<h2>Gate</h2>", _gate_section(gate)]
+        parts += ["<h2>Gate</h2>", gate_section(gate)]
     parts += ["<h2>Warm latency</h2>"]
     fig = latency_figure(reports)
     parts += [
         fig or '<p class="muted">No raw latency samples to plot.</p>',
-        _latency_table(reports),
+        latency_table(reports),
     ]
     path = pipeline_section(reports)
     if path:
         parts += ["<h2>Whole path from raw files</h2>", path]
     parts += ["<h2>Sustained</h2>"]
     fig = sustained_figure(reports)
-    parts += [fig or "", _sustained_table(reports)]
-    parts += ["<h2>Service scenarios and energy</h2>", _scenarios_section(reports)]
+    parts += [fig or "", sustained_table(reports)]
+    parts += ["<h2>Service scenarios and energy</h2>", scenarios_section(reports)]
     parts += ["<h2>Co-load and edge shapes</h2>", conditions_section(reports)]
     if any(env_section(r.predicate.get("results") or {}) for r in reports):
         parts += ["<h2>Runtime environments</h2>", runtime_envs_section(reports)]
-    parts += ["<h2>Output drift and decision flips</h2>", _drift_section(reports)]
-    parts += ["<h2>Cold load and memory</h2>", _cold_memory_section(reports)]
-    parts += ["<h2>Findings</h2>", _findings_section(reports)]
-    parts += ["<h2>Fingerprint</h2>", _fingerprint_section(reports)]
+    parts += ["<h2>Output drift and decision flips</h2>", drift_section(reports)]
+    parts += ["<h2>Cold load and memory</h2>", cold_memory_section(reports)]
+    parts += ["<h2>Findings</h2>", findings_section(reports)]
+    parts += ["<h2>Fingerprint</h2>", fingerprint_section(reports)]
     parts += ["</body></html>"]
     return "\n".join(parts)
 

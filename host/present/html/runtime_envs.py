@@ -16,46 +16,48 @@ from ...judge.runtime_envs import (
     interference_text,
     ratio_text,
 )
-from .parts import _COLORS, _dur, _e, _figure, _get, _num, _png, _table
+from .parts import COLORS, escape, fmt_duration, fmt_num, get_path, html_table, new_figure, png_img
 
 
 def _rows(reports: Sequence[ReportFile]) -> list[list[str]]:
     rows = []
     for i, r in enumerate(reports):
-        results = _get(r.predicate, "results") or {}
+        results = get_path(r.predicate, "results") or {}
         for row in env_rows(results):
-            name = _e(row["name"]) + (" (baseline)" if row["baseline"] else "")
+            name = escape(row["name"]) + (" (baseline)" if row["baseline"] else "")
             if row["status"] != "ok":
-                rows.append([_e(chr(65 + i)), name, _e(row["runtime"]), _e(row["reason"] or "")])
+                rows.append(
+                    [escape(chr(65 + i)), name, escape(row["runtime"]), escape(row["reason"] or "")]
+                )
                 continue
             drift = (
                 "—" if row["drift_passed"] is None else ("ok" if row["drift_passed"] else "failed")
             )
             rows.append(
                 [
-                    _e(chr(65 + i)),
+                    escape(chr(65 + i)),
                     name,
-                    _e(row["runtime"]),
-                    _dur(row["p50_ms"]),
+                    escape(row["runtime"]),
+                    fmt_duration(row["p50_ms"]),
                     "1×"
                     if row["baseline"]
-                    else _e(ratio_text(row["p50_ratio"], row["p50_ratio_ci"]))
+                    else escape(ratio_text(row["p50_ratio"], row["p50_ratio_ci"]))
                     + (
                         ""
                         if row["decisive"]
-                        else '<br><span class="muted">' + _e(interference_text(row)) + "</span>"
+                        else '<br><span class="muted">' + escape(interference_text(row)) + "</span>"
                     ),
-                    _dur(row["p99_ms"]),
+                    fmt_duration(row["p99_ms"]),
                     "1×"
                     if row["baseline"]
-                    else _e(ratio_text(row["p99_ratio"], row["p99_ratio_ci"])),
-                    _dur(row["cold_load_ms"]),
-                    "1×" if row["baseline"] else _e(ratio_text(row["cold_load_ratio"], None)),
-                    _dur(row["first_inference_ms"]),
-                    _num(row["peak_rss_mb"], "{:.1f}"),
-                    _e(drift),
-                    "—" if row["baseline"] else _num(row["flips_between"], "{}"),
-                    "—" if row["baseline"] else _e(drift_between_text(row)),
+                    else escape(ratio_text(row["p99_ratio"], row["p99_ratio_ci"])),
+                    fmt_duration(row["cold_load_ms"]),
+                    "1×" if row["baseline"] else escape(ratio_text(row["cold_load_ratio"], None)),
+                    fmt_duration(row["first_inference_ms"]),
+                    fmt_num(row["peak_rss_mb"], "{:.1f}"),
+                    escape(drift),
+                    "—" if row["baseline"] else fmt_num(row["flips_between"], "{}"),
+                    "—" if row["baseline"] else escape(drift_between_text(row)),
                 ]
             )
     return rows
@@ -65,7 +67,7 @@ def segments_figure(reports: Sequence[ReportFile]) -> str | None:
     """Each environment's segment medians in the order they ran (one panel per report)."""
     series = []
     for i, r in enumerate(reports):
-        section = env_section(_get(r.predicate, "results") or {})
+        section = env_section(get_path(r.predicate, "results") or {})
         if section is None:
             continue
         lines = []
@@ -78,7 +80,7 @@ def segments_figure(reports: Sequence[ReportFile]) -> str | None:
             series.append((chr(65 + i), lines))
     if not series:
         return None
-    fig, axes = _figure(12, 3.2, 1, len(series))
+    fig, axes = new_figure(12, 3.2, 1, len(series))
     for ax, (label, lines) in zip(axes[0], series):
         start = min(t for _, points in lines for t, _ in points)
         for k, (name, points) in enumerate(lines):
@@ -86,14 +88,14 @@ def segments_figure(reports: Sequence[ReportFile]) -> str | None:
                 [t - start for t, _ in points],
                 [v for _, v in points],
                 marker="o",
-                color=_COLORS[k % len(_COLORS)],
+                color=COLORS[k % len(COLORS)],
                 label=name,
             )
         ax.set_title(f"{label}: segment medians in run order")
         ax.set_xlabel("s since the first segment")
         ax.set_ylabel("p50 ms")
         ax.legend(fontsize=8)
-    return _png(fig, "segment medians per runtime environment")
+    return png_img(fig, "segment medians per runtime environment")
 
 
 def runtime_envs_section(reports: Sequence[ReportFile]) -> str:
@@ -118,4 +120,4 @@ def runtime_envs_section(reports: Sequence[ReportFile]) -> str:
         "drift between",
     ]
     numeric = [False, False, False] + [True] * 8 + [False, True, True]
-    return _table(headers, rows, numeric) + (segments_figure(reports) or "")
+    return html_table(headers, rows, numeric) + (segments_figure(reports) or "")

@@ -6,52 +6,58 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from edgequal.agent.measure.preemption import decided_on_clean, decisive_entry, excluded_text
-from edgequal.agent.report.summary import CLAIM_LABELS, claim_bases, claim_text
+from edgequal.contract.preemption import decided_on_clean, decisive_entry, excluded_text
+from edgequal.contract.summary import CLAIM_LABELS, claim_bases, claim_text
 
 from ...judge.baseline import fingerprint_fields
 from ...judge.gate import GateResult
 from ...judge.report_file import ReportFile
 from ..units import duration_text, scaled_text, table_unit
-from .parts import _e, _get, _num, _status, _table
-from .plots import _latency_series, _sustained_series
+from .parts import escape, fmt_num, get_path, html_table, status_badge
+from .plots import latency_series, sustained_series
 
 
-def _overview(reports: Sequence[ReportFile]) -> str:
+def overview(reports: Sequence[ReportFile]) -> str:
     rows = []
     for i, r in enumerate(reports):
         p = r.predicate
-        runtime = _get(p, "results", "runtime") or _get(p, "results", "cold_load", "runtime") or {}
+        runtime = (
+            get_path(p, "results", "runtime")
+            or get_path(p, "results", "cold_load", "runtime")
+            or {}
+        )
         sig_class = "pass" if r.verified else "fail"
         rows.append(
             [
-                _e(chr(65 + i)),
-                _e(r.model_name or r.path.name),
-                f'<span class="hash">{_e(p.get("run_id"))}</span>',
-                _status(p.get("status")),
-                _e(p.get("reason")),
-                f'<span class="{sig_class} hash">{_e(r.signature)}</span>',
-                _e(" ".join(str(x) for x in (runtime.get("runtime"), runtime.get("version")) if x)),
-                _e(p.get("finished_at")),
+                escape(chr(65 + i)),
+                escape(r.model_name or r.path.name),
+                f'<span class="hash">{escape(p.get("run_id"))}</span>',
+                status_badge(p.get("status")),
+                escape(p.get("reason")),
+                f'<span class="{sig_class} hash">{escape(r.signature)}</span>',
+                escape(
+                    " ".join(str(x) for x in (runtime.get("runtime"), runtime.get("version")) if x)
+                ),
+                escape(p.get("finished_at")),
             ]
         )
-    out = _table(
+    out = html_table(
         ["", "model", "run", "status", "reason", "signature", "runtime", "signed at"], rows
     )
     for r in reports:
         if not r.verified:
             out += (
-                f'<div class="banner bad">{_e(r.path)}: the signature did not verify. The figures '
-                f"below come from an unverified payload: {_e(r.signature)}</div>"
+                f'<div class="banner bad">{escape(r.path)}: the signature did not verify. The figures '
+                f"below come from an unverified payload: {escape(r.signature)}</div>"
             )
     return out
 
 
-def _gate_section(results: Sequence[GateResult]) -> str:
+def gate_section(results: Sequence[GateResult]) -> str:
     out = []
     for g in results:
         cls = "good" if g.passed else ("warn" if g.retry else "bad")
-        out.append(f'<div class="banner {cls}">{_e(g.summary)}</div>')
+        out.append(f'<div class="banner {cls}">{escape(g.summary)}</div>')
         rows = []
         for c in g.checks:
             mark = (
@@ -63,26 +69,30 @@ def _gate_section(results: Sequence[GateResult]) -> str:
                 if c.retry
                 else '<span class="fail">FAIL</span>'
             )
-            rows.append([_e(c.name), _e(c.limit), _e(c.measured), mark, _e(c.message)])
-        out.append(f"<h3>Policy {_e(g.policy)} · {_e(g.report)}</h3>")
+            rows.append(
+                [escape(c.name), escape(c.limit), escape(c.measured), mark, escape(c.message)]
+            )
+        out.append(f"<h3>Policy {escape(g.policy)} · {escape(g.report)}</h3>")
         out.append(
-            _table(["check", "limit", "measured", "result", "message"], rows, [False, True, True])
+            html_table(
+                ["check", "limit", "measured", "result", "message"], rows, [False, True, True]
+            )
         )
         if g.baseline:
             changes = g.baseline.get("fingerprint_changes") or []
             out.append(
-                f"<p>Baseline {_e(g.baseline.get('report'))} (run {_e(g.baseline.get('run_id'))}).</p>"
+                f"<p>Baseline {escape(g.baseline.get('report'))} (run {escape(g.baseline.get('run_id'))}).</p>"
             )
             if changes:
                 out.append(
-                    _table(
+                    html_table(
                         ["changed", "field", "baseline", "this report"],
                         [
                             [
-                                _e(c["category"]),
-                                _e(c["field"]),
-                                _e(c["baseline"]),
-                                _e(c["candidate"]),
+                                escape(c["category"]),
+                                escape(c["field"]),
+                                escape(c["baseline"]),
+                                escape(c["candidate"]),
                             ]
                             for c in changes
                         ],
@@ -93,15 +103,15 @@ def _gate_section(results: Sequence[GateResult]) -> str:
     return "".join(out)
 
 
-def _latency_table(reports: Sequence[ReportFile]) -> str:
+def latency_table(reports: Sequence[ReportFile]) -> str:
     rows = []
-    series = _latency_series(reports)
+    series = latency_series(reports)
     unit, scale = table_unit(
         (decisive_entry(e).get("summary") or {}).get("p50_ms") for _, e, _ in series
     )
 
     def t(value) -> str:
-        return _e(scaled_text(value, scale))
+        return escape(scaled_text(value, scale))
 
     for label, entry, _ in series:
         excluded = excluded_text(entry)
@@ -117,12 +127,12 @@ def _latency_table(reports: Sequence[ReportFile]) -> str:
         interference = entry.get("interference") or {}
         note = ""
         if cause and cause != "none":
-            note = _e(cause)
+            note = escape(cause)
             if excluded:
                 basis = "clean calls" if decided_on_clean(entry) else "every call"
-                note += _e(f" (figures over {basis}: {excluded})")
+                note += escape(f" (figures over {basis}: {excluded})")
             elif interference.get("top_processes"):
-                note += ": " + _e(
+                note += ": " + escape(
                     ", ".join(
                         f"{p.get('name')} {p.get('cpu_share') or 0:.2f} CPU"
                         for p in interference["top_processes"][:3]
@@ -130,8 +140,8 @@ def _latency_table(reports: Sequence[ReportFile]) -> str:
                 )
         rows.append(
             [
-                _e(label),
-                _num(s.get("count"), "{}"),
+                escape(label),
+                fmt_num(s.get("count"), "{}"),
                 t(s.get("p50_ms")),
                 ci("p50_ci_ms"),
                 t(s.get("p90_ms")),
@@ -140,8 +150,8 @@ def _latency_table(reports: Sequence[ReportFile]) -> str:
                 ci("p99_ci_ms"),
                 t(s.get("p99_9_ms")),
                 t(s.get("max_ms")),
-                _num(s.get("cv"), "{:.3f}"),
-                "yes" if warm.get("steady") else _e(f"no: {warm.get('reason')}"),
+                fmt_num(s.get("cv"), "{:.3f}"),
+                "yes" if warm.get("steady") else escape(f"no: {warm.get('reason')}"),
                 note or "—",
             ]
         )
@@ -159,12 +169,12 @@ def _claims_table(series, value_text) -> str:
     for label, entry, _ in series:
         for basis, summary in claim_bases(entry):
             cells = [
-                _e(claim_text(summary["claims"][key], value_text))
+                escape(claim_text(summary["claims"][key], value_text))
                 if summary["claims"].get(key)
                 else "—"
                 for key, _ in CLAIM_LABELS
             ]
-            rows.append([_e(label), _e(basis), *cells])
+            rows.append([escape(label), escape(basis), *cells])
     if not rows:
         return ""
     return (
@@ -172,7 +182,7 @@ def _claims_table(series, value_text) -> str:
         '<p class="muted">MLPerf LoadGen early stopping: with 99 % confidence the true '
         "percentile lies at or below the claim, which stands for the percentile it holds to; "
         "more samples bring it nearer.</p>"
-        + _table(
+        + html_table(
             ["report shape", "calls", *(label for _, label in CLAIM_LABELS)],
             rows,
             [False, False] + [True] * len(CLAIM_LABELS),
@@ -181,7 +191,7 @@ def _claims_table(series, value_text) -> str:
 
 
 def _figures_table(rows, unit) -> str:
-    return _table(
+    return html_table(
         [
             "report shape",
             "n",
@@ -202,28 +212,28 @@ def _figures_table(rows, unit) -> str:
     )
 
 
-def _sustained_table(reports: Sequence[ReportFile]) -> str:
+def sustained_table(reports: Sequence[ReportFile]) -> str:
     rows = []
     windows = []
     for i, r in enumerate(reports):
-        data = _sustained_series(r)
+        data = sustained_series(r)
         if data is None:
             continue
         s, series = data
         rows.append(
             [
-                _e(chr(65 + i)),
-                _num(s.get("duration_s"), "{:g}", "s"),
-                _num(s.get("peak_per_s"), "{:.1f}"),
-                _num(s.get("sustained_per_s"), "{:.1f}"),
-                _num(s.get("stability"), "{:.3f}"),
-                _num(s.get("time_to_first_throttle_s"), "{:.0f}", "s")
+                escape(chr(65 + i)),
+                fmt_num(s.get("duration_s"), "{:g}", "s"),
+                fmt_num(s.get("peak_per_s"), "{:.1f}"),
+                fmt_num(s.get("sustained_per_s"), "{:.1f}"),
+                fmt_num(s.get("stability"), "{:.3f}"),
+                fmt_num(s.get("time_to_first_throttle_s"), "{:.0f}", "s")
                 if s.get("throttled")
                 else "never",
-                _num(s.get("peak_temp_c"), "{:.1f}", "°C"),
-                _num(s.get("headroom_c"), "{:.1f}", "°C"),
-                _e(s.get("verdict")),
-                _e(s.get("cause") or "—"),
+                fmt_num(s.get("peak_temp_c"), "{:.1f}", "°C"),
+                fmt_num(s.get("headroom_c"), "{:.1f}", "°C"),
+                escape(s.get("verdict")),
+                escape(s.get("cause") or "—"),
             ]
         )
         for t0, t1, w, cause in series:
@@ -236,22 +246,22 @@ def _sustained_table(reports: Sequence[ReportFile]) -> str:
             )
             windows.append(
                 [
-                    _e(chr(65 + i)),
-                    _e(w.get("index")),
-                    _e(f"{t0:.1f}–{t1:.1f} s"),
-                    _e(cause),
-                    _e("; ".join(map(str, w.get("cause_detail") or [])) or "—"),
-                    _num(w.get("rate_per_s"), "{:.1f}"),
-                    _num(inter.get("cpu_share"), "{:.0%}"),
-                    _num(inter.get("runq_wait_share"), "{:.0%}"),
-                    _num(inter.get("other_cpu_share"), "{:.0%}"),
-                    _num(inter.get("steal_share"), "{:.0%}"),
-                    _e(top or "—"),
+                    escape(chr(65 + i)),
+                    escape(w.get("index")),
+                    escape(f"{t0:.1f}–{t1:.1f} s"),
+                    escape(cause),
+                    escape("; ".join(map(str, w.get("cause_detail") or [])) or "—"),
+                    fmt_num(w.get("rate_per_s"), "{:.1f}"),
+                    fmt_num(inter.get("cpu_share"), "{:.0%}"),
+                    fmt_num(inter.get("runq_wait_share"), "{:.0%}"),
+                    fmt_num(inter.get("other_cpu_share"), "{:.0%}"),
+                    fmt_num(inter.get("steal_share"), "{:.0%}"),
+                    escape(top or "—"),
                 ]
             )
     if not rows:
         return '<p class="muted">No sustained phase in these reports.</p>'
-    out = _table(
+    out = html_table(
         [
             "",
             "duration",
@@ -268,7 +278,7 @@ def _sustained_table(reports: Sequence[ReportFile]) -> str:
         [False] + [True] * 7,
     )
     if windows:
-        out += "<h3>Windows with a cause</h3>" + _table(
+        out += "<h3>Windows with a cause</h3>" + html_table(
             [
                 "",
                 "window",
@@ -288,10 +298,10 @@ def _sustained_table(reports: Sequence[ReportFile]) -> str:
     return out
 
 
-def _drift_section(reports: Sequence[ReportFile]) -> str:
+def drift_section(reports: Sequence[ReportFile]) -> str:
     out = []
     for i, r in enumerate(reports):
-        drift = _get(r.predicate, "results", "drift")
+        drift = get_path(r.predicate, "results", "drift")
         if not drift:
             continue
         rows = []
@@ -300,24 +310,24 @@ def _drift_section(reports: Sequence[ReportFile]) -> str:
             ok = o.get("passed")
             rows.append(
                 [
-                    _e(name),
-                    _e(tol.get("class")),
-                    _num(o.get("max_abs"), "{:.3g}"),
-                    _num(o.get("mean_abs"), "{:.3g}"),
-                    _num(o.get("max_rel"), "{:.3g}"),
-                    _num(o.get("cosine"), "{:.6f}"),
-                    "exact" if o.get("exact") else _num(o.get("psnr_db"), "{:.1f}"),
-                    _num(o.get("top1_agreement"), "{:.0%}"),
-                    _e(f"{o.get('nan_count', 0)}/{o.get('inf_count', 0)}"),
-                    _num(o.get("smallest_passing_atol"), "{:.2g}"),
+                    escape(name),
+                    escape(tol.get("class")),
+                    fmt_num(o.get("max_abs"), "{:.3g}"),
+                    fmt_num(o.get("mean_abs"), "{:.3g}"),
+                    fmt_num(o.get("max_rel"), "{:.3g}"),
+                    fmt_num(o.get("cosine"), "{:.6f}"),
+                    "exact" if o.get("exact") else fmt_num(o.get("psnr_db"), "{:.1f}"),
+                    fmt_num(o.get("top1_agreement"), "{:.0%}"),
+                    escape(f"{o.get('nan_count', 0)}/{o.get('inf_count', 0)}"),
+                    fmt_num(o.get("smallest_passing_atol"), "{:.2g}"),
                     '<span class="pass">pass</span>'
                     if ok
-                    else f'<span class="fail">FAIL</span> {_e(o.get("reason"))}',
+                    else f'<span class="fail">FAIL</span> {escape(o.get("reason"))}',
                 ]
             )
-        out.append(f"<h3>{_e(chr(65 + i))}: {_e(r.label)}</h3>")
+        out.append(f"<h3>{escape(chr(65 + i))}: {escape(r.label)}</h3>")
         out.append(
-            _table(
+            html_table(
                 [
                     "output",
                     "tolerance",
@@ -341,7 +351,7 @@ def _drift_section(reports: Sequence[ReportFile]) -> str:
             near = ", ".join(map(str, d.get("flips_near_threshold") or [])) or "none"
             cls = "pass" if d.get("passed") else "fail"
             out.append(
-                _table(
+                html_table(
                     [
                         "decision rule",
                         "cases",
@@ -355,56 +365,56 @@ def _drift_section(reports: Sequence[ReportFile]) -> str:
                     ],
                     [
                         [
-                            _e(d.get("rule")),
-                            _num(d.get("total_cases"), "{}"),
-                            _num(d.get("flip_count"), "{}"),
-                            _num(d.get("flip_rate"), "{:.2%}"),
-                            _num(d.get("near_threshold_count"), "{}"),
-                            _num(d.get("flips_near_threshold_count"), "{}"),
-                            _e(flips),
-                            _e(near),
+                            escape(d.get("rule")),
+                            fmt_num(d.get("total_cases"), "{}"),
+                            fmt_num(d.get("flip_count"), "{}"),
+                            fmt_num(d.get("flip_rate"), "{:.2%}"),
+                            fmt_num(d.get("near_threshold_count"), "{}"),
+                            fmt_num(d.get("flips_near_threshold_count"), "{}"),
+                            escape(flips),
+                            escape(near),
                             f'<span class="{cls}">{"pass" if d.get("passed") else "FAIL"}</span>',
                         ]
                     ],
                     [False, True, True, True, True, True],
                 )
             )
-        check = _get(r.predicate, "results", "optimization_check")
+        check = get_path(r.predicate, "results", "optimization_check")
         if check:
-            from edgequal.agent.report.summary import optimization_check_text
+            from edgequal.contract.summary import optimization_check_text
 
-            out.append(f"<p>{_e(optimization_check_text(check))}</p>")
+            out.append(f"<p>{escape(optimization_check_text(check))}</p>")
     return "".join(out) or '<p class="muted">No golden set: drift not measured.</p>'
 
 
-def _cold_memory_section(reports: Sequence[ReportFile]) -> str:
+def cold_memory_section(reports: Sequence[ReportFile]) -> str:
     rows = []
     for i, r in enumerate(reports):
-        cold = _get(r.predicate, "results", "cold_load") or {}
-        mem = _get(r.predicate, "results", "memory") or {}
+        cold = get_path(r.predicate, "results", "cold_load") or {}
+        mem = get_path(r.predicate, "results", "memory") or {}
 
         def med(key, cold=cold):
-            return _e(duration_text(_get(cold, key, "median")))
+            return escape(duration_text(get_path(cold, key, "median")))
 
         def mb(key, mem=mem):
             v = mem.get(key)
-            return _num(None if v is None else v / (1 << 20), "{:.1f}")
+            return fmt_num(None if v is None else v / (1 << 20), "{:.1f}")
 
         rows.append(
             [
-                _e(chr(65 + i)),
-                _num(len(cold.get("runs") or []), "{}"),
+                escape(chr(65 + i)),
+                fmt_num(len(cold.get("runs") or []), "{}"),
                 med("import_ms"),
                 med("load_ms"),
                 med("first_inference_ms"),
                 med("total_ms"),
                 med("process_to_result_ms"),
-                _num(cold.get("page_cache_evicted")),
+                fmt_num(cold.get("page_cache_evicted")),
                 mb("peak_rss_bytes"),
                 mb("rss_added_by_load_bytes"),
             ]
         )
-    return _table(
+    return html_table(
         [
             "",
             "cold runs",
@@ -422,33 +432,33 @@ def _cold_memory_section(reports: Sequence[ReportFile]) -> str:
     )
 
 
-def _findings_section(reports: Sequence[ReportFile]) -> str:
+def findings_section(reports: Sequence[ReportFile]) -> str:
     rows = []
     for i, r in enumerate(reports):
         for f in r.predicate.get("findings") or []:
             rows.append(
                 [
-                    _e(chr(65 + i)),
-                    _e(f.get("kind")),
-                    _e(f.get("phase")),
-                    _e(f.get("cause")),
-                    _e(f.get("message")),
-                    _e(f.get("operator") or f.get("input")),
-                    _e(f.get("hint")),
+                    escape(chr(65 + i)),
+                    escape(f.get("kind")),
+                    escape(f.get("phase")),
+                    escape(f.get("cause")),
+                    escape(f.get("message")),
+                    escape(f.get("operator") or f.get("input")),
+                    escape(f.get("hint")),
                 ]
             )
     if not rows:
         return '<p class="muted">No findings.</p>'
-    return _table(["", "kind", "phase", "cause", "message", "operator / input", "hint"], rows)
+    return html_table(["", "kind", "phase", "cause", "message", "operator / input", "hint"], rows)
 
 
-def _fingerprint_section(reports: Sequence[ReportFile]) -> str:
+def fingerprint_section(reports: Sequence[ReportFile]) -> str:
     fields = [fingerprint_fields(r.predicate, r.subjects) for r in reports]
     keys = sorted(set().union(*fields)) if fields else []
     rows = []
     for key in keys:
         values = [f.get(key) for f in fields]
         differs = len(reports) > 1 and any(v != values[0] for v in values)
-        cells = [f'<span class="diff">{_e(v)}</span>' if differs else _e(v) for v in values]
-        rows.append([_e(key)] + cells)
-    return _table(["field"] + [f"{chr(65 + i)}" for i in range(len(reports))], rows)
+        cells = [f'<span class="diff">{escape(v)}</span>' if differs else escape(v) for v in values]
+        rows.append([escape(key)] + cells)
+    return html_table(["field"] + [f"{chr(65 + i)}" for i in range(len(reports))], rows)

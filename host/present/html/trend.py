@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ..units import duration_text, table_unit
-from .parts import _CSS, _e, _num, _png, _status, _table
+from .parts import CSS, escape, fmt_num, html_table, png_img, status_badge
 
 CHANGE_LABELS = {
     "firmware": "firmware",
@@ -152,13 +152,13 @@ def trend_figure(device: str, model: str, rows: Sequence[dict]) -> str | None:
     fig = trend_plot(device, model, rows)
     if fig is None:
         return None
-    return _png(fig, f"{model} on {device}: latency and throughput over time")
+    return png_img(fig, f"{model} on {device}: latency and throughput over time")
 
 
 def change_list(rows: Sequence[dict]) -> str:
     """The numbered changes of the figure's dashed lines, as an HTML list ('' when none)."""
     items = [
-        f"<li>{_e(str(r.get('measured_at'))[:19])}: {_e(_change_text(r))}</li>"
+        f"<li>{escape(str(r.get('measured_at'))[:19])}: {escape(_change_text(r))}</li>"
         for r in rows
         if r.get("measured_at") is not None and r.get("changes")
     ]
@@ -171,18 +171,20 @@ def _runs_table(rows: Sequence[dict]) -> str:
         changed = _change_text(r)
         body.append(
             [
-                _e(str(r.get("measured_at"))[:19]),
-                _status(r.get("status")),
-                _e(duration_text(r.get("p50_ms"))),
-                _e(duration_text(r.get("p99_ms"))),
-                _num(r.get("sustained_per_s"), "{:.1f}"),
-                _e(duration_text(r.get("cold_total_ms"))),
-                _num(r.get("peak_rss_mb"), "{:.1f}"),
-                _e(r.get("firmware")),
-                _e(f"{r.get('runtime') or ''} {r.get('runtime_version') or ''}".strip() or None),
-                _e(r.get("kernel")),
-                f'<span class="diff">{_e(changed)}</span>' if changed else "",
-                _e(r.get("run_id")),
+                escape(str(r.get("measured_at"))[:19]),
+                status_badge(r.get("status")),
+                escape(duration_text(r.get("p50_ms"))),
+                escape(duration_text(r.get("p99_ms"))),
+                fmt_num(r.get("sustained_per_s"), "{:.1f}"),
+                escape(duration_text(r.get("cold_total_ms"))),
+                fmt_num(r.get("peak_rss_mb"), "{:.1f}"),
+                escape(r.get("firmware")),
+                escape(
+                    f"{r.get('runtime') or ''} {r.get('runtime_version') or ''}".strip() or None
+                ),
+                escape(r.get("kernel")),
+                f'<span class="diff">{escape(changed)}</span>' if changed else "",
+                escape(r.get("run_id")),
             ]
         )
     headers = [
@@ -200,7 +202,7 @@ def _runs_table(rows: Sequence[dict]) -> str:
         "run",
     ]
     numeric = [False, False, True, True, True, True, True]
-    return _table(headers, body, numeric)
+    return html_table(headers, body, numeric)
 
 
 def render_trend_page(
@@ -214,7 +216,7 @@ def render_trend_page(
         anchor = f"t{i}"
         changes = sum(1 for r in rows if r.get("changes"))
         index.append(
-            f'<li><a href="#{anchor}">{_e(model)} on {_e(device)}</a> '
+            f'<li><a href="#{anchor}">{escape(model)} on {escape(device)}</a> '
             f'<span class="muted">({len(rows)} runs, {changes} with changes)</span></li>'
         )
         figure = trend_figure(device, model, rows) or '<p class="muted">no runs</p>'
@@ -227,7 +229,7 @@ def render_trend_page(
             else ""
         )
         sections.append(
-            f'<h2 id="{anchor}">{_e(model)} on {_e(device)}</h2>{figure}{gaps}'
+            f'<h2 id="{anchor}">{escape(model)} on {escape(device)}</h2>{figure}{gaps}'
             f"{change_list(rows)}{_runs_table(rows)}"
         )
     if not sections:
@@ -237,9 +239,9 @@ def render_trend_page(
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
         "img-src data:; style-src 'unsafe-inline'\">"
-        f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>"
-        f"<h1>{_e(title)}</h1>"
-        f'<p class="muted">{_e(source)} · generated {_e(generated)} · dashed lines: the run '
+        f"<title>{escape(title)}</title><style>{CSS}</style></head><body>"
+        f"<h1>{escape(title)}</h1>"
+        f'<p class="muted">{escape(source)} · generated {escape(generated)} · dashed lines: the run '
         "where the firmware, kernel, OS, runtime or model file changed</p>"
         f"<ul>{''.join(index)}</ul>{''.join(sections)}</body></html>"
     )

@@ -7,7 +7,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from ...judge.pipeline_checks import PART_LABELS, PATH_PARTS, part_summary
-from .sections import _ms, console, esc
+from .sections import console, esc, fmt_ms
 
 
 def print_pipeline(results: dict) -> None:
@@ -27,13 +27,15 @@ def print_pipeline(results: dict) -> None:
         if s is None:
             t.add_row(PART_LABELS[part], "not run", "", "", "")
             continue
-        tail = _ms(s["p99_ms"]) if s.get("p99_ms") is not None else f"p95 {_ms(s.get('p95_ms'))}"
+        tail = (
+            fmt_ms(s["p99_ms"]) if s.get("p99_ms") is not None else f"p95 {fmt_ms(s.get('p95_ms'))}"
+        )
         cut = share.get(part)
         t.add_row(
             PART_LABELS[part],
-            _ms(s["p50_ms"]),
+            fmt_ms(s["p50_ms"]),
             tail,
-            _ms(s["mean_ms"]),
+            fmt_ms(s["mean_ms"]),
             "100%" if part == "end_to_end" else (f"{cut:.0%}" if cut is not None else "—"),
         )
     libraries = ", ".join(f"{k} {v}" for k, v in (pipeline.get("libraries") or {}).items())

@@ -13,7 +13,7 @@ from ...judge.runtime_envs import (
     interference_text,
     ratio_text,
 )
-from .sections import _mb, _ms, console, esc
+from .sections import console, esc, fmt_mb, fmt_ms
 
 
 def _with_ratio(value: str, ratio, baseline: bool) -> str:
@@ -59,12 +59,12 @@ def print_runtime_envs(results: dict) -> None:
         rows.append(
             [
                 name,
-                _ms(r["p50_ms"]),
+                fmt_ms(r["p50_ms"]),
                 ratio,
-                _with_ratio(_ms(r["p99_ms"]), r["p99_ratio"], r["baseline"]),
-                _with_ratio(_ms(r["cold_load_ms"]), r["cold_load_ratio"], r["baseline"]),
-                _ms(r["first_inference_ms"]),
-                _mb(r["peak_rss_mb"] * (1 << 20) if r["peak_rss_mb"] is not None else None),
+                _with_ratio(fmt_ms(r["p99_ms"]), r["p99_ratio"], r["baseline"]),
+                _with_ratio(fmt_ms(r["cold_load_ms"]), r["cold_load_ratio"], r["baseline"]),
+                fmt_ms(r["first_inference_ms"]),
+                fmt_mb(r["peak_rss_mb"] * (1 << 20) if r["peak_rss_mb"] is not None else None),
                 drift,
                 "—" if r["baseline"] or flips is None else str(flips),
                 "—" if r["baseline"] else esc(drift_between_text(r)),

@@ -3,7 +3,7 @@ server scenario and operator diagnostics (imported only by :mod:`edgequal.host.p
 
 from __future__ import annotations
 
-from .sections import _ms, _num, console, esc, print_table
+from .sections import console, esc, fmt_ms, fmt_num, print_table
 
 
 def print_scenarios(results: dict) -> None:
@@ -15,10 +15,10 @@ def print_scenarios(results: dict) -> None:
         rows = [
             [
                 str(p["batch"]),
-                _ms(p.get("p50_ms")),
-                _ms(p.get("p90_ms")),
-                _num(p.get("items_per_s")),
-                _num(p.get("items_per_s_per_core")),
+                fmt_ms(p.get("p50_ms")),
+                fmt_ms(p.get("p90_ms")),
+                fmt_num(p.get("items_per_s")),
+                fmt_num(p.get("items_per_s_per_core")),
             ]
             if "error" not in p
             else [str(p["batch"]), "—", "—", esc(p["error"]), "—"]
@@ -31,11 +31,11 @@ def print_scenarios(results: dict) -> None:
         )
         if sweep.get("best"):
             b = sweep["best"]
-            console.print(f"  best batch {b['batch']}: {_num(b['items_per_s'])} items/s")
+            console.print(f"  best batch {b['batch']}: {fmt_num(b['items_per_s'])} items/s")
     scaling = results.get("thread_scaling")
     if scaling:
         rows = [
-            [str(p["threads"]), _ms(p["p50_ms"]), _ms(p["p90_ms"]), _num(p["calls_per_s"])]
+            [str(p["threads"]), fmt_ms(p["p50_ms"]), fmt_ms(p["p90_ms"]), fmt_num(p["calls_per_s"])]
             for p in scaling["points"]
         ]
         print_table(
@@ -49,24 +49,24 @@ def print_scenarios(results: dict) -> None:
     if server:
         rows = [
             [
-                _num(r["target_rate_per_s"]),
-                _num(r["achieved_rate_per_s"]),
-                _ms(r["p50_ms"]),
-                _ms(r["p90_ms"]),
-                _ms(r["p99_ms"]),
+                fmt_num(r["target_rate_per_s"]),
+                fmt_num(r["achieved_rate_per_s"]),
+                fmt_ms(r["p50_ms"]),
+                fmt_ms(r["p90_ms"]),
+                fmt_ms(r["p99_ms"]),
                 "held" if r["held"] else ("saturated" if r["saturated"] else "p99 over bound"),
             ]
             for r in [server["at_target"], *server["steps"]]
         ]
         print_table(
-            f"Server scenario ({server['callers']} callers, p99 bound {_ms(server['p99_bound_ms'])})",
+            f"Server scenario ({server['callers']} callers, p99 bound {fmt_ms(server['p99_bound_ms'])})",
             ["rate /s", "achieved /s", "p50", "p90", "p99", ""],
             rows,
         )
         held = server.get("max_rate_held_per_s")
         console.print(
-            f"  highest rate with p99 under the bound: {_num(held) + '/s' if held else 'none found'}"
-            f" (capacity {_num(server['capacity_per_s'])}/s)"
+            f"  highest rate with p99 under the bound: {fmt_num(held) + '/s' if held else 'none found'}"
+            f" (capacity {fmt_num(server['capacity_per_s'])}/s)"
         )
     for key in ("batch_sweep", "thread_scaling", "server"):
         present = (results.get(key) or {}).get("interference_present")

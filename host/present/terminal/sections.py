@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 import sys
 
-from edgequal.agent.measure.preemption import decided_on_clean, decisive_entry, excluded_text
-from edgequal.agent.report.summary import claims_lines
+from edgequal.contract.preemption import decided_on_clean, decisive_entry, excluded_text
+from edgequal.contract.summary import claims_lines
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -36,15 +36,15 @@ def esc(value) -> str:
     return escape(str(value))
 
 
-def _ms(value) -> str:
+def fmt_ms(value) -> str:
     return duration_text(value)
 
 
-def _mb(n) -> str:
+def fmt_mb(n) -> str:
     return "—" if n is None else f"{n / (1 << 20):.1f} MB"
 
 
-def _num(v, fmt="{:.4g}") -> str:
+def fmt_num(v, fmt="{:.4g}") -> str:
     return "—" if v is None else fmt.format(v)
 
 
@@ -86,7 +86,7 @@ def print_cold_load(results: dict) -> None:
             s = cold.get(key)
             if s is None:  # a golden set of raw files has the first decode and preprocess
                 continue
-            t.add_row(label, _ms(s["median"]), _ms(s["min"]), _ms(s["max"]))
+            t.add_row(label, fmt_ms(s["median"]), fmt_ms(s["min"]), fmt_ms(s["max"]))
         t.caption = f"page cache {'evicted' if cold['page_cache_evicted'] else 'not evicted'} before each load"
         console.print(t)
 
@@ -143,9 +143,9 @@ def print_latency(results: dict) -> None:
             s, w = entry["summary"], entry["warmup"]
             console.print(
                 f"  {esc(entry['shape'])}: Warmup {w.get('runs')} runs in "
-                f"{_num(w.get('seconds'), '{:.2f}')} s ({'steady' if w['steady'] else 'not steady'}); "
+                f"{fmt_num(w.get('seconds'), '{:.2f}')} s ({'steady' if w['steady'] else 'not steady'}); "
                 f"95 % order-statistic CI P50 {ci(s.get('p50_ci_ms'))}, P99 {ci(s.get('p99_ci_ms'))} "
-                f"{unit}; CV {_num(s['cv'], '{:.2f}')}",
+                f"{unit}; CV {fmt_num(s['cv'], '{:.2f}')}",
                 soft_wrap=True,
             )
             for basis, text in claims_lines(entry, lambda ms: f"{v(ms)} {unit}"):
@@ -197,12 +197,12 @@ def print_drift(results: dict) -> None:
             t.add_row(
                 esc(name),
                 esc(tol.get("class") or tol.get("cls") or ""),
-                _num(o.get("max_abs"), "{:.3g}"),
-                _num(o.get("cosine"), "{:.5f}"),
-                "exact" if o.get("exact") else _num(o.get("psnr_db"), "{:.1f}"),
-                _num(o.get("top1_agreement"), "{:.0%}"),
+                fmt_num(o.get("max_abs"), "{:.3g}"),
+                fmt_num(o.get("cosine"), "{:.5f}"),
+                "exact" if o.get("exact") else fmt_num(o.get("psnr_db"), "{:.1f}"),
+                fmt_num(o.get("top1_agreement"), "{:.0%}"),
                 f"{o.get('nan_count', 0)}/{o.get('inf_count', 0)}",
-                _num(o.get("smallest_passing_atol"), "{:.2g}"),
+                fmt_num(o.get("smallest_passing_atol"), "{:.2g}"),
                 "[green]pass[/]" if o.get("passed") else "[red]FAIL[/]",
             )
             if not o.get("passed"):
@@ -213,12 +213,12 @@ def print_drift(results: dict) -> None:
         d = drift.get("decisions")
         if d:
             style = "green" if d["passed"] else "red"
-            from edgequal.agent.report.summary import decisions_text
+            from edgequal.contract.summary import decisions_text
 
             console.print(f"  decisions [{style}]{esc(decisions_text(d))}[/]", soft_wrap=True)
     check = results.get("optimization_check")
     if check:
-        from edgequal.agent.report.summary import optimization_check_text
+        from edgequal.contract.summary import optimization_check_text
 
         console.print(f"  {esc(optimization_check_text(check))}", soft_wrap=True)
 
@@ -302,7 +302,7 @@ def print_memory(results: dict) -> None:
     memory = results.get("memory")
     if memory:
         console.print(
-            f"  memory: worker peak RSS {_mb(memory['peak_rss_bytes'])}, added by loading the model {_mb(memory['rss_added_by_load_bytes'])}"
+            f"  memory: worker peak RSS {fmt_mb(memory['peak_rss_bytes'])}, added by loading the model {fmt_mb(memory['rss_added_by_load_bytes'])}"
         )
 
 
@@ -332,8 +332,10 @@ def print_conditions(results: dict) -> None:
 
             def pair(key: str, ratio: str, plain=plain, loaded=loaded, co=co) -> str:
                 r = co.get(ratio)
-                times = f"×{r:.2f} of plain {_ms(plain.get(key))}" if r is not None else "no ratio"
-                return f"{_ms(loaded.get(key))} ({times})"
+                times = (
+                    f"×{r:.2f} of plain {fmt_ms(plain.get(key))}" if r is not None else "no ratio"
+                )
+                return f"{fmt_ms(loaded.get(key))} ({times})"
 
             segments = sum(1 for s in co.get("segments") or [] if s.get("coload"))
             line = (
@@ -366,10 +368,10 @@ def print_conditions(results: dict) -> None:
                 t.add_row(
                     *head,
                     str(e.get("runs")),
-                    _ms(s.get("p50_ms")),
-                    _ms(s.get("p99_ms")),
-                    _mb(e.get("peak_rss_bytes")),
-                    _mb(e.get("rss_added_by_inference_bytes")),
+                    fmt_ms(s.get("p50_ms")),
+                    fmt_ms(s.get("p99_ms")),
+                    fmt_mb(e.get("peak_rss_bytes")),
+                    fmt_mb(e.get("rss_added_by_inference_bytes")),
                     Text("ran", style="green"),
                 )
             else:
@@ -394,12 +396,12 @@ def print_energy(sustained: dict) -> None:
         return
     summary = power.get("summary") or {}
     idle = (power.get("idle") or {}).get("watts")
-    parts = [f"{_num(summary.get('power_w_median'))} W ({esc(power.get('total_from'))})"]
+    parts = [f"{fmt_num(summary.get('power_w_median'))} W ({esc(power.get('total_from'))})"]
     if idle is not None:
-        parts.append(f"idle {_num(idle)} W")
-    parts.append(f"{_num(summary.get('mj_per_inference_median'))} mJ/inference")
+        parts.append(f"idle {fmt_num(idle)} W")
+    parts.append(f"{fmt_num(summary.get('mj_per_inference_median'))} mJ/inference")
     if summary.get("mj_per_inference_above_idle_median") is not None:
-        parts.append(f"{_num(summary['mj_per_inference_above_idle_median'])} mJ above idle")
+        parts.append(f"{fmt_num(summary['mj_per_inference_above_idle_median'])} mJ above idle")
     console.print("  energy: " + ", ".join(parts))
 
 
@@ -464,7 +466,7 @@ def print_repeats(results: dict) -> None:
     for run in repeats["runs"]:
         f = run.get("figures") or {}
         parts = [
-            f"{label} {_num(f[key])}{'/s' if unit == '/s' else ' ms'}"
+            f"{label} {fmt_num(f[key])}{'/s' if unit == '/s' else ' ms'}"
             for key, label, unit in _REPEAT_FIGURES
             if f.get(key) is not None
         ]

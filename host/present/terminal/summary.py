@@ -46,7 +46,7 @@ from .sections import sparkline as sparkline
 from .sections import window_marks as window_marks
 
 if TYPE_CHECKING:
-    from edgequal.agent.plan import Plan
+    from edgequal.contract.plan import Plan
 
 PHASES = ("upload", "fingerprint", "cold_load", "latency", "sustained", "signing")
 # Optional phases: a row appears when the run starts one, in this place among PHASES.
@@ -153,7 +153,7 @@ def plan_line(plan: Plan, *, boards: bool = False) -> str:
     ``boards``: the plan before each board's profile is applied (a fleet's), which says so.
     """
 
-    from edgequal.agent.plan import duration_text
+    from edgequal.contract.plan import duration_text
 
     def origin(key: str) -> str:
         source = plan.sources.get(key)
@@ -165,7 +165,7 @@ def plan_line(plan: Plan, *, boards: bool = False) -> str:
     latency = f"latency {duration_text(plan.latency_min_s)}{origin('latency_min_s')}"
     if plan.preemption_tags:
         # The bound a run short of clean calls may extend its timed loop to.
-        from edgequal.agent.measure.latency import loop_limit_s
+        from edgequal.contract.plan import loop_limit_s
 
         bound = loop_limit_s(plan.latency_min_s, plan.latency_max_s, plan.latency_max_extension)
         which = "latency_max_s" if plan.latency_max_s else "latency_max_extension"

@@ -5,9 +5,9 @@ import math
 
 import numpy as np
 import pytest
-from edgequal.agent.errors import BadInput
 from edgequal.agent.measure import drift
 from edgequal.agent.measure.drift import DecisionRule, Tolerance
+from edgequal.contract.errors import BadInput
 
 FP32 = Tolerance.for_class("fp32")
 

@@ -65,7 +65,8 @@ def _switch_every(k: int, slow_ns: int = 0):
 
 
 def test_tagged_calls_are_excluded_from_the_clean_figures_and_the_tags_round_trip():
-    from edgequal.agent.measure.latency import decode_tags, measure_latency
+    from edgequal.agent.measure.latency import measure_latency
+    from edgequal.contract.preemption import decode_tags
 
     switches, call = _switch_every(10, slow_ns=2_000_000)
     settings = LatencySettings(
@@ -121,7 +122,7 @@ def test_a_loop_that_cannot_get_enough_clean_calls_says_so_at_its_limit():
 
 
 def test_the_loop_limit_is_the_plans_extension_factor_of_its_time():
-    from edgequal.agent.measure.latency import loop_limit_s
+    from edgequal.contract.plan import loop_limit_s
 
     assert loop_limit_s(3.0, None) == 9.0  # default: 3 x the plan's time
     assert loop_limit_s(60.0, None, 2.0) == 120.0
@@ -133,7 +134,7 @@ def test_a_loop_short_of_clean_calls_extends_to_its_bound_and_says_how_long():
     """Every call tagged: the loop runs on past its 0.1 s to 6 x (0.6 s), records the
     bound and how long it ran past the plan, and stays short of clean calls."""
     from edgequal.agent.measure.latency import measure_latency
-    from edgequal.agent.measure.preemption import excluded_text
+    from edgequal.contract.preemption import excluded_text
 
     settings = LatencySettings(
         warmup_min_runs=10, warmup_min_s=0.0, warmup_max_s=0.05, min_runs=50, min_s=0.1,

@@ -100,7 +100,7 @@ def test_the_finding_says_what_the_optimisation_check_showed():
 
 def test_when_the_optimisation_check_cannot_run_it_says_why():
     from edgequal.agent.phases.qualification import optimization_check_skipped
-    from edgequal.agent.plan import make_plan
+    from edgequal.contract.plan import make_plan
 
     plan, measured = make_plan("quick", check_optimization=True), {"drift": drift(False, 0.4)}
     assert optimization_check_skipped(plan, "onnxruntime", measured) is None

@@ -10,7 +10,7 @@ from edgequal.agent.measure.runtime_envs import (
     segment_budget,
     segment_order,
 )
-from edgequal.agent.measure.stats import summarize_latency
+from edgequal.contract.stats import summarize_latency
 
 
 def test_segments_alternate_abba():

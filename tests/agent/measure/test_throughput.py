@@ -14,7 +14,7 @@ from edgequal.agent.measure.throughput import (
     thread_counts,
     time_point,
 )
-from edgequal.agent.runtimes.base import TensorSpec
+from edgequal.contract.tensors import TensorSpec
 
 
 def test_point_summary_uses_nearest_rank_and_the_loop_wall_time():

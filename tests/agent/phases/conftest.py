@@ -40,7 +40,7 @@ def emulated_rail_run(device_emulator, example_models, tmp_path_factory, sustain
     The emulator's log (``emulator.log``) holds every tick's watts.
     """
 
-    from edgequal.agent.plan import make_plan
+    from edgequal.contract.plan import make_plan
 
     root = tmp_path_factory.mktemp("emulated-board")
     emu = device_emulator.DeviceEmulator(

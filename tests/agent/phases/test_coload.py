@@ -12,14 +12,14 @@ import time
 from pathlib import Path
 
 import pytest
-from edgequal.agent.errors import BadInput
 from edgequal.agent.measure.attribution import contention_between, interference_present
 from edgequal.agent.measure.coload import achieved, rounds_slower
 from edgequal.agent.phases.coload import ColoadRun, Load, read_commands, resolve
 from edgequal.agent.phases.qualification import latency_cause
-from edgequal.agent.plan import make_plan
 from edgequal.agent.probes.contention import ContentionSampler
 from edgequal.agent.service.store import ArtifactStore
+from edgequal.contract.errors import BadInput
+from edgequal.contract.plan import make_plan
 
 SPIN = (
     "import ctypes, sys; ctypes.CDLL(None).prctl(15, sys.argv[1].encode(), 0, 0, 0)\n"

@@ -11,18 +11,19 @@ import zipfile
 
 import numpy as np
 import pytest
-from edgequal.agent.errors import BadInput
-from edgequal.agent.golden import (
+from edgequal.agent.phases.edge_shapes import planned_edge_shapes, stops_later_phases
+from edgequal.agent.phases.qualification import run_measurement
+from edgequal.agent.worker.jobs import EdgeSettings, WorkerJob
+from edgequal.contract.errors import BadInput
+from edgequal.contract.exit_codes import exit_code_for
+from edgequal.contract.golden import (
     GoldenCase,
     golden_edge_shapes,
     read_golden,
     read_manifest,
     write_golden,
 )
-from edgequal.agent.phases.edge_shapes import planned_edge_shapes, stops_later_phases
-from edgequal.agent.phases.qualification import exit_code_for, run_measurement
-from edgequal.agent.plan import make_plan
-from edgequal.agent.worker.jobs import EdgeSettings, WorkerJob
+from edgequal.contract.plan import make_plan
 from edgequal.host.cli.main import main as edgequal_main
 from edgequal.host.examples.catalog import example_inputs
 
@@ -362,8 +363,8 @@ def test_a_worker_that_shows_no_progress_in_time_is_a_timeout_finding(example_mo
 
 
 def test_an_edge_shape_must_fit_the_declared_inputs():
-    from edgequal.agent.golden import edge_shape_misfit
-    from edgequal.agent.runtimes.base import TensorSpec
+    from edgequal.contract.golden import edge_shape_misfit
+    from edgequal.contract.tensors import TensorSpec
 
     specs = [TensorSpec("image", "float32", ["batch", 3, "height", "width"])]
     assert edge_shape_misfit({"image": [0, 3, 0, 0]}, specs) is None

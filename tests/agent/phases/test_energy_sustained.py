@@ -12,7 +12,7 @@ import threading
 
 import psutil
 import pytest
-from edgequal.agent.plan import make_plan
+from edgequal.contract.plan import make_plan
 
 IDLE_W, BUSY_W = 1.5, 4.5
 

@@ -18,11 +18,11 @@ import time
 
 import numpy as np
 import pytest
-from edgequal.agent.measure.stats import summarize_latency
 from edgequal.agent.phases.qualification import run_measurement
-from edgequal.agent.plan import make_plan
 from edgequal.agent.runtimes.base import RuntimeOptions
 from edgequal.agent.runtimes.onnxruntime import OnnxRuntime
+from edgequal.contract.plan import make_plan
+from edgequal.contract.stats import summarize_latency
 
 pytestmark = pytest.mark.slow
 

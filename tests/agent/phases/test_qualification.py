@@ -8,12 +8,13 @@ import threading
 import time
 
 import pytest
-from edgequal.agent.errors import BadInput, GoldenMismatch
-from edgequal.agent.golden import GoldenCase, read_golden, write_golden
-from edgequal.agent.phases.qualification import exit_code_for, run_measurement
-from edgequal.agent.plan import make_plan
+from edgequal.agent.phases.qualification import run_measurement
 from edgequal.agent.worker.jobs import WorkerJob, latency_settings
 from edgequal.agent.worker.supervisor import Worker
+from edgequal.contract.errors import BadInput, GoldenMismatch
+from edgequal.contract.exit_codes import exit_code_for
+from edgequal.contract.golden import GoldenCase, read_golden, write_golden
+from edgequal.contract.plan import make_plan
 
 # Every test here starts worker processes running real runtimes: the fast loop skips it.
 pytestmark = pytest.mark.slow
@@ -250,7 +251,7 @@ def test_unknown_runtime_is_bad_input():
 def test_negative_duration_is_bad_input():
     with pytest.raises(BadInput, match="'latency_min_s' must not be negative"):
         make_plan("quick", latency_min_s=-1)
-    from edgequal.agent.plan import parse_duration_s
+    from edgequal.contract.plan import parse_duration_s
 
     with pytest.raises(BadInput, match="must not be negative"):
         parse_duration_s("-5s")

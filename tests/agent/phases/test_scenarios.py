@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from edgequal.agent.errors import BadInput
 from edgequal.agent.phases.qualification import planned_scenarios, run_measurement
-from edgequal.agent.plan import make_plan
+from edgequal.contract.errors import BadInput
+from edgequal.contract.plan import make_plan
 
 from .test_qualification import assert_passed_or_explained
 

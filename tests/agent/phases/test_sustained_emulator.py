@@ -13,7 +13,7 @@ import time
 
 import pytest
 from edgequal.agent.measure.attribution import DROP_FRACTION, RUNQ_WAIT_PRESENT
-from edgequal.agent.plan import make_plan
+from edgequal.contract.plan import make_plan
 
 # Starts real processes (agents, sshd, the emulator) for seconds each: the fast loop skips it.
 pytestmark = pytest.mark.slow

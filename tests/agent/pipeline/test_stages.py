@@ -8,11 +8,11 @@ import hashlib
 
 import numpy as np
 import pytest
-from edgequal.agent.errors import BadInput, BadRawInput
-from edgequal.agent.input_contract import parse_declared
-from edgequal.agent.pipeline.spec import Pipeline, resolve_pipeline
 from edgequal.agent.pipeline.stages import PipelineStages
-from edgequal.agent.runtimes.base import TensorSpec
+from edgequal.contract.errors import BadInput, BadRawInput
+from edgequal.contract.input_contract import parse_declared
+from edgequal.contract.pipeline_spec import Pipeline, resolve_pipeline
+from edgequal.contract.tensors import TensorSpec
 
 
 @pytest.fixture(scope="module")

@@ -4,15 +4,10 @@ tests/test_runtime_envs.py installs real ones)."""
 from __future__ import annotations
 
 import pytest
-from edgequal.agent.errors import BadInput
-from edgequal.agent.plan import Plan, make_plan
-from edgequal.agent.runtimes.envs import (
-    Requirement,
-    RuntimeEnv,
-    RuntimeEnvs,
-    check_env_name,
-    resolve_plan_envs,
-)
+from edgequal.agent.runtimes.envs import RuntimeEnv, RuntimeEnvs, resolve_plan_envs
+from edgequal.contract.errors import BadInput
+from edgequal.contract.plan import Plan, make_plan
+from edgequal.contract.runtimes import Requirement, check_env_name
 
 
 def test_requirement_is_one_exact_pin_of_a_known_runtime():
@@ -84,15 +79,15 @@ def test_plan_names_environments_once_each():
 def test_unknown_environment_is_refused_listing_the_installed_ones(tmp_path):
     envs = RuntimeEnvs(tmp_path)
     assert envs.list() == [] and envs.statuses() == []
-    assert resolve_plan_envs({"runtime_envs": None}, envs) is None
+    assert resolve_plan_envs(Plan.from_json({"runtime_envs": None}), envs) is None
     with pytest.raises(BadInput) as info:
-        resolve_plan_envs({"runtime_envs": ["onnxruntime-1.20.1"]}, envs)
+        resolve_plan_envs(Plan.from_json({"runtime_envs": ["onnxruntime-1.20.1"]}), envs)
     assert str(info.value) == (
         "unknown runtime environment 'onnxruntime-1.20.1' on this device; installed: default"
     )
     assert "edgequal-agent runtime add" in info.value.hint
     # The agent's own environment is always there.
-    (default,) = resolve_plan_envs({"runtime_envs": ["default"]}, envs)
+    (default,) = resolve_plan_envs(Plan.from_json({"runtime_envs": ["default"]}), envs)
     assert default.name == "default" and default.worker_python() is None
     # A directory without a manifest is an installation that did not finish: not offered.
     (tmp_path / "runtimes" / "half").mkdir(parents=True)
@@ -102,7 +97,7 @@ def test_unknown_environment_is_refused_listing_the_installed_ones(tmp_path):
 
 
 def test_pip_error_is_the_line_that_says_why():
-    from edgequal.agent.runtimes.installer import pip_error
+    from edgequal.contract.runtimes import pip_error
 
     stderr = (
         "WARNING: Location 'file:///opt/x/' is ignored: it is neither a file nor a directory.\n"
@@ -128,7 +123,7 @@ def test_pip_error_is_the_line_that_says_why():
     ],
 )
 def test_the_numpy_a_runtime_was_built_for(pin, numpy):
-    from edgequal.agent.runtimes.envs import companion_requirements, numpy_requirement
+    from edgequal.contract.runtimes import companion_requirements, numpy_requirement
 
     req = Requirement.parse(pin)
     assert numpy_requirement(req) == numpy
@@ -136,7 +131,7 @@ def test_the_numpy_a_runtime_was_built_for(pin, numpy):
 
 
 def test_extra_requirements_go_beside_the_runtime_and_may_choose_its_numpy():
-    from edgequal.agent.runtimes.envs import companion_requirements
+    from edgequal.contract.runtimes import companion_requirements
 
     req = Requirement.parse("onnxruntime==1.17.3")
     assert companion_requirements(req, ["numpy<2"]) == ["numpy<2"]
@@ -158,8 +153,8 @@ NUMPY_2_IMPORT = (
 
 
 def test_a_numpy_conflict_is_named_as_packaging_never_the_board():
-    from edgequal.agent.errors import RuntimeUnavailable
     from edgequal.agent.runtimes.envs import import_failure
+    from edgequal.contract.errors import RuntimeUnavailable
 
     req = Requirement.parse("onnxruntime==1.17.3")
     err = import_failure("onnxruntime-1.17.3", req, NUMPY_2_IMPORT, "2.4.6")

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from edgequal.agent.errors import BadInput, ModelRejected
-from edgequal.agent.runtimes import runtime_class, runtime_for
-from edgequal.agent.runtimes.base import RuntimeOptions, TensorSpec, shape_fits
+from edgequal.agent.runtimes import runtime_class
+from edgequal.agent.runtimes.base import RuntimeOptions
 from edgequal.agent.runtimes.litert import LiteRtRuntime, tflite_runtime_numpy_problem
 from edgequal.agent.runtimes.onnxruntime import OnnxRuntime, clean_ort_message, unsupported_operator
+from edgequal.contract.errors import BadInput, ModelRejected
+from edgequal.contract.runtimes import runtime_for
+from edgequal.contract.tensors import TensorSpec, shape_fits
 
 
 def test_onnx_description_with_dynamic_dims_and_int64_scalar(example_models):

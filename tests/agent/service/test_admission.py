@@ -10,9 +10,9 @@ import time
 
 import grpc
 import pytest
-from edgequal.agent.keys import DeviceKey
 from edgequal.agent.service.admission import LIMITS, AdmissionInterceptor, pool_threads
 from edgequal.agent.service.server import build_server
+from edgequal.contract.keys import DeviceKey
 from edgequal.protos import edgequal_v1_pb2 as pb
 from edgequal.protos import edgequal_v1_pb2_grpc as pb_grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc

@@ -8,10 +8,10 @@ import threading
 import time
 
 import pytest
-from edgequal.agent.errors import BadInput, DeviceBusy
-from edgequal.agent.plan import make_plan
-from edgequal.agent.report.signing import MEASURED_STATUSES
 from edgequal.agent.service.lease import RunSlot
+from edgequal.contract.errors import BadInput, DeviceBusy
+from edgequal.contract.plan import make_plan
+from edgequal.contract.signing import MEASURED_STATUSES
 from edgequal.host import errors as host_errors
 from edgequal.host.devices.qualify import qualify
 from edgequal.host.devices.resolve import trust_device
@@ -201,8 +201,8 @@ def test_leases_expire_on_the_monotonic_clock_whatever_the_wall_clock_does(tmp_p
     """A +1 h step does not hand A's live lease to B; after a -1 day step a dead host's
     1 s lease still ends after 1 s. The lease shows the stepped wall time."""
     import grpc
-    from edgequal.agent.keys import DeviceKey
     from edgequal.agent.service.server import build_server
+    from edgequal.contract.keys import DeviceKey
     from edgequal.protos import edgequal_v1_pb2 as pb
     from edgequal.protos import edgequal_v1_pb2_grpc as pb_grpc
 
@@ -246,7 +246,7 @@ def test_leases_expire_on_the_monotonic_clock_whatever_the_wall_clock_does(tmp_p
 
 
 def test_a_busy_device_says_when_its_run_is_likely_done_not_the_runs_upper_limit():
-    from edgequal.agent.service.lease import Lease
+    from edgequal.contract.lease import Lease
 
     start = 1_000_000_000_000
     lease = Lease("r1", "alice@ci", start, start + 4 * 3600_000, "", start + 75_000)

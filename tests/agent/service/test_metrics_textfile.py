@@ -39,8 +39,8 @@ def test_agent_textfile_shows_busy_last_status_and_temperatures_at_rest(tmp_path
     state = tmp_path / "state"
     (state / "reports").mkdir(parents=True)
     # A report stored before (the last status of det.onnx), signed as the agent signs.
-    from edgequal.agent.keys import DeviceKey
-    from edgequal.agent.report.signing import build_statement, sign_envelope
+    from edgequal.contract.keys import DeviceKey
+    from edgequal.contract.signing import build_statement, sign_envelope
 
     predicate = {"nonce": "ab" * 16, "run_id": "20260101T000000Z-aaaaaaaa", "status": "degraded"}
     statement = build_statement(
@@ -84,7 +84,7 @@ def test_agent_textfile_shows_busy_last_status_and_temperatures_at_rest(tmp_path
                 and _value(f, "edgequal_agent_temperature_at_rest_celsius") == 80.0
             ),
         )
-        assert _value(rest, "edgequal_agent_info", version=edgequal.agent.__version__) == 1
+        assert _value(rest, "edgequal_agent_info", version=edgequal.contract.__version__) == 1
     finally:
         agent.stop()
     assert [p.name for p in textfile.parent.iterdir()] == ["edgequal.prom"]

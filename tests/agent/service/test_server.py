@@ -19,7 +19,12 @@ from pathlib import Path
 
 import grpc
 import pytest
-from edgequal.agent.errors import (
+from edgequal.agent.runtimes import detect_runtimes
+from edgequal.agent.service import server as server_mod
+from edgequal.agent.service.auth import check_listen_allowed, is_loopback_host
+from edgequal.agent.service.server import build_server, status_for
+from edgequal.contract.auth import parse_listen, read_token_file
+from edgequal.contract.errors import (
     AgentError,
     BadInput,
     DeviceBusy,
@@ -30,16 +35,9 @@ from edgequal.agent.errors import (
     RuntimeUnavailable,
     WorkerFailed,
 )
-from edgequal.agent.keys import DeviceKey
-from edgequal.agent.runtimes import RuntimeStatus, detect_runtimes
-from edgequal.agent.service import server as server_mod
-from edgequal.agent.service.auth import (
-    check_listen_allowed,
-    is_loopback_host,
-    parse_listen,
-    read_token_file,
-)
-from edgequal.agent.service.server import build_server, status_for
+from edgequal.contract.keys import DeviceKey
+from edgequal.contract.plan import Plan
+from edgequal.contract.runtimes import RuntimeStatus
 from edgequal.protos import edgequal_v1_pb2 as pb
 from edgequal.protos import edgequal_v1_pb2_grpc as pb_grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -460,14 +458,14 @@ def test_qualify_streams_events_then_envelope(runs, stub, pushed):
     assert json.loads(envelope) == {
         "run_id": run_id,
         "nonce": "nonce-1",
-        "plan": {"preset": "quick"},
+        "plan": Plan.from_json({"preset": "quick"}).to_json(),  # parsed once, at the door
         "status": "passed",
     }
     req = runs.requests[0]
     assert (req.model_digest, req.golden_digest, req.plan, req.model_name) == (
         DIGEST,
         None,
-        {"preset": "quick"},
+        Plan.from_json({"preset": "quick"}),
         "m.onnx",
     )
     got = stub.GetReport(pb.GetReportRequest(run_id=run_id), metadata=AUTH, timeout=5)
@@ -546,7 +544,7 @@ def test_run_outlives_a_disconnected_host_and_keeps_its_report(runs, agent, push
         assert json.loads(got.envelope) == {
             "run_id": run_id,
             "nonce": "nonce-1",
-            "plan": {"preset": "quick"},
+            "plan": Plan.from_json({"preset": "quick"}).to_json(),
             "status": "passed",
         }
         assert not stub.Info(pb.InfoRequest(), metadata=AUTH, timeout=5).busy

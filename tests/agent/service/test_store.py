@@ -11,8 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
-from edgequal.agent.errors import BadInput, DigestMismatch, QuotaExceeded
-from edgequal.agent.service.store import ArtifactStore, store_main, validate_digest
+from edgequal.agent.service.store import ArtifactStore, store_main
+from edgequal.contract.artifacts import validate_digest
+from edgequal.contract.errors import BadInput, DigestMismatch, QuotaExceeded
 
 DATA = bytes(range(256)) * 40  # 10,240 bytes
 DIGEST = hashlib.sha256(DATA).hexdigest()
@@ -364,7 +365,7 @@ def test_concurrent_uploads_cannot_exceed_the_quota_set_in_agent_toml(tmp_path, 
         assert os.listdir(state / "artifacts" / "partial") == []
         # The limits are the operator's, and Info says so.
         import grpc
-        from edgequal.agent.service.info import AgentInfo
+        from edgequal.contract.info import AgentInfo
         from edgequal.protos import edgequal_v1_pb2 as pb
         from edgequal.protos import edgequal_v1_pb2_grpc as pb_grpc
 
@@ -378,8 +379,8 @@ def test_concurrent_uploads_cannot_exceed_the_quota_set_in_agent_toml(tmp_path, 
 
 def test_concurrent_uploads_keep_the_free_space_floor_of_a_small_disk(tmp_path, mount_tmpfs):
     """A real 16 MiB file system, 4 MiB floor: of three 5 MiB pushes at once two fit."""
-    from edgequal.agent.keys import DeviceKey
     from edgequal.agent.service.server import build_server
+    from edgequal.contract.keys import DeviceKey
 
     disk = mount_tmpfs("16m")
     agent = build_server(

@@ -6,9 +6,9 @@ import json
 import math
 
 import pytest
-from edgequal.agent.errors import BadInput
-from edgequal.agent.plan import PRESETS, Plan, make_plan
 from edgequal.agent.worker.jobs import SustainSettings, WorkerJob, latency_settings
+from edgequal.contract.errors import BadInput
+from edgequal.contract.plan import PRESETS, Plan, make_plan
 
 
 @pytest.mark.parametrize("preset", list(PRESETS))

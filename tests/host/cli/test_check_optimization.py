@@ -43,7 +43,7 @@ def test_qualify_check_optimization_on_x86_without_vnni(tmp_path, monkeypatch, c
         )
         == 0
     )
-    from edgequal.agent.golden import read_golden
+    from edgequal.contract.golden import read_golden
 
     ref = read_golden(tmp_path / "ref.npz")
     np.savez(outputs, **{f"{c.name}/{k}": v for c in ref.cases for k, v in c.outputs.items()})

@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 from edgequal.agent.cli import main as agent_main
-from edgequal.agent.golden import read_golden
-from edgequal.agent.phases.qualification import exit_code_for
-from edgequal.agent.report.signing import MEASURED_STATUSES
+from edgequal.contract.exit_codes import exit_code_for
+from edgequal.contract.golden import read_golden
+from edgequal.contract.signing import MEASURED_STATUSES
 from edgequal.host.cli.main import main as edgequal_main
 from edgequal.host.examples.catalog import example_inputs
 
@@ -226,7 +226,7 @@ def test_qualify_applies_the_named_profile(example_models, tmp_path, capsys, sho
 def test_qualify_prints_the_effective_plan_before_it_starts(
     example_models, tmp_path, capsys, short_plan
 ):
-    from edgequal.agent.plan import Plan
+    from edgequal.contract.plan import Plan
     from edgequal.host.present.terminal.summary import plan_line
 
     report = tmp_path / "r.json"
@@ -452,8 +452,8 @@ def test_qualify_repeat_writes_one_report_holding_every_run_and_their_spread(
 ):
     """``--repeat 3``: one signed report with three runs' figures, their median, CV and
     0.2-trimmed mean (recomputed here from the runs), shown in the summary and gated."""
-    from edgequal.agent.measure.preemption import decisive_summary
-    from edgequal.agent.measure.stats import repeat_spread
+    from edgequal.contract.preemption import decisive_summary
+    from edgequal.contract.stats import repeat_spread
 
     report = tmp_path / "r.json"
     args = ["qualify", str(example_models["micro"]), *FAST_FLAGS, *short_plan, "--repeat", "3"]

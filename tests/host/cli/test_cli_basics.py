@@ -10,7 +10,7 @@ import subprocess
 import numpy as np
 import pytest
 from edgequal.agent.cli import _parser as agent_parser
-from edgequal.agent.cli_args import subparsers_of
+from edgequal.contract.cli_args import subparsers_of
 from edgequal.host.cli.main import main as edgequal_main
 from edgequal.host.cli.parser import build_parser
 
@@ -81,9 +81,10 @@ def test_approve_is_one_command(capsys):
 def _signed_report(tmp_path):
     import hashlib
 
-    from edgequal.agent.keys import load_or_create_device_key
     from edgequal.agent.run_request import RunRequest, new_run_id
     from edgequal.agent.runs import sign_report
+    from edgequal.contract.keys import load_or_create_device_key
+    from edgequal.contract.plan import Plan
     from edgequal.host.devices.trust import KnownDevices
 
     key = load_or_create_device_key(tmp_path / "device")
@@ -91,7 +92,7 @@ def _signed_report(tmp_path):
     model = tmp_path / "m.onnx"
     model.write_bytes(b"model")
     request = RunRequest(
-        new_run_id(), hashlib.sha256(b"model").hexdigest(), None, {}, "n", "m.onnx"
+        new_run_id(), hashlib.sha256(b"model").hexdigest(), None, Plan.from_json({}), "n", "m.onnx"
     )
     report = tmp_path / "r.json"
     report.write_bytes(sign_report(key, request, {"status": "passed", "results": {}}))
@@ -113,7 +114,7 @@ def test_devices_list_and_verify_as_json(tmp_path, capsys):
 
 
 def test_golden_make_takes_tolerances_and_answers_in_json(example_models, tmp_path, capsys):
-    from edgequal.agent.golden import read_golden
+    from edgequal.contract.golden import read_golden
     from edgequal.host.examples.catalog import example_inputs
 
     inputs = tmp_path / "in.npz"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from edgequal.agent.errors import BadInput
+from edgequal.contract.errors import BadInput
 from edgequal.host.cli.main import main as edgequal_main
 from edgequal.host.examples.catalog import example_inputs
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from edgequal.agent.golden import file_sha256
-from edgequal.agent.phases.qualification import exit_code_for
-from edgequal.agent.report.signing import MEASURED_STATUSES
+from edgequal.contract.artifacts import file_sha256
+from edgequal.contract.exit_codes import exit_code_for
+from edgequal.contract.signing import MEASURED_STATUSES
 from edgequal.host.cli.main import main as edgequal_main
 from edgequal.host.devices.trust import KnownDevices
 from edgequal.host.errors import UsageError

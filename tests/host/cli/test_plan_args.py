@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from edgequal.agent.plan import make_plan
+from edgequal.contract.plan import make_plan
 from edgequal.host.cli.parser import build_parser
 from edgequal.host.cli.plan_args import length_flags
 from edgequal.host.errors import UsageError

@@ -167,7 +167,7 @@ def test_a_mistyped_command_or_choice_is_one_line_with_a_suggestion(ran):
 
 
 def test_both_commands_say_their_version(ran):
-    from edgequal.agent import __version__
+    from edgequal.contract import __version__
 
     assert (ran["version"].rc, ran["version"].out) == (0, f"edgequal {__version__}\n")
     assert ran["agent_version"].out == f"edgequal-agent {__version__}\n"
@@ -184,7 +184,7 @@ def test_key_show_never_creates_a_key_and_names_the_directory(ran, home):
 
 def test_key_show_points_at_the_local_agents_key_and_shows_it(tmp_path):
     """The key that signs local reports lives in edgequal's state dir; key show says where."""
-    from edgequal.agent.keys import load_or_create_device_key
+    from edgequal.contract.keys import load_or_create_device_key
 
     local_home = tmp_path / "home"
     local = local_home / ".local" / "state" / "edgequal" / "local-agent"
@@ -212,7 +212,7 @@ def _error_line(capsys) -> str:
 
 
 def test_an_unrelated_device_name_gets_no_suggestion_a_typo_does(example_models, capsys):
-    from edgequal.agent.keys import DeviceKey
+    from edgequal.contract.keys import DeviceKey
     from edgequal.host.devices.trust import KnownDevices
 
     KnownDevices().trust("board-3", "grpc://127.0.0.1:9", DeviceKey.generate().public_key_raw())

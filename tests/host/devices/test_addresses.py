@@ -13,8 +13,8 @@ import json
 import sys
 
 import pytest
-from edgequal.agent.phases.qualification import exit_code_for
-from edgequal.agent.report.signing import MEASURED_STATUSES
+from edgequal.contract.exit_codes import exit_code_for
+from edgequal.contract.signing import MEASURED_STATUSES
 from edgequal.host.cli.main import main as edgequal_main
 from edgequal.host.devices.resolve import open_device
 from edgequal.host.devices.trust import KnownDevices
@@ -152,7 +152,7 @@ def _assert_quick_as_asked(predicate: dict, rc: int, err: str) -> None:
 
 
 def test_an_address_of_one_device_is_not_given_to_another(tmp_path):
-    from edgequal.agent.keys import DeviceKey
+    from edgequal.contract.keys import DeviceKey
 
     known = KnownDevices(tmp_path / "known_devices")
     known.trust("a", "grpc://10.0.0.1:50051", DeviceKey.generate().public_key_raw())

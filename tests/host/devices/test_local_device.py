@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
-from edgequal.agent.phases.qualification import exit_code_for
-from edgequal.agent.report.signing import MEASURED_STATUSES
 from edgequal.agent.service.state_lock import peek
+from edgequal.contract.exit_codes import exit_code_for
+from edgequal.contract.signing import MEASURED_STATUSES
 from edgequal.host.cli.main import main as edgequal_main
 from edgequal.host.devices.trust import KnownDevices
 from edgequal.host.devices.verify import verify_envelope

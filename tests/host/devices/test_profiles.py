@@ -6,11 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from edgequal.agent.plan import Plan, make_plan
 from edgequal.agent.probes.fingerprint import fingerprint
-from edgequal.agent.probes.telemetry import THROTTLE_INDICATORS
+from edgequal.contract.plan import Plan, make_plan
 from edgequal.host.devices.profiles import (
-    KNOWN_THROTTLE_INDICATORS,
     DeviceProfile,
     ProfileError,
     all_profiles,
@@ -73,10 +71,6 @@ def test_every_packaged_profile_loads_and_is_named_after_its_file():
         assert p.windows == {"standard": 30.0, "soak": 30.0}
         assert 1 <= p.default_threads <= p.cores
         assert p.is_generic == p.name.startswith("generic/")
-
-
-def test_profile_indicators_are_the_telemetry_ones():
-    assert set(KNOWN_THROTTLE_INDICATORS) == set(THROTTLE_INDICATORS)
 
 
 def test_documented_figures():
@@ -288,7 +282,7 @@ def test_a_flag_still_adds_a_sustained_phase_and_wins_over_the_profile():
 
 
 def test_a_profile_may_set_only_board_fields():
-    from edgequal.agent.errors import BadInput
+    from edgequal.contract.errors import BadInput
 
     with pytest.raises(BadInput, match="a device profile may not set plan field 'sustain_s'"):
         make_plan("quick", {"threads": 2, "sustain_s": 60.0})

@@ -8,9 +8,9 @@ import sys
 
 import pytest
 from edgequal.agent.measure.attribution import interference_present
-from edgequal.agent.phases.qualification import exit_code_for
-from edgequal.agent.plan import make_plan
-from edgequal.agent.report.signing import MEASURED_STATUSES
+from edgequal.contract.exit_codes import exit_code_for
+from edgequal.contract.plan import make_plan
+from edgequal.contract.signing import MEASURED_STATUSES
 from edgequal.host.cli.coload_args import parse_coload
 from edgequal.host.cli.main import main as edgequal_main
 from edgequal.host.devices.qualify import pin_device_key, qualify
@@ -189,7 +189,7 @@ def test_over_ssh_the_co_load_model_is_pushed_run_and_a_subject(
 ):
     """Over SSH (real sshd on 127.0.0.1, run-plan): the co-load model is pushed by digest,
     runs beside the latency loop and is a subject; an unnamed command is refused."""
-    from edgequal.agent.keys import load_or_create_device_key
+    from edgequal.contract.keys import load_or_create_device_key
 
     state = tmp_path / "agent-state"
     _configure_spin(state)

@@ -15,9 +15,9 @@ from concurrent import futures
 
 import grpc
 import pytest
-from edgequal.agent.keys import DeviceKey
-from edgequal.agent.report.signing import MEASURED_STATUSES, build_statement, sign_envelope
-from edgequal.agent.service.identity import prove_identity
+from edgequal.contract.identity import prove_identity
+from edgequal.contract.keys import DeviceKey
+from edgequal.contract.signing import MEASURED_STATUSES, build_statement, sign_envelope
 from edgequal.host.cli.main import main as edgequal_main
 from edgequal.host.devices.nonces import NonceLedger
 from edgequal.host.devices.trust import KnownDevices
@@ -351,7 +351,7 @@ def test_a_relay_that_drops_the_sustained_phase_gets_its_report_refused(
 
 def test_the_subjects_must_be_exactly_the_artifacts_pushed(sign, tmp_path):
     model, golden, other = "a" * 64, "b" * 64, "c" * 64
-    from edgequal.agent.plan import make_plan
+    from edgequal.contract.plan import make_plan
 
     plan = make_plan("quick").to_json()
     predicate = {"nonce": "n", "run_id": "r", "status": "passed", "plan": plan}
@@ -410,7 +410,7 @@ def test_a_fleet_run_sends_an_impostor_at_a_lab_address_nothing(
 
 
 def test_the_device_may_fill_only_the_fields_left_to_it(sign):
-    from edgequal.agent.plan import make_plan
+    from edgequal.contract.plan import make_plan
 
     plan = make_plan("quick").to_json()
     assert plan["memory_limit_mb"] is None

@@ -6,8 +6,8 @@ import base64
 import json
 
 import pytest
-from edgequal.agent.phases.qualification import exit_code_for
-from edgequal.agent.report.signing import MEASURED_STATUSES
+from edgequal.contract.exit_codes import exit_code_for
+from edgequal.contract.signing import MEASURED_STATUSES
 from edgequal.host.cli.main import main as edgequal_main
 from edgequal.host.devices.resolve import resolve_token
 from edgequal.host.devices.trust import KnownDevices

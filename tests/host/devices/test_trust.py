@@ -4,7 +4,7 @@ import os
 from pathlib import Path
 
 import pytest
-from edgequal.agent.keys import DeviceKey, fingerprint_of
+from edgequal.contract.keys import DeviceKey, fingerprint_of
 from edgequal.host.devices.trust import KnownDevices, known_devices_path, parse_line
 from edgequal.host.errors import UntrustedDevice, UsageError
 from edgequal.host.paths import config_dir

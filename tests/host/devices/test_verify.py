@@ -6,9 +6,9 @@ import json
 import shutil
 
 import pytest
-from edgequal.agent.golden import file_sha256
-from edgequal.agent.keys import DeviceKey, load_or_create_device_key
-from edgequal.agent.report.signing import (
+from edgequal.contract.artifacts import file_sha256
+from edgequal.contract.keys import DeviceKey, load_or_create_device_key
+from edgequal.contract.signing import (
     PAYLOAD_TYPE,
     build_statement,
     canonical_json,

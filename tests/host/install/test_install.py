@@ -24,8 +24,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from edgequal.agent.keys import load_or_create_device_key
-from edgequal.agent.report.signing import MEASURED_STATUSES
+from edgequal.contract.keys import load_or_create_device_key
+from edgequal.contract.signing import MEASURED_STATUSES
 from edgequal.host.devices.trust import KnownDevices, default_device_name
 from edgequal.host.devices.verify import verify_envelope
 from edgequal.host.errors import HostError, TransportError, UsageError

@@ -9,7 +9,7 @@ import hashlib
 import json
 
 import pytest
-from edgequal.agent.golden import file_sha256
+from edgequal.contract.artifacts import file_sha256
 from edgequal.host.cli.main import main as edgequal_main
 from google.protobuf.json_format import ParseDict
 from in_toto_attestation.predicates.test_result.v0 import test_result_pb2
@@ -196,8 +196,8 @@ def test_a_report_without_a_committed_policy_says_it_was_chosen_after(
 
 
 def test_a_plan_carries_only_a_well_formed_policy_digest():
-    from edgequal.agent.errors import BadInput
-    from edgequal.agent.plan import Plan, make_plan
+    from edgequal.contract.errors import BadInput
+    from edgequal.contract.plan import Plan, make_plan
 
     digest = hashlib.sha256(b"policy").hexdigest()
     plan = make_plan("quick", None, policy_sha256=digest)

@@ -13,14 +13,14 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from edgequal.agent.measure.preemption import decided_on_clean, decisive_summary
+from edgequal.contract.preemption import decided_on_clean, decisive_summary
 from edgequal.host.cli.main import main as edgequal_main
 from edgequal.host.devices.trust import KnownDevices
 from edgequal.host.errors import UsageError
 from edgequal.host.judge.baseline import fingerprint_changes
 from edgequal.host.judge.gate import evaluate, run_gate
 from edgequal.host.judge.policy import STATUSES, parse_policy
-from edgequal.host.judge.report_file import load_report
+from edgequal.host.judge.report_file import load_report, read_report_bytes
 
 ALL_STATUSES = {"status": {"allowed": list(STATUSES)}}
 # Where the status is not what a test is about: a run on this shared machine may be
@@ -140,7 +140,7 @@ def test_each_limit_passes_above_and_fails_below_the_measured_figure(reports, kn
         )
         for limit, should_pass in ((loose, True), (tight, False)):
             policy = parse_policy({**ALL_STATUSES, section: {key: limit}})
-            result = run_gate(reports.classifier, policy, known=known)
+            result = run_gate(read_report_bytes(reports.classifier), policy, known=known)
             check = _check(result, name)
             assert check.passed is should_pass, (key, limit, value, check.message)
             assert result.passed is should_pass, (key, [c.message for c in result.failed_checks])
@@ -161,10 +161,12 @@ def test_integer_limits_on_flips_and_findings(reports, known):
     near = decisions["flips_near_threshold_count"]
     for key, value in (("max_flip_count", flips), ("max_near_threshold_flips", near)):
         ok = run_gate(
-            reports.classifier, parse_policy({**ALL_STATUSES, "drift": {key: value}}), known=known
+            read_report_bytes(reports.classifier),
+            parse_policy({**ALL_STATUSES, "drift": {key: value}}),
+            known=known,
         )
         bad = run_gate(
-            reports.classifier,
+            read_report_bytes(reports.classifier),
             parse_policy({**ALL_STATUSES, "drift": {key: value - 1}}),
             known=known,
         )
@@ -180,11 +182,13 @@ def test_integer_limits_on_flips_and_findings(reports, known):
         ({"max_count": 0}, False),
     ):
         result = run_gate(
-            reports.rejected, parse_policy({**ALL_STATUSES, "findings": findings}), known=known
+            read_report_bytes(reports.rejected),
+            parse_policy({**ALL_STATUSES, "findings": findings}),
+            known=known,
         )
         assert result.passed is should_pass, findings
     bad = run_gate(
-        reports.rejected,
+        read_report_bytes(reports.rejected),
         parse_policy({**ALL_STATUSES, "findings": {"allowed_kinds": []}}),
         known=known,
     )
@@ -195,14 +199,16 @@ def test_integer_limits_on_flips_and_findings(reports, known):
 def test_statuses_drift_passed_and_absent_phases(reports, known):
     pred = _predicate(reports.classifier)
     assert pred["status"] == "failed" and "drift" in pred["reason"]
-    default = run_gate(reports.classifier, parse_policy({}), known=known)
+    default = run_gate(read_report_bytes(reports.classifier), parse_policy({}), known=known)
     assert not default.passed and not default.retry
     assert "status failed is not allowed" in _check(default, "status").message
-    assert run_gate(reports.classifier, parse_policy(ALL_STATUSES), known=known).passed
+    assert run_gate(
+        read_report_bytes(reports.classifier), parse_policy(ALL_STATUSES), known=known
+    ).passed
 
     # drift.require_passed names the output out of tolerance.
     result = run_gate(
-        reports.classifier,
+        read_report_bytes(reports.classifier),
         parse_policy({**ALL_STATUSES, "drift": {"require_passed": True}}),
         known=known,
     )
@@ -210,29 +216,35 @@ def test_statuses_drift_passed_and_absent_phases(reports, known):
     # Per-output limits: probs is bit-exact, score moved by the shift.
     per_output = {"drift": {"outputs": {"probs": {"max_abs": 0.0}, "score": {"max_abs": 0.01}}}}
     assert run_gate(
-        reports.classifier, parse_policy({**ALL_STATUSES, **per_output}), known=known
+        read_report_bytes(reports.classifier),
+        parse_policy({**ALL_STATUSES, **per_output}),
+        known=known,
     ).passed
     missing = {"drift": {"outputs": {"logits": {"max_abs": 1.0}}}}
-    result = run_gate(reports.classifier, parse_policy({**ALL_STATUSES, **missing}), known=known)
+    result = run_gate(
+        read_report_bytes(reports.classifier),
+        parse_policy({**ALL_STATUSES, **missing}),
+        known=known,
+    )
     assert "logits is not in the report" in result.failed_checks[0].message
 
     # A rejected model measured nothing: a latency limit fails as "not measured", not as a pass.
     result = run_gate(
-        reports.rejected,
+        read_report_bytes(reports.rejected),
         parse_policy({**ALL_STATUSES, "latency": {"max_p50_ms": 1e9}}),
         known=known,
     )
     assert not result.passed and "not measured" in result.failed_checks[0].message
     # A run without a sustained phase fails a sustained limit, saying so.
     result = run_gate(
-        reports.chain_a,
+        read_report_bytes(reports.chain_a),
         parse_policy({**ALL_STATUSES, "sustained": {"required": True}}),
         known=known,
     )
     assert "no sustained phase" in result.failed_checks[0].message
     # No sensor on this machine: a temperature limit is not measured, so it fails.
     result = run_gate(
-        reports.classifier,
+        read_report_bytes(reports.classifier),
         parse_policy({**ALL_STATUSES, "sustained": {"max_peak_temp_c": 90}}),
         known=known,
     )
@@ -257,7 +269,7 @@ def test_percentiles_are_judged_on_the_upper_end_of_their_interval(reports, know
     if between >= hi:
         pytest.skip("p99 equals the upper end of its interval in this run")
     result = run_gate(
-        reports.classifier,
+        read_report_bytes(reports.classifier),
         parse_policy({**ALL_STATUSES, "latency": {"max_p99_ms": between}}),
         known=known,
     )
@@ -275,12 +287,22 @@ def test_baseline_two_runs_of_the_same_model_pass_a_heavier_graph_fails(reports,
     # graph, twice the work (about 2.9 x the time), to 50 %.
     policy = parse_policy({**ALL_STATUSES, "baseline": {"min_effect": 0.5}})
     loose = parse_policy({**ALL_STATUSES, "baseline": {"min_effect": 1.0}})
-    same = run_gate(reports.chain_b, loose, known=known, baseline_path=reports.chain_a)
+    same = run_gate(
+        read_report_bytes(reports.chain_b),
+        loose,
+        known=known,
+        baseline=read_report_bytes(reports.chain_a),
+    )
     assert same.passed, [c.message for c in same.failed_checks]
     assert same.baseline["latency"][0]["verdict"] in ("same", "unresolved")
     assert same.baseline["fingerprint_changes"] == []
 
-    slow = run_gate(reports.chain_heavy, policy, known=known, baseline_path=reports.chain_a)
+    slow = run_gate(
+        read_report_bytes(reports.chain_heavy),
+        policy,
+        known=known,
+        baseline=read_report_bytes(reports.chain_a),
+    )
     # A regression, not a retry, unless the agent blamed this run's latency on other
     # processes and had too few clean calls to measure through them (then the gate says
     # to re-run rather than call it a regression).
@@ -299,12 +321,20 @@ def test_baseline_two_runs_of_the_same_model_pass_a_heavier_graph_fails(reports,
         {**ALL_STATUSES, "baseline": {"min_effect": 0.5, "require_same": ["model"]}}
     )
     assert not run_gate(
-        reports.chain_heavy, strict, known=known, baseline_path=reports.chain_a
+        read_report_bytes(reports.chain_heavy),
+        strict,
+        known=known,
+        baseline=read_report_bytes(reports.chain_a),
     ).passed
     strict_same = parse_policy(
         {**ALL_STATUSES, "baseline": {"min_effect": 1.0, "require_same": ["model"]}}
     )
-    assert run_gate(reports.chain_b, strict_same, known=known, baseline_path=reports.chain_a).passed
+    assert run_gate(
+        read_report_bytes(reports.chain_b),
+        strict_same,
+        known=known,
+        baseline=read_report_bytes(reports.chain_a),
+    ).passed
 
 
 @pytest.mark.slow
@@ -328,8 +358,8 @@ def test_fingerprint_changes_name_firmware_kernel_runtime_power_mode_governor_cl
 
 @pytest.mark.slow
 def test_tampered_and_foreign_key_reports_fail_the_gate(reports, known, tmp_path, capsys):
-    from edgequal.agent.keys import load_or_create_device_key
-    from edgequal.agent.report.signing import sign_envelope
+    from edgequal.contract.keys import load_or_create_device_key
+    from edgequal.contract.signing import sign_envelope
 
     policy_file = tmp_path / "p.toml"
     policy_file.write_text('[status]\nallowed = ["passed", "degraded", "failed", "inconclusive"]\n')
@@ -356,14 +386,17 @@ def test_tampered_and_foreign_key_reports_fail_the_gate(reports, known, tmp_path
     stranger = load_or_create_device_key(tmp_path / "stranger")
     foreign = tmp_path / "foreign.json"
     foreign.write_bytes(sign_envelope(stranger, statement))
-    result = run_gate(foreign, parse_policy(ALL_STATUSES), known=known)
+    result = run_gate(read_report_bytes(foreign), parse_policy(ALL_STATUSES), known=known)
     assert not result.passed and not result.verified and "no known device" in result.signature
     assert edgequal_main(["gate", str(foreign), "--policy", str(policy_file), "--json"]) == 1
     out = json.loads(capsys.readouterr().out)
     assert out["passed"] is False and out["verified"] is False and out["retry"] is False
     # A tampered baseline fails the gate too.
     result = run_gate(
-        reports.chain_b, parse_policy(ALL_STATUSES), known=known, baseline_path=tampered
+        read_report_bytes(reports.chain_b),
+        parse_policy(ALL_STATUSES),
+        known=known,
+        baseline=read_report_bytes(tampered),
     )
     assert not result.passed and _check(result, "baseline.verify").passed is False
 
@@ -563,7 +596,7 @@ def throttled_report(tmp_path_factory, example_models, device_emulator):
     """A signed report of a run on the device emulator (scripts/device_emulator.py): the
     agent reads a sysfs tree that heats with its workers' CPU use and, past 60 °C,
     throttles them from outside; the agent has no code for the emulator."""
-    from edgequal.agent.plan import make_plan
+    from edgequal.contract.plan import make_plan
     from edgequal.host.devices.qualify import pin_device_key, qualify
     from edgequal.host.devices.trust import KnownDevices
     from edgequal.host.transport.local import LocalTransport
@@ -645,7 +678,11 @@ def test_throttling_and_temperature_limits_on_an_emulated_board(throttled_report
     elif headroom is not None:  # it ran past the trip point: no headroom limit is met
         cases += [({"min_headroom_c": 0.0}, headroom >= 0)]
     for limits, should_pass in cases:
-        result = run_gate(path, parse_policy({**ALL_STATUSES, "sustained": limits}), known=known)
+        result = run_gate(
+            read_report_bytes(path),
+            parse_policy({**ALL_STATUSES, "sustained": limits}),
+            known=known,
+        )
         messages = (limits, [c.message for c in result.checks])
         if should_pass:
             # Passed, unless the agent blamed some windows on other processes on this
@@ -654,7 +691,9 @@ def test_throttling_and_temperature_limits_on_an_emulated_board(throttled_report
         else:
             assert not result.passed, messages
     failed = run_gate(
-        path, parse_policy({**ALL_STATUSES, "sustained": {"allow_throttling": False}}), known=known
+        read_report_bytes(path),
+        parse_policy({**ALL_STATUSES, "sustained": {"allow_throttling": False}}),
+        known=known,
     )
     assert "throttled" in failed.failed_checks[0].message
     # The page shades the throttled windows and lists them.
@@ -671,17 +710,19 @@ def test_require_same_golden_goes_by_the_subjects_role_not_the_file_name(
     """Golden sets called ``*.golden`` (as ``golden make -o g.golden`` writes them), signed by
     the agent's own report code: a different golden set fails ``require_same[golden]`` and
     is a fingerprint change; a report whose subjects carry no roles cannot pass it."""
-    from edgequal.agent.plan import make_plan
-    from edgequal.agent.report.signing import build_statement, sign_envelope
     from edgequal.agent.run_request import RunRequest
     from edgequal.agent.runs import sign_report
+    from edgequal.contract.plan import Plan, make_plan
+    from edgequal.contract.signing import build_statement, sign_envelope
 
     plan = make_plan("quick").to_json()
     measurement = {"status": "passed", "plan": plan, "results": {}, "findings": []}
     model, golden_a, golden_b = "a" * 64, "b" * 64, "c" * 64
 
     def report(name: str, golden: str) -> Path:
-        request = RunRequest(f"run-{name}", model, golden, plan, f"n-{name}", "m.onnx", "g.golden")
+        request = RunRequest(
+            f"run-{name}", model, golden, Plan.from_json(plan), f"n-{name}", "m.onnx", "g.golden"
+        )
         path = tmp_path / f"{name}.report.json"
         path.write_bytes(sign_report(device_key, request, measurement))
         return path
@@ -794,3 +835,14 @@ def test_a_limit_an_inconclusive_run_did_not_measure_is_not_judged(
     assert edgequal_main(["gate", str(sign("short", pred)), "--policy", str(policy)]) == 1
     screen = " ".join(capsys.readouterr().out.split())
     assert "FAIL" in screen and "not judged" not in screen
+
+
+def test_every_policy_section_has_its_checks_in_the_gate():
+    """A section the policy accepts is one the gate checks (its registry, GATE_SECTIONS)."""
+    from edgequal.host.judge.gate import GATE_SECTIONS
+    from edgequal.host.judge.policy import SCHEMA
+
+    sections = [name for name, _ in GATE_SECTIONS]
+    assert len(sections) == len(set(sections))
+    # "" holds the policy's own keys; the baseline is judged against another report.
+    assert set(sections) == set(SCHEMA) - {"", "baseline"}

@@ -11,13 +11,14 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from edgequal.agent.plan import make_plan
+from edgequal.contract.plan import make_plan
 from edgequal.host.cli.main import main as edgequal_main
 from edgequal.host.devices.trust import KnownDevices
 from edgequal.host.errors import UsageError
 from edgequal.host.judge.gate import run_gate
 from edgequal.host.judge.junit import junit_xml
 from edgequal.host.judge.policy import load_policy, parse_policy
+from edgequal.host.judge.report_file import read_report_bytes
 
 POLICIES = Path(__file__).resolve().parents[3] / "docs" / "policies"
 NEEDS = "this policy needs plan standard (sustained phase); the report ran quick"
@@ -53,7 +54,7 @@ def _predicate(plan, *, sustained: bool) -> dict:
 
 
 def _gate(sign, name, predicate, policy):
-    return run_gate(sign(name, predicate), policy, known=KnownDevices())
+    return run_gate(read_report_bytes(sign(name, predicate)), policy, known=KnownDevices())
 
 
 def test_a_quick_report_fails_a_standard_policy_with_one_message(sign):

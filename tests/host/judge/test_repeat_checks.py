@@ -3,7 +3,7 @@ writes them: figures per run, spread from ``stats.repeat_spread``)."""
 
 from __future__ import annotations
 
-from edgequal.agent.measure.stats import repeat_spread
+from edgequal.contract.stats import repeat_spread
 from edgequal.host.judge.policy import parse_policy
 from edgequal.host.judge.repeat_checks import repeat_checks
 

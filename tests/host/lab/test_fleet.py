@@ -9,7 +9,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from edgequal.agent.report.signing import MEASURED_STATUSES
+from edgequal.contract.signing import MEASURED_STATUSES
 from edgequal.host.cli.main import main as edgequal_main
 from edgequal.host.devices.resolve import trust_device
 from edgequal.host.devices.trust import KnownDevices
@@ -231,7 +231,7 @@ def test_a_device_that_goes_away_is_marked_and_the_others_finish(
 
 
 def test_matrix_page_escapes_names(tmp_path):
-    from edgequal.host.lab.fleet import FleetResult, RunRecord
+    from edgequal.host.lab.results import FleetResult, RunRecord
 
     result = FleetResult("<lab>", [RunRecord("m<1>", "d&2", state="error", error='"quoted" <b>')])
     page = matrix_html(result)
@@ -294,7 +294,7 @@ def test_fleet_run_cli(
     text = (tmp_path / "textfiles" / "dev-0.prom").read_text()
     families = {f.name: f for f in text_string_to_metric_families(text)}
     entry = _predicate(out / "reports" / "micro@dev-0.json")["results"]["latency"]["per_shape"][0]
-    from edgequal.agent.measure.preemption import decisive_summary
+    from edgequal.contract.preemption import decisive_summary
 
     [p50] = families["edgequal_latency_p50_seconds"].samples
     assert p50.labels["device"] == "dev-0"
@@ -345,6 +345,7 @@ class ScriptedTransport:
     def qualify(self, request, on_event):
         from edgequal.agent.run_request import RunRequest, new_run_id
         from edgequal.agent.runs import sign_report
+        from edgequal.contract.plan import Plan
 
         self.calls += 1
         outcome = self.outcomes.pop(0)
@@ -354,7 +355,7 @@ class ScriptedTransport:
             new_run_id(),
             request.model_digest,
             request.golden_digest,
-            request.plan,
+            Plan.from_json(request.plan),
             request.nonce,
             request.model_name,
             request.golden_name,
@@ -392,7 +393,7 @@ class ScriptedTransport:
     ],
 )
 def test_retries_with_backoff(tmp_path, example_models, outcomes, state, attempts):
-    from edgequal.agent.keys import load_or_create_device_key
+    from edgequal.contract.keys import load_or_create_device_key
     from edgequal.host import errors
     from edgequal.host.devices.verify import verify_envelope
 
@@ -470,7 +471,8 @@ def test_retries_with_backoff(tmp_path, example_models, outcomes, state, attempt
 def test_a_waiting_run_says_what_it_waits_for_and_when_the_device_is_likely_free():
     import time
 
-    from edgequal.host.lab.fleet import RunRecord, waiting_text
+    from edgequal.host.lab.fleet import waiting_text
+    from edgequal.host.lab.results import RunRecord
     from edgequal.host.present.terminal.summary import fleet_log_line
 
     now_ms = int(time.time() * 1000)
@@ -502,7 +504,7 @@ def test_the_first_wait_for_a_lease_names_its_holder(tmp_path, example_models):
     names who holds it (the device's Info); a free device's wait names nobody."""
     import time
 
-    from edgequal.agent.keys import load_or_create_device_key
+    from edgequal.contract.keys import load_or_create_device_key
 
     key = load_or_create_device_key(tmp_path / "key")
     KnownDevices().trust("board-2", "grpc://127.0.0.1:1", key.public_key_raw())

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from edgequal.agent.report.signing import MEASURED_STATUSES
+from edgequal.contract.signing import MEASURED_STATUSES
 from edgequal.host.cli.main import main as edgequal_main
 from edgequal.host.lab.health import BoardHealth, HealthState, judge, temp_at_rest_c
 

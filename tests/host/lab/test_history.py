@@ -8,9 +8,10 @@ import json
 import threading
 
 import pytest
-from edgequal.agent.keys import load_or_create_device_key
 from edgequal.agent.run_request import RunRequest, new_run_id
 from edgequal.agent.runs import sign_report
+from edgequal.contract.keys import load_or_create_device_key
+from edgequal.contract.plan import Plan
 from edgequal.host.cli.main import main as edgequal_main
 from edgequal.host.devices.trust import KnownDevices
 from edgequal.host.errors import VerificationFailed
@@ -52,7 +53,7 @@ def signer(tmp_path):
             run_id=new_run_id(),
             model_digest=hashlib.sha256(model_bytes).hexdigest(),
             golden_digest=None,
-            plan={"preset": "quick", "profile": "generic/linux-x86_64"},
+            plan=Plan.from_json({"preset": "quick", "profile": "generic/linux-x86_64"}),
             nonce="n",
             model_name=model_name,
         )

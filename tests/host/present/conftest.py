@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from edgequal.agent.measure.latency import encode_samples, encode_tags
-from edgequal.agent.measure.stats import summarize_latency
+from edgequal.agent.measure.latency import encode_samples
+from edgequal.contract.preemption import encode_tags
+from edgequal.contract.stats import summarize_latency
 
 
 @pytest.fixture

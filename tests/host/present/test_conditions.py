@@ -16,14 +16,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 from edgequal.agent.measure.latency import encode_samples
-from edgequal.agent.measure.stats import summarize_latency
+from edgequal.contract.stats import summarize_latency
 from edgequal.host.cli.main import main as edgequal_main
 from edgequal.host.devices.trust import KnownDevices
 from edgequal.host.errors import UsageError
 from edgequal.host.judge.compare import compare_reports
 from edgequal.host.judge.gate import run_gate
 from edgequal.host.judge.policy import parse_policy
-from edgequal.host.judge.report_file import load_report
+from edgequal.host.judge.report_file import load_report, read_report_bytes
 from edgequal.host.present.html.report import render_report_html
 from edgequal.host.present.terminal import summary
 from edgequal.host.present.units import duration_text
@@ -193,7 +193,7 @@ def _check(result, name):
 def test_coload_p99_limit_fails_at_55_ms_and_passes_at_30_ms(sign):
     policy = parse_policy({"coload": {"max_p99_ms": 40, "max_p50_ratio": 2.0}})
     slow = sign("slow", _predicate(coload_ms=50.0))
-    result = run_gate(slow, policy, known=KnownDevices())
+    result = run_gate(read_report_bytes(slow), policy, known=KnownDevices())
     assert result.verified and not result.passed
     check = _check(result, f"coload.max_p99_ms[{SHAPE}]")
     co = json.loads(json.dumps(_predicate(coload_ms=50.0)))["results"]["latency"]["per_shape"][0]
@@ -208,7 +208,7 @@ def test_coload_p99_limit_fails_at_55_ms_and_passes_at_30_ms(sign):
     assert not ratio.passed and ratio.measured == f"{co['coload']['p50_ratio']:.4g}"
 
     fast = sign("fast", _predicate(coload_ms=27.0))
-    result = run_gate(fast, policy, known=KnownDevices())
+    result = run_gate(read_report_bytes(fast), policy, known=KnownDevices())
     check = _check(result, f"coload.max_p99_ms[{SHAPE}]")
     assert check.passed and result.passed, result.summary
     assert float(check.measured.split()[0]) < 40 and "within the limit" in check.message
@@ -218,7 +218,7 @@ def test_coload_interference_marks_retry_and_required_names_the_loads(sign):
     pred = _predicate(coload_ms=50.0)
     pred["results"]["latency"]["per_shape"][0]["coload"]["cause"] = "interference"
     result = run_gate(
-        sign("r", pred),
+        read_report_bytes(sign("r", pred)),
         parse_policy({"coload": {"required": True, "max_p99_ms": 40}}),
         known=KnownDevices(),
     )
@@ -232,7 +232,9 @@ def test_coload_interference_marks_retry_and_required_names_the_loads(sign):
     other["shape"] = "x=1x3x64x64"
     pred["results"]["latency"]["per_shape"].append(other)
     result = run_gate(
-        sign("two", pred), parse_policy({"coload": {"max_p99_ms": 40}}), known=KnownDevices()
+        read_report_bytes(sign("two", pred)),
+        parse_policy({"coload": {"max_p99_ms": 40}}),
+        known=KnownDevices(),
     )
     assert _check(result, f"coload.max_p99_ms[{SHAPE}]").passed
     missing = _check(result, "coload.measured[x=1x3x64x64]")
@@ -247,7 +249,7 @@ def test_a_limit_on_a_feature_the_report_lacks_fails_as_not_measured(sign):
             "edge_shapes": {"require_all_ran": True},
         }
     )
-    result = run_gate(plain, policy, known=KnownDevices())
+    result = run_gate(read_report_bytes(plain), policy, known=KnownDevices())
     assert not result.passed
     co = _check(result, "coload.measured")
     assert not co.passed and "no declared co-load in the report" in co.message
@@ -257,7 +259,7 @@ def test_a_limit_on_a_feature_the_report_lacks_fails_as_not_measured(sign):
     # A section without limits is not checked at all.
     assert not [
         c
-        for c in run_gate(plain, parse_policy({}), known=KnownDevices()).checks
+        for c in run_gate(read_report_bytes(plain), parse_policy({}), known=KnownDevices()).checks
         if c.section in ("coload", "edge_shapes")
     ]
 
@@ -277,7 +279,7 @@ def test_edge_shapes_all_ran_memory_and_per_label_limits(sign):
             }
         }
     )
-    result = run_gate(ok, policy, known=KnownDevices())
+    result = run_gate(read_report_bytes(ok), policy, known=KnownDevices())
     assert result.passed, result.summary
     assert _check(result, "edge_shapes.require_all_ran").measured == "2 of 2 ran"
     largest = _check(result, "edge_shapes.max_peak_rss_mb[largest]")
@@ -291,7 +293,8 @@ def test_edge_shapes_all_ran_memory_and_per_label_limits(sign):
     # The largest input does not fit in 250 MB.
     tight = parse_policy({"edge_shapes": {"labels": {"largest": {"max_peak_rss_mb": 250}}}})
     check = _check(
-        run_gate(ok, tight, known=KnownDevices()), "edge_shapes.max_peak_rss_mb[largest]"
+        run_gate(read_report_bytes(ok), tight, known=KnownDevices()),
+        "edge_shapes.max_peak_rss_mb[largest]",
     )
     assert not check.passed and "peak RSS 280 MB is above the limit ≤ 250 MB" in check.message
 
@@ -299,7 +302,7 @@ def test_edge_shapes_all_ran_memory_and_per_label_limits(sign):
     failed = sign("failed", _predicate(edges=[edges[0], _edge_failed("smallest", [0, 3, 1, 1])]))
     allowed = {"status": {"allowed": ["passed", "failed"]}}
     result = run_gate(
-        failed,
+        read_report_bytes(failed),
         parse_policy({**allowed, "edge_shapes": {"require_all_ran": True, "max_peak_rss_mb": 300}}),
         known=KnownDevices(),
     )
@@ -311,13 +314,19 @@ def test_edge_shapes_all_ran_memory_and_per_label_limits(sign):
     assert _check(result, "edge_shapes.max_peak_rss_mb[largest]").passed
 
     # p99 needs 368 runs: an edge shape timed for 40 runs has none, and says so.
-    p99 = run_gate(ok, parse_policy({"edge_shapes": {"max_p99_ms": 500}}), known=KnownDevices())
+    p99 = run_gate(
+        read_report_bytes(ok),
+        parse_policy({"edge_shapes": {"max_p99_ms": 500}}),
+        known=KnownDevices(),
+    )
     check = _check(p99, "edge_shapes.max_p99_ms[largest]")
     assert not check.passed and "p99 not measured: 40 samples, 368 needed" in check.message
 
     # A label the report does not have fails, naming the labels it has.
     missing = parse_policy({"edge_shapes": {"labels": {"largets": {"max_peak_rss_mb": 300}}}})
-    check = _check(run_gate(ok, missing, known=KnownDevices()), "edge_shapes.labels.largets")
+    check = _check(
+        run_gate(read_report_bytes(ok), missing, known=KnownDevices()), "edge_shapes.labels.largets"
+    )
     assert not check.passed and "(edge shapes: largest, smallest)" in check.message
 
 
@@ -331,11 +340,14 @@ def test_the_example_product_conditions_policy(sign):
         _edge_ok("smallest", [1, 3, 1, 1], 2.0, 60.0, seed=4),
     ]
     good = sign("good", _predicate(plain_ms=18.0, coload_ms=26.0, edges=edges))
-    result = run_gate(good, policy, known=KnownDevices())
+    result = run_gate(read_report_bytes(good), policy, known=KnownDevices())
     assert result.passed, [c.message for c in result.failed_checks]
     assert {c.section for c in result.checks} >= {"latency", "coload", "edge_shapes"}
     slow = sign("slow", _predicate(plain_ms=18.0, coload_ms=50.0, edges=edges))
-    failed = {c.name for c in run_gate(slow, policy, known=KnownDevices()).failed_checks}
+    failed = {
+        c.name
+        for c in run_gate(read_report_bytes(slow), policy, known=KnownDevices()).failed_checks
+    }
     assert failed == {f"coload.max_p99_ms[{SHAPE}]", f"coload.max_p50_ratio[{SHAPE}]"}
 
 

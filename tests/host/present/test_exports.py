@@ -8,8 +8,8 @@ import hashlib
 import json
 
 import pytest
-from edgequal.agent.measure.preemption import decisive_summary
-from edgequal.agent.openmetrics import Gauge, render, write_textfile
+from edgequal.contract.openmetrics import Gauge, render, write_textfile
+from edgequal.contract.preemption import decisive_summary
 from edgequal.host.cli.main import main as edgequal_main
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
@@ -122,7 +122,7 @@ def test_export_refuses_a_report_that_does_not_verify(reports, known, tmp_path, 
 
 @pytest.mark.slow  # the session's signed reports
 def test_fleet_prometheus_directory_has_one_file_per_device(reports, known, tmp_path):
-    from edgequal.host.lab.fleet import RunRecord
+    from edgequal.host.lab.results import RunRecord
     from edgequal.host.present.exports import PrometheusDirectory
 
     out_dir = reports.classifier.parent

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from edgequal.agent.phases.qualification import run_measurement
-from edgequal.agent.plan import make_plan
+from edgequal.contract.plan import make_plan
 from edgequal.host.present.terminal import summary
 
 
@@ -314,7 +314,7 @@ def test_a_shape_with_too_few_clean_calls_reads_over_every_call(capsys):
 def test_percentile_claims_are_printed_for_clean_and_all_calls(tagged_latency_entry, capsys):
     """Beside P90…P99.9: the 99 % claim over the clean calls and over every call, and
     "needs N samples" where the claim would be the maximum."""
-    from edgequal.agent.report.summary import format_summary
+    from edgequal.contract.summary import format_summary
     from edgequal.host.present.terminal.sections import print_latency
 
     entry = tagged_latency_entry

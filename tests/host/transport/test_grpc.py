@@ -19,8 +19,9 @@ import time
 from pathlib import Path
 
 import pytest
-from edgequal.agent.keys import DeviceKey
 from edgequal.agent.service.server import build_server
+from edgequal.contract.keys import DeviceKey
+from edgequal.contract.plan import Plan
 from edgequal.host.errors import TransportError, UsageError
 from edgequal.host.transport.base import QualifyRequest
 from edgequal.host.transport.grpc import GrpcTransport, normalize_address
@@ -241,7 +242,9 @@ def test_qualify_passes_events_and_returns_envelope(runs, transport, tmp_path):
     assert json.loads(envelope) == {
         "run_id": "run-1",
         "nonce": "n-123",
-        "plan": {"preset": "quick", "threads": 2},
+        "plan": Plan.from_json(
+            {"preset": "quick", "threads": 2}
+        ).to_json(),  # as the agent parsed it
         "status": "passed",
     }
     assert transport.last_run_id == "run-1"

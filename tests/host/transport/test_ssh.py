@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from edgequal.agent.report.signing import MEASURED_STATUSES
+from edgequal.contract.signing import MEASURED_STATUSES
 from edgequal.host.devices.trust import KnownDevices
 from edgequal.host.devices.verify import verify_envelope
 from edgequal.host.errors import TransportError, UsageError

@@ -11,8 +11,8 @@ import time
 
 import numpy as np
 import pytest
-from edgequal.agent.errors import BadInput
-from edgequal.agent.measure import stats
+from edgequal.contract import stats
+from edgequal.contract.errors import BadInput
 
 # ---------------------------------------------------------------------------
 # nearest rank

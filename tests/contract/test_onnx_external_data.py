@@ -20,15 +20,15 @@ import grpc
 import numpy as np
 import onnx
 import pytest
-from edgequal.agent.clock import new_nonce
-from edgequal.agent.errors import ModelRejected
-from edgequal.agent.keys import load_or_create_device_key
-from edgequal.agent.report.signing import MEASURED_STATUSES
-from edgequal.agent.runtimes.onnx_external_data import (
+from edgequal.agent.service.server import build_server
+from edgequal.contract.errors import ModelRejected
+from edgequal.contract.keys import load_or_create_device_key
+from edgequal.contract.nonce import new_nonce
+from edgequal.contract.onnx_external_data import (
     check_external_data,
     external_data_refs,
 )
-from edgequal.agent.service.server import build_server
+from edgequal.contract.signing import MEASURED_STATUSES
 from edgequal.host.devices.qualify import external_data_files, qualify
 from edgequal.host.devices.trust import KnownDevices
 from edgequal.host.devices.verify import verify_envelope
@@ -358,12 +358,15 @@ def test_a_bundle_over_ssh_gives_the_same_subjects(sshd_server, agent_cmd, tmp_p
 
 def test_bundle_names_and_subjects_are_distinct(tmp_path):
     """The model, its files and the golden set are distinct subjects; clashing names are refused."""
-    from edgequal.agent.errors import BadInput
     from edgequal.agent.run_request import RunRequest, check_extra_files, subjects_for
+    from edgequal.contract.errors import BadInput
+    from edgequal.contract.plan import Plan
 
     a, b, c = "a" * 64, "b" * 64, "c" * 64
     files = check_extra_files("net.onnx", [{"name": "w/x.bin", "sha256": b}], None)
-    request = RunRequest("run-1", a, c, {}, "n", "net.onnx", "w/x.bin", extra_files=files)
+    request = RunRequest(
+        "run-1", a, c, Plan.from_json({}), "n", "net.onnx", "w/x.bin", extra_files=files
+    )
     assert subjects_for(request) == [
         {"name": "net.onnx", "sha256": a, "role": "model"},
         {"name": "w/x.bin", "sha256": b, "role": "external_data"},

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import BadInput
-from .runtimes.base import TensorSpec
+from .tensors import TensorSpec
 
 FORMAT = "edgequal.input-contract/v1"
 LAYOUTS = ("NCHW", "NHWC")
@@ -173,13 +173,13 @@ class InputContract:
                 name=name,
                 dtype=_str(d["dtype"], "dtype"),
                 range_seen=_pair(d["range_seen"], "range_seen", strict=False),
-                layout=_choice(d.get("layout"), LAYOUTS, "layout"),
+                layout=parse_choice(d.get("layout"), LAYOUTS, "layout"),
                 model_range=_pair(d.get("model_range"), "model_range"),
-                mean=_floats(d.get("mean"), "mean"),
-                std=_floats(d.get("std"), "std"),
-                scale=_float(d.get("scale"), "scale"),
-                color_order=_choice(d.get("color_order"), COLOR_ORDERS, "color_order"),
-                resize=_size(d.get("resize")),
+                mean=parse_floats(d.get("mean"), "mean"),
+                std=parse_floats(d.get("std"), "std"),
+                scale=parse_float(d.get("scale"), "scale"),
+                color_order=parse_choice(d.get("color_order"), COLOR_ORDERS, "color_order"),
+                resize=parse_size(d.get("resize")),
             )
         except KeyError as e:
             raise BadInput(f"input contract for '{name}' has no '{e.args[0]}'") from None
@@ -242,18 +242,18 @@ def describe_inputs(
                 hint=f"known keys: {', '.join(DECLARED_KEYS)}",
             )
         try:
-            layout = _choice(d.get("layout"), LAYOUTS, "layout")
+            layout = parse_choice(d.get("layout"), LAYOUTS, "layout")
             contract = InputContract(
                 name=name,
                 dtype=str(arrays[0].dtype),
                 range_seen=seen,
                 layout=layout or infer_layout(arrays[0].shape),
                 model_range=_pair(d.get("range"), "range"),
-                mean=_floats(d.get("mean"), "mean"),
-                std=_floats(d.get("std"), "std"),
-                scale=_float(d.get("scale"), "scale"),
-                color_order=_choice(d.get("color_order"), COLOR_ORDERS, "color_order"),
-                resize=_size(d.get("resize")),
+                mean=parse_floats(d.get("mean"), "mean"),
+                std=parse_floats(d.get("std"), "std"),
+                scale=parse_float(d.get("scale"), "scale"),
+                color_order=parse_choice(d.get("color_order"), COLOR_ORDERS, "color_order"),
+                resize=parse_size(d.get("resize")),
             )
         except BadInput as e:
             raise BadInput(f"preprocessing for input '{name}': {e}") from None
@@ -339,7 +339,7 @@ def _str(v, what: str) -> str:
     return v
 
 
-def _choice(v, choices: Sequence[str], what: str) -> str | None:
+def parse_choice(v, choices: Sequence[str], what: str) -> str | None:
     if v is None:
         return None
     if not isinstance(v, str) or v.upper() not in choices:
@@ -347,7 +347,7 @@ def _choice(v, choices: Sequence[str], what: str) -> str | None:
     return v.upper()
 
 
-def _float(v, what: str) -> float | None:
+def parse_float(v, what: str) -> float | None:
     if v is None:
         return None
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v):
@@ -355,26 +355,26 @@ def _float(v, what: str) -> float | None:
     return float(v)
 
 
-def _floats(v, what: str) -> tuple[float, ...] | None:
+def parse_floats(v, what: str) -> tuple[float, ...] | None:
     if v is None:
         return None
     if isinstance(v, (int, float)) and not isinstance(v, bool):
         v = [v]
     if not isinstance(v, (list, tuple)) or not v:
         raise BadInput(f"'{what}' must be a number or a list of numbers")
-    return tuple(_float(x, what) for x in v)
+    return tuple(parse_float(x, what) for x in v)
 
 
 def _pair(v, what: str, strict: bool = True) -> tuple[float, float] | None:
     if v is None:
         return None
-    values = _floats(v, what)
+    values = parse_floats(v, what)
     if len(values) != 2 or values[0] > values[1] or (strict and values[0] == values[1]):
         raise BadInput(f"'{what}' must be [low, high] with low {'<' if strict else '≤'} high")
     return values
 
 
-def _size(v) -> tuple[int, int] | None:
+def parse_size(v) -> tuple[int, int] | None:
     if v is None:
         return None
     if (

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..measure.preemption import decided_on_clean, decisive_summary, excluded_text
+from .preemption import decided_on_clean, decisive_summary, excluded_text
 
 
 def _ms(value) -> str:

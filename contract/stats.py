@@ -20,7 +20,8 @@ from fractions import Fraction
 from typing import Any
 
 import numpy as np
-from edgequal.agent.errors import BadInput
+
+from .errors import BadInput
 
 # Fewest samples for which a percentile is reported at all. p99 and p99.9 use the
 # first n at which a two-sided 95 % order-statistic CI exists (measurement.md §3.4);

@@ -13,8 +13,6 @@ import base64
 
 import numpy as np
 
-from .latency import decode_tags
-
 
 def decided_on_clean(entry: dict) -> bool:
     """The shape's clean calls were enough to decide on (a tagged loop that got them)."""
@@ -90,3 +88,14 @@ def excluded_text(entry: dict) -> str | None:
     if not pre["clean_enough"]:
         text += f"; {calls - excluded} clean, {pre['needed']} needed"
     return text
+
+
+def encode_tags(preempted: np.ndarray) -> str:
+    """Per-sample preemption tags as base64 of ``np.packbits`` (one bit a sample, big-endian)."""
+    return base64.b64encode(np.packbits(preempted.astype(bool)).tobytes()).decode()
+
+
+def decode_tags(text: str, count: int) -> np.ndarray:
+    """The inverse of :func:`encode_tags`: ``count`` booleans."""
+    bits = np.unpackbits(np.frombuffer(base64.b64decode(text), dtype=np.uint8))
+    return bits[:count].astype(bool)

@@ -1,9 +1,9 @@
-"""A model file's framing, checked without a runtime (agent/runtimes/model_file.py)."""
+"""A model file's framing, checked without a runtime (contract/model_file.py)."""
 
 from __future__ import annotations
 
 import pytest
-from edgequal.agent.runtimes.model_file import model_file_problem
+from edgequal.contract.runtimes import model_file_problem
 
 
 def test_every_example_model_passes(example_models):

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-from edgequal.agent.keys import DeviceKey
-from edgequal.agent.report.signing import (
+from edgequal.contract.keys import DeviceKey
+from edgequal.contract.signing import (
     PAYLOAD_TYPE,
     PREDICATE_TYPE,
     STATEMENT_TYPE,
@@ -131,7 +131,7 @@ def test_sign_refuses_nan_in_predicate():
 
 
 def test_every_documented_status_can_be_signed_and_no_other():
-    from edgequal.agent.report.signing import STATUSES, build_statement
+    from edgequal.contract.signing import STATUSES, build_statement
 
     assert STATUSES == ("passed", "degraded", "failed", "inconclusive", "incomplete")
     subjects = [{"name": "m.onnx", "sha256": "ab" * 32}]

@@ -13,8 +13,8 @@ import base64
 import json
 from dataclasses import dataclass, field
 
-from ..runtimes import RuntimeStatus
 from .lease import Lease
+from .runtimes import RuntimeStatus
 
 PROTOCOL = "edgequal.v1"
 CHUNK_BYTES = 1024 * 1024

@@ -27,17 +27,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from edgequal.agent.plan import make_plan, parse_duration_s
+from edgequal.contract.plan import make_plan, parse_duration_s
 
 from ..devices.nonces import NonceLedger
 from ..devices.qualify import pin_device_key, qualify
 from ..devices.trust import KnownDevices
+from ..examples.catalog import EXAMPLES, build_example, example_inputs
 from ..golden import make_golden
 from ..paths import state_dir
 from ..present.terminal.summary import ProgressDisplay, print_line, print_summary
 from ..present.units import duration_text
 from ..transport.local import LocalTransport
-from .catalog import EXAMPLES, build_example, example_inputs
 
 GOLDEN_CASES = 24
 BOARD_TRIP_C = 60.0
@@ -75,7 +75,7 @@ def prepare(out: Path) -> dict[str, tuple[Path, Path | None]]:
     A variant's golden set holds its reference model's outputs (the float classifier's
     for the int8 one) under the int8 tolerance class, as a user checks a quantized export.
     """
-    from edgequal.agent.golden import read_golden
+    from edgequal.contract.golden import read_golden
 
     models = out / "models"
     made: dict[str, tuple[Path, Path | None]] = {}
@@ -119,7 +119,7 @@ def _prepare_pipeline(out: Path) -> tuple[Path, Path]:
     """The pipeline example (``pipeline.py``): raw images, the device's declared pipeline,
     and a golden set whose reference was made in BGR, so decisions flip and the device
     names the swapped channels."""
-    from .pipeline import build_pipeline_example, make_pipeline_golden
+    from ..examples.pipeline import build_pipeline_example, make_pipeline_golden
 
     example = build_pipeline_example(out / "pipeline")
     golden = out / "golden" / "colour.golden.npz"
@@ -218,7 +218,7 @@ def run_on_emulated_board(out: Path, known: KnownDevices, run) -> None:
     :data:`BOARD_TRIP_C`. When a local agent already runs (another host process started
     it), the board cannot be given to it: the model runs there without the emulator.
     """
-    from .device_emulator import DeviceEmulator
+    from ..examples.device_emulator import DeviceEmulator
 
     tree = out / "emulated-board"
     with LocalTransport(root=str(tree)) as transport:

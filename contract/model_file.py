@@ -82,20 +82,3 @@ def tflite_problem(path: Path) -> str | None:
     if head[4:8] != b"TFL3":
         return "it lacks the TFL3 file identifier at byte 4"
     return None
-
-
-def model_file_problem(path: Path, runtime: str) -> str | None:
-    """Why ``path`` is not a model ``runtime`` (``onnxruntime`` or ``litert``) could load,
-    judged from its framing; None when it looks like one (the runtime still decides).
-    A model of the other kind (a TFLite file renamed ``.onnx``) is named as what it is."""
-    checks = {"onnxruntime": onnx_problem, "litert": tflite_problem}
-    check = checks.get(runtime)
-    problem = check(Path(path)) if check is not None else None
-    if problem is None:
-        return None
-    # A model of the other kind under the wrong name: say what it is, not only what it is not.
-    if runtime == "onnxruntime" and tflite_problem(Path(path)) is None:
-        return "it is a TFLite file (the TFL3 identifier at byte 4); name it .tflite"
-    if runtime == "litert" and onnx_problem(Path(path)) is None:
-        return "it is an ONNX model (a ModelProto with a graph); name it .onnx"
-    return problem

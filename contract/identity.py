@@ -13,9 +13,9 @@ from __future__ import annotations
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from ..errors import BadInput
-from ..keys import DeviceKey
-from ..report.signing import pae
+from .errors import BadInput
+from .keys import DeviceKey
+from .signing import pae
 
 IDENTITY_PROOF_TYPE = "application/vnd.edgequal.identity-proof.v1"
 MIN_CHALLENGE_BYTES = 16

@@ -10,17 +10,17 @@ import sys
 
 import grpc
 import pytest
-from edgequal.agent.errors import BadInput
-from edgequal.agent.keys import DeviceKey, load_or_create_device_key
-from edgequal.agent.report.signing import PAYLOAD_TYPE, pae
-from edgequal.agent.service.identity import (
+from edgequal.agent.service.server import build_server
+from edgequal.contract.errors import BadInput
+from edgequal.contract.identity import (
     IDENTITY_PROOF_TYPE,
     check_challenge,
     proof_message,
     prove_identity,
     verify_identity_proof,
 )
-from edgequal.agent.service.server import build_server
+from edgequal.contract.keys import DeviceKey, load_or_create_device_key
+from edgequal.contract.signing import PAYLOAD_TYPE, pae
 from edgequal.protos import edgequal_v1_pb2 as pb
 from edgequal.protos import edgequal_v1_pb2_grpc as pb_grpc
 

@@ -19,6 +19,22 @@ from dataclasses import dataclass, field, fields
 
 from .errors import BadInput
 
+# Throttle indicator names (measurement.md §6.4); device profiles list the ones that apply.
+INDICATOR_PI_FLAGS = "get_throttled"
+
+INDICATOR_CLOCK_DROP = "clock_drop"
+
+INDICATOR_COOLING = "cooling_device"
+
+INDICATOR_PASSIVE_TRIP = "passive_trip"
+
+THROTTLE_INDICATORS = (
+    INDICATOR_PI_FLAGS,
+    INDICATOR_CLOCK_DROP,
+    INDICATOR_COOLING,
+    INDICATOR_PASSIVE_TRIP,
+)
+
 PRESETS: dict[str, dict] = {
     # CI: a few cold starts, 200 runs and 3 s of warm latency, no sustained phase.
     "quick": {
@@ -306,13 +322,19 @@ class Plan:
         return 30.0
 
 
-def timed_s_of(plan: Mapping) -> float | None:
-    """:meth:`Plan.timed_s` of a plan's JSON, or None when it is no valid plan (the run
-    refuses it by name later)."""
-    try:
-        return Plan.from_json(plan).timed_s()
-    except (BadInput, TypeError, ValueError):
-        return None
+# Without the plan's latency_max_s, a loop short of clean samples runs on to
+# MAX_EXTENSION times latency_min_s (the plan's latency_max_extension), and at least
+# CLEAN_EXTENSION_MIN_S past it (docs/measurement.md "Measuring through interference").
+MAX_EXTENSION = 3.0
+CLEAN_EXTENSION_MIN_S = 0.5
+
+
+def loop_limit_s(min_s: float, max_s: float | None, max_extension: float = MAX_EXTENSION) -> float:
+    """How long a tagged timed loop may run at most: the plan's max seconds, else
+    ``max_extension`` times its minimum seconds (at least CLEAN_EXTENSION_MIN_S more)."""
+    if max_s:
+        return max_s
+    return max(min_s * max_extension, min_s + CLEAN_EXTENSION_MIN_S)
 
 
 # The most a plan may ask for: a report must stay retrievable (raw samples travel in
@@ -462,19 +484,17 @@ def _validated(plan: Mapping) -> dict:
     ):
         raise BadInput("plan field 'providers' must be a list of provider names")
     indicators = full["throttle_indicators"]
-    if indicators is not None:
-        from .probes.telemetry import THROTTLE_INDICATORS
-
-        if not isinstance(indicators, (list, tuple)) or not all(
-            i in THROTTLE_INDICATORS for i in indicators
-        ):
-            raise BadInput(
-                f"plan field 'throttle_indicators' must list some of {', '.join(THROTTLE_INDICATORS)}"
-            )
+    if indicators is not None and (
+        not isinstance(indicators, (list, tuple))
+        or not all(i in THROTTLE_INDICATORS for i in indicators)
+    ):
+        raise BadInput(
+            f"plan field 'throttle_indicators' must list some of {', '.join(THROTTLE_INDICATORS)}"
+        )
     if full["runtime"] != "auto":
-        from .runtimes import runtime_class
+        from .runtimes import check_runtime_name
 
-        runtime_class(full["runtime"])  # BadInput naming the accepted names
+        check_runtime_name(full["runtime"])  # BadInput naming the accepted names
     if full["threads"] == 0:
         full["threads"] = None
     if full["cold_runs"] < 1:
@@ -505,7 +525,7 @@ def _validated(plan: Mapping) -> dict:
     full["runtime_envs"] = _runtime_envs(full["runtime_envs"])
     full["batch_sizes"] = _batch_sizes(full["batch_sizes"])
     full["coload"] = _coload(full["coload"])
-    full["edge_shapes"] = _edge_shapes(full["edge_shapes"])
+    full["edge_shapes"] = parse_edge_shapes(full["edge_shapes"])
     shapes = full.get("shapes") or {}
     if not isinstance(shapes, Mapping) or not all(
         isinstance(v, list) and all(isinstance(d, int) and d > 0 for d in v)
@@ -658,7 +678,7 @@ def _runtime_envs(value) -> list[str] | None:
     """``runtime_envs``: None, or 1..8 distinct environment names (``default``: the agent's own)."""
     if value is None:
         return None
-    from .runtimes.envs import MAX_ENVS_PER_PLAN, check_env_name
+    from .runtimes import MAX_ENVS_PER_PLAN, check_env_name
 
     if not isinstance(value, (list, tuple)) or not value:
         raise BadInput("plan field 'runtime_envs' must be a non-empty list of environment names")
@@ -672,7 +692,7 @@ def _runtime_envs(value) -> list[str] | None:
     return names
 
 
-def _edge_shapes(value) -> list[dict] | None:
+def parse_edge_shapes(value) -> list[dict] | None:
     """``edge_shapes``: None, or 1..16 ``{"label", "shapes": {input: [dims]}}``.
 
     Dimensions may be 0 (an empty sequence); a label names the shape in the report

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from edgequal.agent.report.summary import decisions_text
+from edgequal.contract.summary import decisions_text
 
 
 def _decisions(flips, near, near_flips, total=12):
@@ -53,7 +53,7 @@ def test_decision_flips_name_the_cases_that_flipped(decisions, text):
 
 def test_a_shape_decided_on_every_call_reads_figures_over_every_call():
     """The agent says "figures over every call", never "over the every call"."""
-    from edgequal.agent.report.summary import format_summary
+    from edgequal.contract.summary import format_summary
 
     figures = dict(count=400, min_ms=1.0, max_ms=3.0, mean_ms=1.2, sd_ms=0.1, cv=0.08)
     figures.update(p50_ms=1.1, p90_ms=1.4, p95_ms=1.5, p99_ms=2.5, p99_9_ms=None)
@@ -69,7 +69,7 @@ def test_a_shape_decided_on_every_call_reads_figures_over_every_call():
 
 
 def test_optimization_check_in_one_line():
-    from edgequal.agent.report.summary import optimization_check_text
+    from edgequal.contract.summary import optimization_check_text
 
     check = {
         "compared_with": "all",

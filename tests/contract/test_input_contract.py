@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from edgequal.agent.errors import BadInput
-from edgequal.agent.input_contract import (
+from edgequal.contract.errors import BadInput
+from edgequal.contract.input_contract import (
     InputContract,
     Preprocessing,
     contract_mismatches,
     describe_inputs,
     infer_layout,
 )
-from edgequal.agent.runtimes.base import TensorSpec
+from edgequal.contract.tensors import TensorSpec
 
 
 def test_layout_is_read_from_the_side_the_channel_axis_is_on():
@@ -122,7 +122,7 @@ def _onnx_model(path, input_dtype, shape):
 
 def _qualify(model, golden):
     from edgequal.agent.phases.qualification import run_measurement
-    from edgequal.agent.plan import make_plan
+    from edgequal.contract.plan import make_plan
 
     plan = make_plan("quick", cold_runs=1, latency_min_runs=10, latency_min_s=0.1)
     return run_measurement(model, golden, plan)

@@ -7,8 +7,8 @@ import stat
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-from edgequal.agent.errors import AgentError
-from edgequal.agent.keys import (
+from edgequal.contract.errors import AgentError
+from edgequal.contract.keys import (
     DeviceKey,
     UnsafeKeyFile,
     fingerprint_of,

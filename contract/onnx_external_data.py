@@ -16,7 +16,7 @@ The model is read with a small protobuf wire-format walker (no ``onnx`` package
 on the device) that follows every place a tensor can live: graph initializers
 and sparse initializers, node attributes (tensors, sparse tensors, subgraphs),
 functions and training graphs. The agent never parses a model itself: it runs
-this module as a child process (``python -m edgequal.agent.runtimes.onnx_external_data
+this module as a child process (``python -m edgequal.contract.onnx_external_data
 MODEL``), which prints one JSON line and leaves the model out of the page cache
 (so the cold-load phase still loads it from storage).
 """
@@ -31,10 +31,10 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..errors import BadInput, ModelRejected
+from edgequal.contract.errors import BadInput, ModelRejected
 
 # ONNX field numbers (onnx/onnx.proto), only those that lead to a TensorProto.
-_MODEL_GRAPH, _MODEL_TRAINING, _MODEL_FUNCTIONS = 7, 20, 25
+MODEL_GRAPH, _MODEL_TRAINING, _MODEL_FUNCTIONS = 7, 20, 25
 _TRAINING_GRAPHS = (1, 2)  # initialization, algorithm
 _GRAPH_NODE, _GRAPH_INIT, _GRAPH_SPARSE_INIT = 1, 5, 15
 _NODE_ATTRIBUTE = 5
@@ -63,7 +63,7 @@ class ExternalRef:
     nbytes: int | None  # dims x element size, when the type has a fixed size
 
 
-class _Malformed(ValueError):
+class MalformedModel(ValueError):
     pass
 
 
@@ -71,7 +71,7 @@ def _varint(buf, pos: int) -> tuple[int, int]:
     result = shift = 0
     while True:
         if pos >= len(buf) or shift > 63:
-            raise _Malformed("truncated or overlong varint")
+            raise MalformedModel("truncated or overlong varint")
         b = buf[pos]
         pos += 1
         result |= (b & 0x7F) << shift
@@ -80,14 +80,14 @@ def _varint(buf, pos: int) -> tuple[int, int]:
         shift += 7
 
 
-def _fields(buf, start: int, end: int):
+def proto_fields(buf, start: int, end: int):
     """Yield ``(field number, wire type, value)``; value is an int or a ``(start, end)`` span."""
     pos = start
     while pos < end:
         key, pos = _varint(buf, pos)
         number, wire = key >> 3, key & 7
         if number == 0:
-            raise _Malformed("field number 0")
+            raise MalformedModel("field number 0")
         if wire == 0:
             value, pos = _varint(buf, pos)
         elif wire == 1:
@@ -101,9 +101,9 @@ def _fields(buf, start: int, end: int):
             pos = _skip_group(buf, pos, end, number)
             value = None
         else:
-            raise _Malformed(f"wire type {wire}")
+            raise MalformedModel(f"wire type {wire}")
         if pos > end:
-            raise _Malformed("a field runs past its message")
+            raise MalformedModel("a field runs past its message")
         yield number, wire, value
 
 
@@ -128,11 +128,11 @@ def _skip_group(buf, pos: int, end: int, number: int) -> int:
             if depth == 0:
                 return pos
         else:
-            raise _Malformed(f"wire type {wire}")
-    raise _Malformed(f"group {number} is not closed")
+            raise MalformedModel(f"wire type {wire}")
+    raise MalformedModel(f"group {number} is not closed")
 
 
-def _text(buf, span) -> str:
+def proto_text(buf, span) -> str:
     return bytes(buf[span[0] : span[1]]).decode("utf-8", "replace")
 
 
@@ -142,15 +142,15 @@ class _Walker:
         self.refs: list[ExternalRef] = []
 
     def _messages(self, start, end, wanted):
-        for number, wire, value in _fields(self.buf, start, end):
+        for number, wire, value in proto_fields(self.buf, start, end):
             if number in wanted and wire == 2:
                 yield number, value
 
     def model(self) -> None:
         for number, (s, e) in self._messages(
-            0, len(self.buf), (_MODEL_GRAPH, _MODEL_TRAINING, _MODEL_FUNCTIONS)
+            0, len(self.buf), (MODEL_GRAPH, _MODEL_TRAINING, _MODEL_FUNCTIONS)
         ):
-            if number == _MODEL_GRAPH:
+            if number == MODEL_GRAPH:
                 self.graph(s, e, 1)
             elif number == _MODEL_TRAINING:
                 for _, (gs, ge) in self._messages(s, e, _TRAINING_GRAPHS):
@@ -161,7 +161,7 @@ class _Walker:
 
     def graph(self, start, end, depth) -> None:
         if depth > _MAX_DEPTH:
-            raise _Malformed(f"graphs nested deeper than {_MAX_DEPTH}")
+            raise MalformedModel(f"graphs nested deeper than {_MAX_DEPTH}")
         wanted = (_GRAPH_NODE, _GRAPH_INIT, _GRAPH_SPARSE_INIT)
         for number, (s, e) in self._messages(start, end, wanted):
             if number == _GRAPH_NODE:
@@ -188,9 +188,9 @@ class _Walker:
 
     def tensor(self, start, end) -> None:
         name, location_kind, entries, dims, dtype = "", 0, {}, [], None
-        for number, wire, value in _fields(self.buf, start, end):
+        for number, wire, value in proto_fields(self.buf, start, end):
             if number == _TENSOR_NAME and wire == 2:
-                name = _text(self.buf, value)
+                name = proto_text(self.buf, value)
             elif number == _TENSOR_LOCATION and wire == 0:
                 location_kind = value
             elif number == _TENSOR_TYPE and wire == 0:
@@ -204,11 +204,11 @@ class _Walker:
                     dims.append(d)
             elif number == _TENSOR_EXTERNAL and wire == 2:
                 key = val = ""
-                for n, w, v in _fields(self.buf, *value):
+                for n, w, v in proto_fields(self.buf, *value):
                     if w == 2 and n == 1:
-                        key = _text(self.buf, v)
+                        key = proto_text(self.buf, v)
                     elif w == 2 and n == 2:
-                        val = _text(self.buf, v)
+                        val = proto_text(self.buf, v)
                 entries[key] = val
         if location_kind != _EXTERNAL and "location" not in entries:
             return
@@ -253,7 +253,7 @@ def check_external_data(model_path: Path) -> list[ExternalRef]:
 
     Reads the model file only (mapped); the data files are only ``lstat``-ed.
     """
-    from ..service.store import check_bundle_name
+    from edgequal.contract.artifacts import check_bundle_name
 
     model_path = Path(model_path)
     with open(model_path, "rb") as f:
@@ -321,7 +321,7 @@ def check_external_data(model_path: Path) -> list[ExternalRef]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m edgequal.agent.runtimes.onnx_external_data MODEL``: one JSON line, exit 0 or 2."""
+    """``python -m edgequal.contract.onnx_external_data MODEL``: one JSON line, exit 0 or 2."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
         print(json.dumps({"ok": False, "error": "usage: onnx_external_data MODEL"}))

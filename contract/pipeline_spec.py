@@ -17,17 +17,17 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 
-from ..errors import BadInput
-from ..input_contract import (
+from .errors import BadInput
+from .input_contract import (
     COLOR_ORDERS,
     LAYOUTS,
-    _choice,
-    _float,
-    _floats,
-    _size,
     infer_layout,
+    parse_choice,
+    parse_float,
+    parse_floats,
+    parse_size,
 )
-from ..runtimes.base import TensorSpec
+from .tensors import TensorSpec
 
 FORMAT = "edgequal.pipeline/v1"
 DECODERS = ("image", "audio", "text")
@@ -277,10 +277,10 @@ def _resolve_one(spec: TensorSpec, keys: Mapping, tokenizer_digest, where: str) 
 
 def _numbers(keys: dict, spec: TensorSpec, decode: str) -> dict:
     """scale, mean/std and quantization: checked, and quantization read from the model."""
-    scale = _float(keys.pop("scale", None), "scale")
-    mean = _floats(keys.pop("mean", None), "mean")
-    std = _floats(keys.pop("std", None), "std")
-    qs = _float(keys.pop("quant_scale", None), "quant_scale")
+    scale = parse_float(keys.pop("scale", None), "scale")
+    mean = parse_floats(keys.pop("mean", None), "mean")
+    std = parse_floats(keys.pop("std", None), "std")
+    qs = parse_float(keys.pop("quant_scale", None), "quant_scale")
     zp = keys.pop("quant_zero_point", None)
     if decode == "text":
         given = [k for k, v in (("scale", scale), ("mean", mean), ("std", std)) if v is not None]
@@ -323,7 +323,7 @@ def _image(keys: dict, spec: TensorSpec) -> dict:
         raise BadInput(
             f'decode = "image" feeds a rank-4 input (N,C,H,W or N,H,W,C); the model takes {spec.describe()}'
         )
-    declared_layout = _choice(keys.pop("layout", None), LAYOUTS, "layout")
+    declared_layout = parse_choice(keys.pop("layout", None), LAYOUTS, "layout")
     model_layout = infer_layout(spec.shape)
     if declared_layout and model_layout and declared_layout != model_layout:
         raise BadInput(
@@ -337,7 +337,7 @@ def _image(keys: dict, spec: TensorSpec) -> dict:
         )
     c_axis, h_axis, w_axis = (1, 2, 3) if layout == "NCHW" else (3, 1, 2)
     channels = _fixed(spec.shape[c_axis])
-    color = _choice(keys.pop("color_order", None), COLOR_ORDERS, "color_order")
+    color = parse_choice(keys.pop("color_order", None), COLOR_ORDERS, "color_order")
     if channels not in (None, 1, 3):
         raise BadInput(
             f"the model takes {channels} channels; images decode to 1 (GRAY) or 3 (RGB, BGR)"
@@ -346,7 +346,7 @@ def _image(keys: dict, spec: TensorSpec) -> dict:
         color = "GRAY" if channels == 1 else "RGB"
     if channels is not None and (channels == 1) != (color == "GRAY"):
         raise BadInput(f"'color_order' is {color}, the model takes {channels} channel(s)")
-    size = _size(keys.pop("resize", None))
+    size = parse_size(keys.pop("resize", None))
     model_hw = (_fixed(spec.shape[h_axis]), _fixed(spec.shape[w_axis]))
     if size is not None:
         for what, got, want in (("height", size[0], model_hw[0]), ("width", size[1], model_hw[1])):

@@ -8,7 +8,7 @@ One ``.npz`` file (a zip of ``.npy`` arrays, read with ``allow_pickle=False``):
   raw file (PNG, JPEG, WAV, UTF-8 text) as uint8 bytes, optionally
   ``reference_inputs/CASE/NAME``, the tensors the training pipeline fed the model, and
   ``assets/SHA256``, files the pipeline names (a tokenizer.json) by their digest. The
-  manifest's ``pipeline`` (``agent/pipeline/spec.py``) declares the stages; ``inputs/``
+  manifest's ``pipeline`` (``contract/pipeline_spec.py``) declares the stages; ``inputs/``
   then holds what that pipeline made of the raw files on the host.
 
 The manifest (``format: edgequal.golden/v1``) records the model's input and output
@@ -23,7 +23,6 @@ the sha256 of its bytes. The agent only reads golden sets; the host writes them
 from __future__ import annotations
 
 import ast
-import hashlib
 import json
 import math
 import os
@@ -36,8 +35,9 @@ from pathlib import Path
 
 import numpy as np
 
+from .artifacts import file_sha256
 from .errors import BadInput, GoldenMismatch
-from .runtimes.base import TensorSpec, check_feeds, shape_fits, shape_key
+from .tensors import TensorSpec, check_feeds, shape_fits, shape_key
 
 FORMAT = "edgequal.golden/v1"
 MANIFEST_KEY = "__manifest__"
@@ -93,7 +93,7 @@ class GoldenSet:
     @property
     def pipeline(self):
         """The declared pipeline (:class:`~.pipeline.spec.Pipeline`), None for prepared tensors."""
-        from .pipeline.spec import Pipeline
+        from .pipeline_spec import Pipeline
 
         return Pipeline.from_json(self.manifest.get("pipeline"))
 
@@ -230,10 +230,10 @@ def _check_manifest(path: Path, manifest: dict) -> None:
 def check_edge_shapes(value, field: str) -> list[dict]:
     """Edge shapes checked by the plan's own rule (``plan.edge_shapes``); BadInput names
     ``field`` (``manifest field``, ``--edge-shape``) where the plan's message says ``plan field``."""
-    from .plan import _edge_shapes
+    from .plan import parse_edge_shapes
 
     try:
-        return _edge_shapes(value) or []
+        return parse_edge_shapes(value) or []
     except BadInput as e:
         raise BadInput(str(e).replace("plan field", field, 1), hint=e.hint) from None
 
@@ -448,15 +448,6 @@ def load_npz_arrays(path: Path) -> dict[str, np.ndarray]:
     return _read_npz(path, what="file", not_ours=f"{path} is not a readable .npz file")
 
 
-def file_sha256(path: Path, chunk: int = 1 << 20) -> str:
-    """Hex sha256 of a file, read in chunks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
-
-
 __all__ = [
     "FORMAT",
     "check_edge_shapes",
@@ -467,7 +458,6 @@ __all__ = [
     "GoldenCase",
     "GoldenMismatch",
     "GoldenSet",
-    "file_sha256",
     "load_npz_arrays",
     "read_golden",
     "split_case_arrays",

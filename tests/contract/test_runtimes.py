@@ -1,0 +1,49 @@
+"""The runtime registry: every list of runtimes derives from ``RUNTIMES``."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from edgequal.contract.errors import BadInput
+from edgequal.contract.runtimes import (
+    DISTRIBUTIONS,
+    RUNTIME_EXTRAS,
+    RUNTIME_NAMES,
+    RUNTIMES,
+    runtime_for,
+    runtime_kind,
+)
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "architecture.md"
+
+
+def test_the_docs_table_of_runtimes_is_the_registry():
+    rows = re.findall(r"^\| `([a-z0-9_-]+)` \| (.+) \|$", DOC.read_text(), re.M)
+    documented = {name: line for name, line in rows if name in RUNTIME_NAMES}
+    assert documented == {kind.name: kind.docs for kind in RUNTIMES}
+
+
+def test_lists_derive_from_the_registry():
+    assert RUNTIME_NAMES == ("onnxruntime", "litert")
+    assert RUNTIME_EXTRAS == ("onnx", "litert")
+    assert DISTRIBUTIONS["tflite-runtime"] == ("litert", ("tflite_runtime",))
+    assert "onnxruntime-directml" not in DISTRIBUTIONS  # detected, never pinned
+    assert runtime_kind("litert").distributions[0] == "ai-edge-litert"
+    with pytest.raises(BadInput, match="unknown runtime 'openvino'"):
+        runtime_kind("openvino")
+
+
+def test_a_file_without_a_name_is_told_by_its_magic(tmp_path):
+    tflite = tmp_path / "a"
+    tflite.write_bytes(b"\x08\x00\x00\x00TFL3")  # both magics: the longer identifier wins
+    onnx = tmp_path / "b"
+    onnx.write_bytes(b"\x08\x07\x12\x00\x00\x00\x00\x00")
+    assert runtime_for(tflite) == "litert" and runtime_for(onnx) == "onnxruntime"
+    assert runtime_for(onnx, name_hint="m.lite") == "litert"
+    other = tmp_path / "c"
+    other.write_bytes(b"\x00" * 8)
+    with pytest.raises(BadInput) as e:
+        runtime_for(other)
+    assert e.value.hint == "use a .onnx or .tflite file, or pass --runtime onnxruntime|litert"

@@ -588,6 +588,12 @@ def _add_fleet_parsers(sub) -> None:
         "--no-record", action="store_true", help="do not record the reports in the history"
     )
     fr.add_argument(
+        "--skip-noisy",
+        action="store_true",
+        help="leave out boards whose history is too noisy for the minimum effect "
+        "(CV of the clean p50 × 3 > it; docs/history.md)",
+    )
+    fr.add_argument(
         "--prometheus",
         type=Path,
         metavar="DIR",
@@ -697,15 +703,46 @@ def _add_fleet_parsers(sub) -> None:
         "edgequal history trend --device pi5-a --model classifier --html trend.html",
         "edgequal history trend --model ocr-cls --db postgresql://lab-db/edgequal",
     )
+    hc = hsub.add_parser(
+        "changes",
+        help="change points per board × model × figure, beyond noise, with what changed there",
+    )
+    hc.add_argument(
+        "--lab",
+        type=Path,
+        metavar="LAB_TOML",
+        help="only this lab's boards; its history database and [changes] sensitivity",
+    )
+    hc.add_argument(
+        "--policy",
+        type=Path,
+        metavar="POLICY",
+        help="a policy whose [changes] section sets the sensitivity (over the lab's)",
+    )
+    hc.add_argument(
+        "--since", metavar="DATE", help="only runs measured on or after DATE (YYYY-MM-DD)"
+    )
+    hc.add_argument(
+        "--attest",
+        type=Path,
+        metavar="FILE",
+        help="also write the changes as an in-toto statement signed by this host's key, "
+        "listing the reports (by digest) either side of each",
+    )
+    examples(
+        hc,
+        "edgequal history changes --lab lab.toml",
+        "edgequal history changes --device pi5-a --model classifier --since 2026-11-01 --json",
+    )
     hr = hsub.add_parser("record", help="verify reports and record them")
     hr.add_argument("reports", type=Path, nargs="+")
     examples(hr, "edgequal history record nightly/*.report.json --device pi5")
     hr.add_argument("--device", help="the device that must have signed them")
-    for q in (hl, hs, ht, hr):
+    for q in (hl, hs, ht, hr, hc):
         q.add_argument(
             "--db", metavar="URL", help="database URL (default: SQLite in the state dir)"
         )
-    for q in (hl, hs, ht):
+    for q in (hl, hs, ht, hc):
         q.add_argument("--device", help="only this device")
         q.add_argument("--model", help="only this model (name, name without extension, SHA-256)")
         q.add_argument("--json", action="store_true")

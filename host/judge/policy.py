@@ -136,8 +136,35 @@ SCHEMA: dict[str, dict[str, str]] = {
         **{f"max_{part}_{p}_ms": NUMBER for part in _PATH_PARTS for p in ("p50", "p99")},
         "max_preprocessing_abs": NUMBER,
     },
+    # Change points over the history (host/lab/changes.py: history changes, the fleet's
+    # JUnit): sensitivity over the lab's [changes]; keys as ChangeSettings.KEYS.
+    "changes": {
+        "p_value": NUMBER,
+        "min_points": INTEGER,
+        "permutations": INTEGER,
+        "seed": INTEGER,
+        "min_effect": NUMBER,
+        **{
+            f"min_effect_{k}": NUMBER
+            for k in (
+                "latency",
+                "tail",
+                "throughput",
+                "stability",
+                "cold",
+                "drift",
+                "memory",
+                "energy",
+            )
+        },  # fmt: skip
+    },
     "baseline": {
         "min_effect": NUMBER,
+        # SAME / DIFFERENT / UNKNOWN (host/judge/verdict.py: VERDICT_DEFAULTS).
+        "different_p": NUMBER,
+        "same_p_start": NUMBER,
+        "same_p_n": INTEGER,
+        "same_p_floor": NUMBER,
         "confidence": NUMBER,
         "iterations": INTEGER,
         "seed": INTEGER,
@@ -198,6 +225,8 @@ class Policy:
     edge_shape_labels: dict[str, dict] = field(default_factory=dict)
     pipeline: dict = field(default_factory=dict)
     runtime_envs: dict = field(default_factory=dict)
+    changes: dict = field(default_factory=dict)
+    """Change-point sensitivity (``[changes]``), applied by ``host/lab/changes.py``."""
 
     def to_json(self) -> dict:
         """The policy as JSON (the same sections and keys as the TOML)."""
@@ -216,6 +245,7 @@ class Policy:
             "coload",
             "pipeline",
             "runtime_envs",
+            "changes",
         ):
             out[section] = dict(getattr(self, section))
         out["edge_shapes"] = {
@@ -358,6 +388,7 @@ def parse_policy(data: dict, where: str = "<policy>") -> Policy:
         edge_shape_labels=sections.get("edge_shapes.labels", {}),
         pipeline=sections.get("pipeline", {}),
         runtime_envs=sections.get("runtime_envs", {}),
+        changes=sections.get("changes", {}),
     )
 
 

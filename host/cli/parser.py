@@ -122,6 +122,32 @@ def build_parser() -> argparse.ArgumentParser:
         help="sizes for an input with dynamic dimensions (repeat for each input)",
     )
     _add_edge_shape_flag(q)
+    q.add_argument(
+        "--baseline",
+        type=Path,
+        metavar="REPORT",
+        help="with --repeat-until-decided: the report whose model and golden set (by digest) "
+        "run interleaved with MODEL",
+    )
+    q.add_argument(
+        "--repeat-until-decided",
+        type=int,
+        metavar="N",
+        help="run MODEL and the baseline's artifacts in pairs on this device until their "
+        "p50s are SAME or DIFFERENT, at most N pairs (docs/gating.md)",
+    )
+    q.add_argument(
+        "--baseline-model",
+        type=Path,
+        metavar="FILE",
+        help="the baseline's model file (default: found by its digest beside REPORT or MODEL)",
+    )
+    q.add_argument(
+        "--baseline-golden",
+        type=Path,
+        metavar="FILE",
+        help="the baseline's golden set (default: found by its digest beside REPORT or MODEL)",
+    )
     _add_measurement_flags(q)
     add_connection_options(q)
     q.add_argument(

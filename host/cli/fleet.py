@@ -140,6 +140,7 @@ def cmd_fleet(args) -> int:
 def _noisy(args, lab, models) -> dict[str, str]:
     """``--skip-noisy``: the lab's boards too noisy (history) for a model of this run."""
     from ..lab.changes import ChangeSettings
+    from ..lab.fleet import NOISY_PREFIX
     from ..lab.history import History
     from ..lab.noise import noisy_boards
     from ..present.terminal.summary import print_note
@@ -156,7 +157,7 @@ def _noisy(args, lab, models) -> dict[str, str]:
     finally:
         history.close()
     for why in noisy.values():
-        print_note(f"left out (--skip-noisy): {why}")
+        print_note(f"left out (--skip-noisy): {why.removeprefix(NOISY_PREFIX)}")
     return noisy
 
 

@@ -66,7 +66,8 @@ drift: 100 % (a max absolute error doubling: smaller moves are rounding noise)."
 
 SAME_CHANGE_WINDOW = dt.timedelta(hours=36)
 """Two boards' changes are the same change when their first runs after it belong to one
-fleet run, or (runs outside a fleet) were measured within this of each other."""
+fleet run or were measured within this of each other: noise can place one board's change
+a night later than another's (its first slow night looked like the nights before)."""
 
 _MB = 1 << 20
 
@@ -314,6 +315,9 @@ class Change:
     boards: list[str] = field(default_factory=list)
     culprit: list[dict] = field(default_factory=list)
     operators: list[dict] = field(default_factory=list)
+    too_noisy: str | None = None
+    """Why the board is too noisy for this minimum effect (``lab/noise.py``), or None: a
+    change found there may be its noise moving (a neighbour's load, a clock), so read it so."""
 
     @property
     def worse(self) -> bool:
@@ -340,6 +344,8 @@ class Change:
         ops = [o for o in self.operators if o.get("ratio") is not None][:2]
         if ops:
             text += "; " + ", ".join(f"{o['op_type']} {(o['ratio'] - 1) * 100:+.0f} %" for o in ops)
+        if self.too_noisy:
+            text += f" (on a noisy board: {self.too_noisy})"
         return text
 
     def to_json(self) -> dict:
@@ -377,25 +383,35 @@ def _hashable(v: Any) -> Any:
     return v if isinstance(v, (str, int, float, bool, type(None))) else repr(v)
 
 
-def culprit(before: list[Point], after: list[Point]) -> list[dict]:
-    """Every fingerprint field that differs between the last run before and the first after,
-    ranked by how well it separates the runs before from those after (best first)."""
+def culprit(before: list[Point], after: list[Point], window: int = 1) -> list[dict]:
+    """Every fingerprint field that differs between the runs either side of the change,
+    ranked by how well it separates the runs before from those after (best first).
+
+    "Either side" spans ``window`` runs beyond the adjacent pair each way: under noise a
+    change's first slow run can look like the runs before it, so the detected point may
+    sit a run late (or early) of the night the firmware or model changed. Each field's
+    ``before``/``after`` are its values at its own change nearest the point.
+    """
     if not before or not after:
         return []
     fields_before = [fingerprint_fields(p.report.predicate, p.report.subjects) for p in before]
     fields_after = [fingerprint_fields(p.report.predicate, p.report.subjects) for p in after]
-    last, first = fields_before[-1], fields_after[0]
+    near = fields_before[-(window + 1) :] + fields_after[: window + 1]
+    split = min(window + 1, len(fields_before))  # index in ``near`` of the first run after
     out = []
-    for key in sorted(set(last) | set(first)):
-        if last.get(key) == first.get(key):
+    keys = sorted({k for f in near for k in f})
+    for key in keys:
+        steps = [i for i in range(1, len(near)) if near[i - 1].get(key) != near[i].get(key)]
+        if not steps:
             continue
+        i = min(steps, key=lambda j: (abs(j - split), j))  # the step nearest the point
         score = _separation([f.get(key) for f in fields_before], [f.get(key) for f in fields_after])
         out.append(
             {
                 "field": key,
                 "category": change_category(key),
-                "before": last.get(key),
-                "after": first.get(key),
+                "before": near[i - 1].get(key),
+                "after": near[i].get(key),
                 "separation": round(score, 3),
             }
         )
@@ -500,7 +516,7 @@ def series_changes(s: Series, settings: ChangeSettings) -> list[Change]:
                     min_effect=min_effect,
                     reports_before=[p.envelope_sha256 for p in before],
                     reports_after=[p.envelope_sha256 for p in after],
-                    culprit=culprit(before, after),
+                    culprit=culprit(before, after, settings.min_points),
                     operators=operator_diff(before, after),
                 )
             )
@@ -510,9 +526,10 @@ def series_changes(s: Series, settings: ChangeSettings) -> list[Change]:
 def _same_change(a: Change, b: Change) -> bool:
     if (a.model, a.preset, a.figure) != (b.model, b.preset, b.figure) or a.worse != b.worse:
         return False
-    fa, fb = a.first_after.get("fleet_run"), b.first_after.get("fleet_run")
-    if fa and fb:
-        return fa == fb
+    if a.first_after.get("fleet_run") and a.first_after["fleet_run"] == b.first_after.get(
+        "fleet_run"
+    ):
+        return True
     ta = dt.datetime.strptime(a.first_after["measured_at"], "%Y-%m-%dT%H:%M:%SZ")
     tb = dt.datetime.strptime(b.first_after["measured_at"], "%Y-%m-%dT%H:%M:%SZ")
     return abs(ta - tb) <= SAME_CHANGE_WINDOW
@@ -568,4 +585,7 @@ def find_changes(rows: Iterable[Mapping], settings: ChangeSettings | None = None
         score = series_noise(s, own, settings.min_effect["latency"])
         if score is not None:
             noise.append(score)
+            if score.too_noisy:
+                for c in own:
+                    c.too_noisy = score.message()
     return ChangeReport(series, changes, settings, noise)

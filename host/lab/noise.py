@@ -108,7 +108,12 @@ def noisy_boards(rows, devices, models, settings) -> dict[str, str]:
     rows = [r for r in rows if r["device"] in devices]
     report = find_changes(rows, settings)
     out: dict[str, str] = {}
+    from .fleet import NOISY_PREFIX
+
     for score in report.noise:
         if score.too_noisy and score.model in models:
-            out.setdefault(score.device, score.message())
+            out.setdefault(
+                score.device,
+                f"{NOISY_PREFIX}{score.message()}; left out by --skip-noisy until it is quieter",
+            )
     return out

@@ -236,10 +236,10 @@ def render_trend_page(
     index = []
     for i, ((device, model), rows) in enumerate(trends.items()):
         anchor = f"t{i}"
-        changes = sum(1 for r in rows if r.get("changes"))
+        changed = sum(1 for r in rows if r.get("changes"))
         index.append(
             f'<li><a href="#{anchor}">{_e(model)} on {_e(device)}</a> '
-            f'<span class="muted">({len(rows)} runs, {changes} with changes)</span></li>'
+            f'<span class="muted">({len(rows)} runs, {changed} with changes)</span></li>'
         )
         figure = trend_figure(device, model, rows, changes) or '<p class="muted">no runs</p>'
         sections.append(

@@ -514,6 +514,12 @@ def _add_gate_parsers(sub) -> None:
     gt.add_argument("--junit", type=Path, metavar="FILE", help="write JUnit XML here")
     gt.add_argument("--json", action="store_true", help="print the verdict as JSON")
     gt.add_argument("--device", help="the device that must have signed the report")
+    gt.add_argument(
+        "--history",
+        metavar="URL",
+        help="history database: mark the board too noisy for the policy's minimum effect "
+        "(CV of its recorded clean p50 × 3 > it; docs/history.md)",
+    )
     gt.add_argument("--html", type=Path, metavar="PAGE", help="also write the report page here")
     gt.add_argument(
         "--attest",

@@ -2,8 +2,10 @@
 into the run's JUnit and its Prometheus directory.
 
 A change is **new** in a fleet run when the history with that run's reports shows it and
-the history without them did not: a change is seen only once ``min_points`` runs follow
-it, so it is usually new a few nights after its first run after it.
+the history without them did not (the same series, figure and direction within
+``min_points`` runs: more nights can move a point a run or two): a change is seen only
+once ``min_points`` runs follow it, so it is usually new a few nights after its first run
+after it.
 Each new change that made a figure worse (slower, less throughput, more memory or drift)
 by at least the sensitivity's minimum effect (the lab's ``[changes]``, then the gate
 policy's) is one failing test case of the suite ``edgequal changes LAB`` in the run's
@@ -20,8 +22,15 @@ from pathlib import Path
 from .changes import ChangeReport, ChangeSettings, find_changes
 
 
-def _key(c) -> tuple:
-    return (c.device, c.model, c.preset, c.figure, c.first_after["run_id"])
+def _seen(c, before: list, window: int) -> bool:
+    """Whether ``before`` had ``c`` already: the same series, figure and direction, its
+    point within ``window`` runs (more nights can move a point a run or two)."""
+    return any(
+        (b.device, b.model, b.preset, b.figure, b.worse)
+        == (c.device, c.model, c.preset, c.figure, c.worse)
+        and abs(b.index - c.index) <= window
+        for b in before
+    )
 
 
 def fleet_changes(history, devices: set[str], fleet_run: str, settings: ChangeSettings):
@@ -31,8 +40,8 @@ def fleet_changes(history, devices: set[str], fleet_run: str, settings: ChangeSe
     rows = [r for r in history.runs() if r["device"] in devices]
     found = find_changes(rows, settings)
     before = find_changes([r for r in rows if fleet_run_of(r.get("cell")) != fleet_run], settings)
-    seen = {_key(c) for c in before.changes}
-    return found, [c for c in found.changes if _key(c) not in seen]
+    new = [c for c in found.changes if not _seen(c, before.changes, settings.min_points)]
+    return found, new
 
 
 def report_fleet_changes(

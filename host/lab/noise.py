@@ -117,3 +117,24 @@ def noisy_boards(rows, devices, models, settings) -> dict[str, str]:
                 f"{NOISY_PREFIX}{score.message()}; left out by --skip-noisy until it is quieter",
             )
     return out
+
+
+def noise_for_report(
+    history, device: str, model_sha256: str, preset: str | None, min_effect: float
+) -> NoiseScore | None:
+    """The noise score of the series a gated report belongs to (its board, its model by
+    digest, its preset) from ``history``, judged against ``min_effect`` (the policy's
+    baseline minimum effect); None without enough recorded runs."""
+    from .changes import ChangeSettings, find_changes
+
+    rows = [
+        r
+        for r in history.runs(device=device, model=model_sha256)
+        if (r.get("preset") or None) == (preset or None)
+    ]
+    if not rows:
+        return None
+    settings = ChangeSettings()
+    settings = settings.updated({"min_effect_latency": min_effect}, "the policy's baseline")
+    scores = find_changes(rows, settings).noise
+    return scores[0] if scores else None

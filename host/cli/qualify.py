@@ -185,14 +185,14 @@ def cmd_qualify(args) -> int:
 
 
 def _qualify_repeated(args, policy) -> int:
-    """``qualify MODEL --baseline REPORT --repeat-until-decided N`` (host/devices/repeat.py):
+    """``qualify MODEL --baseline REPORT --repeat-until-decided N`` (host/judge/repeat.py):
     exit 0 SAME or faster, 1 DIFFERENT and slower, or still UNKNOWN after N pairs."""
     import json
 
-    from ..devices.repeat import baseline_artifact, repeat_until_decided
     from ..devices.trust import KnownDevices
     from ..errors import UsageError
     from ..judge.policy import BASELINE_DEFAULTS
+    from ..judge.repeat import baseline_artifact, repeat_until_decided
     from ..judge.report_file import load_report
     from ..present.terminal.summary import print_note, print_table, write_json
 

@@ -80,7 +80,7 @@ def repeat_until_decided(
     """Run pairs through ``run(side)`` (``"baseline"`` or ``"candidate"``: one qualification,
     returning ``{"predicate", "path"}``) until the verdict is SAME or DIFFERENT or
     ``max_pairs`` are spent."""
-    from ..judge.verdict import UNKNOWN, decide
+    from .verdict import UNKNOWN, decide
 
     if max_pairs < 1:
         raise UsageError(f"--repeat-until-decided needs at least 1 pair, got {max_pairs}")

@@ -193,8 +193,12 @@ def _cmd_fleet_health(args) -> int:
         wait_s=_wait_s(args.wait),
         retries=max(0, args.retries),
     )
+    noise = _health_noise(args, lab)
     if args.json:
-        write_json(json.dumps([c.to_json() for c in checks], indent=1, default=str))
+        out = [c.to_json() for c in checks]
+        for entry in out:
+            entry["noise"] = [n.to_json() for n in noise if n.device == entry.get("device")]
+        write_json(json.dumps(out, indent=1, default=str))
     else:
         rows = []
         for c in checks:
@@ -231,7 +235,28 @@ def _cmd_fleet_health(args) -> int:
         ]
         print_table(f"health {lab.name}", columns, rows)
         print_note(f"health state: {state_path}")
+    for n in noise:
+        if n.too_noisy:
+            print_note(n.message())
     return 0 if all(c.healthy for c in checks) else 1
+
+
+def _health_noise(args, lab) -> list:
+    """``fleet health``: each board × model's noise score from the history (``--history``,
+    else the lab's database when it names one; none otherwise). A mark, not a failure."""
+    from ..lab.changes import ChangeSettings, find_changes
+    from ..lab.history import History
+
+    url = args.history or (lab.history_url.read("lab history_url") if lab.history_url else None)
+    if url is None:
+        return []
+    history = History.open(url)
+    try:
+        devices = {d.name for d in lab.devices}
+        rows = [r for r in history.runs() if r["device"] in devices]
+    finally:
+        history.close()
+    return find_changes(rows, ChangeSettings().updated(lab.changes, str(lab.path))).noise
 
 
 def _disk_text(disk: dict) -> str:

@@ -660,6 +660,12 @@ def _add_fleet_parsers(sub) -> None:
     fh.add_argument("--wait", nargs="?", const="forever", metavar="TIMEOUT")
     fh.add_argument("--retries", type=int, default=1)
     fh.add_argument("--json", action="store_true")
+    fh.add_argument(
+        "--history",
+        metavar="URL",
+        help="also score each board's noise from this history database (default: the lab's, "
+        "when it names one): too noisy when CV of the clean p50 × 3 > the minimum effect",
+    )
 
     # One command, ``edgequal approve`` (docs/fleet.md): approving is about one report.
     fa = sub.add_parser(

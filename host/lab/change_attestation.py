@@ -38,6 +38,8 @@ _CHANGE_FIELDS = (
     "n_after",
     "min_effect",
     "boards",
+    "worse",
+    "too_noisy",
     "culprit",
     "reports_before",
     "reports_after",

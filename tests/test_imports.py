@@ -12,7 +12,16 @@ from pathlib import Path
 import edgequal.agent
 
 AGENT_DIR = Path(edgequal.agent.__file__).parent
-HEAVY = ["onnxruntime", "ai_edge_litert", "tflite_runtime", "rich", "paramiko", "onnx"]
+HEAVY = [
+    "onnxruntime",
+    "ai_edge_litert",
+    "tflite_runtime",
+    "rich",
+    "paramiko",
+    "onnx",
+    "scipy",
+    "ruptures",
+]
 
 
 def _modules_after(code: str) -> set[str]:

@@ -31,3 +31,28 @@ def read_rss_bytes(pid: int, proc_root: str | os.PathLike | None = None) -> int:
         import psutil
 
         return psutil.Process(pid).memory_info().rss
+
+
+def parse_vm_hwm(text: str) -> int | None:
+    """The peak resident bytes (``VmHWM:`` in kB) of a ``/proc/PID/status`` text, or None."""
+    for line in text.splitlines():
+        if line.startswith("VmHWM:"):
+            parts = line.split()
+            return int(parts[1]) * 1024 if len(parts) >= 2 and parts[1].isdigit() else None
+    return None
+
+
+def read_peak_rss_bytes(pid: int, proc_root: str | os.PathLike | None = None) -> int | None:
+    """Peak resident set size of ``pid``'s own memory (``VmHWM`` of its status), or None
+    where there is no /proc.
+
+    Not ``ru_maxrss``: Linux keeps that across ``execve`` from the copy of the parent's
+    memory that ``fork`` made, so a worker started by an agent of 80 MB reports at least
+    80 MB whatever its model uses; ``VmHWM`` belongs to the memory the process has now.
+    """
+    path = Path(proc_root or default_proc_root()) / str(pid) / "status"
+    try:
+        with open(path) as f:
+            return parse_vm_hwm(f.read())
+    except OSError:
+        return None

@@ -44,7 +44,14 @@ def rss_bytes() -> int:
 
 
 def peak_rss_bytes() -> int:
-    """Peak resident set size of this process (ru_maxrss is KiB on Linux, bytes on macOS)."""
+    """Peak resident set size of this process: ``VmHWM`` where there is a /proc
+    (``probes/memory.py``: ru_maxrss there counts the agent's memory the worker was forked
+    from), else ru_maxrss (KiB on Linux, bytes on macOS)."""
+    from ..probes.memory import read_peak_rss_bytes
+
+    peak = read_peak_rss_bytes(os.getpid())
+    if peak is not None:
+        return peak
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak if sys.platform == "darwin" else peak * 1024
 

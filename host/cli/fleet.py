@@ -27,7 +27,46 @@ def _history_recorder(args, lab):
         return None
     url = args.history or (lab.history_url.read("lab history_url") if lab.history_url else None)
     history = History.open(url)
-    return lambda path, device, cell: history.record_file(path, device=device, cell=cell)
+
+    def recorder(path, device, cell):
+        return history.record_file(path, device=device, cell=cell)
+
+    recorder.history = history  # read again after the run for its change points
+    return recorder
+
+
+def _change_settings(args, lab):
+    """The lab's ``[changes]``, then the gate policy's; None when neither has one (a fleet
+    run then looks for no change points)."""
+    from ..lab.changes import ChangeSettings
+
+    policy = load_gate_policy(args.gate) if getattr(args, "gate", None) else None
+    if not lab.changes and not (policy and policy.changes):
+        return None
+    settings = ChangeSettings().updated(lab.changes, str(lab.path))
+    return settings.updated(policy.changes, str(args.gate)) if policy else settings
+
+
+def _report_changes(args, lab, runner, recorder, options) -> int:
+    """New change points of this fleet run: the JUnit suite, changes.prom, the notes;
+    returns how many made a figure worse (docs/history.md)."""
+    from ..lab.fleet_changes import report_fleet_changes
+    from ..present.terminal.summary import print_note
+
+    settings = _change_settings(args, lab)
+    if settings is None or recorder is None:
+        return 0
+    new = report_fleet_changes(
+        recorder.history,
+        lab,
+        runner.cell_prefix,
+        settings,
+        options.out_dir,
+        getattr(args, "prometheus", None),
+    )
+    for c in new:
+        print_note(("new change: " if c.worse else "new change (better): ") + c.headline())
+    return sum(1 for c in new if c.worse)
 
 
 def _run_fleet(lab, models, options, args, title: str, **kwargs) -> int:
@@ -35,7 +74,8 @@ def _run_fleet(lab, models, options, args, title: str, **kwargs) -> int:
     from ..present.terminal.summary import FleetMatrix, print_note, print_table
 
     notes = kwargs.pop("notes", None)
-    runner = FleetRunner(lab, models, options, record_report=_history_recorder(args, lab), **kwargs)
+    recorder = _history_recorder(args, lab)
+    runner = FleetRunner(lab, models, options, record_report=recorder, **kwargs)
     matrix = FleetMatrix(
         title, [m.name for m in models], list(dict.fromkeys(r.device for r in runner.result.runs))
     )
@@ -60,8 +100,10 @@ def _run_fleet(lab, models, options, args, title: str, **kwargs) -> int:
         for r in result.runs
     ]
     print_table(title, ["model", "device", "state", "attempts", "gate", "why"], rows)
+    worse = _report_changes(args, lab, runner, recorder, options)
     print_note(f"reports, index.json, junit.xml and index.html in {options.out_dir}")
-    return result.exit_code()
+    code = result.exit_code()
+    return 1 if worse and code == 0 else code
 
 
 def load_fleet_lab(path):
@@ -150,6 +192,8 @@ def cmd_fleet(args) -> int:
     models = load_models(args.models)
     wait_s = _wait_s(args.wait)
     unhealthy = HealthState.load(args.health_file or default_health_path(lab)).unhealthy()
+    if args.skip_noisy:
+        unhealthy = {**_noisy(args, lab, models), **unhealthy}
     overrides = {"sustain_s": parse_duration_s(args.sustain)} if args.sustain else {}
     overrides.update(length_flags(args))
     _print_fleet_plans(models, args.plan, overrides, args.gate)
@@ -166,6 +210,30 @@ def cmd_fleet(args) -> int:
         unhealthy=unhealthy,
     )
     return _run_fleet(lab, models, options, args, f"fleet {lab.name}")
+
+
+def _noisy(args, lab, models) -> dict[str, str]:
+    """``--skip-noisy``: the lab's boards too noisy (history) for a model of this run."""
+    from ..lab.changes import ChangeSettings
+    from ..lab.fleet import NOISY_PREFIX
+    from ..lab.history import History
+    from ..lab.noise import noisy_boards
+    from ..present.terminal.summary import print_note
+
+    settings = ChangeSettings().updated(lab.changes, str(lab.path))
+    if args.gate:
+        settings = settings.updated(load_gate_policy(args.gate).changes, str(args.gate))
+    url = args.history or (lab.history_url.read("lab history_url") if lab.history_url else None)
+    history = History.open(url)
+    try:
+        noisy = noisy_boards(
+            history.runs(), {d.name for d in lab.devices}, {m.name for m in models}, settings
+        )
+    finally:
+        history.close()
+    for why in noisy.values():
+        print_note(f"left out (--skip-noisy): {why.removeprefix(NOISY_PREFIX)}")
+    return noisy
 
 
 def _print_fleet_plans(models, preset: str, overrides: dict, policy_path) -> None:
@@ -200,8 +268,12 @@ def _cmd_fleet_health(args) -> int:
         wait_s=_wait_s(args.wait),
         retries=max(0, args.retries),
     )
+    noise = _health_noise(args, lab)
     if args.json:
-        write_json(json.dumps([c.to_json() for c in checks], indent=1, default=str))
+        out = [c.to_json() for c in checks]
+        for entry in out:
+            entry["noise"] = [n.to_json() for n in noise if n.device == entry.get("device")]
+        write_json(json.dumps(out, indent=1, default=str))
     else:
         rows = []
         for c in checks:
@@ -238,7 +310,28 @@ def _cmd_fleet_health(args) -> int:
         ]
         print_table(f"health {lab.name}", columns, rows)
         print_note(f"health state: {state_path}")
+    for n in noise:
+        if n.too_noisy:
+            print_note(n.message())
     return 0 if all(c.healthy for c in checks) else 1
+
+
+def _health_noise(args, lab) -> list:
+    """``fleet health``: each board × model's noise score from the history (``--history``,
+    else the lab's database when it names one; none otherwise). A mark, not a failure."""
+    from ..lab.changes import ChangeSettings, find_changes
+    from ..lab.history import History
+
+    url = args.history or (lab.history_url.read("lab history_url") if lab.history_url else None)
+    if url is None:
+        return []
+    history = History.open(url)
+    try:
+        devices = {d.name for d in lab.devices}
+        rows = [r for r in history.runs() if r["device"] in devices]
+    finally:
+        history.close()
+    return find_changes(rows, ChangeSettings().updated(lab.changes, str(lab.path))).noise
 
 
 def _disk_text(disk: dict) -> str:
@@ -351,6 +444,12 @@ def add_parsers(sub) -> None:
     )
     fr.add_argument("--gate", type=Path, metavar="POLICY", help="gate every report on POLICY")
     fr.add_argument(
+        "--skip-noisy",
+        action="store_true",
+        help="leave out boards whose history is too noisy for the minimum effect "
+        "(CV of the clean p50 × 3 > it; docs/history.md)",
+    )
+    fr.add_argument(
         "--wait",
         nargs="?",
         const="forever",
@@ -396,6 +495,12 @@ def add_parsers(sub) -> None:
         help="accept fingerprint changes (a deliberate update) as the new healthy state",
     )
     fh.add_argument("--wait", nargs="?", const="forever", metavar="TIMEOUT")
+    fh.add_argument(
+        "--history",
+        metavar="URL",
+        help="also score each board's noise from this history database (default: the lab's, "
+        "when it names one): too noisy when CV of the clean p50 × 3 > the minimum effect",
+    )
     fh.add_argument("--retries", type=int, default=1)
     fh.add_argument("--json", action="store_true")
 

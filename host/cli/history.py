@@ -13,6 +13,8 @@ def cmd_history(args) -> int:
     from ..lab.history import History
     from ..present.terminal.summary import print_note, print_table, write_json
 
+    if args.history_command == "changes":
+        return _history_changes(args)
     history = History.open(args.db)
     if args.history_command == "record":
         from ..devices.trust import KnownDevices
@@ -45,9 +47,11 @@ def cmd_history(args) -> int:
         return 0
     trends = history.trends(device=args.device, model=args.model, limit=args.limit)
     if args.html:
+        from ..lab.changes import find_changes
         from ..present.html.trend import write_trend_page
 
-        write_trend_page(args.html, trends, source=history.url_for_display)
+        found = find_changes(history.runs(device=args.device, model=args.model))
+        write_trend_page(args.html, trends, source=history.url_for_display, changes=found.changes)
     if args.json:
         payload = [{"device": d, "model": m, "runs": rows} for (d, m), rows in trends.items()]
         write_json(json.dumps(payload, indent=1, default=str))
@@ -117,8 +121,114 @@ def _history_show(history, args) -> int:
     return 0
 
 
+def _since(text: str | None):
+    """``--since DATE`` as the UTC midnight starting that day (or the given time)."""
+    import datetime as dt
+
+    from ..errors import UsageError
+
+    if not text:
+        return None
+    try:
+        when = dt.datetime.fromisoformat(text)
+    except ValueError as e:
+        raise UsageError(f"--since {text!r} is not a date", hint="e.g. --since 2026-11-01") from e
+    return when if when.tzinfo else when.replace(tzinfo=dt.timezone.utc)
+
+
+def _history_changes(args) -> int:
+    """``history changes``: change points of every series (host/lab/changes.py)."""
+    import json
+
+    from ..lab.changes import ChangeSettings, find_changes
+    from ..lab.history import History
+    from ..present.terminal.summary import print_note, print_table, write_json
+
+    settings = ChangeSettings()
+    url = args.db
+    devices = None
+    if args.lab:
+        from ..lab.inventory import load_lab
+
+        lab = load_lab(args.lab)
+        devices = {d.name for d in lab.devices}
+        settings = settings.updated(lab.changes, str(args.lab))
+        if url is None and lab.history_url:
+            url = lab.history_url.read("lab history_url")
+    if args.policy:
+        from ..judge.policy import load_policy
+
+        settings = settings.updated(load_policy(args.policy).changes, str(args.policy))
+    history = History.open(url)
+    rows = history.runs(device=args.device, model=args.model, since=_since(args.since))
+    if devices is not None:
+        rows = [r for r in rows if r["device"] in devices]
+    found = find_changes(rows, settings)
+    if args.attest:
+        from ..lab.change_attestation import write_changes_attestation
+
+        write_changes_attestation(found, args.attest)
+    if args.json:
+        write_json(json.dumps(found.to_json(), indent=1, default=str))
+        return 0
+    noise = {(n.device, n.model, n.preset): n for n in found.noise}
+
+    def cv(s) -> str:
+        n = noise.get((s.device, s.model, s.preset))
+        return "" if n is None else f"{n.cv:.1%}" + (" too noisy" if n.too_noisy else "")
+
+    print_table(
+        f"series ({history.url_for_display})",
+        ["device", "model", "preset", "runs", "gaps", "CV of p50"],
+        [
+            [s.device, s.model, s.preset or "", str(len(s.points)), str(len(s.gaps)), cv(s)]
+            for s in found.series
+        ],
+    )
+    for why in found.too_noisy().values():
+        print_note(why)
+    if not found.changes:
+        print_note(
+            f"no change beyond noise in {len(found.series)} series "
+            f"(p ≤ {settings.p_value:g}, {found.gap_count} inconclusive or incomplete runs left out)"
+        )
+        if args.attest:
+            print_note(f"signed change points: {args.attest}")
+        return 0
+    print_table(
+        "changes",
+        ["first run after", "device", "model", "figure", "before", "after", "ratio [95 % CI]",
+         "p", "boards", "changed there"],
+        [_change_row(c) for c in found.changes],
+    )  # fmt: skip
+    for c in found.changes:
+        print_note(c.headline())
+    if args.attest:
+        print_note(f"signed change points: {args.attest}")
+    return 0
+
+
+def _change_row(c) -> list[str]:
+    ratio = "" if c.ratio is None else f"×{c.ratio:.3f}"
+    if c.ratio_ci:
+        ratio += f" [{c.ratio_ci[0]:.3f}, {c.ratio_ci[1]:.3f}]"
+    why = ", ".join(f"{x['field']} {x['before']} → {x['after']}" for x in c.culprit[:3])
+    return [
+        f"{(c.first_after['measured_at'] or '')[:19]} {c.first_after['run_id']}",
+        c.device,
+        c.model,
+        c.figure,
+        f"{c.median_before:.4g} {c.unit}".strip(),
+        f"{c.median_after:.4g} {c.unit}".strip(),
+        ratio,
+        f"{c.p_value:.3g}",
+        ", ".join(c.boards),
+        why,
+    ]
+
+
 def add_parsers(sub) -> None:
-    """``history list``, ``show``, ``trend`` and ``record``: their flags."""
+    """``history list``, ``show``, ``trend``, ``record`` and ``changes``: their flags."""
     h = sub.add_parser("history", help="verified reports over time (docs/fleet.md)")
     examples(h, "edgequal history list", "edgequal history trend --device pi5-a --model classifier")
     hsub = h.add_subparsers(dest="history_command", required=True)
@@ -158,11 +268,42 @@ def add_parsers(sub) -> None:
         "under the model's name there, as fleet run records it (--model finds it by that name)",
     )
     hr.add_argument("--device", help="the device that must have signed them")
-    for q in (hl, hs, ht, hr):
+    hc = hsub.add_parser(
+        "changes",
+        help="change points per board × model × figure, beyond noise, with what changed there",
+    )
+    hc.add_argument(
+        "--lab",
+        type=Path,
+        metavar="LAB_TOML",
+        help="only this lab's boards; its history database and [changes] sensitivity",
+    )
+    hc.add_argument(
+        "--policy",
+        type=Path,
+        metavar="POLICY",
+        help="a policy whose [changes] section sets the sensitivity (over the lab's)",
+    )
+    hc.add_argument(
+        "--since", metavar="DATE", help="only runs measured on or after DATE (YYYY-MM-DD)"
+    )
+    hc.add_argument(
+        "--attest",
+        type=Path,
+        metavar="FILE",
+        help="also write the changes as an in-toto statement signed by this host's key, "
+        "listing the reports (by digest) either side of each",
+    )
+    examples(
+        hc,
+        "edgequal history changes --lab lab.toml",
+        "edgequal history changes --device pi5-a --model classifier --since 2026-11-01 --json",
+    )
+    for q in (hl, hs, ht, hr, hc):
         q.add_argument(
             "--db", metavar="URL", help="database URL (default: SQLite in the state dir)"
         )
-    for q in (hl, hs, ht):
+    for q in (hl, hs, ht, hc):
         q.add_argument("--device", help="only this device")
         q.add_argument("--model", help="only this model (name, name without extension, SHA-256)")
         q.add_argument("--json", action="store_true")

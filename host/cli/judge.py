@@ -87,7 +87,8 @@ def cmd_gate_compare_report(args) -> int:
         result = gate(args.report, policy=policy, device=args.device, baseline=args.baseline)
         if args.attest:
             _attest(args, result, policy)
-        return _finish_gate(args, result)
+        noise = _board_noise(args, policy) if args.history else None
+        return _finish_gate(args, result, noise)
     known = KnownDevices()
     reports = [
         load_report(p, known=known, device=getattr(args, "device", None)) for p in args.reports
@@ -153,11 +154,35 @@ def cmd_key(args) -> int:
     return 0
 
 
-def _finish_gate(args, result) -> int:
-    """JUnit, page, and the verdict on the screen or as JSON; the gate's exit code."""
+def _board_noise(args, policy):
+    """``gate --history URL``: the noise score of the report's board × model × preset."""
+    from ..devices.trust import KnownDevices
+    from ..judge.report_file import load_report
+    from ..lab.history import History
+    from ..lab.noise import noise_for_report
+
+    report = load_report(args.report, known=KnownDevices(), device=args.device)
+    if not report.verified or not report.subjects:
+        return None
+    history = History.open(args.history)
+    try:
+        return noise_for_report(
+            history,
+            report.device_name,
+            report.subjects[0]["sha256"],
+            (report.predicate.get("plan") or {}).get("preset"),
+            policy.baseline["min_effect"],
+        )
+    finally:
+        history.close()
+
+
+def _finish_gate(args, result, noise=None) -> int:
+    """JUnit, page, and the verdict on the screen or as JSON; the gate's exit code.
+    ``noise``: the board's noise score (``gate --history``), shown beside the verdict."""
     import json
 
-    from ..present.terminal.summary import print_gate_result, write_json
+    from ..present.terminal.summary import print_gate_result, print_note, write_json
 
     if getattr(args, "junit", None):
         from ..judge.junit import write_junit
@@ -172,9 +197,14 @@ def _finish_gate(args, result) -> int:
             args.html, [load_report(result.report, known=KnownDevices())], gate=[result]
         )
     if args.command == "gate" and args.json:
-        write_json(json.dumps(result.to_json(), indent=1))
+        out = result.to_json()
+        if noise is not None:
+            out["board_noise"] = noise.to_json()
+        write_json(json.dumps(out, indent=1))
     elif args.command == "gate" or not args.json:  # qualify --json keeps stdout one JSON document
         print_gate_result(result.to_json())
+    if noise is not None and noise.too_noisy:
+        print_note(noise.message())
     return 0 if result.passed else 1
 
 
@@ -227,6 +257,12 @@ def add_parsers(sub) -> None:
     gt.add_argument("report", type=Path)
     gt.add_argument("--policy", type=Path, required=True, help="policy TOML (docs/gating.md)")
     gt.add_argument("--baseline", type=Path, help="the last approved report to compare with")
+    gt.add_argument(
+        "--history",
+        metavar="URL",
+        help="history database: mark the board too noisy for the policy's minimum effect "
+        "(CV of its recorded clean p50 × 3 > it; docs/history.md)",
+    )
     gt.add_argument("--junit", type=Path, metavar="FILE", help="write JUnit XML here")
     gt.add_argument("--json", action="store_true", help="print the verdict as JSON")
     gt.add_argument("--device", help="the device that must have signed the report")

@@ -173,6 +173,8 @@ def cmd_qualify(args) -> int:
     check_shapes(model, runtime, flags_plan.shapes)
     if args.model_signature is not None and not args.model_signature.is_file():
         raise UsageError(f"model signature not found: {args.model_signature}")
+    if args.repeat_until_decided is not None or args.baseline is not None:
+        return _qualify_repeated(args, policy)
     with open_device_from_args(args) as device:
         # The preset, then the profile (--profile, else the fingerprint's), then the flags.
         plan = device.plan(args.plan, profile=args.profile, **_plan_flags(args))
@@ -205,6 +207,89 @@ def cmd_qualify(args) -> int:
     if report.interrupted:
         print_note(f"run {report.run_id} was cancelled; its signed report is above")
     return report.exit_code
+
+
+def _qualify_repeated(args, policy) -> int:
+    """``qualify MODEL --baseline REPORT --repeat-until-decided N`` (host/judge/repeat.py):
+    exit 0 SAME or faster, 1 DIFFERENT and slower, or still UNKNOWN after N pairs."""
+    import json
+
+    from ..devices.trust import KnownDevices
+    from ..errors import UsageError
+    from ..judge.policy import BASELINE_DEFAULTS
+    from ..judge.repeat import baseline_artifact, repeat_until_decided
+    from ..judge.report_file import load_report
+    from ..present.terminal.summary import print_note, print_table, write_json
+
+    if args.baseline is None or args.repeat_until_decided is None:
+        raise UsageError("--baseline and --repeat-until-decided go together")
+    base = load_report(args.baseline, known=KnownDevices(), require=True)
+    roles = {s.get("role") or ("model" if i == 0 else None): s for i, s in enumerate(base.subjects)}
+    where = [args.baseline.parent, args.model.parent]
+    base_model = baseline_artifact(
+        roles["model"]["sha256"],
+        roles["model"]["name"],
+        [args.baseline_model] if args.baseline_model else where,
+        "--baseline-model",
+    )
+    base_golden = None
+    if roles.get("golden"):
+        base_golden = baseline_artifact(
+            roles["golden"]["sha256"],
+            roles["golden"]["name"],
+            [args.baseline_golden] if args.baseline_golden else where,
+            "--baseline-golden",
+        )
+    settings = {**BASELINE_DEFAULTS, **(policy.baseline if policy else {})}
+    with open_device_from_args(args) as device:
+        plan = device.plan(args.plan, profile=args.profile, **_plan_flags(args))
+
+        def run(side: str) -> dict:
+            model, golden = (
+                (base_model, base_golden) if side == "baseline" else (args.model, args.golden)
+            )
+            report = device.qualify(model, golden, plan=plan, on_notice=print_note)
+            return {"predicate": report.predicate, "path": report.path}
+
+        def progress(result) -> None:
+            v = result.verdict
+            print_note(
+                f"pair {result.pairs}: baseline {result.baseline_p50_ms[-1]:.4g} ms, "
+                f"candidate {result.candidate_p50_ms[-1]:.4g} ms: {v['verdict']} ({v['why']})"
+            )
+
+        result = repeat_until_decided(
+            run, args.repeat_until_decided, settings["min_effect"], settings, progress
+        )
+    verdict = result.verdict
+    slower = verdict["ratio"] is not None and verdict["ratio"] > 1.0
+    if args.json:
+        write_json(json.dumps(result.to_json(), indent=1))
+    else:
+        print_table(
+            f"{printable_name(args.model)} against {printable_name(base_model)}",
+            ["pairs", "baseline p50 (median)", "candidate p50 (median)", "ratio", "verdict"],
+            [
+                [
+                    str(result.pairs),
+                    f"{sorted(result.baseline_p50_ms)[len(result.baseline_p50_ms) // 2]:.4g} ms",
+                    f"{sorted(result.candidate_p50_ms)[len(result.candidate_p50_ms) // 2]:.4g} ms",
+                    "" if verdict["ratio"] is None else f"×{verdict['ratio']:.3f}",
+                    f"{verdict['verdict']}: {verdict['why']}",
+                ]
+            ],
+        )
+    if verdict["verdict"] == "UNKNOWN":
+        print_note(f"still UNKNOWN after {result.pairs} pairs: raise --repeat-until-decided")
+        return 1
+    return 1 if verdict["verdict"] == "DIFFERENT" and slower else 0
+
+
+def printable_name(path) -> str:
+    """A file's name for a table title."""
+    from ..devices.qualify import printable
+
+    return printable(path.name)
 
 
 def cmd_golden_make(args) -> int:
@@ -402,6 +487,32 @@ def add_parsers(sub) -> None:
         "$XDG_STATE_HOME/edgequal/reports, ~/.local/state/edgequal/reports)",
     )
     q.add_argument("--json", action="store_true", help="print the verified predicate as JSON")
+    q.add_argument(
+        "--baseline",
+        type=Path,
+        metavar="REPORT",
+        help="with --repeat-until-decided: the report whose model and golden set (by digest) "
+        "run interleaved with MODEL",
+    )
+    q.add_argument(
+        "--repeat-until-decided",
+        type=int,
+        metavar="N",
+        help="run MODEL and the baseline's artifacts in pairs on this device until their "
+        "p50s are SAME or DIFFERENT, at most N pairs (docs/gating.md)",
+    )
+    q.add_argument(
+        "--baseline-model",
+        type=Path,
+        metavar="FILE",
+        help="the baseline's model file (default: found by its digest beside REPORT or MODEL)",
+    )
+    q.add_argument(
+        "--baseline-golden",
+        type=Path,
+        metavar="FILE",
+        help="the baseline's golden set (default: found by its digest beside REPORT or MODEL)",
+    )
     q.add_argument(
         "--gate",
         type=Path,

@@ -142,10 +142,14 @@ def compare_latency(base_entry: dict, cand_entry: dict, settings: dict) -> dict:
             iterations=settings["iterations"],
             seed=settings["seed"],
         )
+        from .verdict import decide
+
         return {
             "median_ratio": ratio.to_json(),
             "mann_whitney": mann_whitney_u(a, b).to_json(),
             "verdict": judge_ratio(ratio, settings["min_effect"]),
+            # SAME / DIFFERENT / UNKNOWN (verdict.py), beside the interval's verdict.
+            "three_way": decide(a, b, settings["min_effect"], settings).to_json(),
             "min_effect": settings["min_effect"],
         }
     # Reports without raw samples: the point medians only, no interval.
@@ -257,6 +261,9 @@ def baseline_checks(base: ReportFile, cand: ReportFile, policy: Policy) -> tuple
         ok = cmp["verdict"] != "slower"
         retry = not ok and blamed_on_interference(cand_entry)
         msg = _latency_message(shape, cmp)
+        if cmp.get("three_way"):
+            three = cmp["three_way"]
+            msg += f" [{three['verdict']}: {three['why']}]"
         if retry:
             msg += "; the run saw interference: re-run on a quiet board"
         checks.append(

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from edgequal.contract.preemption import decisive_entry
+from edgequal.contract.preemption import decisive_entry, decisive_samples_ns
 
 from .baseline import compare_latency, fingerprint_changes
 from .conditions import edge_shapes, mb
@@ -34,9 +34,11 @@ class Row:
     better: str | None = "lower"
     deltas: list[float | None] = field(default_factory=list)
     significance: list[str | None] = field(default_factory=list)
+    # Each column against the first: SAME, DIFFERENT or UNKNOWN (host/judge/verdict.py).
+    verdicts: list[dict | None] = field(default_factory=list)
 
     def to_json(self) -> dict:
-        """JSON-ready fields."""
+        """JSON-ready fields; ``verdict`` is the last column's (the candidate's with two)."""
         return {
             "figure": self.figure,
             "unit": self.unit,
@@ -44,6 +46,10 @@ class Row:
             "values": self.values,
             "deltas": self.deltas,
             "significance": self.significance,
+            "verdict": self.verdicts[-1]["verdict"]
+            if self.verdicts and self.verdicts[-1]
+            else None,
+            "verdicts": self.verdicts,
         }
 
 
@@ -394,7 +400,55 @@ def compare_reports(reports: list[ReportFile], settings: dict | None = None) -> 
             entry = env_shape(env_entry(_get(r.predicate, "results") or {}, name))
             if ref_entry and entry:
                 row.significance[i] = _significance(compare_latency(ref_entry, entry, settings))
+    _add_verdicts(reports, rows, latency_rows, coload_rows, env_rows, settings)
     # Keep only rows with at least one value.
     rows = [row for row in rows if any(v is not None for v in row.values)]
     changes = [[]] + [fingerprint_changes(reports[0], r) for r in reports[1:]]
     return Comparison(reports, rows, changes)
+
+
+def _cold_runs(r: ReportFile, key: str) -> list[float]:
+    """One cold-load figure of every fresh worker of a report (``cold_load.runs``)."""
+    runs = _get(r.predicate, "results", "cold_load", "runs") or []
+    return [x[key] for x in runs if isinstance(x, dict) and isinstance(x.get(key), (int, float))]
+
+
+def _add_verdicts(reports, rows, latency_rows, coload_rows, env_rows, settings) -> None:
+    """SAME / DIFFERENT / UNKNOWN per figure and column against the first report: on the
+    raw samples where both have them (latency, co-load, runtime environments), on each
+    worker's figures for cold load, else on the one value each (UNKNOWN unless equal)."""
+    from .verdict import decide
+
+    samples: dict[int, Any] = {}
+    for row, shape in latency_rows:
+        samples[id(row)] = lambda r, s=shape: _per_shape(r).get(s)
+    for row, shape in coload_rows:
+        samples[id(row)] = lambda r, s=shape: _coload(r, s)
+    for row, name in env_rows:
+        samples[id(row)] = lambda r, n=name: env_shape(
+            env_entry(_get(r.predicate, "results") or {}, n)
+        )
+    cold = {
+        "cold load total (median)": "total_ms",
+        "first inference (median)": "first_inference_ms",
+    }
+    min_effect = settings["min_effect"]
+    for row in rows:
+        row.verdicts = [None] * len(reports)
+        for i in range(1, len(reports)):
+            a, b = row.values[0], row.values[i]
+            if a is None or b is None or not isinstance(a, (int, float)):
+                continue
+            va, vb = [a], [b]
+            if id(row) in samples:
+                ea, eb = samples[id(row)](reports[0]), samples[id(row)](reports[i])
+                if ea and eb and ea.get("samples_ns_b64") and eb.get("samples_ns_b64"):
+                    va, vb = decisive_samples_ns(ea), decisive_samples_ns(eb)
+            elif row.figure in cold:
+                ca, cb = (
+                    _cold_runs(reports[0], cold[row.figure]),
+                    _cold_runs(reports[i], cold[row.figure]),
+                )
+                if ca and cb:
+                    va, vb = ca, cb
+            row.verdicts[i] = decide(va, vb, min_effect, settings).to_json()

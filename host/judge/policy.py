@@ -150,8 +150,35 @@ SCHEMA: dict[str, dict[str, str]] = {
         **{f"max_{part}_{p}_ms": NUMBER for part in PATH_PARTS for p in ("p50", "p99")},
         "max_preprocessing_abs": NUMBER,
     },
+    # Change points over the history (host/lab/changes.py: history changes, the fleet's
+    # JUnit): sensitivity over the lab's [changes]; keys as ChangeSettings.KEYS.
+    "changes": {
+        "p_value": NUMBER,
+        "min_points": INTEGER,
+        "permutations": INTEGER,
+        "seed": INTEGER,
+        "min_effect": NUMBER,
+        **{
+            f"min_effect_{k}": NUMBER
+            for k in (
+                "latency",
+                "tail",
+                "throughput",
+                "stability",
+                "cold",
+                "drift",
+                "memory",
+                "energy",
+            )
+        },  # fmt: skip
+    },
     "baseline": {
         "min_effect": NUMBER,
+        # SAME / DIFFERENT / UNKNOWN (host/judge/verdict.py: VERDICT_DEFAULTS).
+        "different_p": NUMBER,
+        "same_p_start": NUMBER,
+        "same_p_n": INTEGER,
+        "same_p_floor": NUMBER,
         "confidence": NUMBER,
         "iterations": INTEGER,
         "seed": INTEGER,
@@ -216,6 +243,8 @@ class Policy:
     edge_shape_labels: dict[str, dict] = field(default_factory=dict)
     pipeline: dict = field(default_factory=dict)
     runtime_envs: dict = field(default_factory=dict)
+    changes: dict = field(default_factory=dict)
+    """Change-point sensitivity (``[changes]``), applied by ``host/lab/changes.py``."""
     repeat: dict = field(default_factory=dict)
     # The sha256 of the file's bytes as read (None for a policy given as data).
     file_sha256: str | None = None
@@ -252,6 +281,7 @@ class Policy:
             "pipeline",
             "runtime_envs",
             "repeat",
+            "changes",
         ):
             out[section] = dict(getattr(self, section))
         out["edge_shapes"] = {
@@ -397,6 +427,7 @@ def parse_policy(data: dict, where: str = "<policy>") -> Policy:
         pipeline=sections.get("pipeline", {}),
         runtime_envs=sections.get("runtime_envs", {}),
         repeat=sections.get("repeat", {}),
+        changes=sections.get("changes", {}),
     )
 
 

@@ -71,6 +71,25 @@ def _role(subject: dict) -> str | None:
     return role if isinstance(role, str) else None
 
 
+def decoded_report(envelope: bytes, path: str | Path, signature: str) -> ReportFile | None:
+    """A report decoded from its payload without checking its signature (None when it cannot
+    be decoded): for a report shown under a banner, or one verified when it was recorded
+    (the history's rows, read on a host that may not pin the board's key)."""
+    statement = _unverified_statement(envelope)
+    if statement is None:
+        return None
+    subjects = [
+        {
+            "name": str(s.get("name")),
+            "sha256": str((s.get("digest") or {}).get("sha256")),
+            "role": _role(s),
+        }
+        for s in statement.get("subject") or []
+        if isinstance(s, dict)
+    ]
+    return ReportFile(Path(path), statement["predicate"], subjects, False, signature)
+
+
 def load_report(
     path: str | Path, *, known: KnownDevices, device: str | None = None, require: bool = False
 ) -> ReportFile:
@@ -98,19 +117,10 @@ def report_of(
     except VerificationFailed as e:
         if require:
             raise
-        statement = _unverified_statement(envelope)
-        if statement is None:
+        unverified = decoded_report(envelope, path, f"NOT VERIFIED: {e}")
+        if unverified is None:
             raise
-        subjects = [
-            {
-                "name": str(s.get("name")),
-                "sha256": str((s.get("digest") or {}).get("sha256")),
-                "role": _role(s),
-            }
-            for s in statement.get("subject") or []
-            if isinstance(s, dict)
-        ]
-        return ReportFile(path, statement["predicate"], subjects, False, f"NOT VERIFIED: {e}")
+        return unverified
     return ReportFile(
         path,
         report.predicate,

@@ -55,6 +55,10 @@ log = logging.getLogger(__name__)
 FINAL_STATES = ("passed", "degraded", "failed", "inconclusive", "incomplete", "error", "skipped")
 
 
+NOISY_PREFIX = "too noisy: "
+"""How an ``unhealthy`` reason from ``fleet run --skip-noisy`` (lab/noise.py) begins."""
+
+
 @dataclass
 class FleetOptions:
     """How a fleet run goes: where results go, which plan, retries, waiting, gate, history."""
@@ -317,7 +321,10 @@ class FleetRunner:
                 self._set(
                     record,
                     state="skipped",
-                    error=f"unhealthy ({why}); runs again once `edgequal fleet health` passes",
+                    # A reason that says its own remedy (--skip-noisy's) stands alone.
+                    error=why
+                    if why.startswith(NOISY_PREFIX)
+                    else f"unhealthy ({why}); runs again once `edgequal fleet health` passes",
                 )
             self._write_index()
             return

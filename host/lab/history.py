@@ -372,11 +372,13 @@ class History:
 
     # -- reading -----------------------------------------------------------------
 
-    def _query(self, device, model, limit, newest_first=True):
-        cols = [c for c in reports.c if c.name != "envelope"]
+    def _query(self, device, model, limit, newest_first=True, since=None, envelopes=False):
+        cols = [c for c in reports.c if envelopes or c.name != "envelope"]
         q = select(*cols).where(reports.c.replaced_by.is_(None))  # a cell's last attempt
         if device:
             q = q.where(reports.c.device == device)
+        if since is not None:
+            q = q.where(reports.c.measured_at >= since)
         if model:
             q = q.where(_model_matches(model))
         order = reports.c.measured_at.desc() if newest_first else reports.c.measured_at.asc()
@@ -389,6 +391,20 @@ class History:
         """Recorded runs, newest first (rows without the envelope; of a fleet cell, the last
         attempt)."""
         return self._query(device, model, limit)
+
+    def runs(
+        self,
+        device: str | None = None,
+        model: str | None = None,
+        since: dt.datetime | None = None,
+    ) -> list[dict]:
+        """Every recorded run matching ``device``/``model`` measured at or after ``since``,
+        oldest first, with its envelope (of a fleet cell, the last attempt): what the
+        change-point analysis (``lab/changes.py``) reads."""
+        rows = self._query(device, model, None, newest_first=False, since=since, envelopes=True)
+        for row in rows:
+            row["envelope"] = bytes(row["envelope"])
+        return rows
 
     def trend(self, device: str, model: str, limit: int = 200) -> list[dict]:
         """One model on one device, oldest first; each row lists the fields that changed

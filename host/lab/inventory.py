@@ -26,7 +26,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -143,6 +143,8 @@ class Lab:
     history_url: SecretRef | None = None
     lease_ttl_s: float = 120.0
     labgrid: LabgridSettings | None = None
+    changes: dict = field(default_factory=dict)
+    """The ``[changes]`` table: change-point sensitivity (``host/lab/changes.py`` checks it)."""
 
     def select(self, tags: set[str] | frozenset[str] = frozenset()) -> list[LabDevice]:
         """The devices carrying all ``tags``."""
@@ -385,7 +387,7 @@ def _device(src: _Source, name: str, data: Any) -> LabDevice:
 def load_lab(path: str | Path) -> Lab:
     """Read and validate a lab file; InventoryError (exit 2) names file, key and line."""
     data, src = _read_toml(Path(path))
-    _unknown_keys(src, (), data, ["lab", "devices", "labgrid"])
+    _unknown_keys(src, (), data, ["lab", "devices", "labgrid", "changes"])
     lab = data.get("lab", {})
     if not isinstance(lab, dict):
         raise src.error((), "lab", "must be a table ([lab])")
@@ -414,6 +416,7 @@ def load_lab(path: str | Path) -> Lab:
         history_url=_secret(src, ("lab",), lab, "history_url_env", "history_url_file"),
         lease_ttl_s=float(ttl),
         labgrid=labgrid,
+        changes=_changes_table(src, data.get("changes", {})),
     )
 
 
@@ -450,6 +453,22 @@ def _labgrid(src: _Source, data: Any) -> LabgridSettings:
         tags=tuple(tags),
         token=_secret(src, table, data, "token_env", "token_file"),
     )
+
+
+def _changes_table(src: _Source, table: Any) -> dict:
+    """The lab's ``[changes]`` table, checked by the settings it feeds."""
+    from .changes import ChangeSettings
+
+    if not isinstance(table, dict):
+        raise src.error((), "changes", "must be a table ([changes])")
+    unknown = [k for k in table if k not in ChangeSettings.KEYS]
+    if unknown:
+        _unknown_keys(src, ("changes",), table, list(ChangeSettings.KEYS))
+    try:
+        ChangeSettings().updated(table, str(src.path))
+    except UsageError as e:
+        raise src.error(("changes",), None, str(e).split(": ", 1)[-1]) from e
+    return dict(table)
 
 
 # -- the models file ---------------------------------------------------------------

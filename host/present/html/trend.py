@@ -55,7 +55,19 @@ def _empty(ax, text: str) -> None:
             color="#656d76")  # fmt: skip
 
 
-def trend_plot(device: str, model: str, rows: Sequence[dict]):
+def _change_points(rows: Sequence[dict], changes: Sequence) -> list[tuple[dict, object]]:
+    """(row, change) for each change point (``lab/changes.py``) whose first run after it
+    is one of ``rows``."""
+    by_run = {r.get("run_id"): r for r in rows}
+    return [
+        (by_run[c.first_after["run_id"]], c)
+        for c in changes
+        if c.first_after.get("run_id") in by_run
+        and c.device == by_run[c.first_after["run_id"]].get("device")
+    ]
+
+
+def trend_plot(device: str, model: str, rows: Sequence[dict], changes: Sequence = ()):
     """The figure of one board × model (a matplotlib Figure), or None without timed runs.
 
     p50 and p99 on axes of their own (the p99 never flattens the p50), each in its unit
@@ -134,6 +146,23 @@ def trend_plot(device: str, model: str, rows: Sequence[dict]):
                 fontsize=7,
                 color="#cf222e",
             )
+    # Change points decided by history changes: a red dotted line, the ratio at the top.
+    for r, c in _change_points(timed, changes):
+        t = r["measured_at"]
+        for ax in (p50_ax, p99_ax, thr):
+            ax.axvline(t, color="#cf222e", linestyle=":", linewidth=1.5)
+        label = f"{c.figure.split()[0]} ×{c.ratio:.2f}" if c.ratio is not None else c.figure
+        ax = p99_ax if c.figure.startswith("p99") else p50_ax
+        ax.annotate(
+            label,
+            (t, 0.92),
+            xycoords=("data", "axes fraction"),
+            xytext=(3, 0),
+            textcoords="offset points",
+            fontsize=8,
+            color="#cf222e",
+            fontweight="bold",
+        )
     thr.set_ylabel("inferences/s")
     thr.set_xlabel("measured (UTC)")
     fig.suptitle(f"{model} on {device}", fontsize=10)
@@ -147,9 +176,11 @@ def trend_plot(device: str, model: str, rows: Sequence[dict]):
     return fig
 
 
-def trend_figure(device: str, model: str, rows: Sequence[dict]) -> str | None:
+def trend_figure(
+    device: str, model: str, rows: Sequence[dict], changes: Sequence = ()
+) -> str | None:
     """:func:`trend_plot` as an inline PNG, or None without timed runs."""
-    fig = trend_plot(device, model, rows)
+    fig = trend_plot(device, model, rows, changes)
     if fig is None:
         return None
     return png_img(fig, f"{model} on {device}: latency and throughput over time")
@@ -163,6 +194,21 @@ def change_list(rows: Sequence[dict]) -> str:
         if r.get("measured_at") is not None and r.get("changes")
     ]
     return f'<ol class="changes">{"".join(items)}</ol>' if items else ""
+
+
+def change_point_list(rows: Sequence[dict], changes: Sequence) -> str:
+    """The change points of the figure's red lines, each with its ratio, interval, p-value,
+    boards and culprit, as an HTML list ('' when none)."""
+    items = []
+    for _, c in _change_points(rows, changes):
+        ci = f" [{c.ratio_ci[0]:.2f}, {c.ratio_ci[1]:.2f}]" if c.ratio_ci else ""
+        ratio = f"×{c.ratio:.3f}{ci}, " if c.ratio is not None else ""
+        items.append(
+            f"<li><strong>{escape(c.headline())}</strong> "
+            f'<span class="muted">({escape(ratio)}p {c.p_value:.3g}, {c.n_before} runs before, '
+            f"{c.n_after} after; first run after: {escape(c.first_after['run_id'])})</span></li>"
+        )
+    return f'<ul class="change-points">{"".join(items)}</ul>' if items else ""
 
 
 def _runs_table(rows: Sequence[dict]) -> str:
@@ -206,20 +252,25 @@ def _runs_table(rows: Sequence[dict]) -> str:
 
 
 def render_trend_page(
-    trends: Mapping[tuple[str, str], Sequence[dict]], *, source: str = "", title: str = ""
+    trends: Mapping[tuple[str, str], Sequence[dict]],
+    *,
+    source: str = "",
+    title: str = "",
+    changes: Sequence = (),
 ) -> str:
-    """The page of every (device, model) trend in ``trends`` (``History.trends``)."""
+    """The page of every (device, model) trend in ``trends`` (``History.trends``), with the
+    change points of ``changes`` (``lab/changes.py``'s, from ``history changes``) marked."""
     title = title or "edgequal history"
     sections = []
     index = []
     for i, ((device, model), rows) in enumerate(trends.items()):
         anchor = f"t{i}"
-        changes = sum(1 for r in rows if r.get("changes"))
+        changed = sum(1 for r in rows if r.get("changes"))
         index.append(
             f'<li><a href="#{anchor}">{escape(model)} on {escape(device)}</a> '
-            f'<span class="muted">({len(rows)} runs, {changes} with changes)</span></li>'
+            f'<span class="muted">({len(rows)} runs, {changed} with changes)</span></li>'
         )
-        figure = trend_figure(device, model, rows) or '<p class="muted">no runs</p>'
+        figure = trend_figure(device, model, rows, changes) or '<p class="muted">no runs</p>'
         spoiled = sum(1 for r in rows if r.get("status") == INCONCLUSIVE)
         gaps = (
             f'<p class="muted">{spoiled} inconclusive run{"s" if spoiled != 1 else ""} '
@@ -230,7 +281,7 @@ def render_trend_page(
         )
         sections.append(
             f'<h2 id="{anchor}">{escape(model)} on {escape(device)}</h2>{figure}{gaps}'
-            f"{change_list(rows)}{_runs_table(rows)}"
+            f"{change_point_list(rows, changes)}{change_list(rows)}{_runs_table(rows)}"
         )
     if not sections:
         sections.append('<p class="muted">No recorded runs match.</p>')
@@ -242,7 +293,8 @@ def render_trend_page(
         f"<title>{escape(title)}</title><style>{CSS}</style></head><body>"
         f"<h1>{escape(title)}</h1>"
         f'<p class="muted">{escape(source)} · generated {escape(generated)} · dashed lines: the run '
-        "where the firmware, kernel, OS, runtime or model file changed</p>"
+        "where the firmware, kernel, OS, runtime or model file changed; red dotted lines: "
+        "change points beyond noise (history changes)</p>"
         f"<ul>{''.join(index)}</ul>{''.join(sections)}</body></html>"
     )
 

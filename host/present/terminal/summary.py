@@ -482,6 +482,10 @@ def print_comparison(comparison: dict) -> None:
                 worse = (d > 0) if row["better"] == "lower" else (d < 0) if row["better"] else False
                 style = "red" if worse and abs(d) >= 0.03 else "green" if abs(d) >= 0.03 else "dim"
                 text += f" [{style}]({d:+.1%})[/]"
+            verdict = (row.get("verdicts") or [None] * (i + 1))[i]
+            if verdict and verdict["verdict"] != "UNKNOWN" or (verdict and row["significance"][i]):
+                style = {"DIFFERENT": "bold", "SAME": "dim"}.get(verdict["verdict"], "yellow")
+                text += f" [{style}]{verdict['verdict']}[/]"
             sig = row["significance"][i]
             if sig:
                 text += f"\n[dim]{escape(sig)}[/]"

@@ -76,3 +76,28 @@ def test_report_text_is_printed_as_itself_not_as_markup(capsys):
     assert (
         "[red]a.onnx" in text and "[bold]x" in text and "[1.1, 1.3]" in text and "[x] → 6.6" in text
     )
+
+
+@pytest.mark.slow
+def test_compare_json_gives_a_three_way_verdict_per_figure(reports, known, capsys):
+    # The same report twice, and a model with twice the layers.
+    paths = [reports.chain_a, reports.chain_a, reports.chain_heavy]
+    assert edgequal_main(["compare", *map(str, paths), "--json"]) == 0
+    rows = {row["figure"]: row for row in json.loads(capsys.readouterr().out)["rows"]}
+    p50 = rows["latency p50 x=1x256"]
+    assert p50["verdicts"][0] is None
+    same, heavy = p50["verdicts"][1], p50["verdicts"][2]
+    assert same["verdict"] == "SAME" and same["p_value"] == 1.0  # the same samples
+    # On the raw samples (hundreds a side): twice the work is DIFFERENT by both tests.
+    assert heavy["verdict"] == "DIFFERENT" and p50["verdict"] == "DIFFERENT"
+    assert heavy["n_baseline"] >= 100 and heavy["p_value"] <= 0.01
+    assert heavy["p_value"] == min(heavy["ks_p"], heavy["mann_whitney_p"])
+    assert heavy["ratio"] > 1.5
+    # One value a side and different: UNKNOWN (one run says nothing of its spread).
+    rss = rows["peak RSS"]["verdicts"][2]
+    assert rss["verdict"] in ("UNKNOWN", "SAME") and rss["n_baseline"] == 1
+    assert rss["verdict"] == (
+        "SAME" if rows["peak RSS"]["values"][0] == rows["peak RSS"]["values"][2] else "UNKNOWN"
+    )
+    for row in rows.values():
+        assert row["verdict"] in ("SAME", "DIFFERENT", "UNKNOWN", None)

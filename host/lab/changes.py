@@ -1,0 +1,591 @@
+"""Which night changed, beyond noise, and why: change points over a lab's history.
+
+A **series** is one board × model × plan preset: the model by its name in the lab's models
+file (``model_label``), else its file name, so a new export of the same model (a new
+digest) or a new golden set stays in the series and becomes a culprit field like any
+other; a change of preset starts a new series (a quick run and a standard run measure
+different things). Its **points** are the recorded runs, oldest first, the last attempt of
+a fleet cell only (retries collapse). Inconclusive and incomplete runs are never points:
+they are **gaps**, listed and counted, because their figures are either measured through
+interference or missing.
+
+Each series gives one row of numbers per **figure** (:func:`figures_of`): clean p50 and
+p99 per input shape, sustained throughput and stability, cold load and first inference
+(medians), worst drift per output (max absolute error), peak memory and energy per
+inference where measured. Each figure's series goes to the detector of
+``host/judge/change_points.py``; each change found carries the first run after it (run
+id, date, fleet run), the medians either side with a bootstrap interval of their ratio
+(``host/judge/regression.py``), the p-value, the boards where the same change appears,
+the **culprit** (:func:`culprit`: every fingerprint field that differs between the runs
+either side, ranked by how well it separates the runs before from those after) and, where
+both sides profiled their operators, the per-operator diff.
+
+Sensitivity (:class:`ChangeSettings`) comes from the defaults below, then the lab file's
+``[changes]`` table, then a policy's ``[changes]`` section (docs/history.md).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+import numpy as np
+from edgequal.contract.preemption import decisive_entry
+
+from ..errors import UsageError
+from ..judge.baseline import change_category, fingerprint_fields
+from ..judge.change_points import (
+    DEFAULT_MIN_POINTS,
+    DEFAULT_P_VALUE,
+    DEFAULT_PERMUTATIONS,
+    change_points,
+)
+from ..judge.report_file import ReportFile, decoded_report
+
+GAP_STATUSES = ("inconclusive", "incomplete")
+"""Statuses whose runs are never points of a series (shown as gaps)."""
+
+DEFAULT_MIN_EFFECT: Mapping[str, float] = {
+    "latency": 0.05,
+    "tail": 0.10,
+    "throughput": 0.05,
+    "stability": 0.05,
+    "cold": 0.20,
+    "drift": 1.0,
+    "memory": 0.05,
+    "energy": 0.05,
+}
+"""Smallest change that matters, as a fraction of the median before, per kind of figure.
+
+Latency p50, throughput, memory and energy: 5 %; p99: 10 % (a tail moves more night to
+night); cold load and first inference: 20 % (one process start, page cache and disk);
+drift: 100 % (a max absolute error doubling: smaller moves are rounding noise)."""
+
+SAME_CHANGE_WINDOW = dt.timedelta(hours=36)
+"""Two boards' changes are the same change when their first runs after it belong to one
+fleet run or were measured within this of each other: noise can place one board's change
+a night later than another's (its first slow night looked like the nights before)."""
+
+_MB = 1 << 20
+
+
+@dataclass(frozen=True)
+class ChangeSettings:
+    """How sensitive change detection is: p-value, points either side, permutations, seed,
+    and the minimum effect per kind of figure (:data:`DEFAULT_MIN_EFFECT`)."""
+
+    p_value: float = DEFAULT_P_VALUE
+    min_points: int = DEFAULT_MIN_POINTS
+    permutations: int = DEFAULT_PERMUTATIONS
+    seed: int = 0
+    min_effect: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_MIN_EFFECT))
+
+    KEYS = ("p_value", "min_points", "permutations", "seed", "min_effect") + tuple(
+        f"min_effect_{k}" for k in DEFAULT_MIN_EFFECT
+    )
+
+    def updated(self, table: Mapping[str, Any] | None, where: str) -> ChangeSettings:
+        """These settings with a ``[changes]`` table's keys applied (``min_effect`` sets every
+        kind, ``min_effect_<kind>`` one); UsageError naming ``where`` on a bad key or value."""
+        if not table:
+            return self
+        if not isinstance(table, Mapping):
+            raise UsageError(f"{where}: [changes] must be a table")
+        out = replace(self, min_effect=dict(self.min_effect))
+        effects = dict(out.min_effect)
+        for key, value in table.items():
+            if key not in self.KEYS:
+                raise UsageError(
+                    f"{where}: unknown key changes.{key}", hint="one of " + ", ".join(self.KEYS)
+                )
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise UsageError(f"{where}: changes.{key} must be a number")
+            if key == "p_value" and not 0.0 < value < 1.0:
+                raise UsageError(f"{where}: changes.p_value must be between 0 and 1")
+            if key in ("min_points", "permutations", "seed") and (
+                int(value) != value or value < (0 if key == "seed" else 1)
+            ):
+                raise UsageError(f"{where}: changes.{key} must be a whole number of at least 1")
+            if key.startswith("min_effect") and not 0.0 <= value < 100:
+                raise UsageError(f"{where}: changes.{key} must be a fraction (0.05 = 5 %)")
+        if "min_effect" in table:
+            effects = {k: float(table["min_effect"]) for k in effects}
+        for kind in DEFAULT_MIN_EFFECT:
+            if f"min_effect_{kind}" in table:
+                effects[kind] = float(table[f"min_effect_{kind}"])
+        return replace(
+            out,
+            p_value=float(table.get("p_value", out.p_value)),
+            min_points=int(table.get("min_points", out.min_points)),
+            permutations=int(table.get("permutations", out.permutations)),
+            seed=int(table.get("seed", out.seed)),
+            min_effect=effects,
+        )
+
+    def to_json(self) -> dict:
+        """JSON-ready fields."""
+        return {**asdict(self), "min_effect": dict(self.min_effect)}
+
+
+# -- figures ---------------------------------------------------------------------------
+
+
+def _get(d: Any, *path: str) -> Any:
+    for key in path:
+        if not isinstance(d, dict):
+            return None
+        d = d.get(key)
+    return d
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One figure of a run: its name, unit, kind (for the minimum effect), which way is better."""
+
+    name: str
+    unit: str
+    kind: str
+    better: str = "lower"
+
+
+def figures_of(predicate: Mapping) -> dict[Figure, float]:
+    """The figures of one report a series follows (those it measured)."""
+    results = predicate.get("results") or {}
+    out: dict[Figure, float | None] = {}
+    for entry in _get(results, "latency", "per_shape") or []:
+        shape = entry.get("shape") or "default"
+        summary = decisive_entry(entry).get("summary") or {}
+        out[Figure(f"p50 {shape}", "ms", "latency")] = _number(summary.get("p50_ms"))
+        out[Figure(f"p99 {shape}", "ms", "tail")] = _number(summary.get("p99_ms"))
+    sustained = results.get("sustained") or {}
+    out[Figure("sustained throughput", "/s", "throughput", "higher")] = _number(
+        sustained.get("sustained_per_s")
+    )
+    out[Figure("stability", "", "stability", "higher")] = _number(sustained.get("stability"))
+    out[Figure("energy per inference", "mJ", "energy")] = _number(
+        _get(sustained, "power", "summary", "mj_per_inference_median")
+    )
+    out[Figure("cold load", "ms", "cold")] = _number(
+        _get(results, "cold_load", "total_ms", "median")
+    )
+    out[Figure("first inference", "ms", "cold")] = _number(
+        _get(results, "cold_load", "first_inference_ms", "median")
+    )
+    for name, drift in sorted((_get(results, "drift", "outputs") or {}).items()):
+        out[Figure(f"drift {name}", "", "drift")] = _number(_get(drift, "max_abs"))
+    rss = _number(_get(results, "memory", "peak_rss_bytes"))
+    out[Figure("peak memory", "MB", "memory")] = None if rss is None else rss / _MB
+    return {f: v for f, v in out.items() if v is not None}
+
+
+# -- series -----------------------------------------------------------------------------
+
+
+@dataclass
+class Point:
+    """One run of a series: where it came from, and its decoded report."""
+
+    run_id: str
+    measured_at: dt.datetime
+    fleet_run: str | None
+    envelope_sha256: str
+    report: ReportFile
+
+    def to_json(self) -> dict:
+        """Where the run came from (without its report)."""
+        return {
+            "run_id": self.run_id,
+            "measured_at": _iso(self.measured_at),
+            "fleet_run": self.fleet_run,
+            "envelope_sha256": self.envelope_sha256,
+        }
+
+
+@dataclass
+class Series:
+    """One board × model × plan preset: its points (oldest first) and gaps."""
+
+    device: str
+    model: str
+    preset: str | None
+    points: list[Point] = field(default_factory=list)
+    gaps: list[dict] = field(default_factory=list)
+    figures: int = 0
+    """How many figures' series the detector examined."""
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        """(device, model, preset) as text."""
+        return (self.device, self.model, self.preset or "")
+
+    def to_json(self) -> dict:
+        """Its name, how many points and gaps (with the gaps listed)."""
+        return {
+            "device": self.device,
+            "model": self.model,
+            "preset": self.preset,
+            "points": len(self.points),
+            "figures": self.figures,
+            "gaps": self.gaps,
+        }
+
+
+def _iso(when: dt.datetime | None) -> str | None:
+    if when is None:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.timezone.utc)
+    return when.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def fleet_run_of(cell: str | None) -> str | None:
+    """The fleet run a history cell belongs to (``lab/20261114T0200Z-abc123``), or None."""
+    if not cell or cell.count("/") < 2:
+        return None
+    return cell.rsplit("/", 2)[0]
+
+
+def build_series(rows: Iterable[Mapping]) -> list[Series]:
+    """Series from history rows (``History.runs``: oldest first, with envelopes)."""
+    series: dict[tuple[str, str, str | None], Series] = {}
+    for row in rows:
+        model = row.get("model_label") or row["model_name"]
+        key = (row["device"], model, row.get("preset"))
+        s = series.setdefault(key, Series(*key))
+        if row["status"] in GAP_STATUSES:
+            s.gaps.append(
+                {
+                    "run_id": row["run_id"],
+                    "measured_at": _iso(row["measured_at"]),
+                    "status": row["status"],
+                }
+            )
+            continue
+        report = decoded_report(row["envelope"], f"history:{row['run_id']}", "recorded verified")
+        if report is None:
+            continue  # recorded only after verifying: undecodable means a damaged row
+        s.points.append(
+            Point(
+                run_id=row["run_id"],
+                measured_at=row["measured_at"],
+                fleet_run=fleet_run_of(row.get("cell")),
+                envelope_sha256=row["envelope_sha256"],
+                report=report,
+            )
+        )
+    return sorted(series.values(), key=lambda s: s.key)
+
+
+# -- changes ----------------------------------------------------------------------------
+
+
+@dataclass
+class Change:
+    """One change point of one figure in one series, with its evidence and culprit."""
+
+    device: str
+    model: str
+    preset: str | None
+    figure: str
+    unit: str
+    kind: str
+    better: str
+    index: int
+    first_after: dict
+    last_before: dict
+    median_before: float
+    median_after: float
+    ratio: float | None
+    ratio_ci: tuple[float, float] | None
+    p_value: float
+    n_before: int
+    n_after: int
+    min_effect: float
+    reports_before: list[str] = field(default_factory=list)
+    reports_after: list[str] = field(default_factory=list)
+    boards: list[str] = field(default_factory=list)
+    culprit: list[dict] = field(default_factory=list)
+    operators: list[dict] = field(default_factory=list)
+    too_noisy: str | None = None
+    """Why the board is too noisy for this minimum effect (``lab/noise.py``), or None: a
+    change found there may be its noise moving (a neighbour's load, a clock), so read it so."""
+
+    @property
+    def worse(self) -> bool:
+        """The figure moved the bad way (slower, less throughput, more drift or memory)."""
+        if self.median_after == self.median_before:
+            return False
+        up = self.median_after > self.median_before
+        return up if self.better == "lower" else not up
+
+    def headline(self) -> str:
+        """One line: 'p50 x +31 % from 2026-11-14 on pi5-a and pi5-b; changed there: ...'."""
+        if self.ratio is not None:
+            size = f"{(self.ratio - 1.0) * 100:+.0f} %"
+        else:
+            size = f"{self.median_before:g} → {self.median_after:g}"
+        boards = " and ".join(self.boards) if self.boards else self.device
+        text = (
+            f"{self.figure} {size} from {(self.first_after['measured_at'] or '')[:10]} "
+            f"on {boards} ({self.model}, {self.preset or 'no preset'})"
+        )
+        if self.culprit:
+            c = self.culprit[0]
+            text += f"; changed there: {c['field']} {c['before']} → {c['after']}"
+        ops = [o for o in self.operators if o.get("ratio") is not None][:2]
+        if ops:
+            text += "; " + ", ".join(f"{o['op_type']} {(o['ratio'] - 1) * 100:+.0f} %" for o in ops)
+        if self.too_noisy:
+            text += f" (on a noisy board: {self.too_noisy})"
+        return text
+
+    def to_json(self) -> dict:
+        """JSON-ready fields, with the headline."""
+        out = asdict(self)
+        out["ratio_ci"] = list(self.ratio_ci) if self.ratio_ci else None
+        out["worse"] = self.worse
+        out["headline"] = self.headline()
+        return out
+
+
+def _separation(before: list, after: list) -> float:
+    """How well a field's values tell the runs before from those after, 0 (not at all) to 1.
+
+    Numbers (a start temperature): |2·AUC − 1| of the values (the Mann–Whitney U statistic
+    scaled); anything else: the share of runs whose value occurs on one side only.
+    """
+    b = [v for v in before if v is not None]
+    a = [v for v in after if v is not None]
+    numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in a + b)
+    if numeric and a and b:
+        from scipy.stats import mannwhitneyu
+
+        u = mannwhitneyu(a, b).statistic
+        return abs(2.0 * u / (len(a) * len(b)) - 1.0)
+    ab = [_hashable(v) for v in before]
+    aa = [_hashable(v) for v in after]
+    only_before = sum(1 for v in ab if v not in set(aa))
+    only_after = sum(1 for v in aa if v not in set(ab))
+    total = len(ab) + len(aa)
+    return (only_before + only_after) / total if total else 0.0
+
+
+def _hashable(v: Any) -> Any:
+    return v if isinstance(v, (str, int, float, bool, type(None))) else repr(v)
+
+
+def culprit(before: list[Point], after: list[Point], window: int = 1) -> list[dict]:
+    """Every fingerprint field that differs between the runs either side of the change,
+    ranked by how well it separates the runs before from those after (best first).
+
+    "Either side" spans ``window`` runs beyond the adjacent pair each way: under noise a
+    change's first slow run can look like the runs before it, so the detected point may
+    sit a run late (or early) of the night the firmware or model changed. Each field's
+    ``before``/``after`` are its values at its own change nearest the point.
+    """
+    if not before or not after:
+        return []
+    fields_before = [fingerprint_fields(p.report.predicate, p.report.subjects) for p in before]
+    fields_after = [fingerprint_fields(p.report.predicate, p.report.subjects) for p in after]
+    near = fields_before[-(window + 1) :] + fields_after[: window + 1]
+    split = min(window + 1, len(fields_before))  # index in ``near`` of the first run after
+    out = []
+    keys = sorted({k for f in near for k in f})
+    for key in keys:
+        steps = [i for i in range(1, len(near)) if near[i - 1].get(key) != near[i].get(key)]
+        if not steps:
+            continue
+        i = min(steps, key=lambda j: (abs(j - split), j))  # the step nearest the point
+        score = _separation([f.get(key) for f in fields_before], [f.get(key) for f in fields_after])
+        out.append(
+            {
+                "field": key,
+                "category": change_category(key),
+                "before": near[i - 1].get(key),
+                "after": near[i].get(key),
+                "separation": round(score, 3),
+            }
+        )
+    out.sort(key=lambda c: (-c["separation"], c["field"]))
+    return out
+
+
+def _op_times(points: list[Point]) -> dict[str, list[float]]:
+    times: dict[str, list[float]] = {}
+    for p in points:
+        ops = _get(p.report.predicate, "results", "operators", "profile", "operators") or []
+        for op in ops:
+            us = _number(op.get("us_per_run"))
+            if op.get("op_type") and us is not None:
+                times.setdefault(op["op_type"], []).append(us)
+    return times
+
+
+def operator_diff(before: list[Point], after: list[Point]) -> list[dict]:
+    """Per operator type, the median µs per inference either side, their ratio and its share
+    of the time after, the largest moves first; [] unless both sides have a profile."""
+    b, a = _op_times(before), _op_times(after)
+    if not b or not a:
+        return []
+    total_after = sum(float(np.median(v)) for v in a.values()) or 1.0
+    out = []
+    for op in sorted(set(a) | set(b)):
+        mb = float(np.median(b[op])) if op in b else None
+        ma = float(np.median(a[op])) if op in a else None
+        out.append(
+            {
+                "op_type": op,
+                "us_before": mb,
+                "us_after": ma,
+                "ratio": (ma / mb) if mb and ma is not None else None,
+                "share_after": round((ma or 0.0) / total_after, 4),
+            }
+        )
+    out.sort(key=lambda o: -abs((o["us_after"] or 0.0) - (o["us_before"] or 0.0)))
+    return out
+
+
+def _ratio_ci(before: np.ndarray, after: np.ndarray, seed: int) -> tuple[float, float] | None:
+    """The bootstrap interval of median(after) / median(before) (regression.py's)."""
+    from ..judge.regression import bootstrap_median_ratio
+
+    if float(np.median(before)) <= 0:
+        return None
+    r = bootstrap_median_ratio(before, after, iterations=2000, seed=seed)
+    return (r.ci_low, r.ci_high)
+
+
+def series_changes(s: Series, settings: ChangeSettings) -> list[Change]:
+    """The changes of every figure of one series."""
+    per_point = [figures_of(p.report.predicate) for p in s.points]
+    figures: list[Figure] = []
+    for f in per_point:
+        for fig in f:
+            if fig not in figures:
+                figures.append(fig)
+    s.figures = len(figures)
+    out = []
+    for fig in figures:
+        idx = [i for i, f in enumerate(per_point) if fig in f]
+        values = np.array([per_point[i][fig] for i in idx])
+        min_effect = settings.min_effect.get(fig.kind, DEFAULT_MIN_EFFECT[fig.kind])
+        splits = change_points(
+            values,
+            p_value=settings.p_value,
+            min_effect=min_effect,
+            min_points=settings.min_points,
+            permutations=settings.permutations,
+            seed=settings.seed,
+        )
+        bounds = [0] + [sp.index for sp in splits] + [len(idx)]
+        for k, sp in enumerate(splits):
+            before = [s.points[i] for i in idx[bounds[k] : sp.index]]
+            after = [s.points[i] for i in idx[sp.index : bounds[k + 2]]]
+            out.append(
+                Change(
+                    device=s.device,
+                    model=s.model,
+                    preset=s.preset,
+                    figure=fig.name,
+                    unit=fig.unit,
+                    kind=fig.kind,
+                    better=fig.better,
+                    index=idx[sp.index],
+                    first_after=after[0].to_json(),
+                    last_before=before[-1].to_json(),
+                    median_before=sp.median_before,
+                    median_after=sp.median_after,
+                    ratio=sp.ratio,
+                    ratio_ci=_ratio_ci(
+                        values[bounds[k] : sp.index],
+                        values[sp.index : bounds[k + 2]],
+                        settings.seed,
+                    ),
+                    p_value=sp.p_value,
+                    n_before=sp.n_before,
+                    n_after=sp.n_after,
+                    min_effect=min_effect,
+                    reports_before=[p.envelope_sha256 for p in before],
+                    reports_after=[p.envelope_sha256 for p in after],
+                    culprit=culprit(before, after, settings.min_points),
+                    operators=operator_diff(before, after),
+                )
+            )
+    return out
+
+
+def _same_change(a: Change, b: Change) -> bool:
+    if (a.model, a.preset, a.figure) != (b.model, b.preset, b.figure) or a.worse != b.worse:
+        return False
+    if a.first_after.get("fleet_run") and a.first_after["fleet_run"] == b.first_after.get(
+        "fleet_run"
+    ):
+        return True
+    ta = dt.datetime.strptime(a.first_after["measured_at"], "%Y-%m-%dT%H:%M:%SZ")
+    tb = dt.datetime.strptime(b.first_after["measured_at"], "%Y-%m-%dT%H:%M:%SZ")
+    return abs(ta - tb) <= SAME_CHANGE_WINDOW
+
+
+@dataclass
+class ChangeReport:
+    """Every series analysed, its changes, and the settings they were found with."""
+
+    series: list[Series]
+    changes: list[Change]
+    settings: ChangeSettings
+    noise: list = field(default_factory=list)
+    """Each series' noise score (``host/lab/noise.py``), where it has enough runs."""
+
+    def too_noisy(self) -> dict[str, str]:
+        """Boards too noisy for the latency minimum effect: name → why (first series)."""
+        out: dict[str, str] = {}
+        for n in self.noise:
+            if n.too_noisy:
+                out.setdefault(n.device, n.message())
+        return out
+
+    @property
+    def gap_count(self) -> int:
+        """Runs left out of every series (inconclusive or incomplete)."""
+        return sum(len(s.gaps) for s in self.series)
+
+    def to_json(self) -> dict:
+        """The analysis as JSON."""
+        return {
+            "settings": self.settings.to_json(),
+            "series": [s.to_json() for s in self.series],
+            "gaps": self.gap_count,
+            "changes": [c.to_json() for c in self.changes],
+            "noise": [n.to_json() for n in self.noise],
+        }
+
+
+def find_changes(rows: Iterable[Mapping], settings: ChangeSettings | None = None) -> ChangeReport:
+    """Change points on every series of ``rows`` (``History.runs``), the boards sharing each."""
+    settings = settings or ChangeSettings()
+    series = build_series(rows)
+    changes = [c for s in series for c in series_changes(s, settings)]
+    for c in changes:
+        c.boards = sorted({o.device for o in changes if _same_change(c, o)})
+    changes.sort(key=lambda c: (c.first_after["measured_at"] or "", c.model, c.figure, c.device))
+    from .noise import series_noise
+
+    noise = []
+    for s in series:
+        own = [c for c in changes if (c.device, c.model, c.preset) == s.key[:2] + (s.preset,)]
+        score = series_noise(s, own, settings.min_effect["latency"])
+        if score is not None:
+            noise.append(score)
+            if score.too_noisy:
+                for c in own:
+                    c.too_noisy = score.message()
+    return ChangeReport(series, changes, settings, noise)

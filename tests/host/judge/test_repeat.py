@@ -1,0 +1,76 @@
+"""``qualify MODEL --baseline REPORT --repeat-until-decided N`` on the local agent: the
+candidate and the baseline's own model (found by its digest) run in pairs until
+SAME / DIFFERENT decides their clean p50s."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from edgequal.host.cli.main import main as edgequal_main
+
+SHORT = ["--cold-runs", "1", "--warmup", "0.1s", "--latency", "0.2s", "--threads", "1"]
+
+
+@pytest.fixture
+def chains(tmp_path, test_helper):
+    """chain8 (the baseline's model, with its report) and chain16 (twice the layers)."""
+    chain_model = test_helper("gate_reports").chain_model
+    base_dir, cand_dir = tmp_path / "approved", tmp_path / "candidate"
+    base_dir.mkdir()
+    cand_dir.mkdir()
+    base = chain_model(base_dir / "chain8.onnx", 8, rows=8)
+    heavy = chain_model(cand_dir / "chain16.onnx", 16, rows=8)
+    report = base_dir / "chain8.report.json"
+    assert edgequal_main(["qualify", str(base), "-o", str(report), "--json", *SHORT]) == 0
+    return base, heavy, report
+
+
+@pytest.mark.slow
+def test_a_model_with_twice_the_work_is_different_within_n_pairs(chains, capsys):
+    base, heavy, report = chains
+    capsys.readouterr()
+    code = edgequal_main(
+        ["qualify", str(heavy), "--baseline", str(report), "--repeat-until-decided", "7"]
+        + ["--json", *SHORT]
+    )
+    out = json.loads(capsys.readouterr().out)
+    assert out["verdict"]["verdict"] == "DIFFERENT", out
+    # Five values a side is the fewest for p ≤ 0.01 (both tests are rank-based).
+    assert 5 <= out["pairs"] <= 7 and code == 1
+    assert out["verdict"]["ratio"] > 1.4
+    assert len(out["reports"]) == 2 * out["pairs"]
+    # Interleaved: baseline first, then candidate first, ...
+    assert [r["side"] for r in out["reports"][:4]] == [
+        "baseline",
+        "candidate",
+        "candidate",
+        "baseline",
+    ]
+
+
+@pytest.mark.slow
+def test_the_same_model_is_never_different_and_a_missing_artifact_is_one_line(
+    chains, tmp_path, capsys
+):
+    base, _, report = chains
+    copy = tmp_path / "copy" / "chain8.onnx"
+    copy.parent.mkdir()
+    shutil.copy(base, copy)
+    capsys.readouterr()
+    code = edgequal_main(
+        ["qualify", str(copy), "--baseline", str(report), "--repeat-until-decided", "3"]
+        + ["--json", *SHORT]
+    )
+    out = json.loads(capsys.readouterr().out)
+    assert out["verdict"]["verdict"] in ("SAME", "UNKNOWN") and out["pairs"] <= 3
+    assert code == (0 if out["verdict"]["verdict"] == "SAME" else 1)
+    # The baseline's model cannot be found by its digest: one line, exit 2.
+    base.unlink()
+    code = edgequal_main(
+        ["qualify", str(copy), "--baseline", str(report), "--repeat-until-decided", "3"]
+        + ["--baseline-model", str(tmp_path / "nowhere.onnx"), *SHORT]
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and "the baseline's chain8.onnx (sha256" in err and "--baseline-model" in err

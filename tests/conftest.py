@@ -231,6 +231,11 @@ def isolated_config(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("XDG_STATE_HOME", str(base / "state"))  # reports, the runs ledger
     monkeypatch.delenv("EDGEQUAL_TOKEN", raising=False)
     monkeypatch.delenv("EDGEQUAL_ROOT", raising=False)
+    # The terminal output every test reads is a CI log's: 120 columns (host/present/terminal/
+    # sections.py), whatever an earlier test in this worker did to the shared console.
+    terminal = sys.modules.get("edgequal.host.present.terminal.sections")
+    if terminal is not None:
+        monkeypatch.setattr(terminal.console, "width", 120)
     return base
 
 

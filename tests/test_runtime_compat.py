@@ -29,6 +29,7 @@ import numpy as np
 import pytest
 import tomllib
 from edgequal.agent.runtimes.envs import RuntimeEnvs
+from edgequal.agent.runtimes.installer import add_env
 from edgequal.agent.worker.jobs import WorkerJob
 from edgequal.agent.worker.supervisor import run_job
 from edgequal.host.examples.catalog import EXAMPLES, build_example, example_inputs
@@ -92,7 +93,7 @@ def old_envs(tmp_path_factory) -> dict[str, object]:
         complete.touch()
     envs = RuntimeEnvs(tmp_path_factory.mktemp("board") / "state")
     return {
-        runtime: envs.add(requirement, find_links=[wh], no_index=True)
+        runtime: add_env(envs, requirement, find_links=[wh], no_index=True)
         for runtime, requirement in RUNTIMES.items()
     }
 

@@ -146,7 +146,8 @@ def _assert_quick_as_asked(predicate: dict, rc: int, err: str) -> None:
     assert plan["sources"]["sustain_s"] == "preset" and plan["sources"]["threads"] == "profile"
     assert plan["sources"]["cold_runs"] == "flag" and plan["cold_runs"] == 1
     assert (
-        "plan: quick (cold load ×1 [flag], warm-up 0.2 s [flag], latency 0.2 s [flag], "
+        "plan: quick (cold load ×1 [flag], warm-up 0.2 s [flag], latency 0.2 s [flag] "
+        "(to 0.7 s for clean calls), "
         f"no sustained phase) · threads {board.default_threads} [profile] · profile {board.name}"
     ) in err
 

@@ -305,7 +305,8 @@ def test_fleet_run_cli(
     assert "fleet: micro on dev-0:" in captured.err  # plain lines in a log
     # The plan as asked, printed before the run: the board's profile adds no phase.
     assert (
-        "plan: quick (cold load ×1 [flag], warm-up 0.2 s [flag], latency 0.2 s [flag], "
+        "plan: quick (cold load ×1 [flag], warm-up 0.2 s [flag], latency 0.2 s [flag] "
+        "(to 0.7 s for clean calls), "
         "no sustained phase) · threads and trip from each board's profile"
     ) in captured.out
     plan = _predicate(out / "reports" / "micro@dev-0.json")["plan"]

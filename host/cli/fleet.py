@@ -215,9 +215,8 @@ def cmd_fleet(args) -> int:
 def _noisy(args, lab, models) -> dict[str, str]:
     """``--skip-noisy``: the lab's boards too noisy (history) for a model of this run."""
     from ..lab.changes import ChangeSettings
-    from ..lab.fleet import NOISY_PREFIX
     from ..lab.history import History
-    from ..lab.noise import noisy_boards
+    from ..lab.noise import NOISY_PREFIX, noisy_boards
     from ..present.terminal.summary import print_note
 
     settings = ChangeSettings().updated(lab.changes, str(lab.path))

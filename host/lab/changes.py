@@ -316,7 +316,7 @@ class Change:
     culprit: list[dict] = field(default_factory=list)
     operators: list[dict] = field(default_factory=list)
     too_noisy: str | None = None
-    """Why the board is too noisy for this minimum effect (``lab/noise.py``), or None: a
+    """Why the board is too noisy for this minimum effect (:func:`series_noise`), or None: a
     change found there may be its noise moving (a neighbour's load, a clock), so read it so."""
 
     @property
@@ -543,7 +543,7 @@ class ChangeReport:
     changes: list[Change]
     settings: ChangeSettings
     noise: list = field(default_factory=list)
-    """Each series' noise score (``host/lab/noise.py``), where it has enough runs."""
+    """Each series' noise score (:func:`series_noise`), where it has enough runs."""
 
     def too_noisy(self) -> dict[str, str]:
         """Boards too noisy for the latency minimum effect: name → why (first series)."""
@@ -577,8 +577,6 @@ def find_changes(rows: Iterable[Mapping], settings: ChangeSettings | None = None
     for c in changes:
         c.boards = sorted({o.device for o in changes if _same_change(c, o)})
     changes.sort(key=lambda c: (c.first_after["measured_at"] or "", c.model, c.figure, c.device))
-    from .noise import series_noise
-
     noise = []
     for s in series:
         own = [c for c in changes if (c.device, c.model, c.preset) == s.key[:2] + (s.preset,)]
@@ -589,3 +587,85 @@ def find_changes(rows: Iterable[Mapping], settings: ChangeSettings | None = None
                 for c in own:
                     c.too_noisy = score.message()
     return ChangeReport(series, changes, settings, noise)
+
+
+# -- noise scores (docs: host/lab/noise.py) ---------------------------------------
+
+MIN_RUNS = 5
+"""Fewest runs for a score: a CV of fewer says nothing."""
+SPREAD_FACTOR = 3.0
+"""Too noisy when CV × this exceeds the minimum effect."""
+
+
+@dataclass(frozen=True)
+class NoiseScore:
+    """One board × model × preset: the CV of its clean p50, its interval, and the verdict."""
+
+    device: str
+    model: str
+    preset: str | None
+    figure: str
+    cv: float
+    cv_ci: tuple[float, float]
+    runs: int
+    min_effect: float
+    too_noisy: bool
+
+    def message(self) -> str:
+        """'pi5-c is too noisy for a 10 % limit: CV 6.1 %' (or fine for it)."""
+        verdict = "too noisy" if self.too_noisy else "quiet enough"
+        return (
+            f"{self.device} is {verdict} for a {self.min_effect * 100:g} % limit: CV {self.cv:.1%} "
+            f"(95 % CI {self.cv_ci[0]:.1%}–{self.cv_ci[1]:.1%}, {self.runs} runs of {self.model})"
+        )
+
+    def to_json(self) -> dict:
+        """JSON-ready fields, with the message."""
+        return {**asdict(self), "cv_ci": list(self.cv_ci), "message": self.message()}
+
+
+def cv_with_interval(
+    values, *, iterations: int = 2000, seed: int = 0
+) -> tuple[float, tuple[float, float]]:
+    """The CV of ``values`` and its 95 % percentile-bootstrap interval."""
+    x = np.asarray(values, dtype=np.float64).ravel()
+    cv = float(np.std(x, ddof=1) / np.mean(x))
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, x.size, size=(iterations, x.size))
+    boot = x[idx]
+    cvs = np.std(boot, axis=1, ddof=1) / np.mean(boot, axis=1)
+    lo, hi = np.quantile(cvs, [0.025, 0.975])
+    return cv, (float(lo), float(hi))
+
+
+def series_noise(series, changes, min_effect: float) -> NoiseScore | None:
+    """The noise score of one :class:`~.changes.Series` given its changes (those of its
+    clean p50 bound the runs used); None with fewer than :data:`MIN_RUNS` runs."""
+    p50 = None
+    values: list[tuple[int, float]] = []
+    for i, point in enumerate(series.points):
+        for fig, value in figures_of(point.report.predicate).items():
+            if fig.kind == "latency" and (p50 is None or fig == p50):
+                p50 = fig
+                values.append((i, value))
+                break
+    if p50 is None:
+        return None
+    start = max(
+        (c.index for c in changes if c.figure == p50.name and c.device == series.device), default=0
+    )
+    kept = [v for i, v in values if i >= start]
+    if len(kept) < MIN_RUNS or np.mean(kept) <= 0:
+        return None
+    cv, ci = cv_with_interval(kept)
+    return NoiseScore(
+        device=series.device,
+        model=series.model,
+        preset=series.preset,
+        figure=p50.name,
+        cv=cv,
+        cv_ci=ci,
+        runs=len(kept),
+        min_effect=min_effect,
+        too_noisy=cv * SPREAD_FACTOR > min_effect,
+    )

@@ -45,6 +45,7 @@ from ..present.html.matrix import matrix_html
 from ..transport import Transport, open_transport
 from ..transport.base import holder_name
 from .inventory import FleetModel, Lab, LabDevice
+from .noise import NOISY_PREFIX
 from .results import RETRY_STATUSES, FleetResult, RunRecord
 
 if TYPE_CHECKING:
@@ -53,10 +54,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 FINAL_STATES = ("passed", "degraded", "failed", "inconclusive", "incomplete", "error", "skipped")
-
-
-NOISY_PREFIX = "too noisy: "
-"""How an ``unhealthy`` reason from ``fleet run --skip-noisy`` (lab/noise.py) begins."""
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""How noisy a board is for a model: the run-to-run spread of its clean p50, from history.
+"""How noisy a board is for a model: the run-to-run spread of its clean p50, from history
+(each series' score is ``changes.series_noise``).
 
 A board's **noise score** for one model (one series of ``host/lab/changes.py``) is the
 coefficient of variation (sample standard deviation / mean) of the clean p50 of its first
@@ -14,90 +15,13 @@ out of the run when it is too noisy for any model the run would measure on it.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:
+    from .changes import NoiseScore
 
-MIN_RUNS = 5
-"""Fewest runs for a score: a CV of fewer says nothing."""
-SPREAD_FACTOR = 3.0
-"""Too noisy when CV × this exceeds the minimum effect."""
-
-
-@dataclass(frozen=True)
-class NoiseScore:
-    """One board × model × preset: the CV of its clean p50, its interval, and the verdict."""
-
-    device: str
-    model: str
-    preset: str | None
-    figure: str
-    cv: float
-    cv_ci: tuple[float, float]
-    runs: int
-    min_effect: float
-    too_noisy: bool
-
-    def message(self) -> str:
-        """'pi5-c is too noisy for a 10 % limit: CV 6.1 %' (or fine for it)."""
-        verdict = "too noisy" if self.too_noisy else "quiet enough"
-        return (
-            f"{self.device} is {verdict} for a {self.min_effect * 100:g} % limit: CV {self.cv:.1%} "
-            f"(95 % CI {self.cv_ci[0]:.1%}–{self.cv_ci[1]:.1%}, {self.runs} runs of {self.model})"
-        )
-
-    def to_json(self) -> dict:
-        """JSON-ready fields, with the message."""
-        return {**asdict(self), "cv_ci": list(self.cv_ci), "message": self.message()}
-
-
-def cv_with_interval(
-    values, *, iterations: int = 2000, seed: int = 0
-) -> tuple[float, tuple[float, float]]:
-    """The CV of ``values`` and its 95 % percentile-bootstrap interval."""
-    x = np.asarray(values, dtype=np.float64).ravel()
-    cv = float(np.std(x, ddof=1) / np.mean(x))
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, x.size, size=(iterations, x.size))
-    boot = x[idx]
-    cvs = np.std(boot, axis=1, ddof=1) / np.mean(boot, axis=1)
-    lo, hi = np.quantile(cvs, [0.025, 0.975])
-    return cv, (float(lo), float(hi))
-
-
-def series_noise(series, changes, min_effect: float) -> NoiseScore | None:
-    """The noise score of one :class:`~.changes.Series` given its changes (those of its
-    clean p50 bound the runs used); None with fewer than :data:`MIN_RUNS` runs."""
-    from .changes import figures_of
-
-    p50 = None
-    values: list[tuple[int, float]] = []
-    for i, point in enumerate(series.points):
-        for fig, value in figures_of(point.report.predicate).items():
-            if fig.kind == "latency" and (p50 is None or fig == p50):
-                p50 = fig
-                values.append((i, value))
-                break
-    if p50 is None:
-        return None
-    start = max(
-        (c.index for c in changes if c.figure == p50.name and c.device == series.device), default=0
-    )
-    kept = [v for i, v in values if i >= start]
-    if len(kept) < MIN_RUNS or np.mean(kept) <= 0:
-        return None
-    cv, ci = cv_with_interval(kept)
-    return NoiseScore(
-        device=series.device,
-        model=series.model,
-        preset=series.preset,
-        figure=p50.name,
-        cv=cv,
-        cv_ci=ci,
-        runs=len(kept),
-        min_effect=min_effect,
-        too_noisy=cv * SPREAD_FACTOR > min_effect,
-    )
+NOISY_PREFIX = "too noisy: "
+"""How an ``unhealthy`` reason from ``fleet run --skip-noisy`` begins."""
 
 
 def noisy_boards(rows, devices, models, settings) -> dict[str, str]:
@@ -108,7 +32,6 @@ def noisy_boards(rows, devices, models, settings) -> dict[str, str]:
     rows = [r for r in rows if r["device"] in devices]
     report = find_changes(rows, settings)
     out: dict[str, str] = {}
-    from .fleet import NOISY_PREFIX
 
     for score in report.noise:
         if score.too_noisy and score.model in models:

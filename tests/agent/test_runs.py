@@ -343,8 +343,10 @@ def test_an_oversized_report_keeps_its_statistics_and_drops_raw_samples(
 ):
     runs = Runs(tmp_path / "state", key, store, max_report_bytes=20_000)
     # 4,000 samples are 43 kB of base64 on their own, however few calls a busy machine
-    # would otherwise have left the loop.
-    plan = quick_plan(latency_min_runs=4000)
+    # would otherwise have left the loop: the plan's own latency_max_s (not the default
+    # bound of 3 x its seconds, which a machine shared by three suites reached at 2,755
+    # calls) lets the loop reach its minimum runs.
+    plan = quick_plan(latency_min_runs=4000, latency_max_s=120.0)
     envelope = runs.execute(request_for(store, example_models["micro"], plan=plan))
     p = statement_of(envelope, key)["predicate"]
     assert "samples_ns_b64" not in json.dumps(p)

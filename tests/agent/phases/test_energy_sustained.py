@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import threading
 
+import numpy as np
 import psutil
 import pytest
 from edgequal.contract.plan import make_plan
@@ -83,7 +84,12 @@ def test_energy_per_inference_matches_the_power_drawn(example_models, tmp_path, 
         assert e["mj_per_inference_above_idle"] == pytest.approx(
             (BUSY_W - IDLE_W) * span / w["count"] * 1e3, rel=1e-5
         )
-    assert power["summary"]["power_w_median"] == pytest.approx(BUSY_W, rel=1e-3)
+    # The summary is the median over the full windows, the first and last among them: on a
+    # busy machine those hold idle samples too (the worker starting, the loop ending), so
+    # the median is asked of the windows themselves, not of the busy rail.
+    full = [w["energy"]["power_w"] for w in result["windows_detail"] if not w["partial"]]
+    assert power["summary"]["power_w_median"] == pytest.approx(float(np.median(full)), rel=1e-6)
+    assert IDLE_W < power["summary"]["power_w_median"] <= BUSY_W
 
 
 @pytest.mark.slow

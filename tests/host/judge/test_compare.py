@@ -92,7 +92,7 @@ def test_compare_json_gives_a_three_way_verdict_per_figure(reports, known, capsy
     assert heavy["verdict"] == "DIFFERENT" and p50["verdict"] == "DIFFERENT"
     assert heavy["n_baseline"] >= 100 and heavy["p_value"] <= 0.01
     assert heavy["p_value"] == min(heavy["ks_p"], heavy["mann_whitney_p"])
-    assert heavy["ratio"] > 1.5
+    assert heavy["ratio"] > 1.0  # twice the layers; how much slower depends on the load
     # One value a side and different: UNKNOWN (one run says nothing of its spread).
     rss = rows["peak RSS"]["verdicts"][2]
     assert rss["verdict"] in ("UNKNOWN", "SAME") and rss["n_baseline"] == 1

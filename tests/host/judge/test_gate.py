@@ -241,7 +241,10 @@ def test_statuses_drift_passed_and_absent_phases(reports, known):
         parse_policy({**ALL_STATUSES, "sustained": {"required": True}}),
         known=known,
     )
-    assert "no sustained phase" in result.failed_checks[0].message
+    # (On a machine shared throughout, chain_a may be inconclusive: the limit is then not
+    # judged, and still says why.)
+    unpassed = [c for c in result.checks if not c.passed]
+    assert "no sustained phase" in unpassed[0].message
     # No sensor on this machine: a temperature limit is not measured, so it fails.
     result = run_gate(
         read_report_bytes(reports.classifier),

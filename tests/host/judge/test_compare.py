@@ -80,7 +80,7 @@ def test_report_text_is_printed_as_itself_not_as_markup(capsys):
 
 @pytest.mark.slow
 def test_compare_json_gives_a_three_way_verdict_per_figure(reports, known, capsys):
-    # The same report twice, and a model with twice the layers.
+    # The same report twice, and a model with four times the layers.
     paths = [reports.chain_a, reports.chain_a, reports.chain_heavy]
     assert edgequal_main(["compare", *map(str, paths), "--json"]) == 0
     rows = {row["figure"]: row for row in json.loads(capsys.readouterr().out)["rows"]}
@@ -88,11 +88,11 @@ def test_compare_json_gives_a_three_way_verdict_per_figure(reports, known, capsy
     assert p50["verdicts"][0] is None
     same, heavy = p50["verdicts"][1], p50["verdicts"][2]
     assert same["verdict"] == "SAME" and same["p_value"] == 1.0  # the same samples
-    # On the raw samples (hundreds a side): twice the work is DIFFERENT by both tests.
+    # On the raw samples (hundreds a side): four times the work is DIFFERENT by both tests.
     assert heavy["verdict"] == "DIFFERENT" and p50["verdict"] == "DIFFERENT"
     assert heavy["n_baseline"] >= 100 and heavy["p_value"] <= 0.01
     assert heavy["p_value"] == min(heavy["ks_p"], heavy["mann_whitney_p"])
-    assert heavy["ratio"] > 1.0  # twice the layers; how much slower depends on the load
+    assert heavy["ratio"] > 1.0  # four times the layers; how much slower depends on the load
     # One value a side and different: UNKNOWN (one run says nothing of its spread).
     rss = rows["peak RSS"]["verdicts"][2]
     assert rss["verdict"] in ("UNKNOWN", "SAME") and rss["n_baseline"] == 1

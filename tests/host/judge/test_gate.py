@@ -287,7 +287,7 @@ def test_baseline_two_runs_of_the_same_model_pass_a_heavier_graph_fails(reports,
     # 25-30 % here beside other suites, and once by 74 % with no process on this machine to
     # blame (a whole CPU for the worker, no run-queue wait, no steal): a quiet board stays
     # within 1-2 %. So the same model is held to a 100 % minimum effect, and the heavier
-    # graph, twice the work (about 2.9 x the time), to 50 %.
+    # graph, four times the work, to 50 %.
     policy = parse_policy({**ALL_STATUSES, "baseline": {"min_effect": 0.5}})
     loose = parse_policy({**ALL_STATUSES, "baseline": {"min_effect": 1.0}})
     same = run_gate(

@@ -105,7 +105,7 @@ def test_several_reports_overlay_and_an_unverified_one_is_marked(reports, known,
     for label in (
         f"A chain8.onnx · {runs[0]} · x=1x256",
         f"B chain8.onnx · {runs[1]} · x=1x256",
-        "C chain16.onnx · x=1x256",
+        "C chain32.onnx · x=1x256",
     ):
         assert label in html
     # The comparison compare prints, on the page: the median ratio and its interval.

@@ -19,7 +19,7 @@ def test_compare_json_deltas_significance_and_fingerprint_changes(reports, known
     rows = {row["figure"]: row for row in out["rows"]}
     p50 = rows["latency p50 x=1x256"]
     assert p50["deltas"][0] is None and len(p50["values"]) == 3
-    # Twice the layers: slower, and significantly so. How much slower depends on what else
+    # Four times the layers: slower, and significantly so. How much slower depends on what else
     # ran beside each of the three runs (on a shared machine it was +33 % once), so the
     # size of the delta is not asked, only its sign and the rank test's verdict.
     assert p50["deltas"][2] > 0

@@ -168,6 +168,29 @@ def chain_model():
 
 
 @pytest.fixture(scope="session")
+def reference_outputs():
+    """``reference_outputs(model, cases, path)``: ``model``'s outputs on ``cases`` (``{case:
+    feeds}``) from onnxruntime here, written as a golden set's ``--outputs`` NPZ
+    (``CASE/OUTPUT``); returns the output names."""
+    import numpy as np
+
+    def write(model: Path, cases: dict, path: Path) -> list[str]:
+        import onnxruntime as ort
+
+        session = ort.InferenceSession(str(model))
+        names = [o.name for o in session.get_outputs()]
+        arrays = {
+            f"{case}/{n}": v
+            for case, feeds in cases.items()
+            for n, v in zip(names, session.run(None, feeds), strict=True)
+        }
+        np.savez(path, **arrays)
+        return names
+
+    return write
+
+
+@pytest.fixture(scope="session")
 def local_agents():
     """The tests/local_agents.py module: ``serve(state, ...)`` and ``start_agent(base, name)``,
     the one way tests start ``edgequal-agent serve`` processes."""

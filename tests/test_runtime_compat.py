@@ -25,7 +25,6 @@ import sys
 import threading
 from pathlib import Path
 
-import numpy as np
 import pytest
 import tomllib
 from edgequal.agent.runtimes.envs import RuntimeEnvs
@@ -156,23 +155,14 @@ def test_golden_round_trips_of_the_examples_on_the_oldest_runtime(
             assert o["max_abs"] <= (1e-3 if name == "classifier_fp16" else 1e-5), (name, output)
 
 
-def test_the_int8_example_flips_its_three_cases_on_the_oldest_onnxruntime(old_envs, made, tmp_path):
+def test_the_int8_example_flips_its_three_cases_on_the_oldest_onnxruntime(
+    old_envs, made, tmp_path, reference_outputs
+):
     """As the demo checks it (the float model's outputs, int8 tolerance class), with graph
     optimisation on (int8 kernels) and off: case01, case09, case17, the same drift."""
-    import onnxruntime as ort
-
     cases = {f"case{i:02d}": c for i, c in enumerate(example_inputs("classifier_qdq", 24))}
-    reference = ort.InferenceSession(str(made / "classifier.onnx"))
-    names = [o.name for o in reference.get_outputs()]
     outputs = tmp_path / "reference.npz"
-    np.savez(
-        outputs,
-        **{
-            f"{case}/{n}": v
-            for case, feeds in cases.items()
-            for n, v in zip(names, reference.run(None, feeds), strict=True)
-        },
-    )
+    names = reference_outputs(made / "classifier.onnx", cases, outputs)
     golden = tmp_path / "qdq.golden.npz"
     int8 = {"class": "int8"}
     make_golden(

@@ -121,24 +121,15 @@ def test_the_example_is_exact_on_avx2_without_vnni_and_full_8_bits_are_not(model
         assert float(np.abs(native[("8bit", "ORT_ENABLE_ALL")] - off).max()) < 1e-5
 
 
-def test_the_optimisation_check_finds_the_optimised_kernels_the_cause(models, tmp_path):
+def test_the_optimisation_check_finds_the_optimised_kernels_the_cause(
+    models, tmp_path, reference_outputs
+):
     """The real drift worker, started under the emulated CPU (the worker's Python is a
     wrapper that runs it under qemu, as a runtime environment's Python is passed), at the
     plan's default optimisation and with it off; a tolerance between the two drifts."""
-    import onnxruntime as ort
-
     cases = {f"case{i:02d}": c for i, c in enumerate(example_inputs("classifier", 8))}
-    reference = ort.InferenceSession(str(models["float"]))
-    names = [o.name for o in reference.get_outputs()]
     outputs = tmp_path / "reference.npz"
-    np.savez(
-        outputs,
-        **{
-            f"{case}/{n}": v
-            for case, feeds in cases.items()
-            for n, v in zip(names, reference.run(None, feeds), strict=True)
-        },
-    )
+    names = reference_outputs(models["float"], cases, outputs)
     golden = tmp_path / "g.npz"
     tolerance = {"atol": 0.05, "rtol": 0.0}  # the quantization's 0.02 passes, 0.4 does not
     make_golden(

@@ -28,6 +28,15 @@ def probe_root(explicit: str | os.PathLike | None = None) -> Path:
     return Path(os.environ.get("EDGEQUAL_ROOT") or "/")
 
 
+OUTPUT_FAULT_ENV = "EDGEQUAL_OUTPUT_FAULT"
+
+
+def output_fault_setting() -> str | None:
+    """The output fault injector's setting (``runtimes/faults.py``), from
+    ``$EDGEQUAL_OUTPUT_FAULT``: None (no fault) unless the agent was started with it."""
+    return os.environ.get(OUTPUT_FAULT_ENV) or None
+
+
 # -- the agent's configuration file (agent.toml) ------------------------------------
 
 CONFIG_FILE = "agent.toml"

@@ -147,6 +147,9 @@ def format_summary(measurement: dict) -> str:
             lines.append(f"decisions: {decisions_text(decisions)}")
     if results.get("optimization_check"):
         lines.append(optimization_check_text(results["optimization_check"]))
+    timed = timed_outputs_text(results.get("timed_outputs"))
+    if timed:
+        lines.append(timed)
     memory = results.get("memory")
     if memory:
         lines.append(
@@ -162,6 +165,36 @@ def format_summary(measurement: dict) -> str:
         op = f" (operator {f['operator']})" if f.get("operator") else ""
         lines.append(f"finding [{f.get('kind')}] {f.get('message')}{op}")
     return "\n".join(lines)
+
+
+def timed_outputs_text(timed: dict | None) -> str | None:
+    """One line for the outputs checked during the timed phases (``results.timed_outputs``):
+    ``outputs checked during timing: 412 of 41,200 calls, all matched``, or the first
+    change, naming the phase, the call, the window and the temperature; None when unchecked."""
+    if not timed:
+        return None
+    checked = sum(p["checked"] for p in timed.values())
+    calls = sum(p["calls"] for p in timed.values())
+    head = f"outputs checked during timing: {checked:,} of {calls:,} calls"
+    changed = [(name, p) for name, p in timed.items() if p["mismatches"]]
+    if not changed:
+        return f"{head}, all matched"
+    parts = []
+    for name, p in changed:
+        first = p["mismatched"][0]
+        where = f"first at call {first['call']:,} ({first['t_s']:g} s"
+        if first.get("window") is not None:
+            where += f", window {first['window']}"
+        if first.get("temp_c") is not None:
+            where += f", {first['temp_c']:.1f} °C"
+        elif not first.get("temp_sensor", True):
+            where += ", no temperature sensor"
+        output = (first["outputs"] or [{}])[0].get("output")
+        parts.append(
+            f"{name} {p['mismatches']} of {p['checked']:,} out of tolerance, {where}), "
+            f"output {output}"
+        )
+    return f"{head}, CHANGED while timed: " + "; ".join(parts)
 
 
 _CHECK_CAUSES = {

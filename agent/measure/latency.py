@@ -31,6 +31,8 @@ from edgequal.contract.stats import (
     summarize_latency,
 )
 
+from .timed_outputs import OutputSampler
+
 # Warm-up runs in rounds of at least this many runs and seconds, judged each round.
 WARMUP_ROUND_RUNS = 20
 WARMUP_ROUND_S = 0.2
@@ -70,16 +72,22 @@ def time_loop_ns(
     min_runs: int,
     min_s: float,
     max_s: float | None = None,
+    sampler: OutputSampler | None = None,
+    first: int = 0,
 ) -> int:
     """Time ``call`` with perf_counter_ns around the call only, into a preallocated array.
 
     Stops when both ``min_runs`` runs and ``min_s`` seconds are done (or at ``max_s``,
     or when the array is full). GC is off during the loop. Returns the sample count.
+    With ``sampler`` (``timed_outputs.OutputSampler``) the due calls' outputs are kept,
+    after the second clock read; ``first`` is the index of this loop's first call in
+    the phase.
     """
     clock = time.perf_counter_ns
     capacity = len(samples)
     min_ns = int(min_s * 1e9)
     max_ns = int(max_s * 1e9) if max_s else None
+    due = sampler.next_due - first if sampler is not None else -1
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
@@ -87,9 +95,11 @@ def time_loop_ns(
         n = 0
         while n < capacity:
             t0 = clock()
-            call()
+            returned = call()
             t1 = clock()
             samples[n] = t1 - t0
+            if n == due:  # outside the timed span
+                due = sampler.take(first + n, returned) - first
             n += 1
             if n >= min_runs and t1 - start >= min_ns:
                 break
@@ -110,6 +120,8 @@ def time_loop_tagged_ns(
     min_clean: int,
     min_s: float,
     max_s: float | None = None,
+    sampler: OutputSampler | None = None,
+    first: int = 0,
 ) -> tuple[int, int]:
     """:func:`time_loop_ns`, with each call tagged in ``preempted`` (bool array).
 
@@ -119,11 +131,13 @@ def time_loop_tagged_ns(
     clock read, so the timed region is the same as :func:`time_loop_ns`'s. Stops when
     ``min_runs`` calls, ``min_clean`` untagged ones and ``min_s`` seconds are done, at
     ``max_s``, or when the arrays are full. Returns ``(calls, untagged calls)``.
+    ``sampler`` and ``first`` as in :func:`time_loop_ns`; the switches read comes first.
     """
     clock = time.perf_counter_ns
     capacity = min(len(samples), len(preempted))
     min_ns = int(min_s * 1e9)
     max_ns = int(max_s * 1e9) if max_s else None
+    due = sampler.next_due - first if sampler is not None else -1
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
@@ -132,13 +146,15 @@ def time_loop_tagged_ns(
         n = clean = 0
         while n < capacity:
             t0 = clock()
-            call()
+            returned = call()
             t1 = clock()
             now = switches()
             samples[n] = t1 - t0
             hit = now != seen
             preempted[n] = hit
             clean += not hit
+            if n == due:  # outside the timed span; a switch while keeping tags the next call
+                due = sampler.take(first + n, returned) - first
             seen = now
             n += 1
             if n >= min_runs and clean >= min_clean and t1 - start >= min_ns:
@@ -238,6 +254,7 @@ def measure_latency(
     on_phase: Callable[[str], None] = lambda name: None,
     sched: Callable[[], tuple[int, int] | None] | None = None,
     switches: Callable[[], int] | None = None,
+    sampler: OutputSampler | None = None,
 ) -> dict:
     """Warm up, then time the planned runs: ``{warmup, loop_s, summary, samples_ns_b64, loop_monotonic_s}``.
 
@@ -252,6 +269,9 @@ def measure_latency(
     ``preempted_b64`` (the tags, one bit per sample, ``np.packbits`` order). The loop
     runs until the clean calls reach :func:`clean_needed` (and the plan's seconds), or
     to :func:`loop_limit_s`, or to max runs.
+
+    With ``sampler`` (``timed_outputs.OutputSampler``) every k-th timed call's outputs
+    are kept for the caller to compare; the warm-up's calls are not.
     """
     on_phase("warmup")
     warm = warm_up(call, settings, switches)
@@ -279,13 +299,15 @@ def measure_latency(
                 max(settings.min_runs - n, 1),
                 max(settings.min_s - elapsed, 0.0),
                 left,
+                sampler,
+                n,
             )
             clean = n
         else:
             need = clean_needed(settings.min_runs, max(n, settings.min_runs))
             done, kept = time_loop_tagged_ns(
                 call, samples[n:], tags[n:], switches, max(settings.min_runs - n, 1),
-                max(need - clean, 0), max(settings.min_s - elapsed, 0.0), left,
+                max(need - clean, 0), max(settings.min_s - elapsed, 0.0), left, sampler, n,
             )  # fmt: skip
             n, clean = n + done, clean + kept
         elapsed = time.monotonic() - t0

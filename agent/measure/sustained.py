@@ -25,6 +25,7 @@ from edgequal.contract.stats import (
 from ..probes.raspberry_pi import throttle_active
 from ..probes.telemetry import throttle_reasons
 from .attribution import attribute_windows
+from .timed_outputs import OutputSampler
 
 WINDOW_BUFFER = 1 << 16  # latency samples kept per window for its p50/p90
 
@@ -37,6 +38,7 @@ def closed_loop(
     stop_requested: Callable[[], bool],
     sched: Callable[[], tuple[int, int] | None] | None = None,
     windows_added: Callable[[], int] = lambda: 0,
+    sampler: OutputSampler | None = None,
 ) -> dict:
     """Call ``call`` back to back for ``duration_s``, closing a window every ``window_s``.
 
@@ -48,7 +50,9 @@ def closed_loop(
     closed as ``partial`` (it holds the hottest sample) and the loop ends. ``sched``
     (the caller's reader of its own CPU and run-queue wait, ns) is read at each window
     boundary: a window's ``sched_ns`` is ``[cpu_ns, wait_ns]`` within it, or None.
-    Returns ``{windows, stopped_early, started_at}``.
+    With ``sampler`` (``timed_outputs.OutputSampler``) every k-th call's outputs are
+    kept, outside the call's timed span; the index counts calls from the loop's start.
+    Returns ``{windows, stopped_early, started_at, calls}``.
     """
     clock = time.perf_counter_ns
     buf = np.empty(WINDOW_BUFFER, dtype=np.int64)
@@ -57,6 +61,8 @@ def closed_loop(
     end = start + duration_s
     w_start = start
     n = 0
+    total = 0  # calls since the loop started (the sampler's index)
+    due = sampler.next_due if sampler is not None else -1
     w_sched = sched() if sched else None
 
     def close_window(now: float, partial: bool) -> None:
@@ -88,9 +94,12 @@ def closed_loop(
     try:
         while not stop_requested():
             t0 = clock()
-            call()
+            returned = call()
             buf[n % len(buf)] = clock() - t0
+            if total == due:  # outside the timed span
+                due = sampler.take(total, returned)
             n += 1
+            total += 1
             now = time.monotonic()
             if now - w_start >= window_s or now >= end:
                 close_window(now, partial=False)
@@ -104,7 +113,7 @@ def closed_loop(
     finally:
         if gc_was_enabled:
             gc.enable()
-    return {"windows": windows, "stopped_early": stopped, "started_at": start}
+    return {"windows": windows, "stopped_early": stopped, "started_at": start, "calls": total}
 
 
 def _under_voltage(sample: dict) -> bool:

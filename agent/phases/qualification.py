@@ -36,6 +36,7 @@ from ..measure.attribution import (
 )
 from ..measure.coload import coload_cause
 from ..measure.quantization import int8_drift_finding, optimization_check
+from ..measure.timed_outputs import phase_timed_outputs, place_mismatches, timed_outputs_finding
 from ..probes.contention import contention_unmeasurable
 from ..probes.cooldown import wait_for_cooldown
 from ..probes.fingerprint import fingerprint as probe_fingerprint
@@ -111,7 +112,15 @@ def _with_coload_evidence(result: dict, run, samples, sampler, findings, runtime
 
 
 def measure_warm(
-    model, golden, plan: Plan, runtime, emit: EventSink, cancel, findings, coload=None
+    model,
+    golden,
+    plan: Plan,
+    runtime,
+    emit: EventSink,
+    cancel,
+    findings,
+    coload=None,
+    root: Path = Path("/"),
 ) -> dict | None:
     """One worker: warm-up, latency per input shape, drift over the golden set, memory.
 
@@ -119,7 +128,12 @@ def measure_warm(
     (``interference``) and a ``cause`` when it was unsteady or heavy-tailed. With a
     declared co-load (``coload``: ``coload.Load`` s) the loop alternates plain and
     co-load segments (``measure.coload``), the worker pausing and resuming the co-load.
+    With a golden set the board's temperature is sampled at 1 Hz from ``root`` (this
+    process, never the worker) so a timed output that changed is placed with the
+    temperature at that moment (``timed_outputs``).
     """
+    from ..probes.telemetry import BoardTelemetry
+
     settings = latency_settings(plan)
 
     def forward(event: dict) -> None:
@@ -127,6 +141,8 @@ def measure_warm(
             emit({"type": "progress", "phase": "latency", "message": event["phase"]})
 
     job = WorkerJob.for_phase("warm", model, golden, plan, runtime, latency=settings)
+    job = replace(job, probe_root=str(root))
+    telemetry = BoardTelemetry.open(root) if golden is not None and not coload else None
     # The timed loop may run on to its limit while clean calls are short (measure/latency.py).
     timeout_s = (
         plan.phase_timeout_s
@@ -140,6 +156,8 @@ def measure_warm(
             return None
         job = replace(job, coload_pgids=tuple(run.pgids), coload_rounds=plan.coload_rounds)
         timeout_s += plan.latency_min_s
+    if telemetry is not None:
+        telemetry.start()
     try:
         ended, samples, sampler = run_sampled(
             job,
@@ -150,6 +168,7 @@ def measure_warm(
             cancel=cancel,
         )
     finally:
+        temps = telemetry.stop() if telemetry is not None else []
         if run is not None:
             run.stop()
     if not ended.ok:
@@ -168,6 +187,16 @@ def measure_warm(
             entry.pop("sched_ns"),
         )
         entry["cause"] = latency_cause(entry)
+    checked = [
+        {"shape": e["shape"], **e.pop("timed_outputs")}
+        for e in ended.result["latency"]
+        if "timed_outputs" in e
+    ]
+    if checked:
+        sensor = telemetry.has_temperature
+        ended.result["timed_outputs"] = phase_timed_outputs(
+            [place_mismatches(c, temps, sensor=sensor) for c in checked]
+        )
     return ended.result
 
 
@@ -401,7 +430,9 @@ def measure_repeats(results, plan, emit, cancel, root, latency, sustained) -> di
     kept (:func:`repeat_figures`; run 1's are the report's own), with their spread:
     ``{n, runs: [{run, cooldown, figures}], spread: {figure: stats.repeat_spread}}``.
     The report's other figures stay run 1's."""
-    kept = ("latency", "sustained", "runtime", "model_io", "memory", "drift", "coload")
+    kept = (
+        "latency", "sustained", "runtime", "model_io", "memory", "drift", "coload", "timed_outputs",
+    )  # fmt: skip
     first = {k: results.get(k) for k in kept}
     runs = [{"run": 1, "cooldown": None, "figures": repeat_figures(results)}]
     idle_c = read_thermal(root)["authoritative_temp_c"]
@@ -492,7 +523,9 @@ def run_measurement(
             results["cold_load"] = value
 
     def latency() -> None:
-        value = measure_warm(model_path, golden_path, plan, runtime, emit, cancel, findings, coload)
+        value = measure_warm(
+            model_path, golden_path, plan, runtime, emit, cancel, findings, coload, root
+        )
         if value is None:
             return
         if coload:
@@ -510,6 +543,11 @@ def run_measurement(
         results["memory"] = value["memory"]
         if "drift" in value:
             results["drift"] = value["drift"]
+        if "timed_outputs" in value:  # a new dict: repeated runs keep run 1's (measure_repeats)
+            results["timed_outputs"] = {
+                **(results.get("timed_outputs") or {}),
+                "latency": value["timed_outputs"],
+            }
 
     def pipeline() -> None:
         value = measure_pipeline(model_path, golden_path, plan, runtime, emit, cancel, findings)
@@ -542,6 +580,12 @@ def run_measurement(
         results["sustained"] = measure_sustained(
             model_path, golden_path, plan, runtime, root, emit, cancel, findings, idle_c, coload
         )
+        if "timed_outputs" in results["sustained"]:
+            checked = results["sustained"].pop("timed_outputs")
+            results["timed_outputs"] = {
+                **(results.get("timed_outputs") or {}),
+                "sustained": checked,
+            }
         if coload and "coload" in results:
             results["coload"]["sustained"] = results["sustained"].pop("coload_achieved", None)
 
@@ -603,6 +647,11 @@ def run_measurement(
     )
     if cause is not None and not cancel.is_set():
         findings.append(cause)
+    # Outputs that changed while timed: after every phase too, so the other phases still run.
+    for name, checked in (results.get("timed_outputs") or {}).items():
+        changed = timed_outputs_finding(name, checked, runtime)
+        if changed is not None and not cancel.is_set():
+            findings.append(changed)
     if cancel.is_set():
         status, reason = "incomplete", "cancelled"
     else:

@@ -16,6 +16,7 @@ from edgequal.contract.plan import Plan
 
 from ..measure.attribution import attribute_windows, contention_between, declared_cpus
 from ..measure.sustained import INTERFERENCE_EXTENSION
+from ..measure.timed_outputs import phase_timed_outputs, place_mismatches
 from ..worker.jobs import SustainSettings, WorkerJob
 from ..worker.supervisor import Worker
 from .coload import coload_finding, start_for_phase
@@ -165,6 +166,7 @@ def measure_sustained(
                 plan,
                 runtime,
                 sustain=SustainSettings(duration_s=hard_limit_s, window_s=window_s),
+                probe_root=str(root),
             ),
             on_worker_started=lambda worker, sampler: threading.Thread(
                 target=watch_temperature, args=(worker, sampler), daemon=True
@@ -224,6 +226,14 @@ def measure_sustained(
         score["headroom_c"] = round(trip_c - score["peak_temp_c"], 2)
     result.update(score)
     result["windows_detail"] = windows
+    if "timed_outputs" in ended.result:
+        result["timed_outputs"] = phase_timed_outputs(
+            [
+                place_mismatches(
+                    ended.result["timed_outputs"], samples, windows, telemetry.has_temperature
+                )
+            ]
+        )
     result["loop_started_monotonic_s"] = started_at  # CLOCK_MONOTONIC: the board's own logs
     result["telemetry_samples"] = [_flat_sample(s, started_at) for s in samples]
     if stop_reason:

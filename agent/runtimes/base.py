@@ -78,6 +78,15 @@ class Runtime(ABC):
         check_feeds(self._inputs, feeds)
         return self._bind_impl(dict(feeds))
 
+    def bound_outputs(self, returned: object) -> dict[str, np.ndarray]:
+        """The outputs of the bound call that returned ``returned``, by name, read after the
+        call (outside its timed span): the arrays to keep when the timed outputs are checked.
+
+        Call it before the next bound call: a runtime whose outputs live in its own
+        buffers (LiteRT) returns copies of them as they are now.
+        """
+        return self._bound_outputs_impl(returned)
+
     @classmethod
     def available_providers(cls) -> list[str] | None:
         """Execution providers this installation offers (None: the runtime has no such notion)."""
@@ -118,6 +127,9 @@ class Runtime(ABC):
 
     @abstractmethod
     def _describe_runtime_impl(self) -> dict: ...
+
+    @abstractmethod
+    def _bound_outputs_impl(self, returned: object) -> dict[str, np.ndarray]: ...
 
     def _close_impl(self) -> None:
         pass

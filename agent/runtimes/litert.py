@@ -151,6 +151,10 @@ class LiteRtRuntime(Runtime):
         self._set_inputs(feeds)
         return self._interp.invoke
 
+    def _bound_outputs_impl(self, returned: object) -> dict[str, np.ndarray]:
+        # invoke() returns nothing: the outputs are in the interpreter's tensors until the next.
+        return {name: self._interp.get_tensor(i).copy() for name, i in self._output_index.items()}
+
     def _describe_runtime_impl(self) -> dict:
         return {
             "module": self.module_name(),

@@ -135,6 +135,10 @@ class OnnxRuntime(Runtime):
         run = self._session.run
         return lambda: run(None, feeds)
 
+    def _bound_outputs_impl(self, returned: object) -> dict[str, np.ndarray]:
+        # run(None, ...) returns fresh arrays in the order of the session's outputs.
+        return dict(zip((o.name for o in self._outputs), returned))
+
     def _describe_runtime_impl(self) -> dict:
         return {
             "providers_requested": self._requested_providers,

@@ -128,7 +128,41 @@ def load_runtime(job: WorkerJob):
     phase("load")
     rt = cls(job.runtime_options())
     rt.load(Path(job.model))
+    if job.output_fault:  # only when the agent was started with the fault injector on
+        from ..runtimes.faults import OutputFault, with_fault
+
+        root = Path(job.probe_root) if job.probe_root else None
+        rt = with_fault(rt, OutputFault.parse(job.output_fault), root)
     return rt, rss_before, rss_bytes()
+
+
+def timed_output_check(rt, call, golden, case):
+    """Checking a timed loop's outputs (``measure/timed_outputs.py``): ``(sampler, finish)``
+    for a loop of ``call``, the bound call on golden ``case``'s inputs; ``(None, None)``
+    without a golden set of model inputs.
+
+    One untimed call now gives the outputs at rest. ``finish(calls, started_at)``
+    compares what the sampler kept, with the drift phase's rules, after the loop.
+    """
+    if golden is None or golden.pipeline is not None:
+        return None, None
+    from ..measure.drift import drift_of_cases
+    from ..measure.timed_outputs import OutputSampler, compare_timed_outputs
+
+    at_rest = rt.bound_outputs(call())
+    sampler = OutputSampler(rt.bound_outputs)
+
+    def finish(calls: int, started_at: float) -> dict:
+        return compare_timed_outputs(
+            sampler,
+            calls,
+            case.outputs,
+            at_rest,
+            lambda cases: drift_of_cases(cases, rt, golden),
+            started_at,
+        )
+
+    return sampler, finish
 
 
 def read_golden_for(job: WorkerJob, rt):

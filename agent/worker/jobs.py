@@ -19,6 +19,7 @@ from pathlib import Path
 
 from edgequal.contract.plan import Plan
 
+from ..config import output_fault_setting
 from ..measure.latency import LatencySettings
 from ..runtimes.base import RuntimeOptions
 
@@ -147,6 +148,10 @@ class WorkerJob:
     # between its plain and co-load segments, and how many rounds of each.
     coload_pgids: tuple[int, ...] | None = None
     coload_rounds: int = 0
+    # The output fault injector (runtimes/faults.py), set only from the agent's
+    # $EDGEQUAL_OUTPUT_FAULT, and the probe root its temperature condition reads.
+    output_fault: str | None = None
+    probe_root: str | None = None
 
     @classmethod
     def for_phase(
@@ -167,6 +172,7 @@ class WorkerJob:
             shapes=dict(plan.shapes),
             seed=plan.seed,
             evict_page_cache=plan.evict_page_cache,
+            output_fault=output_fault_setting(),
             **settings,
         )
 
@@ -204,6 +210,8 @@ class WorkerJob:
             "coload": asdict(self.coload) if self.coload else None,
             "coload_pgids": list(self.coload_pgids) if self.coload_pgids else None,
             "coload_rounds": self.coload_rounds,
+            "output_fault": self.output_fault,
+            "probe_root": self.probe_root,
         }
         return out
 

@@ -34,6 +34,7 @@ from .io import (
     read_golden_for,
     rss_bytes,
     synthesize_inputs,
+    timed_output_check,
     warmed,
 )
 from .jobs import WorkerJob
@@ -142,10 +143,14 @@ def run_warm(job: WorkerJob) -> dict:
     rt, rss_before, rss_loaded = load_runtime(job)
     golden = read_golden_for(job, rt)
     if golden is not None:
-        groups = {key: cases[0].inputs for key, cases in golden.shape_groups().items()}
+        groups = {key: cases[0] for key, cases in golden.shape_groups().items()}
     else:
         feeds = synthesize_inputs(rt.inputs(), job.shapes or {}, job.seed)
-        groups = {shape_key(feeds): feeds}
+        groups = {shape_key(feeds): None}
+
+    def feeds_of(case) -> dict:
+        return case.inputs if case is not None else feeds
+
     if job.coload_pgids:
         from ..measure.coload import interleaved_latency
 
@@ -154,7 +159,7 @@ def run_warm(job: WorkerJob) -> dict:
             {
                 "shape": key,
                 **interleaved_latency(
-                    rt.bind(feeds),
+                    rt.bind(feeds_of(case)),
                     job.latency,
                     job.coload_rounds,
                     switch,
@@ -162,22 +167,29 @@ def run_warm(job: WorkerJob) -> dict:
                     sched=own_schedstat,
                 ),
             }
-            for key, feeds in groups.items()
+            for key, case in groups.items()
         ]
     else:
-        latency = [
-            {
+        latency = []
+        for key, case in groups.items():
+            call = rt.bind(feeds_of(case))
+            sampler, finish = timed_output_check(rt, call, golden, case)
+            entry = {
                 "shape": key,
                 **measure_latency(
-                    rt.bind(feeds),
+                    call,
                     job.latency,
                     on_phase=phase,
                     sched=own_schedstat,
                     switches=involuntary_switches if job.latency.preemption_tags else None,
+                    sampler=sampler,
                 ),
             }
-            for key, feeds in groups.items()
-        ]
+            if finish is not None:  # after the loop: the comparison is never timed
+                entry["timed_outputs"] = finish(
+                    entry["summary"]["count"], entry["loop_monotonic_s"][0]
+                )
+            latency.append(entry)
     result = {
         "runtime": rt.describe(),
         "inputs": [s.to_dict() for s in rt.inputs()],
@@ -455,11 +467,13 @@ def run_sustained(job: WorkerJob) -> dict:
     signal.signal(signal.SIGTERM, _request_stop)
     signal.signal(signal.SIGUSR1, _add_window)
     rt, _, _ = load_runtime(job)
+    golden = read_golden_for(job, rt)
     call = rt.bind(first_feeds(job, rt))
+    sampler, finish = timed_output_check(rt, call, golden, golden.cases[0] if golden else None)
     for _ in range(3):
         call()
     phase("sustain")
-    return closed_loop(
+    result = closed_loop(
         call,
         job.sustain.duration_s,
         job.sustain.window_s,
@@ -467,7 +481,11 @@ def run_sustained(job: WorkerJob) -> dict:
         stop_requested=lambda: _stop_requested,
         sched=own_schedstat,
         windows_added=lambda: _windows_added,
+        sampler=sampler,
     )
+    if finish is not None:  # after the loop: the comparison is never timed
+        result["timed_outputs"] = finish(result["calls"], result["started_at"])
+    return result
 
 
 JOBS = {

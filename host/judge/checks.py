@@ -368,14 +368,37 @@ def _drift_metric(o: dict, metric: str) -> float | None:
     return value
 
 
-def drift_checks(results: dict, policy: Policy) -> list[Check]:
-    limits = policy.drift
-    per_output = policy.drift_outputs
-    if not limits and not per_output:
+def timed_outputs_checks(results: dict, policy: Policy) -> list[Check]:
+    """``[drift] timed_outputs_must_match`` (default true wherever the report checked outputs
+    during its timed phases): every checked call's outputs matched. None where unchecked."""
+    timed = results.get("timed_outputs") or {}
+    if not timed or not policy.drift.get("timed_outputs_must_match", True):
         return []
+    from edgequal.contract.summary import timed_outputs_text
+
+    mismatches = sum(p["mismatches"] for p in timed.values())
+    checked = sum(p["checked"] for p in timed.values())
+    return [
+        Check(
+            "drift.timed_outputs_must_match",
+            "drift",
+            mismatches == 0,
+            "all matched",
+            f"{mismatches} of {checked} changed",
+            timed_outputs_text(timed),
+        )
+    ]
+
+
+def drift_checks(results: dict, policy: Policy) -> list[Check]:
+    limits = {k: v for k, v in policy.drift.items() if k != "timed_outputs_must_match"}
+    per_output = policy.drift_outputs
+    checks = timed_outputs_checks(results, policy)
+    if not limits and not per_output:
+        return checks
     drift = results.get("drift")
     if not drift:
-        return [
+        return checks + [
             not_measured(
                 "drift",
                 "drift",
@@ -384,7 +407,6 @@ def drift_checks(results: dict, policy: Policy) -> list[Check]:
             )
         ]
     outputs = drift.get("outputs") or {}
-    checks = []
     if limits.get("require_passed"):
         failing = [f"{n}: {o.get('reason')}" for n, o in outputs.items() if not o.get("passed")]
         msg = (

@@ -101,6 +101,7 @@ SCHEMA: dict[str, dict[str, str]] = {
     },
     "drift": {
         "require_passed": BOOL,
+        "timed_outputs_must_match": BOOL,
         **{k: (INTEGER if k.endswith("_count") else NUMBER) for k in DRIFT_METRICS},
         "max_flip_count": INTEGER,
         "max_flip_rate": NUMBER,

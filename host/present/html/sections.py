@@ -384,6 +384,14 @@ def drift_section(reports: Sequence[ReportFile]) -> str:
             from edgequal.contract.summary import optimization_check_text
 
             out.append(f"<p>{escape(optimization_check_text(check))}</p>")
+        from edgequal.contract.summary import timed_outputs_text
+
+        timed_results = get_path(r.predicate, "results", "timed_outputs")
+        timed = timed_outputs_text(timed_results)
+        if timed:
+            changed = any(p["mismatches"] for p in timed_results.values())
+            cls = "fail" if changed else "pass"
+            out.append(f'<p class="timed-outputs"><span class="{cls}">{escape(timed)}</span></p>')
     return "".join(out) or '<p class="muted">No golden set: drift not measured.</p>'
 
 

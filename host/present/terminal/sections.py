@@ -221,6 +221,13 @@ def print_drift(results: dict) -> None:
         from edgequal.contract.summary import optimization_check_text
 
         console.print(f"  {esc(optimization_check_text(check))}", soft_wrap=True)
+    from edgequal.contract.summary import timed_outputs_text
+
+    timed = timed_outputs_text(results.get("timed_outputs"))
+    if timed:
+        changed = any(p["mismatches"] for p in results["timed_outputs"].values())
+        style = "red" if changed else "green"
+        console.print(f"  [{style}]{esc(timed)}[/]", soft_wrap=True)
 
 
 def print_sustained(results: dict) -> None:

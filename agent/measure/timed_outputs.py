@@ -141,11 +141,18 @@ def compare_timed_outputs(
 
 
 def _failing_outputs(report: dict) -> list[dict]:
-    """The outputs a one-case drift report failed, with the reason (a flipped decision too)."""
+    """The outputs a one-case drift report failed, each with its case's reason (a pooled
+    reason such as top-1 where the case itself passed), and a flipped decision."""
     failing = [
+        {"output": row["output"], "reason": row["reason"], "max_abs": row["metrics"]["max_abs"]}
+        for row in report["cases"]
+        if not row["passed"]
+    ]
+    named = {f["output"] for f in failing}
+    failing += [
         {"output": name, "reason": o.get("reason"), "max_abs": o.get("max_abs")}
         for name, o in report["outputs"].items()
-        if not o["passed"]
+        if not o["passed"] and name not in named
     ]
     decisions = report.get("decisions")
     if decisions is not None and not decisions["passed"]:

@@ -27,7 +27,7 @@ from edgequal.contract.preemption import decided_on_clean, decisive_summary, pre
 from edgequal.contract.runtimes import runtime_for
 from edgequal.contract.stats import repeat_spread
 
-from ..config import proc_root
+from ..config import output_fault_setting, proc_root
 from ..measure.attribution import (
     contention_between,
     contention_over,
@@ -515,6 +515,11 @@ def run_measurement(
     fingerprint.setdefault("python_executable", sys.executable)
     if envs:
         fingerprint["runtime_envs"] = [env.fingerprint_entry() for env in envs]
+    fault = output_fault_setting()
+    if fault:  # the fault injector is on: the signed report says so
+        from ..runtimes.faults import OutputFault
+
+        fingerprint["output_fault"] = str(OutputFault.parse(fault))
     emit({"type": "phase", "phase": "fingerprint", "state": "done"})
 
     def cold_load() -> None:

@@ -188,3 +188,42 @@ def test_all_matched_gives_no_finding():
     checked = {"calls": 9, "checked": 9, "every": 1, "reference": "golden", "mismatches": 0,
                "mismatched": []}  # fmt: skip
     assert timed_outputs_finding("latency", checked, "onnxruntime") is None
+
+
+def test_the_fault_injector_corrupts_real_outputs_only_on_its_condition():
+    import time
+
+    from edgequal.agent.runtimes.faults import (
+        TEMP_READ_INTERVAL_S,
+        FaultyRuntime,
+        OutputFault,
+        corrupt,
+    )
+    from edgequal.contract.errors import BadInput
+
+    assert str(OutputFault.parse("after_calls:3")) == "after_calls:3"
+    assert OutputFault.parse("above_c:71.5").above_c == 71.5
+    for bad in ("after_calls:-1", "above_c:hot", "sometimes"):
+        with pytest.raises(BadInput, match="output fault"):
+            OutputFault.parse(bad)
+    wrong = corrupt({"f": np.array([0.25], np.float32), "i": np.array([3], np.int8)})
+    assert wrong["f"].tolist() == [0.75] and wrong["f"].dtype == np.float32
+    assert wrong["i"].tolist() == [-4] and wrong["i"].dtype == np.int8
+
+    class Real:  # the two calls the wrapper adds to: a bound call and reading its outputs
+        def bind(self, feeds):
+            return Counter()
+
+        def bound_outputs(self, returned):
+            return read(returned)
+
+    temps = iter([40.0, 90.0])
+    faulty = FaultyRuntime(Real(), OutputFault(after_calls=2))
+    call = faulty.bind({})
+    seen = [faulty.bound_outputs(call())["scores"][0, 1] for _ in range(4)]
+    assert seen == pytest.approx([0.7, 0.7, 0.3, 0.3])
+    hot = FaultyRuntime(Real(), OutputFault(above_c=80.0), lambda: next(temps))
+    call = hot.bind({})
+    assert hot.bound_outputs(call())["scores"][0, 1] == pytest.approx(0.7)
+    time.sleep(TEMP_READ_INTERVAL_S)  # the next call reads the sensor again
+    assert hot.bound_outputs(call())["scores"][0, 1] == pytest.approx(0.3)

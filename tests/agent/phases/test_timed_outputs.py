@@ -32,8 +32,22 @@ def _timed_check(out: dict) -> list:
     ]
 
 
+def _page_and_screen(out: dict, capsys) -> tuple[str, str]:
+    """The HTML page's drift section and the terminal's drift lines for a run's predicate."""
+    from pathlib import Path
+
+    from edgequal.host.judge.report_file import ReportFile
+    from edgequal.host.present.html.sections import drift_section
+    from edgequal.host.present.terminal.sections import print_drift
+
+    page = drift_section([ReportFile(Path("report.json"), out)])
+    capsys.readouterr()
+    print_drift(out["results"])
+    return page, " ".join(capsys.readouterr().out.split())
+
+
 def test_a_clean_run_checks_every_kth_timed_call_and_all_match(
-    example_models, golden_sets, fast_plan
+    example_models, golden_sets, fast_plan, capsys
 ):
     out = run_measurement(example_models["classifier"], golden_sets["classifier"], fast_plan)
     results = out["results"]
@@ -45,18 +59,22 @@ def test_a_clean_run_checks_every_kth_timed_call_and_all_match(
     assert timed["every"] == 1 or checked_count(calls, timed["every"] // 2) > 256
     assert timed["mismatches"] == 0 and timed["mismatched"] == []
     assert timed["reference"] == "golden"
+    assert "output_fault" not in out["fingerprint"]
     assert not [f for f in out["findings"] if f["kind"] == "timed_outputs_changed"]
     line = f"outputs checked during timing: {timed['checked']:,} of {calls:,} calls, all matched"
     assert line in format_summary(out).splitlines()
     [check] = _timed_check(out)
     assert check.passed and check.message == line
+    page, screen = _page_and_screen(out, capsys)
+    assert f'<span class="pass">{line}</span>' in page
+    assert line in screen
     # A policy may switch the limit off.
     off = parse_policy({"drift": {"timed_outputs_must_match": False}})
     assert not [c for c in evaluate(out, off) if c.name == "drift.timed_outputs_must_match"]
 
 
 def test_outputs_going_wrong_after_n_calls_are_a_finding_and_fail_the_gate(
-    example_models, golden_sets, quick_plan, monkeypatch
+    example_models, golden_sets, quick_plan, monkeypatch, capsys
 ):
     # At most 0.01 s of warm-up (1,000 calls of a fast machine) and 3,000 timed calls: the
     # fault starts inside the timed loop however fast the machine is.
@@ -90,10 +108,14 @@ def test_outputs_going_wrong_after_n_calls_are_a_finding_and_fail_the_gate(
     assert finding["call"] == first["call"] and finding["output"] == "probs"
     assert f"call {first['call']:,}" in finding["message"]
     assert out["status"] == "failed"
+    assert out["fingerprint"]["output_fault"] == f"after_calls:{n}"
     [check] = _timed_check(out)
     assert not check.passed
     assert check.measured == f"{timed['mismatches']} of {timed['checked']} changed"
     assert "CHANGED while timed: latency" in format_summary(out)
+    page, screen = _page_and_screen(out, capsys)
+    assert '<span class="fail">outputs checked during timing:' in page
+    assert f"first at call {first['call']:,}" in screen
 
 
 def test_a_hot_emulated_board_names_the_window_and_its_temperature(

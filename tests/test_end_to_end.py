@@ -59,6 +59,10 @@ def test_qualify_over_grpc_gives_a_verified_signed_report(
     }
     assert p["results"]["drift"]["passed"] is True
     assert p["results"]["latency"]["per_shape"][0]["summary"]["count"] >= 50
+    # The timed calls' outputs were checked on the device (every runtime), and signed.
+    timed = p["results"]["timed_outputs"]["latency"]
+    assert timed["calls"] == p["results"]["latency"]["per_shape"][0]["summary"]["count"]
+    assert timed["checked"] >= 1 and timed["mismatches"] == 0
     phases = [
         e["phase"] for e in events if e.get("type") == "phase" and e.get("state") == "started"
     ]

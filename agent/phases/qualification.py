@@ -129,8 +129,8 @@ def measure_warm(
     declared co-load (``coload``: ``coload.Load`` s) the loop alternates plain and
     co-load segments (``measure.coload``), the worker pausing and resuming the co-load.
     With a golden set the board's temperature is sampled at 1 Hz from ``root`` (this
-    process, never the worker) so a timed output that changed is placed with the
-    temperature at that moment (``timed_outputs``).
+    process, never the worker; sysfs files only, no command) so a timed output that
+    changed is placed with the temperature at that moment (``timed_outputs``).
     """
     from ..probes.telemetry import BoardTelemetry
 
@@ -142,7 +142,8 @@ def measure_warm(
 
     job = WorkerJob.for_phase("warm", model, golden, plan, runtime, latency=settings)
     job = replace(job, probe_root=str(root))
-    telemetry = BoardTelemetry.open(root) if golden is not None and not coload else None
+    checking = golden is not None and not coload  # the worker checks timed outputs
+    telemetry = BoardTelemetry.open(root, commands=False) if checking else None
     # The timed loop may run on to its limit while clean calls are short (measure/latency.py).
     timeout_s = (
         plan.phase_timeout_s

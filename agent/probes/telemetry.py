@@ -315,11 +315,16 @@ class BoardTelemetry:
         self.has_temperature = sampler.has_temperature
 
     @classmethod
-    def open(cls, root) -> BoardTelemetry:
-        """Discover sensors under ``root`` (the configurable probe root)."""
+    def open(cls, root, commands: bool = True) -> BoardTelemetry:
+        """Discover sensors under ``root`` (the configurable probe root). ``commands=False``
+        reads files only, never ``vcgencmd``: beside a latency loop, a process started
+        every second would be in its figures."""
         from edgequal.agent.probes.thermal import read_thermal
 
-        return cls(TelemetrySampler(root, interval_s=1.0), read_thermal(root).get("trip_c"))
+        sampler = TelemetrySampler(
+            root, interval_s=1.0, use_vcgencmd=commands, measure_arm_clock=commands
+        )
+        return cls(sampler, read_thermal(root).get("trip_c"))
 
     def read_temp_c(self) -> float | None:
         """Read the authoritative temperature now."""

@@ -51,7 +51,7 @@ def plan_fields(fields: Mapping) -> dict:
     ``latency`` (or any ``*_s`` field) may be a duration text such as ``"2m"``; ``policy``
     (a gate policy file) commits that policy's sha256 in the signed plan
     (``policy_sha256``, docs/gating.md "A policy committed before the run")."""
-    from edgequal.contract.plan import parse_duration_s
+    from edgequal.contract.cli_args import parse_duration_s
 
     out = {}
     for key, value in fields.items():

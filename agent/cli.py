@@ -269,7 +269,7 @@ def cmd_serve(args, state_dir: Path) -> int:
     import signal
 
     from edgequal.contract.auth import read_token_file
-    from edgequal.contract.plan import parse_duration_s
+    from edgequal.contract.cli_args import parse_duration_s
 
     from .probes.fingerprint import fingerprint
     from .runtimes import ProbedRuntimes
@@ -327,8 +327,9 @@ def cmd_serve(args, state_dir: Path) -> int:
 
 
 def cmd_measure(args, state_dir: Path) -> int:
+    from edgequal.contract.cli_args import parse_duration_s, parse_shape_args
     from edgequal.contract.exit_codes import exit_code_for
-    from edgequal.contract.plan import Plan, make_plan, parse_duration_s, parse_shape_args
+    from edgequal.contract.plan import Plan, make_plan
     from edgequal.contract.signing import json_clean
     from edgequal.contract.summary import format_summary
 

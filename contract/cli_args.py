@@ -1,6 +1,8 @@
 """argparse pieces both CLIs share (``edgequal`` imports them from here; the agent never
 imports the host): one-line usage errors with a suggestion, global options on either
-side of the subcommand, and the examples that end every command's ``--help``.
+side of the subcommand, the examples that end every command's ``--help``, and the
+command-line text both read into plan fields (durations such as ``10m``, ``--shape
+NAME=1x3x224x224``; the library reads its keywords' text with the same rules).
 
 argparse only at import, so ``--help`` stays fast on a small board.
 """
@@ -11,6 +13,8 @@ import argparse
 import difflib
 import re
 from collections.abc import Callable, Iterator
+
+from .errors import BadInput
 
 _INVALID_CHOICE = re.compile(r"invalid choice: '(?P<given>[^']*)' \(choose from (?P<choices>.*)\)")
 # A value that starts with "-" but is numbers: "-1", "-0.5", "-1,1", "-0.5,-0.5,-0.5",
@@ -91,3 +95,33 @@ def examples(parser: argparse.ArgumentParser, *lines: str) -> argparse.ArgumentP
     if parser.formatter_class is argparse.HelpFormatter:
         parser.formatter_class = argparse.RawDescriptionHelpFormatter
     return parser
+
+
+_DURATION = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?\s*$")
+
+
+def parse_duration_s(text: str) -> float:
+    """``90s``, ``10m``, ``1.5h``, ``500ms`` or a bare number of seconds; negative is refused."""
+    m = _DURATION.match(str(text))
+    if not m:
+        raise BadInput(f"cannot read duration '{text}'", hint="write e.g. 30s, 10m or 1h")
+    value = float(m.group(1))
+    if value < 0:
+        raise BadInput(f"duration must not be negative: '{text}'")
+    unit = m.group(2) or "s"
+    return value * {"ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}[unit]
+
+
+def parse_shape_args(items: list[str]) -> dict[str, list[int]]:
+    """``NAME=1x3x224x224`` arguments into a shapes mapping."""
+    shapes = {}
+    for item in items or []:
+        name, sep, dims = item.partition("=")
+        try:
+            values = [int(d) for d in dims.lower().split("x")] if dims else []
+        except ValueError:
+            values = []
+        if not sep or not name or not values or any(v <= 0 for v in values):
+            raise BadInput(f"cannot read --shape '{item}'", hint="write NAME=1x3x224x224")
+        shapes[name] = values
+    return shapes

@@ -766,38 +766,8 @@ def _copy_json(value):
     return value
 
 
-_DURATION = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?\s*$")
-
-
-def parse_duration_s(text: str) -> float:
-    """``90s``, ``10m``, ``1.5h``, ``500ms`` or a bare number of seconds; negative is refused."""
-    m = _DURATION.match(str(text))
-    if not m:
-        raise BadInput(f"cannot read duration '{text}'", hint="write e.g. 30s, 10m or 1h")
-    value = float(m.group(1))
-    if value < 0:
-        raise BadInput(f"duration must not be negative: '{text}'")
-    unit = m.group(2) or "s"
-    return value * {"ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}[unit]
-
-
 def duration_text(seconds: float) -> str:
     """``3 s``, ``90 s``, ``10 min``: whole minutes from two minutes up, else seconds."""
     if seconds >= 120 and seconds % 60 == 0:
         return f"{seconds / 60:g} min"
     return f"{seconds:g} s"
-
-
-def parse_shape_args(items: list[str]) -> dict[str, list[int]]:
-    """``NAME=1x3x224x224`` arguments into a shapes mapping."""
-    shapes = {}
-    for item in items or []:
-        name, sep, dims = item.partition("=")
-        try:
-            values = [int(d) for d in dims.lower().split("x")] if dims else []
-        except ValueError:
-            values = []
-        if not sep or not name or not values or any(v <= 0 for v in values):
-            raise BadInput(f"cannot read --shape '{item}'", hint="write NAME=1x3x224x224")
-        shapes[name] = values
-    return shapes

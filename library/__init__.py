@@ -18,6 +18,7 @@ import importlib
 _EXPORTS = {
     "connect": "edgequal.device",
     "Device": "edgequal.device",
+    "SSHOptions": "edgequal.host.transport.ssh_options",
     "Report": "edgequal.report",
     "Latency": "edgequal.report",
     "NotMeasured": "edgequal.report",

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from edgequal.host.errors import HostError, UsageError
 from edgequal.host.transport.schemes import LOCAL, is_scheme, scheme_of
+from edgequal.host.transport.ssh_options import SSHOptions
 
 from .report import Report
 
@@ -50,7 +51,7 @@ def plan_fields(fields: Mapping) -> dict:
     ``latency`` (or any ``*_s`` field) may be a duration text such as ``"2m"``; ``policy``
     (a gate policy file) commits that policy's sha256 in the signed plan
     (``policy_sha256``, docs/gating.md "A policy committed before the run")."""
-    from edgequal.contract.plan import parse_duration_s
+    from edgequal.contract.cli_args import parse_duration_s
 
     out = {}
     for key, value in fields.items():
@@ -232,6 +233,7 @@ def connect(
     known_hosts: str | Path | None = None,
     agent_cmd: str | None = None,
     ssh_key: str | Path | None = None,
+    ssh: SSHOptions | None = None,
     tls_ca: str | Path | None = None,
     tls_cert: str | Path | None = None,
     tls_key: str | Path | None = None,
@@ -244,7 +246,8 @@ def connect(
     ``token`` (the token itself), else ``token_file`` (else ``$EDGEQUAL_TOKEN``, else the
     device's entry) authorizes the
     calls; ``tls_*`` are the PEM files of a grpc:// device; ``known_hosts``, ``ssh_key``
-    and ``agent_cmd`` serve ssh://. ``known`` is the trust store (default: this host's).
+    and ``agent_cmd`` serve ssh://, or ``ssh``, an ``SSHOptions`` holding them and the rest
+    of the SSH settings (a lab file's device has one; not with those three). ``known`` is the trust store (default: this host's).
     ``name`` binds the connection and its token to one device: ``device`` is then an address
     of it, where the agent must prove the key pinned for ``name`` (a lab file's entry
     ``[devices.NAME] address = …``); nothing is sent when it does not.
@@ -254,14 +257,21 @@ def connect(
     def path(p):
         return Path(p) if p is not None else None
 
+    loose = {"known_hosts": known_hosts, "ssh_key": ssh_key, "agent_cmd": agent_cmd}
+    given = [k for k, v in loose.items() if v is not None]
+    if ssh is not None and given:
+        raise UsageError(
+            f"connect: give ssh=SSHOptions(...) or {given[0]}=, not both",
+            hint="put every SSH setting in the SSHOptions",
+        )
     with host_errors():
         tls = tls_options(path(tls_ca), path(tls_cert), path(tls_key)) or None
         opened = open_device(
             device,
             path(token_file),
-            path(known_hosts),
-            agent_cmd,
-            path(ssh_key),
+            ssh
+            if ssh is not None or not given
+            else SSHOptions(known_hosts, ssh_key, agent_cmd=agent_cmd),
             known=known,
             tls=tls,
             token=token,

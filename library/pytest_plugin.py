@@ -27,8 +27,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from edgequal.host.transport.ssh_options import SSHOptions
 
 FIXTURES = ("eq_device", "eq_qualify")
 SKIP_REASON = (
@@ -46,9 +50,7 @@ class DeviceChoice:
     name: str | None = None  # a lab device: ``device`` is its address, proved by this name's key
     token_file: Path | None = None
     token_env: str | None = None  # a lab file's token_env: the variable holding the token
-    known_hosts: Path | None = None
-    agent_cmd: str | None = None
-    ssh_key: Path | None = None
+    ssh: SSHOptions | None = None  # a lab device's SSH settings
 
 
 def pytest_addoption(parser) -> None:
@@ -99,9 +101,7 @@ def chosen_devices(config) -> list[DeviceChoice]:
                     name=d.name,
                     token_file=d.token.file if d.token and d.token.file else None,
                     token_env=d.token.env if d.token and d.token.env else None,
-                    known_hosts=d.known_hosts_file,
-                    agent_cmd=d.agent_cmd,
-                    ssh_key=d.ssh_key_file,
+                    ssh=d.ssh,
                 )
             )
     return out
@@ -149,9 +149,7 @@ class _Connections:
                 choice.device,
                 token_file=choice.token_file,
                 token=token,
-                known_hosts=choice.known_hosts,
-                agent_cmd=choice.agent_cmd,
-                ssh_key=choice.ssh_key,
+                ssh=choice.ssh,
                 name=choice.name,
             )
         return self.open[choice]

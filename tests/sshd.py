@@ -81,19 +81,27 @@ class SSHServer:
         """Return ``ssh://USER@127.0.0.1:PORT``."""
         return f"ssh://{self.user}@{self.host}:{self.port}"
 
+    def options(self, agent_cmd: str | None = None, step_timeout_s: float = 60, **changes):
+        """The host's ``SSHOptions`` for this server (its key, its known_hosts, no ssh-agent
+        and no default keys), with ``changes`` applied."""
+        from edgequal.host.transport.ssh_options import SSHOptions
+
+        fields = {
+            "known_hosts": self.known_hosts,
+            "key_file": self.client_key,
+            "allow_agent": False,
+            "look_for_keys": False,
+            "agent_cmd": agent_cmd,
+            "step_timeout_s": step_timeout_s,
+        }
+        return SSHOptions(**{**fields, **changes})
+
     def transport(self, agent_cmd: str, state_dir: Path, step_timeout_s: float = 30):
         """A host ``SSHTransport`` to this server (its key, its known_hosts, no ssh-agent)."""
         from edgequal.host.transport.ssh import SSHTransport
 
         return SSHTransport(
-            self.url,
-            known_hosts=self.known_hosts,
-            key_file=self.client_key,
-            agent_cmd=agent_cmd,
-            state_dir=str(state_dir),
-            step_timeout_s=step_timeout_s,
-            allow_agent=False,
-            look_for_keys=False,
+            self.url, options=self.options(agent_cmd, step_timeout_s), state_dir=str(state_dir)
         )
 
     def other_host_key_known_hosts(self, path: Path) -> Path:

@@ -138,12 +138,8 @@ def board(tmp_path_factory, wheelhouse, sshd_server):
     known.trust("bench", sshd_server.url, key.public_key_raw())
     ssh_options = {
         "known_devices": known,
-        "agent_cmd": str(Path(sys.executable).parent / "edgequal-agent"),
         "state_dir": str(state),
-        "known_hosts": sshd_server.known_hosts,
-        "key_file": sshd_server.client_key,
-        "allow_agent": False,
-        "look_for_keys": False,
+        "ssh_options": sshd_server.options(str(Path(sys.executable).parent / "edgequal-agent")),
     }
     # All at once, as several shells could: each environment is a directory of its own.
     adds = [

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import os
 import platform
-import shutil
+from collections.abc import Mapping
 from pathlib import Path
 
 from edgequal.agent.config import probe_root
 from edgequal.agent.probes import cpufreq as cpufreq_probe
 from edgequal.agent.probes import cpuinfo as cpuinfo_probe
-from edgequal.agent.probes import jetson as jetson_probe
-from edgequal.agent.probes import raspberry_pi as pi_probe
+from edgequal.agent.probes.registry import board_probes
 from edgequal.agent.probes.sysfs import parse_cpu_list, read_text, read_value, under
 
 DT_MODEL = "/proc/device-tree/model"
@@ -73,8 +72,7 @@ def fingerprint(
     root: str | os.PathLike | None = None,
     *,
     cpufreq: dict | None = None,
-    raspberry_pi: dict | None = None,
-    jetson: dict | None = None,
+    boards: Mapping[str, dict] | None = None,
     timeout_s: float = 2.0,
 ) -> dict:
     """The fingerprint of the board under ``root`` (default: ``probe_root()``).
@@ -84,11 +82,12 @@ def fingerprint(
     ``memory_total_kb``, ``memory_mb``, ``architecture``, ``python``, ``cpu_model``,
     ``cpu_isa`` and ``cpu_flags`` (the kernel-selecting flags of ``/proc/cpuinfo``,
     ``probes/cpuinfo.py``), ``cpu_governors``,
-    ``online_cpus``, and when the board is one, ``raspberry_pi`` (``get_throttled``) and
-    ``jetson`` (``nvpmodel``, ``jetson_clocks``, ``l4t``). A value that cannot be read
-    is ``None`` and ``absent[key]`` says why; nothing is guessed. ``cpufreq``,
-    ``raspberry_pi`` and ``jetson`` may pass readings already taken by those probes so
-    that board commands run once.
+    ``online_cpus``, and a section per board family the board is one of
+    (``contract/board_families.py``: ``raspberry_pi`` with ``get_throttled``, ``jetson``
+    with ``nvpmodel``, ``jetson_clocks``, ``l4t``). A value that cannot be read is ``None``
+    and ``absent[key]`` says why (``absent["jetson.l4t"]`` for a section's); nothing is
+    guessed. ``cpufreq`` and ``boards`` (by family name) may pass readings already taken
+    by those probes so that board commands run once.
     """
     root = probe_root(root)
     host_root = _is_host_root(root)
@@ -162,35 +161,12 @@ def fingerprint(
     if not freq.get("policies"):
         absent["cpu_governors"] = freq.get("reason") or "no cpufreq policies"
 
-    pi = raspberry_pi
-    if pi is None and (pi_probe.is_raspberry_pi(root) or shutil.which(pi_probe.VCGENCMD)):
-        flags, src = pi_probe.read_throttled(root, timeout_s)
-        pi = {"available": True, "throttled": flags, "throttled_source": src}
-    if pi is not None and pi.get("available"):
-        flags, src = pi["throttled"], pi["throttled_source"]
-        fp["raspberry_pi"] = {
-            "get_throttled": flags,
-            "get_throttled_source": src if flags is not None else None,
-        }
-        if flags is None:
-            absent["raspberry_pi.get_throttled"] = src
-
-    jet = jetson
-    if jet is None and (jetson_probe.is_jetson(root) or shutil.which("nvpmodel")):
-        jet = {"available": True, "absent": {}}
-        for key, reader in (
-            ("l4t", lambda: jetson_probe.read_l4t(root)),
-            ("nvpmodel", lambda: jetson_probe.read_nvpmodel(timeout_s)),
-            ("jetson_clocks", lambda: jetson_probe.read_jetson_clocks(timeout_s)),
-        ):
-            jet[key], why = reader()
-            if why:
-                jet["absent"][key] = why
-    if jet is not None and jet.get("available"):
-        fp["jetson"] = {k: jet[k] for k in ("l4t", "nvpmodel", "jetson_clocks")}
-        for key in fp["jetson"]:
-            if key in jet["absent"]:
-                absent[f"jetson.{key}"] = jet["absent"][key]
+    for probe in board_probes():
+        reading = (boards or {}).get(probe.name)
+        part = probe.fingerprint_section(root, reading, timeout_s)
+        if part is not None:
+            fp[probe.name], missing = part
+            absent.update({f"{probe.name}.{key}": why for key, why in missing.items()})
 
     fp["absent"] = absent
     return fp

@@ -22,6 +22,7 @@ from edgequal.agent.probes.sysfs import (
     run_command,
     under,
 )
+from edgequal.contract.board_families import board_family
 
 L4T_RELEASE = "/etc/nv_tegra_release"
 DEVICE_TREE_MODEL = "/proc/device-tree/model"
@@ -249,6 +250,12 @@ def read_jetson_clocks(timeout_s: float = 3.0) -> tuple[dict | None, str | None]
         return None, str(e)
 
 
+def detected(root: str | os.PathLike) -> bool:
+    """Whether the board under ``root`` is a Jetson: an L4T release file or a device-tree
+    model naming one, or ``nvpmodel`` on PATH (the family's detection)."""
+    return is_jetson(root) or shutil.which("nvpmodel") is not None
+
+
 def read_jetson(root: str | os.PathLike, timeout_s: float = 3.0) -> dict:
     """Power mode, clocks, GPU frequency and L4T release of a Jetson.
 
@@ -256,7 +263,7 @@ def read_jetson(root: str | os.PathLike, timeout_s: float = 3.0) -> dict:
     "absent": {key: reason}}``; a reading that cannot be taken is ``None`` and its
     reason is in ``absent``.
     """
-    if not is_jetson(root) and shutil.which("nvpmodel") is None:
+    if not detected(root):
         return {"available": False, "reason": "not a Jetson (no L4T release, model, or nvpmodel)"}
     absent: dict[str, str] = {}
     l4t, why = read_l4t(root)
@@ -280,3 +287,29 @@ def read_jetson(root: str | os.PathLike, timeout_s: float = 3.0) -> dict:
         "gpu": gpu,
         "absent": absent,
     }
+
+
+def fingerprint_section(
+    root: str | os.PathLike, reading: dict | None, timeout_s: float = 2.0
+) -> tuple[dict, dict] | None:
+    """The Jetson's section of the fingerprint (L4T release, nvpmodel, jetson_clocks: the
+    fields ``contract/board_families.py`` declares) and what of it is absent, or None when
+    the board is not a Jetson. ``reading`` is :func:`read_jetson`'s when taken already;
+    otherwise only those fields are read (not the GPU)."""
+    if reading is None:
+        if not detected(root):
+            return None
+        reading = {"available": True, "absent": {}}
+        for key, reader in (
+            ("l4t", lambda: read_l4t(root)),
+            ("nvpmodel", lambda: read_nvpmodel(timeout_s)),
+            ("jetson_clocks", lambda: read_jetson_clocks(timeout_s)),
+        ):
+            reading[key], why = reader()
+            if why:
+                reading["absent"][key] = why
+    if not reading.get("available"):
+        return None
+    section = {k: reading[k] for k in board_family("jetson").fields}
+    absent = reading["absent"]
+    return section, {k: absent[k] for k in section if k in absent}

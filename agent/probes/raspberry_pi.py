@@ -117,6 +117,12 @@ def is_raspberry_pi(root: str | os.PathLike) -> bool:
     return under(root, SYSFS_THROTTLED).exists()
 
 
+def detected(root: str | os.PathLike) -> bool:
+    """Whether the board under ``root`` is a Raspberry Pi: its device-tree model or firmware
+    interface says so, or ``vcgencmd`` is on PATH (the family's detection)."""
+    return is_raspberry_pi(root) or shutil.which(VCGENCMD) is not None
+
+
 def read_raspberry_pi(root: str | os.PathLike, timeout_s: float = 2.0) -> dict:
     """Throttle flags, ARM clock and SoC temperature of a Raspberry Pi.
 
@@ -125,7 +131,7 @@ def read_raspberry_pi(root: str | os.PathLike, timeout_s: float = 2.0) -> dict:
     ``"vcgencmd"`` (measured) or ``"cpufreq (requested only)"``; every value is
     ``None`` with a ``*_source`` reason when it cannot be read.
     """
-    if not is_raspberry_pi(root) and shutil.which(VCGENCMD) is None:
+    if not detected(root):
         return {
             "available": False,
             "reason": "not a Raspberry Pi (device-tree model, firmware, vcgencmd)",
@@ -160,3 +166,22 @@ def read_raspberry_pi(root: str | os.PathLike, timeout_s: float = 2.0) -> dict:
         "temp_c": temp_c,
         "temp_source": temp_source,
     }
+
+
+def fingerprint_section(
+    root: str | os.PathLike, reading: dict | None, timeout_s: float = 2.0
+) -> tuple[dict, dict] | None:
+    """The Pi's section of the fingerprint (``get_throttled`` and its source, the fields
+    ``contract/board_families.py`` declares) and what of it is absent, or None when the
+    board is not a Pi. ``reading`` is :func:`read_raspberry_pi`'s when taken already;
+    otherwise only the throttle flags are read."""
+    if reading is None:
+        if not detected(root):
+            return None
+        flags, src = read_throttled(root, timeout_s)
+        reading = {"available": True, "throttled": flags, "throttled_source": src}
+    if not reading.get("available"):
+        return None
+    flags, src = reading["throttled"], reading["throttled_source"]
+    section = {"get_throttled": flags, "get_throttled_source": src if flags is not None else None}
+    return section, ({"get_throttled": src} if flags is None else {})

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from edgequal.contract.plan import make_plan, parse_duration_s
+from edgequal.contract.cli_args import parse_duration_s
+from edgequal.contract.plan import make_plan
 
 from ..devices.nonces import NonceLedger
 from ..devices.qualify import pin_device_key, qualify

@@ -32,6 +32,18 @@ def add_connection_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ssh-key", type=Path, help="private key file for an ssh:// device")
 
 
+def ssh_options_from_args(args):
+    """The command's SSH settings (``--known-hosts``, ``--ssh-key``, ``--agent-cmd``, those it
+    has) as one :class:`SSHOptions`."""
+    from ..transport.ssh_options import SSHOptions
+
+    return SSHOptions(
+        known_hosts=getattr(args, "known_hosts", None),
+        key_file=getattr(args, "ssh_key", None),
+        agent_cmd=getattr(args, "agent_cmd", None),
+    )
+
+
 def open_device_from_args(args):
     """The device ``--device`` names, opened with the connection options (identity proved):
     an :class:`edgequal.Device` from ``edgequal.connect``, as a library caller gets it."""
@@ -40,9 +52,7 @@ def open_device_from_args(args):
     device = connect(
         args.device,
         token_file=args.token_file,
-        known_hosts=args.known_hosts,
-        agent_cmd=args.agent_cmd,
-        ssh_key=args.ssh_key,
+        ssh=ssh_options_from_args(args),
         tls_ca=args.tls_ca,
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,

@@ -13,6 +13,7 @@ from .device_args import (
     add_connection_options,
     add_tls_options,
     open_device_from_args,
+    ssh_options_from_args,
     tls_from_args,
 )
 
@@ -198,8 +199,7 @@ def cmd_agent(args) -> int:
             python=args.python,
             device_name=args.name,
             system_site_packages=args.system_site_packages,
-            known_hosts=args.known_hosts,
-            key_file=args.ssh_key,
+            ssh_options=ssh_options_from_args(args),
             on_step=lambda message: print_note(f"agent install: {message}"),
         )
         print_line(str(result))
@@ -208,7 +208,8 @@ def cmd_agent(args) -> int:
         return _cmd_agent_runtime(args)
     from ..install.agent import agent_status
 
-    print_line(json.dumps(agent_status(args.target, known_hosts=args.known_hosts), indent=1))
+    status = agent_status(args.target, ssh_options=ssh_options_from_args(args))
+    print_line(json.dumps(status, indent=1))
     return 0
 
 
@@ -217,11 +218,7 @@ def _cmd_agent_runtime(args) -> int:
     from ..install.runtime_envs import add_runtime_env, list_runtime_envs, remove_runtime_env
     from ..present.terminal.summary import print_line, print_note
 
-    options = {
-        "known_hosts": args.known_hosts,
-        "key_file": args.ssh_key,
-        "agent_cmd": args.agent_cmd,
-    }
+    ssh_options = ssh_options_from_args(args)
     if args.runtime_command == "add":
         env = add_runtime_env(
             args.target,
@@ -231,7 +228,7 @@ def _cmd_agent_runtime(args) -> int:
             from_approved=args.from_approved,
             wheelhouse=args.wheelhouse,
             on_step=lambda line: print_note(f"agent runtime add: {line}"),
-            **options,
+            ssh_options=ssh_options,
         )
         print_line(
             f"added {env['name']}: {env['runtime']} {env['version']} (Python {env['python']}, "
@@ -239,9 +236,9 @@ def _cmd_agent_runtime(args) -> int:
         )
         return 0
     if args.runtime_command == "remove":
-        print_line(remove_runtime_env(args.target, args.name, **options))
+        print_line(remove_runtime_env(args.target, args.name, ssh_options=ssh_options))
         return 0
-    envs = list_runtime_envs(args.target, **options)
+    envs = list_runtime_envs(args.target, ssh_options=ssh_options)
     for e in envs:
         state = "ok" if e.get("available") else e.get("reason")
         print_line(f"{e['name']}: {e['runtime']} {e['version']} (Python {e['python']}) {state}")

@@ -13,7 +13,7 @@ from .plan_args import add_length_options, length_flags
 
 def _wait_s(text: str | None) -> float | None:
     """``--wait``: absent 0 (fail fast), bare None (no limit), else the duration."""
-    from edgequal.contract.plan import parse_duration_s
+    from edgequal.contract.cli_args import parse_duration_s
 
     if text == "forever":
         return None
@@ -182,7 +182,7 @@ def cmd_fleet(args) -> int:
         return _cmd_fleet_health(args)
     if args.fleet_command == "requalify":
         return _cmd_fleet_requalify(args)
-    from edgequal.contract.plan import parse_duration_s
+    from edgequal.contract.cli_args import parse_duration_s
 
     from ..lab.fleet import FleetOptions
     from ..lab.health import HealthState, default_health_path

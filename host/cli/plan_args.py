@@ -52,7 +52,7 @@ def add_length_options(parser: argparse.ArgumentParser) -> None:
 def length_flags(args) -> dict:
     """``--cold-runs``, ``--warmup``, ``--warmup-runs``, ``--latency`` and
     ``--max-extension`` as plan fields (only those given)."""
-    from edgequal.contract.plan import parse_duration_s
+    from edgequal.contract.cli_args import parse_duration_s
 
     out = {}
     if args.cold_runs is not None:

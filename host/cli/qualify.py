@@ -64,8 +64,8 @@ def parse_edge_shape_args(items: list[str]) -> list[dict] | None:
 
 def _measurement_flags(args) -> dict:
     """The plan fields of the flags ``_add_measurement_flags`` adds (None: not given)."""
+    from edgequal.contract.cli_args import parse_duration_s
     from edgequal.contract.errors import BadInput
-    from edgequal.contract.plan import parse_duration_s
 
     from .coload_args import parse_coload
 
@@ -104,7 +104,7 @@ def _measurement_flags(args) -> dict:
 
 def _plan_flags(args) -> dict:
     """The plan fields the flags set (None: not given; the preset's or profile's stays)."""
-    from edgequal.contract.plan import parse_duration_s, parse_shape_args
+    from edgequal.contract.cli_args import parse_duration_s, parse_shape_args
 
     return {
         "runtime": args.runtime if args.runtime != "auto" else None,

@@ -21,7 +21,7 @@ from edgequal.contract.errors import BadInput
 from edgequal.contract.keys import fingerprint_of
 
 from ..errors import TransportError, UntrustedDevice, UsageError
-from ..transport import Transport, open_transport
+from ..transport import SSHOptions, Transport, open_transport
 from ..transport.schemes import LOCAL, REMOTE, SSH, is_scheme, scheme_of, takes_tls
 from .trust import DeviceEntry, KnownDevices
 
@@ -88,9 +88,7 @@ def tls_options(
 def open_device(
     device: str,
     token_file: Path | None = None,
-    known_hosts: Path | None = None,
-    agent_cmd: str | None = None,
-    ssh_key: Path | None = None,
+    ssh: SSHOptions | None = None,
     known: KnownDevices | None = None,
     tls: dict[str, str] | None = None,
     token: str | None = None,
@@ -98,7 +96,8 @@ def open_device(
 ) -> OpenDevice:
     """Open a transport to ``device`` (``local``, a trusted NAME, ``grpc://`` or ``ssh://``).
 
-    ``token``, when given, is the token itself (read by the caller, for example from a lab
+    ``ssh`` (:class:`SSHOptions`) says how to reach an ``ssh://`` address (known_hosts, key,
+    agent command). ``token``, when given, is the token itself (read by the caller, for example from a lab
     file's ``token_env``); else :func:`resolve_token` finds it.
 
     ``name`` binds the connection, and so its token, to one device: ``device`` is then an
@@ -136,8 +135,7 @@ def open_device(
     if tls is None and entry is not None and takes_tls(address):
         tls = entry.tls or None
     pinned = entry.public_key_raw if entry else None
-    options = {"known_hosts": known_hosts, "ssh_agent_cmd": agent_cmd, "ssh_key": ssh_key}
-    transport = open_transport(address, tls=tls, pinned_key=pinned, **options)
+    transport = open_transport(address, tls=tls, pinned_key=pinned, ssh=ssh)
     unrecorded = False
     with _closed_on_error(transport):
         raw = transport.prove_identity(pinned)
@@ -149,7 +147,7 @@ def open_device(
                 unrecorded = address != "local"
                 if given_tls is None and entry.tls and takes_tls(address):
                     transport.close()
-                    transport = _reopen_with_device_tls(address, entry, options)
+                    transport = _reopen_with_device_tls(address, entry, ssh)
             elif is_scheme(address, LOCAL):
                 entry = known.trust("local", "local", raw)  # the agent this host started
             elif is_scheme(address, SSH):
@@ -184,7 +182,7 @@ def _bound_entry(known: KnownDevices, name: str, address: str) -> DeviceEntry:
     return entry
 
 
-def _reopen_with_device_tls(address: str, entry: DeviceEntry, options: dict) -> Transport:
+def _reopen_with_device_tls(address: str, entry: DeviceEntry, ssh: SSHOptions | None) -> Transport:
     """A transport to ``address`` over ``entry``'s TLS whose agent proved ``entry``'s key.
 
     An address that proved the key of a device pinned with TLS, over a connection
@@ -192,7 +190,7 @@ def _reopen_with_device_tls(address: str, entry: DeviceEntry, options: dict) -> 
     forwarding the proof: the token goes to neither before the proof is made again
     over the device's TLS. UntrustedDevice (nothing sent) when it cannot be.
     """
-    transport = open_transport(address, tls=entry.tls, pinned_key=entry.public_key_raw, **options)
+    transport = open_transport(address, tls=entry.tls, pinned_key=entry.public_key_raw, ssh=ssh)
     with _closed_on_error(transport):
         try:
             transport.prove_identity(entry.public_key_raw)

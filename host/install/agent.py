@@ -40,7 +40,7 @@ import secrets
 import shlex
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from edgequal.contract.runtimes import RUNTIME_EXTRAS
@@ -49,6 +49,7 @@ from ..devices.trust import KnownDevices, check_device_name, decode_public_key, 
 from ..errors import TransportError, UsageError
 from ..transport.schemes import GRPC, REMOTE, SSH, is_scheme, scheme_of
 from ..transport.ssh import DEFAULT_INSTALL_PREFIX, SSHTransport
+from ..transport.ssh_options import SSHOptions
 from ..transport.ssh_session import SSHSession
 from ..transport.ssh_target import resolve_target
 from .commands import (
@@ -126,15 +127,11 @@ def install_agent(
     device_name: str | None = None,
     system_site_packages: bool = False,
     *,
-    known_hosts: Path | None = None,
-    key_file: Path | None = None,
-    ssh_config: Path | None = None,
+    ssh_options: SSHOptions | None = None,
     state_dir: str | None = None,
     wheel: Path | None = None,
     replace_key: bool = False,
     on_step: Callable[[str], None] | None = None,
-    allow_agent: bool = True,
-    look_for_keys: bool = True,
 ) -> InstallResult:
     """Install (or upgrade) the agent on the board at ``url`` and pin its key; see the module doc.
 
@@ -144,7 +141,9 @@ def install_agent(
     the board (default: the agent's own default). ``wheel`` skips the local
     build. ``replace_key`` re-pins a device whose key changed (after checking it
     out of band); otherwise a changed key raises UntrustedDevice. ``on_step``
-    receives one line per step, for progress output.
+    receives one line per step, for progress output. ``ssh_options`` says how to log in
+    (known_hosts, key file, ssh_config...; its ``agent_cmd`` is not read: the agent run is
+    the one installed).
     """
     if service not in SERVICES:
         raise UsageError(f"unknown service {service!r}", hint=f"use one of: {', '.join(SERVICES)}")
@@ -156,7 +155,8 @@ def install_agent(
         known_devices if isinstance(known_devices, KnownDevices) else KnownDevices(known_devices)
     )
     step = on_step or (lambda _msg: None)
-    target = resolve_target(url, ssh_config)
+    ssh_options = ssh_options or SSHOptions()
+    target = resolve_target(url, ssh_options.ssh_config)
     name = device_name or default_device_name(target.alias)
     check_device_name(name)
 
@@ -167,14 +167,7 @@ def install_agent(
         wheel = Path(wheel)
         if not wheel.is_file():
             raise UsageError(f"wheel {wheel} does not exist")
-        with SSHSession(
-            url,
-            known_hosts=known_hosts,
-            key_file=key_file,
-            ssh_config=ssh_config,
-            allow_agent=allow_agent,
-            look_for_keys=look_for_keys,
-        ) as ssh:
+        with SSHSession(url, ssh_options) as ssh:
             return _install(
                 ssh, target.host, name, known, wheel, extras, wheelhouse, service, listen,
                 prefix, python, system_site_packages, state_dir, replace_key, step,
@@ -203,11 +196,9 @@ def _install(
     venv = f"{prefix}/venv"
     if state_dir:
         state_dir = ssh.expand(state_dir)
+    agent_cmd = shlex.quote(f"{venv}/bin/edgequal-agent")
     agent = SSHTransport(
-        ssh.url,
-        session=ssh,
-        agent_cmd=shlex.quote(f"{venv}/bin/edgequal-agent"),
-        state_dir=state_dir,
+        ssh.url, options=replace(ssh.options, agent_cmd=agent_cmd), session=ssh, state_dir=state_dir
     )
     notes: list[str] = []
 
@@ -359,14 +350,10 @@ def _write_private(path: Path, text: str) -> None:
 def agent_status(
     url_or_name: str,
     *,
-    known_hosts: Path | None = None,
+    ssh_options: SSHOptions | None = None,
     known_devices: KnownDevices | Path | None = None,
     prefix: str = DEFAULT_INSTALL_PREFIX,
     state_dir: str | None = None,
-    key_file: Path | None = None,
-    ssh_config: Path | None = None,
-    allow_agent: bool = True,
-    look_for_keys: bool = True,
 ) -> dict:
     """Version, runtimes, key fingerprint and whether the service runs, for an agent.
 
@@ -393,16 +380,7 @@ def agent_status(
             )
         address = entry.options.get("ssh") or entry.address
     if is_scheme(address, SSH):
-        status = _ssh_status(
-            address,
-            known_hosts,
-            prefix,
-            state_dir,
-            key_file,
-            ssh_config,
-            allow_agent,
-            look_for_keys,
-        )
+        status = _ssh_status(address, ssh_options or SSHOptions(), prefix, state_dir)
     elif is_scheme(address, GRPC):
         status = _grpc_status(url_or_name if entry is not None else address, known)
     else:
@@ -435,24 +413,9 @@ def _summary(info: dict) -> dict:
     }
 
 
-def _ssh_status(
-    url: str,
-    known_hosts: Path | None,
-    prefix: str,
-    state_dir: str | None,
-    key_file: Path | None,
-    ssh_config: Path | None,
-    allow_agent: bool,
-    look_for_keys: bool,
-) -> dict:
-    with SSHSession(
-        url,
-        known_hosts=known_hosts,
-        key_file=key_file,
-        ssh_config=ssh_config,
-        allow_agent=allow_agent,
-        look_for_keys=look_for_keys,
-    ) as ssh:
+def _ssh_status(url: str, ssh_options: SSHOptions, prefix: str, state_dir: str | None) -> dict:
+    # The agent under ``prefix`` when there is one, else the one on the login PATH.
+    with SSHSession(url, replace(ssh_options, agent_cmd=None)) as ssh:
         prefix = ssh.expand(prefix).rstrip("/")
         agent = SSHTransport(url, session=ssh, state_dir=state_dir)
         agent_path = f"{prefix}/venv/bin/edgequal-agent"

@@ -30,6 +30,7 @@ from ..devices.trust import KnownDevices
 from ..errors import HostError, TransportError, UsageError
 from ..transport.schemes import SSH, is_scheme
 from ..transport.ssh import SSHTransport
+from ..transport.ssh_options import SSHOptions
 from ..transport.ssh_session import SSHSession
 
 PIP_TIMEOUT_S = 1800.0
@@ -95,9 +96,7 @@ def wheel_requirement(file_name: str) -> str:
     return f"{m.group(1).replace('_', '-')}=={m.group(2)}"
 
 
-def _agent_transport(
-    ssh: SSHSession, known: KnownDevices, agent_cmd: str | None, state_dir: str | None
-):
+def _agent_transport(ssh: SSHSession, known: KnownDevices, state_dir: str | None):
     """The SSH agent of ``ssh``'s board, after it proved the key pinned for its address."""
     entry = known.find_by_address(ssh.url) or known.find_by_address(ssh.target.url)
     if entry is None:
@@ -105,27 +104,21 @@ def _agent_transport(
             f"{ssh.target.url} is not a trusted device",
             hint=f"edgequal agent install {ssh.target.url} pins it (or devices trust)",
         )
-    options = {"agent_cmd": agent_cmd} if agent_cmd else {}
-    agent = SSHTransport(
-        ssh.url, session=ssh, state_dir=state_dir, pinned_key=entry.public_key_raw, **options
-    )
+    agent = SSHTransport(ssh.url, session=ssh, state_dir=state_dir, pinned_key=entry.public_key_raw)
     agent.ensure_identity()  # nothing is sent to a board that has not proven its key
     return agent, entry
 
 
-def _open(url: str, known_hosts, key_file, ssh_config, allow_agent, look_for_keys) -> SSHSession:
+def _known(known_devices: KnownDevices | Path | None) -> KnownDevices:
+    return known_devices if isinstance(known_devices, KnownDevices) else KnownDevices(known_devices)
+
+
+def _open(url: str, ssh_options: SSHOptions) -> SSHSession:
     if not is_scheme(url, SSH):
         raise UsageError(f"{url}: runtime environments are installed over SSH only", hint=(
             "give the board's ssh://USER@HOST: installing runs code, which no RPC may do"
         ))  # fmt: skip
-    return SSHSession(
-        url,
-        known_hosts=known_hosts,
-        key_file=key_file,
-        ssh_config=ssh_config,
-        allow_agent=allow_agent,
-        look_for_keys=look_for_keys,
-    )
+    return SSHSession(url, ssh_options)
 
 
 def add_runtime_env(
@@ -137,13 +130,8 @@ def add_runtime_env(
     from_approved: Path | None = None,
     wheelhouse: Path | None = None,
     known_devices: KnownDevices | Path | None = None,
-    agent_cmd: str | None = None,
     state_dir: str | None = None,
-    known_hosts: Path | None = None,
-    key_file: Path | None = None,
-    ssh_config: Path | None = None,
-    allow_agent: bool = True,
-    look_for_keys: bool = True,
+    ssh_options: SSHOptions | None = None,
     on_step: Callable[[str], None] | None = None,
 ) -> dict:
     """Install ``requirement`` (``onnxruntime==1.20.1``) in a runtime environment on the
@@ -158,13 +146,11 @@ def add_runtime_env(
     from edgequal.contract.runtimes import Requirement, companion_requirements
 
     step = on_step or (lambda _line: None)
-    known = (
-        known_devices if isinstance(known_devices, KnownDevices) else KnownDevices(known_devices)
-    )
+    known = _known(known_devices)
     if wheelhouse is not None and not Path(wheelhouse).is_dir():
         raise UsageError(f"wheelhouse {wheelhouse} is not a directory")
-    with _open(url, known_hosts, key_file, ssh_config, allow_agent, look_for_keys) as ssh:
-        agent, entry = _agent_transport(ssh, known, agent_cmd, state_dir)
+    with _open(url, ssh_options or SSHOptions()) as ssh:
+        agent, entry = _agent_transport(ssh, known, state_dir)
         exact = None
         if from_approved is not None:
             record = approved_runtime_env(Path(from_approved), entry.name)
@@ -258,13 +244,17 @@ def approved_runtime_env(model_dir: Path, device: str) -> dict:
     return approved.runtime_env
 
 
-def list_runtime_envs(url: str, **options) -> list[dict]:
+def list_runtime_envs(
+    url: str,
+    *,
+    known_devices: KnownDevices | Path | None = None,
+    state_dir: str | None = None,
+    ssh_options: SSHOptions | None = None,
+) -> list[dict]:
     """The board's runtime environments (``runtime list --json``), each import-checked there."""
-    agent_cmd, state_dir = options.pop("agent_cmd", None), options.pop("state_dir", None)
-    known = options.pop("known_devices", None)
-    known = known if isinstance(known, KnownDevices) else KnownDevices(known)
-    with _open(url, **_session_options(options)) as ssh:
-        agent, _ = _agent_transport(ssh, known, agent_cmd, state_dir)
+    known = _known(known_devices)
+    with _open(url, ssh_options or SSHOptions()) as ssh:
+        agent, _ = _agent_transport(ssh, known, state_dir)
         out = ssh.check_remote(agent.agent_command(["runtime", "list", "--json"]), "list")
     try:
         return json.loads(out)
@@ -272,26 +262,21 @@ def list_runtime_envs(url: str, **options) -> list[dict]:
         raise TransportError(f"the board's runtime list is not JSON: {out[:80]!r}") from e
 
 
-def remove_runtime_env(url: str, name: str, **options) -> str:
+def remove_runtime_env(
+    url: str,
+    name: str,
+    *,
+    known_devices: KnownDevices | Path | None = None,
+    state_dir: str | None = None,
+    ssh_options: SSHOptions | None = None,
+) -> str:
     """Remove the board's environment ``name``; the agent's one-line answer."""
-    agent_cmd, state_dir = options.pop("agent_cmd", None), options.pop("state_dir", None)
-    known = options.pop("known_devices", None)
-    known = known if isinstance(known, KnownDevices) else KnownDevices(known)
-    with _open(url, **_session_options(options)) as ssh:
-        agent, _ = _agent_transport(ssh, known, agent_cmd, state_dir)
+    known = _known(known_devices)
+    with _open(url, ssh_options or SSHOptions()) as ssh:
+        agent, _ = _agent_transport(ssh, known, state_dir)
         return ssh.check_remote(
             agent.agent_command(["runtime", "remove", name]), f"remove {name}"
         ).strip()
-
-
-def _session_options(options: dict) -> dict:
-    return {
-        "known_hosts": options.get("known_hosts"),
-        "key_file": options.get("key_file"),
-        "ssh_config": options.get("ssh_config"),
-        "allow_agent": options.get("allow_agent", True),
-        "look_for_keys": options.get("look_for_keys", True),
-    }
 
 
 __all__ = [

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from edgequal.contract.board_families import BOARD_FAMILIES
 from edgequal.contract.preemption import decisive_samples_ns, decisive_summary
 from edgequal.contract.signing import RolesUnmarked, subject_with_role
 
@@ -77,26 +78,26 @@ def fingerprint_fields(predicate: dict, subjects: list[dict] | None = None) -> d
 
 def change_category(key: str) -> str:
     """What kind of change a fingerprint key is: firmware, kernel, runtime, power mode, ..."""
-    if "firmware" in key or key.startswith("jetson.l4t"):
+    if "firmware" in key:
         return "firmware"
+    for family in BOARD_FAMILIES:  # a board family's section: what each of its fields is
+        category = family.category_of(key)
+        if category is not None:
+            return category
     if key in ("kernel", "os_release"):
         return "kernel" if key == "kernel" else "os"
     if key.startswith("runtime."):
         return "runtime"
     if key.startswith("runtime_envs"):
         return "runtime environments"  # what a run measured beside its runtime, not the board
-    if key.startswith("jetson.nvpmodel"):
-        return "power mode"
     if key.startswith("cpu_governors"):
         return "governor"
     if key in ("cpu_model", "cpu_isa", "cpu_flags"):
         # Not "board": agents record them since the int8 finding; a lab's older approvals
         # lack them, and the board model already names a board swap.
         return "cpu"
-    if key.startswith(("jetson.jetson_clocks", "clocks.")):
+    if key.startswith("clocks."):
         return "clocks"
-    if key.startswith("raspberry_pi."):
-        return "throttle state"
     if key in ("model", "golden"):
         return key
     if key.startswith("plan."):

@@ -144,13 +144,7 @@ def open_lab_device(device: LabDevice, known: KnownDevices | None = None) -> Tra
         transport = open_transport(device.address, token=token, tls=tls, pinned_key=pinned)
         transport.holder = f"{holder_name()} (pid {os.getpid()})"
         return transport
-    return open_transport(
-        device.address,
-        known_hosts=device.known_hosts_file,
-        ssh_agent_cmd=device.agent_cmd,
-        ssh_key=device.ssh_key_file,
-        pinned_key=pinned,
-    )
+    return open_transport(device.address, ssh=device.ssh, pinned_key=pinned)
 
 
 class LeaseKeeper:

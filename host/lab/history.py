@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from edgequal.contract.board_families import BOARD_FAMILY_NAMES
 from edgequal.contract.preemption import decisive_summary
 from edgequal.contract.signing import RolesUnmarked, subject_with_role
 from sqlalchemy import (
@@ -180,7 +181,7 @@ def _firmware(fp: dict) -> str | None:
     for key in ("firmware", "firmware_version", "l4t"):
         if fp.get(key):
             return str(fp[key])
-    for section in ("raspberry_pi", "jetson"):
+    for section in BOARD_FAMILY_NAMES:
         part = fp.get(section) or {}
         for key in ("firmware", "firmware_version", "l4t_release", "l4t"):
             if isinstance(part, dict) and part.get(key):

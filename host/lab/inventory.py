@@ -33,6 +33,7 @@ from typing import Any
 from ..errors import UsageError
 from ..toml_text import BadToml, parse_toml
 from ..transport.schemes import GRPC, SSH, is_scheme, scheme_of
+from ..transport.ssh_options import SSHOptions
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _TAG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,63}$")
@@ -92,9 +93,8 @@ class LabDevice:
     profile: str | None = None
     tags: tuple[str, ...] = ()
     token: SecretRef | None = None
-    ssh_key_file: Path | None = None
-    known_hosts_file: Path | None = None
-    agent_cmd: str | None = None
+    ssh: SSHOptions | None = None
+    """An ``ssh://`` device's ``ssh_key_file``, ``known_hosts_file`` and ``agent_cmd``."""
 
     @property
     def transport_kind(self) -> str:
@@ -378,9 +378,13 @@ def _device(src: _Source, name: str, data: Any) -> LabDevice:
         profile=profile,
         tags=_tags(src, table, data),
         token=token,
-        ssh_key_file=_path(src, table, data, "ssh_key_file"),
-        known_hosts_file=_path(src, table, data, "known_hosts_file"),
-        agent_cmd=_string(src, table, data, "agent_cmd"),
+        ssh=SSHOptions(
+            known_hosts=_path(src, table, data, "known_hosts_file"),
+            key_file=_path(src, table, data, "ssh_key_file"),
+            agent_cmd=_string(src, table, data, "agent_cmd"),
+        )
+        if is_scheme(address, SSH)
+        else None,
     )
 
 

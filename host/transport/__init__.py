@@ -3,27 +3,25 @@
 from __future__ import annotations
 
 import importlib
-from pathlib import Path
 
 from ..errors import UsageError
 from .base import IdentityProof, OpenOptions, PushResult, QualifyRequest, Transport
 from .schemes import SCHEMES, forms, scheme_of
+from .ssh_options import SSHOptions
 
 
 def open_transport(
     address: str,
     *,
     token: str | None = None,
-    known_hosts: Path | None = None,
     local_root: str | None = None,
-    ssh_agent_cmd: str | None = None,
-    ssh_key: Path | None = None,
+    ssh: SSHOptions | None = None,
     tls: dict[str, str] | None = None,
     pinned_key: bytes | None = None,
 ) -> Transport:
     """A transport for ``local``, ``grpc://HOST:PORT`` or ``ssh://USER@HOST[:PORT]``.
 
-    ``tls`` holds the PEM files for a ``grpc://`` address (``tls_ca``, and for
+    ``ssh`` (:class:`SSHOptions`) says how to reach an ``ssh://`` address; ``tls`` holds the PEM files for a ``grpc://`` address (``tls_ca``, and for
     mutual TLS ``tls_cert`` and ``tls_key``); ``pinned_key`` is the raw device key
     the agent must prove it holds before anything else is sent (see Transport).
     """
@@ -38,7 +36,7 @@ def open_transport(
         module, cls = scheme.transport.split(":")
         transport = getattr(importlib.import_module(f"{__name__}.{module}"), cls)
         options = OpenOptions(
-            token, known_hosts, local_root, ssh_agent_cmd, ssh_key, tls, pinned_key
+            token=token, local_root=local_root, ssh=ssh, tls=tls, pinned_key=pinned_key
         )
         return transport.open_address(address, options)
     raise UsageError(
@@ -47,4 +45,11 @@ def open_transport(
     )
 
 
-__all__ = ["IdentityProof", "PushResult", "QualifyRequest", "Transport", "open_transport"]
+__all__ = [
+    "IdentityProof",
+    "PushResult",
+    "QualifyRequest",
+    "SSHOptions",
+    "Transport",
+    "open_transport",
+]

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import UntrustedDevice
+from .ssh_options import SSHOptions
 
 ProgressEvent = dict
 """A progress event from the agent: ``{"type": "run"|"phase"|"progress"|"log", ...}``.
@@ -83,10 +84,9 @@ class OpenOptions:
     to its scheme (:meth:`Transport.open_address`)."""
 
     token: str | None = None
-    known_hosts: Path | None = None
     local_root: str | None = None
-    ssh_agent_cmd: str | None = None
-    ssh_key: Path | None = None
+    ssh: SSHOptions | None = None
+    """How to reach an ``ssh://`` address (None: as ``ssh`` itself would)."""
     tls: dict[str, str] | None = None
     """PEM files for TLS (``tls_ca``, and for mutual TLS ``tls_cert`` and ``tls_key``)."""
     pinned_key: bytes | None = None

@@ -40,6 +40,7 @@ from .base import (
     QualifyRequest,
     Transport,
 )
+from .ssh_options import SSHOptions
 from .ssh_session import SSHSession, last_line, short
 
 log = logging.getLogger(__name__)
@@ -62,46 +63,38 @@ class SSHTransport(Transport):
 
     ``url`` is ``ssh://USER@HOST[:PORT]`` (HOST may be an ``~/.ssh/config`` alias).
     The connection is ``session``, an open :class:`SSHSession` the caller keeps
-    (it stays open on close), else one opened with ``session_options``
-    (``known_hosts``, ``key_file``, ``step_timeout_s``... as :class:`SSHSession`
-    takes them). ``agent_cmd`` is the agent's command line on the device (when
-    left at ``edgequal-agent`` and that is not on the remote PATH, the venv of
-    ``edgequal agent install``'s default prefix is used); ``state_dir`` sets
+    (it stays open on close), else one opened with ``options``. ``options``
+    (:class:`SSHOptions`, default the session's) also names the agent's command line
+    on the device (when none is given and ``edgequal-agent`` is not on the remote
+    PATH, the venv of ``edgequal agent install``'s default prefix is used); ``state_dir`` sets
     ``$EDGEQUAL_AGENT_STATE`` for every agent command. ``run_idle_timeout_s``
     and ``run_timeout_s`` bound a qualification (no output for that long, and in all).
     """
 
     @classmethod
     def open_address(cls, address: str, options: OpenOptions) -> SSHTransport:
-        """``ssh://USER@HOST[:PORT]``, with known_hosts, a key file and the agent command
-        when given."""
-        kwargs = {
-            "known_hosts": options.known_hosts,
-            "key_file": options.ssh_key,
-            "pinned_key": options.pinned_key,
-        }
-        if options.ssh_agent_cmd:
-            kwargs["agent_cmd"] = options.ssh_agent_cmd
-        return cls(address, **kwargs)
+        """``ssh://USER@HOST[:PORT]``, reached with the command's :class:`SSHOptions`."""
+        return cls(address, options=options.ssh, pinned_key=options.pinned_key)
 
     def __init__(
         self,
         url: str,
         *,
-        agent_cmd: str = DEFAULT_AGENT_CMD,
+        options: SSHOptions | None = None,
         state_dir: str | None = None,
         run_idle_timeout_s: float = DEFAULT_RUN_IDLE_TIMEOUT_S,
         run_timeout_s: float = DEFAULT_RUN_TIMEOUT_S,
         session: SSHSession | None = None,
         pinned_key: bytes | None = None,
-        **session_options,
     ):
         self.address = url
         self.pinned_key = pinned_key
         self._owns_session = session is None
-        self.session = session or SSHSession(url, **session_options)
+        if options is None:
+            options = session.options if session is not None else SSHOptions()
+        self.session = session or SSHSession(url, options)
         self.target = self.session.target
-        self.agent_cmd = agent_cmd
+        self.agent_cmd = options.agent_cmd or DEFAULT_AGENT_CMD
         self.state_dir = state_dir
         self.run_idle_timeout_s = run_idle_timeout_s
         self.run_timeout_s = run_timeout_s

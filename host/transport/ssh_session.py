@@ -33,6 +33,7 @@ from typing import NamedTuple
 import paramiko
 
 from ..errors import TransportError, UsageError
+from .ssh_options import SSHOptions
 from .ssh_target import (
     UnknownHostKey,
     host_key_error,
@@ -41,7 +42,6 @@ from .ssh_target import (
     resolve_target,
 )
 
-DEFAULT_STEP_TIMEOUT_S = 60.0
 KEEPALIVE_INTERVAL_S = 15
 # SFTP writes go out in pieces of at most ~32 KiB; read the local file in larger blocks.
 UPLOAD_BLOCK_BYTES = 256 * 1024
@@ -120,32 +120,20 @@ class _Conn:
 class SSHSession:
     """One SSH connection to ``url`` (``ssh://USER@HOST[:PORT]``, HOST may be an ``~/.ssh/config`` alias).
 
-    ``known_hosts`` replaces ``~/.ssh/known_hosts``; ``key_file`` is tried before
-    the ssh-agent and the default keys. ``step_timeout_s`` bounds each step
-    without progress. The connection opens on first use and reopens after it
-    dropped; ``running`` is the channel of the streaming command in progress.
+    ``options`` (:class:`SSHOptions`) says how to log in: known_hosts, key file,
+    ssh_config, whether the ssh-agent and default keys are tried, and the time limit
+    of each step without progress. The connection opens on first use and reopens
+    after it dropped; ``running`` is the channel of the streaming command in progress.
     """
 
     def __init__(
-        self,
-        url: str,
-        known_hosts: Path | None = None,
-        key_file: Path | str | None = None,
-        password_prompt: bool = True,
-        step_timeout_s: float = DEFAULT_STEP_TIMEOUT_S,
-        *,
-        ssh_config: Path | None = None,
-        allow_agent: bool = True,
-        look_for_keys: bool = True,
+        self, url: str, options: SSHOptions | None = None, *, password_prompt: bool = True
     ):
         self.url = url
-        self.target = resolve_target(url, ssh_config)
-        self.known_hosts = Path(known_hosts).expanduser() if known_hosts else None
-        self.key_file = str(Path(key_file).expanduser()) if key_file else None
+        self.options = options or SSHOptions()
+        self.target = resolve_target(url, self.options.ssh_config)
         self.password_prompt = password_prompt
-        self.step_timeout_s = step_timeout_s
-        self.allow_agent = allow_agent
-        self.look_for_keys = look_for_keys
+        self.step_timeout_s = self.options.step_timeout_s
         self.running: paramiko.Channel | None = None
         self._conn: _Conn | None = None
         self._conn_lock = threading.RLock()
@@ -166,9 +154,10 @@ class SSHSession:
 
     def _connect_once(self, password: str | None) -> paramiko.SSHClient:
         t = self.target
-        files = known_hosts_files(t, self.known_hosts)
+        o = self.options
+        files = known_hosts_files(t, o.known_hosts)
         client = new_client(files)
-        key_files = [k for k in ([self.key_file] if self.key_file else []) + list(t.key_files)]
+        key_files = ([str(o.key_file)] if o.key_file else []) + list(t.key_files)
         key_files = [k for k in key_files if os.path.exists(k)]
         sock = paramiko.ProxyCommand(t.proxy_command) if t.proxy_command else None
         try:
@@ -178,8 +167,8 @@ class SSHSession:
                 username=t.user,
                 password=password,
                 key_filename=key_files or None,
-                allow_agent=self.allow_agent and password is None,
-                look_for_keys=self.look_for_keys and password is None,
+                allow_agent=o.allow_agent and password is None,
+                look_for_keys=o.look_for_keys and password is None,
                 timeout=self.step_timeout_s,
                 banner_timeout=self.step_timeout_s,
                 auth_timeout=self.step_timeout_s,

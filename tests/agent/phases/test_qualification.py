@@ -251,7 +251,7 @@ def test_unknown_runtime_is_bad_input():
 def test_negative_duration_is_bad_input():
     with pytest.raises(BadInput, match="'latency_min_s' must not be negative"):
         make_plan("quick", latency_min_s=-1)
-    from edgequal.contract.plan import parse_duration_s
+    from edgequal.contract.cli_args import parse_duration_s
 
     with pytest.raises(BadInput, match="must not be negative"):
         parse_duration_s("-5s")

@@ -416,7 +416,8 @@ def test_agent_install_passes_every_option_on(monkeypatch, tmp_path, capsys):
     argv += ["--prefix", "/opt/eq", "--python", "python3.11", "--system-site-packages"]
     assert edgequal_main(argv) == 0
     assert seen["url"] == "ssh://pi@bench"
-    assert seen["key_file"] == tmp_path / "k"
+    assert seen["ssh_options"].key_file == tmp_path / "k"
+    assert seen["ssh_options"].known_hosts is None  # not given: ~/.ssh/known_hosts
     assert (seen["prefix"], seen["python"], seen["system_site_packages"]) == (
         "/opt/eq",
         "python3.11",

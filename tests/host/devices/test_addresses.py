@@ -19,6 +19,7 @@ from edgequal.host.cli.main import main as edgequal_main
 from edgequal.host.devices.resolve import open_device
 from edgequal.host.devices.trust import KnownDevices
 from edgequal.host.errors import UsageError
+from edgequal.host.transport import SSHOptions
 
 
 @pytest.fixture
@@ -45,9 +46,11 @@ def _open(device, address: str):
     return open_device(
         address,
         token_file=None if address.startswith("ssh://") else device["token_file"],
-        known_hosts=options.get("known_hosts"),
-        agent_cmd=options.get("agent_cmd"),
-        ssh_key=options.get("ssh_key"),
+        ssh=SSHOptions(
+            known_hosts=options.get("known_hosts"),
+            key_file=options.get("ssh_key"),
+            agent_cmd=options.get("agent_cmd"),
+        ),
     )
 
 

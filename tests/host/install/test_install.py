@@ -227,12 +227,9 @@ def _install(sshd_server, board, wheel, **overrides):
         python=sys.executable,
         known_devices=board["known"],
         device_name="bench",
-        known_hosts=sshd_server.known_hosts,
-        key_file=sshd_server.client_key,
+        ssh_options=sshd_server.options(),
         state_dir=str(board["state"]),
         wheel=wheel,
-        allow_agent=False,
-        look_for_keys=False,
     )
     kwargs.update(overrides)
     return install_agent(sshd_server.url, **kwargs)
@@ -301,13 +298,10 @@ def test_install_start_qualify_over_grpc_and_reinstall_keeps_key(
     # Status over SSH, and by name (over gRPC with the pinned token).
     status = agent_status(
         sshd_server.url,
-        known_hosts=sshd_server.known_hosts,
+        ssh_options=sshd_server.options(),
         known_devices=known,
         prefix=str(prefix),
         state_dir=str(state),
-        key_file=sshd_server.client_key,
-        allow_agent=False,
-        look_for_keys=False,
     )
     assert status["agent_version"] == "0.1.0"
     assert status["key_fingerprint"] == first.fingerprint
@@ -354,7 +348,7 @@ def test_install_refuses_unknown_host_key(sshd_server, board, wheel, tmp_path):
     empty = tmp_path / "empty_known_hosts"
     empty.write_text("")
     with pytest.raises(TransportError, match="is not in"):
-        _install(sshd_server, board, wheel, known_hosts=empty)
+        _install(sshd_server, board, wheel, ssh_options=sshd_server.options(known_hosts=empty))
     assert not (board["prefix"] / "wheels").exists()
 
 
@@ -373,13 +367,10 @@ def test_status_reports_a_stopped_background_agent(sshd_server, board, wheel):
     assert "start it on the board with" in str(result)
     status = agent_status(
         sshd_server.url,
-        known_hosts=sshd_server.known_hosts,
+        ssh_options=sshd_server.options(),
         known_devices=board["known"],
         prefix=str(board["prefix"]),
         state_dir=str(board["state"]),
-        key_file=sshd_server.client_key,
-        allow_agent=False,
-        look_for_keys=False,
     )
     assert status["service"] == {"kind": "none", "running": False}
     assert status["key_fingerprint"] == result.fingerprint

@@ -95,6 +95,7 @@ KILLED_PUSH = textwrap.dedent(
     import sys, time
     from pathlib import Path
     from edgequal.host.transport.ssh import SSHTransport
+    from edgequal.host.transport.ssh_options import SSHOptions
 
     url, known_hosts, key, agent, state, blob, digest = sys.argv[1:]
 
@@ -103,8 +104,9 @@ KILLED_PUSH = textwrap.dedent(
         if done >= total // 2:
             time.sleep(3600)  # hold here until the test kills this process
 
-    t = SSHTransport(url, known_hosts=known_hosts, key_file=key, agent_cmd=agent,
-                     state_dir=state, allow_agent=False, look_for_keys=False)
+    options = SSHOptions(known_hosts=known_hosts, key_file=key, agent_cmd=agent,
+                         allow_agent=False, look_for_keys=False)
+    t = SSHTransport(url, options=options, state_dir=state)
     t.push(Path(blob), digest, on_progress=progress)
     """
 )

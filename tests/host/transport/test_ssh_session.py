@@ -12,6 +12,7 @@ import time
 
 import pytest
 from edgequal.host.errors import TransportError, UsageError
+from edgequal.host.transport.ssh_options import SSHOptions
 from edgequal.host.transport.ssh_session import SSHSession
 from edgequal.host.transport.ssh_target import parse_ssh_url, resolve_target
 
@@ -27,14 +28,7 @@ def ssh_fingerprint(public_key_line: str) -> str:
 
 @pytest.fixture
 def ssh(sshd_server):
-    with SSHSession(
-        sshd_server.url,
-        known_hosts=sshd_server.known_hosts,
-        key_file=sshd_server.client_key,
-        step_timeout_s=20,
-        allow_agent=False,
-        look_for_keys=False,
-    ) as session:
+    with SSHSession(sshd_server.url, sshd_server.options(step_timeout_s=20)) as session:
         yield session
 
 
@@ -86,7 +80,8 @@ def test_unknown_host_key_is_refused_with_how_to_trust(sshd_server, tmp_path):
     empty = tmp_path / "known_hosts"
     empty.write_text("")
     t = SSHSession(
-        sshd_server.url, known_hosts=empty, key_file=sshd_server.client_key, allow_agent=False
+        sshd_server.url,
+        SSHOptions(known_hosts=empty, key_file=sshd_server.client_key, allow_agent=False),
     )
     logins_before = sshd_server.log().count("Accepted publickey")
     with pytest.raises(TransportError) as info:
@@ -107,7 +102,8 @@ def test_changed_host_key_is_refused(sshd_server, tmp_path):
     pinned = wrong.read_text()
     pinned_fp = ssh_fingerprint(pinned.split(None, 1)[1])
     t = SSHSession(
-        sshd_server.url, known_hosts=wrong, key_file=sshd_server.client_key, allow_agent=False
+        sshd_server.url,
+        SSHOptions(known_hosts=wrong, key_file=sshd_server.client_key, allow_agent=False),
     )
     with pytest.raises(TransportError) as info:
         t.run_remote("true")
@@ -127,10 +123,12 @@ def test_ssh_config_alias_and_identity_file(sshd_server, tmp_path):
     )
     with SSHSession(
         "ssh://testboard",
-        known_hosts=sshd_server.known_hosts,
-        ssh_config=config,
-        allow_agent=False,
-        look_for_keys=False,
+        SSHOptions(
+            known_hosts=sshd_server.known_hosts,
+            ssh_config=config,
+            allow_agent=False,
+            look_for_keys=False,
+        ),
     ) as t:
         assert t.run_remote("echo $((6 * 7))").stdout == "42\n"
 
@@ -148,7 +146,7 @@ def test_authenticates_with_a_key_held_by_ssh_agent(sshd_server, tmp_path, monke
         )
         monkeypatch.setenv("SSH_AUTH_SOCK", str(sock))
         with SSHSession(
-            sshd_server.url, known_hosts=sshd_server.known_hosts, look_for_keys=False
+            sshd_server.url, SSHOptions(known_hosts=sshd_server.known_hosts, look_for_keys=False)
         ) as t:
             assert t.run_remote("echo via-agent").stdout == "via-agent\n"
     finally:
@@ -159,13 +157,7 @@ def test_authenticates_with_a_key_held_by_ssh_agent(sshd_server, tmp_path, monke
 def test_authentication_failure_is_one_error_without_prompting(sshd_server, sshd_helpers, tmp_path):
     stranger = tmp_path / "stranger"
     sshd_helpers.make_ed25519_key(stranger, "not-authorized")
-    t = SSHSession(
-        sshd_server.url,
-        known_hosts=sshd_server.known_hosts,
-        key_file=stranger,
-        allow_agent=False,
-        look_for_keys=False,
-    )
+    t = SSHSession(sshd_server.url, sshd_server.options(key_file=stranger))
     # stdin is not a terminal under pytest, so no password prompt may appear.
     with pytest.raises(TransportError, match=rf"authentication as {sshd_server.user} .* failed"):
         t.run_remote("true")

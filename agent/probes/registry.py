@@ -1,0 +1,46 @@
+"""The board families' probes: each family of ``contract/board_families.py`` with its
+module here, found by its name (``raspberry_pi.py``, ``jetson.py``), which brings its
+reader for ``info`` (``read_<name>``) and its part of the fingerprint
+(``fingerprint_section``). ``read_all`` and ``fingerprint.py`` take every family from
+:func:`board_probes` and name none.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from edgequal.contract.board_families import BOARD_FAMILIES, BoardFamily
+
+PACKAGE = "edgequal.agent.probes"
+
+
+@dataclass(frozen=True)
+class BoardProbe:
+    """A board family's probe: its reader for ``info`` and its part of the fingerprint."""
+
+    family: BoardFamily
+    read: Callable[..., dict]
+    """``read_<name>(root)``: every reading, ``{"available": False, "reason"}`` on other boards."""
+    fingerprint_section: Callable[..., tuple[dict, dict] | None]
+    """``(root, reading or None, timeout_s)`` -> (section, absent) or None on other boards."""
+
+    @property
+    def name(self) -> str:
+        """The family's name: its fingerprint section and ``info`` key."""
+        return self.family.name
+
+
+def board_probes() -> tuple[BoardProbe, ...]:
+    """Every board family of ``BOARD_FAMILIES`` with its probe module (imported here, on use)."""
+    probes = []
+    for family in BOARD_FAMILIES:
+        module = importlib.import_module(f"{PACKAGE}.{family.name}")
+        probes.append(
+            BoardProbe(family, getattr(module, f"read_{family.name}"), module.fingerprint_section)
+        )
+    return tuple(probes)
+
+
+__all__ = ["BoardProbe", "board_probes"]

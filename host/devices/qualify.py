@@ -8,7 +8,7 @@ against the device's pinned key before it reads a single result from it.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,6 +21,7 @@ from edgequal.contract.plan import Plan
 from ..errors import UsageError, printable
 from ..transport import QualifyRequest, Transport
 from .nonces import NonceLedger
+from .reproduce import write_sidecar
 from .runs import RunLedger, StartedRun, cancel_and_fetch
 from .trust import KnownDevices
 from .verify import VerifiedReport, check_answers_request, verify_envelope
@@ -102,6 +103,8 @@ def qualify(
     ledger: RunLedger | None = None,
     coload_models: Mapping[str, Path] | None = None,
     model_signature: Path | None = None,
+    command: Sequence[str] | None = None,
+    sidecar: bool = True,
 ) -> Qualification:
     """Push, qualify, verify against the pinned key and write the envelope to ``out``.
 
@@ -119,6 +122,11 @@ def qualify(
     the model, and checked against the report's subjects. ``model_signature`` is the
     model's OMS signature file: pushed like the model and named in the plan, so the device
     verifies it before loading (agent/model_signature.py).
+
+    Beside the report written to ``out`` goes its sidecar (``devices/reproduce.py``): the
+    command line ``command`` (argv without the program; None from the library), where
+    each artifact is, and ``edgequal rerun``'s command; not with ``sidecar=False`` (a
+    fleet run writes its reports to a temporary name first).
     """
     from ..golden import check_golden_for_model
 
@@ -217,4 +225,25 @@ def qualify(
         out = Path(out)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_bytes(envelope)
+    if out is not None and sidecar:
+        names = {model_digest: model.name, golden_digest: golden.name if golden else None}
+        paths = {model_digest: model, golden_digest: golden}
+        paths.update({f["sha256"]: model.parent / f["name"] for f in extra})
+        paths.update({d: Path(p) for d, p in coload_models.items()})
+        paths.update({signature_digest: model_signature} if signature_digest else {})
+        write_sidecar(
+            out,
+            envelope,
+            device_name,
+            [
+                {
+                    "role": p["role"],
+                    "name": printable(names.get(p["sha256"]) or paths[p["sha256"]].name),
+                    "sha256": p["sha256"],
+                    "path": paths[p["sha256"]],
+                }
+                for p in pushed
+            ],
+            command,
+        )
     return Qualification(report, envelope, out, sent, notes, interrupted)

@@ -501,6 +501,7 @@ class FleetRunner:
                 on_event=lambda e: self._event(record, e),
                 out=tmp,
                 model_signature=model.signature,
+                sidecar=False,  # the temporary name; fleet reports carry no sidecar yet
             )
         finally:
             if keeper is not None:

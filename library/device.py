@@ -158,7 +158,7 @@ class Device:
         ``on_progress`` gets every progress event; ``on_notice`` one-line notices during
         the run (a cancel in progress). ``model_signature`` is the model's OMS signature
         file, verified on the device before the model is loaded (docs/security.md "Model
-        signatures"). Beside the report goes its sidecar (``NAME.reproduce.json``: where
+        signatures"). Beside the report goes its sidecar (``NAME.reproduce``: where
         the artifacts are, ``edgequal rerun``'s command, and ``command``, the command line
         that ran this when there is one, argv without the program). Raises
         :class:`edgequal.Error` subclasses.

@@ -39,6 +39,9 @@ class Qualification:
     """Things the user should know (e.g. a golden set let through for another model)."""
     interrupted: bool = False
     """Ctrl-C cancelled the run; the report is its signed ``incomplete: cancelled`` one."""
+    artifacts: list[dict] = field(default_factory=list)
+    """What was pushed, ``{"role", "name", "sha256", "path"}`` each: the sidecar's list
+    (``reproduce.write_sidecar``) for a report written under another name later."""
 
 
 def pin_device_key(transport: Transport, known: KnownDevices, name: str, address: str) -> None:
@@ -225,25 +228,20 @@ def qualify(
         out = Path(out)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_bytes(envelope)
+    names = {model_digest: model.name, golden_digest: golden.name if golden else None}
+    paths = {model_digest: model, golden_digest: golden}
+    paths.update({f["sha256"]: model.parent / f["name"] for f in extra})
+    paths.update({d: Path(p) for d, p in coload_models.items()})
+    paths.update({signature_digest: model_signature} if signature_digest else {})
+    artifacts = [
+        {
+            "role": p["role"],
+            "name": printable(names.get(p["sha256"]) or paths[p["sha256"]].name),
+            "sha256": p["sha256"],
+            "path": paths[p["sha256"]],
+        }
+        for p in pushed
+    ]
     if out is not None and sidecar:
-        names = {model_digest: model.name, golden_digest: golden.name if golden else None}
-        paths = {model_digest: model, golden_digest: golden}
-        paths.update({f["sha256"]: model.parent / f["name"] for f in extra})
-        paths.update({d: Path(p) for d, p in coload_models.items()})
-        paths.update({signature_digest: model_signature} if signature_digest else {})
-        write_sidecar(
-            out,
-            envelope,
-            device_name,
-            [
-                {
-                    "role": p["role"],
-                    "name": printable(names.get(p["sha256"]) or paths[p["sha256"]].name),
-                    "sha256": p["sha256"],
-                    "path": paths[p["sha256"]],
-                }
-                for p in pushed
-            ],
-            command,
-        )
-    return Qualification(report, envelope, out, sent, notes, interrupted)
+        write_sidecar(out, envelope, device_name, artifacts, command)
+    return Qualification(report, envelope, out, sent, notes, interrupted, artifacts)

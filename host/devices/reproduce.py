@@ -3,8 +3,9 @@
 The signed report names its plan and its artifacts by digest; what it cannot name is
 the command line that made it, nor where this host keeps the artifacts. Beside every
 report file the host writes (``qualify``, ``fleet run``, the library's ``qualify``) goes
-a sidecar, ``NAME.reproduce.json`` for ``NAME.json`` (``NAME.report.json`` →
-``NAME.report.reproduce.json``), holding:
+a sidecar, the report's file name with ``.reproduce`` added (``pi5.report.json`` →
+``pi5.report.json.reproduce``: JSON, named so that no ``*.json`` glob of reports, as
+``edgequal export reports/*.json`` takes them, picks it up), holding:
 
 - ``command``: the command line as typed (``edgequal qualify m.onnx --golden g.npz …``;
   None for a library call), and ``cwd``, the directory its relative paths start from;
@@ -31,14 +32,13 @@ from edgequal.contract.files import write_atomic
 
 from ..errors import printable, redact
 
-SUFFIX = ".reproduce.json"
+SUFFIX = ".reproduce"
 
 
 def sidecar_path(report: str | Path) -> Path:
-    """``NAME.reproduce.json`` beside ``NAME.json`` (else beside the file, its name + suffix)."""
+    """``NAME.reproduce`` beside the report ``NAME``."""
     report = Path(report)
-    stem = report.name.removesuffix(".json") if report.name.endswith(".json") else report.name
-    return report.with_name(stem + SUFFIX)
+    return report.with_name(report.name + SUFFIX)
 
 
 def command_text(argv: Sequence[str]) -> str:

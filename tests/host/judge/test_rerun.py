@@ -40,7 +40,7 @@ def test_rerun_repeats_the_signed_plan_with_the_same_artifacts(
     out = " ".join(capsys.readouterr().out.split())
     # The host recorded, beside the report, the command that made it; the summary shows it.
     sidecar = read_sidecar(report)
-    assert sidecar_path(report).name == "micro.report.reproduce.json"
+    assert sidecar_path(report).name == "micro.report.json.reproduce"
     assert sidecar["command"].startswith(f"edgequal qualify {model} --golden {micro_golden}")
     assert sidecar["rerun"] == f"edgequal rerun {report}"
     assert {a["role"]: a["path"] for a in sidecar["artifacts"]} == {

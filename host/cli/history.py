@@ -98,15 +98,12 @@ def _history_rows(rows: list[dict], changes: bool = False) -> list[list[str]]:
 def _figure(row: dict, key: str, cv_key: str) -> str:
     """A row's figure; of repeated runs (``qualify --repeat N``), the runs' median with
     how many runs and their CV: ``1.234 (5 runs, CV 2.1%)``."""
+    from ..present.units import spread_text
+
     value = row.get(key)
     if value is None:
         return ""
-    text = f"{value:.3f}"
-    if row.get("repeats"):
-        cv = row.get(cv_key)
-        spread = "" if cv is None else f", CV {cv:.1%}"
-        text += f" ({row['repeats']} runs{spread})"
-    return text
+    return f"{value:.3f} {spread_text(row.get('repeats'), row.get(cv_key))}".rstrip()
 
 
 def _history_show(history, args) -> int:

@@ -448,6 +448,9 @@ def test_repeated_runs_are_one_point_with_their_spread(
     cv = spread["p50_ms"]["cv"]
     # The cell may wrap at 120 columns: its two parts, each whole.
     assert f"{spread['p50_ms']['median']:.3f} (3 runs," in out and f"CV {cv:.1%})" in out
-    assert edgequal_main(["history", "trend", "--device", "local", "--db", db, "--json"]) == 0
+    page = tmp_path / "trend.html"
+    trend = ["history", "trend", "--device", "local", "--db", db, "--json", "--html", str(page)]
+    assert edgequal_main(trend) == 0
     (pair,) = json.loads(capsys.readouterr().out)
     assert pair["runs"][0]["repeats"] == 3 and pair["runs"][0]["p50_repeat_cv"] == cv
+    assert f"(3 runs, CV {cv:.1%})" in page.read_text()  # the page's table of runs

@@ -263,7 +263,9 @@ def _qualify_repeated(args, policy) -> int:
             model, golden = (
                 (base_model, base_golden) if side == "baseline" else (args.model, args.golden)
             )
-            report = device.qualify(model, golden, plan=plan, on_notice=print_note)
+            report = device.qualify(
+                model, golden, plan=plan, on_notice=print_note, command=getattr(args, "argv", None)
+            )
             return {"predicate": report.predicate, "path": report.path}
 
         def progress(result) -> None:

@@ -87,12 +87,30 @@ def test_rerun_refuses_a_model_of_another_digest(
     assert rc == 2
     assert len(err.strip().splitlines()) == 1
     assert f"--model {other} is sha256" in err and "not the report's micro.onnx" in err
+    # An approved set keeps the model and golden set beside the device's report: a rerun of
+    # that report finds them there by digest, wherever the originals went.
+    from edgequal.host.judge.rerun import rerun_inputs
+
+    assert edgequal_main(
+        ["approve", str(report), "--model", str(example_models["micro"]), "--golden",
+         str(micro_golden), "--into", str(tmp_path / "approved")]
+    ) == 0  # fmt: skip
+    capsys.readouterr()
+    approved = tmp_path / "approved" / "micro"
+    inputs = rerun_inputs(approved / "local.report.json", known=KnownDevices())
+    assert (inputs.model, inputs.golden) == (approved / "micro.onnx", approved / "g.npz")
+    assert (inputs.device, inputs.plan.to_json()) == ("local", first_plan(report))
     # Found nowhere: the sidecar gone and the model not beside the report.
     sidecar_path(report).unlink()
     rc = edgequal_main(["rerun", str(report)])
     err = capsys.readouterr().err
     assert rc == 2 and len(err.strip().splitlines()) == 1
     assert "the report's micro.onnx" in err and "is not found by its digest" in err
+
+
+def first_plan(report) -> dict:
+    """The plan a report signed."""
+    return load_report(report, known=KnownDevices(), require=True).predicate["plan"]
 
 
 def _row(figure: str, verdict: str | None):

@@ -233,7 +233,9 @@ def qualify(
     paths.update({f["sha256"]: model.parent / f["name"] for f in extra})
     paths.update({d: Path(p) for d, p in coload_models.items()})
     paths.update({signature_digest: model_signature} if signature_digest else {})
-    artifacts = [
+    # Where each artifact is on this host, for the sidecar (the same file may serve twice,
+    # e.g. a model co-loaded beside itself: one digest, one file).
+    where = [
         {
             "role": p["role"],
             "name": printable(names.get(p["sha256"]) or paths[p["sha256"]].name),
@@ -243,5 +245,5 @@ def qualify(
         for p in pushed
     ]
     if out is not None and sidecar:
-        write_sidecar(out, envelope, device_name, artifacts, command)
-    return Qualification(report, envelope, out, sent, notes, interrupted, artifacts)
+        write_sidecar(out, envelope, device_name, where, command)
+    return Qualification(report, envelope, out, sent, notes, interrupted, where)

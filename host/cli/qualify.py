@@ -200,6 +200,8 @@ def cmd_qualify(args) -> int:
     if args.json:
         write_json(json.dumps(predicate, indent=1))
         print_note(f"signed report: {printable(report.path)}")
+        for line in reproduce_lines(report.path):
+            print_note(line)
     else:
         # The name the device is trusted under (its key signed this), not its address.
         print_summary(

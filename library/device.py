@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -148,6 +148,7 @@ class Device:
         coload_models: Mapping[str, Path] | None = None,
         holder: str = "",
         model_signature: str | Path | None = None,
+        command: Sequence[str] | None = None,
         **fields,
     ) -> Report:
         """Qualify ``model`` here and return the verified :class:`Report`.
@@ -158,7 +159,10 @@ class Device:
         ``on_progress`` gets every progress event; ``on_notice`` one-line notices during
         the run (a cancel in progress). ``model_signature`` is the model's OMS signature
         file, verified on the device before the model is loaded (docs/security.md "Model
-        signatures"). Raises :class:`edgequal.Error` subclasses.
+        signatures"). Beside the report goes its sidecar (``NAME.reproduce``: where
+        the artifacts are, ``edgequal rerun``'s command, and ``command``, the command line
+        that ran this when there is one, argv without the program). Raises
+        :class:`edgequal.Error` subclasses.
         """
         from edgequal.contract.plan import Plan
         from edgequal.host.devices.qualify import qualify
@@ -187,6 +191,7 @@ class Device:
                 on_notice=on_notice or (lambda text: None),
                 coload_models=coload_models,
                 model_signature=Path(model_signature) if model_signature else None,
+                command=command,
             )
         # qualify() recorded the nonce this host issued (as for a fleet run's reports).
         return Report(done.report, done.envelope, done.path, tuple(done.notes), done.interrupted)

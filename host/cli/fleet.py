@@ -208,6 +208,7 @@ def cmd_fleet(args) -> int:
         retries=max(0, args.retries),
         lease_ttl_s=lab.lease_ttl_s,
         unhealthy=unhealthy,
+        command=tuple(getattr(args, "argv", ())) or None,
     )
     return _run_fleet(lab, models, options, args, f"fleet {lab.name}")
 
@@ -393,6 +394,7 @@ def _cmd_fleet_requalify(args) -> int:
         unhealthy=HealthState.load(args.health_file or default_health_path(lab)).unhealthy(
             drift=False
         ),
+        command=tuple(getattr(args, "argv", ())) or None,
     )
     notes = {"changes": plan.changes, "unchanged": plan.unchanged}
     if args.runtime_env:

@@ -84,8 +84,8 @@ def _history_rows(rows: list[dict], changes: bool = False) -> list[list[str]]:
             if not r.get("model_label")
             else f"{r['model_label']} ({r['model_name']})",
             r["status"],
-            "" if r["p50_ms"] is None else f"{r['p50_ms']:.3f}",
-            "" if r["p99_ms"] is None else f"{r['p99_ms']:.3f}",
+            _figure(r, "p50_ms", "p50_repeat_cv"),
+            _figure(r, "p99_ms", "p99_repeat_cv"),
             f"{r['runtime'] or ''} {r['runtime_version'] or ''}".strip(),
             r["run_id"],
         ]
@@ -93,6 +93,17 @@ def _history_rows(rows: list[dict], changes: bool = False) -> list[list[str]]:
             line.append(", ".join(r.get("changes", [])))
         table.append(line)
     return table
+
+
+def _figure(row: dict, key: str, cv_key: str) -> str:
+    """A row's figure; of repeated runs (``qualify --repeat N``), the runs' median with
+    how many runs and their CV: ``1.234 (5 runs, CV 2.1%)``."""
+    from ..present.units import spread_text
+
+    value = row.get(key)
+    if value is None:
+        return ""
+    return f"{value:.3f} {spread_text(row.get('repeats'), row.get(cv_key))}".rstrip()
 
 
 def _history_show(history, args) -> int:

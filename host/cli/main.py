@@ -14,6 +14,10 @@ from .parser import build_parser
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``edgequal``."""
     args = build_parser().parse_args(argv)
+    import sys
+
+    # What was typed, for the sidecar beside each report (host/devices/reproduce.py).
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     from edgequal.contract.errors import AgentError
 
     from ..errors import HostError
@@ -90,6 +94,10 @@ def _dispatch(args) -> int:
         from .history import cmd_history
 
         return cmd_history(args)
+    if args.command == "rerun":
+        from .rerun import cmd_rerun
+
+        return cmd_rerun(args)
     if args.command == "approve":
         from .fleet import cmd_approve
 

@@ -192,6 +192,7 @@ def cmd_qualify(args) -> int:
                 allow_golden_mismatch=args.allow_golden_mismatch,
                 coload_models=parse_coload(args.coload)[1],
                 model_signature=args.model_signature,
+                command=getattr(args, "argv", None),
             )
     predicate = report.predicate
     for note in report.notes:
@@ -199,14 +200,30 @@ def cmd_qualify(args) -> int:
     if args.json:
         write_json(json.dumps(predicate, indent=1))
         print_note(f"signed report: {printable(report.path)}")
+        for line in reproduce_lines(report.path):
+            print_note(line)
     else:
         # The name the device is trusted under (its key signed this), not its address.
-        print_summary(predicate, report.device, printable(report.path))
+        print_summary(
+            predicate, report.device, printable(report.path), reproduce_lines(report.path)
+        )
     if policy is not None or args.html:
         return gate_after_qualify(args, policy, report.path, device.name, predicate)
     if report.interrupted:
         print_note(f"run {report.run_id} was cancelled; its signed report is above")
     return report.exit_code
+
+
+def reproduce_lines(path) -> tuple[str, ...]:
+    """The summary's lines under the report's path, from its sidecar: the command that made
+    the report and the one that repeats it and compares (``edgequal rerun``)."""
+    from ..devices.reproduce import read_sidecar
+
+    data = read_sidecar(path) if path is not None else None
+    if not data:
+        return ()
+    made = (f"command: {data['command']}",) if data.get("command") else ()
+    return (*made, f"reproduce: {data['rerun']}")
 
 
 def _qualify_repeated(args, policy) -> int:
@@ -248,7 +265,9 @@ def _qualify_repeated(args, policy) -> int:
             model, golden = (
                 (base_model, base_golden) if side == "baseline" else (args.model, args.golden)
             )
-            report = device.qualify(model, golden, plan=plan, on_notice=print_note)
+            report = device.qualify(
+                model, golden, plan=plan, on_notice=print_note, command=getattr(args, "argv", None)
+            )
             return {"predicate": report.predicate, "path": report.path}
 
         def progress(result) -> None:

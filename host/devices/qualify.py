@@ -8,7 +8,7 @@ against the device's pinned key before it reads a single result from it.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,6 +21,7 @@ from edgequal.contract.plan import Plan
 from ..errors import UsageError, printable
 from ..transport import QualifyRequest, Transport
 from .nonces import NonceLedger
+from .reproduce import write_sidecar
 from .runs import RunLedger, StartedRun, cancel_and_fetch
 from .trust import KnownDevices
 from .verify import VerifiedReport, check_answers_request, verify_envelope
@@ -38,6 +39,9 @@ class Qualification:
     """Things the user should know (e.g. a golden set let through for another model)."""
     interrupted: bool = False
     """Ctrl-C cancelled the run; the report is its signed ``incomplete: cancelled`` one."""
+    artifacts: list[dict] = field(default_factory=list)
+    """What was pushed, ``{"role", "name", "sha256", "path"}`` each: the sidecar's list
+    (``reproduce.write_sidecar``) for a report written under another name later."""
 
 
 def pin_device_key(transport: Transport, known: KnownDevices, name: str, address: str) -> None:
@@ -102,6 +106,8 @@ def qualify(
     ledger: RunLedger | None = None,
     coload_models: Mapping[str, Path] | None = None,
     model_signature: Path | None = None,
+    command: Sequence[str] | None = None,
+    sidecar: bool = True,
 ) -> Qualification:
     """Push, qualify, verify against the pinned key and write the envelope to ``out``.
 
@@ -119,6 +125,11 @@ def qualify(
     the model, and checked against the report's subjects. ``model_signature`` is the
     model's OMS signature file: pushed like the model and named in the plan, so the device
     verifies it before loading (agent/model_signature.py).
+
+    Beside the report written to ``out`` goes its sidecar (``devices/reproduce.py``): the
+    command line ``command`` (argv without the program; None from the library), where
+    each artifact is, and ``edgequal rerun``'s command; not with ``sidecar=False`` (a
+    fleet run writes its reports to a temporary name first).
     """
     from ..golden import check_golden_for_model
 
@@ -217,4 +228,22 @@ def qualify(
         out = Path(out)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_bytes(envelope)
-    return Qualification(report, envelope, out, sent, notes, interrupted)
+    names = {model_digest: model.name, golden_digest: golden.name if golden else None}
+    paths = {model_digest: model, golden_digest: golden}
+    paths.update({f["sha256"]: model.parent / f["name"] for f in extra})
+    paths.update({d: Path(p) for d, p in coload_models.items()})
+    paths.update({signature_digest: model_signature} if signature_digest else {})
+    # Where each artifact is on this host, for the sidecar (the same file may serve twice,
+    # e.g. a model co-loaded beside itself: one digest, one file).
+    where = [
+        {
+            "role": p["role"],
+            "name": printable(names.get(p["sha256"]) or paths[p["sha256"]].name),
+            "sha256": p["sha256"],
+            "path": paths[p["sha256"]],
+        }
+        for p in pushed
+    ]
+    if out is not None and sidecar:
+        write_sidecar(out, envelope, device_name, where, command)
+    return Qualification(report, envelope, out, sent, notes, interrupted, where)

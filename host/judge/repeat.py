@@ -46,9 +46,12 @@ class RepeatResult:
         }
 
 
-def baseline_artifact(digest: str, name: str, where: Sequence[Path], flag: str) -> Path:
+def baseline_artifact(
+    digest: str, name: str, where: Sequence[Path], flag: str, whose: str = "the baseline's"
+) -> Path:
     """The file whose sha256 is ``digest``: the one given (checked), else ``name`` in one of
-    ``where`` (the baseline report's folder, the candidate's); UsageError when none is."""
+    ``where`` (files, or folders: the baseline report's folder, the candidate's);
+    UsageError when none is (``whose`` names the report it belongs to in the message)."""
     for folder in where:
         path = Path(folder)
         candidates = [path] if path.is_file() else [path / name]
@@ -56,7 +59,7 @@ def baseline_artifact(digest: str, name: str, where: Sequence[Path], flag: str) 
             if p.is_file() and file_sha256(p) == digest:
                 return p
     raise UsageError(
-        f"the baseline's {name} (sha256 {digest[:12]}) is not found by its digest",
+        f"{whose} {name} (sha256 {digest[:12]}) is not found by its digest",
         hint=f"give the file with {flag}",
     )
 

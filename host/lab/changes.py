@@ -157,18 +157,46 @@ class Figure:
     better: str = "lower"
 
 
+REPEATED_FIGURES = ("p50_ms", "p99_ms", "sustained_per_s")
+"""The figures ``qualify --repeat N`` measures in every run (agent/phases/qualification.py
+``repeat_figures``): the first input shape's p50 and p99 (clean where they decide) and
+the sustained throughput."""
+
+
+def repeated_spread(results: Mapping) -> tuple[int, dict[str, dict]] | None:
+    """A report of ``qualify --repeat N`` (N ≥ 2) as one point: ``(n, {figure: spread})``
+    with each of :data:`REPEATED_FIGURES` the runs measured and its spread
+    (``contract/stats.repeat_spread``: median, CV...); None for a report of one run.
+    History, its trends and its change points take the median as the point's value."""
+    repeats = results.get("repeats") or {}
+    spread = repeats.get("spread") or {}
+    n = repeats.get("n")
+    if not isinstance(n, int) or n < 2 or not isinstance(spread, dict):
+        return None
+    return n, {
+        k: spread[k]
+        for k in REPEATED_FIGURES
+        if isinstance(spread.get(k), dict) and _number(spread[k].get("median")) is not None
+    }
+
+
 def figures_of(predicate: Mapping) -> dict[Figure, float]:
-    """The figures of one report a series follows (those it measured)."""
+    """The figures of one report a series follows (those it measured). A report of
+    repeated runs (``qualify --repeat N``) is one point: the figures its runs repeated
+    (first shape's p50 and p99, sustained throughput) are the runs' medians
+    (:func:`repeated_spread`)."""
     results = predicate.get("results") or {}
+    repeated = repeated_spread(results)
+    medians = {k: s["median"] for k, s in repeated[1].items()} if repeated else {}
     out: dict[Figure, float | None] = {}
-    for entry in _get(results, "latency", "per_shape") or []:
+    for i, entry in enumerate(_get(results, "latency", "per_shape") or []):
         shape = entry.get("shape") or "default"
-        summary = decisive_entry(entry).get("summary") or {}
+        summary = {**(decisive_entry(entry).get("summary") or {}), **(medians if i == 0 else {})}
         out[Figure(f"p50 {shape}", "ms", "latency")] = _number(summary.get("p50_ms"))
         out[Figure(f"p99 {shape}", "ms", "tail")] = _number(summary.get("p99_ms"))
     sustained = results.get("sustained") or {}
     out[Figure("sustained throughput", "/s", "throughput", "higher")] = _number(
-        sustained.get("sustained_per_s")
+        medians.get("sustained_per_s", sustained.get("sustained_per_s"))
     )
     out[Figure("stability", "", "stability", "higher")] = _number(sustained.get("stability"))
     out[Figure("energy per inference", "mJ", "energy")] = _number(

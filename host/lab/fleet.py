@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from edgequal.contract.plan import Plan, make_plan
 
+from ..devices.reproduce import write_sidecar
 from ..devices.trust import KnownDevices
 from ..errors import (
     DeviceBusy,
@@ -49,6 +50,7 @@ from .noise import NOISY_PREFIX
 from .results import RETRY_STATUSES, FleetResult, RunRecord
 
 if TYPE_CHECKING:
+    from ..devices.qualify import Qualification
     from .history import FleetCell
 
 log = logging.getLogger(__name__)
@@ -74,6 +76,9 @@ class FleetOptions:
     html_pages: bool = True
     unhealthy: dict[str, str] = field(default_factory=dict)
     """Boards ``fleet health`` marked unhealthy (name: why): their runs are skipped."""
+    command: tuple[str, ...] | None = None
+    """The command line that started the run (argv without the program), recorded in each
+    report's sidecar (``devices/reproduce.py``)."""
 
 
 @dataclass(frozen=True)
@@ -404,7 +409,8 @@ class FleetRunner:
         for attempt in range(1, attempts + 1):
             self._set(record, attempts=attempt, state="running", error=None)
             try:
-                predicate, tmp = self._attempt(transport, device, model, record, plan)
+                outcome, tmp = self._attempt(transport, device, model, record, plan)
+                predicate = outcome.report.predicate
             except DeviceBusy as e:
                 # Waiting was the caller's choice (--wait); a busy device is not retried.
                 self._set(record, state="error", error=str(e))
@@ -421,6 +427,9 @@ class FleetRunner:
                 self._set(record, state="error", error=str(e))
                 break
             tmp.replace(final_path)
+            write_sidecar(
+                final_path, outcome.envelope, device.name, outcome.artifacts, opts.command
+            )
             gate_retry = self._finish_record(record, final_path, predicate)
             retry = record.status in RETRY_STATUSES or gate_retry
             if retry and attempt < attempts:
@@ -437,9 +446,9 @@ class FleetRunner:
         model: FleetModel,
         record: RunRecord,
         plan: Plan,
-    ) -> tuple[dict, Path]:
+    ) -> tuple[Qualification, Path]:
         """One qualification: in its labgrid place when the lab is on labgrid, under the
-        device's own lease; returns its predicate and report file."""
+        device's own lease; returns it and its report file (a temporary name)."""
         if self.coordinator is None:
             return self._attempt_leased(transport, device, model, record, plan)
         self._set(record, state="waiting", waiting_for=f"labgrid place {device.name}")
@@ -460,8 +469,8 @@ class FleetRunner:
         model: FleetModel,
         record: RunRecord,
         plan: Plan,
-    ) -> tuple[dict, Path]:
-        """One qualification under the device's lease; returns its predicate and report file."""
+    ) -> tuple[Qualification, Path]:
+        """One qualification under the device's lease; returns it and its report file."""
         from ..devices.qualify import qualify
 
         keeper = None
@@ -495,6 +504,7 @@ class FleetRunner:
                 on_event=lambda e: self._event(record, e),
                 out=tmp,
                 model_signature=model.signature,
+                sidecar=False,  # written once the report has its own name
             )
         finally:
             if keeper is not None:
@@ -504,7 +514,7 @@ class FleetRunner:
                     transport.release_lease()
                 except HostError as e:  # gone with the device; the lease expires by itself
                     log.info("releasing the lease of %s failed: %s", device.name, e)
-        return outcome.report.predicate, tmp
+        return outcome, tmp
 
     def _event(self, record: RunRecord, event: dict) -> None:
         if event.get("type") == "run":

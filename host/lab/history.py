@@ -49,8 +49,9 @@ from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError, OperationalError, SQLAlchemyError
 
 from ..errors import HostError, UsageError
+from .changes import repeated_spread
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 _MIGRATION_LOCK_KEY = 0x6564_6765_7175_616C  # "edgequal", a PostgreSQL advisory lock key
 
 
@@ -100,6 +101,13 @@ reports = Table(
     Column("cell", String(160)),
     Column("attempt", Integer),
     Column("replaced_by", String(64)),
+    # v3: a report of repeated runs is one point: p50/p99/sustained are the runs' medians,
+    # beside how many runs and their CV; the command line that reproduces the report.
+    Column("repeats", Integer),
+    Column("p50_repeat_cv", Float),
+    Column("p99_repeat_cv", Float),
+    Column("sustained_repeat_cv", Float),
+    Column("command", String(2000)),
     UniqueConstraint("device", "run_id", name="edgequal_reports_device_run"),
 )
 
@@ -110,6 +118,14 @@ _V2_COLUMNS = (
     ("replaced_by", "VARCHAR(64)"),
 )
 
+_V3_COLUMNS = (
+    ("repeats", "INTEGER"),
+    ("p50_repeat_cv", "FLOAT"),
+    ("p99_repeat_cv", "FLOAT"),
+    ("sustained_repeat_cv", "FLOAT"),
+    ("command", "VARCHAR(2000)"),
+)
+
 TREND_FIELDS = ("board", "kernel", "os_release", "firmware", "runtime", "runtime_version")
 """Fields whose change a trend marks beside the figures (firmware and runtime updates)."""
 
@@ -118,17 +134,28 @@ def _create_v1(conn: Connection) -> None:
     reports.create(conn, checkfirst=True)
 
 
-def _add_v2_columns(conn: Connection) -> None:
-    """Fleet cells and model labels; a table created by v1's step lacks these columns."""
+def _add_columns(conn: Connection, columns: tuple[tuple[str, str], ...]) -> None:
+    """Add the columns a table created by an earlier step lacks."""
     have = {c["name"] for c in inspect(conn).get_columns(reports.name)}
-    for name, sql_type in _V2_COLUMNS:
+    for name, sql_type in columns:
         if name not in have:
             conn.execute(text(f"ALTER TABLE {reports.name} ADD COLUMN {name} {sql_type}"))
+
+
+def _add_v2_columns(conn: Connection) -> None:
+    """Fleet cells and model labels."""
+    _add_columns(conn, _V2_COLUMNS)
+
+
+def _add_v3_columns(conn: Connection) -> None:
+    """Repeated runs as one point with its spread; the reproducing command line."""
+    _add_columns(conn, _V3_COLUMNS)
 
 
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (1, _create_v1),
     (2, _add_v2_columns),
+    (3, _add_v3_columns),
 ]
 """(version, step): each step upgrades the schema from version - 1."""
 
@@ -143,10 +170,21 @@ def default_url() -> str:
 
 
 def migrate(engine: Engine) -> int:
-    """Create or upgrade the schema to SCHEMA_VERSION; returns the version found before."""
+    """Create or upgrade the schema to SCHEMA_VERSION; returns the version found before.
+
+    Safe when several processes use a new database for the first time at once (two fleet
+    runs started together): each takes the database's write lock before it looks at the
+    schema, so the second finds what the first created instead of creating it again
+    ("table edgequal_schema already exists"). PostgreSQL: a transaction-scoped advisory
+    lock. SQLite: ``BEGIN IMMEDIATE`` (the driver would otherwise begin only at the first
+    insert, after the tables were checked and created outside any lock); the other waits
+    for it up to the connection's busy timeout.
+    """
     with engine.begin() as conn:
         if engine.dialect.name == "postgresql":
             conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _MIGRATION_LOCK_KEY})
+        elif engine.dialect.name == "sqlite":
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
         schema_version.create(conn, checkfirst=True)
         found = conn.execute(select(schema_version.c.version)).scalar()
         before = found or 0
@@ -201,9 +239,15 @@ class FleetCell:
 
 
 def row_of(
-    envelope: bytes, report, device: str, key_fingerprint: str, cell: FleetCell | None = None
+    envelope: bytes,
+    report,
+    device: str,
+    key_fingerprint: str,
+    cell: FleetCell | None = None,
+    command: str | None = None,
 ) -> dict:
-    """The table row of a verified report (``verify.VerifiedReport``)."""
+    """The table row of a verified report (``verify.VerifiedReport``); ``command``: the
+    command line that reproduces it (the report's sidecar, ``devices/reproduce.py``)."""
     p = report.predicate
     results = p.get("results") or {}
     fp = p.get("fingerprint") or {}
@@ -224,6 +268,17 @@ def row_of(
         measured = measured.replace(tzinfo=dt.timezone.utc)
     except ValueError:
         measured = dt.datetime.now(dt.timezone.utc)
+    figures = {
+        "p50_ms": _float(summary.get("p50_ms")),
+        "p99_ms": _float(summary.get("p99_ms")),
+        "sustained_per_s": _float(sustained.get("sustained_per_s")),
+    }
+    repeated = repeated_spread(results)
+    spread_cv: dict[str, float | None] = {}
+    if repeated is not None:  # one point: the runs' median, with their spread beside it
+        for key, spread in repeated[1].items():
+            figures[key] = _float(spread["median"])
+            spread_cv[key] = _float(spread.get("cv"))
     return {
         "device": device,
         "key_fingerprint": key_fingerprint,
@@ -236,11 +291,11 @@ def row_of(
         "status": p["status"],
         "preset": _text(plan.get("preset"), 16),
         "profile": _text(plan.get("profile"), 80),
-        "p50_ms": _float(summary.get("p50_ms")),
-        "p99_ms": _float(summary.get("p99_ms")),
+        "p50_ms": figures["p50_ms"],
+        "p99_ms": figures["p99_ms"],
         "cv": _float(summary.get("cv")),
         "cold_total_ms": _float(cold.get("median") if isinstance(cold, dict) else None),
-        "sustained_per_s": _float(sustained.get("sustained_per_s")),
+        "sustained_per_s": figures["sustained_per_s"],
         "peak_rss_mb": _float(peak_rss / 2**20) if _float(peak_rss) is not None else None,
         "board": _text(fp.get("board_model") or fp.get("architecture")),
         "kernel": _text(fp.get("kernel")),
@@ -254,6 +309,11 @@ def row_of(
         "cell": _text(cell.cell, 160) if cell else None,
         "attempt": cell.attempt if cell and cell.cell else None,
         "replaced_by": None,
+        "repeats": repeated[0] if repeated else None,
+        "p50_repeat_cv": spread_cv.get("p50_ms"),
+        "p99_repeat_cv": spread_cv.get("p99_ms"),
+        "sustained_repeat_cv": spread_cv.get("sustained_per_s"),
+        "command": _text(command, 2000),
     }
 
 
@@ -312,13 +372,15 @@ class History:
         device: str,
         key_fingerprint: str,
         cell: FleetCell | None = None,
+        command: str | None = None,
     ) -> bool:
         """Insert one verified report; False when that device's run was recorded already.
+        ``command``: the command line that made it (its sidecar's), kept in the row.
 
         A report of a fleet ``cell`` replaces the cell's earlier attempts in list and trend
         (they stay in the table, ``replaced_by`` this run).
         """
-        row = row_of(envelope, report, device, key_fingerprint, cell)
+        row = row_of(envelope, report, device, key_fingerprint, cell, command)
         if self.engine.dialect.name == "postgresql":
             from sqlalchemy.dialects.postgresql import insert
         else:
@@ -357,7 +419,9 @@ class History:
         labels: Mapping[str, str] | None = None,
     ) -> bool:
         """Verify a report file against the pinned keys, then record it. ``labels`` (model
-        SHA-256 → the name in models.toml, :func:`model_labels`) names a report's model."""
+        SHA-256 → the name in models.toml, :func:`model_labels`) names a report's model.
+        The command line in the report's sidecar (``devices/reproduce.py``) goes in the row."""
+        from ..devices.reproduce import recorded_command
         from ..devices.trust import KnownDevices
         from ..devices.verify import verify_envelope
 
@@ -369,7 +433,10 @@ class History:
             label = labels.get(model["sha256"]) if model else None
             cell = FleetCell(label) if label else None
         entry = known.get(report.device_name)
-        return self.record(envelope, report, report.device_name, entry.fingerprint, cell)
+        command = recorded_command(path, envelope)
+        return self.record(
+            envelope, report, report.device_name, entry.fingerprint, cell, command=command
+        )
 
     # -- reading -----------------------------------------------------------------
 

@@ -47,3 +47,11 @@ def figure_text(value, unit: str) -> str:
         return duration_text(value)
     text = f"{value:.4g}" if isinstance(value, float) else str(value)
     return f"{text} {unit}".rstrip()
+
+
+def spread_text(runs: int | None, cv: float | None) -> str:
+    """The spread of a figure over repeated runs, as history shows it beside the runs'
+    median: ``(5 runs, CV 1.4%)``; empty for a report of one run."""
+    if not runs:
+        return ""
+    return f"({runs} runs" + ("" if cv is None else f", CV {cv:.1%}") + ")"

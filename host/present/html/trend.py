@@ -16,7 +16,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ..units import duration_text, table_unit
+from ..units import duration_text, spread_text, table_unit
 from .parts import CSS, escape, fmt_num, html_table, png_img, status_badge
 
 CHANGE_LABELS = {
@@ -211,6 +211,13 @@ def change_point_list(rows: Sequence[dict], changes: Sequence) -> str:
     return f'<ul class="change-points">{"".join(items)}</ul>' if items else ""
 
 
+def _spread(text: str, row: dict, cv_key: str) -> str:
+    """A figure of repeated runs (their median) with how many and their CV beside it."""
+    if not row.get("repeats") or text in ("", "—"):
+        return text
+    return f"{text} {spread_text(row['repeats'], row.get(cv_key))}"
+
+
 def _runs_table(rows: Sequence[dict]) -> str:
     body = []
     for r in rows:
@@ -219,9 +226,10 @@ def _runs_table(rows: Sequence[dict]) -> str:
             [
                 escape(str(r.get("measured_at"))[:19]),
                 status_badge(r.get("status")),
-                escape(duration_text(r.get("p50_ms"))),
-                escape(duration_text(r.get("p99_ms"))),
-                fmt_num(r.get("sustained_per_s"), "{:.1f}"),
+                escape(_spread(duration_text(r.get("p50_ms")), r, "p50_repeat_cv")),
+                escape(_spread(duration_text(r.get("p99_ms")), r, "p99_repeat_cv")),
+                # fmt_num escapes: the spread's text is digits and words only.
+                _spread(fmt_num(r.get("sustained_per_s"), "{:.1f}"), r, "sustained_repeat_cv"),
                 escape(duration_text(r.get("cold_total_ms"))),
                 fmt_num(r.get("peak_rss_mb"), "{:.1f}"),
                 escape(r.get("firmware")),

@@ -296,8 +296,15 @@ class ProgressDisplay:
             self.update(phase, "running", "  ".join(parts))
 
 
-def print_summary(predicate: dict, device: str, report_path: str | None = None) -> None:
-    """The one screen: status, load, latency with intervals, drift and flips, memory, findings."""
+def print_summary(
+    predicate: dict,
+    device: str,
+    report_path: str | None = None,
+    reproduce: tuple[str, ...] = (),
+) -> None:
+    """The one screen: status, load, latency with intervals, drift and flips, memory, findings;
+    ``reproduce``: lines under the report's path (the command that made it, the one that
+    repeats it: host/devices/reproduce.py)."""
     status = predicate["status"]
     results = predicate.get("results", {})
     head = Text.assemble(
@@ -343,6 +350,8 @@ def print_summary(predicate: dict, device: str, report_path: str | None = None) 
         console.print(f"  [red]finding[/] {esc(finding_text(f))}", soft_wrap=True)
     if report_path:
         console.print(f"  signed report: {report_path}", markup=False, soft_wrap=True)
+    for line in reproduce:
+        console.print(f"  {redact(line)}", markup=False, soft_wrap=True)
     hint = status_hint(predicate)
     if hint:
         console.print(f"  [bold]to change this:[/] {esc(hint)}", soft_wrap=True)

@@ -316,6 +316,14 @@ def test_fleet_run_cli(
 
     (row,) = History.open().list()
     assert (row["device"], row["run_id"]) == ("dev-0", run["run_id"])
+    # Beside the report, the command that made it (its sidecar), kept in its history row.
+    from edgequal.host.devices.reproduce import read_sidecar
+
+    report = out / "reports" / "micro@dev-0.json"
+    sidecar = read_sidecar(report)
+    assert sidecar["command"].startswith(f"edgequal fleet run {lab} --models {models}")
+    assert sidecar["rerun"] == f"edgequal rerun {report}" and sidecar["device"] == "dev-0"
+    assert row["command"] == sidecar["command"]
     assert edgequal_main(["fleet", "run", str(lab), "--models", str(tmp_path / "nope")]) == 2
 
 

@@ -290,7 +290,9 @@ def test_a_version_1_database_is_upgraded_in_place(tmp_path, signer):
     history = History.open(url)
     columns = {c["name"] for c in inspect(history.engine).get_columns("edgequal_reports")}
     assert {"model_label", "cell", "attempt", "replaced_by"} <= columns
-    assert migrate(history.engine) == SCHEMA_VERSION == 2
+    assert {"repeats", "p50_repeat_cv", "p99_repeat_cv", "sustained_repeat_cv"} <= columns
+    assert "command" in columns
+    assert migrate(history.engine) == SCHEMA_VERSION == 3
     path = tmp_path / "r.json"
     path.write_bytes(signer(1.5))
     assert history.record_file(path, "bench")
@@ -360,3 +362,95 @@ def test_the_trend_page_draws_an_inconclusive_run_as_a_marked_gap(signer, tmp_pa
     assert [t.get_text() for t in p99_ax.texts] == [
         "not measured: a p99 needs 368 calls in a run (a longer plan)"
     ]
+
+
+_OPEN_AT_ONCE = """
+import sys, time
+from pathlib import Path
+from edgequal.host.lab.history import History
+
+go = Path(sys.argv[2])
+Path(sys.argv[3]).touch()  # imported: ready
+while not go.exists():  # both processes are started and have imported everything
+    time.sleep(0.002)
+History.open(sys.argv[1]).close()
+"""
+
+
+@pytest.mark.slow  # two Python processes importing SQLAlchemy: about 2 CPU-s
+def test_two_first_uses_at_once_both_create_the_schema(db_url, tmp_path):
+    """Two processes opening a history that does not exist yet, released at one moment,
+    both succeed and leave one schema row (two first fleet runs at once on a new history)."""
+    import subprocess
+    import sys
+
+    from sqlalchemy import create_engine, text
+
+    go = tmp_path / "go"
+    ready = [tmp_path / f"ready-{i}" for i in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _OPEN_AT_ONCE, db_url, str(go), str(flag)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for flag in ready
+    ]
+    # Release both at one moment, once each has imported everything it needs.
+    import time
+
+    while not all(f.exists() for f in ready) and all(p.poll() is None for p in procs):
+        time.sleep(0.01)
+    go.touch()
+    outputs = [p.communicate(timeout=120)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    engine = create_engine(db_url.replace("postgresql://", "postgresql+psycopg://"))
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT version FROM edgequal_schema")).scalars().all() == [
+            SCHEMA_VERSION
+        ]
+    engine.dispose()
+
+
+@pytest.mark.slow  # a real qualification with three runs on the local agent
+def test_repeated_runs_are_one_point_with_their_spread(
+    tmp_path, example_models, short_plan, capsys
+):
+    """A report of ``qualify --repeat 3`` is one row whose p50, p99 (and the figures the
+    change detection follows) are the three runs' medians, beside how many runs and their
+    CV; ``history list`` and ``trend`` show the spread next to the figure."""
+    from edgequal.host.judge.report_file import load_report
+    from edgequal.host.lab.changes import Figure, figures_of
+
+    report = tmp_path / "r.report.json"
+    argv = ["qualify", str(example_models["micro"]), *short_plan, "--repeat", "3"]
+    assert edgequal_main([*argv, "-o", str(report), "--json"]) in (0, 1)
+    predicate = load_report(report, known=KnownDevices(), require=True).predicate
+    spread = predicate["results"]["repeats"]["spread"]
+    db = f"sqlite:///{tmp_path / 'history.sqlite'}"
+    assert edgequal_main(["history", "record", str(report), "--db", db]) == 0
+    history = History.open(db)
+    (row,) = history.list()
+    assert row["repeats"] == 3
+    assert row["p50_ms"] == spread["p50_ms"]["median"]
+    assert row["p99_ms"] == (spread.get("p99_ms") or {}).get("median")
+    assert row["p50_repeat_cv"] == spread["p50_ms"]["cv"]
+    # The command that made it, from the report's sidecar.
+    assert row["command"].startswith("edgequal qualify ") and "--repeat 3" in row["command"]
+    shape = predicate["results"]["latency"]["per_shape"][0].get("shape") or "default"
+    figures = figures_of(predicate)
+    assert figures[Figure(f"p50 {shape}", "ms", "latency")] == spread["p50_ms"]["median"]
+    history.close()
+    capsys.readouterr()
+    assert edgequal_main(["history", "list", "--db", db]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    cv = spread["p50_ms"]["cv"]
+    # The cell may wrap at 120 columns: its two parts, each whole.
+    assert f"{spread['p50_ms']['median']:.3f} (3 runs," in out and f"CV {cv:.1%})" in out
+    page = tmp_path / "trend.html"
+    trend = ["history", "trend", "--device", "local", "--db", db, "--json", "--html", str(page)]
+    assert edgequal_main(trend) == 0
+    (pair,) = json.loads(capsys.readouterr().out)
+    assert pair["runs"][0]["repeats"] == 3 and pair["runs"][0]["p50_repeat_cv"] == cv
+    assert f"(3 runs, CV {cv:.1%})" in page.read_text()  # the page's table of runs

@@ -1,0 +1,138 @@
+"""``edgequal rerun REPORT``: a real local agent qualifies a small model, the report's sidecar
+names the command that made it, and ``rerun`` repeats the signed plan with the same
+artifacts (found by digest) and compares the two runs figure by figure."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from edgequal.host.cli.main import main as edgequal_main
+from edgequal.host.devices.reproduce import read_sidecar, sidecar_path
+from edgequal.host.devices.trust import KnownDevices
+from edgequal.host.judge.report_file import load_report
+
+
+@pytest.fixture
+def micro_golden(tmp_path, example_models):
+    """A golden set of three cases for the micro model (reference outputs from onnxruntime)."""
+    from edgequal.host.examples.catalog import example_inputs
+    from edgequal.host.golden import make_golden
+
+    path = tmp_path / "g.npz"
+    cases = {f"c{i}": feeds for i, feeds in enumerate(example_inputs("micro", 3))}
+    make_golden(example_models["micro"], cases, path)
+    return path
+
+
+@pytest.mark.slow  # starts a local agent and its workers
+def test_rerun_repeats_the_signed_plan_with_the_same_artifacts(
+    tmp_path, example_models, micro_golden, short_plan, capsys
+):
+    model = tmp_path / "models" / "micro.onnx"  # a folder of its own: found only by the sidecar
+    model.parent.mkdir()
+    shutil.copy(example_models["micro"], model)
+    report = tmp_path / "reports" / "micro.report.json"
+    argv = ["qualify", str(model), "--golden", str(micro_golden), *short_plan]
+    argv += ["--shape", "x=1x4", "-o", str(report)]
+    assert edgequal_main(argv) in (0, 1)
+    out = " ".join(capsys.readouterr().out.split())
+    # The host recorded, beside the report, the command that made it; the summary shows it.
+    sidecar = read_sidecar(report)
+    assert sidecar_path(report).name == "micro.report.json.reproduce"
+    assert sidecar["command"].startswith(f"edgequal qualify {model} --golden {micro_golden}")
+    assert sidecar["rerun"] == f"edgequal rerun {report}"
+    assert {a["role"]: a["path"] for a in sidecar["artifacts"]} == {
+        "model": str(model),
+        "golden": str(micro_golden),
+    }
+    assert f"command: {sidecar['command']}" in out and f"reproduce: edgequal rerun {report}" in out
+
+    # What is tested is that the run repeats, not how steady a shared test machine is: the
+    # micro model's 10 µs calls came out 1.66 times slower beside other suites, which the
+    # default 3 % minimum effect calls DIFFERENT. Ten times slower still would be.
+    policy = tmp_path / "lenient.toml"
+    policy.write_text("[baseline]\nmin_effect = 9.0\n")
+    again = tmp_path / "again.report.json"
+    rc = edgequal_main(["rerun", str(report), "--policy", str(policy), "-o", str(again), "--json"])
+    result = json.loads(capsys.readouterr().out)
+    assert rc == 0 and result["exit_code"] == 0 and result["reproduced"] is True
+    assert result["different"] == [] and "DIFFERENT" not in result["verdicts"].values()
+    assert result["verdicts"]["latency p50 x=1x4"] in ("SAME", "UNKNOWN")
+    assert result["same_plan"] is True and result["same_artifacts"] is True
+    # Both signed reports hold the same plan and the same artifacts, from the same device.
+    first, second = (load_report(p, known=KnownDevices(), require=True) for p in (report, again))
+    assert second.predicate["plan"] == first.predicate["plan"]
+    assert second.predicate["plan"]["shapes"] == {"x": [1, 4]}
+    assert sorted(s["sha256"] for s in second.subjects) == sorted(
+        s["sha256"] for s in first.subjects
+    )
+    assert second.device_name == first.device_name == "local"
+    assert second.predicate["run_id"] != first.predicate["run_id"]
+    assert read_sidecar(again)["command"].startswith(f"edgequal rerun {report}")
+
+
+@pytest.mark.slow  # starts a local agent and its workers
+def test_rerun_refuses_a_model_of_another_digest(
+    tmp_path, example_models, micro_golden, short_plan, capsys
+):
+    report = tmp_path / "micro.report.json"
+    argv = ["qualify", str(example_models["micro"]), "--golden", str(micro_golden)]
+    assert edgequal_main([*argv, *short_plan, "-o", str(report)]) in (0, 1)
+    capsys.readouterr()
+    other = example_models["classifier"]
+    rc = edgequal_main(["rerun", str(report), "--model", str(other)])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert len(err.strip().splitlines()) == 1
+    assert f"--model {other} is sha256" in err and "not the report's micro.onnx" in err
+    # An approved set keeps the model and golden set beside the device's report: a rerun of
+    # that report finds them there by digest, wherever the originals went.
+    from edgequal.host.judge.rerun import rerun_inputs
+
+    assert edgequal_main(
+        ["approve", str(report), "--model", str(example_models["micro"]), "--golden",
+         str(micro_golden), "--into", str(tmp_path / "approved")]
+    ) == 0  # fmt: skip
+    capsys.readouterr()
+    approved = tmp_path / "approved" / "micro"
+    inputs = rerun_inputs(approved / "local.report.json", known=KnownDevices())
+    assert (inputs.model, inputs.golden) == (approved / "micro.onnx", approved / "g.npz")
+    assert (inputs.device, inputs.plan.to_json()) == ("local", first_plan(report))
+    # Found nowhere: the sidecar gone and the model not beside the report.
+    sidecar_path(report).unlink()
+    rc = edgequal_main(["rerun", str(report)])
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1
+    assert "the report's micro.onnx" in err and "is not found by its digest" in err
+
+
+def first_plan(report) -> dict:
+    """The plan a report signed."""
+    return load_report(report, known=KnownDevices(), require=True).predicate["plan"]
+
+
+def _row(figure: str, verdict: str | None):
+    from edgequal.host.judge.compare import Row
+
+    return Row(figure, "ms", [1.0, 1.0], verdicts=[None, {"verdict": verdict} if verdict else None])
+
+
+def test_the_exit_code_is_1_only_when_a_figure_is_different():
+    """Reproduced (exit 0) means no figure DIFFERENT: UNKNOWN says the runs cannot tell."""
+    from edgequal.host.judge.compare import Comparison
+    from edgequal.host.judge.rerun import RerunResult
+
+    def result(*verdicts):
+        rows = [_row(f"f{i}", v) for i, v in enumerate(verdicts)]
+        return RerunResult(Comparison([], rows, []), same_plan=True, same_artifacts=True)
+
+    assert result("SAME", "UNKNOWN", None).exit_code == 0
+    assert result("SAME", "UNKNOWN").headline() == (
+        "reproduced: no figure DIFFERENT (1 SAME, 0 DIFFERENT, 1 UNKNOWN)"
+    )
+    different = result("SAME", "DIFFERENT", "UNKNOWN")
+    assert different.exit_code == 1 and different.different == ["f1"]
+    assert different.headline() == "not reproduced: f1 DIFFERENT (1 SAME, 1 DIFFERENT, 1 UNKNOWN)"
+    assert different.to_json()["verdicts"] == {"f0": "SAME", "f1": "DIFFERENT", "f2": "UNKNOWN"}

@@ -90,6 +90,10 @@ def _dispatch(args) -> int:
         from .history import cmd_history
 
         return cmd_history(args)
+    if args.command == "bisect":
+        from .bisect import cmd_bisect
+
+        return cmd_bisect(args)
     if args.command == "approve":
         from .fleet import cmd_approve
 

@@ -112,21 +112,22 @@ def cmd_bisect(args) -> int:
         raise UsageError(f"wheelhouse {args.wheelhouse} is not a directory")
     if args.rounds is not None and args.rounds < 1:
         raise UsageError(f"--rounds must be at least 1, got {args.rounds}")
+    available = None
     if args.versions:
         available = parse_version_list(args.versions)
     elif args.wheelhouse is not None:
         available = wheelhouse_versions(args.wheelhouse, good.distribution)
-    else:
-        available = registry_versions(good.distribution)
-    versions = versions_between(available, good.version, bad.version)
     if args.reports is not None:
         args.reports.mkdir(parents=True, exist_ok=True)
     settings = {**VERDICT_DEFAULTS, **BASELINE_DEFAULTS}
-    if not args.json:
-        print_note(
-            f"bisecting {len(versions)} versions of {good.distribution}: {', '.join(versions)}"
-        )
     with open_device_from_args(args) as device:
+        if available is None:  # the index's releases with a wheel for the board
+            available = registry_versions(good.distribution, _board_tags(device))
+        versions = versions_between(available, good.version, bad.version)
+        if not args.json:
+            print_note(
+                f"bisecting {len(versions)} versions of {good.distribution}: {', '.join(versions)}"
+            )
         ensure = _installer(device, args, good.distribution)
 
         def measure(baseline: str, candidate: str) -> dict:
@@ -184,6 +185,16 @@ def _row(t) -> list[str]:
         f"{t.verdict}: {t.why}",
         "bad" if t.bad else ("?" if t.verdict == "UNKNOWN" else "good"),
     ]
+
+
+def _board_tags(device) -> dict | None:
+    """The wheel tags an ssh:// board's agent reports (``runtime tags``); None elsewhere:
+    the local agent is this host's Python, and a grpc:// device installs nothing."""
+    from ..transport.schemes import SSH, is_scheme
+
+    if not is_scheme(device.address, SSH):
+        return None
+    return device.transport.agent_json(["runtime", "tags"], "read the board's wheel tags")
 
 
 def _installer(device, args, distribution: str):

@@ -32,9 +32,6 @@ import pytest
 from edgequal.host.cli.main import main as edgequal_main
 from edgequal.host.golden import make_golden
 
-# Installs three runtimes and runs the agent: slow.
-pytestmark = pytest.mark.slow
-
 NUMPY = importlib.metadata.version("numpy")
 GOOD, MID, BAD = "1.19.0", "1.20.1", importlib.metadata.version("onnxruntime")
 WHEEL_CACHE = Path(
@@ -163,6 +160,7 @@ def _bisect(model, golden, wheelhouse, *extra) -> list[str]:
     ]  # fmt: skip
 
 
+@pytest.mark.slow  # installs three runtimes and runs the agent
 def test_bisect_installs_each_version_it_tries_and_names_the_first_whose_outputs_moved(
     on_board, wheelhouse, models, tmp_path, capsys
 ):
@@ -212,6 +210,7 @@ def test_bisect_installs_each_version_it_tries_and_names_the_first_whose_outputs
     assert headline.endswith(" %)")
 
 
+@pytest.mark.slow
 def test_a_version_whose_outputs_match_the_good_ones_is_not_reproducible(
     on_board, wheelhouse, models, tmp_path, capsys
 ):
@@ -238,3 +237,42 @@ def test_a_version_whose_outputs_match_the_good_ones_is_not_reproducible(
         f"not reproducible: onnxruntime {BAD} is not DIFFERENT from {GOOD} on drift "
         "(SAME: identical outputs)"
     )
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--bad", "ai-edge-litert==1.1.2"], "--good names onnxruntime and --bad ai-edge-litert"),
+        (["--bad", "onnxruntime==1.19"], "--good and --bad name the same version 1.19.0"),
+        (["--bad", "onnxruntime==1.32.0", "--versions", "1.20.1,next"], "'next' is not a version number"),
+        (["--bad", "onnxruntime==1.32.0", "--wheelhouse", "no-such-dir"], "wheelhouse no-such-dir is not a directory"),
+        (["--bad", "onnxruntime==1.32.0", "--golden", "no-such.npz"], "golden set not found: no-such.npz"),
+        (["--bad", "onnxruntime==1.32.0", "--metric", "p90"], "invalid choice: 'p90'"),
+    ],
+)  # fmt: skip
+def test_bad_usage_is_one_line_and_exit_2_before_any_device(
+    flags, message, tmp_path, capsys, isolated_config
+):
+    """Checked before a device is contacted: no local agent was started."""
+    model = _model(tmp_path / "m.onnx", "MatMul")
+    argv = ["bisect", "runtime", str(model), "--good", "onnxruntime==1.19.0", *flags]
+    try:
+        code = edgequal_main(argv)
+    except SystemExit as e:  # argparse's own refusal (a choice), one line too
+        code = e.code
+    err = capsys.readouterr().err
+    assert code == 2
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and message in lines[0], err
+    assert not (isolated_config / "local-agent").exists()
+
+
+@pytest.mark.slow  # runs pip against the configured package index
+def test_the_package_index_lists_the_released_versions_between():
+    from edgequal.host.lab.bisect import registry_versions, versions_between
+
+    listed = registry_versions("onnxruntime")
+    assert {GOOD, MID, BAD} <= set(listed)
+    between = versions_between(listed, GOOD, BAD)
+    assert between[0] == GOOD and between[-1] == BAD and MID in between
+    assert all("rc" not in v and "dev" not in v for v in between)

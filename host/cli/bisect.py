@@ -110,6 +110,11 @@ def cmd_bisect(args) -> int:
         raise UsageError(f"golden set not found: {args.golden}")
     if args.wheelhouse is not None and not args.wheelhouse.is_dir():
         raise UsageError(f"wheelhouse {args.wheelhouse} is not a directory")
+    if args.repeat is not None:
+        raise UsageError(
+            "bisect runtime takes no --repeat",
+            hint="each version is measured in ABBA segments beside the good one: raise --rounds",
+        )
     if args.rounds is not None and args.rounds < 1:
         raise UsageError(f"--rounds must be at least 1, got {args.rounds}")
     available = None

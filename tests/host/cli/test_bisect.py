@@ -248,6 +248,8 @@ def test_a_version_whose_outputs_match_the_good_ones_is_not_reproducible(
         (["--bad", "onnxruntime==1.32.0", "--wheelhouse", "no-such-dir"], "wheelhouse no-such-dir is not a directory"),
         (["--bad", "onnxruntime==1.32.0", "--golden", "no-such.npz"], "golden set not found: no-such.npz"),
         (["--bad", "onnxruntime==1.32.0", "--metric", "p90"], "invalid choice: 'p90'"),
+        (["--bad", "onnxruntime==1.32.0", "--repeat", "3"], "bisect runtime takes no --repeat"),
+        (["--bad", "onnxruntime==1.32.0", "--rounds", "0"], "--rounds must be at least 1, got 0"),
     ],
 )  # fmt: skip
 def test_bad_usage_is_one_line_and_exit_2_before_any_device(

@@ -145,8 +145,12 @@ def cmd_bisect(args) -> int:
                 **length_flags(args),
             )
             out = None
-            if args.reports is not None:
-                out = args.reports / f"{args.model.stem}-{candidate}-vs-{baseline}.report.json"
+            if args.reports is not None:  # a version measured again keeps both reports
+                stem = f"{args.model.stem}-{candidate}-vs-{baseline}"
+                out = args.reports / f"{stem}.report.json"
+                again = 2
+                while out.exists():
+                    out, again = args.reports / f"{stem}-{again}.report.json", again + 1
             report = device.qualify(args.model, args.golden, plan=plan, out=out)
             return {
                 "predicate": report.predicate,

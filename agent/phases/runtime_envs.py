@@ -11,7 +11,10 @@ For the environments a plan names (``plan.runtime_envs``, resolved on the device
    change of the board's state falls on every environment alike; one segment is the
    environment's share of the plan's latency runs and seconds;
 3. drift: each environment against the golden set, and each against the first one
-   (their outputs compared directly, with the decision flips between them).
+   (their outputs compared directly, with the decision flips between them);
+4. operators (when the plan asks for the operator profile, ``plan.operator_profile``):
+   one ``operators`` worker per environment, so the time by operator type of each
+   runtime version sits beside the others (``edgequal bisect runtime`` diffs them).
 
 The result holds one entry per environment in the shapes of the run's own
 ``cold_load``, ``latency``, ``drift`` and ``memory``, and one ``pairs`` entry per
@@ -39,10 +42,10 @@ from ..measure.runtime_envs import (
     segment_budget,
     segment_order,
 )
-from ..worker.jobs import WorkerJob, latency_settings
+from ..worker.jobs import ScenarioSettings, WorkerJob, latency_settings
 from ..worker.supervisor import Worker
 from .cold_load import cold_load_once, summarize_cold_runs
-from .workers import EventSink, finding_from
+from .workers import EventSink, finding_from, run_sampled
 
 SETTLE_S = 0.1
 """Untimed calls before each segment: the worker sat idle while the others measured."""
@@ -143,6 +146,8 @@ def measure_runtime_envs(
     if not cancel.is_set():
         _interleaved(model, golden, plan, runtime, envs, entries, fail, failed, emit, cancel)
     pairs = _pairs(entries, envs, failed, golden, plan.seed)
+    if plan.operator_profile:
+        _operators(model, golden, plan, runtime, envs, entries, fail, failed, emit, cancel)
     return {
         "rounds": plan.runtime_env_rounds,
         "order": "ABBA",
@@ -223,6 +228,30 @@ def _interleaved(model, golden, plan, runtime, envs, entries, fail, failed, emit
             w.kill()
     for i in range(len(envs)):
         entries[i]["_segments"] = samples[i]
+
+
+def _operators(model, golden, plan, runtime, envs, entries, fail, failed, emit, cancel):
+    """Each environment's operator profile (``entries[i]["operators"]``, the shape of the
+    run's own ``operators``), one worker after another: none runs beside another."""
+    job = WorkerJob.for_phase(
+        "operators", model, golden, plan, runtime, scenario=ScenarioSettings.from_plan(plan)
+    )
+    for i, env in enumerate(envs):
+        if i in failed or cancel.is_set():
+            continue
+        emit({"type": "progress", "phase": "runtime_envs", "message": f"operators in {env.name}"})
+        ended, _, _ = run_sampled(
+            job,
+            phase_timeout_s=plan.phase_timeout_s,
+            memory_limit_mb=plan.memory_limit_mb,
+            cancel=cancel,
+            python=env.worker_python(),
+            env=env.worker_env(),
+        )
+        if not ended.ok:
+            fail(i, finding_from(ended, "runtime_envs", runtime))
+            continue
+        entries[i]["operators"] = {k: v for k, v in ended.result.items() if k != "runtime"}
 
 
 def _fill_entry(entry: dict, result: dict, samples, segments, outputs_path: Path) -> None:

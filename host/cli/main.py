@@ -94,6 +94,10 @@ def _dispatch(args) -> int:
         from .history import cmd_history
 
         return cmd_history(args)
+    if args.command == "bisect":
+        from .bisect import cmd_bisect
+
+        return cmd_bisect(args)
     if args.command == "rerun":
         from .rerun import cmd_rerun
 

@@ -17,7 +17,7 @@ from edgequal.contract.cli_args import (
     spread_global_options,
 )
 
-from . import devices, fleet, history, judge, qualify, rerun
+from . import bisect, devices, fleet, history, judge, qualify, rerun
 
 
 def _add_global_options(parser: argparse.ArgumentParser, top: bool) -> None:
@@ -38,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_global_options(p, top=True)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    for group in (qualify, judge, devices, fleet, history, rerun):
+    for group in (qualify, judge, devices, fleet, history, bisect, rerun):
         group.add_parsers(sub)
     _add_completion_parser(sub)
     spread_global_options(p, _add_global_options)

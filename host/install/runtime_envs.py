@@ -20,7 +20,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from edgequal.contract.artifacts import file_sha256
@@ -210,6 +210,39 @@ def add_runtime_env(
                 ssh.run_remote(f"rm -rf {shlex.quote(remote)}")
 
 
+def add_local_runtime_env(
+    state_dir: Path,
+    requirement: str,
+    *,
+    wheelhouse: Path | None = None,
+    agent: Sequence[str] | None = None,
+) -> dict:
+    """Install ``requirement`` in a runtime environment of the local agent (``--device
+    local``, whose state directory is ``state_dir``): the device owner's own ``edgequal-agent
+    runtime add``, run here, from ``wheelhouse`` alone when given (``--no-index``), else from
+    the package index pip is configured with. The manifest the agent recorded."""
+    if wheelhouse is not None and not Path(wheelhouse).is_dir():
+        raise UsageError(f"wheelhouse {wheelhouse} is not a directory")
+    cmd = [*(agent or [sys.executable, "-m", "edgequal.agent.cli"]), "--state-dir", str(state_dir)]
+    cmd += ["runtime", "add", requirement, "--json"]
+    if wheelhouse is not None:
+        cmd += ["--find-links", str(wheelhouse), "--no-index"]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=AGENT_ADD_TIMEOUT_S)
+    except subprocess.TimeoutExpired as e:
+        raise HostError(f"installing {requirement} took more than {AGENT_ADD_TIMEOUT_S:g} s") from e
+    if proc.returncode != 0:
+        lines = [line for line in proc.stderr.splitlines() if line.strip()]
+        error = next((line for line in reversed(lines) if "error" in line), None)
+        raise HostError(
+            f"installing {requirement} failed: {error or (lines[-1] if lines else proc.returncode)}"
+        )
+    try:
+        return json.loads(proc.stdout)
+    except ValueError as e:
+        raise HostError(f"the agent's runtime add printed no manifest: {proc.stdout[:80]!r}") from e
+
+
 def _check_exact(exact: list[dict], local: Path) -> None:
     for w in exact:
         path = local / Path(w["file"]).name
@@ -280,6 +313,7 @@ def remove_runtime_env(
 
 
 __all__ = [
+    "add_local_runtime_env",
     "add_runtime_env",
     "approved_runtime_env",
     "download_wheels",

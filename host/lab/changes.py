@@ -369,9 +369,9 @@ class Change:
         if self.culprit:
             c = self.culprit[0]
             text += f"; changed there: {c['field']} {c['before']} → {c['after']}"
-        ops = [o for o in self.operators if o.get("ratio") is not None][:2]
+        ops = operators_text(self.operators)
         if ops:
-            text += "; " + ", ".join(f"{o['op_type']} {(o['ratio'] - 1) * 100:+.0f} %" for o in ops)
+            text += "; " + ops
         if self.too_noisy:
             text += f" (on a noisy board: {self.too_noisy})"
         return text
@@ -383,6 +383,12 @@ class Change:
         out["worse"] = self.worse
         out["headline"] = self.headline()
         return out
+
+
+def operators_text(diff: list[dict], top: int = 2) -> str:
+    """The ``top`` largest moves of an operator diff: ``Conv +44 %, Resize +210 %`` ('' if none)."""
+    ops = [o for o in diff if o.get("ratio") is not None][:top]
+    return ", ".join(f"{o['op_type']} {(o['ratio'] - 1) * 100:+.0f} %" for o in ops)
 
 
 def _separation(before: list, after: list) -> float:
@@ -447,11 +453,12 @@ def culprit(before: list[Point], after: list[Point], window: int = 1) -> list[di
     return out
 
 
-def _op_times(points: list[Point]) -> dict[str, list[float]]:
+def operator_times(profiles: Iterable[list[dict] | None]) -> dict[str, list[float]]:
+    """µs per inference of each operator type over several operator profiles
+    (``results.operators.profile.operators`` lists), one value per profile that has it."""
     times: dict[str, list[float]] = {}
-    for p in points:
-        ops = _get(p.report.predicate, "results", "operators", "profile", "operators") or []
-        for op in ops:
+    for ops in profiles:
+        for op in ops or []:
             us = _number(op.get("us_per_run"))
             if op.get("op_type") and us is not None:
                 times.setdefault(op["op_type"], []).append(us)
@@ -461,7 +468,18 @@ def _op_times(points: list[Point]) -> dict[str, list[float]]:
 def operator_diff(before: list[Point], after: list[Point]) -> list[dict]:
     """Per operator type, the median µs per inference either side, their ratio and its share
     of the time after, the largest moves first; [] unless both sides have a profile."""
-    b, a = _op_times(before), _op_times(after)
+    return profile_diff(
+        [_get(p.report.predicate, "results", "operators", "profile", "operators") for p in before],
+        [_get(p.report.predicate, "results", "operators", "profile", "operators") for p in after],
+    )
+
+
+def profile_diff(
+    before: Iterable[list[dict] | None], after: Iterable[list[dict] | None]
+) -> list[dict]:
+    """:func:`operator_diff` over operator profiles themselves (a history's runs, or the
+    runtime versions ``bisect runtime`` measured): the median of each side's profiles."""
+    b, a = operator_times(before), operator_times(after)
     if not b or not a:
         return []
     total_after = sum(float(np.median(v)) for v in a.values()) or 1.0

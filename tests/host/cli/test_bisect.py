@@ -1,0 +1,280 @@
+"""``edgequal bisect runtime`` end to end: a real local agent, real onnxruntime versions
+installed by the command itself into runtime environments (the agent's own ``runtime
+add``, from the tests' wheelhouse of cached wheels, ``--wheelhouse``: no network), real
+runs of each version beside the good one, signed reports.
+
+The versions: the oldest the pyproject allows (1.19.0), 1.20.1 and the suite's own
+(bad). ``--metric drift`` with a golden set whose tolerance is exact (atol 0, rtol 0): a
+version is bad when any output bit differs from the good version's. Whether a model's
+outputs differ between two onnxruntime versions depends on the CPU's kernels, so what the
+command must find is decided here independently: each environment's own Python runs the
+model on the golden inputs with plain onnxruntime and the output bytes are compared. On
+x86-64 (AVX2 and AVX-512) LayerNormalization's outputs moved by about 1e-6 between 1.20.1
+and 1.32.0 while 1.19.0 and 1.20.1 agree, and the MatMul model is bit-exact in all three;
+the test asserts whatever the oracle finds on the machine it runs on.
+
+The search's order and verdicts on chosen figures (p50 slowdowns, interference, flips) are
+tests/host/lab/test_bisect.py's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from edgequal.host.cli.main import main as edgequal_main
+from edgequal.host.golden import make_golden
+
+NUMPY = importlib.metadata.version("numpy")
+GOOD, MID, BAD = "1.19.0", "1.20.1", importlib.metadata.version("onnxruntime")
+WHEEL_CACHE = Path(
+    os.environ.get("EDGEQUAL_TEST_WHEELS")
+    or Path.home()
+    / ".cache"
+    / "edgequal-tests"
+    / f"wheels-py{sys.version_info[0]}{sys.version_info[1]}"
+)
+"""Shared with tests/test_runtime_envs.py and tests/test_runtime_compat.py."""
+
+PLAN = ["--cold-runs", "1", "--warmup", "0.05s", "--warmup-runs", "5", "--latency", "0.1s"]
+PLAN += ["--rounds", "2"]
+
+
+@pytest.fixture(scope="module")
+def wheelhouse() -> Path:
+    """onnxruntime 1.19.0, 1.20.1 and the suite's own, with the suite's numpy."""
+    wh = WHEEL_CACHE
+    complete = wh / f".complete-bisect-{GOOD}-{MID}-{BAD}-{NUMPY}"
+    if not complete.exists():
+        wh.mkdir(parents=True, exist_ok=True)
+        for version in (GOOD, MID, BAD):
+            subprocess.run(
+                [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:"]
+                + ["-d", str(wh), f"onnxruntime=={version}", f"numpy=={NUMPY}"],
+                check=True,
+                capture_output=True,
+                timeout=900,
+            )
+        complete.touch()
+    return wh
+
+
+@pytest.fixture(scope="module")
+def board(tmp_path_factory) -> Path:
+    """The local agent's state directory, shared by this module's runs: what one run
+    installs, the next finds there."""
+    return tmp_path_factory.mktemp("board") / "local-agent"
+
+
+@pytest.fixture
+def on_board(board, monkeypatch) -> Path:
+    """``--device local`` is the module's board."""
+    monkeypatch.setenv("EDGEQUAL_LOCAL_STATE", str(board))
+    return board
+
+
+def _model(path: Path, op: str) -> Path:
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    if op == "LayerNormalization":
+        node = helper.make_node("LayerNormalization", ["x", "scale", "bias"], ["y"], axis=-1)
+        inits = {"scale": np.ones(256, np.float32), "bias": np.zeros(256, np.float32)}
+    else:
+        node = helper.make_node("MatMul", ["x", "w"], ["y"])
+        inits = {"w": rng.standard_normal((256, 256)).astype(np.float32)}
+    graph = helper.make_graph(
+        [node],
+        op.lower(),
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 256])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 256])],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> dict[str, tuple[Path, Path, np.ndarray]]:
+    """``{name: (model, exact golden set, its input)}`` for a LayerNormalization and a MatMul."""
+    out = tmp_path_factory.mktemp("models")
+    x = (np.random.default_rng(1).standard_normal((8, 256)) * 3).astype(np.float32)
+    made = {}
+    for name, op in (("layernorm", "LayerNormalization"), ("matmul", "MatMul")):
+        model = _model(out / f"{name}.onnx", op)
+        golden = out / f"{name}.golden.npz"
+        make_golden(model, {"c0": {"x": x}}, golden, tolerances={"*": {"atol": 0.0, "rtol": 0.0}})
+        made[name] = (model, golden, x)
+    return made
+
+
+ORACLE = """
+import hashlib, sys, numpy as np, onnxruntime as ort
+x = np.load(sys.argv[2])
+s = ort.InferenceSession(sys.argv[1], providers=["CPUExecutionProvider"])
+print(hashlib.sha256(s.run(None, {"x": x})[0].tobytes()).hexdigest())
+"""
+
+
+def oracle_digests(board: Path, model: Path, x: np.ndarray, versions, tmp_path: Path) -> dict:
+    """``{version: sha256 of the output bytes}`` from plain onnxruntime in each installed
+    environment's own Python, on the golden set's input."""
+    np.save(tmp_path / "x.npy", x)
+    digest = {}
+    for version in versions:
+        python = board / "runtimes" / f"onnxruntime-{version}" / "venv" / "bin" / "python"
+        done = subprocess.run(
+            [str(python), "-c", ORACLE, str(model), str(tmp_path / "x.npy")],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        digest[version] = done.stdout.strip()
+    return digest
+
+
+def oracle_first_bad(digest: dict) -> str | None:
+    """The first bad version as the command must name it: the bad one's outputs against
+    the good one's (None: not reproducible), then 1.20.1's, the one version between."""
+    if digest[BAD] == digest[GOOD]:
+        return None
+    return MID if digest[MID] != digest[GOOD] else BAD
+
+
+def _bisect(model, golden, wheelhouse, *extra) -> list[str]:
+    return [
+        "bisect", "runtime", str(model), "--golden", str(golden), "--metric", "drift",
+        "--good", f"onnxruntime=={GOOD}", "--bad", f"onnxruntime=={BAD}",
+        "--versions", f"{MID}", "--wheelhouse", str(wheelhouse), *PLAN, *extra,
+    ]  # fmt: skip
+
+
+@pytest.mark.slow  # installs three runtimes and runs the agent
+def test_bisect_installs_each_version_it_tries_and_names_the_first_whose_outputs_moved(
+    on_board, wheelhouse, models, tmp_path, capsys
+):
+    """Three versions installed by the command (good and bad, then the one between), one
+    run each beside the good one, signed reports written, the table and the verdict."""
+    model, golden, x = models["layernorm"]
+    reports = tmp_path / "reports"
+    code = edgequal_main(_bisect(model, golden, wheelhouse, "--reports", str(reports)))
+    out = capsys.readouterr()
+    digest = oracle_digests(on_board, model, x, (GOOD, BAD), tmp_path)
+    if digest[GOOD] != digest[BAD]:  # reproducible here: the command bisected, so 1.20.1 is there
+        digest |= oracle_digests(on_board, model, x, (MID,), tmp_path)
+    expected = oracle_first_bad(digest)
+    # Every version tried was installed into its own environment, with the wheelhouse's files.
+    for version in (GOOD, MID, BAD) if expected is not None else (GOOD, BAD):
+        manifest = json.loads(
+            (on_board / "runtimes" / f"onnxruntime-{version}" / "env.json").read_text()
+        )
+        assert manifest["version"] == version
+        wheel = next(w for w in manifest["wheels"] if w["file"].startswith("onnxruntime-"))
+        assert (
+            wheel["sha256"] == hashlib.sha256((wheelhouse / wheel["file"]).read_bytes()).hexdigest()
+        )
+        assert f"installing onnxruntime=={version} on local" in out.err
+    assert f"bisecting 3 versions of onnxruntime: {GOOD}, {MID}, {BAD}" in out.err
+    # One signed report per run: the bad version first, then the one between.
+    written = sorted(p.name for p in reports.iterdir())
+    tried = [BAD] if expected is None else [BAD, MID]
+    assert written == sorted(f"layernorm-{v}-vs-{GOOD}.report.json" for v in tried)
+    if expected is None:
+        assert code == 1
+        assert (
+            f"not reproducible: onnxruntime {BAD} is not DIFFERENT from {GOOD} on drift" in out.err
+        )
+        return
+    assert code == 0, out.err
+    rows = {
+        line.split("│")[1].strip(): line for line in out.out.splitlines() if line.count("│") > 5
+    }
+    assert sorted(rows) == sorted(tried)
+    assert "DIFFERENT: outputs beyond the golden set's tolerances" in rows[BAD]
+    assert ("bad" if expected == MID else "SAME: identical outputs") in rows[MID]
+    headline = next(line for line in out.err.splitlines() if line.startswith("first bad:"))
+    assert headline.startswith(f"first bad: onnxruntime {expected} (outputs moved by ")
+    # The operator diff between the last good and the first bad version: the one operator.
+    assert f"vs {GOOD}; outputs beyond the golden set's tolerances; LayerNormalization " in headline
+    assert headline.endswith(" %)")
+
+
+@pytest.mark.slow
+def test_a_version_whose_outputs_match_the_good_ones_is_not_reproducible(
+    on_board, wheelhouse, models, tmp_path, capsys
+):
+    """The MatMul model under the good and the bad version (found installed when the test
+    above ran first), one run: ``--json`` says not reproducible, exit 1, nothing bisected."""
+    model, golden, x = models["matmul"]
+    code = edgequal_main(_bisect(model, golden, wheelhouse, "--json"))
+    out = capsys.readouterr()
+    data = json.loads(out.out)
+    first = data["trials"][0]
+    assert (first["version"], first["baseline"], first["metric"]) == (BAD, GOOD, "drift")
+    # Each version's operator profile, from the same run.
+    assert first["operators"][0]["op_type"] == "MatMul"
+    assert first["baseline_operators"][0]["op_type"] == "MatMul"
+    digest = oracle_digests(on_board, model, x, (GOOD, BAD), tmp_path)
+    if digest[GOOD] != digest[BAD]:  # the MatMul kernels differ on this CPU: it bisects
+        digest |= oracle_digests(on_board, model, x, (MID,), tmp_path)
+        assert code == 0 and data["first_bad"] == oracle_first_bad(digest)
+        return
+    assert code == 1 and data["status"] == "not_reproducible" and data["exit_code"] == 1
+    assert [t["version"] for t in data["trials"]] == [BAD]
+    assert (first["verdict"], first["why"], first["figure"]) == ("SAME", "identical outputs", 0.0)
+    assert data["headline"] == (
+        f"not reproducible: onnxruntime {BAD} is not DIFFERENT from {GOOD} on drift "
+        "(SAME: identical outputs)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--bad", "ai-edge-litert==1.1.2"], "--good names onnxruntime and --bad ai-edge-litert"),
+        (["--bad", "onnxruntime==1.19"], "--good and --bad name the same version 1.19.0"),
+        (["--bad", "onnxruntime==1.32.0", "--versions", "1.20.1,next"], "'next' is not a version number"),
+        (["--bad", "onnxruntime==1.32.0", "--wheelhouse", "no-such-dir"], "wheelhouse no-such-dir is not a directory"),
+        (["--bad", "onnxruntime==1.32.0", "--golden", "no-such.npz"], "golden set not found: no-such.npz"),
+        (["--bad", "onnxruntime==1.32.0", "--metric", "p90"], "invalid choice: 'p90'"),
+        (["--bad", "onnxruntime==1.32.0", "--repeat", "3"], "bisect runtime takes no --repeat"),
+        (["--bad", "onnxruntime==1.32.0", "--rounds", "0"], "--rounds must be at least 1, got 0"),
+    ],
+)  # fmt: skip
+def test_bad_usage_is_one_line_and_exit_2_before_any_device(
+    flags, message, tmp_path, capsys, isolated_config
+):
+    """Checked before a device is contacted: no local agent was started."""
+    model = _model(tmp_path / "m.onnx", "MatMul")
+    argv = ["bisect", "runtime", str(model), "--good", "onnxruntime==1.19.0", *flags]
+    try:
+        code = edgequal_main(argv)
+    except SystemExit as e:  # argparse's own refusal (a choice), one line too
+        code = e.code
+    err = capsys.readouterr().err
+    assert code == 2
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and message in lines[0], err
+    assert not (isolated_config / "local-agent").exists()
+
+
+@pytest.mark.slow  # runs pip against the configured package index
+def test_the_package_index_lists_the_released_versions_between():
+    from edgequal.host.lab.bisect import registry_versions, versions_between
+
+    listed = registry_versions("onnxruntime")
+    assert {GOOD, MID, BAD} <= set(listed)
+    between = versions_between(listed, GOOD, BAD)
+    assert between[0] == GOOD and between[-1] == BAD and MID in between
+    assert all("rc" not in v and "dev" not in v for v in between)

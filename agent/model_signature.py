@@ -155,6 +155,20 @@ def _first_line(error: Exception) -> str:
     return (str(error).splitlines() or [type(error).__name__])[0][:300]
 
 
+def _refusal(error: Exception) -> str:
+    """One verifier's refusal in a line: the files that changed since signing, by name (the
+    package's own text of a hash mismatch prints both digests as Python bytes), else its
+    first line."""
+    import re
+
+    text = str(error)
+    names = re.findall(r"[Hh]ash mismatch for \\?'([^'\\]+)\\?'", text)
+    if names:
+        shown = ", ".join("the file" if n == "." else n for n in dict.fromkeys(names))
+        return f"Signature mismatch: {shown} changed since signing"
+    return _first_line(error)
+
+
 def _verify_here(target: Path, signature: Path, keys, trust_config, identities) -> dict:
     """The child's work: the first trusted key or identity the signature verifies with."""
     try:
@@ -170,7 +184,7 @@ def _verify_here(target: Path, signature: Path, keys, trust_config, identities) 
         try:
             verifying.Config().use_elliptic_key_verifier(public_key=key).verify(target, signature)
         except Exception as e:  # noqa: BLE001 - each key's refusal is a reason, not a crash
-            reasons.append(f"{Path(key).name}: {_first_line(e)}")
+            reasons.append(f"{Path(key).name}: {_refusal(e)}")
             continue
         return {"status": "verified", "key": Path(key).name, "form": "public key"}
     for identity, issuer in identities:
@@ -179,7 +193,7 @@ def _verify_here(target: Path, signature: Path, keys, trust_config, identities) 
                 identity=identity, oidc_issuer=issuer, trust_config=Path(trust_config)
             ).verify(target, signature)
         except Exception as e:  # noqa: BLE001
-            reasons.append(f"{identity}: {_first_line(e)}")
+            reasons.append(f"{identity}: {_refusal(e)}")
             continue
         return {"status": "verified", "key": identity, "form": "sigstore"}
     # A signature that matches a trusted key but not the files is a tampered model.
@@ -188,7 +202,7 @@ def _verify_here(target: Path, signature: Path, keys, trust_config, identities) 
         "status": "failed",
         "reason": ("the model does not match its signature: " + tampered[0])
         if tampered
-        else "not signed by a key this device trusts: " + "; ".join(reasons),
+        else "not signed by a trusted key: " + "; ".join(reasons),
     }
 
 

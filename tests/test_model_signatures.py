@@ -101,7 +101,7 @@ def test_the_device_verifies_the_model_signature_before_loading(chain_model, tmp
         _sign(model, stranger, foreign)
         untrusted = dev.qualify(model, model_signature=foreign, **PLAN)
         assert untrusted.status == "failed"
-        assert "not signed by a key this device trusts" in untrusted.predicate["reason"]
+        assert "not signed by a trusted key" in untrusted.predicate["reason"]
 
         # Unsigned: said so; refused once the owner requires signatures.
         plain = dev.qualify(model, **PLAN)
@@ -250,3 +250,58 @@ def test_a_model_with_external_data_is_verified_as_its_manifest_lists_it(tmp_pat
     assert bad.status == "failed"
     assert "does not match its signature" in bad.predicate["reason"]
     assert "weights.bin" in bad.predicate["reason"]
+
+
+@pytest.mark.slow  # the verifier's child process and its slow import, twice
+def test_golden_make_verifies_the_signature_before_running_the_model(
+    chain_model, tmp_path, capsys
+):
+    """golden make runs the model on the host: the signature is verified here first, by the
+    agent's verifier, and the golden set records it beside the model's digest."""
+    import numpy as np
+    from edgequal.contract.artifacts import file_sha256
+    from edgequal.contract.golden import read_golden
+    from edgequal.host.cli.main import main
+
+    producer, producer_pub = _key_pair(tmp_path, "producer")
+    _, stranger_pub = _key_pair(tmp_path, "stranger")
+    model = chain_model(tmp_path / "chain.onnx", 2)
+    signature = tmp_path / "chain.sig"
+    manifest = _sign(model, producer, signature)
+    inputs = tmp_path / "in.npz"
+    np.savez(inputs, x=np.ones((1, 256), np.float32))
+    golden = tmp_path / "g.npz"
+    base = ["golden", "make", str(inputs.with_suffix("")), "--inputs", str(inputs)]
+    base[2] = str(model)
+    assert main([*base, "-o", str(golden), "--model-signature", str(signature),
+                 "--trusted-key", str(producer_pub)]) == 0  # fmt: skip
+    assert "model signature verified by producer.pub" in capsys.readouterr().out
+    recorded = read_golden(golden).manifest["model"]
+    assert recorded["sha256"] == file_sha256(model)
+    assert recorded["signature"] == {
+        "sha256": file_sha256(signature),
+        "oms_manifest_sha256": manifest,
+        "key": "producer.pub",
+    }
+
+    # A model changed after signing: one line, exit 1, no golden set.
+    tampered = tmp_path / "tampered" / "chain.onnx"
+    tampered.parent.mkdir()
+    tampered.write_bytes(chain_model(tmp_path / "other.onnx", 3).read_bytes())
+    base[2] = str(tampered)
+    out = tmp_path / "bad.npz"
+    code = main([*base, "-o", str(out), "--model-signature", str(signature),
+                 "--trusted-key", str(producer_pub)])  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and not out.exists()
+    assert len(err) == 1 and "model signature chain.sig: the model does not match its signature: " in err[0]
+    assert "producer.pub: Signature mismatch: the file changed since signing" in err[0]
+    # Signed, but by a key not given: the same refusal, naming the key it tried.
+    base[2] = str(model)
+    code = main([*base, "-o", str(out), "--model-signature", str(signature),
+                 "--trusted-key", str(stranger_pub)])  # fmt: skip
+    assert code == 1 and not out.exists()
+    assert "not signed by a trusted key: stranger.pub" in capsys.readouterr().err
+    # A signature without a key to check it by is bad usage.
+    assert main([*base, "-o", str(out), "--model-signature", str(signature)]) == 2
+    assert "--trusted-key" in capsys.readouterr().err

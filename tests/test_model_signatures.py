@@ -253,9 +253,7 @@ def test_a_model_with_external_data_is_verified_as_its_manifest_lists_it(tmp_pat
 
 
 @pytest.mark.slow  # the verifier's child process and its slow import, twice
-def test_golden_make_verifies_the_signature_before_running_the_model(
-    chain_model, tmp_path, capsys
-):
+def test_golden_make_verifies_the_signature_before_running_the_model(chain_model, tmp_path, capsys):
     """golden make runs the model on the host: the signature is verified here first, by the
     agent's verifier, and the golden set records it beside the model's digest."""
     import numpy as np
@@ -294,7 +292,10 @@ def test_golden_make_verifies_the_signature_before_running_the_model(
                  "--trusted-key", str(producer_pub)])  # fmt: skip
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1 and not out.exists()
-    assert len(err) == 1 and "model signature chain.sig: the model does not match its signature: " in err[0]
+    assert (
+        len(err) == 1
+        and "model signature chain.sig: the model does not match its signature: " in err[0]
+    )
     assert "producer.pub: Signature mismatch: the file changed since signing" in err[0]
     # Signed, but by a key not given: the same refusal, naming the key it tried.
     base[2] = str(model)

@@ -144,6 +144,20 @@ def test_agent_toml_refuses_what_it_would_otherwise_ignore(tmp_path):
         SigningPolicy.from_config(
             {"model_signing": {"sigstore_identities": [{"identity": "a", "issuer": "b"}]}}, path
         )
+    with pytest.raises(BadInput, match="certificate_identities need trusted_certificates"):
+        SigningPolicy.from_config(
+            {"model_signing": {"certificate_identities": [{"identity": "a", "issuer": "b"}]}}, path
+        )
+    with pytest.raises(BadInput, match=r"certificate_identities must be a list of \{identity"):
+        SigningPolicy.from_config(
+            {
+                "model_signing": {
+                    "trusted_certificates": ["ca.pem"],
+                    "certificate_identities": ["a"],
+                }
+            },
+            path,
+        )
     policy = SigningPolicy.from_config(
         {"model_signing": {"trusted_keys": ["keys/a.pub"], "require": True}}, path
     )
@@ -306,3 +320,143 @@ def test_golden_make_verifies_the_signature_before_running_the_model(chain_model
     # A signature without a key to check it by is bad usage.
     assert main([*base, "-o", str(out), "--model-signature", str(signature)]) == 2
     assert "--trusted-key" in capsys.readouterr().err
+
+
+def _certificate_authority(directory, name):
+    """A CA (EC P-256) as a lab or a Fulcio instance keeps one: its key and PEM certificate."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=10))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    path = directory / f"{name}.pem"
+    path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return key, cert, path
+
+
+def _signing_certificate(directory, ca, email, issuer):
+    """A short-lived code-signing certificate as Fulcio issues one: SAN email, the OIDC
+    issuer in extension 1.3.6.1.4.1.57264.1.8 (a DER UTF8String); its key and PEM files."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID
+
+    ca_key, ca_cert, _ = ca
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.timezone.utc)
+    encoded = issuer.encode()
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([]))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(minutes=10))
+        .add_extension(x509.SubjectAlternativeName([x509.RFC822Name(email)]), critical=True)
+        .add_extension(
+            x509.KeyUsage(True, False, False, False, False, False, False, False, False),
+            critical=True,
+        )
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CODE_SIGNING]), critical=False)
+        .add_extension(
+            x509.UnrecognizedExtension(
+                x509.ObjectIdentifier("1.3.6.1.4.1.57264.1.8"),
+                b"\x0c" + bytes([len(encoded)]) + encoded,
+            ),
+            critical=False,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    stem = directory / email.split("@")[0]
+    private = stem.with_suffix(".key")
+    private.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    public = stem.with_suffix(".crt")
+    public.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return private, public
+
+
+def _sign_with_certificate(model, private, certificate, chain, out):
+    from model_signing import signing
+
+    signing.Config().use_certificate_signer(
+        private_key=private, signing_certificate=certificate, certificate_chain=chain
+    ).sign(model, out)
+
+
+ISSUER = "https://accounts.example.com"
+
+
+@pytest.mark.slow  # a real local agent, three short runs, the verifier's slow import
+def test_the_device_verifies_a_certificate_signature_offline_by_identity(chain_model, tmp_path):
+    """The second form: a signing certificate (Fulcio-style: SAN email, OIDC issuer extension)
+    chaining to a CA the device trusts, and naming an identity it trusts; no network."""
+    import edgequal
+    from edgequal.contract.state_dirs import local_agent_state_dir
+
+    ca = _certificate_authority(tmp_path, "lab-ca")
+    other_ca = _certificate_authority(tmp_path, "other-ca")
+    model = chain_model(tmp_path / "chain.onnx", 2)
+    release, release_crt = _signing_certificate(tmp_path, ca, "releases@example.com", ISSUER)
+    signed = tmp_path / "releases.sig"
+    _sign_with_certificate(model, release, release_crt, [ca[2]], signed)
+    intern, intern_crt = _signing_certificate(tmp_path, ca, "intern@example.com", ISSUER)
+    by_intern = tmp_path / "intern.sig"
+    _sign_with_certificate(model, intern, intern_crt, [ca[2]], by_intern)
+    (tmp_path / "rogue").mkdir()
+    rogue, rogue_crt = _signing_certificate(
+        tmp_path / "rogue", other_ca, "releases@example.com", ISSUER
+    )
+    by_rogue_ca = tmp_path / "rogue.sig"
+    _sign_with_certificate(model, rogue, rogue_crt, [other_ca[2]], by_rogue_ca)
+
+    state = local_agent_state_dir()
+    state.mkdir(parents=True, exist_ok=True)
+    (state / "lab-ca.pem").write_bytes(ca[2].read_bytes())
+    (state / "agent.toml").write_text(
+        '[model_signing]\ntrusted_certificates = ["lab-ca.pem"]\n'
+        f'certificate_identities = [{{identity = "releases@example.com", issuer = "{ISSUER}"}}]\n'
+    )
+    with edgequal.connect("local") as dev:
+        good = dev.qualify(model, model_signature=signed, **PLAN)
+        sig = good.predicate["results"]["model_signature"]
+        assert sig["status"] == "verified" and sig["form"] == "certificate"
+        assert sig["key"] == "releases@example.com" and sig["issuer"] == ISSUER
+        assert good.status != "failed"
+        # Same CA, another identity: refused by name.
+        other = dev.qualify(model, model_signature=by_intern, **PLAN)
+        assert other.status == "failed"
+        assert (
+            f"a certificate of lab-ca.pem for intern@example.com ({ISSUER}): "
+            "not an identity this device trusts"
+        ) in other.predicate["reason"]
+        # The trusted identity, but certified by a CA the device does not trust.
+        rogue_run = dev.qualify(model, model_signature=by_rogue_ca, **PLAN)
+        assert rogue_run.status == "failed"
+        assert "certificates of lab-ca.pem: " in rogue_run.predicate["reason"]
+        assert "cold_load" not in rogue_run.predicate["results"]

@@ -18,9 +18,12 @@ is named and skipped.
 Around each cell of ``fleet run``, ``fleet health`` and ``fleet requalify`` the place is
 reserved (a labgrid reservation filtered on its name), the allocation awaited while
 labgrid says who holds it, then acquired; it is released when the cell ends, on error and
-on Ctrl-C. A reservation no longer polled (its host died) expires by labgrid's rule, and
-the next run proceeds. The agent's own lease is still taken inside the place (defence in
-depth), and the device still proves its pinned key before anything is sent.
+on Ctrl-C. Nothing reaches the board before its place is held (host/lab/fleet.py opens the
+device inside it). A reservation no longer polled (its host died) expires by labgrid's rule
+(60 s); a place that host had acquired stays acquired by it until the lab releases it
+(``labgrid-client -p PLACE release --kick``, docs/fleet.md). The agent's own lease is still
+taken inside the place (defence in depth), and the device still proves its pinned key
+before anything is sent.
 
 labgrid's client session is asynchronous: it runs on an event loop of its own, in one
 thread, and each call here waits for its result.

@@ -460,3 +460,89 @@ def test_the_device_verifies_a_certificate_signature_offline_by_identity(chain_m
         assert rogue_run.status == "failed"
         assert "certificates of lab-ca.pem: " in rogue_run.predicate["reason"]
         assert "cold_load" not in rogue_run.predicate["results"]
+
+
+def _trust_config(path, ca):
+    """A sigstore ClientTrustConfig (``trusted_root`` and signing config) naming ``ca`` as its
+    certificate authority and one key as both transparency log and CT log."""
+    import hashlib
+
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    def b64(data: bytes) -> str:
+        return base64.b64encode(data).decode()
+
+    since = {"start": "2020-01-01T00:00:00Z"}
+    der = (
+        ec.generate_private_key(ec.SECP256R1())
+        .public_key()
+        .public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
+    log = {
+        "baseUrl": "https://log.lab.example",
+        "hashAlgorithm": "SHA2_256",
+        "publicKey": {
+            "rawBytes": b64(der),
+            "keyDetails": "PKIX_ECDSA_P256_SHA_256",
+            "validFor": since,
+        },
+        "logId": {"keyId": b64(hashlib.sha256(der).digest())},
+    }
+    ca_der = ca[1].public_bytes(serialization.Encoding.DER)
+    url = {"majorApiVersion": 1, "operator": "lab", "validFor": since}
+    path.write_text(
+        json.dumps(
+            {
+                "mediaType": "application/vnd.dev.sigstore.clienttrustconfig.v0.1+json",
+                "trustedRoot": {
+                    "mediaType": "application/vnd.dev.sigstore.trustedroot+json;version=0.1",
+                    "tlogs": [log],
+                    "ctlogs": [log],
+                    "certificateAuthorities": [
+                        {
+                            "subject": {"organization": "lab", "commonName": "lab-ca"},
+                            "uri": "https://ca.lab.example",
+                            "certChain": {"certificates": [{"rawBytes": b64(ca_der)}]},
+                            "validFor": since,
+                        }
+                    ],
+                    "timestampAuthorities": [],
+                },
+                "signingConfig": {
+                    "mediaType": "application/vnd.dev.sigstore.signingconfig.v0.2+json",
+                    "caUrls": [{"url": "https://ca.lab.example", **url}],
+                    "oidcUrls": [],
+                    "rekorTlogUrls": [{"url": "https://log.lab.example", **url}],
+                    "tsaUrls": [],
+                    "rekorTlogConfig": {"selector": "ANY"},
+                    "tsaConfig": {"selector": "ANY"},
+                },
+            }
+        )
+    )
+    return path
+
+
+@pytest.mark.slow  # the verifier's child process and its slow import
+def test_the_sigstore_form_needs_what_only_a_sigstore_instance_makes(chain_model, tmp_path):
+    """sigstore_identities against a trust config naming the same CA: the certificate-signed
+    bundle the certificate form accepts is refused, because a sigstore bundle carries its
+    one signing certificate, a transparency-log entry and an SCT that no offline signer
+    makes (docs/security.md "The forms a device trusts")."""
+    from edgequal.agent.model_signature import SigningPolicy, verify
+
+    ca = _certificate_authority(tmp_path, "lab-ca")
+    key, crt = _signing_certificate(tmp_path, ca, "releases@example.com", ISSUER)
+    model = chain_model(tmp_path / "chain.onnx", 2)
+    signature = tmp_path / "chain.sig"
+    _sign_with_certificate(model, key, crt, [ca[2]], signature)
+    sigstore = SigningPolicy(
+        sigstore_trust_config=_trust_config(tmp_path / "trust_config.json", ca),
+        sigstore_identities=(("releases@example.com", ISSUER),),
+    )
+    refused = verify(model, signature, sigstore)
+    assert refused["status"] == "failed"
+    assert "releases@example.com: expected certificate in bundle" in refused["reason"]
+    certificate = SigningPolicy(trusted_certificates=(ca[2],))
+    assert verify(model, signature, certificate)["status"] == "verified"

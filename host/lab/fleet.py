@@ -357,7 +357,13 @@ class FleetRunner:
         self._set(record, state="waiting", waiting_for=f"labgrid place {device.name}")
 
         def waiting(w: dict) -> None:
-            held = f" (held by {w['holder']})" if w.get("holder") else ""
+            held = (
+                f" (held by {w['holder']})"
+                if w.get("holder")
+                else f" (reserved for {w['reserved_for']})"
+                if w.get("reserved_for")
+                else ""
+            )
             self._set(record, waiting_for=f"labgrid place {device.name}{held}")
             self.on_event(record, {"type": "wait", **w})
 

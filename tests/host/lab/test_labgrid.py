@@ -233,6 +233,10 @@ def test_a_dead_hosts_place_is_freed_by_the_lab_and_its_reservation_expires(
     assert busy.state == "error" and "labgrid place pi-a is locked by gone/ci" in busy.error
 
     lab.client("-p", "pi-a", "release", "--kick")
+    # Free, but still allocated to the dead host's reservation until labgrid expires it.
+    options = FleetOptions(out_dir=tmp_path / "out3", plan_overrides=PLAN, retries=0)
+    [reserved] = FleetRunner(resolved, models, options).run().runs
+    assert "labgrid place pi-a is reserved for gone/ci" in reserved.error
     options = FleetOptions(out_dir=tmp_path / "out2", plan_overrides=PLAN, retries=0, wait_s=150.0)
     [ran] = FleetRunner(resolved, models, options).run().runs
     assert ran.state in ("passed", "degraded", "inconclusive"), ran.error

@@ -7,7 +7,13 @@ The device owner says which keys it trusts in ``agent.toml``::
     trusted_keys = ["keys/producer.pub"]   # PEM public keys (EC P-256/P-384); relative
                                            # paths are from agent.toml's directory
     require = true                          # refuse a model that comes without a signature
-    # sigstore bundles, verified offline against a trusted root (the second form):
+    # certificates (the second form, verified offline): a signing certificate that chains
+    # to one of these CA certificates, naming one of these identities (SAN email or URI,
+    # and the OIDC issuer in the Fulcio extension 1.3.6.1.4.1.57264.1.8 or .1.1)
+    trusted_certificates = ["keys/lab-ca.pem"]
+    certificate_identities = [{identity = "releases@example.com", issuer = "https://accounts.example.com"}]
+    # sigstore bundles with their Rekor entry and SCT, verified against a trust config
+    # (trusted_root) naming Fulcio, Rekor and the CT log (the third form):
     sigstore_trust_config = "keys/trust_config.json"
     sigstore_identities = [{identity = "releases@example.com", issuer = "https://accounts.example.com"}]
 
@@ -39,7 +45,18 @@ from edgequal.contract.errors import BadInput
 VERIFY_TIMEOUT_S = 120.0
 """Longest one verification may take (it hashes the model once; the import is slow)."""
 
-_KEYS = ("trusted_keys", "require", "sigstore_trust_config", "sigstore_identities")
+_KEYS = (
+    "trusted_keys",
+    "require",
+    "trusted_certificates",
+    "certificate_identities",
+    "sigstore_trust_config",
+    "sigstore_identities",
+)
+
+FULCIO_ISSUER_OIDS = ("1.3.6.1.4.1.57264.1.8", "1.3.6.1.4.1.57264.1.1")
+"""The signing certificate's OIDC issuer: Fulcio's DER UTF8String extension, then its
+older raw-string one."""
 
 
 @dataclass(frozen=True)
@@ -49,12 +66,14 @@ class SigningPolicy:
 
     trusted_keys: tuple[Path, ...] = ()
     require: bool = False
+    trusted_certificates: tuple[Path, ...] = ()
+    certificate_identities: tuple[tuple[str, str], ...] = ()
     sigstore_trust_config: Path | None = None
     sigstore_identities: tuple[tuple[str, str], ...] = ()
 
     @property
     def trusts_anything(self) -> bool:
-        return bool(self.trusted_keys) or bool(self.sigstore_identities)
+        return bool(self.trusted_keys or self.trusted_certificates or self.sigstore_identities)
 
     @classmethod
     def from_config(cls, config: dict, path: Path) -> SigningPolicy:
@@ -76,14 +95,18 @@ class SigningPolicy:
         trust = table.get("sigstore_trust_config")
         if trust is not None and not (isinstance(trust, str) and trust):
             raise BadInput(f"{where} sigstore_trust_config must be a file path")
-        identities = table.get("sigstore_identities", [])
-        if not isinstance(identities, list) or not all(
-            isinstance(i, dict)
-            and set(i) == {"identity", "issuer"}
-            and all(isinstance(v, str) and v for v in i.values())
-            for i in identities
+        identities = _identities(table, "sigstore_identities", where)
+        certificates = table.get("trusted_certificates", [])
+        if not isinstance(certificates, list) or not all(
+            isinstance(c, str) and c for c in certificates
         ):
-            raise BadInput(f"{where} sigstore_identities must be a list of {{identity, issuer}}")
+            raise BadInput(f"{where} trusted_certificates must be a list of CA certificate files")
+        named = _identities(table, "certificate_identities", where)
+        if named and not certificates:
+            raise BadInput(
+                f"{where} certificate_identities need trusted_certificates",
+                hint="the CA certificates a signing certificate must chain to",
+            )
         if identities and trust is None:
             raise BadInput(
                 f"{where} sigstore_identities need sigstore_trust_config",
@@ -92,9 +115,24 @@ class SigningPolicy:
         return cls(
             trusted_keys=tuple(base / k for k in keys),
             require=require,
+            trusted_certificates=tuple(base / c for c in certificates),
+            certificate_identities=named,
             sigstore_trust_config=base / trust if trust else None,
-            sigstore_identities=tuple((i["identity"], i["issuer"]) for i in identities),
+            sigstore_identities=identities,
         )
+
+
+def _identities(table: dict, key: str, where: str) -> tuple[tuple[str, str], ...]:
+    """``[{identity, issuer}]`` of ``table[key]`` as pairs; BadInput for any other shape."""
+    identities = table.get(key, [])
+    if not isinstance(identities, list) or not all(
+        isinstance(i, dict)
+        and set(i) == {"identity", "issuer"}
+        and all(isinstance(v, str) and v for v in i.values())
+        for i in identities
+    ):
+        raise BadInput(f"{where} {key} must be a list of {{identity, issuer}}")
+    return tuple((i["identity"], i["issuer"]) for i in identities)
 
 
 def unsigned(policy: SigningPolicy) -> dict:
@@ -119,6 +157,8 @@ def verify(target: Path, signature: Path, policy: SigningPolicy) -> dict:
         }
     argv = [sys.executable, "-m", "edgequal.agent.model_signature", str(target), str(signature)]
     argv += [f"--key={k}" for k in policy.trusted_keys]
+    argv += [f"--ca={c}" for c in policy.trusted_certificates]
+    argv += [f"--cert-identity={i}\n{o}" for i, o in policy.certificate_identities]
     if policy.sigstore_trust_config is not None:
         argv.append(f"--trust-config={policy.sigstore_trust_config}")
     argv += [f"--identity={i}\n{o}" for i, o in policy.sigstore_identities]
@@ -155,8 +195,59 @@ def _first_line(error: Exception) -> str:
     return (str(error).splitlines() or [type(error).__name__])[0][:300]
 
 
-def _verify_here(target: Path, signature: Path, keys, trust_config, identities) -> dict:
-    """The child's work: the first trusted key or identity the signature verifies with."""
+def _refusal(error: Exception) -> str:
+    """One verifier's refusal in a line: the files that changed since signing, by name (the
+    package's own text of a hash mismatch prints both digests as Python bytes), else its
+    first line."""
+    import re
+
+    text = str(error)
+    names = re.findall(r"[Hh]ash mismatch for \\?'([^'\\]+)\\?'", text)
+    if names:
+        shown = ", ".join("the file" if n == "." else n for n in dict.fromkeys(names))
+        return f"Signature mismatch: {shown} changed since signing"
+    return _first_line(error)
+
+
+def certificate_identity(signature: Path) -> tuple[str, str]:
+    """The identity a signature's signing certificate names: its SAN (email, else URI) and
+    its OIDC issuer (Fulcio's extension), ``""`` for either it lacks. ValueError for a
+    signature that holds no certificate."""
+    import base64
+
+    from cryptography import x509
+
+    bundle = json.loads(Path(signature).read_bytes())
+    chain = bundle["verificationMaterial"]["x509CertificateChain"]["certificates"]
+    cert = x509.load_der_x509_certificate(base64.b64decode(chain[0]["rawBytes"]))
+    identity = ""
+    try:
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        names = san.get_values_for_type(x509.RFC822Name) or san.get_values_for_type(
+            x509.UniformResourceIdentifier
+        )
+        identity = names[0] if names else ""
+    except x509.ExtensionNotFound:
+        pass
+    issuer = ""
+    for dotted in FULCIO_ISSUER_OIDS:
+        try:
+            ext = cert.extensions.get_extension_for_oid(x509.ObjectIdentifier(dotted)).value
+        except x509.ExtensionNotFound:
+            continue
+        raw = ext.value
+        if dotted.endswith(".8"):  # a DER UTF8String: tag 0x0c, one length byte (short form)
+            raw = raw[2:] if raw[:1] == b"\x0c" and len(raw) == raw[1] + 2 else b""
+        issuer = raw.decode("utf-8", "replace")
+        break
+    return identity, issuer
+
+
+def _verify_here(
+    target: Path, signature: Path, keys, trust_config, identities, cas=(), cert_identities=()
+) -> dict:
+    """The child's work: the first trusted key, CA certificate or identity the signature
+    verifies with."""
     try:
         from model_signing import verifying
     except ImportError as e:
@@ -170,16 +261,37 @@ def _verify_here(target: Path, signature: Path, keys, trust_config, identities) 
         try:
             verifying.Config().use_elliptic_key_verifier(public_key=key).verify(target, signature)
         except Exception as e:  # noqa: BLE001 - each key's refusal is a reason, not a crash
-            reasons.append(f"{Path(key).name}: {_first_line(e)}")
+            reasons.append(f"{Path(key).name}: {_refusal(e)}")
             continue
         return {"status": "verified", "key": Path(key).name, "form": "public key"}
+    if cas:
+        names = ", ".join(Path(c).name for c in cas)
+        try:
+            verifying.Config().use_certificate_verifier(certificate_chain=cas).verify(
+                target, signature
+            )
+            identity, issuer = certificate_identity(signature)
+        except Exception as e:  # noqa: BLE001
+            reasons.append(f"certificates of {names}: {_refusal(e)}")
+        else:
+            if not cert_identities or (identity, issuer) in set(map(tuple, cert_identities)):
+                return {
+                    "status": "verified",
+                    "key": identity or names,
+                    "form": "certificate",
+                    "issuer": issuer,
+                }
+            reasons.append(
+                f"a certificate of {names} for {identity or 'no identity'} "
+                f"({issuer or 'no issuer'}): not an identity this device trusts"
+            )
     for identity, issuer in identities:
         try:
             verifying.Config().use_sigstore_verifier(
                 identity=identity, oidc_issuer=issuer, trust_config=Path(trust_config)
             ).verify(target, signature)
         except Exception as e:  # noqa: BLE001
-            reasons.append(f"{identity}: {_first_line(e)}")
+            reasons.append(f"{identity}: {_refusal(e)}")
             continue
         return {"status": "verified", "key": identity, "form": "sigstore"}
     # A signature that matches a trusted key but not the files is a tampered model.
@@ -188,25 +300,34 @@ def _verify_here(target: Path, signature: Path, keys, trust_config, identities) 
         "status": "failed",
         "reason": ("the model does not match its signature: " + tampered[0])
         if tampered
-        else "not signed by a key this device trusts: " + "; ".join(reasons),
+        else "not signed by a trusted key: " + "; ".join(reasons),
     }
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m edgequal.agent.model_signature TARGET SIGNATURE --key=K... [--trust-config=F
-    --identity=ID\\nISSUER...]``: one JSON line."""
+    """``python -m edgequal.agent.model_signature TARGET SIGNATURE --key=K... [--ca=CERT...
+    --cert-identity=ID\\nISSUER...] [--trust-config=F --identity=ID\\nISSUER...]``: one
+    JSON line."""
     args = list(sys.argv[1:] if argv is None else argv)
     plain = [a for a in args if not a.startswith("--")]
     if len(plain) != 2:
         print(json.dumps({"status": "failed", "reason": "usage: TARGET SIGNATURE --key=K..."}))
         return 2
     target, signature = map(Path, plain)
-    keys = [a.split("=", 1)[1] for a in args if a.startswith("--key=")]
-    trust = next((a.split("=", 1)[1] for a in args if a.startswith("--trust-config=")), None)
-    identities = [
-        tuple(a.split("=", 1)[1].split("\n", 1)) for a in args if a.startswith("--identity=")
-    ]
-    result = _verify_here(target, signature, keys, trust, identities)
+
+    def values(flag: str) -> list[str]:
+        return [a.split("=", 1)[1] for a in args if a.startswith(f"--{flag}=")]
+
+    trust = next(iter(values("trust-config")), None)
+    result = _verify_here(
+        target,
+        signature,
+        values("key"),
+        trust,
+        [tuple(v.split("\n", 1)) for v in values("identity")],
+        cas=values("ca"),
+        cert_identities=[tuple(v.split("\n", 1)) for v in values("cert-identity")],
+    )
     if result["status"] == "verified":
         result["manifest_sha256"] = manifest_sha256(signature)
     print(json.dumps(result))

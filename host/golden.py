@@ -23,7 +23,7 @@ TOML file next to the inputs (``DIR/preprocessing.toml`` for a directory,
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,6 +91,9 @@ def make_golden(
     pipeline: Path | None = None,
     reference_inputs: Path | None = None,
     attach: RawAttachments | None = None,
+    signed: dict | None = None,
+    model_signature: Path | None = None,
+    trusted_keys: Sequence[Path] = (),
 ) -> str:
     """Write a golden set for ``model``; returns its sha256.
 
@@ -107,17 +110,26 @@ def make_golden(
     pipeline runs here to make their tensors, and the manifest records it for the device
     to run; ``reference_inputs`` are the tensors the training pipeline fed the model.
     ``attach`` is what such a golden set records beside the tensors (set by that path).
+
+    ``model_signature`` (an OpenSSF Model Signing signature) is verified against
+    ``trusted_keys`` before the model is loaded here (:func:`verify_model_signature`); the
+    manifest's ``model.signature`` then records its digest, the OMS manifest digest and
+    the key, as a report's ``results.model_signature`` does.
     """
     from .model_file import check_model_file
 
     model = Path(model)
     check_model_file(model, runtime)  # the same one line qualify gives for a non-model
     edges = _checked_edge_shapes(edge_shapes)
+    if model_signature is not None:
+        signed = verify_model_signature(model, Path(model_signature), trusted_keys)
+    elif trusted_keys:
+        raise UsageError("--trusted-key goes with --model-signature SIG")
     if raw is not None:
         return _make_raw_golden(
             model, raw, pipeline, out, reference_inputs,
             outputs=outputs, decision=decision, tolerances=tolerances, preprocessing=preprocessing,
-            runtime=runtime, on_warning=on_warning, edge_shapes=edge_shapes,
+            runtime=runtime, on_warning=on_warning, edge_shapes=edge_shapes, signed=signed,
         )  # fmt: skip
     if pipeline is not None or reference_inputs is not None:
         raise UsageError("--pipeline and --reference-inputs go with --raw DIR")
@@ -169,7 +181,11 @@ def make_golden(
         if on_warning is not None:
             on_warning(f"{m['message']} ({m['hint']})")
     manifest = {
-        "model": {"name": model.name, "sha256": file_sha256(model)},
+        "model": {
+            "name": model.name,
+            "sha256": file_sha256(model),
+            **({"signature": signed} if signed is not None else {}),
+        },
         "inputs": [s.to_dict() for s in rt.inputs()],
         "outputs": [s.to_dict() for s in rt.outputs()],
         "preprocessing": contract.to_json(),
@@ -189,6 +205,57 @@ def make_golden(
     if outputs is None:
         manifest["reference"]["preprocessing"] = "the declared pipeline, on the host"
     return write_golden(Path(out), manifest, cases, attach.assets)
+
+
+def verify_model_signature(model: Path, signature: Path, trusted_keys: Sequence[Path]) -> dict:
+    """Verify ``signature`` (OpenSSF Model Signing) over ``model`` against ``trusted_keys``
+    (PEM public keys) before the host loads the model, with the verifier the agent runs
+    (``agent/model_signature.py``, in a child process) over the model as the agent lays
+    it out: the file, or a directory of the model and its external-data files. Returns
+    what the golden set records (``{"sha256", "oms_manifest_sha256", "key"}``); a model
+    that does not match, or a key not given, is VerificationFailed (exit 1)."""
+    import shutil
+    import tempfile
+
+    from edgequal.agent.model_signature import SigningPolicy, verify
+    from edgequal.contract.errors import ModelRejected
+    from edgequal.contract.onnx_external_data import check_external_data
+
+    from .errors import VerificationFailed
+
+    if not signature.is_file():
+        raise UsageError(f"model signature not found: {signature}")
+    if not trusted_keys:
+        raise UsageError(
+            "--model-signature needs --trusted-key PUB: the producer's public key to verify it with"
+        )
+    for key in trusted_keys:
+        if not Path(key).is_file():
+            raise UsageError(f"trusted key not found: {key}")
+    try:
+        extra = sorted({r.location for r in check_external_data(model)})
+    except ModelRejected as e:
+        raise UsageError(f"{model}: {e}", hint=e.hint) from None
+    policy = SigningPolicy(trusted_keys=tuple(Path(k) for k in trusted_keys))
+    if not extra:
+        result = verify(model, signature, policy)
+    else:
+        # The producer signed the model's directory; only the files the model names are
+        # part of it, as in the agent's bundle (nothing else beside the model counts).
+        with tempfile.TemporaryDirectory(prefix="edgequal-signed-") as tmp:
+            for name in [model.name, *extra]:
+                shutil.copyfile(model.parent / name, Path(tmp) / name)
+            result = verify(Path(tmp), signature, policy)
+    if result["status"] != "verified":
+        raise VerificationFailed(
+            f"model signature {signature.name}: {result['reason']}",
+            hint="no golden set was made: sign the model again, or give its producer's key",
+        )
+    return {
+        "sha256": file_sha256(signature),
+        "oms_manifest_sha256": result.get("manifest_sha256"),
+        "key": result["key"],
+    }
 
 
 @dataclass(frozen=True)

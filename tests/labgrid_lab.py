@@ -52,6 +52,30 @@ class LabgridLab:
     def client(self, *args: str, **kwargs):
         return client(self.address, *args, **kwargs)
 
+    def _ask(self, method: str):
+        """One unary call of the coordinator's gRPC service (what ``labgrid-client`` reads,
+        without its seconds of start-up per call)."""
+        import grpc
+        from labgrid.remote.generated import labgrid_coordinator_pb2 as pb
+        from labgrid.remote.generated import labgrid_coordinator_pb2_grpc as rpc
+
+        with grpc.insecure_channel(self.address) as channel:
+            stub = rpc.CoordinatorStub(channel)
+            return getattr(stub, method)(getattr(pb, f"{method}Request")(), timeout=30)
+
+    def holders(self) -> dict[str, str | None]:
+        """Each place's holder as labgrid names it (``host/user``), None when free."""
+        return {p.name: p.acquired or None for p in self._ask("GetPlaces").places}
+
+    def reservations(self) -> list[dict]:
+        """The coordinator's reservations: owner, state (labgrid's name) and token."""
+        from labgrid.remote.common import ReservationState
+
+        return [
+            {"owner": r.owner, "state": ReservationState(r.state).name, "token": r.token}
+            for r in self._ask("GetReservations").reservations
+        ]
+
     def stop(self) -> None:
         for proc in reversed(self.procs):
             if proc.poll() is None:
@@ -75,12 +99,28 @@ def _yaml(groups: dict[str, dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _places_yaml(groups: dict[str, dict], tags: dict[str, dict]) -> str:
+    """The coordinator's ``places.yaml``: a place per group matching its resources, with its
+    tags (what ``labgrid-client create``, ``add-match`` and ``set-tags`` would store, read
+    at start-up instead of nine client processes)."""
+    lines = []
+    for group in groups:
+        lines.append(f"{group}:")
+        shown = ", ".join(f"{k}: {v}" for k, v in (tags.get(group) or {}).items())
+        lines.append(f"  tags: {{{shown}}}")
+        lines.append("  matches:")
+        lines.append(f"  - {{exporter: exp, group: {group}, cls: '*'}}")
+    return "\n".join(lines) + "\n"
+
+
 def start_lab(directory: Path, groups: dict[str, dict], tags: dict[str, dict]) -> LabgridLab:
-    """Coordinator, one exporter ``exp`` exporting ``groups`` (group -> class -> params),
-    and a place per group matching its resources, tagged with ``tags[group]``."""
+    """Coordinator, one exporter ``exp`` exporting ``groups`` (group -> class -> params; each
+    group holds a ``NetworkService``), and a place per group matching its resources, tagged
+    with ``tags[group]``."""
     if shutil.which("labgrid-coordinator", path=str(BIN)) is None:
         raise RuntimeError("labgrid is not installed (pip install 'edgequal[labgrid]')")
     directory.mkdir(parents=True, exist_ok=True)
+    (directory / "places.yaml").write_text(_places_yaml(groups, tags))
     port = _free_port()
     lab = LabgridLab(f"127.0.0.1:{port}", directory)
     log = open(directory / "coordinator.log", "wb")
@@ -112,23 +152,70 @@ def start_lab(directory: Path, groups: dict[str, dict], tags: dict[str, dict]) -
             stderr=subprocess.STDOUT,
         )
     )
+    from edgequal.host.lab.labgrid_places import Coordinator
+
     deadline = time.monotonic() + 60
-    while True:  # the exporter's resources reach the coordinator
-        out = lab.client("resources", check=False).stdout
-        if all(f"exp/{g}/" in out for g in groups):
-            break
-        if time.monotonic() > deadline:
-            lab.stop()
-            raise RuntimeError(
-                f"exporter did not register: {(directory / 'exporter.log').read_text()}"
-            )
-        time.sleep(0.3)
-    for group in groups:
-        lab.client("-p", group, "create")
-        lab.client("-p", group, "add-match", f"exp/{group}/*")
-        if tags.get(group):
-            lab.client("-p", group, "set-tags", *(f"{k}={v}" for k, v in tags[group].items()))
+    session = Coordinator(lab.address)  # one session polled here, not a client process a try
+    try:
+        while True:  # the exporter's resources reach the coordinator, every place matched
+            places = session.places()
+            if len(places) == len(groups) and not any(
+                (p.why or "").startswith("no agent resource") for p in places
+            ):
+                break
+            if time.monotonic() > deadline:
+                lab.stop()
+                raise RuntimeError(
+                    f"exporter did not register: {(directory / 'exporter.log').read_text()}"
+                )
+            time.sleep(0.1)
+    finally:
+        session.close()
     return lab
+
+
+class CountingRelay:
+    """A TCP relay on 127.0.0.1 in front of an agent that counts the connections made to it:
+    what reached the agent's port, whatever was said on them."""
+
+    def __init__(self, port: int):
+        import threading
+
+        self.target = port
+        self.connections = 0
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self.port = self._server.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import threading
+
+        while True:
+            try:
+                client, _ = self._server.accept()
+            except OSError:  # closed
+                return
+            self.connections += 1
+            upstream = socket.create_connection(("127.0.0.1", self.target))
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(source, sink) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (source, sink):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self._server.close()
 
 
 def _wait_for_port(port: int, lab: LabgridLab) -> None:

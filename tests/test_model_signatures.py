@@ -101,7 +101,7 @@ def test_the_device_verifies_the_model_signature_before_loading(chain_model, tmp
         _sign(model, stranger, foreign)
         untrusted = dev.qualify(model, model_signature=foreign, **PLAN)
         assert untrusted.status == "failed"
-        assert "not signed by a key this device trusts" in untrusted.predicate["reason"]
+        assert "not signed by a trusted key" in untrusted.predicate["reason"]
 
         # Unsigned: said so; refused once the owner requires signatures.
         plain = dev.qualify(model, **PLAN)
@@ -143,6 +143,20 @@ def test_agent_toml_refuses_what_it_would_otherwise_ignore(tmp_path):
     with pytest.raises(BadInput, match="need sigstore_trust_config"):
         SigningPolicy.from_config(
             {"model_signing": {"sigstore_identities": [{"identity": "a", "issuer": "b"}]}}, path
+        )
+    with pytest.raises(BadInput, match="certificate_identities need trusted_certificates"):
+        SigningPolicy.from_config(
+            {"model_signing": {"certificate_identities": [{"identity": "a", "issuer": "b"}]}}, path
+        )
+    with pytest.raises(BadInput, match=r"certificate_identities must be a list of \{identity"):
+        SigningPolicy.from_config(
+            {
+                "model_signing": {
+                    "trusted_certificates": ["ca.pem"],
+                    "certificate_identities": ["a"],
+                }
+            },
+            path,
         )
     policy = SigningPolicy.from_config(
         {"model_signing": {"trusted_keys": ["keys/a.pub"], "require": True}}, path
@@ -250,3 +264,285 @@ def test_a_model_with_external_data_is_verified_as_its_manifest_lists_it(tmp_pat
     assert bad.status == "failed"
     assert "does not match its signature" in bad.predicate["reason"]
     assert "weights.bin" in bad.predicate["reason"]
+
+
+@pytest.mark.slow  # the verifier's child process and its slow import, twice
+def test_golden_make_verifies_the_signature_before_running_the_model(chain_model, tmp_path, capsys):
+    """golden make runs the model on the host: the signature is verified here first, by the
+    agent's verifier, and the golden set records it beside the model's digest."""
+    import numpy as np
+    from edgequal.contract.artifacts import file_sha256
+    from edgequal.contract.golden import read_golden
+    from edgequal.host.cli.main import main
+
+    producer, producer_pub = _key_pair(tmp_path, "producer")
+    _, stranger_pub = _key_pair(tmp_path, "stranger")
+    model = chain_model(tmp_path / "chain.onnx", 2)
+    signature = tmp_path / "chain.sig"
+    manifest = _sign(model, producer, signature)
+    inputs = tmp_path / "in.npz"
+    np.savez(inputs, x=np.ones((1, 256), np.float32))
+    golden = tmp_path / "g.npz"
+    base = ["golden", "make", str(inputs.with_suffix("")), "--inputs", str(inputs)]
+    base[2] = str(model)
+    assert main([*base, "-o", str(golden), "--model-signature", str(signature),
+                 "--trusted-key", str(producer_pub)]) == 0  # fmt: skip
+    assert "model signature verified by producer.pub" in capsys.readouterr().out
+    recorded = read_golden(golden).manifest["model"]
+    assert recorded["sha256"] == file_sha256(model)
+    assert recorded["signature"] == {
+        "sha256": file_sha256(signature),
+        "oms_manifest_sha256": manifest,
+        "key": "producer.pub",
+    }
+
+    # A model changed after signing: one line, exit 1, no golden set.
+    tampered = tmp_path / "tampered" / "chain.onnx"
+    tampered.parent.mkdir()
+    tampered.write_bytes(chain_model(tmp_path / "other.onnx", 3).read_bytes())
+    base[2] = str(tampered)
+    out = tmp_path / "bad.npz"
+    code = main([*base, "-o", str(out), "--model-signature", str(signature),
+                 "--trusted-key", str(producer_pub)])  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and not out.exists()
+    assert (
+        len(err) == 1
+        and "model signature chain.sig: the model does not match its signature: " in err[0]
+    )
+    assert "producer.pub: Signature mismatch: the file changed since signing" in err[0]
+    # Signed, but by a key not given: the same refusal, naming the key it tried.
+    base[2] = str(model)
+    code = main([*base, "-o", str(out), "--model-signature", str(signature),
+                 "--trusted-key", str(stranger_pub)])  # fmt: skip
+    assert code == 1 and not out.exists()
+    assert "not signed by a trusted key: stranger.pub" in capsys.readouterr().err
+    # A signature without a key to check it by is bad usage.
+    assert main([*base, "-o", str(out), "--model-signature", str(signature)]) == 2
+    assert "--trusted-key" in capsys.readouterr().err
+
+
+def _certificate_authority(directory, name):
+    """A CA (EC P-256) as a lab or a Fulcio instance keeps one: its key and PEM certificate."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=10))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    path = directory / f"{name}.pem"
+    path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return key, cert, path
+
+
+def _signing_certificate(directory, ca, email, issuer):
+    """A short-lived code-signing certificate as Fulcio issues one: SAN email, the OIDC
+    issuer in extension 1.3.6.1.4.1.57264.1.8 (a DER UTF8String); its key and PEM files."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID
+
+    ca_key, ca_cert, _ = ca
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.timezone.utc)
+    encoded = issuer.encode()
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([]))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(minutes=10))
+        .add_extension(x509.SubjectAlternativeName([x509.RFC822Name(email)]), critical=True)
+        .add_extension(
+            x509.KeyUsage(True, False, False, False, False, False, False, False, False),
+            critical=True,
+        )
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CODE_SIGNING]), critical=False)
+        .add_extension(
+            x509.UnrecognizedExtension(
+                x509.ObjectIdentifier("1.3.6.1.4.1.57264.1.8"),
+                b"\x0c" + bytes([len(encoded)]) + encoded,
+            ),
+            critical=False,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    stem = directory / email.split("@")[0]
+    private = stem.with_suffix(".key")
+    private.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    public = stem.with_suffix(".crt")
+    public.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return private, public
+
+
+def _sign_with_certificate(model, private, certificate, chain, out):
+    from model_signing import signing
+
+    signing.Config().use_certificate_signer(
+        private_key=private, signing_certificate=certificate, certificate_chain=chain
+    ).sign(model, out)
+
+
+ISSUER = "https://accounts.example.com"
+
+
+@pytest.mark.slow  # a real local agent, three short runs, the verifier's slow import
+def test_the_device_verifies_a_certificate_signature_offline_by_identity(chain_model, tmp_path):
+    """The second form: a signing certificate (Fulcio-style: SAN email, OIDC issuer extension)
+    chaining to a CA the device trusts, and naming an identity it trusts; no network."""
+    import edgequal
+    from edgequal.contract.state_dirs import local_agent_state_dir
+
+    ca = _certificate_authority(tmp_path, "lab-ca")
+    other_ca = _certificate_authority(tmp_path, "other-ca")
+    model = chain_model(tmp_path / "chain.onnx", 2)
+    release, release_crt = _signing_certificate(tmp_path, ca, "releases@example.com", ISSUER)
+    signed = tmp_path / "releases.sig"
+    _sign_with_certificate(model, release, release_crt, [ca[2]], signed)
+    intern, intern_crt = _signing_certificate(tmp_path, ca, "intern@example.com", ISSUER)
+    by_intern = tmp_path / "intern.sig"
+    _sign_with_certificate(model, intern, intern_crt, [ca[2]], by_intern)
+    (tmp_path / "rogue").mkdir()
+    rogue, rogue_crt = _signing_certificate(
+        tmp_path / "rogue", other_ca, "releases@example.com", ISSUER
+    )
+    by_rogue_ca = tmp_path / "rogue.sig"
+    _sign_with_certificate(model, rogue, rogue_crt, [other_ca[2]], by_rogue_ca)
+
+    state = local_agent_state_dir()
+    state.mkdir(parents=True, exist_ok=True)
+    (state / "lab-ca.pem").write_bytes(ca[2].read_bytes())
+    (state / "agent.toml").write_text(
+        '[model_signing]\ntrusted_certificates = ["lab-ca.pem"]\n'
+        f'certificate_identities = [{{identity = "releases@example.com", issuer = "{ISSUER}"}}]\n'
+    )
+    with edgequal.connect("local") as dev:
+        good = dev.qualify(model, model_signature=signed, **PLAN)
+        sig = good.predicate["results"]["model_signature"]
+        assert sig["status"] == "verified" and sig["form"] == "certificate"
+        assert sig["key"] == "releases@example.com" and sig["issuer"] == ISSUER
+        assert good.status != "failed"
+        # Same CA, another identity: refused by name.
+        other = dev.qualify(model, model_signature=by_intern, **PLAN)
+        assert other.status == "failed"
+        assert (
+            f"a certificate of lab-ca.pem for intern@example.com ({ISSUER}): "
+            "not an identity this device trusts"
+        ) in other.predicate["reason"]
+        # The trusted identity, but certified by a CA the device does not trust.
+        rogue_run = dev.qualify(model, model_signature=by_rogue_ca, **PLAN)
+        assert rogue_run.status == "failed"
+        assert "certificates of lab-ca.pem: " in rogue_run.predicate["reason"]
+        assert "cold_load" not in rogue_run.predicate["results"]
+
+
+def _trust_config(path, ca):
+    """A sigstore ClientTrustConfig (``trusted_root`` and signing config) naming ``ca`` as its
+    certificate authority and one key as both transparency log and CT log."""
+    import hashlib
+
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    def b64(data: bytes) -> str:
+        return base64.b64encode(data).decode()
+
+    since = {"start": "2020-01-01T00:00:00Z"}
+    der = (
+        ec.generate_private_key(ec.SECP256R1())
+        .public_key()
+        .public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
+    log = {
+        "baseUrl": "https://log.lab.example",
+        "hashAlgorithm": "SHA2_256",
+        "publicKey": {
+            "rawBytes": b64(der),
+            "keyDetails": "PKIX_ECDSA_P256_SHA_256",
+            "validFor": since,
+        },
+        "logId": {"keyId": b64(hashlib.sha256(der).digest())},
+    }
+    ca_der = ca[1].public_bytes(serialization.Encoding.DER)
+    url = {"majorApiVersion": 1, "operator": "lab", "validFor": since}
+    path.write_text(
+        json.dumps(
+            {
+                "mediaType": "application/vnd.dev.sigstore.clienttrustconfig.v0.1+json",
+                "trustedRoot": {
+                    "mediaType": "application/vnd.dev.sigstore.trustedroot+json;version=0.1",
+                    "tlogs": [log],
+                    "ctlogs": [log],
+                    "certificateAuthorities": [
+                        {
+                            "subject": {"organization": "lab", "commonName": "lab-ca"},
+                            "uri": "https://ca.lab.example",
+                            "certChain": {"certificates": [{"rawBytes": b64(ca_der)}]},
+                            "validFor": since,
+                        }
+                    ],
+                    "timestampAuthorities": [],
+                },
+                "signingConfig": {
+                    "mediaType": "application/vnd.dev.sigstore.signingconfig.v0.2+json",
+                    "caUrls": [{"url": "https://ca.lab.example", **url}],
+                    "oidcUrls": [],
+                    "rekorTlogUrls": [{"url": "https://log.lab.example", **url}],
+                    "tsaUrls": [],
+                    "rekorTlogConfig": {"selector": "ANY"},
+                    "tsaConfig": {"selector": "ANY"},
+                },
+            }
+        )
+    )
+    return path
+
+
+@pytest.mark.slow  # the verifier's child process and its slow import
+def test_the_sigstore_form_needs_what_only_a_sigstore_instance_makes(chain_model, tmp_path):
+    """sigstore_identities against a trust config naming the same CA: the certificate-signed
+    bundle the certificate form accepts is refused, because a sigstore bundle carries its
+    one signing certificate, a transparency-log entry and an SCT that no offline signer
+    makes (docs/security.md "The forms a device trusts")."""
+    from edgequal.agent.model_signature import SigningPolicy, verify
+
+    ca = _certificate_authority(tmp_path, "lab-ca")
+    key, crt = _signing_certificate(tmp_path, ca, "releases@example.com", ISSUER)
+    model = chain_model(tmp_path / "chain.onnx", 2)
+    signature = tmp_path / "chain.sig"
+    _sign_with_certificate(model, key, crt, [ca[2]], signature)
+    sigstore = SigningPolicy(
+        sigstore_trust_config=_trust_config(tmp_path / "trust_config.json", ca),
+        sigstore_identities=(("releases@example.com", ISSUER),),
+    )
+    refused = verify(model, signature, sigstore)
+    assert refused["status"] == "failed"
+    assert "releases@example.com: expected certificate in bundle" in refused["reason"]
+    certificate = SigningPolicy(trusted_certificates=(ca[2],))
+    assert verify(model, signature, certificate)["status"] == "verified"

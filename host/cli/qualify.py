@@ -334,6 +334,8 @@ def cmd_golden_make(args) -> int:
         raw=args.raw,
         pipeline=args.pipeline,
         reference_inputs=args.reference_inputs,
+        model_signature=args.model_signature,
+        trusted_keys=args.trusted_key,
     )
     if args.json:
         import json
@@ -353,15 +355,19 @@ def cmd_golden_make(args) -> int:
             "decision": g.decision,
             "tolerances": g.tolerances,
             "reference": g.manifest.get("reference"),
+            "model_signature": (g.manifest.get("model") or {}).get("signature"),
             "warnings": warnings,
         }
         write_json(json.dumps(made, indent=1))
         return 0
     from edgequal.contract.golden import read_golden
 
-    cases = len(read_golden(args.output).cases)
+    made = read_golden(args.output)
+    cases = len(made.cases)
+    signed = (made.manifest.get("model") or {}).get("signature")
     print_line(
         f"golden set {args.output}: {cases} case{'s' if cases != 1 else ''}, sha256 {digest}"
+        + (f"; model signature verified by {signed['key']}" if signed else "")
     )
     return 0
 
@@ -608,6 +614,21 @@ def add_parsers(sub) -> None:
         help="per-output tolerance the drift check applies: absolute and relative "
         "(e.g. probs=1e-3,1e-2), or a class fp32, fp16, int8 (e.g. probs=int8); "
         "OUTPUT may be * for every output; repeatable (default: the model's dtype class)",
+    )
+    gm.add_argument(
+        "--model-signature",
+        type=Path,
+        metavar="SIG",
+        help="the model's OpenSSF Model Signing signature, verified here before the model is "
+        "run (with the verifier the agent uses); the golden set records its digest",
+    )
+    gm.add_argument(
+        "--trusted-key",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="PUB",
+        help="with --model-signature: a producer's public key (PEM, EC P-256/P-384); repeatable",
     )
     _add_edge_shape_flag(gm, recorded=True)
     pre = gm.add_argument_group(

@@ -17,6 +17,7 @@ rest.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -223,6 +224,7 @@ class FleetRunner:
             self.policy = load_policy(options.policy_path)
         self.pairs = pairs
         self.coordinator = None  # a labgrid lab's coordinator session, while run() runs
+        self.infos: dict[str, dict] = {}  # each device's Info, as read before its runs
         self.result = FleetResult(
             lab.name,
             [
@@ -324,13 +326,54 @@ class FleetRunner:
                 )
             self._write_index()
             return
+        if self.known.get(device.name) is None:
+            error = UsageError(
+                f"device {device.name} is not trusted",
+                hint=f"edgequal devices trust {device.name} {device.address}",
+            )
+            for record in todo:
+                self._set(record, state="error", error=str(error))
+        elif self.coordinator is None:
+            self._work_open(device, todo, models)
+        else:
+            # A labgrid place is held before anything reaches its board, Info included: the
+            # lab's arbiter decides first. Each cell holds it for itself (open, check, run).
+            for record in todo:
+                if self.result.unreachable.get(device.name):
+                    gone = self.result.unreachable[device.name]
+                    self._set(record, state="skipped", error=f"device unreachable: {gone}")
+                    continue
+                try:
+                    with self._place(device, record):
+                        self._work_open(device, [record], models)
+                except HostError as e:  # the place: held by someone else, or no coordinator
+                    self._set(record, state="error", error=str(e))
+        self._write_index()
+
+    @contextlib.contextmanager
+    def _place(self, device: LabDevice, record: RunRecord):
+        """Hold the device's labgrid place for one cell, showing who holds it meanwhile."""
+        self._set(record, state="waiting", waiting_for=f"labgrid place {device.name}")
+
+        def waiting(w: dict) -> None:
+            held = (
+                f" (held by {w['holder']})"
+                if w.get("holder")
+                else f" (reserved for {w['reserved_for']})"
+                if w.get("reserved_for")
+                else ""
+            )
+            self._set(record, waiting_for=f"labgrid place {device.name}{held}")
+            self.on_event(record, {"type": "wait", **w})
+
+        with self.coordinator.hold(device.name, wait_s=self.options.wait_s, on_wait=waiting):
+            self._set(record, state="running", waiting_for=None)
+            yield
+
+    def _work_open(self, device: LabDevice, todo: list[RunRecord], models: dict) -> None:
+        """Open the device (it proves its pinned key), check its Info, run ``todo`` on it."""
         transport = None
         try:
-            if self.known.get(device.name) is None:
-                raise UsageError(
-                    f"device {device.name} is not trusted",
-                    hint=f"edgequal devices trust {device.name} {device.address}",
-                )
             transport = self.open_device(device)
             profile = self._check_device(transport, device)
             for record in todo:
@@ -349,12 +392,11 @@ class FleetRunner:
                 with self._lock:
                     self.result.unreachable[device.name] = str(e)
             for record in todo:
-                if record.state == "pending":
+                if record.state in ("pending", "waiting", "running"):
                     self._set(record, state="error", error=str(e))
         finally:
             if transport is not None:
                 transport.close()
-        self._write_index()
 
     def _check_device(self, transport: Transport, device: LabDevice) -> str | None:
         """Info from the device: it must present its pinned key; returns its profile name
@@ -365,6 +407,8 @@ class FleetRunner:
         from ..errors import UntrustedDevice
 
         info = transport.info()
+        with self._lock:
+            self.infos[device.name] = info
         entry = self.known.get(device.name)
         if base64.b64decode(info["public_key_b64"]) != entry.public_key_raw:
             raise UntrustedDevice(
@@ -409,7 +453,7 @@ class FleetRunner:
         for attempt in range(1, attempts + 1):
             self._set(record, attempts=attempt, state="running", error=None)
             try:
-                outcome, tmp = self._attempt(transport, device, model, record, plan)
+                outcome, tmp = self._attempt_leased(transport, device, model, record, plan)
                 predicate = outcome.report.predicate
             except DeviceBusy as e:
                 # Waiting was the caller's choice (--wait); a busy device is not retried.
@@ -439,29 +483,6 @@ class FleetRunner:
             break
         self._set(record, duration_s=round(time.monotonic() - started, 3))
 
-    def _attempt(
-        self,
-        transport: Transport,
-        device: LabDevice,
-        model: FleetModel,
-        record: RunRecord,
-        plan: Plan,
-    ) -> tuple[Qualification, Path]:
-        """One qualification: in its labgrid place when the lab is on labgrid, under the
-        device's own lease; returns it and its report file (a temporary name)."""
-        if self.coordinator is None:
-            return self._attempt_leased(transport, device, model, record, plan)
-        self._set(record, state="waiting", waiting_for=f"labgrid place {device.name}")
-
-        def waiting(w: dict) -> None:
-            held = f" (held by {w['holder']})" if w.get("holder") else ""
-            self._set(record, waiting_for=f"labgrid place {device.name}{held}")
-            self.on_event(record, {"type": "wait", **w})
-
-        with self.coordinator.hold(device.name, wait_s=self.options.wait_s, on_wait=waiting):
-            self._set(record, state="running", waiting_for=None)
-            return self._attempt_leased(transport, device, model, record, plan)
-
     def _attempt_leased(
         self,
         transport: Transport,
@@ -470,7 +491,9 @@ class FleetRunner:
         record: RunRecord,
         plan: Plan,
     ) -> tuple[Qualification, Path]:
-        """One qualification under the device's lease; returns it and its report file."""
+        """One qualification under the device's lease (inside its labgrid place, held by
+        :meth:`_work_device`, when the lab is on labgrid); returns it and its report file
+        (a temporary name)."""
         from ..devices.qualify import qualify
 
         keeper = None

@@ -18,9 +18,12 @@ is named and skipped.
 Around each cell of ``fleet run``, ``fleet health`` and ``fleet requalify`` the place is
 reserved (a labgrid reservation filtered on its name), the allocation awaited while
 labgrid says who holds it, then acquired; it is released when the cell ends, on error and
-on Ctrl-C. A reservation no longer polled (its host died) expires by labgrid's rule, and
-the next run proceeds. The agent's own lease is still taken inside the place (defence in
-depth), and the device still proves its pinned key before anything is sent.
+on Ctrl-C. Nothing reaches the board before its place is held (host/lab/fleet.py opens the
+device inside it). A reservation no longer polled (its host died) expires by labgrid's rule
+(60 s); a place that host had acquired stays acquired by it until the lab releases it
+(``labgrid-client -p PLACE release --kick``, docs/fleet.md). The agent's own lease is still
+taken inside the place (defence in depth), and the device still proves its pinned key
+before anything is sent.
 
 labgrid's client session is asynchronous: it runs on an event loop of its own, in one
 thread, and each call here waits for its result.
@@ -208,6 +211,19 @@ class Coordinator:
         found = self._session.places.get(place)
         return found.acquired if found is not None else None
 
+    def reserved_for(self, place: str, token: str) -> str | None:
+        """The owner (``host/user``) of another reservation ``place`` is allocated to (a host
+        that died keeps one until labgrid expires it), or None."""
+        from labgrid.remote.generated import labgrid_coordinator_pb2 as pb
+
+        response = self._call(self._stub("GetReservations", pb.GetReservationsRequest()))
+        for reservation in response.reservations:
+            if reservation.token == token or reservation.state not in (1, 2):
+                continue  # ours, or neither allocated nor acquired
+            if place in reservation.allocations.values():  # filter group -> place name
+                return reservation.owner
+        return None
+
     def _await_allocation(self, place, token, wait_s, on_wait) -> None:
         from labgrid.remote.generated import labgrid_coordinator_pb2 as pb
 
@@ -222,14 +238,23 @@ class Coordinator:
             if state != 0:  # expired or invalid (the place was deleted)
                 raise TransportError(f"labgrid reservation for place {place} ended (state {state})")
             holder = self.holder(place)
+            reserved = None if holder else self.reserved_for(place, token)
             waited = time.monotonic() - started
             if wait_s is not None and waited >= wait_s:
-                who = f"locked by {holder}" if holder else "reserved by another reservation"
+                who = (
+                    f"locked by {holder}"
+                    if holder
+                    else f"reserved for {reserved}"
+                    if reserved
+                    else "reserved by another reservation"
+                )
                 raise DeviceBusy(
                     f"labgrid place {place} is {who}",
                     hint="wait for it with --wait [TIMEOUT]",
                 )
-            on_wait({"holder": holder, "waited_s": waited, "place": place})
+            on_wait(
+                {"holder": holder, "reserved_for": reserved, "waited_s": waited, "place": place}
+            )
             time.sleep(_POLL_S)
 
 

@@ -20,6 +20,7 @@ a board lacking either is listed in ``missing_env``, not skipped silently.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import time
@@ -339,12 +340,23 @@ def plan_requalification(
     lab_devices = {d.name: d for d in lab.devices}
     infos: dict[str, dict] = {}
     unreachable: dict[str, str] = {}
-    for name in sorted({d for m in approved.values() for d in m.devices if d in lab_devices}):
-        try:
-            with open_device(lab_devices[name]) as transport:
-                infos[name] = transport.info()
-        except HostError as e:
-            unreachable[name] = str(e)
+    coordinator = None
+    if lab.labgrid is not None:  # Info is read inside the place: the lab's arbiter first
+        from .labgrid_places import Coordinator
+
+        coordinator = Coordinator(lab.labgrid.coordinator)
+    try:
+        for name in sorted({d for m in approved.values() for d in m.devices if d in lab_devices}):
+            try:
+                # A place held by someone else: its pairs run again, waiting in the place.
+                held = coordinator.hold(name) if coordinator else contextlib.nullcontext()
+                with held, open_device(lab_devices[name]) as transport:
+                    infos[name] = transport.info()
+            except HostError as e:
+                unreachable[name] = str(e)
+    finally:
+        if coordinator is not None:
+            coordinator.close()
     runs, changes, unchanged, models, missing = {}, {}, [], [], {}
     for m in approved.values():
         wanted = False

@@ -1,12 +1,23 @@
 """Labs on labgrid: a real ``labgrid-coordinator`` and ``labgrid-exporter`` on loopback whose
 places hold real local agents (a ``NetworkService`` per place, its address the agent's URL);
-``labgrid-client`` locks a place from outside, as a person at the bench would."""
+``labgrid-client`` locks a place from outside, as a person at the bench would.
+
+One coordinator, exporter and pair of agents serve the whole module (each test leaves every
+place free); pi-a's agent is reached through a relay that counts the connections made to it,
+so a test sees that nothing, not even an Info call, reaches a board whose place is held by
+someone else."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
+from dataclasses import dataclass
 
 import pytest
 from edgequal.host.cli.main import main as edgequal_main
@@ -28,86 +39,117 @@ PLAN = {
 }
 
 
-@pytest.fixture
-def bench(tmp_path, local_agents, test_helper):
-    """Two agents behind places pi-a and pi-b (tag board=pi), and pi-c with no agent."""
+@dataclass
+class LabgridBench:
+    lab: object  # tests/labgrid_lab.py's LabgridLab
+    agents: list
+    relay: object  # tests/labgrid_lab.py's CountingRelay, in front of pi-a's agent
+    addresses: dict[str, str]
+
+
+@pytest.fixture(scope="module")
+def labgrid_bench(tmp_path_factory, local_agents, test_helper):
+    """Two agents behind places pi-a (through the counting relay) and pi-b, tag board=pi,
+    and pi-c with no agent; one coordinator and exporter for the module."""
     helper = test_helper("labgrid_lab")
-    agents = local_agents.start_agents(tmp_path / "agents", ["pi-a", "pi-b"])
-    known = KnownDevices()
-    for agent, name in zip(agents, ("pi-a", "pi-b")):
-        trust_device(known, name, agent.address)
+    base = tmp_path_factory.mktemp("labgrid")
+    agents = local_agents.start_agents(base / "agents", ["pi-a", "pi-b"])
+    relay = helper.CountingRelay(agents[0].port)
+    ports = {"pi-a": relay.port, "pi-b": agents[1].port}
+    addresses = {name: f"grpc://127.0.0.1:{port}" for name, port in ports.items()}
     groups = {
-        name: {"NetworkService": {"address": a.address, "username": "edgequal", "port": a.port}}
-        for name, a in zip(("pi-a", "pi-b"), agents)
+        name: {"NetworkService": {"address": addresses[name], "username": "edgequal", "port": p}}
+        for name, p in ports.items()
     }
     groups["pi-c"] = {"NetworkService": {"address": "127.0.0.1", "username": "root"}}
-    lab = helper.start_lab(
-        tmp_path / "labgrid", groups, {g: {"board": "pi"} for g in ("pi-a", "pi-b", "pi-c")}
-    )
+    lab = None
+    try:
+        lab = helper.start_lab(
+            base / "labgrid", groups, {g: {"board": "pi"} for g in ("pi-a", "pi-b", "pi-c")}
+        )
+        yield LabgridBench(lab, agents, relay, addresses)
+    finally:
+        if lab is not None:
+            lab.stop()
+        relay.close()
+        for agent in agents:
+            agent.stop()
+
+
+@pytest.fixture
+def bench(labgrid_bench, tmp_path):
+    """The module's lab, its agents pinned in this test's known_devices, and a lab file
+    selecting the places tagged board=pi."""
+    known = KnownDevices()
+    for agent, name in zip(labgrid_bench.agents, ("pi-a", "pi-b")):
+        trust_device(known, name, agent.address)
     lab_file = tmp_path / "lab.toml"
     lab_file.write_text(
-        f'[lab]\nname = "lg"\n\n[labgrid]\ncoordinator = "{lab.address}"\ntags = ["board=pi"]\n'
+        f'[lab]\nname = "lg"\n\n[labgrid]\ncoordinator = "{labgrid_bench.lab.address}"\n'
+        'tags = ["board=pi"]\n'
     )
-    yield lab, lab_file, agents
-    lab.stop()
-    for agent in agents:
-        agent.stop()
+    yield labgrid_bench, lab_file
+    assert _places(labgrid_bench.lab) == {"pi-a": None, "pi-b": None}  # left free
 
 
 def _places(lab) -> dict:
-    """Who holds pi-a and pi-b, as labgrid-client shows it."""
-    listing = {}
-    for name in ("pi-a", "pi-b"):
-        text = lab.client("-p", name, "show").stdout
-        listing[name] = next(
-            line.split(":", 1)[1].strip() for line in text.splitlines() if "acquired:" in line
-        )
-    return listing
+    """Who holds pi-a and pi-b (``host/user``, or None), as the coordinator says."""
+    held = lab.holders()
+    return {name: held[name] for name in ("pi-a", "pi-b")}
+
+
+def _micro_models(tmp_path, example_models):
+    models_file = tmp_path / "models.toml"
+    models_file.write_text(f'[models.micro]\npath = "{example_models["micro"]}"\n')
+    return models_file
 
 
 @pytest.mark.slow  # a labgrid coordinator and exporter, two agents, fleet runs
 def test_fleet_runs_on_labgrid_places_and_waits_for_a_person_holding_one(
     bench, tmp_path, capsys, example_models
 ):
-    lab, lab_file, agents = bench
+    labgrid, lab_file = bench
+    lab, agents, relay = labgrid.lab, labgrid.agents, labgrid.relay
+    runs_a, runs_b = (len(a.run_records()) for a in agents)
 
     # Inventory from labgrid: the places, their tags and agents; pi-c is named and skipped.
     assert edgequal_main(["fleet", "list", "--lab", str(lab_file), "--json"]) == 0
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
-    assert rows["pi-a"]["agent"] == agents[0].address
-    assert rows["pi-b"]["agent"] == agents[1].address
+    assert rows["pi-a"]["agent"] == labgrid.addresses["pi-a"]
+    assert rows["pi-b"]["agent"] == labgrid.addresses["pi-b"]
     assert rows["pi-a"]["tags"] == ["board=pi"] and rows["pi-a"]["held_by"] is None
     assert rows["pi-c"]["agent"] is None and "no agent URL" in rows["pi-c"]["why"]
     resolved, skipped = resolve_lab(load_lab(lab_file))
     assert [d.name for d in resolved.devices] == ["pi-a", "pi-b"] and list(skipped) == ["pi-c"]
-
-    models_file = tmp_path / "models.toml"
-    models_file.write_text(f'[models.micro]\npath = "{example_models["micro"]}"\n')
-    models = load_models(models_file)
+    models = load_models(_micro_models(tmp_path, example_models))
 
     # A person holds pi-a: without --wait its cell fails at once, naming them; pi-b runs.
+    # Nothing reaches pi-a's agent meanwhile: no Info, no identity proof, no connection.
     lab.client("-p", "pi-a", "lock", user="alice", host="bench")
+    connections = relay.connections
     options = FleetOptions(out_dir=tmp_path / "out1", plan_overrides=PLAN, retries=0)
     result = FleetRunner(resolved, models, options).run()
     by_device = {r.device: r for r in result.runs}
     assert by_device["pi-a"].state == "error"
     assert "labgrid place pi-a is locked by bench/alice" in by_device["pi-a"].error
-    assert by_device["pi-b"].report and not agents[0].run_records()
-    assert len(agents[1].run_records()) == 1
-    assert _places(lab) == {"pi-a": "bench/alice", "pi-b": "None"}  # pi-b given back
+    assert by_device["pi-b"].report and len(agents[0].run_records()) == runs_a
+    assert len(agents[1].run_records()) == runs_b + 1
+    assert relay.connections == connections
+    assert _places(lab) == {"pi-a": "bench/alice", "pi-b": None}  # pi-b given back
 
     # With --wait it waits, showing the holder, and runs once the person lets go.
     seen = []
     options = FleetOptions(out_dir=tmp_path / "out2", plan_overrides=PLAN, retries=0, wait_s=120.0)
-    runner = FleetRunner(resolved, models, options)
+    only_a = dataclasses.replace(resolved, devices=resolved.devices[:1])  # pi-b ran above
+    runner = FleetRunner(only_a, models, options)
     runner.on_change = lambda r: seen.append(r.waiting_for)
     done = threading.Thread(target=runner.run)
     done.start()
     deadline = time.monotonic() + 60
     while not any(w and "held by bench/alice" in w for w in seen):
         assert time.monotonic() < deadline, seen
-        time.sleep(0.2)
-    assert not agents[0].run_records()  # nothing reached the board while it was held
+        time.sleep(0.05)
+    assert relay.connections == connections  # nothing reached the board while it was held
     lab.client("-p", "pi-a", "unlock", user="alice", host="bench")
     done.join(120)
     assert not done.is_alive()
@@ -116,22 +158,17 @@ def test_fleet_runs_on_labgrid_places_and_waits_for_a_person_holding_one(
         "degraded",
         "inconclusive",
     )
-    assert len(agents[0].run_records()) == 1
-    assert _places(lab) == {"pi-a": "None", "pi-b": "None"}
-    assert "Reservation" not in lab.client("reservations").stdout  # every one cancelled
+    assert len(agents[0].run_records()) == runs_a + 1 and relay.connections > connections
+    assert lab.reservations() == []  # every one cancelled
 
 
 @pytest.mark.slow  # a labgrid coordinator and exporter, two agents, two host processes
 def test_two_hosts_on_one_coordinator_never_share_a_place(
     bench, tmp_path, example_models, short_plan
 ):
-    import os
-    import subprocess
-    import sys
-
-    lab, lab_file, agents = bench
-    models_file = tmp_path / "models.toml"
-    models_file.write_text(f'[models.micro]\npath = "{example_models["micro"]}"\n')
+    labgrid, lab_file = bench
+    models_file = _micro_models(tmp_path, example_models)
+    before = [len(a.run_intervals()) for a in labgrid.agents]
     hosts = []
     for name in ("host-1", "host-2"):  # two runners of a lab's CI, as labgrid tells them apart
         argv = [sys.executable, "-m", "edgequal.host.cli", "fleet", "run", str(lab_file)]
@@ -148,10 +185,67 @@ def test_two_hosts_on_one_coordinator_never_share_a_place(
         index = json.loads((tmp_path / name / "index.json").read_text())
         assert all(r["report"] for r in index["runs"]), index["runs"]
     # Each board ran both hosts' cells, one after the other, never at once.
-    for agent in agents:
-        (a0, a1), (b0, b1) = sorted(agent.run_intervals())
+    for agent, n in zip(labgrid.agents, before):
+        (a0, a1), (b0, b1) = sorted(agent.run_intervals())[n:]
         assert a1 <= b0
-    assert _places(lab) == {"pi-a": "None", "pi-b": "None"}
+
+
+HOLDING_HOST = """
+import sys, time
+from edgequal.host.lab.labgrid_places import Coordinator
+
+with Coordinator(sys.argv[1]).hold("pi-a"):  # the fleet's path: reserve, allocation, acquire
+    print("held", flush=True)
+    time.sleep(600)
+"""
+
+
+@pytest.mark.slow  # waits out labgrid's reservation expiry (60 s after the last refresh)
+def test_a_dead_hosts_place_is_freed_by_the_lab_and_its_reservation_expires(
+    bench, tmp_path, example_models
+):
+    """labgrid keeps an acquired place acquired when its client dies (it cannot tell a dead
+    host from a long run): the next run sees the dead holder and fails fast or waits; once
+    the lab frees the place (``labgrid-client release --kick``), the dead host's reservation,
+    polled no more, expires by labgrid's rule and the waiting run proceeds."""
+    labgrid, _ = bench
+    lab, agent = labgrid.lab, labgrid.agents[0]
+    runs = len(agent.run_records())
+    env = {**os.environ, "LG_HOSTNAME": "gone", "LG_USERNAME": "ci"}
+    host = subprocess.Popen(
+        [sys.executable, "-c", HOLDING_HOST, lab.address], env=env, stdout=subprocess.PIPE
+    )
+    try:
+        assert host.stdout.readline() == b"held\n"
+    finally:
+        os.kill(host.pid, signal.SIGKILL)
+        host.wait(10)
+    assert _places(lab)["pi-a"] == "gone/ci"
+    # Its reservation is labgrid's "acquired": refreshed by the coordinator, never expiring.
+    assert [r["state"] for r in lab.reservations() if r["owner"] == "gone/ci"] == ["acquired"]
+
+    lab_file = tmp_path / "pi-a.toml"
+    lab_file.write_text(f'[labgrid]\ncoordinator = "{lab.address}"\nplaces = ["pi-a"]\n')
+    resolved, _ = resolve_lab(load_lab(lab_file))
+    models = load_models(_micro_models(tmp_path, example_models))
+    options = FleetOptions(out_dir=tmp_path / "out1", plan_overrides=PLAN, retries=0)
+    [busy] = FleetRunner(resolved, models, options).run().runs
+    assert busy.state == "error" and "labgrid place pi-a is locked by gone/ci" in busy.error
+
+    lab.client("-p", "pi-a", "release", "--kick")
+    # Free, but still allocated to the dead host's reservation until labgrid expires it.
+    options = FleetOptions(out_dir=tmp_path / "out3", plan_overrides=PLAN, retries=0)
+    [reserved] = FleetRunner(resolved, models, options).run().runs
+    assert "labgrid place pi-a is reserved for gone/ci" in reserved.error
+    options = FleetOptions(out_dir=tmp_path / "out2", plan_overrides=PLAN, retries=0, wait_s=150.0)
+    [ran] = FleetRunner(resolved, models, options).run().runs
+    assert ran.state in ("passed", "degraded", "inconclusive"), ran.error
+    assert len(agent.run_records()) == runs + 1
+    # The dead host's reservation expired (labgrid removes it at a later pass).
+    assert [r["state"] for r in lab.reservations() if r["owner"] == "gone/ci"] in (
+        [],
+        ["expired"],
+    )
 
 
 def test_a_labgrid_lab_file_is_checked_like_any_other(tmp_path):

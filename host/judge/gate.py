@@ -24,7 +24,7 @@ without that plan's sustained phase with one check naming both plans.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..devices.trust import KnownDevices
@@ -260,3 +260,27 @@ def run_gate(
     result.commitment = commitment(pred, policy)
     result.claims = claims(pred, policy, result.checks)
     return result
+
+
+def undecided_against_baseline(result: GateResult) -> Check | None:
+    """The first baseline latency check the verdict left UNKNOWN (not judged), or None."""
+    return next(
+        (
+            c
+            for c in result.checks
+            if c.section == "baseline" and c.name.startswith("baseline.latency[") and not c.judged
+        ),
+        None,
+    )
+
+
+def decided_by_repeat(
+    result: GateResult, check: Check, repeat: dict, predicate: dict, policy: Policy
+) -> GateResult:
+    """``result`` with its check of ``check``'s name replaced by ``check`` (decided by pairs
+    run again, host/judge/repeat.py), the pairs (``repeat``) in its baseline summary."""
+    checks = [check if c.name == check.name else c for c in result.checks]
+    baseline = {**(result.baseline or {}), "repeat": repeat}
+    return replace(
+        result, checks=checks, baseline=baseline, claims=claims(predicate, policy, checks)
+    )

@@ -105,6 +105,8 @@ def change_category(key: str) -> str:
         return "cpu"
     if key.startswith(("jetson.jetson_clocks", "clocks.")):
         return "clocks"
+    if key == "thermal_trip_c":
+        return "thermal"
     if key.startswith("raspberry_pi."):
         return "throttle state"
     if key in ("model", "golden"):

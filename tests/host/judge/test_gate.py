@@ -375,10 +375,12 @@ def test_fingerprint_changes_name_firmware_kernel_runtime_power_mode_governor_cl
         "nvpmodel": {"mode": "15W"},
         "jetson_clocks": {"active": True},
     }
+    pred["fingerprint"]["thermal_trip_c"] = 45.0  # a board whose trip point was lowered
     pred["results"]["runtime"]["version"] = "1.99.0"
     cand = load_report(sign("cand", pred), known=known, require=True)
     categories = {c["category"] for c in fingerprint_changes(base, cand)}
     assert {"kernel", "governor", "firmware", "power mode", "clocks", "runtime"} <= categories
+    assert "thermal" in categories
 
 
 @pytest.mark.slow

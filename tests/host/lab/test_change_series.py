@@ -19,6 +19,7 @@ workers are stopped three quarters of the time).
 from __future__ import annotations
 
 import json
+import xml.etree.ElementTree as ET
 
 import pytest
 from edgequal.host.cli.main import main as edgequal_main
@@ -153,3 +154,39 @@ def test_a_lower_trip_point_is_a_cold_load_change_with_the_trip_point_its_culpri
     assert (top["field"], top["category"]) == ("thermal_trip_c", "thermal")
     assert (top["before"], top["after"], top["separation"]) == (140.0, 41.0, 1.0)
     assert "changed there: thermal_trip_c 140.0 → 41.0" in slower["headline"]
+
+
+@pytest.mark.slow
+def test_fleet_run_junit_and_prometheus_carry_the_new_change(thermal):
+    """Through the real command: the night the change is first seen (3 runs after it) has
+    one failing JUnit case for it in ``junit.xml`` and ``edgequal_change_detected`` 1 for
+    the series in ``changes.prom``, and exits 1; the nights before the hot ones have a
+    passing suite and 0."""
+    base = thermal["base"]
+    gauge = 'edgequal_change_detected{device="emu",model="chain",preset="quick",figure="cold load"}'
+    seen = []
+    for night in range(NIGHTS):
+        suites = ET.parse(base / f"night-{night}" / "junit.xml").getroot().findall("testsuite")
+        (suite,) = [s for s in suites if s.get("name") == "edgequal changes thermal"]
+        failures = {c.get("name"): c.find("failure") for c in suite.findall("testcase")}
+        assert int(suite.get("failures")) == sum(f is not None for f in failures.values())
+        prom = (base / f"prom-{night}" / "changes.prom").read_text()
+        assert prom.startswith("# TYPE edgequal_change_detected gauge")
+        assert prom.endswith("# EOF\n")
+        failure = failures.get("chain cold load on emu")
+        if failure is not None:
+            seen.append(night)
+            assert failure.get("type") == "Change"
+            assert "cold load +" in failure.get("message")
+            assert "changed there: thermal_trip_c 140.0 → 41.0" in failure.get("message")
+            assert f"{gauge} 1" in prom
+            assert thermal["codes"][night] == 1  # a new change made the fleet run fail
+        else:
+            assert f"{gauge} 0" in prom
+        if night < HOT_NIGHT + 2:
+            assert suite.get("failures") == "0"
+            assert suite.find("testcase").get("name") == "no new change beyond noise"
+    # New from the night a permutation test of the runs either side can call it (4 and
+    # 3, 4 or 5 after it: 2 of 35, 70 or 126 orders split as well), never before; a night
+    # whose test fell just short of p 0.05 can make a later night call it new again.
+    assert seen and min(seen) >= HOT_NIGHT + 2, seen

@@ -168,5 +168,13 @@ def fingerprint(
             fp[probe.name], missing = part
             absent.update({f"{probe.name}.{key}": why for key, why in missing.items()})
 
+    # The board's own passive trip point (a device tree or firmware sets it): a lower one
+    # throttles sooner, so a change of it explains a slower night (host/lab/changes.py).
+    from .thermal import read_thermal
+
+    trip_c = read_thermal(root).get("trip_c")
+    if trip_c is not None:
+        fp["thermal_trip_c"] = trip_c
+
     fp["absent"] = absent
     return fp

@@ -188,6 +188,7 @@ def cmd_fleet(args) -> int:
     from ..lab.health import HealthState, default_health_path
     from ..lab.inventory import load_models, parse_tags
 
+    _check_baseline_flags(args)  # flags first, then the files they name
     lab = load_fleet_lab(args.lab)
     models = load_models(args.models)
     wait_s = _wait_s(args.wait)
@@ -209,8 +210,32 @@ def cmd_fleet(args) -> int:
         lease_ttl_s=lab.lease_ttl_s,
         unhealthy=unhealthy,
         command=tuple(getattr(args, "argv", ())) or None,
+        baseline_dir=args.baseline,
+        repeat_pairs=args.repeat_until_decided or 0,
     )
     return _run_fleet(lab, models, options, args, f"fleet {lab.name}")
+
+
+def _check_baseline_flags(args) -> None:
+    """``--baseline DIR`` needs ``--gate`` (the gate judges against it) and a folder;
+    ``--repeat-until-decided N`` needs a baseline and N ≥ 1."""
+    from ..errors import UsageError
+
+    baseline = getattr(args, "baseline", None)
+    pairs = args.repeat_until_decided
+    if baseline is not None:
+        if not args.gate:
+            raise UsageError("--baseline needs --gate POLICY: the gate judges each run against it")
+        if not baseline.is_dir():
+            raise UsageError(
+                f"--baseline {baseline}: not a folder",
+                hint="give an earlier fleet run's --out folder (its reports/MODEL@DEVICE.json)",
+            )
+    if pairs is not None:
+        if pairs < 1:
+            raise UsageError(f"--repeat-until-decided needs at least 1 pair, got {pairs}")
+        if args.fleet_command == "run" and baseline is None:
+            raise UsageError("--repeat-until-decided needs --baseline DIR (and --gate POLICY)")
 
 
 def _noisy(args, lab, models) -> dict[str, str]:
@@ -367,6 +392,7 @@ def _cmd_fleet_requalify(args) -> int:
     from ..lab.requalify import plan_requalification
     from ..present.terminal.summary import print_note
 
+    _check_baseline_flags(args)
     lab = load_fleet_lab(args.lab)
     load_gate_policy(args.policy)  # a bad policy is refused even when nothing runs
     plan = plan_requalification(args.approved, lab, every=args.all, runtime_env=args.runtime_env)
@@ -387,6 +413,7 @@ def _cmd_fleet_requalify(args) -> int:
     options = FleetOptions(
         out_dir=args.out,
         policy_path=args.policy,
+        repeat_pairs=args.repeat_until_decided or 0,
         wait_s=_wait_s(args.wait),
         retries=max(0, args.retries),
         lease_ttl_s=lab.lease_ttl_s,
@@ -404,6 +431,18 @@ def _cmd_fleet_requalify(args) -> int:
     )
     # A board that could not measure the candidate has not qualified the upgrade.
     return max(code, 1) if plan.missing_env else code
+
+
+def add_repeat_option(parser) -> None:
+    """``--repeat-until-decided N`` of ``fleet run`` and ``fleet requalify``."""
+    parser.add_argument(
+        "--repeat-until-decided",
+        type=int,
+        metavar="N",
+        help="a run whose verdict against its baseline is UNKNOWN runs again with the "
+        "baseline's own model and golden set (by digest), interleaved on its board, until "
+        "SAME or DIFFERENT, at most N pairs (docs/gating.md)",
+    )
 
 
 def add_parsers(sub) -> None:
@@ -444,6 +483,14 @@ def add_parsers(sub) -> None:
         "--resume", action="store_true", help="keep runs whose report in --out verifies"
     )
     fr.add_argument("--gate", type=Path, metavar="POLICY", help="gate every report on POLICY")
+    fr.add_argument(
+        "--baseline",
+        type=Path,
+        metavar="DIR",
+        help="with --gate: gate each run against its cell's report in an earlier fleet run's "
+        "output folder (DIR/reports/MODEL@DEVICE.json); docs/fleet.md",
+    )
+    add_repeat_option(fr)
     fr.add_argument(
         "--skip-noisy",
         action="store_true",
@@ -554,6 +601,7 @@ def add_parsers(sub) -> None:
         help="re-qualify every approved pair under this runtime environment beside the approved "
         "one, on every board that has both",
     )
+    add_repeat_option(fq)
     fq.add_argument("--out", type=Path, default=Path("requalify-out"))
     fq.add_argument("--wait", nargs="?", const="forever", metavar="TIMEOUT")
     fq.add_argument("--retries", type=int, default=2)

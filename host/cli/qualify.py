@@ -234,29 +234,19 @@ def _qualify_repeated(args, policy) -> int:
     from ..devices.trust import KnownDevices
     from ..errors import UsageError
     from ..judge.policy import BASELINE_DEFAULTS
-    from ..judge.repeat import baseline_artifact, repeat_until_decided
+    from ..judge.repeat import baseline_artifacts, repeat_decision, repeat_until_decided
     from ..judge.report_file import load_report
     from ..present.terminal.summary import print_note, print_table, write_json
 
     if args.baseline is None or args.repeat_until_decided is None:
         raise UsageError("--baseline and --repeat-until-decided go together")
     base = load_report(args.baseline, known=KnownDevices(), require=True)
-    roles = {s.get("role") or ("model" if i == 0 else None): s for i, s in enumerate(base.subjects)}
-    where = [args.baseline.parent, args.model.parent]
-    base_model = baseline_artifact(
-        roles["model"]["sha256"],
-        roles["model"]["name"],
-        [args.baseline_model] if args.baseline_model else where,
-        "--baseline-model",
+    base_model, base_golden = baseline_artifacts(
+        base.subjects,
+        [args.baseline.parent, args.model.parent],
+        args.baseline_model,
+        args.baseline_golden,
     )
-    base_golden = None
-    if roles.get("golden"):
-        base_golden = baseline_artifact(
-            roles["golden"]["sha256"],
-            roles["golden"]["name"],
-            [args.baseline_golden] if args.baseline_golden else where,
-            "--baseline-golden",
-        )
     settings = {**BASELINE_DEFAULTS, **(policy.baseline if policy else {})}
     with open_device_from_args(args) as device:
         plan = device.plan(args.plan, profile=args.profile, **_plan_flags(args))
@@ -281,7 +271,6 @@ def _qualify_repeated(args, policy) -> int:
             run, args.repeat_until_decided, settings["min_effect"], settings, progress
         )
     verdict = result.verdict
-    slower = verdict["ratio"] is not None and verdict["ratio"] > 1.0
     if args.json:
         write_json(json.dumps(result.to_json(), indent=1))
     else:
@@ -298,10 +287,10 @@ def _qualify_repeated(args, policy) -> int:
                 ]
             ],
         )
-    if verdict["verdict"] == "UNKNOWN":
+    decided = repeat_decision(verdict)
+    if decided is None:
         print_note(f"still UNKNOWN after {result.pairs} pairs: raise --repeat-until-decided")
-        return 1
-    return 1 if verdict["verdict"] == "DIFFERENT" and slower else 0
+    return 0 if decided else 1
 
 
 def printable_name(path) -> str:

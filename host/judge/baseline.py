@@ -1,6 +1,10 @@
 """A candidate report against a baseline: what changed in the fingerprint, and whether
-latency regressed on the raw samples (a bootstrap interval of the median ratio plus a
-minimum effect size, host/judge/regression.py)."""
+latency regressed on the raw samples.
+
+The three-way verdict (host/judge/verdict.py) decides each shape: DIFFERENT and slower by
+at least the minimum effect fails, SAME (or DIFFERENT and faster) passes, UNKNOWN is not
+judged (``retry``: run more pairs, ``--repeat-until-decided``). The bootstrap interval of
+the median ratio and Mann–Whitney U (host/judge/regression.py) are shown beside it."""
 
 from __future__ import annotations
 
@@ -10,7 +14,13 @@ from edgequal.contract.board_families import BOARD_FAMILIES
 from edgequal.contract.preemption import decisive_samples_ns, decisive_summary
 from edgequal.contract.signing import RolesUnmarked, subject_with_role
 
-from .check_kit import Check, blamed_on_interference, fmt_value, not_measured
+from .check_kit import (
+    RUN_MORE_ADVICE,
+    Check,
+    blamed_on_interference,
+    fmt_value,
+    not_measured,
+)
 from .policy import Policy
 from .regression import bootstrap_median_ratio, judge_ratio, mann_whitney_u
 from .report_file import ReportFile
@@ -98,6 +108,8 @@ def change_category(key: str) -> str:
         return "cpu"
     if key.startswith("clocks."):
         return "clocks"
+    if key == "thermal_trip_c":
+        return "thermal"
     if key in ("model", "golden"):
         return key
     if key.startswith("plan."):
@@ -158,11 +170,15 @@ def compare_latency(base_entry: dict, cand_entry: dict, settings: dict) -> dict:
     p_b = decisive_summary(cand_entry).get("p50_ms")
     if not p_a or p_b is None:
         return {"verdict": "unresolved", "min_effect": settings["min_effect"], "median_ratio": None}
+    from .verdict import decide
+
     r = p_b / p_a
     e = settings["min_effect"]
     verdict = "slower" if r >= 1 + e else "faster" if r <= 1 - e else "same"
     return {
         "verdict": verdict,
+        # One value a side: SAME when equal, else UNKNOWN (one run says nothing of its spread).
+        "three_way": decide([p_a], [p_b], e, settings).to_json(),
         "min_effect": e,
         "median_ratio": {
             "ratio": r,
@@ -174,22 +190,35 @@ def compare_latency(base_entry: dict, cand_entry: dict, settings: dict) -> dict:
     }
 
 
-def _latency_message(shape: str, cmp: dict) -> str:
-    r = cmp.get("median_ratio")
-    if not r:
-        return f"{shape}: no median latency to compare"
+def _change_text(cmp: dict) -> str:
+    """``median 1.2 ms vs 1.0 ms, ×1.200 (95 % CI 1.18–1.22)``: the change the verdict is on."""
+    r = cmp["median_ratio"]
     change = f"median {r['candidate_median_ms']:.4g} ms vs {r['baseline_median_ms']:.4g} ms, ×{r['ratio']:.3f}"
     if r.get("ci_low") is not None:
-        change += f" (95 % CI {r['ci_low']:.3f}–{r['ci_high']:.3f})"
-    else:
-        change += " (no raw samples: no interval)"
+        return change + f" (95 % CI {r['ci_low']:.3f}–{r['ci_high']:.3f})"
+    return change + " (no raw samples: no interval)"
+
+
+def latency_decision(shape: str, cmp: dict) -> tuple[bool | None, str]:
+    """(passed, message) for one shape's comparison by its three-way verdict: False when
+    DIFFERENT and slower (a regression), True when SAME or DIFFERENT and faster, None when
+    UNKNOWN (not judged: run more)."""
+    three = cmp.get("three_way")
+    if not cmp.get("median_ratio") or not three:
+        return None, f"{shape}: no median latency to compare; {RUN_MORE_ADVICE}"
+    change = _change_text(cmp)
     effect = f"{cmp['min_effect']:.0%} minimum effect"
-    return {
-        "slower": f"{shape}: slower than the baseline, {change}; beyond the {effect}: a regression",
-        "faster": f"{shape}: faster than the baseline, {change}",
-        "same": f"{shape}: same as the baseline within the {effect}, {change}",
-        "unresolved": f"{shape}: a change beyond the {effect} the interval does not confirm, {change}",
-    }[cmp["verdict"]]
+    why = f"{three['verdict']}: {three['why']}"
+    if three["verdict"] == "DIFFERENT":
+        if (three["ratio"] or cmp["median_ratio"]["ratio"]) > 1.0:
+            return (
+                False,
+                f"{shape}: slower than the baseline, {change}; {why}, beyond the {effect}: a regression",
+            )
+        return True, f"{shape}: faster than the baseline, {change}; {why}"
+    if three["verdict"] == "SAME":
+        return True, f"{shape}: same as the baseline, {change}; {why}"
+    return None, f"{shape}: not decided against the baseline, {change}; {why}; {RUN_MORE_ADVICE}"
 
 
 def baseline_checks(base: ReportFile, cand: ReportFile, policy: Policy) -> tuple[list[Check], dict]:
@@ -258,26 +287,24 @@ def baseline_checks(base: ReportFile, cand: ReportFile, policy: Policy) -> tuple
             continue
         cmp = compare_latency(base_entry, cand_entry, settings)
         summary["latency"].append({"shape": shape, **cmp})
-        r = cmp.get("median_ratio") or {}
-        ok = cmp["verdict"] != "slower"
-        retry = not ok and blamed_on_interference(cand_entry)
-        msg = _latency_message(shape, cmp)
-        if cmp.get("three_way"):
-            three = cmp["three_way"]
-            msg += f" [{three['verdict']}: {three['why']}]"
+        three = cmp.get("three_way") or {}
+        passed, msg = latency_decision(shape, cmp)
+        limit = f"not DIFFERENT and ≥ {settings['min_effect']:.0%} slower"
+        measured = (
+            f"{three.get('verdict', 'UNKNOWN')} ×{three['ratio']:.3f}"
+            if three.get("ratio") is not None
+            else three.get("verdict", "UNKNOWN")
+        )
+        if passed is None:
+            # UNKNOWN is no pass and no regression: not judged, and run more.
+            checks.append(
+                Check(name, "baseline", False, limit, measured, msg, retry=True, judged=False)
+            )
+            continue
+        retry = not passed and blamed_on_interference(cand_entry)
         if retry:
             msg += "; the run saw interference: re-run on a quiet board"
-        checks.append(
-            Check(
-                name,
-                "baseline",
-                ok,
-                f"median ratio < {1 + settings['min_effect']:.3f} or not significant",
-                fmt_value(r.get("ratio")),
-                msg,
-                retry,
-            )
-        )
+        checks.append(Check(name, "baseline", passed, limit, measured, msg, retry))
     if "max_throughput_drop" in settings:
         sa = (base.predicate.get("results") or {}).get("sustained") or {}
         sb = (cand.predicate.get("results") or {}).get("sustained") or {}

@@ -137,6 +137,9 @@ def flag_check(section: str, name: str, what: str, bad: bool, message: str, retr
 
 
 RERUN_ADVICE = "re-run on a quiet board"
+RUN_MORE_ADVICE = "run more pairs to decide (--repeat-until-decided N)"
+"""What an UNKNOWN verdict against a baseline asks for (host/judge/verdict.py): neither a
+pass nor a regression; re-run the candidate and the baseline's artifacts interleaved."""
 
 
 def percentile_not_measured(label: str, count: int) -> str:

@@ -6,10 +6,12 @@ first: one that does not verify fails the gate before any figure is read. Latenc
 percentiles are judged on the upper end of their 95 % confidence interval, so a
 lucky run cannot pass a limit its own data does not support.
 
-Against a baseline, latency is compared on the raw samples (host/judge/regression.py):
-a bootstrap interval of the median ratio plus a minimum effect size. What changed
-in the fingerprint (firmware, kernel, runtime, power mode, governor, clocks) is
-listed beside the verdict, because that is usually the reason.
+Against a baseline, latency is decided on the raw samples by the three-way verdict
+(host/judge/verdict.py): DIFFERENT and slower beyond the minimum effect fails, SAME
+passes, UNKNOWN is not judged and asks to run more (``retry``; ``qualify`` and ``fleet
+run`` with ``--repeat-until-decided N``). The bootstrap interval of the median ratio is
+shown beside it. What changed in the fingerprint (firmware, kernel, runtime, power mode,
+governor, clocks) is listed beside the verdict, because that is usually the reason.
 
 An ``inconclusive`` report (a drop explained by interference from other processes)
 fails with ``retry``: re-run it on a quiet board; it is not a regression. A limit on a
@@ -22,13 +24,13 @@ without that plan's sustained phase with one check naming both plans.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..devices.trust import KnownDevices
 from ..errors import VerificationFailed
 from .baseline import baseline_checks
-from .check_kit import RERUN_ADVICE, Check, not_judged
+from .check_kit import RERUN_ADVICE, RUN_MORE_ADVICE, Check, not_judged
 from .checks import (
     cold_load_checks,
     drift_checks,
@@ -112,6 +114,8 @@ class GateResult:
         failed = self.failed_checks or self.not_judged_checks
         first = failed[0].message if failed else self.signature
         more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+        if self.retry and all(RUN_MORE_ADVICE in c.message for c in failed):
+            return f"gate not decided, {RUN_MORE_ADVICE}: {first}{more}"
         if self.retry and RERUN_ADVICE not in first:
             return f"gate failed, {RERUN_ADVICE} (interference, not a regression): {first}{more}"
         return f"gate failed: {first}{more}"
@@ -256,3 +260,27 @@ def run_gate(
     result.commitment = commitment(pred, policy)
     result.claims = claims(pred, policy, result.checks)
     return result
+
+
+def undecided_against_baseline(result: GateResult) -> Check | None:
+    """The first baseline latency check the verdict left UNKNOWN (not judged), or None."""
+    return next(
+        (
+            c
+            for c in result.checks
+            if c.section == "baseline" and c.name.startswith("baseline.latency[") and not c.judged
+        ),
+        None,
+    )
+
+
+def decided_by_repeat(
+    result: GateResult, check: Check, repeat: dict, predicate: dict, policy: Policy
+) -> GateResult:
+    """``result`` with its check of ``check``'s name replaced by ``check`` (decided by pairs
+    run again, host/judge/repeat.py), the pairs (``repeat``) in its baseline summary."""
+    checks = [check if c.name == check.name else c for c in result.checks]
+    baseline = {**(result.baseline or {}), "repeat": repeat}
+    return replace(
+        result, checks=checks, baseline=baseline, claims=claims(predicate, policy, checks)
+    )

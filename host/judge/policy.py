@@ -399,6 +399,18 @@ def parse_policy(data: dict, where: str = "<policy>") -> Policy:
         raise UsageError(f"policy {where}: 'baseline.confidence' must be between 0 and 1")
     if baseline["iterations"] < 1:
         raise UsageError(f"policy {where}: 'baseline.iterations' must be at least 1")
+    # The three-way verdict's thresholds (host/judge/verdict.py): p-values are in [0, 1].
+    for key, ok, rule in (
+        ("min_effect", lambda v: v >= 0, "at least 0"),
+        ("different_p", lambda v: 0 <= v < 1, "at least 0 and below 1"),
+        ("same_p_start", lambda v: 0 < v <= 1, "above 0 and at most 1"),
+        ("same_p_floor", lambda v: 0 < v <= 1, "above 0 and at most 1"),
+        ("same_p_n", lambda v: v >= 1, "at least 1"),
+    ):
+        if key in baseline and not ok(baseline[key]):
+            raise UsageError(
+                f"policy {where}: 'baseline.{key}' must be {rule}, got {baseline[key]}"
+            )
     for f in baseline.get("require_same", []):
         if f not in SAME_FIELDS:
             close = difflib.get_close_matches(f, SAME_FIELDS, 1, 0.5)

@@ -11,10 +11,11 @@ Pure functions over numpy arrays (no scipy). Two statistics, one decision:
   Reported beside the ratio; with thousands of samples it calls any shift significant,
   which is why the decision also needs a minimum effect size.
 
-:func:`judge_ratio` is the rule: a regression when the whole interval lies above 1 (the
+:func:`judge_ratio` reads the interval: slower when the whole interval lies above 1 (the
 change is real) and the ratio itself is at least ``1 + min_effect`` (the change matters).
-Two runs of the same model differ by noise that the interval covers or that stays under
-the minimum effect; a 5 % slowdown with a 3 % minimum effect is caught.
+``compare`` shows it beside each latency row; the gate's pass or fail against a baseline
+is the three-way verdict's (host/judge/verdict.py, host/judge/baseline.py), which shows
+this interval in its message.
 """
 
 from __future__ import annotations

@@ -2,6 +2,10 @@
 baseline's own artifacts (found by their digests) interleaved on one board until
 SAME / DIFFERENT (host/judge/verdict.py) decides their clean p50s, or N pairs are spent.
 
+``fleet run --baseline DIR --repeat-until-decided N`` runs the same loop on each cell whose
+gate against its baseline is UNKNOWN (host/lab/fleet.py); :func:`repeat_check` is the
+gate's check it decides.
+
 Each pair is one run of each, the order alternating (baseline first, then candidate first,
 …) so a board that drifts during the pairs drifts on both sides alike. The figure compared
 is each run's clean p50 of its first input shape: one value per run, so the verdict
@@ -19,6 +23,7 @@ from edgequal.contract.artifacts import file_sha256
 from edgequal.contract.preemption import decisive_summary
 
 from ..errors import UsageError
+from .check_kit import RUN_MORE_ADVICE, Check
 
 
 @dataclass
@@ -61,6 +66,79 @@ def baseline_artifact(
     raise UsageError(
         f"{whose} {name} (sha256 {digest[:12]}) is not found by its digest",
         hint=f"give the file with {flag}",
+    )
+
+
+def baseline_artifacts(
+    subjects: list[dict],
+    where: Sequence[Path],
+    model_file: Path | None = None,
+    golden_file: Path | None = None,
+) -> tuple[Path, Path | None]:
+    """The baseline report's model and golden set (None when it had none), found by the
+    digests of its subjects in ``where`` or given (``model_file``, ``golden_file``: checked)."""
+    roles = {s.get("role") or ("model" if i == 0 else None): s for i, s in enumerate(subjects)}
+    if not roles.get("model"):
+        raise UsageError("the baseline report names no model among its subjects")
+    model = baseline_artifact(
+        roles["model"]["sha256"],
+        roles["model"]["name"],
+        [model_file] if model_file else where,
+        "--baseline-model",
+    )
+    golden = None
+    if roles.get("golden"):
+        golden = baseline_artifact(
+            roles["golden"]["sha256"],
+            roles["golden"]["name"],
+            [golden_file] if golden_file else where,
+            "--baseline-golden",
+        )
+    return model, golden
+
+
+def repeat_decision(verdict: dict) -> bool | None:
+    """What a repeated comparison's verdict means for a gate: True SAME or DIFFERENT and
+    faster, False DIFFERENT and slower (a regression), None still UNKNOWN."""
+    if verdict["verdict"] == "DIFFERENT":
+        return not (verdict["ratio"] is not None and verdict["ratio"] > 1.0)
+    if verdict["verdict"] == "SAME":
+        return True
+    return None
+
+
+def repeat_check(name: str, result: RepeatResult, where: str) -> Check:
+    """The gate's baseline latency check decided by ``result`` (the pairs run on ``where``):
+    PASS, FAIL, or still not judged (``retry``) when N pairs left it UNKNOWN."""
+    v = result.verdict or {}
+    passed = repeat_decision(v) if v else None
+    limit = f"not DIFFERENT and ≥ {v.get('min_effect', 0):.0%} slower"
+    ratio = "" if v.get("ratio") is None else f" ×{v['ratio']:.3f}"
+    measured = f"{v.get('verdict', 'UNKNOWN')}{ratio} ({result.pairs} pairs)"
+    median = sorted(result.candidate_p50_ms)[len(result.candidate_p50_ms) // 2]
+    base_median = sorted(result.baseline_p50_ms)[len(result.baseline_p50_ms) // 2]
+    text = (
+        f"{result.pairs} pairs run interleaved on {where}: p50 {median:.4g} ms vs the "
+        f"baseline's artifacts' {base_median:.4g} ms (medians); {v.get('verdict')}: {v.get('why')}"
+    )
+    if passed is None:
+        return Check(
+            name,
+            "baseline",
+            False,
+            limit,
+            measured,
+            f"{text}; still not decided: {RUN_MORE_ADVICE}",
+            retry=True,
+            judged=False,
+        )
+    return Check(
+        name,
+        "baseline",
+        passed,
+        limit,
+        measured,
+        text + ("" if passed else ", beyond the minimum effect: a regression"),
     )
 
 

@@ -80,6 +80,13 @@ class FleetOptions:
     command: tuple[str, ...] | None = None
     """The command line that started the run (argv without the program), recorded in each
     report's sidecar (``devices/reproduce.py``)."""
+    baseline_dir: Path | None = None
+    """``--baseline DIR``: an earlier fleet run's output directory (or a folder of
+    ``MODEL@DEVICE.json`` reports); each run is gated against its cell's report there."""
+    repeat_pairs: int = 0
+    """``--repeat-until-decided N``: a run whose verdict against its baseline is UNKNOWN
+    runs the candidate and the baseline's artifacts interleaved on its board, up to N
+    pairs (host/judge/repeat.py)."""
 
 
 @dataclass(frozen=True)
@@ -474,7 +481,14 @@ class FleetRunner:
             write_sidecar(
                 final_path, outcome.envelope, device.name, outcome.artifacts, opts.command
             )
-            gate_retry = self._finish_record(record, final_path, predicate)
+            gate_retry = self._finish_record(
+                record,
+                final_path,
+                predicate,
+                decide_more=functools.partial(
+                    self._repeat_until_decided, transport, device, model, record, plan
+                ),
+            )
             retry = record.status in RETRY_STATUSES or gate_retry
             if retry and attempt < attempts:
                 self._set(record, state="retrying")
@@ -539,25 +553,117 @@ class FleetRunner:
                     log.info("releasing the lease of %s failed: %s", device.name, e)
         return outcome, tmp
 
+    def _repeat_until_decided(
+        self,
+        transport: Transport,
+        device: LabDevice,
+        model: FleetModel,
+        record: RunRecord,
+        plan: Plan,
+        gate,
+        baseline: Path,
+        predicate: dict,
+    ):
+        """The gate of a run whose verdict against ``baseline`` is UNKNOWN, decided by pairs
+        of the candidate and the baseline's own artifacts (found by digest beside the
+        baseline report or the model) run interleaved on this board (``repeat_pairs`` at
+        most; host/judge/repeat.py). Their reports go to ``repeats/MODEL@DEVICE/``; they
+        are not the cell's report and not recorded in history."""
+        from dataclasses import replace
+
+        from ..judge.gate import decided_by_repeat, undecided_against_baseline
+        from ..judge.repeat import baseline_artifacts, repeat_check, repeat_until_decided
+        from ..judge.report_file import load_report
+
+        undecided = undecided_against_baseline(gate)
+        if undecided is None or self.options.repeat_pairs < 1:
+            return gate
+        try:
+            base = load_report(baseline, known=self.known, require=True)
+            base_model, base_golden = baseline_artifacts(
+                base.subjects, [baseline.parent, model.path.parent]
+            )
+        except HostError as e:
+            why = f"{undecided.message}; not run again: {e}"
+            return decided_by_repeat(
+                gate, replace(undecided, message=why), {"error": str(e)}, predicate, self.policy
+            )
+        sides = {
+            "candidate": model,
+            "baseline": replace(model, path=base_model, golden=base_golden, signature=None),
+        }
+        folder = self.out / "repeats" / run_file_stem(model.name, device.name)
+        folder.mkdir(parents=True, exist_ok=True)
+        done: list[Path] = []
+
+        def run(side: str) -> dict:
+            outcome, tmp = self._attempt_leased(transport, device, sides[side], record, plan)
+            path = folder / f"{len(done) + 1:02d}-{side}.json"
+            tmp.replace(path)
+            done.append(path)
+            return {"predicate": outcome.report.predicate, "path": path}
+
+        def on_pair(result) -> None:
+            self._set(record, repeat_pairs=result.pairs)
+            self.on_event(record, {"type": "repeat", **result.to_json()})
+
+        settings = self.policy.baseline
+        try:
+            result = repeat_until_decided(
+                run, self.options.repeat_pairs, settings["min_effect"], settings, on_pair
+            )
+        except HostError as e:  # the board went away or a run measured nothing
+            why = f"{undecided.message}; running pairs again stopped: {e}"
+            return decided_by_repeat(
+                gate, replace(undecided, message=why), {"error": str(e)}, predicate, self.policy
+            )
+        check = repeat_check(undecided.name, result, device.name)
+        return decided_by_repeat(gate, check, result.to_json(), predicate, self.policy)
+
+    def _baseline_of(self, record: RunRecord) -> Path | None:
+        """The report a run is gated against: its re-qualification's approved report, else
+        its cell's in ``--baseline DIR`` (``reports/MODEL@DEVICE.json`` or ``MODEL@DEVICE.json``)."""
+        fixed = (self.pairs or {}).get((record.model, record.device))
+        if fixed is not None:
+            return fixed.baseline
+        if self.options.baseline_dir is None:
+            return None
+        name = f"{run_file_stem(record.model, record.device)}.json"
+        for path in (
+            self.options.baseline_dir / "reports" / name,
+            self.options.baseline_dir / name,
+        ):
+            if path.is_file():
+                return path
+        return None
+
     def _event(self, record: RunRecord, event: dict) -> None:
         if event.get("type") == "run":
             self._set(record, run_id=event.get("run_id"))
         self.on_event(record, event)
 
     def _finish_record(
-        self, record: RunRecord, path: Path, predicate: dict, resumed: bool = False
+        self,
+        record: RunRecord,
+        path: Path,
+        predicate: dict,
+        resumed: bool = False,
+        decide_more: Callable | None = None,
     ) -> bool:
         """Gate the report, write its page, record it in history; set the record's final state.
+        ``decide_more(gate, baseline, predicate)`` decides a verdict left UNKNOWN against the
+        baseline (pairs run again) and returns the gate it decided.
 
-        Returns whether the gate failed only on interference (a run to measure again).
+        Returns whether the gate failed only on interference (a run to measure again); a
+        gate whose pairs were run again is not measured again, whatever they decided.
         """
         gate = None
+        verdict = None
         if self.policy is not None:
             from ..judge.gate import run_gate
             from ..judge.report_file import read_report_bytes
 
-            fixed = (self.pairs or {}).get((record.model, record.device))
-            baseline = fixed.baseline if fixed is not None else None
+            baseline = self._baseline_of(record)
             gate = run_gate(
                 read_report_bytes(path),
                 self.policy,
@@ -567,6 +673,9 @@ class FleetRunner:
                 baseline=read_report_bytes(baseline) if baseline is not None else None,
                 baseline_name=str(baseline),
             )
+            if baseline is not None and decide_more is not None:
+                gate = decide_more(gate, baseline, predicate)
+            verdict = _baseline_verdict(gate)
         page = None
         if self.options.html_pages:
             from ..judge.report_file import load_report
@@ -597,8 +706,10 @@ class FleetRunner:
             gate_summary=None if gate is None else gate.summary,
             error=None,
             reason=predicate.get("reason"),
+            baseline_verdict=verdict,
         )
-        return gate is not None and not gate.passed and gate.retry
+        repeated = gate is not None and "repeat" in (gate.baseline or {})
+        return gate is not None and not gate.passed and gate.retry and not repeated
 
     # -- outputs -------------------------------------------------------------------
 
@@ -612,6 +723,18 @@ class FleetRunner:
 
     def _write_matrix_page(self) -> None:
         _atomic_write(self.out / "index.html", matrix_html(self.result).encode("utf-8"))
+
+
+def _baseline_verdict(gate) -> str | None:
+    """SAME, DIFFERENT or UNKNOWN against the baseline: the pairs' when they were run
+    again, else the first shape's; None without a baseline comparison of latency."""
+    baseline = gate.baseline or {}
+    repeat = (baseline.get("repeat") or {}).get("verdict")
+    if repeat:
+        return repeat["verdict"]
+    latency = baseline.get("latency") or []
+    three = latency[0].get("three_way") if latency else None
+    return three["verdict"] if three else None
 
 
 def _atomic_write(path: Path, data: bytes) -> None:

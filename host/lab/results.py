@@ -38,6 +38,10 @@ class RunRecord:
     """The report's reason for its status (why it is inconclusive, incomplete, failed)."""
     waiting_for: str | None = None
     """While waiting: what for (the device's lease, who holds it, the place in line)."""
+    baseline_verdict: str | None = None
+    """Gated against a baseline: SAME, DIFFERENT or UNKNOWN (host/judge/verdict.py), after
+    any pairs run again to decide it (``repeat_pairs``)."""
+    repeat_pairs: int = 0
 
     @property
     def ok(self) -> bool:

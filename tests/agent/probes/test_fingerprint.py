@@ -40,6 +40,7 @@ def test_pi5(board_tools):
     assert fp["board_model"] == "Raspberry Pi 5 Model B Rev 1.0"  # NUL stripped
     assert fp["board_model_source"] == "device-tree"
     assert fp["soc"] == "brcm,bcm2712"
+    assert "thermal_trip_c" not in fp  # its zone has no passive trip point
     assert fp["kernel"] == "6.6.51+rpt-rpi-2712"  # from the tree, not this machine
     assert fp["os_release"] == "Debian GNU/Linux 12 (bookworm)"
     assert fp["boot_id"] == "a3d5e7f9-1b2c-4d6e-8f0a-2c4e6a8b0d12"
@@ -68,6 +69,7 @@ def test_orin_nano(board_tools):
     assert fp["board_model"] == "NVIDIA Jetson Orin Nano Developer Kit"
     assert fp["soc"] == "nvidia,tegra234"
     assert fp["cpu_count"] == 6
+    assert fp["thermal_trip_c"] == 99.0  # the lowest passive trip of its zones
     assert fp["cpu_governors"] == {"policy0": "schedutil", "policy4": "schedutil"}
     assert fp["jetson"]["nvpmodel"]["mode"] == "25W"
     assert fp["jetson"]["jetson_clocks"]["gpu"]["max_hz"] == 918000000

@@ -297,9 +297,28 @@ def test_baseline_two_runs_of_the_same_model_pass_a_heavier_graph_fails(reports,
         known=known,
         baseline=read_report_bytes(reports.chain_a),
     )
-    assert same.passed, [c.message for c in same.failed_checks]
-    assert same.baseline["latency"][0]["verdict"] in ("same", "unresolved")
+    # The three-way verdict decides: a ratio under 2 cannot be DIFFERENT beyond a 100 %
+    # minimum effect, so two runs of one model are SAME (a pass) or UNKNOWN (not judged,
+    # run more: the gate neither passes nor calls it a regression).
+    three = same.baseline["latency"][0]["three_way"]
+    check = _check(same, "baseline.latency[x=1x256]")
+    assert three["verdict"] in ("SAME", "UNKNOWN") and three["ratio"] < 2.0
+    if three["verdict"] == "SAME":
+        assert same.passed, [c.message for c in same.failed_checks]
+        assert check.passed and check.measured.startswith("SAME ×")
+    else:
+        assert 0.01 < three["p_value"] <= three["same_threshold"]
+        assert not same.passed and same.retry and not check.judged
+        assert same.summary.startswith("gate not decided, run more pairs")
     assert same.baseline["fingerprint_changes"] == []
+    # A report against itself: identical samples, p 1, SAME, passed.
+    itself = run_gate(
+        read_report_bytes(reports.chain_a),
+        loose,
+        known=known,
+        baseline=read_report_bytes(reports.chain_a),
+    )
+    assert itself.passed and itself.baseline["latency"][0]["three_way"]["p_value"] == 1.0
 
     slow = run_gate(
         read_report_bytes(reports.chain_heavy),
@@ -313,9 +332,12 @@ def test_baseline_two_runs_of_the_same_model_pass_a_heavier_graph_fails(reports,
     interfered = _interfered(_predicate(reports.chain_heavy), "latency")
     assert not slow.passed and slow.retry == interfered
     check = _check(slow, "baseline.latency[x=1x256]")
-    assert "a regression" in check.message
+    assert "a regression" in check.message and check.judged
     cmp = slow.baseline["latency"][0]
-    assert cmp["verdict"] == "slower"
+    # DIFFERENT (the smaller of the KS and Mann–Whitney p ≤ 0.01) and slower beyond 50 %.
+    assert cmp["three_way"]["verdict"] == "DIFFERENT" and cmp["three_way"]["ratio"] >= 1.5
+    assert cmp["three_way"]["p_value"] <= 0.01 and check.measured.startswith("DIFFERENT ×")
+    assert cmp["verdict"] == "slower"  # the interval, shown beside it, agrees
     assert cmp["median_ratio"]["ci_low"] > 1.25
     assert cmp["mann_whitney"]["prob_candidate_slower"] > 0.9
     # What changed is listed beside the verdict: here, the model itself.
@@ -354,10 +376,12 @@ def test_fingerprint_changes_name_firmware_kernel_runtime_power_mode_governor_cl
         "nvpmodel": {"mode": "15W"},
         "jetson_clocks": {"active": True},
     }
+    pred["fingerprint"]["thermal_trip_c"] = 45.0  # a board whose trip point was lowered
     pred["results"]["runtime"]["version"] = "1.99.0"
     cand = load_report(sign("cand", pred), known=known, require=True)
     categories = {c["category"] for c in fingerprint_changes(base, cand)}
     assert {"kernel", "governor", "firmware", "power mode", "clocks", "runtime"} <= categories
+    assert "thermal" in categories
 
 
 @pytest.mark.slow

@@ -554,3 +554,114 @@ def test_the_first_wait_for_a_lease_names_its_holder(tmp_path, example_models):
         assert seen and seen[0].startswith(expected), seen
         if lease is None:
             assert seen[0] == expected
+
+
+def _chain_models(tmp_path, test_helper) -> tuple[Path, Path]:
+    """A lab's exports folder: chain8 (last night's model) and chain16 (tonight's: twice
+    the layers, a new digest)."""
+    chain_model = test_helper("gate_reports").chain_model
+    exports = tmp_path / "exports"
+    exports.mkdir()
+    return (
+        chain_model(exports / "chain8.onnx", 8, rows=8),
+        chain_model(exports / "chain16.onnx", 16, rows=8),
+    )
+
+
+def _chain_night(tmp_path, lab, model: Path, out: str, **options):
+    """One fleet run of ``model`` as the lab's ``chain`` on every board."""
+    models = tmp_path / f"models-{out}.toml"
+    models.write_text(f'[models.chain]\npath = "{model}"\n')
+    # At most 30 timed calls a run: the p-values of 30 against 30 values stay above 1e-17.
+    plan = {**SMALL_PLAN, "latency_max_runs": 30}
+    opts = FleetOptions(
+        out_dir=tmp_path / out, plan_overrides=plan, retries=0, html_pages=False, **options
+    )
+    return FleetRunner(load_lab(lab), load_models(models), opts).run()
+
+
+@pytest.mark.slow
+def test_fleet_run_against_a_baseline_repeats_an_unknown_verdict_in_pairs(
+    tmp_path, agents, test_helper
+):
+    from edgequal.host.judge.report_file import load_report
+
+    lab = write_lab(tmp_path, agents(1))
+    chain8, chain16 = _chain_models(tmp_path, test_helper)
+    assert _chain_night(tmp_path, lab, chain8, "night-1").runs[0].report
+    # A policy that can decide nothing (a DIFFERENT p below any 30-value p, a SAME threshold
+    # of 1): the first verdict is UNKNOWN, and so is every verdict of the pairs.
+    undecidable = tmp_path / "undecidable.toml"
+    undecidable.write_text(
+        '[status]\nallowed = ["passed", "degraded", "failed", "inconclusive", "incomplete"]\n'
+        "[baseline]\nmin_effect = 0.2\ndifferent_p = 1e-25\nsame_p_start = 1.0\n"
+        "same_p_n = 1000000000\n"
+    )
+    result = _chain_night(
+        tmp_path,
+        lab,
+        chain16,
+        "night-2",
+        policy_path=undecidable,
+        baseline_dir=tmp_path / "night-1",
+        repeat_pairs=2,
+    )
+    (run,) = result.runs
+    assert run.baseline_verdict == "UNKNOWN" and run.repeat_pairs == 2
+    assert run.gate_passed is False and run.attempts == 1  # run again in pairs, not re-run
+    assert "still not decided" in run.gate_summary and "2 pairs run interleaved on dev-0" in (
+        run.gate_summary
+    )
+    # The pairs: the baseline's own model (chain8, found by its digest in the exports
+    # folder) and the candidate, interleaved on the same board, each signed by it.
+    repeats = sorted((tmp_path / "night-2" / "repeats" / "chain@dev-0").iterdir())
+    assert [p.name for p in repeats] == [
+        "01-baseline.json",
+        "02-candidate.json",
+        "03-candidate.json",
+        "04-baseline.json",
+    ]
+    known = KnownDevices()
+    for path in repeats:
+        report = load_report(path, known=known, device="dev-0", require=True)
+        want = chain8 if "baseline" in path.name else chain16
+        assert report.subjects[0]["name"] == want.name
+    index = json.loads((tmp_path / "night-2" / "index.json").read_text())
+    assert index["runs"][0]["baseline_verdict"] == "UNKNOWN"
+    # The default thresholds decide twice the layers at once: DIFFERENT and slower, a
+    # failed gate, no pairs run.
+    decisive = tmp_path / "decisive.toml"
+    decisive.write_text(
+        undecidable.read_text().split("[baseline]")[0] + "[baseline]\nmin_effect = 0.2\n"
+    )
+    (run,) = _chain_night(
+        tmp_path,
+        lab,
+        chain16,
+        "night-3",
+        policy_path=decisive,
+        baseline_dir=tmp_path / "night-1",
+        repeat_pairs=2,
+    ).runs
+    assert (run.baseline_verdict, run.repeat_pairs, run.gate_passed) == ("DIFFERENT", 0, False)
+    assert "a regression" in run.gate_summary
+    assert not (tmp_path / "night-3" / "repeats").exists()
+
+
+def test_fleet_run_baseline_flags_are_checked_before_any_board(tmp_path, capsys):
+    lab = tmp_path / "lab.toml"
+    lab.write_text('[lab]\nname = "x"\n[devices.a]\naddress = "grpc://127.0.0.1:1"\n')
+    models = tmp_path / "models.toml"
+    models.write_text(f'[models.m]\npath = "{tmp_path / "m.onnx"}"\n')
+    policy = tmp_path / "p.toml"
+    policy.write_text('name = "p"\n')
+    run = ["fleet", "run", str(lab), "--models", str(models)]
+    assert edgequal_main([*run, "--baseline", str(tmp_path)]) == 2
+    assert "--baseline needs --gate POLICY" in capsys.readouterr().err
+    assert edgequal_main([*run, "--gate", str(policy), "--baseline", str(tmp_path / "no")]) == 2
+    assert "not a folder" in capsys.readouterr().err
+    assert edgequal_main([*run, "--repeat-until-decided", "3"]) == 2
+    assert "--repeat-until-decided needs --baseline DIR" in capsys.readouterr().err
+    argv = [*run, "--gate", str(policy), "--baseline", str(tmp_path), "--repeat-until-decided"]
+    assert edgequal_main([*argv, "0"]) == 2
+    assert "at least 1 pair" in capsys.readouterr().err

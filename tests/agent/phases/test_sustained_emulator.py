@@ -58,19 +58,15 @@ def test_throttling_past_the_trip_point_is_detected(
     assert all(w["cause"] == "throttling" and w["throttle_reasons"] for w in after)
     assert {"cooling_device", "clock_drop"} <= set(after[-1]["throttle_reasons"])
 
-    # A 50 % duty cycle halves the time the worker may run, and so its throughput. Other
-    # processes take a share of the CPU that changes from window to window on a shared
-    # machine, so each window's rate is taken per share of its runnable time the worker
-    # ran (its own schedstat, ``cpu_share``; 1 on a quiet machine): what is left is the
-    # emulator's stop, whatever the load in either half.
-    def per_share(ws):
-        return sum(w["rate_per_s"] / w["interference"]["cpu_share"] for w in ws) / len(ws)
-
-    ratio = per_share(after) / per_share(before)
-    assert 0.25 <= ratio <= 0.75, (
-        ratio,
-        [(w["rate_per_s"], w["interference"]["cpu_share"]) for w in windows],
+    # A 50 % duty cycle halves the time the worker may run, and so its throughput,
+    # compared within the run. The emulator holds its duty cycle on a busy machine; there a
+    # stopped worker also waits longer for the CPU once resumed, and a 50 % stop cost
+    # 36-39 % of the throughput in runs beside four busy processes (it cost nothing before
+    # the emulator held its duty: 0.88-0.91 was seen).
+    ratio = (sum(w["rate_per_s"] for w in after) / len(after)) / (
+        sum(w["rate_per_s"] for w in before) / len(before)
     )
+    assert 0.25 <= ratio <= 0.8, (ratio, [(w["rate_per_s"], w["cause"]) for w in windows])
     assert result["cause"] == "throttling"
     assert result["verdict"] == "failed"  # throttled, stability < 0.90
     assert "throttled" in result["reason"]

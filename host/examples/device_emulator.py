@@ -24,7 +24,11 @@ Every ``period_s`` a thread measures the CPU time used by all descendants of
 second and cools it toward ``ambient_c`` by Newton's law (rate ``cool_rate`` per
 second). At or above ``trip_c`` it throttles every descendant from outside with a
 SIGSTOP/SIGCONT duty cycle (stopped for ``throttle_duty`` of each period) until the
-temperature falls ``hysteresis_c`` below the trip. The agent is simply pointed at
+temperature falls ``hysteresis_c`` below the trip. The heat follows the CPU work done,
+not the time passed: a worker that other processes starve heats its board less. The
+duty cycle holds on a busy machine too: the stop comes first and the tick's work is
+done while the processes are stopped, and each running part is measured against the
+stop actually held (``stopped_s`` adds those up). The agent is simply pointed at
 ``root`` (``--root`` / ``EDGEQUAL_ROOT``); it has no code for the emulator.
 
 It is part of the installed package because ``edgequal demo`` runs its sustained phase on
@@ -69,7 +73,8 @@ class DeviceEmulator:
     """A sysfs tree that heats with a process tree's CPU use and throttles it past the trip point.
 
     ``trip_time_s`` is the time (``time.monotonic()`` seconds since :meth:`start`) the
-    trip point was first reached, ``None`` until then; ``log`` holds one dict per tick
+    trip point was first reached, ``None`` until then; ``stopped_s`` the wall seconds
+    the watched processes were held stopped in all; ``log`` holds one dict per tick
     (``t_s``, ``temp_c``, ``cpu_s``, ``throttling``, ``clock_khz``, ``t_monotonic``,
     ``power_w``: what the rails read from this tick to the next).
     """
@@ -123,6 +128,7 @@ class DeviceEmulator:
         self.trip_time_s: float | None = None
         self.start_monotonic: float | None = None
         self.log: list[dict] = []
+        self.stopped_s = 0.0
         self._cpu_prev: dict[int, float] = {}
         self._stopped: set[int] = set()
         self._lock = threading.Lock()
@@ -257,14 +263,15 @@ class DeviceEmulator:
         self._cpu_prev = now
         return total
 
-    def _signal_all(self, sig: int) -> None:
+    def _signal_all(self, sig: int, pids=None) -> None:
+        """SIGSTOP ``pids`` (default: every descendant), or SIGCONT every process stopped."""
         if sig == signal.SIGSTOP:
-            for proc in self.descendants():
+            for pid in pids if pids is not None else [p.pid for p in self.descendants()]:
                 try:
-                    os.kill(proc.pid, signal.SIGSTOP)
+                    os.kill(pid, signal.SIGSTOP)
                 except ProcessLookupError:
                     continue
-                self._stopped.add(proc.pid)
+                self._stopped.add(pid)
         else:
             for pid in list(self._stopped):
                 with contextlib.suppress(ProcessLookupError):
@@ -314,21 +321,48 @@ class DeviceEmulator:
         last = self.start_monotonic
         try:
             while not self._halt.is_set():
+                if self.throttling and self.throttle_duty > 0:
+                    last = self._throttled_cycle(last)
+                    continue
                 now = time.monotonic()
                 self.tick(now, now - last)
                 last = now
-                if self.throttling:
-                    with self._lock:
-                        self._signal_all(signal.SIGSTOP)
-                    halted = self._halt.wait(self.throttle_duty * self.period_s)
-                    with self._lock:
-                        self._signal_all(signal.SIGCONT)
-                    if halted:
-                        break
-                # Sleep to the next period boundary so the duty cycle keeps its length.
+                # Sleep to the next period boundary.
                 self._halt.wait(max(0.0, last + self.period_s - time.monotonic()))
         finally:
             self.release()
+
+    def _throttled_cycle(self, last: float) -> float:
+        """One duty cycle: stop the processes, tick while they are stopped, let them run.
+
+        On a busy machine this thread is itself late to run and its tick (a scan of
+        /proc, the tree's files) takes long: ticking while the processes run would
+        lengthen their running share, and a fixed running time after a late SIGCONT would
+        shorten it. So the processes are stopped first (those known at the last tick;
+        a newer one from this tick on), the tick runs while they are stopped, and the
+        running part lasts as long, against the stop actually held, as the duty asks.
+        ``stopped_s`` adds up the stops actually held. Returns the tick's time.
+        """
+        stop_at = time.monotonic()
+        with self._lock:
+            self._signal_all(signal.SIGSTOP, list(self._cpu_prev))
+        now = time.monotonic()
+        self.tick(now, now - last)
+        if self.throttling:
+            with self._lock:
+                self._signal_all(
+                    signal.SIGSTOP, [p for p in self._cpu_prev if p not in self._stopped]
+                )
+            self._halt.wait(
+                max(0.0, stop_at + self.throttle_duty * self.period_s - time.monotonic())
+            )
+        with self._lock:
+            self._signal_all(signal.SIGCONT)
+        held_s = time.monotonic() - stop_at
+        self.stopped_s += held_s
+        if self.throttling:
+            self._halt.wait(held_s * (1.0 - self.throttle_duty) / self.throttle_duty)
+        return now
 
     def start(self) -> DeviceEmulator:
         """Start the emulation thread (the tree already exists from construction)."""

@@ -57,12 +57,16 @@ def test_throttling_past_the_trip_point_is_detected(
     # Windows after the trip carry the throttle evidence and are attributed to it.
     assert all(w["cause"] == "throttling" and w["throttle_reasons"] for w in after)
     assert {"cooling_device", "clock_drop"} <= set(after[-1]["throttle_reasons"])
-    # A 50 % duty cycle halves the worker's CPU, and so its throughput, compared within
-    # the run: the same machine load is in both halves.
+
+    # A 50 % duty cycle halves the time the worker may run, and so its throughput,
+    # compared within the run. The emulator holds its duty cycle on a busy machine; there a
+    # stopped worker also waits longer for the CPU once resumed, and a 50 % stop cost
+    # 36-39 % of the throughput in runs beside four busy processes (it cost nothing before
+    # the emulator held its duty: 0.88-0.91 was seen).
     ratio = (sum(w["rate_per_s"] for w in after) / len(after)) / (
         sum(w["rate_per_s"] for w in before) / len(before)
     )
-    assert 0.25 <= ratio <= 0.75, ratio
+    assert 0.25 <= ratio <= 0.8, (ratio, [(w["rate_per_s"], w["cause"]) for w in windows])
     assert result["cause"] == "throttling"
     assert result["verdict"] == "failed"  # throttled, stability < 0.90
     assert "throttled" in result["reason"]
@@ -105,37 +109,56 @@ def test_a_competitor_started_half_way_is_interference_not_a_failure(
     """Busy processes start half-way through a run on a board without sensors, on the CPU
     the worker runs on: the slower windows are attributed to interference, and the run is
     inconclusive. The worker inherits this process's CPU affinity, so the competition is
-    for that one CPU whatever else the machine runs."""
+    for that one CPU whatever else the machine runs.
+
+    The competitors are started (each in its own session, so that with the kernel's
+    autogroup scheduling each is a group of its own, as the worker is, and takes its share
+    of the CPU however many other processes this test's session holds) and pinned before
+    the run, and wait on a pipe: half-way they are released at once, without a Python
+    start-up that a busy machine can stretch past the end of the run."""
     plan = make_plan("quick", threads=1, sustain_s=7.0, window_s=1.0, cooldown=False)
     cpu = min(os.sched_getaffinity(0))
-    competitors: list[subprocess.Popen] = []
     started_at: list[float] = []
     busy = (
-        f"import os, time\nos.sched_setaffinity(0, {{{cpu}}})\n"
+        f"import os, sys, time\nos.sched_setaffinity(0, {{{cpu}}})\n"
+        "print('ready', flush=True)\nsys.stdin.read(1)\n"
         "end = time.monotonic() + 30\nwhile time.monotonic() < end: pass"
     )
+    competitors = [
+        subprocess.Popen(
+            [sys.executable, "-c", busy],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            start_new_session=True,
+        )
+        for _ in range(4)
+    ]
 
     def on_event(event: dict) -> None:
-        if not competitors and (event.get("done") or 0) >= 3.0:
+        if not started_at and (event.get("done") or 0) >= 3.0:
             started_at.append(time.monotonic())
-            for _ in range(4):
-                competitors.append(subprocess.Popen([sys.executable, "-c", busy]))
+            for p in competitors:
+                p.stdin.write(b"x")
+                p.stdin.flush()
 
     affinity = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {cpu})
     try:
+        assert all(p.stdout.readline() == b"ready\n" for p in competitors)
+        os.sched_setaffinity(0, {cpu})
         result = sustain(example_models["mid"], plan, tmp_path / "bare", on_event)
     finally:
         os.sched_setaffinity(0, affinity)
         for p in competitors:
             p.kill()
             p.wait()
-    assert competitors
+            p.stdin.close()
+            p.stdout.close()
+    assert started_at  # the competitors were released half-way
     assert result["telemetry"] == "absent" and result["throttled"] is False
     assert result["verdict"] == "inconclusive", (result["reason"], _windows(result), started_at)
     assert result["cause"] == "interference"
     # Windows that began a second after the competitors started: four busy processes on
-    # the worker's CPU leave it half of it at most.
+    # the worker's CPU leave it a fifth of it at most.
     late = [
         w for w in result["windows_detail"] if w["t0"] >= started_at[0] + 1.0 and not w["partial"]
     ]
@@ -148,12 +171,11 @@ def test_a_competitor_started_half_way_is_interference_not_a_failure(
     for w in late:
         dropped = w["rate_per_s"] < (1 - DROP_FRACTION) * best
         assert w["cause"] == ("interference" if dropped else "none"), (best, detail)
-    # The worker runs in its own session: with the kernel's autogroup scheduling, its
-    # group and the competitors' share the CPU half and half, so on a quiet machine it waits
-    # about half of its runnable time (more without autogroup). Beside other jobs it waits
-    # in every window.
+    # The worker and each competitor run in sessions of their own: with or without the
+    # kernel's autogroup scheduling, the worker gets a fifth of the CPU at most and waits
+    # most of its runnable time. Beside other jobs it waits in every window.
     waits = [w["interference"]["runq_wait_share"] for w in late]
-    assert all(wait >= RUNQ_WAIT_PRESENT for wait in waits), waits
+    assert all(wait >= max(RUNQ_WAIT_PRESENT, 0.5) for wait in waits), waits
     early = [
         w["interference"]["runq_wait_share"]
         for w in result["windows_detail"]

@@ -186,8 +186,12 @@ def test_bisect_installs_each_version_it_tries_and_names_the_first_whose_outputs
         )
         assert f"installing onnxruntime=={version} on local" in out.err
     assert f"bisecting 3 versions of onnxruntime: {GOOD}, {MID}, {BAD}" in out.err
-    # One signed report per run: the bad version first, then the one between.
-    written = sorted(p.name for p in reports.iterdir())
+    # One signed report per run (each with the sidecar naming the command that reproduces
+    # it): the bad version first, then the one between.
+    written = sorted(p.name for p in reports.glob("*.report.json"))
+    assert sorted(p.name for p in reports.glob("*.reproduce")) == [
+        f"{n}.reproduce" for n in written
+    ]
     tried = [BAD] if expected is None else [BAD, MID]
     assert written == sorted(f"layernorm-{v}-vs-{GOOD}.report.json" for v in tried)
     if expected is None:

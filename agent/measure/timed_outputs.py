@@ -117,6 +117,11 @@ def compare_timed_outputs(
     mismatched: list[dict] = []
     count = 0
     for index, t, outputs in sampler.kept:
+        # The comparison is a function of the outputs: a call whose outputs are bit for bit
+        # the outputs at rest (which passed against ``reference``, or are it) passes too,
+        # without the drift rules' cost. On a healthy board that is nearly every call.
+        if _same_arrays(outputs, at_rest):
+            continue
         report = compare([(f"call {index}", outputs, reference)])
         if report["passed"]:
             continue
@@ -138,6 +143,18 @@ def compare_timed_outputs(
         "mismatches": count,
         "mismatched": mismatched,
     }
+
+
+def _same_arrays(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray]) -> bool:
+    """Whether two sets of outputs hold the same names, shapes, dtypes and bytes."""
+    if a.keys() != b.keys():
+        return False
+    for name, x in a.items():
+        y = b[name]
+        x, y = np.asarray(x), np.asarray(y)
+        if x.dtype != y.dtype or x.shape != y.shape or x.tobytes() != y.tobytes():
+            return False
+    return True
 
 
 def _failing_outputs(report: dict) -> list[dict]:

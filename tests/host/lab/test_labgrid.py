@@ -190,6 +190,31 @@ def test_two_hosts_on_one_coordinator_never_share_a_place(
         assert a1 <= b0
 
 
+@pytest.mark.slow  # a labgrid coordinator and exporter, two agents, a health check
+def test_fleet_health_holds_each_place_and_names_the_person_holding_one(bench, tmp_path, capsys):
+    """``fleet health`` on a labgrid lab checks each board inside its place: a place a
+    person holds is an unhealthy check naming them, and nothing reaches its agent."""
+    labgrid, lab_file = bench
+    lab, agents, relay = labgrid.lab, labgrid.agents, labgrid.relay
+    runs_a, runs_b = (len(a.run_records()) for a in agents)
+    lab.client("-p", "pi-a", "lock", user="alice", host="bench")
+    connections = relay.connections
+    try:
+        argv = ["fleet", "health", str(lab_file), "--json", "--out", str(tmp_path / "h")]
+        argv += ["--health-file", str(tmp_path / "health.json")]
+        code = edgequal_main(argv)
+    finally:
+        lab.client("-p", "pi-a", "unlock", user="alice", host="bench")
+    checks = {c["device"]: c for c in json.loads(capsys.readouterr().out)}
+    assert code == 1  # pi-a could not be checked
+    assert not checks["pi-a"]["healthy"]
+    assert any("locked by bench/alice" in r for r in checks["pi-a"]["reasons"]), checks["pi-a"]
+    assert relay.connections == connections and len(agents[0].run_records()) == runs_a
+    # pi-b was checked inside its place: its run and the Info read there are in the check.
+    assert len(agents[1].run_records()) == runs_b + 1
+    assert checks["pi-b"]["run_id"] and checks["pi-b"]["key_fingerprint"]
+
+
 HOLDING_HOST = """
 import sys, time
 from edgequal.host.lab.labgrid_places import Coordinator

@@ -215,6 +215,39 @@ def test_fleet_health_holds_each_place_and_names_the_person_holding_one(bench, t
     assert checks["pi-b"]["run_id"] and checks["pi-b"]["key_fingerprint"]
 
 
+@pytest.mark.slow  # a labgrid coordinator and exporter, two agents, approve and requalify
+def test_fleet_requalify_reads_each_board_inside_its_place(bench, tmp_path, example_models):
+    """``fleet requalify`` on a labgrid lab reads each board's Info inside its place: an
+    approved pair on a place a person holds is planned again (its board could not be
+    read) and its run fails fast naming them; nothing reaches that board meanwhile."""
+    labgrid, lab_file = bench
+    lab, relay = labgrid.lab, labgrid.relay
+    resolved, _ = resolve_lab(load_lab(lab_file))
+    models_file = _micro_models(tmp_path, example_models)
+    options = FleetOptions(out_dir=tmp_path / "first", plan_overrides=PLAN, retries=0)
+    first = FleetRunner(resolved, load_models(models_file), options).run()
+    approved = tmp_path / "approved"
+    for r in first.runs:
+        assert r.report, r.error
+        args = ["approve", str(tmp_path / "first" / r.report), "--into", str(approved)]
+        assert edgequal_main([*args, "--model", str(example_models["micro"])]) == 0
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[status]\nallowed = ["passed", "degraded", "inconclusive"]\n')
+    lab.client("-p", "pi-a", "lock", user="alice", host="bench")
+    connections = relay.connections
+    try:
+        out = tmp_path / "requalified"
+        argv = ["fleet", "requalify", str(approved), str(lab_file), "--policy", str(policy)]
+        code = edgequal_main([*argv, "--out", str(out), "--retries", "0", "--no-record"])
+    finally:
+        lab.client("-p", "pi-a", "unlock", user="alice", host="bench")
+    assert relay.connections == connections  # not even an Info call reached pi-a
+    runs = {r["device"]: r for r in json.loads((out / "index.json").read_text())["runs"]}
+    assert list(runs) == ["pi-a"]  # pi-b read inside its place: unchanged, not re-run
+    assert "labgrid place pi-a is locked by bench/alice" in runs["pi-a"]["error"]
+    assert code == 3, code
+
+
 HOLDING_HOST = """
 import sys, time
 from edgequal.host.lab.labgrid_places import Coordinator

@@ -520,15 +520,14 @@ def test_each_new_change_fails_the_fleet_junit_once_and_sets_the_gauge(nightly):
             if n > night:
                 continue  # the load may move this series again later: a change of its own
             text = (base / f"prom-{n:02d}" / "changes.prom").read_text()
-            # Before it, 0; or 1 where the load moved the series that night, which the change
-            # says (on a board marked too noisy, as the unchanged model's below).
+            # Before it, 0; or 1 where that night brought another change of the series (the
+            # load moving it; not the slower copy's, which is new on one night only, above):
+            # the gauge is 1 exactly where the night's new changes hold the series.
             noise = [
                 c
                 for c in new[n]
                 if (c["device"], c["model"], c["figure"]) == (device, "vision", "p50 x=32x384")
             ]
-            if n < night and noise:
-                assert all(c["too_noisy"] for c in noise), noise
             assert f"{gauge} {1 if n == night or noise else 0}" in text
             assert text.endswith("# EOF\n")
     # The unchanged model fails a night only on a board marked too noisy (the machine's

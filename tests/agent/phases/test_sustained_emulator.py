@@ -58,15 +58,19 @@ def test_throttling_past_the_trip_point_is_detected(
     assert all(w["cause"] == "throttling" and w["throttle_reasons"] for w in after)
     assert {"cooling_device", "clock_drop"} <= set(after[-1]["throttle_reasons"])
 
-    # A 50 % duty cycle halves the time the worker may run, and so its throughput,
-    # compared within the run. The emulator holds its duty cycle on a busy machine; there a
-    # stopped worker also waits longer for the CPU once resumed, and a 50 % stop cost
-    # 36-39 % of the throughput in runs beside four busy processes (it cost nothing before
-    # the emulator held its duty: 0.88-0.91 was seen).
+    # A 50 % duty cycle halves the time the worker may run. What the emulator held is its
+    # own account (``stopped_s``), whatever else the machine runs; the throughput it costs
+    # is not: once resumed, a stopped worker waits for a CPU on a busy machine and the
+    # scheduler favours it, so a 50 % stop cost 36-39 % of the throughput beside four busy
+    # processes and 19 % beside two other suites. Compared within the run, it still drops
+    # (0.88-0.91 was seen when the emulator let the worker run through its ticks).
+    span = windows[-1]["t1"] - t_trip
+    held = emu.stopped_s / span
+    assert 0.3 <= held <= 0.65, (held, emu.stopped_s, span)
     ratio = (sum(w["rate_per_s"] for w in after) / len(after)) / (
         sum(w["rate_per_s"] for w in before) / len(before)
     )
-    assert 0.25 <= ratio <= 0.8, (ratio, [(w["rate_per_s"], w["cause"]) for w in windows])
+    assert 0.25 <= ratio <= 0.85, (ratio, [(w["rate_per_s"], w["cause"]) for w in windows])
     assert result["cause"] == "throttling"
     assert result["verdict"] == "failed"  # throttled, stability < 0.90
     assert "throttled" in result["reason"]

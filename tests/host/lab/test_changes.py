@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from edgequal.host.cli.main import main as edgequal_main
+from edgequal.host.lab.changes import MIN_RUNS
 
 NIGHTS = 20
 CHANGE_NIGHT = 14
@@ -437,16 +438,20 @@ def test_the_same_reports_in_postgresql_give_the_same_changes(
 def test_noise_scores_and_fleet_run_skip_noisy(analysed, nightly, tmp_path, capsys):
     found = analysed()
     scores = {(n["device"], n["model"]): n for n in found["noise"]}
-    assert set(scores) == {("dev-0", "vision"), ("dev-1", "vision"), ("dev-0", "steady")}
     for n in scores.values():
         assert n["cv_ci"][0] <= n["cv"] <= n["cv_ci"][1] and n["cv"] > 0
         assert n["too_noisy"] == (n["cv"] * 3 > 0.05)
-    # The slower model's score counts only the runs since its change.
-    (change,) = [c for c in _slower_copy(found, nightly) if c["device"] == "dev-0"]
-    later = [c for c in _changes(found, "vision") if c["device"] == "dev-0"][-1]
-    assert scores[("dev-0", "vision")]["runs"] == later["n_after"] <= change["n_after"]
-    steady = [c for c in _changes(found, "steady") if c["device"] == "dev-0"]
-    assert scores[("dev-0", "steady")]["runs"] == (steady[-1]["n_after"] if steady else NIGHTS)
+    # A series' score counts only the runs since its last change of the clean p50 (the
+    # slower copy's, or a later one the load made), and it has one exactly where those
+    # runs are at least MIN_RUNS: on a quiet machine, every series.
+    for s in found["series"]:
+        key = (s["device"], s["model"])
+        own = [c for c in _changes(found, s["model"]) if c["device"] == s["device"]]
+        runs = own[-1]["n_after"] if own else s["points"]
+        if runs >= MIN_RUNS:
+            assert scores[key]["runs"] == runs, (key, own)
+        else:
+            assert key not in scores, (key, own)
     # A lab whose limit is 0.1 %: every board is too noisy for it, and a fleet run with
     # --skip-noisy leaves them out (it contacts none of them) and says why.
     lab = tmp_path / "lab.toml"
@@ -456,10 +461,14 @@ def test_noise_scores_and_fleet_run_skip_noisy(analysed, nightly, tmp_path, caps
         + ["--history", nightly["url"], "--no-record", "--out", str(tmp_path / "out")]
     )
     out = capsys.readouterr().err
-    assert "left out (--skip-noisy): dev-0 is too noisy for a 0.1 % limit: CV" in out
-    assert "left out (--skip-noisy): dev-1 is too noisy" in out
+    # The boards with a scored series under the lab's own settings (its limit finds
+    # changes the default does not, and a score counts the runs since the last).
+    scored = {n["device"] for n in analysed("--lab", str(lab))["noise"]}
+    assert scored  # at least one series has five runs since its last change
+    for device in scored:
+        assert f"left out (--skip-noisy): {device} is too noisy for a 0.1 % limit: CV" in out
     index = json.loads((tmp_path / "out" / "index.json").read_text())
-    assert {r["state"] for r in index["runs"]} == {"skipped"}
+    assert {r["device"] for r in index["runs"] if r["state"] == "skipped"} == scored
     assert code == 3  # skipped boards, as for those fleet health marks unhealthy
 
 
@@ -582,15 +591,19 @@ def test_attest_signs_the_reports_either_side_of_each_change(nightly, tmp_path, 
 
 @pytest.mark.slow
 def test_the_gate_marks_a_board_too_noisy_for_its_minimum_effect(
-    nightly, tmp_path, monkeypatch, capsys
+    analysed, nightly, tmp_path, monkeypatch, capsys
 ):
+    # A series with a noise score (five runs since its last change; on a quiet machine,
+    # dev-0's vision): its last report, gated with a 0.1 % minimum effect.
+    scored = {(n["device"], n["model"]) for n in analysed()["noise"]}
+    device, model = ("dev-0", "vision") if ("dev-0", "vision") in scored else min(scored)
     monkeypatch.setenv("EDGEQUAL_CONFIG_DIR", str(nightly["config"]))  # the agents' keys
     policy = tmp_path / "gate.toml"
     policy.write_text('name = "noise"\n[baseline]\nmin_effect = 0.001\n')
     report = next(
         path
-        for path, device, cell in reversed(nightly["reports"])
-        if device == "dev-0" and cell.model_label == "vision"
+        for path, d, cell in reversed(nightly["reports"])
+        if d == device and cell.model_label == model
     )
     code = edgequal_main(
         ["gate", str(report), "--policy", str(policy), "--history", nightly["url"], "--json"]
@@ -598,13 +611,15 @@ def test_the_gate_marks_a_board_too_noisy_for_its_minimum_effect(
     captured = capsys.readouterr()
     noise = json.loads(captured.out)["board_noise"]
     assert code == 0  # marked, not failed
-    assert noise["device"] == "dev-0" and noise["model"] == "vision"
+    assert noise["device"] == device and noise["model"] == model
     assert noise["min_effect"] == 0.001 and noise["too_noisy"]  # no board is quiet to 0.1 %
-    assert "dev-0 is too noisy for a 0.1 % limit: CV" in captured.err
+    assert f"{device} is too noisy for a 0.1 % limit: CV" in captured.err
 
 
 @pytest.mark.slow
-def test_fleet_health_marks_boards_too_noisy_for_the_labs_limit(nightly, tmp_path, capsys):
+def test_fleet_health_marks_boards_too_noisy_for_the_labs_limit(
+    analysed, nightly, tmp_path, capsys
+):
     # The lab's limit of 0.1 %: every board is too noisy for it. The agents have stopped,
     # so the boards are also unreachable: the noise is a mark beside the health, from
     # the history alone.
@@ -617,6 +632,11 @@ def test_fleet_health_marks_boards_too_noisy_for_the_labs_limit(nightly, tmp_pat
     captured = capsys.readouterr()
     entries = {e["device"]: e for e in json.loads(captured.out)}
     assert code == 1 and set(entries) == {"dev-0", "dev-1"}
+    # Every board with a scored series (five runs since its last change) is marked.
+    scored = {n["device"] for n in analysed("--lab", str(lab))["noise"]}
+    assert scored
     for device, entry in entries.items():
-        assert entry["noise"] and all(n["too_noisy"] for n in entry["noise"])
-        assert f"{device} is too noisy for a 0.1 % limit: CV" in captured.err
+        assert bool(entry["noise"]) == (device in scored)
+        assert all(n["too_noisy"] for n in entry["noise"])
+        if device in scored:
+            assert f"{device} is too noisy for a 0.1 % limit: CV" in captured.err

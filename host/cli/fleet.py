@@ -333,7 +333,8 @@ def _cmd_fleet_health(args) -> int:
             "key",
             "why",
         ]
-        print_table(f"health {lab.name}", columns, rows)
+        # The verdict and the board's name never fold; the reasons fold instead.
+        print_table(f"health {lab.name}", columns, rows, whole=("device", "health", "check"))
         print_note(f"health state: {state_path}")
     for n in noise:
         if n.too_noisy:

@@ -220,10 +220,14 @@ def _history_changes(args) -> int:
 
 
 def _change_row(c) -> list[str]:
+    from ..lab.changes import load_text
+
     ratio = "" if c.ratio is None else f"×{c.ratio:.3f}"
     if c.ratio_ci:
         ratio += f" [{c.ratio_ci[0]:.3f}, {c.ratio_ci[1]:.3f}]"
     why = ", ".join(f"{x['field']} {x['before']} → {x['after']}" for x in c.culprit[:3])
+    if not c.culprit:
+        why = "nothing recorded" + load_text(c.load)
     return [
         f"{(c.first_after['measured_at'] or '')[:19]} {c.first_after['run_id']}",
         c.device,

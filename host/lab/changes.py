@@ -343,6 +343,9 @@ class Change:
     boards: list[str] = field(default_factory=list)
     culprit: list[dict] = field(default_factory=list)
     operators: list[dict] = field(default_factory=list)
+    load: dict | None = None
+    """Other processes' CPU use in the timed loops either side (:func:`load_either_side`):
+    the evidence a change with no recorded culprit is read against."""
     too_noisy: str | None = None
     """Why the board is too noisy for this minimum effect (:func:`series_noise`), or None: a
     change found there may be its noise moving (a neighbour's load, a clock), so read it so."""
@@ -369,6 +372,8 @@ class Change:
         if self.culprit:
             c = self.culprit[0]
             text += f"; changed there: {c['field']} {c['before']} → {c['after']}"
+        else:
+            text += "; nothing recorded changed there" + load_text(self.load)
         ops = operators_text(self.operators)
         if ops:
             text += "; " + ops
@@ -383,6 +388,46 @@ class Change:
         out["worse"] = self.worse
         out["headline"] = self.headline()
         return out
+
+
+LOAD_SEPARATION = 0.6
+"""How well other processes' CPU use must tell the runs before from those after for a change
+with no recorded culprit to be put down to them."""
+
+
+def load_either_side(before: list[Point], after: list[Point]) -> dict | None:
+    """Other processes' CPU use (``other_cpus``, measured by the agent in each run's timed
+    loop of its first shape) either side of a change: medians and separation; None where a
+    side has no such measurement (a board without /proc/stat)."""
+
+    def other(points: list[Point]) -> list[float]:
+        out = []
+        for p in points:
+            entries = _get(p.report.predicate, "results", "latency", "per_shape") or []
+            ev = (decisive_entry(entries[0]).get("interference") or {}) if entries else {}
+            if _number(ev.get("other_cpus")) is not None:
+                out.append(float(ev["other_cpus"]))
+        return out
+
+    b, a = other(before), other(after)
+    if not b or not a:
+        return None
+    return {
+        "other_cpus_before": round(float(np.median(b)), 3),
+        "other_cpus_after": round(float(np.median(a)), 3),
+        "separation": round(_separation(b, a), 3),
+    }
+
+
+def load_text(load: dict | None) -> str:
+    """'' or the cause a change with no recorded culprit is read with: other processes'
+    CPU use moved with it, or it did not (unexplained), or it was not measured."""
+    if load is None:
+        return " (other processes' CPU use not measured: unexplained)"
+    moved = f"{load['other_cpus_before']:.2f} → {load['other_cpus_after']:.2f} CPUs"
+    if load["separation"] >= LOAD_SEPARATION:
+        return f"; other processes' CPU use moved with it: {moved}"
+    return f" (other processes' CPU use alike either side, {moved}: unexplained)"
 
 
 def operators_text(diff: list[dict], top: int = 2) -> str:
@@ -564,6 +609,7 @@ def series_changes(s: Series, settings: ChangeSettings) -> list[Change]:
                     reports_after=[p.envelope_sha256 for p in after],
                     culprit=culprit(before, after, settings.min_points),
                     operators=operator_diff(before, after),
+                    load=load_either_side(before, after),
                 )
             )
     return out
@@ -656,13 +702,16 @@ class NoiseScore:
     runs: int
     min_effect: float
     too_noisy: bool
+    segments: int = 1
+    """How many stretches between changes of the figure the runs came from."""
 
     def message(self) -> str:
         """'pi5-c is too noisy for a 10 % limit: CV 6.1 %' (or fine for it)."""
         verdict = "too noisy" if self.too_noisy else "quiet enough"
         return (
             f"{self.device} is {verdict} for a {self.min_effect * 100:g} % limit: CV {self.cv:.1%} "
-            f"(95 % CI {self.cv_ci[0]:.1%}–{self.cv_ci[1]:.1%}, {self.runs} runs of {self.model})"
+            f"(95 % CI {self.cv_ci[0]:.1%}–{self.cv_ci[1]:.1%}, {self.runs} runs of {self.model}"
+            + (f" in {self.segments} stretches between changes)" if self.segments > 1 else ")")
         )
 
     def to_json(self) -> dict:
@@ -670,23 +719,28 @@ class NoiseScore:
         return {**asdict(self), "cv_ci": list(self.cv_ci), "message": self.message()}
 
 
-def cv_with_interval(
-    values, *, iterations: int = 2000, seed: int = 0
+def pooled_cv_with_interval(
+    segments, *, iterations: int = 2000, seed: int = 0
 ) -> tuple[float, tuple[float, float]]:
-    """The CV of ``values`` and its 95 % percentile-bootstrap interval."""
-    x = np.asarray(values, dtype=np.float64).ravel()
-    cv = float(np.std(x, ddof=1) / np.mean(x))
+    """The pooled within-segment CV of ``segments`` (each a run of values with its own
+    level) and its 95 % percentile-bootstrap interval: each value taken relative to its
+    segment's mean, ``sqrt(Σ (x / mean − 1)² / (n − k))`` over the n values of the k
+    segments (one degree of freedom spent on each mean). One segment: the sample CV."""
+    rel = np.concatenate([np.asarray(x, dtype=np.float64) / np.mean(x) - 1.0 for x in segments])
+    dof = rel.size - len(segments)
+    cv = float(np.sqrt(np.sum(rel**2) / dof))
     rng = np.random.default_rng(seed)
-    idx = rng.integers(0, x.size, size=(iterations, x.size))
-    boot = x[idx]
-    cvs = np.std(boot, axis=1, ddof=1) / np.mean(boot, axis=1)
+    boot = rel[rng.integers(0, rel.size, size=(iterations, rel.size))]
+    cvs = np.sqrt(np.sum(boot**2, axis=1) / dof)
     lo, hi = np.quantile(cvs, [0.025, 0.975])
-    return cv, (float(lo), float(hi))
+    return cv, (float(min(lo, cv)), float(max(hi, cv)))
 
 
 def series_noise(series, changes, min_effect: float) -> NoiseScore | None:
-    """The noise score of one :class:`~.changes.Series` given its changes (those of its
-    clean p50 bound the runs used); None with fewer than :data:`MIN_RUNS` runs."""
+    """The noise score of one :class:`~.changes.Series` given its changes: the spread of its
+    clean p50 within the segments its changes of that figure cut it into (a real change is
+    not noise, and every segment's runs count), over the segments of at least two runs;
+    None with fewer than :data:`MIN_RUNS` such runs."""
     p50 = None
     values: list[tuple[int, float]] = []
     for i, point in enumerate(series.points):
@@ -697,13 +751,17 @@ def series_noise(series, changes, min_effect: float) -> NoiseScore | None:
                 break
     if p50 is None:
         return None
-    start = max(
-        (c.index for c in changes if c.figure == p50.name and c.device == series.device), default=0
-    )
-    kept = [v for i, v in values if i >= start]
-    if len(kept) < MIN_RUNS or np.mean(kept) <= 0:
+    cuts = sorted({c.index for c in changes if c.figure == p50.name and c.device == series.device})
+    bounds = [0, *cuts, len(series.points)]
+    segments = [
+        kept
+        for lo, hi in zip(bounds, bounds[1:])
+        if len(kept := [v for i, v in values if lo <= i < hi]) >= 2 and np.mean(kept) > 0
+    ]
+    runs = sum(len(x) for x in segments)
+    if runs < MIN_RUNS:
         return None
-    cv, ci = cv_with_interval(kept)
+    cv, ci = pooled_cv_with_interval(segments)
     return NoiseScore(
         device=series.device,
         model=series.model,
@@ -711,7 +769,8 @@ def series_noise(series, changes, min_effect: float) -> NoiseScore | None:
         figure=p50.name,
         cv=cv,
         cv_ci=ci,
-        runs=len(kept),
+        runs=runs,
+        segments=len(segments),
         min_effect=min_effect,
         too_noisy=cv * SPREAD_FACTOR > min_effect,
     )

@@ -2,9 +2,9 @@
 (each series' score is ``changes.series_noise``).
 
 A board's **noise score** for one model (one series of ``host/lab/changes.py``) is the
-coefficient of variation (sample standard deviation / mean) of the clean p50 of its first
-input shape over the runs since the series' last change point (a real change is not
-noise), with a 95 % percentile-bootstrap interval (seeded). A board is **too noisy** for a
+coefficient of variation of the clean p50 of its first input shape, pooled within the
+stretches the series' change points of that figure cut it into (a real change is not
+noise; every stretch's runs count), with a 95 % percentile-bootstrap interval (seeded). A board is **too noisy** for a
 minimum effect when ``CV × 3 > min_effect``: three standard deviations of night-to-night
 spread would pass for a change of that size, so a change of that size cannot be told from
 noise there ("pi5-c is too noisy for a 10 % limit: CV 6.1 %").

@@ -1,0 +1,66 @@
+"""A board's noise score and a change's cause, on literal numbers: the pooled spread within
+the stretches between a series' changes, and the line a change with no recorded culprit is
+read with."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from edgequal.host.lab.changes import Change, load_text, pooled_cv_with_interval
+
+
+def test_the_spread_is_pooled_within_stretches_not_across_a_change():
+    # Two levels, each ±2 %: across them the CV is about 40 %; within them, 2 %.
+    low, high = [1.0, 1.02, 0.98], [2.0, 2.04, 1.96]
+    cv, (lo, hi) = pooled_cv_with_interval([low, high])
+    # Σ (x / mean − 1)² = 4 · 0.02² over 6 values less 2 means.
+    assert cv == pytest.approx(0.02, rel=1e-9)
+    assert lo <= cv <= hi
+    everything = np.array(low + high)
+    assert np.std(everything, ddof=1) / np.mean(everything) > 0.3
+
+
+def test_one_stretch_is_the_sample_cv():
+    x = [10.0, 10.5, 9.7, 10.2, 9.9]
+    cv, (lo, hi) = pooled_cv_with_interval([x])
+    assert cv == pytest.approx(np.std(x, ddof=1) / np.mean(x), rel=1e-12)
+    assert lo <= cv <= hi
+
+
+def _change(culprit, load) -> Change:
+    return Change(
+        device="pi5-a", model="det", preset="quick", figure="p50 x", unit="ms", kind="latency",
+        better="lower", index=9, first_after={"measured_at": "2026-11-14T02:00:00Z"},
+        last_before={}, median_before=10.0, median_after=10.6, ratio=1.06, ratio_ci=None,
+        p_value=0.01, n_before=9, n_after=11, min_effect=0.05, culprit=culprit, load=load,
+    )  # fmt: skip
+
+
+def test_a_change_with_no_recorded_culprit_says_what_it_was_read_against():
+    moved = {"other_cpus_before": 0.2, "other_cpus_after": 0.95, "separation": 0.8}
+    assert (
+        _change([], moved)
+        .headline()
+        .endswith(
+            "; nothing recorded changed there; other processes' CPU use moved with it: "
+            "0.20 → 0.95 CPUs"
+        )
+    )
+    alike = {"other_cpus_before": 0.41, "other_cpus_after": 0.44, "separation": 0.2}
+    assert (
+        _change([], alike)
+        .headline()
+        .endswith(
+            "; nothing recorded changed there (other processes' CPU use alike either side, "
+            "0.41 → 0.44 CPUs: unexplained)"
+        )
+    )
+    assert (
+        _change([], None)
+        .headline()
+        .endswith("(other processes' CPU use not measured: unexplained)")
+    )
+    firmware = [{"field": "firmware", "before": "a", "after": "b", "separation": 1.0}]
+    line = _change(firmware, moved).headline()
+    assert "changed there: firmware a → b" in line and "nothing recorded" not in line
+    assert load_text(moved) in _change([], moved).headline()

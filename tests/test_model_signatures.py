@@ -121,7 +121,12 @@ def test_the_device_verifies_the_model_signature_before_loading(chain_model, tmp
     result = edgequal.gate(plain.path, policy=policy, device="local")
     failed = {c.name: c for c in result.failed_checks}
     assert failed["require_model_signature"].measured == "unsigned"
-    assert set(failed) == {"require_model_signature"}, (plain.status, plain.predicate.get("reason"), plain.predicate.get("findings"), [vars(c) for c in failed.values()])
+    assert set(failed) == {"require_model_signature"}, (
+        plain.status,
+        plain.predicate.get("reason"),
+        plain.predicate.get("findings"),
+        [vars(c) for c in failed.values()],
+    )
     from edgequal.host.present.signature import signature_text
 
     assert signature_text(signed.predicate["results"]) == (

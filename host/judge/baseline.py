@@ -48,6 +48,26 @@ def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
         out[prefix] = value
 
 
+def runtime_env_fields(envs: list) -> dict[str, Any]:
+    """The runtime environments a run named, by their place in the plan (``runtime_envs[1]``
+    is the first, the baseline of its ratios): name, runtime, version, Python and every
+    wheel's file and digest. By place, not name, so the environment a lab's nightly plan
+    measures stays one field when it is replaced by another version under another name."""
+    out: dict[str, Any] = {}
+    for i, env in enumerate(envs, start=1):
+        if not isinstance(env, dict):
+            continue
+        for key in ("name", "runtime", "distribution", "version", "python"):
+            if env.get(key) is not None:
+                out[f"runtime_envs[{i}].{key}"] = env[key]
+        wheels = [w for w in env.get("wheels") or [] if isinstance(w, dict)]
+        if wheels:
+            out[f"runtime_envs[{i}].wheels"] = ", ".join(
+                f"{w.get('file')} sha256 {str(w.get('sha256'))[:12]}" for w in wheels
+            )
+    return out
+
+
 ROLE_UNMARKED = "unknown (the report's subjects carry no roles)"
 """The ``golden`` field of a report whose subjects have no roles (an agent from before
 them): its golden set cannot be told, so ``require_same[golden]`` fails on it."""
@@ -59,7 +79,10 @@ def fingerprint_fields(predicate: dict, subjects: list[dict] | None = None) -> d
     fp = {
         k: v for k, v in (predicate.get("fingerprint") or {}).items() if k not in _FINGERPRINT_SKIP
     }
+    envs = fp.pop("runtime_envs", None)
     _flatten("", fp, out)
+    if isinstance(envs, list):
+        out.update(runtime_env_fields(envs))
     results = predicate.get("results") or {}
     runtime = results.get("runtime") or (results.get("cold_load") or {}).get("runtime") or {}
     _flatten("runtime", {k: v for k, v in runtime.items() if k != "providers_requested"}, out)

@@ -212,7 +212,33 @@ def figures_of(predicate: Mapping) -> dict[Figure, float]:
         out[Figure(f"drift {name}", "", "drift")] = _number(_get(drift, "max_abs"))
     rss = _number(_get(results, "memory", "peak_rss_bytes"))
     out[Figure("peak memory", "MB", "memory")] = None if rss is None else rss / _MB
+    out.update(runtime_env_figures(results))
     return {f: v for f, v in out.items() if v is not None}
+
+
+def runtime_env_figures(results: Mapping) -> dict[Figure, float | None]:
+    """The figures of each runtime environment the run measured side by side (``qualify
+    --runtime-env``), named by the environment's place in the plan, ``(runtime env 1)``
+    for the first: a lab that moves its nightly plan to another version (another
+    environment name) keeps one series, and the culprit names the environments either
+    side (``runtime_envs[1].version``, its wheels). p50 and p99 of its shape (all calls:
+    the segments are timed untagged), cold load, and drift per output."""
+    out: dict[Figure, float | None] = {}
+    for i, env in enumerate(_get(results, "runtime_envs", "environments") or [], start=1):
+        if not isinstance(env, Mapping) or env.get("status") != "ok":
+            continue
+        tag = f" (runtime env {i})"
+        shapes = _get(env, "latency", "per_shape") or [{}]
+        shape = shapes[0].get("shape") or "default"
+        summary = shapes[0].get("summary") or {}
+        out[Figure(f"p50 {shape}{tag}", "ms", "latency")] = _number(summary.get("p50_ms"))
+        out[Figure(f"p99 {shape}{tag}", "ms", "tail")] = _number(summary.get("p99_ms"))
+        out[Figure(f"cold load{tag}", "ms", "cold")] = _number(
+            _get(env, "cold_load", "total_ms", "median")
+        )
+        for name, drift in sorted((_get(env, "drift", "outputs") or {}).items()):
+            out[Figure(f"drift {name}{tag}", "", "drift")] = _number(_get(drift, "max_abs"))
+    return out
 
 
 # -- series -----------------------------------------------------------------------------

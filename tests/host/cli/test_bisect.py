@@ -243,6 +243,69 @@ def test_a_version_whose_outputs_match_the_good_ones_is_not_reproducible(
     )
 
 
+@pytest.mark.slow  # ten real runs, each in a runtime environment
+def test_a_nightly_series_whose_environment_is_replaced_names_the_environment(
+    on_board, wheelhouse, models, tmp_path, capsys
+):
+    """Ten "nights" of the LayerNormalization model, each run in a runtime environment
+    beside the agent's own (``--runtime-env``), recorded into a history: five in the
+    suite's own onnxruntime, then five in 1.19.0 (another environment name, the same
+    series). Where the two versions' outputs differ on this CPU (the oracle: each
+    environment's own Python), the environment's drift changes at night 5 and the culprit
+    is the environment: its name, version and wheel digests by place in the plan."""
+    from edgequal.host.install.runtime_envs import add_local_runtime_env
+
+    model, golden, x = models["layernorm"]
+    for version in (BAD, GOOD):  # installed by the bisect above when it ran first
+        if not (on_board / "runtimes" / f"onnxruntime-{version}").is_dir():
+            add_local_runtime_env(on_board, f"onnxruntime=={version}", wheelhouse=wheelhouse)
+    db = f"sqlite:///{tmp_path / 'history.sqlite'}"
+    plan = ["--cold-runs", "1", "--warmup", "0.05s", "--latency", "0.1s", "--sustain", "0"]
+    for night in range(10):
+        env = f"onnxruntime-{BAD if night < 5 else GOOD}"
+        report = tmp_path / f"night-{night}.json"
+        argv = ["qualify", str(model), "--golden", str(golden), "--device", "local"]
+        argv += ["--runtime-env", env, "--runtime-env-rounds", "1", *plan, "-o", str(report)]
+        assert edgequal_main(argv) in (0, 1), capsys.readouterr().err
+        assert edgequal_main(["history", "record", str(report), "--db", db]) == 0
+    capsys.readouterr()
+    policy = tmp_path / "nightly.toml"  # 5 runs against 5 reach p 0.008 at best: 0.05
+    policy.write_text('name = "nightly"\n[changes]\np_value = 0.05\n')
+    assert edgequal_main(["history", "changes", "--db", db, "--policy", str(policy), "--json"]) == 0
+    found = json.loads(capsys.readouterr().out)
+    [series] = found["series"]
+    assert series["points"] == 10 and series["figures"] >= 8  # its own and the environment's
+    drift = [c for c in found["changes"] if c["figure"] == "drift y (runtime env 1)"]
+    digest = oracle_digests(on_board, model, x, (GOOD, BAD), tmp_path)
+    if digest[GOOD] == digest[BAD]:  # the same outputs on this CPU: nothing to find
+        assert drift == []
+        return
+    [change] = drift
+    assert change["index"] == 5 and change["worse"]
+    assert change["median_before"] == 0.0 and change["median_after"] > 0.0
+    assert change["p_value"] <= 0.05
+    fields = {c["field"]: c for c in change["culprit"]}
+    assert fields["runtime_envs[1].version"]["before"] == BAD
+    assert fields["runtime_envs[1].version"]["after"] == GOOD
+    assert fields["runtime_envs[1].name"]["after"] == f"onnxruntime-{GOOD}"
+    wheels = fields["runtime_envs[1].wheels"]
+    for side, version in (("before", BAD), ("after", GOOD)):
+        manifest = json.loads(
+            (on_board / "runtimes" / f"onnxruntime-{version}" / "env.json").read_text()
+        )
+        ort = next(w for w in manifest["wheels"] if w["file"].startswith("onnxruntime-"))
+        assert f"{ort['file']} sha256 {ort['sha256'][:12]}" in wheels[side]
+    top = {c["field"] for c in change["culprit"] if c["separation"] == 1.0}
+    assert {"runtime_envs[1].name", "runtime_envs[1].version", "runtime_envs[1].wheels"} <= top
+    assert all(c["category"] == "runtime environments" for c in change["culprit"])
+    # The agent's own runtime did not change: its drift has no change.
+    assert not [c for c in found["changes"] if c["figure"] == "drift y"]
+    assert (
+        f"changed there: runtime_envs[1].name onnxruntime-{BAD} → onnxruntime-{GOOD}"
+        in (change["headline"])
+    )
+
+
 @pytest.mark.parametrize(
     ("flags", "message"),
     [

@@ -11,9 +11,10 @@ four conditions, in one run of this script:
   tagging existed).
 
 Each qualification is ``run_measurement`` with the ``quick`` plan (the agent's code path:
-worker processes, contention sampler, verdict), and is followed by a bare loop in this
-process (onnxruntime through the agent's runtime adapter, the same threads, timed with
-``perf_counter_ns`` and tagged by ``getrusage`` the same way) under the same condition:
+worker processes, contention sampler, verdict), and is followed by a bare loop in a child
+process in a session of its own, as the agent starts its workers (onnxruntime through the
+agent's runtime adapter, the same threads, timed with ``perf_counter_ns`` and tagged by
+``getrusage`` the same way) under the same condition:
 the baseline measured in the same run. Reported per run: status, wall time, excluded
 calls, clean and as-measured p50/p99, and the ratios of the clean figures to the bare
 loop's clean ones.
@@ -90,6 +91,30 @@ def bare_loop(model: Path, threads: int | None, seconds: float, max_extension: f
     return {"clean_p50_ms": clean["p50_ms"], "clean_p99_ms": clean["p99_ms"]}
 
 
+def bare_loop_own_session(model: Path, threads, seconds: float, max_extension: float) -> dict:
+    """:func:`bare_loop` in a child process in a session of its own, as the agent starts its
+    workers (``start_new_session``): where the kernel groups a session's processes for the
+    CPU scheduler (autogroup, on by default in most distributions), a worker beside three
+    spinners of another session gets that session's share of the CPUs, not a fifth of each;
+    a bare loop in the spinners' own session would be measured on other terms."""
+    code = (
+        "import json, sys; sys.path.insert(0, sys.argv[1]); import busy_machine as b; "
+        "print(json.dumps(b.bare_loop(__import__('pathlib').Path(sys.argv[2]), "
+        "None if sys.argv[3] == 'None' else int(sys.argv[3]), float(sys.argv[4]), "
+        "float(sys.argv[5]))))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(Path(__file__).parent), str(model), str(threads)]
+        + [str(seconds), str(max_extension)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        start_new_session=True,
+        check=True,
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def qualify(model: Path, tagged: bool, seconds: float, max_extension: float | None) -> dict:
     """One quick qualification on the agent's code path; the figures this benchmark reads."""
     from edgequal.agent.phases.qualification import run_measurement
@@ -143,7 +168,7 @@ def condition(
         rows = []
         for i in range(runs):
             row = qualify(model, tagged, seconds, max_extension)
-            bare = bare_loop(model, threads, seconds, max_extension or 3.0)
+            bare = bare_loop_own_session(model, threads, seconds, max_extension or 3.0)
             # Tagged runs compare their clean figures, untagged ones their as-measured ones.
             p50 = row["clean_p50_ms"] if tagged else row["p50_ms"]
             p99 = row["clean_p99_ms"] if tagged else row["p99_ms"]

@@ -20,7 +20,8 @@ The emulator writes, under ``root``:
   time ``t_monotonic``, so a test can integrate what the emulator drew.
 
 Every ``period_s`` a thread measures the CPU time used by all descendants of
-``watch_pid`` (the agent's workers), heats the zone by ``heat_c_per_cpu_s`` per CPU
+``watch_pid`` (the agent's workers; one that ended between two ticks through the time
+``watch_pid`` gained when it reaped it), heats the zone by ``heat_c_per_cpu_s`` per CPU
 second and cools it toward ``ambient_c`` by Newton's law (rate ``cool_rate`` per
 second). At or above ``trip_c`` it throttles every descendant from outside with a
 SIGSTOP/SIGCONT duty cycle (stopped for ``throttle_duty`` of each period) until the
@@ -130,6 +131,8 @@ class DeviceEmulator:
         self.log: list[dict] = []
         self.stopped_s = 0.0
         self._cpu_prev: dict[int, float] = {}
+        self._reaped_prev = 0.0  # watch_pid's reaped children's CPU seconds at the last tick
+        self._unreaped = 0.0  # counted CPU of descendants gone but not yet reaped
         self._stopped: set[int] = set()
         self._lock = threading.Lock()
         self._halt = threading.Event()
@@ -250,17 +253,38 @@ class DeviceEmulator:
                 t = proc.cpu_times()
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 continue
-            out[proc.pid] = t.user + t.system
+            out[proc.pid] = t.user + t.system + t.children_user + t.children_system
         return out
 
+    def _reaped_s(self) -> float:
+        """CPU seconds of the descendants ``watch_pid`` has waited for (its ``children_*``
+        times): a child's whole time lands there when it is reaped."""
+        try:
+            t = psutil.Process(self.watch_pid).cpu_times()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            return self._reaped_prev
+        return t.children_user + t.children_system
+
     def _cpu_delta_s(self) -> float:
+        """CPU seconds the process tree used since the last tick: each live descendant's
+        (its own and its reaped children's), and the part of an exited one's the ticks did
+        not see, from ``watch_pid``'s reaped time. A worker that starts and ends between two
+        ticks (a cold load, when a busy machine runs this thread late) still heats the
+        board: before, it did not, and a lowered trip point slowed no cold load at all in
+        a run beside two other suites."""
         now = self._cpu_times()
         total = 0.0
         for pid, cpu_s in now.items():
             # A process first seen after start is new: all of its CPU time is recent.
             delta = cpu_s - self._cpu_prev.get(pid, 0.0)
             total += delta if delta >= 0 else cpu_s  # a reused pid
-        self._cpu_prev = now
+        # Gone since the last tick: counted up to it; the rest comes with its reaping.
+        self._unreaped += sum(cpu for pid, cpu in self._cpu_prev.items() if pid not in now)
+        reaped = self._reaped_s()
+        arrived = max(0.0, reaped - self._reaped_prev)
+        total += max(0.0, arrived - self._unreaped)
+        self._unreaped = max(0.0, self._unreaped - arrived)
+        self._cpu_prev, self._reaped_prev = now, reaped
         return total
 
     def _signal_all(self, sig: int, pids=None) -> None:
@@ -370,6 +394,7 @@ class DeviceEmulator:
             raise RuntimeError("DeviceEmulator already started")
         self.start_monotonic = time.monotonic()
         self._cpu_prev = self._cpu_times()  # CPU used before start does not heat the board
+        self._reaped_prev, self._unreaped = self._reaped_s(), 0.0
         # The board as it starts: one that starts past its trip point throttles from t = 0,
         # however late the thread first runs on a busy machine.
         self.tick(self.start_monotonic, 0.0)

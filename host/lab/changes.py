@@ -687,9 +687,18 @@ class ChangeReport:
         }
 
 
-def find_changes(rows: Iterable[Mapping], settings: ChangeSettings | None = None) -> ChangeReport:
-    """Change points on every series of ``rows`` (``History.runs``), the boards sharing each."""
+def find_changes(
+    rows: Iterable[Mapping],
+    settings: ChangeSettings | None = None,
+    noise_min_effect: float | None = None,
+) -> ChangeReport:
+    """Change points on every series of ``rows`` (``History.runs``), the boards sharing each.
+    Each series' noise score is judged against ``noise_min_effect`` (default: the
+    settings' latency minimum effect)."""
     settings = settings or ChangeSettings()
+    judged_against = (
+        settings.min_effect["latency"] if noise_min_effect is None else noise_min_effect
+    )
     series = build_series(rows)
     changes = [c for s in series for c in series_changes(s, settings)]
     for c in changes:
@@ -698,7 +707,7 @@ def find_changes(rows: Iterable[Mapping], settings: ChangeSettings | None = None
     noise = []
     for s in series:
         own = [c for c in changes if (c.device, c.model, c.preset) == s.key[:2] + (s.preset,)]
-        score = series_noise(s, own, settings.min_effect["latency"])
+        score = series_noise(s, own, judged_against)
         if score is not None:
             noise.append(score)
             if score.too_noisy:

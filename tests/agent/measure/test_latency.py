@@ -158,5 +158,10 @@ def test_the_closed_loop_runs_one_window_more_for_each_window_asked_for():
         lambda: None, 0.3, 0.1, seen.append, lambda: False,
         windows_added=lambda: 1 if len(seen) >= 1 else 0,
     )  # fmt: skip
-    assert [w["index"] for w in out["windows"]] == [0, 1, 2, 3]
-    assert not any(w["partial"] for w in out["windows"])
+    windows = out["windows"]
+    # 0.3 s and one window more: the loop ends at 0.4 s or later (four windows of 0.1 s on
+    # a quiet machine; a window that closes late, the process stalled beside other suites,
+    # makes fewer, longer ones).
+    assert windows[-1]["t1"] - windows[0]["t0"] >= 0.4
+    assert [w["index"] for w in windows] == list(range(len(windows))) and len(windows) >= 2
+    assert not any(w["partial"] for w in windows)

@@ -88,7 +88,9 @@ def test_trip_point_out_of_reach_is_not_throttled(emulated_rail_run):
     assert emu.trip_time_s is None
     assert result["throttled"] is False
     assert result["time_to_first_throttle_s"] is None
-    assert result["peak_temp_c"] > 45.0  # it did heat
+    # It did heat (62 °C with a whole CPU for 6 s; 44 °C where three other suites left the
+    # worker a fifth of one), and never towards the trip point.
+    assert emu.ambient_c + 1.0 < result["peak_temp_c"] < 120.0
     assert_never_failed_without_throttling(result)
 
 

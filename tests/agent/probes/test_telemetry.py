@@ -132,7 +132,9 @@ def test_thread_samples_a_changing_tree(tmp_path, board_tools):
         time.sleep(0.18)
     samples = sampler.samples()
     assert len(samples) >= 2  # about 7; a busy machine may delay the thread
-    assert samples[0]["t_s"] < 0.02
+    # Taken as the sampler starts, before the zone changed (a few ms on a quiet machine;
+    # 21 ms beside three other suites: the thread's start is the scheduler's).
+    assert samples[0]["t_s"] < 0.18
     ts = [s["t_s"] for s in samples]
     assert ts == sorted(ts)
     temps = [s["temp_c"] for s in samples]

@@ -129,8 +129,17 @@ def _changes(thermal, *extra: str) -> dict:
     return json.loads(out.getvalue())
 
 
-def _slower_cold_load(found: dict) -> dict:
-    (slower,) = [c for c in found["changes"] if c["figure"] == "cold load" and c["worse"]]
+def _slower_cold_load(found: dict, thermal) -> dict:
+    """The cold load's change for the worse at the lowered trip point: its first run after
+    it on the first hot night, or (where a loaded machine made that night's cold loads
+    look like the ones before) the next."""
+    (slower,) = [
+        c
+        for c in found["changes"]
+        if c["figure"] == "cold load"
+        and c["worse"]
+        and HOT_NIGHT <= thermal["fleet_runs"].index(c["first_after"]["fleet_run"]) <= HOT_NIGHT + 1
+    ]
     return slower
 
 
@@ -139,11 +148,16 @@ def test_a_lower_trip_point_is_a_cold_load_change_with_the_trip_point_its_culpri
     found = _changes(thermal, "--device", "emu", "--lab", str(thermal["lab"]))
     (series,) = found["series"]
     assert (series["device"], series["model"], series["preset"]) == ("emu", "chain", "quick")
-    slower = _slower_cold_load(found)
+    slower = _slower_cold_load(found, thermal)
     # Stopped three quarters of the time from the start: well beyond 25 %.
     assert slower["ratio"] > 1.25 and slower["p_value"] <= 0.05
     assert slower["min_effect"] == 0.2 and slower["median_after"] > slower["median_before"]
-    assert slower["n_before"] + slower["n_after"] == series["points"]
+    # Its sides reach the series' ends, or a neighbouring change of the figure (beside
+    # other suites the load can move the hot nights' cold loads again).
+    others = [c["index"] for c in found["changes"] if c["figure"] == "cold load"]
+    lo = max((i for i in others if i < slower["index"]), default=0)
+    hi = min((i for i in others if i > slower["index"]), default=series["points"])
+    assert (slower["n_before"], slower["n_after"]) == (slower["index"] - lo, hi - slower["index"])
     # The first run after it: the first hot night (or, where a loaded machine made that
     # night's cold loads look like the ones before, the next).
     night = thermal["fleet_runs"].index(slower["first_after"]["fleet_run"])
@@ -185,9 +199,11 @@ def test_fleet_run_junit_and_prometheus_carry_the_new_change(thermal):
             assert "changed there: thermal_trip_c 140.0 → 41.0" in failure.get("message")
             assert f"{gauge} 1" in prom
             assert thermal["codes"][night] == 1  # a new change made the fleet run fail
-        else:
-            assert f"{gauge} 0" in prom
         if night < HOT_NIGHT + 2:
+            # Nothing can be called yet: the gauge 0, the suite passing. (Later, a change
+            # for the better, the load moving the hot nights back, sets the gauge with no
+            # failing case: the gauge says a change is new, the suite fails the worse.)
+            assert f"{gauge} 0" in prom
             assert suite.get("failures") == "0"
             assert suite.find("testcase").get("name") == "no new change beyond noise"
     # New from the night a permutation test of the runs either side can call it (4

@@ -90,6 +90,8 @@ def _from_manifest(path: Path, names: list[str]) -> dict[str, dict[str, bytes]]:
         for n in names:
             rel = (row.get(n) or "").strip()
             where = f"{printable(path)} line {i} column {n}: {rel[:200]!r}"
+            if "\x00" in rel:  # no path holds one: os calls raise ValueError on it
+                raise UsageError(f"{where} holds a NUL byte, which no file name can")
             if not rel or rel.startswith("/") or ".." in Path(rel).parts:
                 raise UsageError(
                     f"{where} is {'empty' if not rel else 'outside --raw ' + printable(path.parent)}",

@@ -44,13 +44,15 @@ def leaves_out_slow(config) -> bool:
 
 
 def pytest_xdist_auto_num_workers(config) -> int:
-    """Workers for ``-n auto`` (pyproject's addopts): one per CPU this process may use and
-    one more, at most :data:`MAX_WORKERS`. The one more keeps the CPUs busy while a worker
-    waits on something else's clock (labgrid's reservation expiry, a hung environment's
-    20 s probe, sshd, a network fault's timeouts: about 200 worker-seconds of the suite):
-    on a quiet 2-core machine the suite took 7 min 29 s on two workers, 6 min 47 s on
-    three, with the same CPU time. Board tests (``--eq-device``, ``--eq-lab``) run in one
-    process, so a board is never asked for two qualifications at once.
+    """Workers for ``-n auto`` (pyproject's addopts): one per CPU this process may use, at
+    most :data:`MAX_WORKERS`. One more would keep the CPUs busy while a worker waits on
+    another clock (labgrid's reservation expiry, a 20 s probe, sshd: about 200
+    worker-seconds): on a quiet 2-core machine the suite took 6 min 47 s on three workers
+    against 7 min 29 s on two, but three copies at once then ran nine workers on two cores
+    (load 13-17) and the device emulator's thread, starved, let hot cold loads through
+    unthrottled; on two each, the three copies passed. Board tests (``--eq-device``,
+    ``--eq-lab``) run in one process, so a board is never asked for two qualifications at
+    once.
 
     The fast loop (:func:`leaves_out_slow`) runs in one process too: every worker imports
     and collects the whole suite and builds its own session fixtures (about 10 CPU seconds
@@ -61,7 +63,7 @@ def pytest_xdist_auto_num_workers(config) -> int:
         return 0
     if leaves_out_slow(config):
         return 0
-    return min(len(os.sched_getaffinity(0)) + 1, MAX_WORKERS)
+    return min(len(os.sched_getaffinity(0)), MAX_WORKERS)
 
 
 _SLOW_MODULE = re.compile(r"^pytestmark = pytest\.mark\.slow$", re.MULTILINE)

@@ -47,13 +47,11 @@ def test_which_mark_expressions_are_the_fast_loop(conftest, markexpr, fast):
     assert conftest.leaves_out_slow(Options(markexpr)) is fast
 
 
-def test_the_fast_loop_runs_in_one_process_and_the_full_suite_on_a_worker_per_cpu_and_one(
-    conftest,
-):
+def test_the_fast_loop_runs_in_one_process_and_the_full_suite_on_one_worker_per_cpu(conftest):
     assert conftest.pytest_xdist_auto_num_workers(Options("not slow")) == 0
     cpus = len(os.sched_getaffinity(0))
     workers = conftest.pytest_xdist_auto_num_workers(Options(""))
-    assert workers == min(cpus + 1, conftest.MAX_WORKERS)
+    assert workers == min(cpus, conftest.MAX_WORKERS)
     assert conftest.pytest_xdist_auto_num_workers(Options("", eq_device="pi5")) == 0
 
 

@@ -243,6 +243,18 @@ def test_raw_files_from_outside_the_raw_directory_are_refused(one_image, capsys,
     assert not (d / "g.npz").exists()
 
 
+def test_a_nul_byte_in_a_cases_csv_path_is_one_line(one_image, capsys):
+    """Found by tests/test_fuzz_inputs.py: a row naming a file with a NUL byte ended in an
+    internal error (``ValueError: embedded null byte``, exit 3)."""
+    d = one_image
+    (d / "raw" / "cases.csv").write_text("case,x\ngood,good.png\nnul,a\x00b.png\n")
+    capsys.readouterr()
+    assert _make_one(d, d / "raw") == 2
+    err = capsys.readouterr().err
+    assert "line 3 column x" in err and "holds a NUL byte" in err, err
+    assert len(err.strip().splitlines()) == 1 and not (d / "g.npz").exists()
+
+
 def test_a_symlink_within_the_raw_directory_is_read(one_image):
     d = one_image
     (d / "raw" / "again.png").symlink_to(d / "raw" / "good.png")

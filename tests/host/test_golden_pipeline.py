@@ -120,18 +120,23 @@ def test_raw_without_a_pipeline_and_preprocessing_beside_raw_are_refused(four, c
 
 def _capped_golden_make(d, cap_bytes: int):
     """``edgequal golden make`` in a child process whose address space is capped: what
-    today's host would allocate for a hostile size fails there, not on the test machine."""
-    import resource
+    today's host would allocate for a hostile size fails there, not on the test machine.
+    The child caps itself before it imports edgequal: a ``preexec_fn`` would run between
+    fork and exec in a copy of this worker, whose gRPC threads (an earlier test's agent
+    connection) then aborted the child ("epoll_wait error: Bad file descriptor", SIGABRT)."""
     import subprocess
     import sys
 
-    def cap():
-        resource.setrlimit(resource.RLIMIT_AS, (cap_bytes, cap_bytes))
-
+    capped = (
+        "import resource, runpy, sys; "
+        f"resource.setrlimit(resource.RLIMIT_AS, ({cap_bytes}, {cap_bytes})); "
+        "sys.argv = ['edgequal', *sys.argv[1:]]; "
+        "runpy.run_module('edgequal.host.cli', run_name='__main__', alter_sys=True)"
+    )
     return subprocess.run(
-        [sys.executable, "-m", "edgequal.host.cli", "golden", "make", str(d / "m.onnx"),
+        [sys.executable, "-c", capped, "golden", "make", str(d / "m.onnx"),
          "--raw", str(d / "raw"), "--pipeline", str(d / "pipeline.toml"), "-o", str(d / "g.npz")],
-        preexec_fn=cap, capture_output=True, text=True, timeout=300,
+        capture_output=True, text=True, timeout=300,
     )  # fmt: skip
 
 

@@ -227,7 +227,7 @@ def _change_row(c) -> list[str]:
         ratio += f" [{c.ratio_ci[0]:.3f}, {c.ratio_ci[1]:.3f}]"
     why = ", ".join(f"{x['field']} {x['before']} → {x['after']}" for x in c.culprit[:3])
     if not c.culprit:
-        why = "nothing recorded" + load_text(c.load)
+        why = "nothing recorded" + load_text(c.load, c.worse)
     return [
         f"{(c.first_after['measured_at'] or '')[:19]} {c.first_after['run_id']}",
         c.device,

@@ -399,7 +399,7 @@ class Change:
             c = self.culprit[0]
             text += f"; changed there: {c['field']} {c['before']} → {c['after']}"
         else:
-            text += "; nothing recorded changed there" + load_text(self.load)
+            text += "; nothing recorded changed there" + load_text(self.load, self.worse)
         ops = operators_text(self.operators)
         if ops:
             text += "; " + ops
@@ -445,15 +445,17 @@ def load_either_side(before: list[Point], after: list[Point]) -> dict | None:
     }
 
 
-def load_text(load: dict | None) -> str:
-    """'' or the cause a change with no recorded culprit is read with: other processes'
-    CPU use moved with it, or it did not (unexplained), or it was not measured."""
+def load_text(load: dict | None, worse: bool) -> str:
+    """The cause a change with no recorded culprit is read with: other processes' CPU use
+    moved with it (up where the figure got worse, down where it got better, and telling the
+    runs apart), or it did not (unexplained), or it was not measured."""
     if load is None:
         return " (other processes' CPU use not measured: unexplained)"
     moved = f"{load['other_cpus_before']:.2f} → {load['other_cpus_after']:.2f} CPUs"
-    if load["separation"] >= LOAD_SEPARATION:
+    up = load["other_cpus_after"] > load["other_cpus_before"]
+    if load["separation"] >= LOAD_SEPARATION and up == worse:
         return f"; other processes' CPU use moved with it: {moved}"
-    return f" (other processes' CPU use alike either side, {moved}: unexplained)"
+    return f" (other processes' CPU use did not move with it, {moved}: unexplained)"
 
 
 def operators_text(diff: list[dict], top: int = 2) -> str:
@@ -768,7 +770,7 @@ def pooled_cv_with_interval(
     boot = rel[rng.integers(0, rel.size, size=(iterations, rel.size))]
     cvs = np.sqrt(np.sum(boot**2, axis=1) / dof)
     lo, hi = np.quantile(cvs, [0.025, 0.975])
-    return cv, (float(min(lo, cv)), float(max(hi, cv)))
+    return cv, (float(lo), float(hi))
 
 
 def series_noise(series, changes, min_effect: float) -> NoiseScore | None:

@@ -350,10 +350,11 @@ def _assert_unexplained(changes: list[dict]) -> None:
         load = c["load"]
         assert load is not None and 0 <= load["separation"] <= 1, c
         moved = f"{load['other_cpus_before']:.2f} → {load['other_cpus_after']:.2f} CPUs"
+        up = load["other_cpus_after"] > load["other_cpus_before"]
         cause = (
             f"; other processes' CPU use moved with it: {moved}"
-            if load["separation"] >= 0.6
-            else f" (other processes' CPU use alike either side, {moved}: unexplained)"
+            if load["separation"] >= 0.6 and up == c["worse"]
+            else f" (other processes' CPU use did not move with it, {moved}: unexplained)"
         )
         assert f"; nothing recorded changed there{cause}" in c["headline"], c
 

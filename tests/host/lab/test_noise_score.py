@@ -51,9 +51,16 @@ def test_a_change_with_no_recorded_culprit_says_what_it_was_read_against():
         _change([], alike)
         .headline()
         .endswith(
-            "; nothing recorded changed there (other processes' CPU use alike either side, "
+            "; nothing recorded changed there (other processes' CPU use did not move with it, "
             "0.41 → 0.44 CPUs: unexplained)"
         )
+    )
+    # Other processes' CPU use fell where the figure got worse: not its cause.
+    fell = {"other_cpus_before": 0.95, "other_cpus_after": 0.2, "separation": 0.9}
+    assert (
+        _change([], fell)
+        .headline()
+        .endswith("(other processes' CPU use did not move with it, 0.95 → 0.20 CPUs: unexplained)")
     )
     assert (
         _change([], None)
@@ -63,7 +70,7 @@ def test_a_change_with_no_recorded_culprit_says_what_it_was_read_against():
     firmware = [{"field": "firmware", "before": "a", "after": "b", "separation": 1.0}]
     line = _change(firmware, moved).headline()
     assert "changed there: firmware a → b" in line and "nothing recorded" not in line
-    assert load_text(moved) in _change([], moved).headline()
+    assert load_text(moved, worse=True) in _change([], moved).headline()
 
 
 def test_a_shuffle_that_splits_the_same_values_apart_is_a_tie():

@@ -113,10 +113,48 @@ def _places_yaml(groups: dict[str, dict], tags: dict[str, dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def start_lab(directory: Path, groups: dict[str, dict], tags: dict[str, dict]) -> LabgridLab:
+# labgrid's coordinator with its clock shortened: a reservation expires ``lease`` seconds
+# after its last refresh (labgrid: 60) and the coordinator's passes (expiry, scheduling,
+# saving) run every ``pass`` seconds (labgrid: 15). Everything else is labgrid's own code.
+_SHORT_CLOCK_COORDINATOR = """
+import asyncio, sys, time, traceback
+from labgrid.remote import common, coordinator
+
+lease, step = float(sys.argv[1]), float(sys.argv[2])
+# A reservation's timeout is 60 s past its last refresh; it expires ``lease`` s past it.
+common.Reservation.expired = property(lambda self: self.timeout - 60 + lease < time.time())
+
+
+async def poll(self, step_func):  # labgrid's Coordinator.poll, every ``step`` s
+    while not self.loop.is_closed():
+        try:
+            await asyncio.sleep(step)
+            await step_func()
+        except asyncio.CancelledError:
+            break
+        except Exception:
+            traceback.print_exc()
+
+
+coordinator.Coordinator.poll = poll
+sys.argv = ["labgrid-coordinator", *sys.argv[3:]]
+sys.exit(coordinator.main())
+"""
+
+
+def start_lab(
+    directory: Path,
+    groups: dict[str, dict],
+    tags: dict[str, dict],
+    clock: tuple[float, float] | None = None,
+) -> LabgridLab:
     """Coordinator, one exporter ``exp`` exporting ``groups`` (group -> class -> params; each
     group holds a ``NetworkService``), and a place per group matching its resources, tagged
-    with ``tags[group]``."""
+    with ``tags[group]``.
+
+    ``clock`` (lease, pass) shortens the coordinator's clock: a reservation not refreshed
+    for ``lease`` seconds expires (labgrid: 60), checked every ``pass`` seconds (labgrid: 15).
+    """
     if shutil.which("labgrid-coordinator", path=str(BIN)) is None:
         raise RuntimeError("labgrid is not installed (pip install 'edgequal[labgrid]')")
     directory.mkdir(parents=True, exist_ok=True)
@@ -126,7 +164,10 @@ def start_lab(directory: Path, groups: dict[str, dict], tags: dict[str, dict]) -
     log = open(directory / "coordinator.log", "wb")
     lab.procs.append(
         subprocess.Popen(
-            [str(BIN / "labgrid-coordinator"), "-l", lab.address],
+            [str(BIN / "labgrid-coordinator"), "-l", lab.address]
+            if clock is None
+            else [sys.executable, "-c", _SHORT_CLOCK_COORDINATOR, *map(str, clock)]
+            + ["-l", lab.address],
             cwd=directory,
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -39,6 +39,10 @@ PLAN = {
 }
 
 
+LEASE_S = 10.0
+"""The module coordinator's reservation lease (labgrid's is 60 s)."""
+
+
 @dataclass
 class LabgridBench:
     lab: object  # tests/labgrid_lab.py's LabgridLab
@@ -50,7 +54,11 @@ class LabgridBench:
 @pytest.fixture(scope="module")
 def labgrid_bench(tmp_path_factory, local_agents, test_helper):
     """Two agents behind places pi-a (through the counting relay) and pi-b, tag board=pi,
-    and pi-c with no agent; one coordinator and exporter for the module."""
+    and pi-c with no agent; one coordinator and exporter for the module.
+
+    The coordinator's clock is shortened (a reservation lease of 10 s instead of 60, a pass
+    every second instead of every 15) so that a dead host's reservation expires within a
+    test; every client here refreshes its reservation every 0.5 s."""
     helper = test_helper("labgrid_lab")
     base = tmp_path_factory.mktemp("labgrid")
     agents = local_agents.start_agents(base / "agents", ["pi-a", "pi-b"])
@@ -65,7 +73,10 @@ def labgrid_bench(tmp_path_factory, local_agents, test_helper):
     lab = None
     try:
         lab = helper.start_lab(
-            base / "labgrid", groups, {g: {"board": "pi"} for g in ("pi-a", "pi-b", "pi-c")}
+            base / "labgrid",
+            groups,
+            {g: {"board": "pi"} for g in ("pi-a", "pi-b", "pi-c")},
+            clock=(LEASE_S, 1.0),
         )
         yield LabgridBench(lab, agents, relay, addresses)
     finally:
@@ -258,14 +269,15 @@ with Coordinator(sys.argv[1]).hold("pi-a"):  # the fleet's path: reserve, alloca
 """
 
 
-@pytest.mark.slow  # waits out labgrid's reservation expiry (60 s after the last refresh)
+@pytest.mark.slow  # waits out the reservation's expiry (LEASE_S after its last refresh)
 def test_a_dead_hosts_place_is_freed_by_the_lab_and_its_reservation_expires(
     bench, tmp_path, example_models
 ):
     """labgrid keeps an acquired place acquired when its client dies (it cannot tell a dead
     host from a long run): the next run sees the dead holder and fails fast or waits; once
     the lab frees the place (``labgrid-client release --kick``), the dead host's reservation,
-    polled no more, expires by labgrid's rule and the waiting run proceeds."""
+    polled no more, expires by labgrid's rule (on the module's shortened clock) and the
+    waiting run proceeds."""
     labgrid, _ = bench
     lab, agent = labgrid.lab, labgrid.agents[0]
     runs = len(agent.run_records())

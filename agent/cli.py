@@ -460,7 +460,9 @@ def agent_info(state_dir: Path, root: Path):
         agent_version=__version__,
         fingerprint={
             **(readings.get("fingerprint") or {}),
-            "runtime_envs": RuntimeEnvs(state_dir).statuses(),
+            "runtime_envs": RuntimeEnvs(
+                state_dir, probe_timeout_s=read_settings(state_dir).env_probe_timeout_s
+            ).statuses(),
         },
         runtimes=detect_runtimes(probe_import=True),
         public_key_raw=key.public_key_raw(),

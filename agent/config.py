@@ -115,7 +115,7 @@ def parse_size_bytes(value: object, what: str) -> int:
     return int(size)
 
 
-CONFIG_TABLES = ("store", "worker", "coload", "model_signing")
+CONFIG_TABLES = ("store", "worker", "runtimes", "coload", "model_signing")
 """The tables of ``agent.toml``; any other is refused by name, so a setting such as
 ``[model_signing] require = true`` is never silently ignored under a misspelt table."""
 
@@ -127,11 +127,15 @@ _SETTINGS = {
     },
     "worker": {"memory_limit": "memory_limit_bytes"},
 }
+_SECONDS = {"runtimes": {"probe_timeout_s": "env_probe_timeout_s"}}
+"""Settings in seconds: a number above 0, at most :data:`_MAX_SECONDS`."""
+_MAX_SECONDS = 3600
 
 
 @dataclass(frozen=True)
 class AgentSettings:
-    """What the operator sets for the agent: store limits and the worker's memory limit.
+    """What the operator sets for the agent: store limits, the worker's memory limit and how
+    long a runtime environment's trial import may take.
 
     Each is None when neither a ``serve`` flag nor ``agent.toml`` sets it (the agent's
     default then applies: docs/protocol.md "Limits"). In ``agent.toml``::
@@ -143,12 +147,16 @@ class AgentSettings:
 
         [worker]
         memory_limit = "512MiB"  # a worker's RSS; default: half the board's memory
+
+        [runtimes]
+        probe_timeout_s = 60     # an environment's trial import; default 20
     """
 
     max_artifact_bytes: int | None = None
     quota_bytes: int | None = None
     min_free_bytes: int | None = None
     memory_limit_bytes: int | None = None
+    env_probe_timeout_s: float | None = None
 
     @classmethod
     def from_config(cls, config: dict, path: Path | str = CONFIG_FILE) -> AgentSettings:
@@ -164,21 +172,23 @@ class AgentSettings:
                 hint=f"agent.toml takes {', '.join(f'[{t}]' for t in CONFIG_TABLES)}",
             )
         values = {}
-        for section, keys in _SETTINGS.items():
+        for section in (*_SETTINGS, *_SECONDS):
+            sizes, seconds = _SETTINGS.get(section, {}), _SECONDS.get(section, {})
             table = config.get(section, {})
             if not isinstance(table, dict):
                 raise BadInput(f"agent configuration {path}: [{section}] must be a table")
-            unknown = sorted(set(table) - set(keys))
+            unknown = sorted(set(table) - set(sizes) - set(seconds))
             if unknown:
                 raise BadInput(
                     f"agent configuration {path}: unknown key [{section}] {unknown[0]}",
-                    hint=f"[{section}] takes {', '.join(keys)}",
+                    hint=f"[{section}] takes {', '.join([*sizes, *seconds])}",
                 )
-            for key, field_name in keys.items():
-                if key in table:
-                    values[field_name] = parse_size_bytes(
-                        table[key], f"agent configuration {path}: [{section}] {key}"
-                    )
+            for key in set(table) & set(sizes):
+                what = f"agent configuration {path}: [{section}] {key}"
+                values[sizes[key]] = parse_size_bytes(table[key], what)
+            for key in set(table) & set(seconds):
+                what = f"agent configuration {path}: [{section}] {key}"
+                values[seconds[key]] = _seconds(table[key], what)
         return cls(**values)
 
     def overridden(self, **flags: int | None) -> AgentSettings:
@@ -199,6 +209,7 @@ class AgentSettings:
             "quota_bytes": self.quota_bytes,
             "min_free_bytes": self.min_free_bytes,
             "memory_limit_mb": self.memory_limit_mb,
+            "env_probe_timeout_s": self.env_probe_timeout_s,
         }
         return {k: v for k, v in options.items() if v is not None}
 
@@ -206,9 +217,23 @@ class AgentSettings:
         """Keyword arguments of ``ArtifactStore`` for the store limits that are set."""
         options = self.server_options()
         options.pop("memory_limit_mb", None)
+        options.pop("env_probe_timeout_s", None)
         if "min_free_bytes" in options:
             options["reserve_bytes"] = options.pop("min_free_bytes")
         return options
+
+
+def _seconds(value: object, what: str) -> float:
+    """A duration in seconds: a number above 0 and at most an hour; BadInput naming ``what``."""
+    from edgequal.contract.errors import BadInput
+
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not number or not 0 < value <= _MAX_SECONDS:
+        raise BadInput(
+            f"{what}: not a number of seconds: {str(value)[:40]!r}",
+            hint=f"give seconds above 0, at most {_MAX_SECONDS}: e.g. 60",
+        )
+    return float(value)
 
 
 def read_settings(state_dir: Path, **flags: int | None) -> AgentSettings:

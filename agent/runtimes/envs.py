@@ -35,8 +35,9 @@ ENVS_DIR = "runtimes"
 MANIFEST = "env.json"
 DEFAULT_ENV = "default"
 PROBE_TIMEOUT_S = 20.0
-"""How long the serving agent's trial import of one environment may take; past it the
-environment is ``broken: importing … hung > 20 s`` (the probe's process group killed)."""
+"""How long the serving agent's trial import of one environment may take by default
+(``agent.toml`` ``[runtimes] probe_timeout_s``); past it the environment is
+``broken: importing … hung > 20 s`` (the probe's process group killed)."""
 INSTALL_PROBE_TIMEOUT_S = 60.0
 """How long ``runtime add``'s trial import may take (the first import after pip is cold)."""
 REFRESH_S = 600.0
@@ -182,7 +183,8 @@ class RuntimeEnvs:
 
     ``python`` creates the environments' venvs and runs pip (the agent's own
     interpreter by default, so environments share the agent's Python version);
-    ``on_step`` receives one line per step of an installation.
+    ``on_step`` receives one line per step of an installation; ``probe_timeout_s`` bounds
+    each trial import of :meth:`statuses` (default :data:`PROBE_TIMEOUT_S`).
     """
 
     def __init__(
@@ -190,10 +192,12 @@ class RuntimeEnvs:
         state_dir: Path,
         python: str = sys.executable,
         on_step: Callable[[str], None] | None = None,
+        probe_timeout_s: float | None = None,
     ):
         self.root = Path(state_dir) / ENVS_DIR
         self.python = python
         self.step = on_step or (lambda _line: None)
+        self.probe_timeout_s = probe_timeout_s or PROBE_TIMEOUT_S
         self._probes: dict[tuple, _EnvProbe] = {}
         self._probe_lock = threading.Lock()
 
@@ -223,7 +227,7 @@ class RuntimeEnvs:
     def statuses(self, wait: bool = True, start: bool = True) -> list[dict]:
         """Each environment's manifest plus ``available`` and ``reason``, its runtime
         imported in a child process (one per environment, side by side, each bounded by
-        :data:`PROBE_TIMEOUT_S`), so a crashing import is ``broken: … SIGSEGV`` and a
+        ``probe_timeout_s``), so a crashing import is ``broken: … SIGSEGV`` and a
         hanging one ``broken: … hung > 20 s``.
 
         ``wait`` (a one-shot command): wait for the probes. Without it (a serving agent's
@@ -242,7 +246,7 @@ class RuntimeEnvs:
         if wait:
             for p in probes:
                 if p is not None:
-                    p.done.wait(PROBE_TIMEOUT_S + 30)  # the probe's own kill ends it before
+                    p.done.wait(self.probe_timeout_s + 30)  # the probe's own kill ends it before
         out = []
         with self._probe_lock:
             for e, p in zip(envs, probes):
@@ -254,13 +258,14 @@ class RuntimeEnvs:
         """Probe every installed environment not probed yet, in the background (at start)."""
         self._start_probes(self.list(), refresh_after_s=None)
 
-    def settle(self, timeout_s: float | None = PROBE_TIMEOUT_S + 30) -> None:
-        """Wait for the probes in flight (a run starts after them: an import loads the CPU)."""
+    def settle(self) -> None:
+        """Wait for the probes in flight (a run starts after them: an import loads the CPU),
+        at most the probe's own bound and 30 s (its kill ends a hung probe before that)."""
         with self._probe_lock:
             running = [p for p in self._probes.values() if p.running]
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        deadline = time.monotonic() + self.probe_timeout_s + 30
         for p in running:
-            p.done.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            p.done.wait(max(0.0, deadline - time.monotonic()))
 
     def _start_probes(self, envs: list[RuntimeEnv], refresh_after_s: float | None) -> None:
         now = time.monotonic()
@@ -286,7 +291,7 @@ class RuntimeEnvs:
 
     def _probe_one(self, env: RuntimeEnv, p: _EnvProbe) -> None:
         try:
-            problem = env_problem(env)
+            problem = probe(env, self.probe_timeout_s)[1]
         except Exception as e:  # a probe that cannot run is a broken environment, not a crash
             problem = f"broken: the probe failed: {type(e).__name__}: {e}"
         with self._probe_lock:
@@ -391,11 +396,6 @@ def probe(env: RuntimeEnv, timeout_s: float = PROBE_TIMEOUT_S) -> tuple[dict, st
         return json.loads(out.strip().splitlines()[-1]), ""
     except (ValueError, IndexError):
         return {}, "broken: the environment's Python printed no version"
-
-
-def env_problem(env: RuntimeEnv) -> str:
-    """'' when the environment's runtime imports, else one line saying how it broke."""
-    return probe(env)[1]
 
 
 def _installed_hint(names: list[str]) -> str:

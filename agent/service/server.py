@@ -531,6 +531,7 @@ def build_server(
     quota_bytes: int | None = None,
     min_free_bytes: int | None = None,
     memory_limit_mb: int | None = None,
+    env_probe_timeout_s: float | None = None,
     fingerprint_fn: Callable[[Path], dict] | None = None,
     runtimes_fn: Callable[[], list[RuntimeStatus]] | None = None,
     max_run_s: float = DEFAULT_MAX_RUN_S,
@@ -544,7 +545,8 @@ def build_server(
     real :class:`~edgequal.agent.runs.Runs` of ``state_dir``. ``quota_bytes``,
     ``min_free_bytes`` (the free-space floor) and ``max_artifact_bytes`` are the
     store's limits, ``memory_limit_mb`` the worker's for plans that set none (None:
-    half the board's memory); ``wall_clock`` is the device's wall clock (dates in
+    half the board's memory), ``env_probe_timeout_s`` the bound of a runtime environment's
+    trial import (None: 20 s); ``wall_clock`` is the device's wall clock (dates in
     reports and what a lease shows; nothing expires on it). ``max_workers``
     defaults to what the call classes need (``admission.pool_threads``).
     """
@@ -581,7 +583,7 @@ def build_server(
             max_run_s=max_run_s,
             slot=RunSlot(on_change=state_lock.set_lease, wall_clock=wall_clock),
             config=config_path(state_dir),
-            runtime_envs=RuntimeEnvs(state_dir),
+            runtime_envs=RuntimeEnvs(state_dir, probe_timeout_s=env_probe_timeout_s),
         )
         health_servicer = health.HealthServicer()
         # NOT_SERVING until start(), so a probe never sees a half-ready agent as healthy.

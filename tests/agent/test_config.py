@@ -1,4 +1,5 @@
-"""The agent's settings: agent.toml's [store] and [worker], ``serve`` flags over them."""
+"""The agent's settings: agent.toml's [store], [worker] and [runtimes], ``serve`` flags over
+them."""
 
 from __future__ import annotations
 
@@ -21,11 +22,14 @@ def test_sizes():
 def test_flags_override_agent_toml(tmp_path):
     (tmp_path / "agent.toml").write_text(
         '[store]\nquota = "10GiB"\nmin_free = "1GiB"\n[worker]\nmemory_limit = "512MiB"\n'
-        '[coload.cam]\nargv = ["/bin/true"]\n'
+        '[coload.cam]\nargv = ["/bin/true"]\n[runtimes]\nprobe_timeout_s = 45\n'
     )
     settings = read_settings(tmp_path, quota_bytes=2**30, min_free_bytes=None)
     assert settings == AgentSettings(
-        quota_bytes=2**30, min_free_bytes=2**30, memory_limit_bytes=512 * 2**20
+        quota_bytes=2**30,
+        min_free_bytes=2**30,
+        memory_limit_bytes=512 * 2**20,
+        env_probe_timeout_s=45.0,
     )
     assert settings.memory_limit_mb == 512
     assert settings.store_options() == {"quota_bytes": 2**30, "reserve_bytes": 2**30}
@@ -33,6 +37,7 @@ def test_flags_override_agent_toml(tmp_path):
         "quota_bytes": 2**30,
         "min_free_bytes": 2**30,
         "memory_limit_mb": 512,
+        "env_probe_timeout_s": 45.0,
     }
     assert read_settings(tmp_path / "none") == AgentSettings()
 
@@ -44,6 +49,9 @@ def test_flags_override_agent_toml(tmp_path):
         ('[store]\nquota = "lots"\n', r"\[store\] quota: not a size"),
         ("store = 3\n", r"\[store\] must be a table"),
         ("[store\n", r"agent configuration .*agent.toml: "),
+        ("[runtimes]\nprobe_timeout_s = 0\n", r"\[runtimes\] probe_timeout_s: not a number of s"),
+        ('[runtimes]\nprobe_timeout_s = "1m"\n', r"probe_timeout_s: not a number of seconds"),
+        ("[runtimes]\nprobe_timeout = 30\n", r"unknown key \[runtimes\] probe_timeout$"),
     ],
 )
 def test_a_bad_agent_toml_is_one_line_exit_2(tmp_path, capsys, text, message):

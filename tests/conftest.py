@@ -261,10 +261,11 @@ def isolated_config(tmp_path_factory, monkeypatch):
     monkeypatch.delenv("EDGEQUAL_TOKEN", raising=False)
     monkeypatch.delenv("EDGEQUAL_ROOT", raising=False)
     # The terminal output every test reads is a CI log's: 120 columns (host/present/terminal/
-    # sections.py), whatever an earlier test in this worker did to the shared console.
-    terminal = sys.modules.get("edgequal.host.present.terminal.sections")
-    if terminal is not None:
-        monkeypatch.setattr(terminal.console, "width", 120)
+    # sections.py), whatever an earlier test in this worker did to the shared console, and
+    # whatever width the console took when this worker's first test imported it.
+    from edgequal.host.present.terminal import sections as terminal
+
+    monkeypatch.setattr(terminal.console, "width", 120)
     return base
 
 

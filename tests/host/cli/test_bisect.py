@@ -204,7 +204,7 @@ def test_bisect_installs_each_version_it_tries_and_names_the_first_whose_outputs
     rows = {
         line.split("│")[1].strip(): line for line in out.out.splitlines() if line.count("│") > 5
     }
-    assert sorted(rows) == sorted(tried)
+    assert sorted(rows) == sorted(tried), out.out
     assert "DIFFERENT: outputs beyond the golden set's tolerances" in rows[BAD]
     assert ("bad" if expected == MID else "SAME: identical outputs") in rows[MID]
     headline = next(line for line in out.err.splitlines() if line.startswith("first bad:"))

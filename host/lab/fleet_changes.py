@@ -3,7 +3,8 @@ into the run's JUnit and its Prometheus directory.
 
 A change is **new** in a fleet run when the history with that run's reports shows it and
 the history without them did not (the same series, figure and direction within
-``min_points`` runs: more nights can move a point a run or two): a change is seen only
+``min_points`` runs: more nights can move a point a run or two; each earlier change
+accounts for one change only, so a change right after another is new): a change is seen only
 once ``min_points`` runs follow it, so it is usually new a few nights after its first run
 after it.
 Each new change that made a figure worse (slower, less throughput, more memory or drift)
@@ -22,15 +23,29 @@ from pathlib import Path
 from .changes import ChangeReport, ChangeSettings, find_changes
 
 
-def _seen(c, before: list, window: int) -> bool:
-    """Whether ``before`` had ``c`` already: the same series, figure and direction, its
-    point within ``window`` runs (more nights can move a point a run or two)."""
-    return any(
-        (b.device, b.model, b.preset, b.figure, b.worse)
-        == (c.device, c.model, c.preset, c.figure, c.worse)
-        and abs(b.index - c.index) <= window
-        for b in before
+def new_changes(found: list, before: list, window: int) -> list:
+    """The changes of ``found`` that ``before`` did not have.
+
+    Each change of ``before`` accounts for at most one of ``found``: the same series, figure
+    and direction, its point within ``window`` runs (more nights can move a point a run or
+    two), the nearest first. So a second change a run or two after a known one (a slower
+    model the night after a load event) is new, not taken for the known one moved."""
+
+    def key(c) -> tuple:
+        return (c.device, c.model, c.preset, c.figure, c.worse)
+
+    pairs = sorted(
+        (abs(b.index - c.index), i, j)
+        for i, c in enumerate(found)
+        for j, b in enumerate(before)
+        if key(b) == key(c) and abs(b.index - c.index) <= window
     )
+    known, used = set(), set()
+    for _, i, j in pairs:
+        if i not in known and j not in used:
+            known.add(i)
+            used.add(j)
+    return [c for i, c in enumerate(found) if i not in known]
 
 
 def fleet_changes(history, devices: set[str], fleet_run: str, settings: ChangeSettings):
@@ -40,7 +55,7 @@ def fleet_changes(history, devices: set[str], fleet_run: str, settings: ChangeSe
     rows = [r for r in history.runs() if r["device"] in devices]
     found = find_changes(rows, settings)
     before = find_changes([r for r in rows if fleet_run_of(r.get("cell")) != fleet_run], settings)
-    new = [c for c in found.changes if not _seen(c, before.changes, settings.min_points)]
+    new = new_changes(found.changes, before.changes, settings.min_points)
     return found, new
 
 

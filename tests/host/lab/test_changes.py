@@ -234,9 +234,12 @@ def analysed(nightly):
 
 
 def _slower_copy(found: dict, nightly) -> list[dict]:
-    """vision's p50 changes at the slower copy (first run after it within a few nights of
-    night 14); any other vision p50 change (a load event on this shared machine: three
-    nights 40 % slower, say) must be marked too noisy."""
+    """vision's p50 changes at the slower copy: worse, the first run after it within a few
+    nights of night 14, and the model file among the fields that tell its runs apart.
+
+    Any other vision p50 change (a load event on this shared machine: three nights 40 %
+    slower, say, which can come a night or two before the copy) must be marked too noisy
+    or say what it was read against."""
     runs = sorted({cell.cell.rsplit("/", 2)[0] for _, _, cell in nightly["reports"]})
     near, other = [], []
     for c in found["changes"]:
@@ -244,8 +247,9 @@ def _slower_copy(found: dict, nightly) -> list[dict]:
             continue
         night = runs.index(c["first_after"]["fleet_run"])
         at_copy = c["worse"] and CHANGE_NIGHT - 3 <= night <= CHANGE_NIGHT + 2
+        at_copy = at_copy and "model" in [x["field"] for x in c["culprit"]]
         (near if at_copy else other).append(c)
-    assert all(c["too_noisy"] for c in other), other
+    _assert_unexplained([c for c in other if not c["too_noisy"] and not c["culprit"]])
     return near
 
 
@@ -537,10 +541,12 @@ def test_each_new_change_fails_the_fleet_junit_once_and_sets_the_gauge(nightly):
                 and CHANGE_NIGHT - 3
                 <= fleet_runs.index(c["first_after"]["fleet_run"])
                 <= CHANGE_NIGHT + 2
+                and "model" in [x["field"] for x in c["culprit"]]
             }
         )
         # (3 runs after the detected point: night 16, or 15 where noise put the point a
-        # night early; never before the slower copy ran.)
+        # night early; never before the slower copy ran. A load event a night or two before
+        # it is a change of its own, new on its own night: it does not hide this one.)
         assert len(nights) == 1 and nights[0] >= CHANGE_NIGHT, new
         night = nights[0]
         suite = next(

@@ -7,7 +7,7 @@ sysfs tree (host/examples/device_emulator.py: a thermal zone that heats with the
 workers' CPU and, past its trip point, stops and continues them from outside at a 75 %
 duty cycle), 10 "nights", each the real ``edgequal fleet run --gate POLICY --prometheus
 DIR`` command (in process) with a short quick plan, recorded into an SQLite history. From
-night 4 the board's trip point is 41 °C instead of 140 °C (as a device-tree update
+night 5 the board's trip point is 41 °C instead of 140 °C (as a device-tree update
 lowering it would): the cold loads heat the zone past it at once and are throttled, so
 each takes longer, and the trip point the agent read from the board (``thermal_trip_c``
 in its fingerprint) is the culprit. No sustained phase: its 10 s cooldown per night, and
@@ -25,7 +25,13 @@ import pytest
 from edgequal.host.cli.main import main as edgequal_main
 
 NIGHTS = 10
-HOT_NIGHT = 4
+HOT_NIGHT = 5
+# Five nights either side. On a machine shared with two other suites (load 12) the
+# emulator's thread, itself starved, can catch a new cold-load worker late: some hot cold
+# loads are then one stop (75 ms) slower, others four times slower, and three tight high
+# nights among six are a cluster any shuffle can split off. 4 cool nights against 6 hot
+# ones once came out at p 0.055; resampled from that run's cold loads, 5 against 5 is
+# found 88 % of the time where 4 against 6 was found 80 %.
 TRIP_C = {"cool": 140.0, "hot": 41.0}
 
 # The emulated board: one thread (its profile); the zone heats 60 °C per CPU second and
@@ -88,7 +94,7 @@ def thermal(tmp_path_factory, local_agents, test_helper):
             lab.write_text(
                 f'[lab]\nname = "thermal"\n\n[devices.emu]\naddress = "{agent.address}"\n'
                 f'profile = "{profile}"\ntags = ["x86"]\n\n'
-                # A permutation test of 4 runs against 5 cannot reach p 0.01 (2 of the
+                # A permutation test of 5 runs against 4 cannot reach p 0.01 (2 of the
                 # 126 orders split as well as the real one): p 0.05.
                 "[changes]\np_value = 0.05\n"
             )
@@ -206,8 +212,7 @@ def test_fleet_run_junit_and_prometheus_carry_the_new_change(thermal):
             assert f"{gauge} 0" in prom
             assert suite.get("failures") == "0"
             assert suite.find("testcase").get("name") == "no new change beyond noise"
-    # New from the night a permutation test of the runs either side can call it (4
-    # against 4, 5 or 6 after it), never before (3 against 3: 2 of 20 orders split as
-    # well, p 0.1 at best); a night whose test fell just short of p 0.05 can make a later
-    # night call it new again.
+    # New from the night a permutation test of the runs either side can call it (5
+    # against 3, 4 or 5 after it), never before (5 against 2 is below min_points); a
+    # night whose test fell just short of p 0.05 can make a later night call it new again.
     assert seen and min(seen) >= HOT_NIGHT + 2, seen

@@ -183,12 +183,12 @@ class AgentSettings:
                     f"agent configuration {path}: unknown key [{section}] {unknown[0]}",
                     hint=f"[{section}] takes {', '.join([*sizes, *seconds])}",
                 )
-            for key in set(table) & set(sizes):
+            for key, value in table.items():  # in the file's order: the first bad one named
                 what = f"agent configuration {path}: [{section}] {key}"
-                values[sizes[key]] = parse_size_bytes(table[key], what)
-            for key in set(table) & set(seconds):
-                what = f"agent configuration {path}: [{section}] {key}"
-                values[seconds[key]] = _seconds(table[key], what)
+                if key in sizes:
+                    values[sizes[key]] = parse_size_bytes(value, what)
+                else:
+                    values[seconds[key]] = _seconds(value, what)
         return cls(**values)
 
     def overridden(self, **flags: int | None) -> AgentSettings:

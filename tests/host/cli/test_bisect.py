@@ -13,8 +13,9 @@ x86-64 (AVX2 and AVX-512) LayerNormalization's outputs moved by about 1e-6 betwe
 and 1.32.0 while 1.19.0 and 1.20.1 agree, and the MatMul model is bit-exact in all three;
 the test asserts whatever the oracle finds on the machine it runs on.
 
-The search's order and verdicts on chosen figures (p50 slowdowns, interference, flips) are
-tests/host/lab/test_bisect.py's.
+``--metric p50`` on the same real versions: the figures of the signed report, and whatever
+verdict this machine gives, followed through. The search's order and verdicts on chosen
+figures (p50 slowdowns, interference, flips) are tests/host/lab/test_bisect.py's.
 """
 
 from __future__ import annotations
@@ -241,6 +242,50 @@ def test_a_version_whose_outputs_match_the_good_ones_is_not_reproducible(
         f"not reproducible: onnxruntime {BAD} is not DIFFERENT from {GOOD} on drift "
         "(SAME: identical outputs)"
     )
+
+
+@pytest.mark.slow
+def test_bisect_on_p50_reads_each_versions_latency_from_the_signed_report(
+    on_board, wheelhouse, models, tmp_path, capsys
+):
+    """``--metric p50`` on real versions: whether 1.19.0 and the suite's onnxruntime differ
+    in speed on this machine is not known in advance, so what is asserted holds for any
+    verdict: the table's figures are each environment's p50 in the signed report of the same
+    run (verified against the pinned local device), the verdict is one of the three, and the
+    search, the status and the exit code follow from it."""
+    from edgequal.host.devices.trust import KnownDevices
+    from edgequal.host.judge.report_file import load_report
+
+    model, golden, _ = models["matmul"]
+    reports = tmp_path / "reports"
+    argv = _bisect(model, golden, wheelhouse, "--json", "--reports", str(reports))
+    argv[argv.index("drift")] = "p50"
+    code = edgequal_main(argv)
+    data = json.loads(capsys.readouterr().out)
+    assert data["metric"] == "p50" and data["exit_code"] == code
+    first = data["trials"][0]
+    assert (first["version"], first["baseline"], first["metric"]) == (BAD, GOOD, "p50")
+    for trial in data["trials"]:
+        report = load_report(trial["report"], known=KnownDevices(), require=True)
+        p50 = {
+            e["version"]: e["latency"]["per_shape"][0]["summary"]["p50_ms"]
+            for e in report.predicate["results"]["runtime_envs"]["environments"]
+        }
+        assert (trial["figure"], trial["baseline_figure"]) == (
+            p50[trial["version"]],
+            p50[GOOD],
+        ), (trial, p50)
+        assert trial["verdict"] in ("SAME", "DIFFERENT", "UNKNOWN")
+    if first["verdict"] != "DIFFERENT":  # not slower, or not decided: nothing to bisect
+        assert (data["status"], code) == ("not_reproducible", 1)
+        assert [t["version"] for t in data["trials"]] == [BAD]
+        assert data["headline"] == (
+            f"not reproducible: onnxruntime {BAD} is not DIFFERENT from {GOOD} on p50 "
+            f"({first['verdict']}: {first['why']})"
+        )
+    else:  # the one version between is tried next
+        assert [t["version"] for t in data["trials"]] == [BAD, MID]
+        assert (data["status"], code) in (("found", 0), ("undecided", 1))
 
 
 @pytest.mark.slow  # ten real runs, each in a runtime environment

@@ -2,7 +2,7 @@
 
 onnxruntime's profiler writes one event per node run (``cat: Node``, name
 ``<node>_kernel_time``, ``dur`` in µs, ``args.op_name``, ``args.provider``);
-:func:`operator_profile` sums them by operator type and by node. :func:`cpu_fallback`
+:func:`operator_profile` takes each node's median and sums them by operator type. :func:`cpu_fallback`
 lists the nodes that ran on the CPU although an accelerator provider was asked for.
 For LiteRT, :func:`delegate_coverage` works out from the node list which operators a
 delegate (XNNPACK) took and which it left to the interpreter's own kernels.
@@ -11,6 +11,7 @@ delegate (XNNPACK) took and which it left to the interpreter's own kernels.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from statistics import median
 
 CPU_PROVIDER = "CPUExecutionProvider"
 # Providers that add no accelerator: asking for them with the CPU provider is not a
@@ -50,21 +51,26 @@ def node_events(trace: Iterable[Mapping], skip_runs: int = 0) -> list[dict]:
 def operator_profile(events: Sequence[Mapping], runs: int, top: int = TOP_OPERATORS) -> dict:
     """Time by operator type and by node, heaviest first, each with its share of the total.
 
-    ``runs`` is how many profiled inferences the events cover: times are per inference.
+    ``runs`` is how many profiled inferences the events cover: times are per inference. A
+    node's time is its median kernel run times its runs per inference, so one run that
+    waited for a CPU (the profiler times the wall clock) does not own the profile; an
+    operator type's time is its nodes' sum.
     """
-    by_op: dict[str, dict] = {}
+    runs = max(1, runs)
     by_node: dict[str, dict] = {}
     for e in events:
-        op = by_op.setdefault(e["op_type"], {"op_type": e["op_type"], "us": 0.0, "nodes": set()})
-        op["us"] += e["dur_us"]
-        op["nodes"].add(e["node"])
         node = by_node.setdefault(
             e["node"],
-            {"node": e["node"], "op_type": e["op_type"], "provider": e["provider"], "us": 0.0},
+            {"node": e["node"], "op_type": e["op_type"], "provider": e["provider"], "durs": []},
         )
-        node["us"] += e["dur_us"]
+        node["durs"].append(e["dur_us"])
+    by_op: dict[str, dict] = {}
+    for node in by_node.values():
+        node["us"] = median(node["durs"]) * len(node["durs"])  # over all ``runs``
+        op = by_op.setdefault(node["op_type"], {"op_type": node["op_type"], "us": 0.0, "n": 0})
+        op["us"] += node["us"]
+        op["n"] += 1
     total = sum(o["us"] for o in by_op.values())
-    runs = max(1, runs)
 
     def share(us: float) -> float:
         return round(us / total, 4) if total > 0 else 0.0
@@ -79,7 +85,7 @@ def operator_profile(events: Sequence[Mapping], runs: int, top: int = TOP_OPERAT
                 "op_type": o["op_type"],
                 "us_per_run": round(o["us"] / runs, 3),
                 "share": share(o["us"]),
-                "nodes": len(o["nodes"]),
+                "nodes": o["n"],
             }
             for o in ops[:top]
         ],

@@ -67,6 +67,22 @@ def test_operator_profile_sums_by_type_and_node_per_run_with_shares():
     assert p["operator_types"] == 2 and p["node_count"] == 3
 
 
+def test_one_kernel_run_that_waited_for_a_cpu_does_not_own_the_profile():
+    # Three runs; the second run's Relu was preempted for 5 ms (the profiler's wall clock).
+    trace = [{"cat": "Session", "name": "model_run", "ts": t, "dur": 100} for t in (0, 1000, 2000)]
+    for run, relu in enumerate((20, 5000, 20)):
+        trace += [
+            _node("conv0", "Conv", 60, 1000 * run + 1),
+            _node("relu", "Relu", relu, 1000 * run + 62),
+        ]
+    p = operator_profile(node_events(trace), runs=3)
+    assert [(o["op_type"], o["us_per_run"], o["share"]) for o in p["operators"]] == [
+        ("Conv", 60.0, 0.75),
+        ("Relu", 20.0, 0.25),
+    ]
+    assert p["total_us_per_run"] == 80.0
+
+
 def test_cpu_fallback_lists_nodes_left_on_the_cpu_under_an_accelerator():
     events = node_events(TRACE, skip_runs=1)
     fb = cpu_fallback(events, ["CUDAExecutionProvider", CPU])

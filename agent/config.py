@@ -119,17 +119,32 @@ CONFIG_TABLES = ("store", "worker", "runtimes", "coload", "model_signing")
 """The tables of ``agent.toml``; any other is refused by name, so a setting such as
 ``[model_signing] require = true`` is never silently ignored under a misspelt table."""
 
+_MAX_SECONDS = 3600
+
+
+def _seconds(value: object, what: str) -> float:
+    """A duration in seconds: a number above 0 and at most an hour; BadInput naming ``what``."""
+    from edgequal.contract.errors import BadInput
+
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not number or not 0 < value <= _MAX_SECONDS:
+        raise BadInput(
+            f"{what}: not a number of seconds: {str(value)[:40]!r}",
+            hint=f"give seconds above 0, at most {_MAX_SECONDS}: e.g. 60",
+        )
+    return float(value)
+
+
 _SETTINGS = {
     "store": {
-        "max_artifact": "max_artifact_bytes",
-        "quota": "quota_bytes",
-        "min_free": "min_free_bytes",
+        "max_artifact": ("max_artifact_bytes", parse_size_bytes),
+        "quota": ("quota_bytes", parse_size_bytes),
+        "min_free": ("min_free_bytes", parse_size_bytes),
     },
-    "worker": {"memory_limit": "memory_limit_bytes"},
+    "worker": {"memory_limit": ("memory_limit_bytes", parse_size_bytes)},
+    "runtimes": {"probe_timeout_s": ("env_probe_timeout_s", _seconds)},
 }
-_SECONDS = {"runtimes": {"probe_timeout_s": "env_probe_timeout_s"}}
-"""Settings in seconds: a number above 0, at most :data:`_MAX_SECONDS`."""
-_MAX_SECONDS = 3600
+"""Each table's keys: the :class:`AgentSettings` field each sets, and how its value is read."""
 
 
 @dataclass(frozen=True)
@@ -172,23 +187,19 @@ class AgentSettings:
                 hint=f"agent.toml takes {', '.join(f'[{t}]' for t in CONFIG_TABLES)}",
             )
         values = {}
-        for section in (*_SETTINGS, *_SECONDS):
-            sizes, seconds = _SETTINGS.get(section, {}), _SECONDS.get(section, {})
+        for section, keys in _SETTINGS.items():
             table = config.get(section, {})
             if not isinstance(table, dict):
                 raise BadInput(f"agent configuration {path}: [{section}] must be a table")
-            unknown = sorted(set(table) - set(sizes) - set(seconds))
+            unknown = sorted(set(table) - set(keys))
             if unknown:
                 raise BadInput(
                     f"agent configuration {path}: unknown key [{section}] {unknown[0]}",
-                    hint=f"[{section}] takes {', '.join([*sizes, *seconds])}",
+                    hint=f"[{section}] takes {', '.join(keys)}",
                 )
             for key, value in table.items():  # in the file's order: the first bad one named
-                what = f"agent configuration {path}: [{section}] {key}"
-                if key in sizes:
-                    values[sizes[key]] = parse_size_bytes(value, what)
-                else:
-                    values[seconds[key]] = _seconds(value, what)
+                field_name, parse = keys[key]
+                values[field_name] = parse(value, f"agent configuration {path}: [{section}] {key}")
         return cls(**values)
 
     def overridden(self, **flags: int | None) -> AgentSettings:
@@ -215,25 +226,12 @@ class AgentSettings:
 
     def store_options(self) -> dict:
         """Keyword arguments of ``ArtifactStore`` for the store limits that are set."""
-        options = self.server_options()
-        options.pop("memory_limit_mb", None)
-        options.pop("env_probe_timeout_s", None)
-        if "min_free_bytes" in options:
-            options["reserve_bytes"] = options.pop("min_free_bytes")
-        return options
-
-
-def _seconds(value: object, what: str) -> float:
-    """A duration in seconds: a number above 0 and at most an hour; BadInput naming ``what``."""
-    from edgequal.contract.errors import BadInput
-
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not number or not 0 < value <= _MAX_SECONDS:
-        raise BadInput(
-            f"{what}: not a number of seconds: {str(value)[:40]!r}",
-            hint=f"give seconds above 0, at most {_MAX_SECONDS}: e.g. 60",
-        )
-    return float(value)
+        options = {
+            "max_artifact_bytes": self.max_artifact_bytes,
+            "quota_bytes": self.quota_bytes,
+            "reserve_bytes": self.min_free_bytes,
+        }
+        return {k: v for k, v in options.items() if v is not None}
 
 
 def read_settings(state_dir: Path, **flags: int | None) -> AgentSettings:

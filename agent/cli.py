@@ -435,6 +435,14 @@ def _prove(key, challenge_hex: str | None) -> int:
     return 0
 
 
+def probed_runtime_envs(state_dir: Path):
+    """The state directory's runtime environments, each trial import bounded by the
+    operator's ``[runtimes] probe_timeout_s`` (``info`` and ``runtime list``, as ``serve``)."""
+    from .runtimes.envs import RuntimeEnvs
+
+    return RuntimeEnvs(state_dir, probe_timeout_s=read_settings(state_dir).env_probe_timeout_s)
+
+
 def agent_info(state_dir: Path, root: Path):
     """This device's :class:`~edgequal.contract.info.AgentInfo`, as gRPC Info would answer it.
 
@@ -448,7 +456,6 @@ def agent_info(state_dir: Path, root: Path):
 
     from .probes import read_all
     from .runtimes import detect_runtimes
-    from .runtimes.envs import RuntimeEnvs
     from .service.state_lock import peek
     from .service.store import ArtifactStore
 
@@ -460,9 +467,7 @@ def agent_info(state_dir: Path, root: Path):
         agent_version=__version__,
         fingerprint={
             **(readings.get("fingerprint") or {}),
-            "runtime_envs": RuntimeEnvs(
-                state_dir, probe_timeout_s=read_settings(state_dir).env_probe_timeout_s
-            ).statuses(),
+            "runtime_envs": probed_runtime_envs(state_dir).statuses(),
         },
         runtimes=detect_runtimes(probe_import=True),
         public_key_raw=key.public_key_raw(),
@@ -513,7 +518,7 @@ def cmd_runtime(args, state_dir: Path) -> int:
         print(json.dumps(wheel_tags()))
         return 0
     if args.runtime_command == "list":
-        statuses = envs.statuses()
+        statuses = probed_runtime_envs(state_dir).statuses()
         if args.json:
             print(json.dumps(statuses, indent=1))
         for e in [] if args.json else statuses:

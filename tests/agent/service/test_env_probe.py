@@ -110,3 +110,20 @@ def test_a_hung_environment_does_not_stall_info_and_its_probe_dies_with_the_agen
             assert seen == "broken: importing onnxruntime hung > 4 s"
     finally:
         agent.stop()
+
+
+def test_runtime_list_bounds_each_probe_as_agent_toml_says(tmp_path):
+    """``runtime list`` waits for its probes, each bounded as ``serve``'s are."""
+    state = tmp_path / "state"
+    hung_env(state)
+    (state / "agent.toml").write_text("[runtimes]\nprobe_timeout_s = 2\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "edgequal.agent.cli", "--state-dir", str(state)]
+        + ["runtime", "list", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    [env] = json.loads(done.stdout)
+    assert (env["available"], env["reason"]) == (False, "broken: importing onnxruntime hung > 2 s")

@@ -121,8 +121,10 @@ import asyncio, sys, time, traceback
 from labgrid.remote import common, coordinator
 
 lease, step = float(sys.argv[1]), float(sys.argv[2])
-# A reservation's timeout is 60 s past its last refresh; it expires ``lease`` s past it.
-common.Reservation.expired = property(lambda self: self.timeout - 60 + lease < time.time())
+# A reservation's timeout is labgrid's lease (refresh's default delta, 60 s) past its last
+# refresh; it expires ``lease`` s past that refresh instead.
+delta = common.Reservation.refresh.__defaults__[0]
+common.Reservation.expired = property(lambda self: self.timeout - delta + lease < time.time())
 
 
 async def poll(self, step_func):  # labgrid's Coordinator.poll, every ``step`` s

@@ -153,9 +153,9 @@ def oracle_first_bad(digest: dict) -> str | None:
     return MID if digest[MID] != digest[GOOD] else BAD
 
 
-def _bisect(model, golden, wheelhouse, *extra) -> list[str]:
+def _bisect(model, golden, wheelhouse, *extra, metric: str = "drift") -> list[str]:
     return [
-        "bisect", "runtime", str(model), "--golden", str(golden), "--metric", "drift",
+        "bisect", "runtime", str(model), "--golden", str(golden), "--metric", metric,
         "--good", f"onnxruntime=={GOOD}", "--bad", f"onnxruntime=={BAD}",
         "--versions", f"{MID}", "--wheelhouse", str(wheelhouse), *PLAN, *extra,
     ]  # fmt: skip
@@ -258,9 +258,9 @@ def test_bisect_on_p50_reads_each_versions_latency_from_the_signed_report(
 
     model, golden, _ = models["matmul"]
     reports = tmp_path / "reports"
-    argv = _bisect(model, golden, wheelhouse, "--json", "--reports", str(reports))
-    argv[argv.index("drift")] = "p50"
-    code = edgequal_main(argv)
+    code = edgequal_main(
+        _bisect(model, golden, wheelhouse, "--json", "--reports", str(reports), metric="p50")
+    )
     data = json.loads(capsys.readouterr().out)
     assert data["metric"] == "p50" and data["exit_code"] == code
     first = data["trials"][0]

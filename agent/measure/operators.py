@@ -2,8 +2,9 @@
 
 onnxruntime's profiler writes one event per node run (``cat: Node``, name
 ``<node>_kernel_time``, ``dur`` in µs, ``args.op_name``, ``args.provider``);
-:func:`operator_profile` takes each node's median and sums them by operator type. :func:`cpu_fallback`
-lists the nodes that ran on the CPU although an accelerator provider was asked for.
+:func:`operator_profile` takes each node's median run and sums the nodes by operator
+type. :func:`cpu_fallback` lists the nodes that ran on the CPU although an accelerator
+provider was asked for.
 For LiteRT, :func:`delegate_coverage` works out from the node list which operators a
 delegate (XNNPACK) took and which it left to the interpreter's own kernels.
 """

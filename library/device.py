@@ -67,7 +67,8 @@ def plan_fields(fields: Mapping) -> dict:
 
 
 def default_report_path(model: Path) -> Path:
-    """Where a report goes when no path is given: the host's reports dir, never the cwd."""
+    """Where a report goes when no path is given: the host's reports dir, never the cwd
+    (a name another report already has is not reused: ``runs.write_report``)."""
     from edgequal.host.paths import reports_dir
 
     return reports_dir() / f"{Path(model).stem}-{time.strftime('%Y%m%dT%H%M%S')}.report.json"
@@ -186,6 +187,7 @@ class Device:
                 device_name=self.name,
                 on_event=on_progress or (lambda e: None),
                 out=Path(out) if out else default_report_path(model),
+                fresh_out=not out,
                 holder=holder,
                 allow_golden_mismatch=allow_golden_mismatch,
                 on_notice=on_notice or (lambda text: None),

@@ -22,7 +22,7 @@ from ..errors import UsageError, printable
 from ..transport import QualifyRequest, Transport
 from .nonces import NonceLedger
 from .reproduce import write_sidecar
-from .runs import RunLedger, StartedRun, cancel_and_fetch
+from .runs import RunLedger, StartedRun, cancel_and_fetch, write_report
 from .trust import KnownDevices
 from .verify import VerifiedReport, check_answers_request, verify_envelope
 
@@ -100,6 +100,7 @@ def qualify(
     device_name: str,
     on_event: Callable[[dict], None] = lambda e: None,
     out: Path | None = None,
+    fresh_out: bool = False,
     holder: str = "",
     allow_golden_mismatch: bool = False,
     on_notice: Callable[[str], None] = lambda message: None,
@@ -109,7 +110,8 @@ def qualify(
     command: Sequence[str] | None = None,
     sidecar: bool = True,
 ) -> Qualification:
-    """Push, qualify, verify against the pinned key and write the envelope to ``out``.
+    """Push, qualify, verify against the pinned key and write the envelope to ``out``
+    (with ``fresh_out``, a default name that never replaces a report: ``runs.write_report``).
 
     ``plan`` is a :class:`Plan` or its JSON, checked here before anything is sent;
     so is the golden set: one made for another model file is a UsageError unless
@@ -225,9 +227,7 @@ def qualify(
     # This host issued the nonce: `verify` says so later, whoever ran it (qualify, fleet).
     NonceLedger().record(report.nonce, report.run_id, envelope)
     if out is not None:
-        out = Path(out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_bytes(envelope)
+        out = write_report(out, envelope, fresh=fresh_out)
     names = {model_digest: model.name, golden_digest: golden.name if golden else None}
     paths = {model_digest: model, golden_digest: golden}
     paths.update({f["sha256"]: model.parent / f["name"] for f in extra})

@@ -11,8 +11,10 @@ the nonce this host issued for it.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -137,11 +139,32 @@ def report_path_for(run_id: str) -> Path:
     return reports_dir() / f"{run_id}.report.json"
 
 
-def write_report(path: Path, envelope: bytes) -> Path:
-    """Write the envelope bytes unchanged (atomically) and return the path."""
+def write_report(path: Path, envelope: bytes, *, fresh: bool = False) -> Path:
+    """Write the envelope bytes unchanged (atomically) and return the path written.
+
+    ``fresh``: ``path`` is a default name (``MODEL-TIME.report.json``), never one the user
+    chose: an existing report there is kept and this one takes the first free name of
+    ``NAME-2.report.json``, ``NAME-3…``. Two runs of one model within a second (two
+    boards at once, or a quick run that fails in preflight) each keep their report. The
+    name is claimed with a hard link, which fails where the name exists, so concurrent
+    hosts never take the same one and no reader sees a half-written file.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    # Private to this thread (a fleet run qualifies several boards at once).
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
     tmp.write_bytes(envelope)
-    tmp.replace(path)
-    return path
+    if not fresh:
+        tmp.replace(path)
+        return path
+    stem = path.name.removesuffix(".report.json")
+    try:
+        for k in itertools.count(1):
+            candidate = path if k == 1 else path.with_name(f"{stem}-{k}.report.json")
+            try:
+                os.link(tmp, candidate)
+            except FileExistsError:
+                continue
+            return candidate
+    finally:
+        tmp.unlink()

@@ -107,6 +107,31 @@ def test_cli_and_library_give_the_same_report(
         assert f"run {report.run_id} signed by device 'bench'" in capsys.readouterr().out
 
 
+@pytest.mark.slow
+def test_two_runs_given_no_path_each_keep_their_report(
+    trusted, example_models, tmp_path, monkeypatch
+):
+    """A report given no path goes to MODEL-TIME.report.json, a name to the second: two
+    runs of one model in the same second (here, the name fixed) must not share it."""
+    import edgequal.device as device_module
+
+    taken = tmp_path / "reports" / "classifier-20261202T120000.report.json"
+    monkeypatch.setattr(device_module, "default_report_path", lambda model: taken)
+    with edgequal.connect("bench") as dev:
+        first = dev.qualify(example_models["classifier"], **PLAN_FIELDS)
+        second = dev.qualify(example_models["classifier"], **PLAN_FIELDS)
+    assert first.path == taken
+    assert second.path == taken.with_name("classifier-20261202T120000-2.report.json")
+    assert first.run_id != second.run_id
+    for report in (first, second):
+        assert edgequal.verify(report.path, device="bench").run_id == report.run_id
+    # Each sidecar sits beside its own report; no temporary file is left behind.
+    from edgequal.host.devices.reproduce import sidecar_path
+
+    files = {p for r in (first, second) for p in (r.path, sidecar_path(r.path))}
+    assert set(taken.parent.iterdir()) == files
+
+
 @pytest.mark.slow  # the session's signed reports: several real runs
 def test_report_figures_are_the_signed_ones(reports, test_helper):
     from edgequal.contract.preemption import decisive_summary

@@ -256,3 +256,21 @@ def test_a_second_ctrl_c_stops_waiting_and_says_how_to_fetch_the_run():
     assert err.value.hint == (
         "fetch it with `edgequal runs fetch 20260101T000000Z-0000abcd --device bench`"
     )
+
+
+def test_a_default_report_name_is_claimed_once_by_concurrent_writers(tmp_path):
+    """``write_report(fresh=True)`` from eight threads at once, one name: eight files, each
+    with its own bytes; a name the user chose (``fresh=False``) is replaced."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from edgequal.host.devices.runs import write_report
+
+    name = tmp_path / "chain-20261202T120000.report.json"
+    with ThreadPoolExecutor(8) as pool:
+        written = list(pool.map(lambda k: write_report(name, b"%d" % k, fresh=True), range(8)))
+    assert sorted(p.name for p in written) == sorted(
+        [name.name] + [f"chain-20261202T120000-{k}.report.json" for k in range(2, 9)]
+    )
+    assert sorted(p.read_bytes() for p in written) == [b"%d" % k for k in range(8)]
+    assert set(tmp_path.iterdir()) == set(written)  # no temporary file left
+    assert write_report(name, b"chosen") == name and name.read_bytes() == b"chosen"

@@ -27,6 +27,7 @@ import json
 import math
 import os
 import struct
+import threading
 import zipfile
 import zlib
 from collections.abc import Mapping
@@ -272,6 +273,14 @@ def manifest_edge_shapes(path: Path, manifest: Mapping) -> list[dict]:
 MAX_MANIFEST_BYTES = 16 << 20
 
 
+NPZ_LOCK = threading.Lock()
+"""Held while a ``.npy`` header is parsed (``ast.literal_eval``, numpy's and ours). On
+CPython 3.11 (3.11.7 here) two threads building ASTs at once can fail with
+``SystemError: AST constructor recursion depth mismatch`` (python/cpython#106905): two
+fleet runs' threads, each checking a golden set before a board's run, met it once in a
+full suite. Every golden read in this package holds it; the reads are short."""
+
+
 def read_manifest(path: Path) -> dict:
     """The manifest alone, read with zipfile and json: no array is loaded.
 
@@ -331,7 +340,8 @@ def _npy_uint8_bytes(data: bytes) -> bytes:
     else:
         raise ValueError(f"the manifest is .npy version {data[6]}")
     try:
-        header = ast.literal_eval(data[start : start + size].decode("latin1"))
+        with NPZ_LOCK:
+            header = ast.literal_eval(data[start : start + size].decode("latin1"))
     except SyntaxError as e:
         raise ValueError("the manifest's .npy header is not a literal") from e
     if (
@@ -368,7 +378,7 @@ def _read_npz(path: Path, *, what: str, not_ours: str, hint: str | None = None) 
         memory = _physical_memory_bytes()
         if memory is not None and declared > memory:
             raise BadInput(f"its arrays hold {declared} bytes, more than this machine's memory")
-        with np.load(path, allow_pickle=False) as z:
+        with NPZ_LOCK, np.load(path, allow_pickle=False) as z:
             return {k: z[k] for k in z.files}
     except FileNotFoundError:
         raise BadInput(f"{what} not found: {path}") from None

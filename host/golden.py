@@ -34,6 +34,7 @@ from edgequal.contract.artifacts import file_sha256
 from edgequal.contract.errors import AgentError
 from edgequal.contract.golden import (
     MANIFEST_KEY,
+    NPZ_LOCK,
     GoldenCase,
     load_npz_arrays,
     split_case_arrays,
@@ -390,7 +391,7 @@ def recorded_model(golden: Path) -> dict:
     import zipfile
 
     try:
-        with np.load(golden, allow_pickle=False) as z:
+        with NPZ_LOCK, np.load(golden, allow_pickle=False) as z:
             if MANIFEST_KEY not in z.files:
                 raise UsageError(f"{golden} has no manifest: not an edgequal golden set")
             manifest = json.loads(z[MANIFEST_KEY].tobytes().decode("utf-8"))

@@ -7,7 +7,12 @@ Custom-op libraries and delegates are never loaded from pushed content.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -103,12 +108,13 @@ class LiteRtRuntime(Runtime):
         if not self.options.xnnpack:
             resolver = module.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
         try:
-            self._interp = module.Interpreter(
-                model_path=str(model_path),
-                num_threads=self.options.threads,
-                experimental_op_resolver_type=resolver,
-            )
-            self._interp.allocate_tensors()
+            with _runtime_info_silenced():
+                self._interp = module.Interpreter(
+                    model_path=str(model_path),
+                    num_threads=self.options.threads,
+                    experimental_op_resolver_type=resolver,
+                )
+                self._interp.allocate_tensors()
         except Exception as e:
             message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             err = ModelRejected(f"LiteRT {self.version()} rejected the model: {message}")
@@ -179,6 +185,45 @@ class LiteRtRuntime(Runtime):
         self._interp = None
 
 
+# LiteRT's C++ minimal logger writes "INFO: Created TensorFlow Lite XNNPACK delegate for
+# CPU." straight to file descriptor 2 when an interpreter is created; it honours no
+# environment variable (TF_CPP_MIN_LOG_LEVEL governs TensorFlow's other logger, not this
+# one) and its severity setter is not in the Python API.
+_RUNTIME_INFO = re.compile(rb"^INFO: [^\n]*\n?", re.MULTILINE)
+
+
+@contextmanager
+def _runtime_info_silenced() -> Iterator[None]:
+    """Hold back the runtime's ``INFO:`` lines written to fd 2 inside the block.
+
+    Everything else written to fd 2 meanwhile (a ``WARNING:`` or ``ERROR:`` of the runtime,
+    another thread's line) is written back to it when the block ends, errors included, so
+    a real failure's message still reaches the user, only later by the block's length
+    (an interpreter's creation: milliseconds).
+    """
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no fd 2 to redirect: leave it as it is
+        yield
+        return
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        finally:
+            try:
+                sys.stderr.flush()
+            except ValueError:
+                pass
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            rest = _RUNTIME_INFO.sub(b"", held.read())
+            while rest:
+                rest = rest[os.write(2, rest) :]
+
+
 def _tflite_runtime_version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -190,8 +235,6 @@ def _tflite_runtime_version() -> str:
 
 def _unsupported_tflite_op(message: str) -> str | None:
     """The op a LiteRT load error names ("Encountered unresolved custom op: X")."""
-    import re
-
     m = re.search(r"unresolved custom op: ([\w.]+)", message) or re.search(
         r"Didn't find op for builtin opcode '(\w+)'", message
     )

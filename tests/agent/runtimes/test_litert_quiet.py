@@ -74,7 +74,9 @@ def test_a_model_litert_rejects_is_still_one_line_naming_its_operator(tmp_path):
     g.opcodes[-1].customCode = "Frobnicate"
     (tmp_path / "custom.tflite").write_bytes(g.finish([x], [y], "a custom operator"))
     np.savez(tmp_path / "in.npz", x=np.ones((1, 4), np.float32))
-    proc = _cli("golden", "make", "custom.tflite", "--inputs", "in.npz", "-o", "g.npz", cwd=tmp_path)
+    proc = _cli(
+        "golden", "make", "custom.tflite", "--inputs", "in.npz", "-o", "g.npz", cwd=tmp_path
+    )
     assert proc.returncode == 2
     lines = proc.stderr.splitlines()
     assert len(lines) == 1 and "INFO:" not in proc.stderr, proc.stderr

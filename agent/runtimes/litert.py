@@ -11,6 +11,7 @@ import os
 import re
 import sys
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -190,6 +191,9 @@ class LiteRtRuntime(Runtime):
 # environment variable (TF_CPP_MIN_LOG_LEVEL governs TensorFlow's other logger, not this
 # one) and its severity setter is not in the Python API.
 _RUNTIME_INFO = re.compile(rb"^INFO: [^\n]*\n?", re.MULTILINE)
+# fd 2 is the process's: two threads redirecting it at once would restore each other's
+# temporary file (the server scenario loads one interpreter per caller thread).
+_FD2_LOCK = threading.Lock()
 
 
 @contextmanager
@@ -201,12 +205,23 @@ def _runtime_info_silenced() -> Iterator[None]:
     a real failure's message still reaches the user, only later by the block's length
     (an interpreter's creation: milliseconds).
     """
-    try:
-        sys.stderr.flush()
-        saved = os.dup(2)
-    except (OSError, ValueError):  # no fd 2 to redirect: leave it as it is
-        yield
-        return
+    with _FD2_LOCK:
+        try:
+            sys.stderr.flush()
+            saved = os.dup(2)
+        except (OSError, ValueError):  # no fd 2 to redirect: leave it as it is
+            saved = None
+        if saved is None:
+            yield
+            return
+        with _held_fd2(saved):
+            yield
+
+
+@contextmanager
+def _held_fd2(saved: int) -> Iterator[None]:
+    """Point fd 2 at a temporary file; at the end back at ``saved``, then write the held
+    text there less the runtime's ``INFO:`` lines."""
     with tempfile.TemporaryFile() as held:
         os.dup2(held.fileno(), 2)
         try:

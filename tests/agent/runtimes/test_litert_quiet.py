@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -40,6 +41,23 @@ def test_an_error_inside_the_block_still_restores_fd_2(capfd):
         os.write(2, b"ERROR: written before the raise\n")
         raise RuntimeError("interpreter creation failed")
     assert capfd.readouterr().err == "ERROR: written before the raise\n"
+
+
+def test_threads_inside_at_once_leave_fd_2_as_it_was(capfd):
+    def create(i: int) -> None:
+        with _runtime_info_silenced():
+            os.write(2, b"INFO: created\n")
+            os.write(2, f"WARNING: thread {i}\n".encode())
+
+    threads = [threading.Thread(target=create, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    held = capfd.readouterr().err.splitlines()
+    assert sorted(held) == sorted(f"WARNING: thread {i}" for i in range(8))
+    os.write(2, b"after\n")
+    assert capfd.readouterr().err == "after\n"
 
 
 @pytest.mark.slow

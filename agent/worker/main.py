@@ -37,6 +37,7 @@ from .io import (
     timed_output_check,
     warmed,
 )
+from .divergence import run_divergence, run_kernel_path
 from .jobs import WorkerJob
 from .pipeline import run_pipeline
 from .scenarios import (
@@ -503,6 +504,8 @@ JOBS = {
     "env_segments": run_env_segments,
     "pipeline": run_pipeline,
     "drift": run_drift,
+    "kernel_path": run_kernel_path,
+    "divergence": run_divergence,
 }
 
 

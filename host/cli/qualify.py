@@ -325,6 +325,7 @@ def cmd_golden_make(args) -> int:
         reference_inputs=args.reference_inputs,
         model_signature=args.model_signature,
         trusted_keys=args.trusted_key,
+        intermediates=args.intermediates,
     )
     if args.json:
         import json
@@ -595,6 +596,12 @@ def add_parsers(sub) -> None:
         "compared with the device's preprocessing",
     )
     gm.add_argument("--decision", help="argmax | topk:K | threshold:OUTPUT>VALUE")
+    gm.add_argument(
+        "--intermediates",
+        action="store_true",
+        help="also record every intermediate tensor of the reference run: a model changed "
+        "since is localised to its first divergent node (docs/divergence.md)",
+    )
     gm.add_argument(
         "--tolerance",
         action="append",

@@ -31,13 +31,24 @@ KNOWN_PROVIDERS = (
     "CUDAExecutionProvider",
     "TensorrtExecutionProvider",
 )
+# The short names a path may use for a provider (``ep:TensorRT``), and the names shown.
+SHORT_NAMES = {
+    "CPU": CPU_PROVIDER,
+    "XNNPACK": "XNNPACKExecutionProvider",
+    "OpenVINO": "OpenVINOExecutionProvider",
+    "CUDA": "CUDAExecutionProvider",
+    "TensorRT": "TensorrtExecutionProvider",
+}
 ALL_PATHS = {
     "onnxruntime": (
         "opt:disabled",
         "opt:basic",
         "opt:extended",
         "opt:all",
-        *(f"ep:{p.removesuffix('ExecutionProvider')}" for p in KNOWN_PROVIDERS),
+        "ep:XNNPACK",
+        "ep:OpenVINO",
+        "ep:CUDA",
+        "ep:TensorRT",
     ),
     "litert": ("resolver:builtin-ref", "resolver:auto", "resolver:builtin-no-delegates"),
 }
@@ -81,8 +92,14 @@ def provider_name(short: str) -> str:
     """``CUDA`` -> ``CUDAExecutionProvider``; a full name stays; ``TensorRT`` -> ``Tensorrt...``."""
     if short.endswith("ExecutionProvider"):
         return short
-    known = {p.removesuffix("ExecutionProvider").lower(): p for p in (*KNOWN_PROVIDERS, CPU_PROVIDER)}
+    known = {k.lower(): v for k, v in SHORT_NAMES.items()}
     return known.get(short.lower(), f"{short}ExecutionProvider")
+
+
+def short_name(provider: str) -> str:
+    """The name a path shows for a provider: ``TensorrtExecutionProvider`` -> ``TensorRT``."""
+    known = {v: k for k, v in SHORT_NAMES.items()}
+    return known.get(provider, provider.removesuffix("ExecutionProvider"))
 
 
 def parse_path(text: str) -> KernelPath:
@@ -101,7 +118,7 @@ def parse_path(text: str) -> KernelPath:
         full = provider_name(value)
         if not full.replace("ExecutionProvider", "").isidentifier():
             raise BadInput(f"bad execution provider name in path '{text[:60]}'", hint=hint)
-        return KernelPath(f"ep:{full.removesuffix('ExecutionProvider')}", "onnxruntime", provider=full)
+        return KernelPath(f"ep:{short_name(full)}", "onnxruntime", provider=full)
     if kind == "resolver":
         if value not in RESOLVERS:
             raise BadInput(f"unknown LiteRT op resolver in path '{text[:60]}'", hint=", ".join(RESOLVERS))

@@ -36,7 +36,7 @@ def run_kernel_path(job: WorkerJob) -> dict:
         min_runs=min(job.latency.min_runs, PATH_LATENCY_MAX_RUNS),
         max_runs=min(job.latency.max_runs, max(PATH_LATENCY_MAX_RUNS, job.latency.min_runs)),
         min_s=min(job.latency.min_s, PATH_LATENCY_MAX_S),
-        max_s=min(job.latency.max_s, PATH_LATENCY_MAX_S * 4),
+        max_s=min(job.latency.max_s or PATH_LATENCY_MAX_S * 4, PATH_LATENCY_MAX_S * 4),
         warmup_max_s=min(job.latency.warmup_max_s, PATH_LATENCY_MAX_S),
         max_extension=1.0,
     )

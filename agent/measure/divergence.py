@@ -67,21 +67,26 @@ def tensor_error(
     }
 
 
-def saturation(array) -> dict | None:
+def saturation(array, reference=None) -> dict | None:
     """For an integer tensor: the share of its values at its type's minimum and maximum
-    (``{"dtype", "low", "high", "saturated"}``); None for a float tensor."""
+    (``{"dtype", "low", "high", "saturated"}``); None for a float tensor. With the
+    ``reference`` tensor, ``saturated`` means at least SATURATION_SHARE more values sit at
+    the limits than in the reference (a ReLU's zeros at a uint8 zero point of 0 are not
+    saturation); without it, that share of all values does."""
     a = np.asarray(array)
     if a.dtype.kind not in "iu" or a.size == 0:
         return None
     info = np.iinfo(a.dtype)
     low = float(np.count_nonzero(a == info.min)) / a.size
     high = float(np.count_nonzero(a == info.max)) / a.size
-    return {
-        "dtype": a.dtype.name,
-        "low": low,
-        "high": high,
-        "saturated": low + high >= SATURATION_SHARE,
-    }
+    out = {"dtype": a.dtype.name, "low": low, "high": high}
+    pinned = low + high
+    if reference is not None and np.asarray(reference).shape == a.shape:
+        r = np.asarray(reference)
+        pinned -= float(np.count_nonzero((r == info.min) | (r == info.max))) / r.size
+        out["more_than_reference"] = pinned
+    out["saturated"] = pinned >= SATURATION_SHARE
+    return out
 
 
 def value_range(array) -> list[float] | None:
@@ -179,7 +184,7 @@ def localize(
             err = tensor_error(reference[name], actual[name], atol, rtol)
             entry["max_abs"] = err["max_abs"]
             before = max(before, err["max_abs"] or 0.0)
-        sat = saturation(actual[name])
+        sat = saturation(actual[name], reference.get(name))
         if sat is not None:
             entry["saturation"] = sat
         inputs.append(entry)
@@ -201,7 +206,7 @@ def localize(
             "ratio": first["ratio"],
             "error_before": before,
             "inputs": inputs,
-            "saturation": saturation(actual[first["output"]]),
+            "saturation": saturation(actual[first["output"]], reference.get(first["output"])),
             "growth": {
                 "worst_after": max(after) / own if after and math.isfinite(own) else None,
                 "at_outputs": max(finals) / own if finals and math.isfinite(own) else None,

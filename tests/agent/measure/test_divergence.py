@@ -41,6 +41,11 @@ def test_integer_tensors_allow_one_step_and_saturation_is_counted():
     sat = saturation(np.array([127, 127, 3, -128], dtype=np.int8))
     assert sat == {"dtype": "int8", "low": 0.25, "high": 0.5, "saturated": True}
     assert saturation(np.zeros(3, np.float32)) is None
+    # A ReLU's zeros at a uint8 zero point of 0 sit at the limit in the reference as well.
+    relu = np.array([0, 0, 5, 9], dtype=np.uint8)
+    assert saturation(relu)["saturated"] and not saturation(relu, relu)["saturated"]
+    clipped = np.array([0, 0, 255, 255], dtype=np.uint8)
+    assert saturation(clipped, relu)["more_than_reference"] == 0.5
 
 
 def test_a_shape_or_nonfinite_difference_is_divergent():

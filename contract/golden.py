@@ -185,7 +185,10 @@ def read_golden(path: Path) -> GoldenSet:
             assets[rest] = _raw_bytes(path, key, a)
             continue
         case_name, _, tensor = rest.partition("/")
-        if kind not in ("inputs", "outputs", "raw", "reference_inputs", "intermediates") or not tensor:
+        if (
+            kind not in ("inputs", "outputs", "raw", "reference_inputs", "intermediates")
+            or not tensor
+        ):
             raise BadInput(f"{path}: unexpected array {key[:120]!r}")
         case = cases.setdefault(case_name, GoldenCase(case_name, {}, {}))
         getattr(case, kind)[tensor] = _raw_bytes(path, key, a) if kind == "raw" else a

@@ -77,7 +77,11 @@ class KernelPath:
         """The runtime options it runs with (``graph_optimization``, ``providers``,
         ``op_resolver``); ``plan_level`` is the graph optimisation of an ``ep:`` path."""
         if self.runtime == "litert":
-            return {"graph_optimization": plan_level, "providers": None, "op_resolver": self.op_resolver}
+            return {
+                "graph_optimization": plan_level,
+                "providers": None,
+                "op_resolver": self.op_resolver,
+            }
         providers = [CPU_PROVIDER]
         if self.provider is not None and self.provider != CPU_PROVIDER:
             providers = [self.provider, CPU_PROVIDER]
@@ -111,7 +115,8 @@ def parse_path(text: str) -> KernelPath:
     if kind == "opt":
         if value not in OPT_LEVELS:
             raise BadInput(
-                f"unknown graph optimisation level in path '{text[:60]}'", hint=", ".join(OPT_LEVELS)
+                f"unknown graph optimisation level in path '{text[:60]}'",
+                hint=", ".join(OPT_LEVELS),
             )
         return KernelPath(f"opt:{value}", "onnxruntime", graph_optimization=value)
     if kind == "ep":
@@ -121,14 +126,20 @@ def parse_path(text: str) -> KernelPath:
         return KernelPath(f"ep:{short_name(full)}", "onnxruntime", provider=full)
     if kind == "resolver":
         if value not in RESOLVERS:
-            raise BadInput(f"unknown LiteRT op resolver in path '{text[:60]}'", hint=", ".join(RESOLVERS))
+            raise BadInput(
+                f"unknown LiteRT op resolver in path '{text[:60]}'", hint=", ".join(RESOLVERS)
+            )
         return KernelPath(f"resolver:{value}", "litert", op_resolver=value)
     raise BadInput(f"unknown kernel path '{text[:60]}'", hint=hint)
 
 
 def check_path_names(names) -> list[str]:
     """The plan's ``kernel_paths``: 1..MAX_PATHS distinct names, each ``all`` or a path."""
-    if not isinstance(names, (list, tuple)) or not names or not all(isinstance(n, str) for n in names):
+    if (
+        not isinstance(names, (list, tuple))
+        or not names
+        or not all(isinstance(n, str) for n in names)
+    ):
         raise BadInput("plan field 'kernel_paths' must be a non-empty list of path names")
     if len(names) > MAX_PATHS:
         raise BadInput(f"plan field 'kernel_paths' names {len(names)} paths; at most {MAX_PATHS}")
@@ -162,8 +173,6 @@ def absent_reason(path: KernelPath, available_providers, runtime_version: str) -
     """Why the board lacks ``path`` (None when it has it): a provider its onnxruntime does not offer."""
     if path.provider is None or path.provider in (available_providers or ()):
         return None
-    reason = (
-        f"onnxruntime {runtime_version} here offers {', '.join(available_providers or ()) or 'none'}"
-    )
+    reason = f"onnxruntime {runtime_version} here offers {', '.join(available_providers or ()) or 'none'}"
     hint = PROVIDER_HINTS.get(path.provider)
     return reason + (f"; {path.provider} comes with {hint}" if hint else "")

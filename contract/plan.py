@@ -299,7 +299,13 @@ class Plan:
     def to_json(self) -> dict:
         """The plan as documented JSON (docs/report-schema.md), the form the wire and report carry."""
         out = {f.name: getattr(self, f.name) for f in fields(self)}
-        for key in ("providers", "throttle_indicators", "batch_sizes", "runtime_envs", "kernel_paths"):
+        for key in (
+            "providers",
+            "throttle_indicators",
+            "batch_sizes",
+            "runtime_envs",
+            "kernel_paths",
+        ):
             if out[key] is not None:
                 out[key] = list(out[key])
         for key in ("coload", "edge_shapes"):

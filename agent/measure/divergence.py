@@ -28,9 +28,7 @@ SATURATION_SHARE = 0.01
 CURVE_LIMIT = 400
 
 
-def tensor_error(
-    reference, actual, atol: float = DEFAULT_ATOL, rtol: float = DEFAULT_RTOL
-) -> dict:
+def tensor_error(reference, actual, atol: float = DEFAULT_ATOL, rtol: float = DEFAULT_RTOL) -> dict:
     """One tensor's difference: ``max_abs``, ``mean_abs``, ``scale`` (max |ref|), the
     ``tolerance`` scaled to it, ``ratio`` (max_abs / tolerance: above 1 is divergent),
     ``nonfinite`` (positions finite on one side only) and ``shape_differs``."""
@@ -190,9 +188,7 @@ def localize(
         inputs.append(entry)
     after = [c["ratio"] for c in curve if c["index"] > first["index"] and c["ratio"] is not None]
     finals = [
-        c["ratio"]
-        for c in curve
-        if c["output"] in set(final_outputs) and c["ratio"] is not None
+        c["ratio"] for c in curve if c["output"] in set(final_outputs) and c["ratio"] is not None
     ]
     own = first["ratio"] or math.inf
     out.update(

@@ -95,7 +95,11 @@ def measure_kernel_paths(
             break
         emit({"type": "progress", "phase": "kernel_paths", "done": n, "total": len(paths),
               "message": path.name})  # fmt: skip
-        entry = {"name": path.name, "runtime": runtime, "options": path.options(plan.graph_optimization)}
+        entry = {
+            "name": path.name,
+            "runtime": runtime,
+            "options": path.options(plan.graph_optimization),
+        }
         env = None
         if here is not None:
             reason = absent_reason(path, here["available"], here["version"])
@@ -152,9 +156,14 @@ def _env_offering(path: KernelPath, envs, cache: dict, runtime: str, plan: Plan,
     """The first of the plan's runtime environments whose onnxruntime offers the path's provider."""
     for env in envs:
         if env.name not in cache:
-            cache[env.name] = _providers_here(runtime, plan, cancel, env) if env.worker_python() else None
+            cache[env.name] = (
+                _providers_here(runtime, plan, cancel, env) if env.worker_python() else None
+            )
         offered = cache[env.name]
-        if offered is not None and absent_reason(path, offered["available"], offered["version"]) is None:
+        if (
+            offered is not None
+            and absent_reason(path, offered["available"], offered["version"]) is None
+        ):
             return env
     return None
 
@@ -211,7 +220,10 @@ def run_localization(model, golden, plan, runtime, options, settings, cancel, ru
         **(run_kwargs or {}),
     )
     if not ended.ok:
-        return {"failed": finding_from(ended, "divergence", runtime)["message"], "case": settings.case}
+        return {
+            "failed": finding_from(ended, "divergence", runtime)["message"],
+            "case": settings.case,
+        }
     out = ended.result
     if "localization" in out:
         out["message"] = localization_message(out)

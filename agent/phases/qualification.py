@@ -655,16 +655,17 @@ def run_measurement(
     # The drift failed and the golden set carries the reference's intermediate tensors:
     # the first node past tolerance, after every phase (a finding ends later phases).
     drift = results.get("drift")
-    if drift is not None and not drift.get("passed", True) and "pipeline" not in results:
-        if not cancel.is_set() and not stops_later_phases(findings):
-            from .kernel_paths import divergence_finding, localize_drift
+    drift_failed = drift is not None and not drift.get("passed", True)
+    stopped = cancel.is_set() or stops_later_phases(findings)
+    if drift_failed and "pipeline" not in results and not stopped:
+        from .kernel_paths import divergence_finding, localize_drift
 
-            located = localize_drift(model_path, golden_path, plan, runtime, drift, cancel)
-            if located is not None:
-                results["divergence"] = located
-                finding = divergence_finding(located, runtime)
-                if finding is not None:
-                    findings.append(finding)
+        located = localize_drift(model_path, golden_path, plan, runtime, drift, cancel)
+        if located is not None:
+            results["divergence"] = located
+            finding = divergence_finding(located, runtime)
+            if finding is not None:
+                findings.append(finding)
     cause = int8_drift_finding(
         (results.get("model_io") or {}).get("int8_form"),
         fingerprint.get("cpu_isa"),

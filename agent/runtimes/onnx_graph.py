@@ -128,8 +128,4 @@ def with_graph_outputs(data, names) -> bytes:
         for n in names
     )
     body = data[start:end] + extra
-    return (
-        data[: start - len(prefix)]
-        + _length_delimited(MODEL_GRAPH, body)
-        + data[end:]
-    )
+    return data[: start - len(prefix)] + _length_delimited(MODEL_GRAPH, body) + data[end:]

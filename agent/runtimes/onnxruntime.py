@@ -190,7 +190,9 @@ class OnnxRuntime(Runtime):
         ort = self.import_module()
         so = self._session_options()
         if not external_data_refs(data):
-            return ort.InferenceSession(marked, sess_options=so, providers=self._requested_providers)
+            return ort.InferenceSession(
+                marked, sess_options=so, providers=self._requested_providers
+            )
         fd, tmp = tempfile.mkstemp(
             prefix=".edgequal-kept-", suffix=".onnx", dir=Path(self._model_path).parent
         )

@@ -51,8 +51,9 @@ def run_kernel_path(job: WorkerJob) -> dict:
             out["placement"] = {
                 "providers": sorted({e.get("provider") or "?" for e in events}),
                 "off_cpu_nodes": sum(
-                    1 for e in events if (e.get("provider") or "CPUExecutionProvider")
-                    != "CPUExecutionProvider"
+                    1
+                    for e in events
+                    if (e.get("provider") or "CPUExecutionProvider") != "CPUExecutionProvider"
                 ),
                 "nodes": len({e["node"] for e in events}),
             }

@@ -253,8 +253,6 @@ class WorkerJob:
             scenario=ScenarioSettings.from_json(obj["scenario"]) if obj.get("scenario") else None,
             edge=EdgeSettings(**obj["edge"]) if obj.get("edge") else None,
             coload=ColoadSettings(**obj["coload"]) if obj.get("coload") else None,
-            divergence=(
-                DivergenceSettings(**obj["divergence"]) if obj.get("divergence") else None
-            ),
+            divergence=(DivergenceSettings(**obj["divergence"]) if obj.get("divergence") else None),
             coload_pgids=tuple(obj["coload_pgids"]) if obj.get("coload_pgids") else None,
         )

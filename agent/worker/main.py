@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .divergence import run_divergence, run_kernel_path
 from .io import (
     emit,
     first_feeds,
@@ -37,7 +38,6 @@ from .io import (
     timed_output_check,
     warmed,
 )
-from .divergence import run_divergence, run_kernel_path
 from .jobs import WorkerJob
 from .pipeline import run_pipeline
 from .scenarios import (

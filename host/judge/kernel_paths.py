@@ -12,7 +12,9 @@ def placement_text(placement: dict | None) -> str:
     if "delegate" in placement:
         if placement.get("delegate") is None:
             return "no delegate"
-        return f"{placement['delegate']}: {placement['delegated_nodes']} of {placement['nodes']} nodes"
+        return (
+            f"{placement['delegate']}: {placement['delegated_nodes']} of {placement['nodes']} nodes"
+        )
     text = f"{placement.get('off_cpu_nodes', 0)} of {placement.get('nodes', 0)} nodes off the CPU"
     fallback = placement.get("cpu_fallback") or {}
     fell = fallback.get("cpu_nodes")
@@ -38,7 +40,8 @@ def path_rows(results: dict) -> list[dict]:
     rows = []
     for entry in section.get("paths", []):
         row = {
-            "name": entry["name"] + (f" [{entry['runtime_env']}]" if entry.get("runtime_env") else ""),
+            "name": entry["name"]
+            + (f" [{entry['runtime_env']}]" if entry.get("runtime_env") else ""),
             "reference": bool(entry.get("reference")),
             "status": entry["status"],
             "p50_ms": None,
@@ -78,7 +81,9 @@ def error_curves(results: dict) -> list[tuple[str, list[dict], int | None]]:
         div = entry.get("divergence") or {}
         if "localization" in div:
             loc = div["localization"]
-            out.append((f"{entry['name']} against {div['against']}", loc["curve"], loc.get("index")))
+            out.append(
+                (f"{entry['name']} against {div['against']}", loc["curve"], loc.get("index"))
+            )
     return out
 
 

@@ -64,8 +64,14 @@ def build_resnet(path: Path, seed: int = 7) -> None:
         inits.extend([numpy_helper.from_array(w, f"{name}.weight"),
                       numpy_helper.from_array(b, f"{name}.bias")])  # fmt: skip
         nodes.append(
-            helper.make_node("Conv", [src, f"{name}.weight", f"{name}.bias"], [name],
-                             name=name, kernel_shape=[3, 3], pads=[1, 1, 1, 1])  # fmt: skip
+            helper.make_node(
+                "Conv",
+                [src, f"{name}.weight", f"{name}.bias"],
+                [name],
+                name=name,
+                kernel_shape=[3, 3],
+                pads=[1, 1, 1, 1],
+            )  # fmt: skip
         )
         return name
 
@@ -223,7 +229,8 @@ def run_saturation(work: Path, seed: int) -> dict:
         "op_type": loc.get("op_type"),
         "output": loc.get("output"),
         "saturation": loc.get("saturation"),
-        "right": loc.get("output") == "relu_q" and bool((loc.get("saturation") or {}).get("saturated")),
+        "right": loc.get("output") == "relu_q"
+        and bool((loc.get("saturation") or {}).get("saturated")),
     }
 
 
@@ -241,8 +248,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="edgequal-divergence-") as tmp:
         work = Path(tmp)
         models = {
-            name: run_model(name, work, args.trials, args.kinds.split(","), args.seed,
-                            args.budget_kb)  # fmt: skip
+            name: run_model(
+                name, work, args.trials, args.kinds.split(","), args.seed, args.budget_kb
+            )  # fmt: skip
             for name in args.models.split(",")
         }
         saturation = run_saturation(work, args.seed)

@@ -34,10 +34,10 @@ from ...judge.runtime_envs import env_section
 from .cards import model_cards
 from .comparison import comparison_section
 from .conditions import conditions_section
+from .kernel_paths import has_kernel_paths, kernel_paths_section
 from .parts import CSS, escape
 from .pipeline import pipeline_section
 from .plots import latency_figure, sustained_figure
-from .kernel_paths import has_kernel_paths, kernel_paths_section
 from .runtime_envs import runtime_envs_section
 from .scenarios import scenarios_section
 from .sections import (

@@ -21,8 +21,8 @@ from rich.text import Text
 from ...errors import redact
 from ..signature import signature_text
 from ..units import figure_text
-from .pipeline import print_pipeline
 from .kernel_paths import print_kernel_paths
+from .pipeline import print_pipeline
 from .runtime_envs import print_runtime_envs
 from .scenarios import print_scenarios
 from .sections import (

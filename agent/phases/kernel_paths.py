@@ -234,7 +234,15 @@ def localization_message(out: dict) -> str:
     """The finding's line, with what keeping tensors changed and how the graph was gone through."""
     located = out["localization"]
     text = divergence_message(located, out["against"])
-    if not located["found"] and out.get("reproduced") is False:
+    fusion = out.get("fusion")
+    if not located["found"] and fusion:
+        text = (
+            f"first divergent node: inside the kernel onnxruntime fuses across {fusion['node']} "
+            f"({fusion['op_type']}): keeping its output stops the divergence, and every tensor "
+            f"before it agrees with {out['against']} (bisected over {fusion['sessions']} "
+            "sessions)"
+        )
+    elif not located["found"] and out.get("reproduced") is False:
         text += (
             "; with every tensor kept the outputs agree too: the divergence is in a fused "
             "kernel that keeping its intermediate tensors prevents"

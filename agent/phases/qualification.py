@@ -626,8 +626,15 @@ def run_measurement(
         phases.append(("pipeline", pipeline))
     if plan.check_optimization:
         phases.append(("optimization_check", optimization))
-    if plan.kernel_paths and golden_path is not None and not golden_has_pipeline(golden_path):
-        phases.append(("kernel_paths", kernel_paths))
+    if plan.kernel_paths:
+        if golden_path is None or golden_has_pipeline(golden_path):
+            why = "no golden set" if golden_path is None else "a golden set of raw files"
+            results["kernel_paths"] = {
+                "skipped": f"{why}: each kernel path is a run of a golden set of model inputs",
+                "paths": [],
+            }
+        else:
+            phases.append(("kernel_paths", kernel_paths))
     if edges:
         phases.append(("edge_shapes", edge_shapes))
     phases += [(kind, scenario(kind, key)) for kind, key in planned_scenarios(plan)]

@@ -163,7 +163,56 @@ def run_divergence(job: WorkerJob) -> dict:
     out["ranges_run"] = len(parts)
     out["reproduced"] = reproduced
     out["localization"] = located
+    # Keeping every tensor stopped the divergence (a fusion it prevents): bisect over how
+    # much is kept, within the budget (a prefix of the graph kept at once).
+    if (
+        not located["found"]
+        and reproduced is False
+        and reference_rt is not None
+        and len(ranges) == 1
+    ):
+        phase("fusion")
+        out["fusion"] = fusion_bisect(rt, reference_rt, case.inputs, nodes, finals, settings)
     return out
+
+
+def fusion_bisect(rt, reference_rt, feeds, nodes, finals, settings) -> dict | None:
+    """Which node's kept output stops the divergence: the outputs of ``nodes[:k]`` kept, do
+    the model's outputs still differ? True with none kept (the path as it runs), false with
+    all; bisecting ``k`` finds the node whose output, kept, prevents the fusion that
+    diverges: it is inside that fused kernel, and every tensor before it agrees.
+
+    None when the outputs do not differ even with nothing kept (nothing to find)."""
+    inputs = set(feeds)
+    runs = 0
+
+    def differs(k: int) -> bool:
+        nonlocal runs
+        runs += 1
+        names = [n for node in nodes[:k] for n in node["outputs"] if n and n not in inputs]
+        names = [n for n in names if n not in finals]
+        actual = rt.run_keeping(feeds, names)
+        reference = reference_rt.run_keeping(feeds, names)
+        return bool(_outputs_differ(reference, actual, finals, settings))
+
+    if not differs(0):
+        return None
+    lo, hi = 0, len(nodes)  # differs(lo), not differs(hi): every tensor kept agreed
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if differs(mid):
+            lo = mid
+        else:
+            hi = mid
+    from ..measure.divergence import node_label
+
+    node = nodes[hi - 1]
+    return {
+        "node": node_label(node, hi - 1),
+        "op_type": node["op_type"],
+        "index": hi - 1,
+        "sessions": runs,
+    }
 
 
 def _growth_at_outputs(part: dict, reference, actual, finals, settings) -> None:

@@ -18,6 +18,9 @@ def print_kernel_paths(results: dict) -> None:
     section = results.get("kernel_paths")
     if not section:
         return
+    if section.get("skipped"):
+        console.print(f"  kernel paths skipped: {esc(section['skipped'])}", soft_wrap=True)
+        return
     t = Table(
         title=f"Kernel paths (reference: {section.get('reference') or 'none'})",
         title_justify="left",

@@ -106,3 +106,35 @@ def test_two_litert_op_resolvers_agree_node_by_node(tmp_path):
     loc = ended.result["localization"]
     assert not loc["found"] and loc["compared"] >= 3
     assert {c["op_type"] for c in loc["curve"]} >= {"CONV_2D", "FULLY_CONNECTED"}
+
+
+def test_a_divergence_keeping_tensors_prevents_is_bisected_to_its_fused_node(tmp_path):
+    """The int8 example with 8-bit weights: on x86 without VNNI onnxruntime's fused int8
+    conv saturates u8×s8 products (docs/measurement.md); with every tensor kept nothing
+    fuses and nothing differs, so the node is found by bisecting how much is kept. Other
+    CPUs' kernels do not saturate: nothing to localise there."""
+    from edgequal.agent.runtimes import RuntimeOptions, runtime_class
+    from edgequal.host.examples.onnx_models import build_classifier_qdq
+
+    model = tmp_path / "q8.onnx"
+    build_classifier_qdq(model, "8-bit weights", weight_qmax=127)
+    feeds = example_inputs("classifier", 4)
+    runs = {}
+    for level in ("disabled", "all"):
+        rt = runtime_class("onnxruntime")(RuntimeOptions(graph_optimization=level))
+        rt.load(model)
+        runs[level] = [rt.run(f)["score"] for f in feeds]
+    worst = max(range(4), key=lambda i: float(np.abs(runs["all"][i] - runs["disabled"][i]).max()))
+    if float(np.abs(runs["all"][worst] - runs["disabled"][worst]).max()) < 1e-3:
+        pytest.skip("this CPU's fused int8 kernels agree with the unfused ones")
+    golden = tmp_path / "g.npz"
+    make_golden(model, {f"c{i}": f for i, f in enumerate(feeds)}, golden)
+    reference = {"graph_optimization": "disabled", "providers": None, "op_resolver": None}
+    job = WorkerJob.for_phase("divergence", model, golden, make_plan("quick"), "onnxruntime")
+    settings = DivergenceSettings(case=f"c{worst}", reference=reference, reference_label="ref")
+    ended = run_job(replace(job, graph_optimization="all", divergence=settings).to_json())
+    assert ended.ok, ended.error
+    out = ended.result
+    assert out["reproduced"] is False and not out["localization"]["found"]
+    assert out["fusion"]["node"] == "conv" and out["fusion"]["op_type"] == "Conv"
+    assert out["fusion"]["sessions"] <= 6  # log2 of 18 nodes, and the run with none kept

@@ -63,6 +63,9 @@ def kernel_paths_section(reports: Sequence[ReportFile]) -> str:
         own = results.get("divergence")
         if own:
             lines.append(f"{chr(65 + i)}, the model: {divergence_text(own)}")
+        skipped = (results.get("kernel_paths") or {}).get("skipped")
+        if skipped:
+            lines.append(f"{chr(65 + i)}: kernel paths skipped: {skipped}")
         for row in path_rows(results):
             status = row["status"]
             if status == "ok":

@@ -93,7 +93,9 @@ def test_the_int8_example_made_to_saturate_is_named_at_its_first_saturating_node
 def test_two_litert_op_resolvers_agree_node_by_node(tmp_path):
     model = build_example("classifier_tflite", tmp_path)
     golden = tmp_path / "g.npz"
-    make_golden(model, {"c0": example_inputs("classifier_tflite", 1)[0]}, golden)
+    make_golden(
+        model, {"c0": example_inputs("classifier_tflite", 1)[0]}, golden, intermediates=True
+    )
     reference = {"graph_optimization": "all", "providers": None, "op_resolver": "builtin-ref"}
     job = WorkerJob.for_phase("divergence", model, golden, make_plan("quick"), "litert")
     job = replace(
@@ -106,6 +108,9 @@ def test_two_litert_op_resolvers_agree_node_by_node(tmp_path):
     loc = ended.result["localization"]
     assert not loc["found"] and loc["compared"] >= 3
     assert {c["op_type"] for c in loc["curve"]} >= {"CONV_2D", "FULLY_CONNECTED"}
+    # And against the golden set's tensors, which the host's LiteRT recorded the same way.
+    against_golden = _run(model, golden, "litert", case="c0")["localization"]
+    assert not against_golden["found"] and against_golden["compared"] == loc["compared"]
 
 
 def test_a_divergence_keeping_tensors_prevents_is_bisected_to_its_fused_node(tmp_path):

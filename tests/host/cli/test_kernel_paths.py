@@ -51,7 +51,12 @@ def test_a_path_of_another_runtime_is_bad_usage(tmp_path, capsys):
 def test_paths_side_by_side_and_the_first_divergent_node(planted, tmp_path, capsys, short_plan):
     model, golden = planted
     report = tmp_path / "r.json"
-    paths = "opt:disabled,opt:all,ep:CUDA"
+    # onnxruntime's PyPI wheels carry the Azure provider, which takes none of these nodes:
+    # a real accelerator path whose every node falls back to the CPU.
+    import onnxruntime
+
+    azure = "AzureExecutionProvider" in onnxruntime.get_available_providers()
+    paths = "opt:disabled,opt:all,ep:CUDA,ep:Azure"
     argv = ["qualify", str(model), "--golden", str(golden), "-o", str(report), *short_plan]
     argv.append("--allow-golden-mismatch")  # the model changed since its golden set
     assert edgequal_main([*argv, "--paths", paths]) == 1  # the model's own drift fails
@@ -64,11 +69,17 @@ def test_paths_side_by_side_and_the_first_divergent_node(planted, tmp_path, caps
     from edgequal.host.judge.report_file import load_report
 
     p = load_report(report, known=KnownDevices()).predicate
-    assert p["plan"]["kernel_paths"] == ["opt:disabled", "opt:all", "ep:CUDA"]
+    assert p["plan"]["kernel_paths"] == ["opt:disabled", "opt:all", "ep:CUDA", "ep:Azure"]
     section = p["results"]["kernel_paths"]
     by_name = {e["name"]: e for e in section["paths"]}
     assert by_name["ep:CUDA"]["status"] == "absent"
     assert "CUDAExecutionProvider" in by_name["ep:CUDA"]["reason"]
+    assert by_name["ep:Azure"]["status"] == ("ok" if azure else "absent")
+    if azure:
+        fallback = by_name["ep:Azure"]["placement"]["cpu_fallback"]
+        assert by_name["ep:Azure"]["placement"]["off_cpu_nodes"] == 0
+        assert len(fallback["cpu_nodes"]) == by_name["ep:Azure"]["placement"]["nodes"] > 0
+        assert "fell back to the CPU" in out
     for name in ("opt:disabled", "opt:all"):
         entry = by_name[name]
         assert entry["status"] == "ok" and entry["drift"]["passed"] is False

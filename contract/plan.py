@@ -542,6 +542,8 @@ def _validated(plan: Mapping) -> dict:
     if full["runtime_env_rounds"] < 1:
         raise BadInput("plan field 'runtime_env_rounds' must be at least 1")
     full["runtime_envs"] = _runtime_envs(full["runtime_envs"])
+    if full["divergence_memory_mb"] is not None and full["divergence_memory_mb"] <= 0:
+        raise BadInput("plan field 'divergence_memory_mb' must be positive")
     if full["kernel_paths"] is not None:
         from .kernel_paths import check_path_names
 

@@ -110,6 +110,8 @@ def error_curve(
         for name in node["outputs"]:
             if name not in reference or name not in actual:
                 continue
+            if not (_numeric(reference[name]) and _numeric(actual[name])):
+                continue  # strings and other non-numbers have no error to measure
             err = tensor_error(reference[name], actual[name], atol, rtol)
             if worst is None or err["ratio"] > worst[1]["ratio"]:
                 worst = (name, err)
@@ -129,6 +131,10 @@ def error_curve(
             }
         )
     return curve
+
+
+def _numeric(array) -> bool:
+    return np.asarray(array).dtype.kind in "biuf"
 
 
 def node_label(node: Mapping, index: int) -> str:
@@ -174,10 +180,10 @@ def localize(
     inputs = []
     before = 0.0
     for name in node.get("inputs", ()):
-        if not name or name not in actual:
+        if not name or name not in actual or not _numeric(actual[name]):
             continue
         entry = {"name": name, "range": value_range(actual[name])}
-        if name in reference:
+        if name in reference and _numeric(reference[name]):
             entry["reference_range"] = value_range(reference[name])
             err = tensor_error(reference[name], actual[name], atol, rtol)
             entry["max_abs"] = err["max_abs"]

@@ -77,6 +77,24 @@ def graph_nodes(data) -> list[dict]:
     return nodes
 
 
+_GRAPH_INITIALIZER, _TENSOR_NAME = 5, 8
+
+
+def graph_initializer_names(data) -> set[str]:
+    """The names of the main graph's initializers (weights: not intermediate values)."""
+    names: set[str] = set()
+    for number, wire, graph in proto_fields(data, 0, len(data)):
+        if number != MODEL_GRAPH or wire != 2:
+            continue
+        for gnum, gwire, value in proto_fields(data, *graph):
+            if gnum != _GRAPH_INITIALIZER or gwire != 2:
+                continue
+            for tnum, twire, name in proto_fields(data, *value):
+                if tnum == _TENSOR_NAME and twire == 2:
+                    names.add(proto_text(data, name))
+    return names
+
+
 def graph_output_names(data) -> list[str]:
     """The names of the main graph's outputs, in order."""
     names: list[str] = []

@@ -182,11 +182,12 @@ class OnnxRuntime(Runtime):
 
         from edgequal.contract.onnx_external_data import external_data_refs
 
-        from .onnx_graph import graph_output_names, with_graph_outputs
+        from .onnx_graph import graph_initializer_names, graph_output_names, with_graph_outputs
 
         data = self._model_bytes()
-        declared = set(graph_output_names(data))
-        marked = with_graph_outputs(data, [n for n in names if n not in declared])
+        # Weights are not intermediate values: only what the nodes compute is marked.
+        skip = set(graph_output_names(data)) | graph_initializer_names(data)
+        marked = with_graph_outputs(data, [n for n in names if n not in skip])
         ort = self.import_module()
         so = self._session_options()
         if not external_data_refs(data):

@@ -63,6 +63,8 @@ def test_the_plan_field_is_checked_and_round_trips():
         make_plan("quick", kernel_paths=["opt:all", "opt:all"])
     with pytest.raises(BadInput, match="non-empty list"):
         make_plan("quick", kernel_paths=[])
+    with pytest.raises(BadInput, match="'divergence_memory_mb' must be positive"):
+        make_plan("quick", divergence_memory_mb=0)
 
 
 def test_an_absent_provider_says_what_the_board_offers_and_where_it_comes_from():

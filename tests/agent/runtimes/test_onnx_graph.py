@@ -3,7 +3,12 @@ own reading of the rewritten model."""
 
 from __future__ import annotations
 
-from edgequal.agent.runtimes.onnx_graph import graph_nodes, graph_output_names, with_graph_outputs
+from edgequal.agent.runtimes.onnx_graph import (
+    graph_initializer_names,
+    graph_nodes,
+    graph_output_names,
+    with_graph_outputs,
+)
 from edgequal.host.examples.catalog import build_example
 
 
@@ -16,6 +21,11 @@ def test_nodes_outputs_and_marked_outputs_read_back(tmp_path):
     assert nodes[0]["inputs"] == ["image", "conv0.weight", "conv0.bias"]
     assert nodes[0]["outputs"] == ["conv0"] and nodes[-1]["outputs"] == ["probs"]
     assert graph_output_names(data) == ["probs"]
+    assert graph_initializer_names(data) == {
+        *(f"conv{i}.{p}" for i in range(6) for p in ("weight", "bias")),
+        "fc.weight",
+        "fc.bias",
+    }
     marked = with_graph_outputs(data, ["relu2", "/a/name with/slashes"])
     model = onnx.load_from_string(marked)
     assert [o.name for o in model.graph.output] == ["probs", "relu2", "/a/name with/slashes"]

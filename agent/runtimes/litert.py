@@ -23,6 +23,14 @@ from edgequal.contract.tensors import TensorSpec
 from .base import Runtime
 
 _MODULES = ("ai_edge_litert.interpreter", "tflite_runtime.interpreter")
+# The op resolvers a kernel path may name (docs/divergence.md): LiteRT's OpResolverType.
+OP_RESOLVERS = {
+    "auto": "AUTO",  # builtin kernels with the default delegates (XNNPACK)
+    "builtin": "BUILTIN",  # the same resolver by its other name
+    "builtin-ref": "BUILTIN_REF",  # the reference kernels: plain C++, no optimisation
+    "builtin-no-delegates": "BUILTIN_WITHOUT_DEFAULT_DELEGATES",  # optimised, no XNNPACK
+}
+_NO_DELEGATES = "builtin-no-delegates"
 
 
 def _numpy_major() -> int:
@@ -103,19 +111,34 @@ class LiteRtRuntime(Runtime):
         except PackageNotFoundError:
             return "unknown"
 
-    def _load_impl(self, model_path: Path) -> None:
+    def _resolver(self):
+        """The interpreter's op resolver: the options' ``op_resolver``, else from ``xnnpack``."""
         module = self.import_module()
-        resolver = module.OpResolverType.AUTO
-        if not self.options.xnnpack:
-            resolver = module.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
+        name = self.options.op_resolver or ("auto" if self.options.xnnpack else _NO_DELEGATES)
+        if name not in OP_RESOLVERS:
+            from edgequal.contract.errors import BadInput
+
+            raise BadInput(f"unknown LiteRT op resolver '{name}'", hint=", ".join(OP_RESOLVERS))
+        return getattr(module.OpResolverType, OP_RESOLVERS[name])
+
+    def _interpreter(self, model_path: Path, preserve: bool = False):
+        module = self.import_module()
+        kwargs = {"experimental_preserve_all_tensors": True} if preserve else {}
+        with _runtime_info_silenced():
+            interp = module.Interpreter(
+                model_path=str(model_path),
+                num_threads=self.options.threads,
+                experimental_op_resolver_type=self._resolver(),
+                **kwargs,
+            )
+            interp.allocate_tensors()
+        return interp
+
+    def _load_impl(self, model_path: Path) -> None:
+        self._model_path = model_path
+        self._resolver()  # an unknown resolver is bad input, not a rejected model
         try:
-            with _runtime_info_silenced():
-                self._interp = module.Interpreter(
-                    model_path=str(model_path),
-                    num_threads=self.options.threads,
-                    experimental_op_resolver_type=resolver,
-                )
-                self._interp.allocate_tensors()
+            self._interp = self._interpreter(model_path)
         except Exception as e:
             message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             err = ModelRejected(f"LiteRT {self.version()} rejected the model: {message}")
@@ -163,10 +186,68 @@ class LiteRtRuntime(Runtime):
         return {name: self._interp.get_tensor(i).copy() for name, i in self._output_index.items()}
 
     def _describe_runtime_impl(self) -> dict:
+        resolver = self.options.op_resolver or ("auto" if self.options.xnnpack else _NO_DELEGATES)
         return {
             "module": self.module_name(),
             "threads": self.options.threads,
-            "delegates": ["XNNPACK"] if self.options.xnnpack else [],
+            "delegates": ["XNNPACK"] if resolver in ("auto", "builtin") else [],
+            "op_resolver": resolver,
+        }
+
+    def _tensor_nodes_impl(self) -> list[dict]:
+        names = {int(d["index"]): str(d["name"]) for d in self._interp.get_tensor_details()}
+        return [
+            {
+                "name": "",
+                "op_type": node["op_name"],
+                "inputs": [names.get(i, "") for i in node["inputs"] if i >= 0],
+                "outputs": [names.get(i, "") for i in node["outputs"] if i >= 0],
+            }
+            for node in self._graph_nodes_impl()
+            if node["op_name"] != "DELEGATE"
+        ]
+
+    def _run_keeping_impl(self, feeds: dict[str, np.ndarray], names: list[str]) -> dict:
+        # experimental_preserve_all_tensors keeps every tensor the interpreter computes; a
+        # tensor inside a delegate's partition is never computed, so it is not returned.
+        from ..measure.operators import delegated_nodes
+
+        interp = self._interpreter(self._model_path, preserve=True)
+        shapes = {int(d["index"]): tuple(d["shape"]) for d in interp.get_input_details()}
+        resize = [n for n, a in feeds.items() if shapes[self._input_index[n]] != a.shape]
+        for name in resize:
+            interp.resize_tensor_input(self._input_index[name], list(feeds[name].shape))
+        if resize:
+            interp.allocate_tensors()
+        for name, array in feeds.items():
+            interp.set_tensor(self._input_index[name], np.ascontiguousarray(array))
+        interp.invoke()
+        ops = [
+            {
+                "index": int(d["index"]),
+                "op_name": str(d["op_name"]),
+                "inputs": [int(i) for i in d["inputs"]],
+                "outputs": [int(i) for i in d["outputs"]],
+            }
+            for d in interp._get_ops_details()
+        ]
+        taken = delegated_nodes(ops)
+        hidden = {t for o in ops if o["index"] in taken for t in o["outputs"]}
+        hidden -= {t for o in ops if o["op_name"] == "DELEGATE" for t in o["outputs"]}
+        index = {str(d["name"]): int(d["index"]) for d in interp.get_tensor_details()}
+        wanted = set(names) | set(self._output_index)
+        return {
+            name: interp.get_tensor(i).copy()
+            for name, i in index.items()
+            if name in wanted and i not in hidden
+        }
+
+    def _kept_tensor_bytes_impl(self, names: list[str]) -> dict[str, int]:
+        wanted = set(names)
+        return {
+            str(d["name"]): int(np.prod(d["shape"])) * np.dtype(d["dtype"]).itemsize
+            for d in self._interp.get_tensor_details()
+            if d["name"] in wanted
         }
 
     def _graph_nodes_impl(self) -> list[dict]:

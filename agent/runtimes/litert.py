@@ -7,7 +7,13 @@ Custom-op libraries and delegates are never loaded from pushed content.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+import os
+import re
+import sys
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -118,13 +124,14 @@ class LiteRtRuntime(Runtime):
     def _interpreter(self, model_path: Path, preserve: bool = False):
         module = self.import_module()
         kwargs = {"experimental_preserve_all_tensors": True} if preserve else {}
-        interp = module.Interpreter(
-            model_path=str(model_path),
-            num_threads=self.options.threads,
-            experimental_op_resolver_type=self._resolver(),
-            **kwargs,
-        )
-        interp.allocate_tensors()
+        with _runtime_info_silenced():
+            interp = module.Interpreter(
+                model_path=str(model_path),
+                num_threads=self.options.threads,
+                experimental_op_resolver_type=self._resolver(),
+                **kwargs,
+            )
+            interp.allocate_tensors()
         return interp
 
     def _load_impl(self, model_path: Path) -> None:
@@ -260,6 +267,59 @@ class LiteRtRuntime(Runtime):
         self._interp = None
 
 
+# LiteRT's C++ minimal logger writes "INFO: Created TensorFlow Lite XNNPACK delegate for
+# CPU." straight to file descriptor 2 when an interpreter is created; it honours no
+# environment variable (TF_CPP_MIN_LOG_LEVEL governs TensorFlow's other logger, not this
+# one) and its severity setter is not in the Python API.
+_RUNTIME_INFO = re.compile(rb"^INFO: [^\n]*\n?", re.MULTILINE)
+# fd 2 is the process's: two threads redirecting it at once would restore each other's
+# temporary file (the server scenario loads one interpreter per caller thread).
+_FD2_LOCK = threading.Lock()
+
+
+@contextmanager
+def _runtime_info_silenced() -> Iterator[None]:
+    """Hold back the runtime's ``INFO:`` lines written to fd 2 inside the block.
+
+    Everything else written to fd 2 meanwhile (a ``WARNING:`` or ``ERROR:`` of the runtime,
+    another thread's line) is written back to it when the block ends, errors included, so
+    a real failure's message still reaches the user, only later by the block's length
+    (an interpreter's creation: milliseconds).
+    """
+    with _FD2_LOCK:
+        try:
+            sys.stderr.flush()
+            saved = os.dup(2)
+        except (OSError, ValueError):  # no fd 2 to redirect: leave it as it is
+            saved = None
+        if saved is None:
+            yield
+            return
+        with _held_fd2(saved):
+            yield
+
+
+@contextmanager
+def _held_fd2(saved: int) -> Iterator[None]:
+    """Point fd 2 at a temporary file; at the end back at ``saved``, then write the held
+    text there less the runtime's ``INFO:`` lines."""
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        finally:
+            try:
+                sys.stderr.flush()
+            except ValueError:
+                pass
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            rest = _RUNTIME_INFO.sub(b"", held.read())
+            while rest:
+                rest = rest[os.write(2, rest) :]
+
+
 def _tflite_runtime_version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -271,8 +331,6 @@ def _tflite_runtime_version() -> str:
 
 def _unsupported_tflite_op(message: str) -> str | None:
     """The op a LiteRT load error names ("Encountered unresolved custom op: X")."""
-    import re
-
     m = re.search(r"unresolved custom op: ([\w.]+)", message) or re.search(
         r"Didn't find op for builtin opcode '(\w+)'", message
     )

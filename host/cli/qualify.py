@@ -412,7 +412,7 @@ def _declared_preprocessing(args) -> dict:
 def cmd_demo(args) -> int:
     from .demo import run_demo
 
-    return run_demo(args.out, args.sustain, quick=args.quick)
+    return run_demo(args.out, args.sustain, quick=args.quick, summaries=args.summaries)
 
 
 def add_parsers(sub) -> None:
@@ -433,6 +433,11 @@ def add_parsers(sub) -> None:
     )
     d.add_argument(
         "--quick", action="store_true", help="shorter phases: the whole demo in about 20 s"
+    )
+    d.add_argument(
+        "--summaries",
+        action="store_true",
+        help="also print each model's terminal summary, as qualify does (the page has them)",
     )
     examples(d, "edgequal demo", "edgequal demo --out /tmp/eq-demo --sustain 30s")
 

@@ -23,13 +23,11 @@ def cmd_history(args) -> int:
 
         known = KnownDevices()
         labels = model_labels(load_models(args.models)) if args.models else None
-        added = sum(
-            1
+        outcomes = [
+            history.record_file_outcome(p, device=args.device, known=known, labels=labels)
             for p in args.reports
-            if history.record_file(p, device=args.device, known=known, labels=labels)
-        )
-        print_table("recorded", ["reports", "new"], [[str(len(args.reports)), str(added)]])
-        return 0
+        ]
+        return _print_recorded(outcomes, labelled=bool(args.models))
     history.check_model(args.model)
     if args.history_command == "show":
         return _history_show(history, args)
@@ -67,6 +65,35 @@ def cmd_history(args) -> int:
             )
     if args.html:
         print_note(f"trend page: {args.html}")
+    return 0
+
+
+def _print_recorded(outcomes: list[str], labelled: bool) -> int:
+    """``history record``'s table, and what to do about reports recorded before: their
+    model names can be attached afterwards by recording them again with ``--models``."""
+    from ..lab.history import RECORDED_ALREADY, RECORDED_LABELLED, RECORDED_NEW
+    from ..present.terminal.summary import print_note, print_table
+
+    new, named, already = (
+        outcomes.count(k) for k in (RECORDED_NEW, RECORDED_LABELLED, RECORDED_ALREADY)
+    )
+    columns, row = ["reports", "new"], [str(len(outcomes)), str(new)]
+    if labelled:
+        columns.append("model named")
+        row.append(str(named))
+    print_table("recorded", columns, [row])
+    if named:
+        print_note(f"{named} already recorded: their model names from --models are attached now")
+    if already and not labelled:
+        print_note(
+            f"{already} already recorded, left as they were: recording them again with "
+            "--models models.toml attaches the lab's model names to them"
+        )
+    elif already:
+        print_note(
+            f"{already} already recorded, left as they were: a model of none of --models' "
+            "files, the name it has already, or a fleet cell's (its fleet run named it)"
+        )
     return 0
 
 

@@ -332,6 +332,40 @@ def test_record_with_the_models_file_keeps_the_labs_names(signer, tmp_path, caps
     assert edgequal_main(["history", "show", "--model", "face-dt", "--db", db]) == 2
 
 
+def test_recording_again_with_the_models_file_attaches_the_names(signer, tmp_path, capsys):
+    """Reports recorded without ``--models`` get the lab's names afterwards: recording them
+    again with ``--models`` names their model (it used to add nothing, "new 0"), and the
+    output says so; without ``--models`` it says how."""
+    db = f"sqlite:///{tmp_path / 'history.sqlite'}"
+    model = tmp_path / "ocr_cls.onnx"
+    model.write_bytes(b"ocr cls weights")
+    models = tmp_path / "models.toml"
+    models.write_text(f'[models.ocr-cls]\npath = "{model}"\n')
+    report = tmp_path / "r.json"
+    report.write_bytes(signer(2.0, model_name="ocr_cls.onnx", model_bytes=model.read_bytes()))
+    record = ["history", "record", str(report), "--db", db]
+    assert edgequal_main(record) == 0
+    capsys.readouterr()
+    assert edgequal_main(record) == 0
+    out = " ".join("".join(capsys.readouterr()).split())
+    assert (
+        "1 already recorded, left as they were: recording them again with --models "
+        "models.toml attaches the lab's model names to them"
+    ) in out
+    assert edgequal_main([*record, "--models", str(models)]) == 0
+    out = " ".join("".join(capsys.readouterr()).split())
+    assert "model named" in out
+    assert "1 already recorded: their model names from --models are attached now" in out
+    assert edgequal_main(["history", "list", "--model", "ocr-cls", "--db", db, "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert (row["model_label"], row["model_name"]) == ("ocr-cls", "ocr_cls.onnx")
+    # Once named, a third time changes nothing, and says why.
+    assert edgequal_main([*record, "--models", str(models)]) == 0
+    out = " ".join("".join(capsys.readouterr()).split())
+    assert "attached now" not in out and "the name it has already" in out
+    assert len(History.open(db).list()) == 1
+
+
 @pytest.mark.slow  # renders the page's figure twice (about 1.5 CPU-seconds)
 def test_the_trend_page_draws_an_inconclusive_run_as_a_marked_gap(signer, tmp_path, capsys):
     """A run interference spoiled is a gap in each line with a dotted line at its time, not

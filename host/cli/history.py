@@ -41,6 +41,7 @@ def cmd_history(args) -> int:
             _HISTORY_COLUMNS,
             _history_rows(rows),
             whole=_WHOLE_COLUMNS,
+            stack=True,
         )
         return 0
     trends = history.trends(device=args.device, model=args.model, limit=args.limit)
@@ -62,6 +63,7 @@ def cmd_history(args) -> int:
                 _HISTORY_COLUMNS + ["changed"],
                 _history_rows(rows, True),
                 whole=_WHOLE_COLUMNS,
+                stack=True,
             )
     if args.html:
         print_note(f"trend page: {args.html}")
@@ -222,6 +224,7 @@ def _history_changes(args) -> int:
             [s.device, s.model, s.preset or "", str(len(s.points)), str(len(s.gaps)), cv(s)]
             for s in found.series
         ],
+        stack=True,
     )
     for why in found.too_noisy().values():
         print_note(why)
@@ -238,6 +241,7 @@ def _history_changes(args) -> int:
         ["first run after", "device", "model", "figure", "before", "after", "ratio [95 % CI]",
          "p", "boards", "changed there"],
         [_change_row(c) for c in found.changes],
+        stack=True,
     )  # fmt: skip
     for c in found.changes:
         print_note(c.headline())
@@ -247,12 +251,15 @@ def _history_changes(args) -> int:
 
 
 def _change_row(c) -> list[str]:
-    from ..lab.changes import load_text
+    """A change's row: its culprit by field name only (the model first); the line under the
+    table (its headline) names each field with its values, so one culprit never fills a
+    column over many lines."""
+    from ..lab.changes import culprit_fields, load_text
 
     ratio = "" if c.ratio is None else f"×{c.ratio:.3f}"
     if c.ratio_ci:
         ratio += f" [{c.ratio_ci[0]:.3f}, {c.ratio_ci[1]:.3f}]"
-    why = ", ".join(f"{x['field']} {x['before']} → {x['after']}" for x in c.culprit[:3])
+    why = ", ".join(x["field"] for x in culprit_fields(c.culprit))
     if not c.culprit:
         why = "nothing recorded" + load_text(c.load, c.worse)
     return [

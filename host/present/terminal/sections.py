@@ -49,22 +49,74 @@ def fmt_num(v, fmt="{:.4g}") -> str:
 
 
 def print_table(
-    title: str, columns: list[str], rows: list[list[str]], whole: tuple[str, ...] = ()
+    title: str,
+    columns: list[str],
+    rows: list[list[str]],
+    whole: tuple[str, ...] = (),
+    stack: bool = False,
 ) -> None:
-    """A plain table (devices list, profiles). A cell too wide for the screen folds onto
-    the next line rather than being cut (a run id or version must stay whole); a column
-    named in ``whole`` (file and device names) is as wide as its widest cell and never
-    folds: the other columns fold instead."""
+    """A plain table (devices list, profiles). A column named in ``whole`` (file and device
+    names) is as wide as its widest cell and never folds. Every other column is at least as
+    wide as its longest word, so text wraps between words and a word, run id or figure is
+    never broken, where the screen holds those widths; where it cannot, a table that may
+    ``stack`` prints each row as a block of ``column  value`` lines instead (every value
+    whole, wrapped between words), and any other folds its cells as a last resort."""
+    words = [
+        max([len(c), *(len(str(r[i])) for r in rows)])
+        if c in whole
+        else max([_longest_word(c), *(_longest_word(r[i]) for r in rows)])
+        for i, c in enumerate(columns)
+    ]
+    room = console.width - (3 * len(columns) + 1)  # a cell's padding and border take 3
+    fits = sum(words) <= room
+    if stack and not fits:
+        _print_stacked(title, columns, rows)
+        return
+    widths = _fitted_widths(columns, rows, words, room) if fits else [None] * len(columns)
     t = Table(title=esc(title), title_justify="left")
-    for c in columns:
+    for c, width in zip(columns, widths, strict=True):
         if c in whole:
-            width = max([len(c), *(len(str(r[columns.index(c)])) for r in rows)])
             t.add_column(esc(c), no_wrap=True, min_width=width)
         else:
-            t.add_column(esc(c), overflow="fold")
+            t.add_column(esc(c), overflow="fold", width=width)
     for r in rows:
         t.add_row(*[Text(str(x)) for x in r])
     console.print(t)
+
+
+def _fitted_widths(
+    columns: list[str], rows: list[list[str]], words: list[int], room: int
+) -> list[int]:
+    """Column widths within ``room``: each column's widest cell where all fit, else its
+    longest word plus a share of what is left in proportion to what it would still use."""
+    natural = [
+        max([len(c), *(max(map(len, str(r[i]).splitlines()), default=0) for r in rows)])
+        for i, c in enumerate(columns)
+    ]
+    if sum(natural) <= room:
+        return natural
+    spare, wants = room - sum(words), [n - w for n, w in zip(natural, words, strict=True)]
+    total = sum(wants) or 1
+    widths = [w + spare * want // total for w, want in zip(words, wants, strict=True)]
+    return widths
+
+
+def _longest_word(text) -> int:
+    return max((len(w) for w in str(text).split()), default=0)
+
+
+def _print_stacked(title: str, columns: list[str], rows: list[list[str]]) -> None:
+    """A table too wide for the screen, a block per row: ``column  value`` lines."""
+    console.print(Text(str(title)))
+    for n, r in enumerate(rows, start=1):
+        grid = Table.grid(padding=(0, 2))
+        grid.add_column(no_wrap=True, style="dim")
+        grid.add_column(overflow="fold")
+        for c, x in zip(columns, r, strict=True):
+            if str(x):
+                grid.add_row(Text(str(c)), Text(str(x)))
+        console.print(Text(f"── {n} of {len(rows)}", style="bold"), soft_wrap=True)
+        console.print(grid)
 
 
 def print_cold_load(results: dict) -> None:

@@ -229,14 +229,14 @@ def verify_model_signature(model: Path, signature: Path, trusted_keys: Sequence[
     import shutil
     import tempfile
 
-    from edgequal.agent.model_signature import SigningPolicy, verify
+    from edgequal.agent.model_signature import SigningPolicy, key_problem, verify
     from edgequal.contract.errors import ModelRejected
     from edgequal.contract.onnx_external_data import check_external_data
 
     from .errors import VerificationFailed
+    from .model_file import check_model_signature_file
 
-    if not signature.is_file():
-        raise UsageError(f"model signature not found: {signature}")
+    check_model_signature_file(signature)  # exit 2 for a file that is no OMS signature
     if not trusted_keys:
         raise UsageError(
             "--model-signature needs --trusted-key PUB: the producer's public key to verify it with"
@@ -244,6 +244,12 @@ def verify_model_signature(model: Path, signature: Path, trusted_keys: Sequence[
     for key in trusted_keys:
         if not Path(key).is_file():
             raise UsageError(f"trusted key not found: {key}")
+        problem = key_problem(Path(key))
+        if problem is not None:
+            raise UsageError(
+                f"trusted key {Path(key).name} is {problem}",
+                hint="give the producer's EC public key (PEM) the model was signed with",
+            )
     try:
         extra = sorted({r.location for r in check_external_data(model)})
     except ModelRejected as e:

@@ -323,6 +323,20 @@ def row_of(
     }
 
 
+def _marked(rows: list[dict]) -> list[dict]:
+    """``rows`` (oldest first), each with the fields that changed since the row before."""
+    before = None
+    for row in rows:
+        row["changes"] = (
+            []
+            if before is None
+            else [f for f in TREND_FIELDS if row[f] != before[f]]
+            + (["model"] if row["model_sha256"] != before["model_sha256"] else [])
+        )
+        before = row
+    return rows
+
+
 class History:
     """The history database: record verified reports, list them, follow one model on one board."""
 
@@ -529,25 +543,19 @@ class History:
     def trend(self, device: str, model: str, limit: int = 200) -> list[dict]:
         """One model on one device, oldest first; each row lists the fields that changed
         since the row before (``changes``: firmware, runtime, kernel...)."""
-        rows = self._query(device, model, limit, newest_first=False)
-        before = None
-        for row in rows:
-            row["changes"] = (
-                []
-                if before is None
-                else [f for f in TREND_FIELDS if row[f] != before[f]]
-                + (["model"] if row["model_sha256"] != before["model_sha256"] else [])
-            )
-            before = row
-        return rows
+        return _marked(self._query(device, model, limit, newest_first=False))
 
     def trends(
         self, device: str | None = None, model: str | None = None, limit: int = 200
     ) -> dict[tuple[str, str], list[dict]]:
-        """Every board × model pair matching ``device``/``model`` (both optional), each as
-        :meth:`trend` gives it (oldest first, changes marked), pairs in name order."""
-        pairs = sorted({(r["device"], r["model_name"]) for r in self._query(device, model, None)})
-        return {(d, m): self.trend(d, m, limit) for d, m in pairs}
+        """Every series matching ``device``/``model`` (both optional), keyed ``(device,
+        series name)``, in name order: the series ``history changes`` follows, named as it
+        names them (``lab/changes.py``: the models.toml name, else the file name), each
+        oldest first, its last ``limit`` runs, changes marked as :meth:`trend` marks them."""
+        series: dict[tuple[str, str], list[dict]] = {}
+        for r in self._query(device, model, None, newest_first=False):
+            series.setdefault((r["device"], r["model_label"] or r["model_name"]), []).append(r)
+        return {key: _marked(series[key][-limit:]) for key in sorted(series)}
 
     def show(
         self, run_id: str | None = None, device: str | None = None, model: str | None = None

@@ -115,7 +115,7 @@ class GateResult:
         first = failed[0].message if failed else self.signature
         more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
         if self.retry and all(RUN_MORE_ADVICE in c.message for c in failed):
-            return f"gate not decided, {RUN_MORE_ADVICE}: {first}{more}"
+            return f"gate not decided, {RUN_MORE_ADVICE}: {first}{more}; exit 1 until they decide"
         if self.retry:
             # Interference, not the model: neither a pass nor a regression. The exit code
             # stays 1 (docs/gating.md), and the line says so and what decides it.

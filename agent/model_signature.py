@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgequal.contract.errors import BadInput
+from edgequal.contract.model_signature_file import signature_problem
 
 VERIFY_TIMEOUT_S = 120.0
 """Longest one verification may take (it hashes the model once; the import is slow)."""
@@ -53,6 +54,9 @@ _KEYS = (
     "sigstore_trust_config",
     "sigstore_identities",
 )
+
+OMS_KEY_CURVES = {"secp256r1": "P-256", "secp384r1": "P-384", "secp521r1": "P-521"}
+"""The elliptic curves OMS's public-key form allows (``model_signing``'s own check)."""
 
 FULCIO_ISSUER_OIDS = ("1.3.6.1.4.1.57264.1.8", "1.3.6.1.4.1.57264.1.1")
 """The signing certificate's OIDC issuer: Fulcio's DER UTF8String extension, then its
@@ -155,6 +159,9 @@ def verify(target: Path, signature: Path, policy: SigningPolicy) -> dict:
             "reason": "a model signature was sent, but this device trusts no model-signing key "
             "([model_signing] trusted_keys in agent.toml)",
         }
+    problem = signature_problem(Path(signature))
+    if problem is not None:
+        return {"status": "failed", "reason": f"the model signature is {problem}"}
     argv = [sys.executable, "-m", "edgequal.agent.model_signature", str(target), str(signature)]
     argv += [f"--key={k}" for k in policy.trusted_keys]
     argv += [f"--ca={c}" for c in policy.trusted_certificates]
@@ -189,6 +196,33 @@ def manifest_sha256(signature: Path) -> str | None:
         return statement["subject"][0]["digest"]["sha256"]
     except (OSError, ValueError, KeyError, IndexError, TypeError):
         return None
+
+
+def key_problem(key: Path) -> str | None:
+    """Why ``key`` is not a public key OMS's key form verifies with, or None: not a PEM
+    public key, or a key type or curve the format does not allow (EC P-256, P-384, P-521)."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    try:
+        data = Path(key).read_bytes()[: 1 << 20]
+        public = serialization.load_pem_public_key(data)
+    except OSError as e:
+        return f"cannot be read ({e.strerror})"
+    except (ValueError, TypeError):
+        return "not a PEM public key (-----BEGIN PUBLIC KEY-----)"
+    if not isinstance(public, ec.EllipticCurvePublicKey):
+        kind = type(public).__name__.removeprefix("_").replace("PublicKey", "") or "other"
+        return (
+            f"an {kind} key, a key type OMS's public-key form does not allow: it takes "
+            "elliptic-curve keys (P-256, P-384, P-521)"
+        )
+    if public.curve.name not in OMS_KEY_CURVES:
+        return (
+            f"an elliptic-curve key on {public.curve.name}, a curve OMS's public-key form does "
+            "not allow (P-256, P-384, P-521)"
+        )
+    return None
 
 
 def _first_line(error: Exception) -> str:
@@ -258,6 +292,10 @@ def _verify_here(
         }
     reasons = []
     for key in keys:
+        problem = key_problem(Path(key))
+        if problem is not None:
+            reasons.append(f"{Path(key).name}: {problem}")
+            continue
         try:
             verifying.Config().use_elliptic_key_verifier(public_key=key).verify(target, signature)
         except Exception as e:  # noqa: BLE001 - each key's refusal is a reason, not a crash

@@ -34,7 +34,7 @@ import struct
 import threading
 import zipfile
 import zlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -452,13 +452,21 @@ def _check_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, archive_bytes: int
 
 
 def split_case_arrays(
-    arrays: Mapping[str, np.ndarray], default_case: str = "case0"
+    arrays: Mapping[str, np.ndarray], default_case: str = "case0", names: Iterable[str] = ()
 ) -> dict[str, dict]:
-    """Group ``CASE/NAME`` arrays by case; plain ``NAME`` arrays form one case named ``default_case``."""
+    """Group ``CASE/NAME`` arrays by case; plain ``NAME`` arrays form one case named ``default_case``.
+
+    A case name holds no ``/`` (:func:`write_golden` refuses one), so the key splits at its
+    first ``/``: a tensor name may hold any number (PP-OCR's ``save_infer_model/scale_0.tmp_1``).
+    A key that is one of ``names`` (the model's tensor names, where known) is a plain ``NAME``.
+    """
+    known = set(names)
     cases: dict[str, dict] = {}
     for key, a in arrays.items():
-        case, sep, name = key.rpartition("/")
-        cases.setdefault(case if sep else default_case, {})[name] = a
+        case, sep, name = key.partition("/")
+        if not sep or key in known:
+            case, name = default_case, key
+        cases.setdefault(case, {})[name] = a
     return cases
 
 

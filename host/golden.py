@@ -46,8 +46,11 @@ from .errors import UsageError
 from .preprocessing import read_preprocessing_toml, resolve_declared
 
 
-def read_case_inputs(source: Path) -> dict[str, dict[str, np.ndarray]]:
-    """Cases from an ``.npz`` (``NAME`` or ``CASE/NAME`` arrays) or a directory of ``.npz`` files."""
+def read_case_inputs(source: Path, names: Sequence[str] = ()) -> dict[str, dict[str, np.ndarray]]:
+    """Cases from an ``.npz`` (``NAME`` or ``CASE/NAME`` arrays) or a directory of ``.npz`` files.
+
+    ``names`` are the model's input names: a key that is one is a plain ``NAME`` even where
+    it holds a ``/`` (``split_case_arrays``)."""
     source = Path(source)
     if source.is_dir():
         files = sorted(source.glob("*.npz"))
@@ -57,10 +60,10 @@ def read_case_inputs(source: Path) -> dict[str, dict[str, np.ndarray]]:
             )
         cases = {}
         for f in files:
-            for case, arrays in split_case_arrays(_load(f), default_case=f.stem).items():
+            for case, arrays in split_case_arrays(_load(f), f.stem, names).items():
                 cases[case] = arrays
         return cases
-    return split_case_arrays(_load(source))
+    return split_case_arrays(_load(source), names=names)
 
 
 def preprocessing_toml_for(inputs: Path) -> Path:
@@ -140,7 +143,6 @@ def make_golden(
         )  # fmt: skip
     if pipeline is not None or reference_inputs is not None:
         raise UsageError("--pipeline and --reference-inputs go with --raw DIR")
-    case_inputs = read_case_inputs(inputs) if isinstance(inputs, (str, Path)) else inputs
     if decision:
         try:
             parse_decision_rule(decision)
@@ -153,6 +155,11 @@ def make_golden(
         cls = runtime_class(name)
         rt = cls(RuntimeOptions(threads=1))
         rt.load(model)
+        case_inputs = (
+            read_case_inputs(inputs, [s.name for s in rt.inputs()])
+            if isinstance(inputs, (str, Path))
+            else inputs
+        )
         cases = []
         for case_name, feeds in case_inputs.items():
             from edgequal.contract.tensors import check_feeds
@@ -160,10 +167,14 @@ def make_golden(
             check_feeds(rt.inputs(), feeds, where=f"case '{case_name}' input")
             cases.append(GoldenCase(case_name, dict(feeds)))
         if outputs is not None:
-            given = split_case_arrays(_load(Path(outputs)))
+            given = split_case_arrays(_load(Path(outputs)), names=[o.name for o in rt.outputs()])
             for case in cases:
                 if case.name not in given:
-                    raise UsageError(f"--outputs has no outputs for case '{case.name}'")
+                    raise UsageError(
+                        f"--outputs has no outputs for case '{case.name}'",
+                        hint=f"arrays are named CASE/OUTPUT; it holds cases: "
+                        f"{', '.join(sorted(given)[:8]) or 'none'}",
+                    )
                 check_feeds(rt.outputs(), given[case.name], where=f"case '{case.name}' output")
                 case.outputs = given[case.name]
             reference = {"runtime": "given", "source": Path(outputs).name}
@@ -237,14 +248,14 @@ def verify_model_signature(model: Path, signature: Path, trusted_keys: Sequence[
     import shutil
     import tempfile
 
-    from edgequal.agent.model_signature import SigningPolicy, verify
+    from edgequal.agent.model_signature import SigningPolicy, key_problem, verify
     from edgequal.contract.errors import ModelRejected
     from edgequal.contract.onnx_external_data import check_external_data
 
     from .errors import VerificationFailed
+    from .model_file import check_model_signature_file
 
-    if not signature.is_file():
-        raise UsageError(f"model signature not found: {signature}")
+    check_model_signature_file(signature)  # exit 2 for a file that is no OMS signature
     if not trusted_keys:
         raise UsageError(
             "--model-signature needs --trusted-key PUB: the producer's public key to verify it with"
@@ -252,6 +263,12 @@ def verify_model_signature(model: Path, signature: Path, trusted_keys: Sequence[
     for key in trusted_keys:
         if not Path(key).is_file():
             raise UsageError(f"trusted key not found: {key}")
+        problem = key_problem(Path(key))
+        if problem is not None:
+            raise UsageError(
+                f"trusted key {Path(key).name} is {problem}",
+                hint="give the producer's EC public key (PEM) the model was signed with",
+            )
     try:
         extra = sorted({r.location for r in check_external_data(model)})
     except ModelRejected as e:

@@ -7,6 +7,8 @@
   rank and its fixed dimensions. The declared inputs are read without a runtime session:
   an ONNX graph's inputs with ``onnx`` (external data not loaded), a TFLite model's with
   LiteRT's interpreter where it is installed on the host (else the device checks).
+- :func:`check_model_signature_file`: a ``--model-signature`` exists, is at most a few
+  MiB, and is an OMS signature (UTF-8 JSON, a Sigstore bundle); else exit 2, not sent.
 """
 
 from __future__ import annotations
@@ -40,6 +42,22 @@ def check_model_file(model: Path, runtime: str = "auto") -> str:
             hint="give the exported .onnx or .tflite file itself",
         )
     return name
+
+
+def check_model_signature_file(signature: Path) -> None:
+    """UsageError (exit 2) when ``signature`` is missing or is no OMS signature
+    (``contract/model_signature_file.py``): refused here, before it is read whole or sent."""
+    from edgequal.contract.model_signature_file import signature_problem
+
+    signature = Path(signature)
+    if not signature.is_file():
+        raise UsageError(f"model signature not found: {signature}")
+    problem = signature_problem(signature)
+    if problem is not None:
+        raise UsageError(
+            f"model signature {signature.name} is {problem}",
+            hint="give the signature file `model_signing sign` wrote for this model",
+        )
 
 
 def declared_inputs(model: Path, runtime: str) -> list[TensorSpec] | None:

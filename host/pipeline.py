@@ -145,7 +145,7 @@ def read_reference_inputs(path: Path, cases, names: list[str]) -> dict[str, dict
     from edgequal.contract.golden import load_npz_arrays, split_case_arrays
 
     try:
-        given = split_case_arrays(load_npz_arrays(Path(path)))
+        given = split_case_arrays(load_npz_arrays(Path(path)), names=names)
     except AgentError as e:
         raise UsageError(str(e), hint=e.hint) from e
     for case, arrays in given.items():

@@ -171,8 +171,10 @@ class Device:
 
         model = Path(model)
         check_model_file(model)  # a file that is no model is refused before anything is sent
-        if model_signature is not None and not Path(model_signature).is_file():
-            raise UsageError(f"model signature not found: {model_signature}")
+        if model_signature is not None:
+            from edgequal.host.model_file import check_model_signature_file
+
+            check_model_signature_file(Path(model_signature))
         with host_errors():
             if not isinstance(plan, Plan):
                 plan = self.plan(plan, profile=profile, **fields)

@@ -552,3 +552,137 @@ def test_the_sigstore_form_needs_what_only_a_sigstore_instance_makes(chain_model
     assert "releases@example.com: expected certificate in bundle" in refused["reason"]
     certificate = SigningPolicy(trusted_certificates=(ca[2],))
     assert verify(model, signature, certificate)["status"] == "verified"
+
+
+def _ed25519_pub(directory):
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+
+    public = directory / "ed.pub"
+    public.write_bytes(
+        ed25519.Ed25519PrivateKey.generate()
+        .public_key()
+        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
+    return public
+
+
+@pytest.fixture
+def signed_chain(chain_model, tmp_path):
+    """``(golden make argv without -o, model, signature, producer.pub)``: a model signed by
+    a producer's P-256 key, and inputs for it."""
+    import numpy as np
+
+    producer, producer_pub = _key_pair(tmp_path, "producer")
+    model = chain_model(tmp_path / "chain.onnx", 2)
+    signature = tmp_path / "chain.sig"
+    _sign(model, producer, signature)
+    inputs = tmp_path / "in.npz"
+    np.savez(inputs, x=np.ones((1, 256), np.float32))
+    argv = ["golden", "make", str(model), "--inputs", str(inputs), "-o", str(tmp_path / "g.npz")]
+    return argv, model, signature, producer_pub
+
+
+@pytest.mark.parametrize(
+    ("content", "says", "leaked"),
+    [
+        (b"\xff\xfe{}", "is not UTF-8 JSON (byte 0 is 0xff)", "codec can't decode"),
+        (b"{oops", "is not JSON: an OMS signature is the JSON Sigstore bundle", "Expecting"),
+        (
+            b'{"mediaType": "x"}',
+            "is JSON, but not an OMS signature (a Sigstore bundle): it has no "
+            "verificationMaterial or dsseEnvelope",
+            "'verificationMaterial'",
+        ),
+    ],
+)
+def test_a_file_that_is_no_signature_is_said_so_in_one_line(
+    signed_chain, tmp_path, capsys, content, says, leaked
+):
+    """Found by hand: these leaked the library's internals ("'utf-8' codec can't decode
+    byte 0xff", "'verificationMaterial'"); now one line in the user's words, exit 2, both at
+    golden make and in the agent's verdict."""
+    from edgequal.agent.model_signature import SigningPolicy, verify
+    from edgequal.host.cli.main import main
+
+    argv, model, _, producer_pub = signed_chain
+    bad = tmp_path / "bad.sig"
+    bad.write_bytes(content)
+    code = main([*argv, "--model-signature", str(bad), "--trusted-key", str(producer_pub)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert f"model signature bad.sig {says}" in err and leaked not in err
+    result = verify(model, bad, SigningPolicy(trusted_keys=(producer_pub,)))
+    assert result["status"] == "failed" and says.removeprefix("is ") in result["reason"]
+    assert leaked not in result["reason"]
+
+
+def test_a_signature_larger_than_the_bound_is_refused_unread(signed_chain, tmp_path, capsys):
+    """A 300 MiB "signature" was read whole (6 s): now refused by its size, one line, exit 2,
+    at golden make, at qualify (before anything is sent) and by the agent's verifier."""
+    import os
+
+    from edgequal.agent.model_signature import SigningPolicy, verify
+    from edgequal.contract.model_signature_file import MAX_SIGNATURE_BYTES
+    from edgequal.host.cli.main import main
+
+    argv, model, _, producer_pub = signed_chain
+    huge = tmp_path / "huge.sig"
+    with open(huge, "wb") as f:
+        os.truncate(f.fileno(), 300 * 2**20)  # sparse: no disk, and never read
+    assert MAX_SIGNATURE_BYTES == 4 * 2**20
+    says = "is 300 MiB, more than the 4 MiB a model signature may hold"
+    code = main([*argv, "--model-signature", str(huge), "--trusted-key", str(producer_pub)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and f"model signature huge.sig {says}" in err
+    code = main(["qualify", str(model), "--model-signature", str(huge), "--device", "local"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and says in err, err
+    result = verify(model, huge, SigningPolicy(trusted_keys=(producer_pub,)))
+    assert result == {
+        "status": "failed",
+        "reason": f"the model signature {says} (an OMS bundle is a few KiB): not a model signature",
+    }
+
+
+def test_a_key_of_a_type_the_format_does_not_allow_is_said_so(signed_chain, tmp_path, capsys):
+    """An Ed25519 key leaked "'…Ed25519PublicKey' object has no attribute 'curve'"; now
+    the key type OMS does not allow, and which it does."""
+    from edgequal.agent.model_signature import key_problem
+    from edgequal.host.cli.main import main
+
+    argv, _, signature, producer_pub = signed_chain
+    ed = _ed25519_pub(tmp_path)
+    code = main([*argv, "--model-signature", str(signature), "--trusted-key", str(ed)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert (
+        "trusted key ed.pub is an Ed25519 key, a key type OMS's public-key form does not "
+        "allow: it takes elliptic-curve keys (P-256, P-384, P-521)"
+    ) in err
+    assert "has no attribute" not in err
+    assert key_problem(producer_pub) is None
+    (tmp_path / "text.pub").write_text("not a key")
+    assert key_problem(tmp_path / "text.pub") == "not a PEM public key (-----BEGIN PUBLIC KEY-----)"
+
+
+@pytest.mark.slow  # the verifier's own work in this process: model-signing's slow import
+def test_the_device_verifier_names_a_key_type_it_cannot_use(signed_chain, tmp_path, capsys):
+    """The agent's verifier, given an Ed25519 key among its trusted keys, says what is wrong
+    with that key and still verifies with the one that signed."""
+    import json
+
+    from edgequal.agent.model_signature import main as verifier
+
+    _, model, signature, producer_pub = signed_chain
+    ed = _ed25519_pub(tmp_path)
+    assert verifier([str(model), str(signature), f"--key={ed}"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["status"] == "failed"
+    assert result["reason"] == (
+        "not signed by a trusted key: ed.pub: an Ed25519 key, a key type OMS's public-key "
+        "form does not allow: it takes elliptic-curve keys (P-256, P-384, P-521)"
+    )
+    assert verifier([str(model), str(signature), f"--key={ed}", f"--key={producer_pub}"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["status"] == "verified" and result["key"] == "producer.pub"

@@ -23,13 +23,11 @@ def cmd_history(args) -> int:
 
         known = KnownDevices()
         labels = model_labels(load_models(args.models)) if args.models else None
-        added = sum(
-            1
+        outcomes = [
+            history.record_file_outcome(p, device=args.device, known=known, labels=labels)
             for p in args.reports
-            if history.record_file(p, device=args.device, known=known, labels=labels)
-        )
-        print_table("recorded", ["reports", "new"], [[str(len(args.reports)), str(added)]])
-        return 0
+        ]
+        return _print_recorded(outcomes, labelled=bool(args.models))
     history.check_model(args.model)
     if args.history_command == "show":
         return _history_show(history, args)
@@ -43,6 +41,7 @@ def cmd_history(args) -> int:
             _HISTORY_COLUMNS,
             _history_rows(rows),
             whole=_WHOLE_COLUMNS,
+            stack=True,
         )
         return 0
     trends = history.trends(device=args.device, model=args.model, limit=args.limit)
@@ -64,9 +63,39 @@ def cmd_history(args) -> int:
                 _HISTORY_COLUMNS + ["changed"],
                 _history_rows(rows, True),
                 whole=_WHOLE_COLUMNS,
+                stack=True,
             )
     if args.html:
         print_note(f"trend page: {args.html}")
+    return 0
+
+
+def _print_recorded(outcomes: list[str], labelled: bool) -> int:
+    """``history record``'s table, and what to do about reports recorded before: their
+    model names can be attached afterwards by recording them again with ``--models``."""
+    from ..lab.history import RECORDED_ALREADY, RECORDED_LABELLED, RECORDED_NEW
+    from ..present.terminal.summary import print_note, print_table
+
+    new, named, already = (
+        outcomes.count(k) for k in (RECORDED_NEW, RECORDED_LABELLED, RECORDED_ALREADY)
+    )
+    columns, row = ["reports", "new"], [str(len(outcomes)), str(new)]
+    if labelled:
+        columns.append("model named")
+        row.append(str(named))
+    print_table("recorded", columns, [row])
+    if named:
+        print_note(f"{named} already recorded: their model names from --models are attached now")
+    if already and not labelled:
+        print_note(
+            f"{already} already recorded, left as they were: recording them again with "
+            "--models models.toml attaches the lab's model names to them"
+        )
+    elif already:
+        print_note(
+            f"{already} already recorded, left as they were: a model of none of --models' "
+            "files, the name it has already, or a fleet cell's (its fleet run named it)"
+        )
     return 0
 
 
@@ -195,6 +224,7 @@ def _history_changes(args) -> int:
             [s.device, s.model, s.preset or "", str(len(s.points)), str(len(s.gaps)), cv(s)]
             for s in found.series
         ],
+        stack=True,
     )
     for why in found.too_noisy().values():
         print_note(why)
@@ -211,6 +241,7 @@ def _history_changes(args) -> int:
         ["first run after", "device", "model", "figure", "before", "after", "ratio [95 % CI]",
          "p", "boards", "changed there"],
         [_change_row(c) for c in found.changes],
+        stack=True,
     )  # fmt: skip
     for c in found.changes:
         print_note(c.headline())
@@ -220,12 +251,15 @@ def _history_changes(args) -> int:
 
 
 def _change_row(c) -> list[str]:
-    from ..lab.changes import load_text
+    """A change's row: its culprit by field name only (the model first); the line under the
+    table (its headline) names each field with its values, so one culprit never fills a
+    column over many lines."""
+    from ..lab.changes import culprit_fields, load_text
 
     ratio = "" if c.ratio is None else f"×{c.ratio:.3f}"
     if c.ratio_ci:
         ratio += f" [{c.ratio_ci[0]:.3f}, {c.ratio_ci[1]:.3f}]"
-    why = ", ".join(f"{x['field']} {x['before']} → {x['after']}" for x in c.culprit[:3])
+    why = ", ".join(x["field"] for x in culprit_fields(c.culprit))
     if not c.culprit:
         why = "nothing recorded" + load_text(c.load, c.worse)
     return [

@@ -44,8 +44,11 @@ def add_length_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-extension",
         metavar="FACTOR",
-        help="a latency loop short of calls that kept the CPU runs on to FACTOR times its "
-        "planned time, e.g. 3 or 5x (default: 3); beyond it the run is inconclusive",
+        help="the longest each input shape's timed latency loop may run when too few of "
+        "its calls kept the CPU: FACTOR times its planned seconds (--latency; at least 0.5 s "
+        "past them), a number of times such as 3 or 5x (default: 3, at most 100; a "
+        "plan's latency_max_s, in seconds, wins); short of clean calls at that bound, "
+        "the run is inconclusive",
     )
 
 

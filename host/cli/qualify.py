@@ -181,8 +181,10 @@ def cmd_qualify(args) -> int:
         expand_paths(flags_plan.kernel_paths, runtime)  # a path of another runtime: bad usage
         if args.golden is None:
             raise UsageError("--paths needs --golden: each path is a run of the golden set")
-    if args.model_signature is not None and not args.model_signature.is_file():
-        raise UsageError(f"model signature not found: {args.model_signature}")
+    if args.model_signature is not None:
+        from edgequal.host.model_file import check_model_signature_file
+
+        check_model_signature_file(args.model_signature)
     if args.repeat_until_decided is not None or args.baseline is not None:
         return _qualify_repeated(args, policy)
     with open_device_from_args(args) as device:

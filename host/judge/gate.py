@@ -115,9 +115,15 @@ class GateResult:
         first = failed[0].message if failed else self.signature
         more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
         if self.retry and all(RUN_MORE_ADVICE in c.message for c in failed):
-            return f"gate not decided, {RUN_MORE_ADVICE}: {first}{more}"
-        if self.retry and RERUN_ADVICE not in first:
-            return f"gate failed, {RERUN_ADVICE} (interference, not a regression): {first}{more}"
+            return f"gate not decided, {RUN_MORE_ADVICE}: {first}{more}; exit 1 until they decide"
+        if self.retry:
+            # Interference, not the model: neither a pass nor a regression. The exit code
+            # stays 1 (docs/gating.md), and the line says so and what decides it.
+            if first.startswith("inconclusive: "):
+                first = "the run was inconclusive: " + first.removeprefix("inconclusive: ")
+            elif RERUN_ADVICE not in first:
+                first = f"{first}; {RERUN_ADVICE} (interference, not a regression)"
+            return f"gate not decided: {first}{more}; exit 1 until a run decides it"
         return f"gate failed: {first}{more}"
 
     def to_json(self) -> dict:

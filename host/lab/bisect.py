@@ -253,8 +253,9 @@ class BisectResult:
         return EXIT_CODES[self.status]
 
     def headline(self) -> str:
-        """``first bad: onnxruntime 1.23.0 (p50 +31 % vs 1.22.1; Conv +44 %, Resize +210 %)``,
-        or why nothing was named."""
+        """``first bad among the versions tried: onnxruntime 1.23.0 (p50 +31 % vs 1.22.1; Conv
+        +44 %, Resize +210 %); tried against 1.19.0: 1.22.1 good, 1.23.0 bad, 1.25.0 bad``, or
+        why nothing was named."""
         good, bad = self.versions[0], self.versions[-1]
         if self.status == NOT_REPRODUCIBLE:
             last = self.trials[-1] if self.trials else None
@@ -278,9 +279,23 @@ class BisectResult:
             )
             size = f"{moved} vs {trial.baseline}; {trial.why}"
         ops = operators_text(self.operators)
+        # Only the versions in question were tried (--versions, a wheelhouse, the index for
+        # the board): a release between the last good and the first bad was not, so the
+        # line names the first bad among those tried, and which were.
         return (
-            f"first bad: {self.distribution} {self.first_bad} ({size}{'; ' + ops if ops else ''})"
+            f"first bad among the versions tried: {self.distribution} {self.first_bad} "
+            f"({size}{'; ' + ops if ops else ''}); {self.tried_text()}"
         )
+
+    def tried_text(self) -> str:
+        """``tried against 1.19.0: 1.22.0 good, 1.32.0 bad`` (in version order), or the
+        count where many were tried."""
+        verdicts = {t.version: t.bad for t in self.trials if t.bad is not None}
+        tried = [v for v in self.versions if v in verdicts]
+        if len(tried) > 6:
+            return f"{len(tried)} of the {len(self.versions) - 1} versions in question tried"
+        named = ", ".join(f"{v} {'bad' if verdicts[v] else 'good'}" for v in tried)
+        return f"tried against {self.versions[0]}: {named}"
 
     def to_json(self) -> dict:
         """JSON-ready fields, with the headline and the exit code."""

@@ -396,8 +396,7 @@ class Change:
             f"on {boards} ({self.model}, {self.preset or 'no preset'})"
         )
         if self.culprit:
-            c = self.culprit[0]
-            text += f"; changed there: {c['field']} {c['before']} → {c['after']}"
+            text += "; changed there: " + culprit_text(self.culprit)
         else:
             text += "; nothing recorded changed there" + load_text(self.load, self.worse)
         ops = operators_text(self.operators)
@@ -414,6 +413,29 @@ class Change:
         out["worse"] = self.worse
         out["headline"] = self.headline()
         return out
+
+
+def culprit_fields(culprit: list[dict]) -> list[dict]:
+    """A change's culprit fields, the model first (a new export explains most), then the
+    golden set, then the rest as :func:`culprit` ranked them."""
+    first = {"model": 0, "golden": 1}
+    return sorted(culprit, key=lambda c: first.get(c["field"], 2))
+
+
+def culprit_field_text(c: Mapping) -> str:
+    """One culprit field in words: ``model m.onnx sha256 1a2b… → 3c4d…`` (a digest's file
+    name said once where it did not change), ``runtime.version 1.20.0 → 1.21.0``."""
+    before, after = str(c["before"]), str(c["after"])
+    b_name, b_sep, b_digest = before.rpartition(" sha256 ")
+    a_name, a_sep, a_digest = after.rpartition(" sha256 ")
+    if b_sep and a_sep and b_name == a_name:
+        return f"{c['field']} {b_name} sha256 {b_digest} → {a_digest}"
+    return f"{c['field']} {before} → {after}"
+
+
+def culprit_text(culprit: list[dict]) -> str:
+    """Every culprit field of a change, the model first, joined: what a headline names."""
+    return ", ".join(culprit_field_text(c) for c in culprit_fields(culprit))
 
 
 LOAD_SEPARATION = 0.6

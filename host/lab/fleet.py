@@ -108,14 +108,16 @@ def waiting_text(device: str, wait: dict) -> str:
     return f"the lease of {device}{place}: {held}"
 
 
-def first_waiting_text(transport, device: str) -> str:
+def first_waiting_text(transport, device: str) -> str | None:
     """What a run waits for before the device's first answer in line (which may take a
-    few seconds): the lease of ``device`` and, when one holds it now, who (its Info)."""
+    few seconds): the lease of ``device`` and who holds it now (its Info), or None when no
+    one does: a free board is taken at once, and nothing is waited for (the device's own
+    answer says so if another host takes it first)."""
     try:
         lease = (transport.info() or {}).get("lease")
     except HostError:  # the wait itself will say
         lease = None
-    return waiting_text(device, {"lease": lease}) if lease else f"the lease of {device}"
+    return waiting_text(device, {"lease": lease}) if lease else None
 
 
 def run_file_stem(model: str, device: str) -> str:
@@ -513,12 +515,12 @@ class FleetRunner:
         keeper = None
         leased = device.transport_kind == "grpc"
         if leased:
-            self._set(
-                record, state="waiting", waiting_for=first_waiting_text(transport, device.name)
-            )
+            held = first_waiting_text(transport, device.name)
+            if held is not None:  # only a lease someone holds is waited for
+                self._set(record, state="waiting", waiting_for=held)
 
             def waiting(w: dict) -> None:
-                self._set(record, waiting_for=waiting_text(device.name, w))
+                self._set(record, state="waiting", waiting_for=waiting_text(device.name, w))
                 self.on_event(record, {"type": "wait", **w})
 
             transport.acquire_lease(

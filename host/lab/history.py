@@ -227,6 +227,12 @@ def _firmware(fp: dict) -> str | None:
     return None
 
 
+RECORDED_NEW = "new"
+RECORDED_LABELLED = "labelled"
+RECORDED_ALREADY = "already recorded"
+"""What recording one report came to (:meth:`History.record_file_outcome`)."""
+
+
 @dataclass(frozen=True)
 class FleetCell:
     """Where a fleet run's report belongs: the model's name in models.toml, the cell (one
@@ -315,6 +321,20 @@ def row_of(
         "sustained_repeat_cv": spread_cv.get("sustained_per_s"),
         "command": _text(command, 2000),
     }
+
+
+def _marked(rows: list[dict]) -> list[dict]:
+    """``rows`` (oldest first), each with the fields that changed since the row before."""
+    before = None
+    for row in rows:
+        row["changes"] = (
+            []
+            if before is None
+            else [f for f in TREND_FIELDS if row[f] != before[f]]
+            + (["model"] if row["model_sha256"] != before["model_sha256"] else [])
+        )
+        before = row
+    return rows
 
 
 class History:
@@ -420,7 +440,23 @@ class History:
     ) -> bool:
         """Verify a report file against the pinned keys, then record it. ``labels`` (model
         SHA-256 → the name in models.toml, :func:`model_labels`) names a report's model.
-        The command line in the report's sidecar (``devices/reproduce.py``) goes in the row."""
+        The command line in the report's sidecar (``devices/reproduce.py``) goes in the row.
+        True when a row was inserted (:meth:`record_file_outcome` says more)."""
+        return self.record_file_outcome(path, device, known, cell, labels) == RECORDED_NEW
+
+    def record_file_outcome(
+        self,
+        path: str | Path,
+        device: str | None = None,
+        known=None,
+        cell: FleetCell | None = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> str:
+        """:meth:`record_file`, saying what came of it: :data:`RECORDED_NEW` (a row was
+        inserted), :data:`RECORDED_LABELLED` (the run was recorded already and ``labels``
+        named its model: the name is attached to its row now, so labels can be given after
+        the reports were recorded) or :data:`RECORDED_ALREADY` (recorded before, nothing to
+        change)."""
         from ..devices.reproduce import recorded_command
         from ..devices.trust import KnownDevices
         from ..devices.verify import verify_envelope
@@ -434,9 +470,39 @@ class History:
             cell = FleetCell(label) if label else None
         entry = known.get(report.device_name)
         command = recorded_command(path, envelope)
-        return self.record(
+        if self.record(
             envelope, report, report.device_name, entry.fingerprint, cell, command=command
-        )
+        ):
+            return RECORDED_NEW
+        if (
+            labels
+            and cell is not None
+            and cell.cell is None
+            and self.attach_label(report.device_name, report.run_id, cell.model_label)
+        ):
+            return RECORDED_LABELLED
+        return RECORDED_ALREADY
+
+    def attach_label(self, device: str, run_id: str, label: str) -> bool:
+        """Name the model of a run recorded by hand (``model_label``), as ``history record
+        --models`` does for a new one; True when the row changed. A fleet cell's row keeps
+        the name its fleet run gave it."""
+        try:
+            with self.engine.begin() as conn:
+                done = conn.execute(
+                    reports.update()
+                    .where(
+                        (reports.c.device == device)
+                        & (reports.c.run_id == run_id)
+                        & reports.c.cell.is_(None)
+                        & (reports.c.model_label.is_(None) | (reports.c.model_label != label))
+                    )
+                    .values(model_label=_text(label))
+                    .returning(reports.c.id)
+                )
+                return done.first() is not None
+        except SQLAlchemyError as e:
+            raise HistoryError(f"cannot name the model of run {run_id}: {e}") from e
 
     # -- reading -----------------------------------------------------------------
 
@@ -477,25 +543,19 @@ class History:
     def trend(self, device: str, model: str, limit: int = 200) -> list[dict]:
         """One model on one device, oldest first; each row lists the fields that changed
         since the row before (``changes``: firmware, runtime, kernel...)."""
-        rows = self._query(device, model, limit, newest_first=False)
-        before = None
-        for row in rows:
-            row["changes"] = (
-                []
-                if before is None
-                else [f for f in TREND_FIELDS if row[f] != before[f]]
-                + (["model"] if row["model_sha256"] != before["model_sha256"] else [])
-            )
-            before = row
-        return rows
+        return _marked(self._query(device, model, limit, newest_first=False))
 
     def trends(
         self, device: str | None = None, model: str | None = None, limit: int = 200
     ) -> dict[tuple[str, str], list[dict]]:
-        """Every board × model pair matching ``device``/``model`` (both optional), each as
-        :meth:`trend` gives it (oldest first, changes marked), pairs in name order."""
-        pairs = sorted({(r["device"], r["model_name"]) for r in self._query(device, model, None)})
-        return {(d, m): self.trend(d, m, limit) for d, m in pairs}
+        """Every series matching ``device``/``model`` (both optional), keyed ``(device,
+        series name)``, in name order: the series ``history changes`` follows, named as it
+        names them (``lab/changes.py``: the models.toml name, else the file name), each
+        oldest first, its last ``limit`` runs, changes marked as :meth:`trend` marks them."""
+        series: dict[tuple[str, str], list[dict]] = {}
+        for r in self._query(device, model, None, newest_first=False):
+            series.setdefault((r["device"], r["model_label"] or r["model_name"]), []).append(r)
+        return {key: _marked(series[key][-limit:]) for key in sorted(series)}
 
     def show(
         self, run_id: str | None = None, device: str | None = None, model: str | None = None

@@ -49,22 +49,99 @@ def fmt_num(v, fmt="{:.4g}") -> str:
 
 
 def print_table(
-    title: str, columns: list[str], rows: list[list[str]], whole: tuple[str, ...] = ()
+    title: str,
+    columns: list[str],
+    rows: list[list[str]],
+    whole: tuple[str, ...] = (),
+    stack: bool = False,
 ) -> None:
-    """A plain table (devices list, profiles). A cell too wide for the screen folds onto
-    the next line rather than being cut (a run id or version must stay whole); a column
-    named in ``whole`` (file and device names) is as wide as its widest cell and never
-    folds: the other columns fold instead."""
+    """A plain table (devices list, profiles). A column named in ``whole`` (file and device
+    names) is as wide as its widest cell and never folds, where the screen holds that
+    (else its cells wrap between words: ``face-det`` above ``(face_det_v2.onnx)``). Every
+    other column is at least as wide as its longest word, so text wraps between words and
+    a word, run id or figure is never broken, where the screen holds those widths; where it
+    cannot, a table that may ``stack`` prints each row as a block of ``column  value``
+    lines instead (every value whole, wrapped between words), and any other folds its
+    cells as a last resort."""
+    room = console.width - (3 * len(columns) + 1)  # a cell's padding and border take 3
+    longest = [
+        max([_longest_word(c), *(_longest_word(r[i]) for r in rows)]) for i, c in enumerate(columns)
+    ]
+    words = [
+        max([len(c), *(len(str(r[i])) for r in rows)]) if c in whole else longest[i]
+        for i, c in enumerate(columns)
+    ]
+    if sum(words) > room:  # names whole on one line do not fit: whole words still do
+        words, whole = longest, ()
+    fits = sum(words) <= room
+    if stack and not fits:
+        _print_stacked(title, columns, rows)
+        return
+    widths = _fitted_widths(columns, rows, words, room) if fits else [None] * len(columns)
     t = Table(title=esc(title), title_justify="left")
-    for c in columns:
+    for c, width in zip(columns, widths, strict=True):
         if c in whole:
-            width = max([len(c), *(len(str(r[columns.index(c)])) for r in rows)])
             t.add_column(esc(c), no_wrap=True, min_width=width)
         else:
-            t.add_column(esc(c), overflow="fold")
+            t.add_column(esc(c), overflow="fold", width=width)
     for r in rows:
         t.add_row(*[Text(str(x)) for x in r])
     console.print(t)
+
+
+def _fitted_widths(
+    columns: list[str], rows: list[list[str]], words: list[int], room: int
+) -> list[int]:
+    """Column widths within ``room``: each column's widest cell where all fit; else each at
+    its longest word, the rest given a character at a time to the column whose cells wrap
+    onto the most lines (the cheapest to finish first among equals), so rows stay short."""
+    cells = [[columns[i], *(str(r[i]) for r in rows)] for i in range(len(columns))]
+    natural = [max(len(line) for c in col for line in c.splitlines() or [""]) for col in cells]
+    if sum(natural) <= room:
+        return natural
+    widths = list(words)
+    for _ in range(room - sum(words)):
+        open_ = [i for i in range(len(widths)) if widths[i] < natural[i]]
+        if not open_:
+            break
+        tallest = max(open_, key=lambda i: (_lines(cells[i], widths[i]), -natural[i]))
+        widths[tallest] += 1
+    return widths
+
+
+def _lines(cells: list[str], width: int) -> int:
+    """The most lines any of ``cells`` takes wrapped between words at ``width``."""
+    most = 1
+    for cell in cells:
+        n = 0
+        for text in cell.splitlines() or [""]:
+            n += 1
+            used = 0
+            for word in text.split():
+                if used and used + 1 + len(word) > width:
+                    n, used = n + 1, len(word)
+                else:
+                    used += len(word) + (1 if used else 0)
+        most = max(most, n)
+    return most
+
+
+def _longest_word(text) -> int:
+    return max((len(w) for w in str(text).split()), default=0)
+
+
+def _print_stacked(title: str, columns: list[str], rows: list[list[str]]) -> None:
+    """A table too wide for the screen, a block per row: ``column  value`` lines."""
+    console.print(Text(str(title)))
+    for n, r in enumerate(rows, start=1):
+        grid = Table.grid(padding=(0, 2))
+        grid.add_column(no_wrap=True, style="dim")
+        grid.add_column(overflow="fold")
+        for c, x in zip(columns, r, strict=True):
+            if str(x):
+                grid.add_row(Text(str(c)), Text(str(x)))
+        console.print(Text(f"── {n} of {len(rows)}", style="bold"), soft_wrap=True)
+        console.print(grid)
 
 
 def print_cold_load(results: dict) -> None:

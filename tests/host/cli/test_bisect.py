@@ -208,8 +208,9 @@ def test_bisect_installs_each_version_it_tries_and_names_the_first_whose_outputs
     assert sorted(rows) == sorted(tried), out.out
     assert "DIFFERENT: outputs beyond the golden set's tolerances" in rows[BAD]
     assert ("bad" if expected == MID else "SAME: identical outputs") in rows[MID]
-    headline = next(line for line in out.err.splitlines() if line.startswith("first bad:"))
-    assert headline.startswith(f"first bad: onnxruntime {expected} (outputs moved by ")
+    first = "first bad among the versions tried:"
+    headline = next(line for line in out.err.splitlines() if line.startswith(first))
+    assert headline.startswith(f"{first} onnxruntime {expected} (outputs moved by ")
     # The operator diff between the last good and the first bad version: the one operator.
     assert f"vs {GOOD}; outputs beyond the golden set's tolerances; LayerNormalization " in headline
     assert headline.endswith(" %)")

@@ -46,3 +46,17 @@ def test_repeat_is_a_plan_field_of_qualify_and_fleet_run(command):
     assert length_flags(args) == {"repeat": 3}
     with pytest.raises(UsageError, match="--repeat must be at least 1"):
         length_flags(build_parser().parse_args([*command, "--repeat", "0"]))
+
+
+def test_max_extensions_help_says_what_it_bounds_its_unit_and_default(capsys):
+    """Its help said "runs on to FACTOR times its planned time": now which loop it bounds,
+    in what unit, its default and what wins over it."""
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["qualify", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert (
+        "--max-extension FACTOR the longest each input shape's timed latency loop may run "
+        "when too few of its calls kept the CPU: FACTOR times its planned seconds (--latency; "
+        "at least 0.5 s past them), a number of times such as 3 or 5x (default: 3, at most "
+        "100; a plan's latency_max_s, in seconds, wins)"
+    ) in text

@@ -71,6 +71,7 @@ def test_unknown_is_not_judged_and_asks_to_run_more():
     assert not result.passed and result.retry  # the gate's inconclusive exit: 1, "retry": true
     assert result.to_json()["retry"] is True
     assert result.summary.startswith("gate not decided, run more pairs to decide")
+    assert result.summary.endswith("; exit 1 until they decide")
     assert "--repeat-until-decided" in check.message
     # A policy's SAME threshold decides it: a lower floor and start call the same values SAME.
     relaxed = _gate(base, cand, min_effect=0.0, same_p_start=0.01, same_p_floor=0.01)

@@ -185,7 +185,8 @@ def test_binary_search_names_the_first_slower_version_and_the_operators_that_mov
     assert resize["ratio"] == pytest.approx(3.1)
     assert (
         result.headline()
-        == "first bad: onnxruntime 1.23.0 (p50 +30 % vs 1.22.0; Conv +44 %, Resize +210 %)"
+        == "first bad among the versions tried: onnxruntime 1.23.0 (p50 +30 % vs 1.22.0; "
+        "Conv +44 %, Resize +210 %); tried against 1.19.0: 1.22.0 good, 1.23.0 bad, 1.25.0 bad"
     )
     data = result.to_json()
     assert data["exit_code"] == 0 and [t["version"] for t in data["trials"]] == [
@@ -259,8 +260,23 @@ def test_drift_moved_outputs_and_flipped_decisions_are_bad_identical_ones_good()
     assert result.trials[0].figure == 2e-3
     assert (result.last_good, result.first_bad) == ("1.24.1", "1.25.0")
     assert result.headline() == (
-        "first bad: onnxruntime 1.25.0 (outputs moved by 0.002 vs 1.19.0; 2 decisions flip)"
+        "first bad among the versions tried: onnxruntime 1.25.0 (outputs moved by 0.002 vs "
+        "1.19.0; 2 decisions flip); tried against 1.19.0: 1.22.0 good, 1.23.0 good, 1.24.1 good, "
+        "1.25.0 bad"
     )
+
+
+def test_with_one_version_between_the_first_bad_is_among_those_tried():
+    """Only 1.22.0 lay between 1.19.0 and 1.32.0: 1.32.0 is the first bad of the versions
+    tried, not of every release, and the line says so and names them."""
+    versions = ["1.19.0", "1.22.0", "1.32.0"]
+    board = Board({"1.19.0": {"p50": 10.0}, "1.22.0": {"p50": 10.0}, "1.32.0": {"p50": 13.0}})
+    result = bisect_versions("onnxruntime", versions, board, "p50", SETTINGS)
+    assert (result.status, result.last_good, result.first_bad) == ("found", "1.22.0", "1.32.0")
+    line = result.headline()
+    assert line.startswith("first bad among the versions tried: onnxruntime 1.32.0 (p50 +30 %")
+    assert line.endswith("; tried against 1.19.0: 1.22.0 good, 1.32.0 bad")
+    assert not line.startswith("first bad: ")
 
 
 def test_a_version_that_fails_is_bad_and_a_failed_good_one_stops_the_search():

@@ -345,7 +345,10 @@ def test_the_slower_model_is_found_on_its_night_on_both_boards(analysed, nightly
         assert ops["MatMul"]["us_before"] > 0 and ops["MatMul"]["us_after"] > 0
         assert ops["Sub"]["us_before"] is None and ops["Mul"]["us_before"] is None
         assert ops["MatMul"]["share_after"] > 0.5
-        assert "changed there: golden golden.npz" in c["headline"]  # ties: by name
+        # The headline names every culprit field, the model first.
+        assert "changed there: model chain.onnx sha256 " in c["headline"]
+        assert " → chain-slow.onnx sha256 " in c["headline"]
+        assert ", golden golden.npz sha256 " in c["headline"]
     # The unchanged model's 20 nights. Nothing the lab records changed in them, so a change
     # found there names no field and says what it was read against: other processes' CPU
     # use either side (on this shared 2-core machine the neighbours' load can shift a
@@ -517,7 +520,7 @@ def test_the_trend_page_marks_the_change_with_its_culprit_and_ratio(nightly, tmp
     # mark another section, flagged as such).
     assert html.count('<ul class="change-points">') >= 2
     assert "p50 x=32x384 +" in html and "on dev-0 and dev-1 (vision, quick)" in html
-    assert "changed there: golden golden.npz" in html
+    assert "changed there: model chain.onnx sha256 " in html and ", golden golden.npz" in html
     assert re.search(r"×\d\.\d{3} \[\d\.\d\d, \d+\.\d\d\], p 0\.0\d+", html)
     assert "red dotted lines: change points beyond noise" in html
 

@@ -121,7 +121,9 @@ def test_fleet_run_matrix_outputs_and_resume(tmp_path, agents, example_models, g
         # This host issued the nonce (verify says so), as for a run of its own qualify.
         assert NonceLedger().check(report.nonce, report.run_id, envelope)
         assert (out / r.page).is_file()
-    assert "running" in changes and "waiting" in changes
+    # No other host holds these boards, and a device's runs go one after another: nothing
+    # waits for a lease (a free board's "waiting for the lease" was logged naming nobody).
+    assert "running" in changes and "waiting" not in changes
     # Each agent ran exactly the runs of its column (and retries), never two at once.
     for i, agent in enumerate(started):
         attempts = sum(r.attempts for r in result.runs if r.device == f"dev-{i}")
@@ -510,10 +512,12 @@ def test_a_waiting_run_says_what_it_waits_for_and_when_the_device_is_likely_free
 
 def test_the_first_wait_for_a_lease_names_its_holder(tmp_path, example_models):
     """Before the device's first answer in line, "waiting for the lease of board-2" already
-    names who holds it (the device's Info); a free device's wait names nobody."""
+    names who holds it (the device's Info); on a board no one holds nothing is waited for,
+    and no "waiting for the lease" is logged (it was, naming nobody)."""
     import time
 
     from edgequal.contract.keys import load_or_create_device_key
+    from edgequal.host.present.terminal.summary import fleet_log_line
 
     key = load_or_create_device_key(tmp_path / "key")
     KnownDevices().trust("board-2", "grpc://127.0.0.1:1", key.public_key_raw())
@@ -536,8 +540,8 @@ def test_the_first_wait_for_a_lease_names_its_holder(tmp_path, example_models):
     lab_path.write_text('[devices.board-2]\naddress = "grpc://127.0.0.1:1"\n')
     models = load_models(write_models(tmp_path, example_models, {}, names=("micro",)))
     for lease, expected in (
-        (held, "waiting for the lease of board-2: leased to alice@ci for bench session"),
-        (None, "waiting for the lease of board-2"),
+        (held, "the lease of board-2: leased to alice@ci for bench session"),
+        (None, None),
     ):
         transport = HeldTransport(key, ["passed"])
         transport.lease = lease
@@ -549,11 +553,22 @@ def test_the_first_wait_for_a_lease_names_its_holder(tmp_path, example_models):
             open_device=lambda d, t=transport: t,
             sleep=lambda s: None,
         )
-        runner.on_change = lambda r, seen=seen: seen.append(r.why) if r.state == "waiting" else None
+        logged = []
+
+        def on_change(r, seen=seen, logged=logged):
+            logged.append(fleet_log_line(r))
+            if r.state == "waiting":
+                seen.append(r.waiting_for)
+
+        runner.on_change = on_change
         runner.run()
-        assert seen and seen[0].startswith(expected), seen
         if lease is None:
-            assert seen[0] == expected
+            assert seen == [] and not any("waiting" in line for line in logged), logged
+            assert any(line.endswith(": passed") for line in logged), logged
+        else:
+            assert seen and seen[0].startswith(expected), seen
+            waited = f"fleet: micro on board-2: waiting for {expected}"
+            assert any(line.startswith(waited) for line in logged), logged
 
 
 def _chain_models(tmp_path, test_helper) -> tuple[Path, Path]:

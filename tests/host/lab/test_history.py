@@ -253,7 +253,9 @@ def test_a_fleet_cells_retries_are_one_row_found_by_its_lab_name(db_url, signer,
     # The models.toml name finds the fleet's row; the file name finds both.
     assert [r["p50_ms"] for r in history.list(model="ocr-cls")] == [4.0]
     assert [r["p50_ms"] for r in history.trend("bench", "micro")] == [4.0, 9.0]
-    assert list(history.trends(model="ocr-cls")) == [("bench", "micro.onnx")]
+    # A trend is a series as history changes names it: the lab's name, else the file's.
+    assert list(history.trends(model="ocr-cls")) == [("bench", "ocr-cls")]
+    assert list(history.trends(device="bench")) == [("bench", "micro.onnx"), ("bench", "ocr-cls")]
     # The replaced attempts are kept, each with the attempt that replaced it.
     from edgequal.host.devices.verify import verify_envelope
 
@@ -330,6 +332,66 @@ def test_record_with_the_models_file_keeps_the_labs_names(signer, tmp_path, caps
         "(hint: known models: face-det, face_detector_mobilenet_v2_int8_320x320.onnx, micro.onnx)"
     )
     assert edgequal_main(["history", "show", "--model", "face-dt", "--db", db]) == 2
+
+
+def test_recording_again_with_the_models_file_attaches_the_names(signer, tmp_path, capsys):
+    """Reports recorded without ``--models`` get the lab's names afterwards: recording them
+    again with ``--models`` names their model (it used to add nothing, "new 0"), and the
+    output says so; without ``--models`` it says how."""
+    db = f"sqlite:///{tmp_path / 'history.sqlite'}"
+    model = tmp_path / "ocr_cls.onnx"
+    model.write_bytes(b"ocr cls weights")
+    models = tmp_path / "models.toml"
+    models.write_text(f'[models.ocr-cls]\npath = "{model}"\n')
+    report = tmp_path / "r.json"
+    report.write_bytes(signer(2.0, model_name="ocr_cls.onnx", model_bytes=model.read_bytes()))
+    record = ["history", "record", str(report), "--db", db]
+    assert edgequal_main(record) == 0
+    capsys.readouterr()
+    assert edgequal_main(record) == 0
+    out = " ".join("".join(capsys.readouterr()).split())
+    assert (
+        "1 already recorded, left as they were: recording them again with --models "
+        "models.toml attaches the lab's model names to them"
+    ) in out
+    assert edgequal_main([*record, "--models", str(models)]) == 0
+    out = " ".join("".join(capsys.readouterr()).split())
+    assert "model named" in out
+    assert "1 already recorded: their model names from --models are attached now" in out
+    assert edgequal_main(["history", "list", "--model", "ocr-cls", "--db", db, "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert (row["model_label"], row["model_name"]) == ("ocr-cls", "ocr_cls.onnx")
+    # Once named, a third time changes nothing, and says why.
+    assert edgequal_main([*record, "--models", str(models)]) == 0
+    out = " ".join("".join(capsys.readouterr()).split())
+    assert "attached now" not in out and "the name it has already" in out
+    assert len(History.open(db).list()) == 1
+
+
+@pytest.mark.slow  # draws the trend page's figure (about 0.8 CPU-seconds)
+def test_the_trend_page_names_a_series_as_the_cli_does(signer, tmp_path, capsys):
+    """A model of the lab's models file is ``ocr-cls`` in ``history changes`` and on the trend
+    page alike (the page said ``ocr_cls.onnx on bench``)."""
+    db = f"sqlite:///{tmp_path / 'history.sqlite'}"
+    model = tmp_path / "ocr_cls.onnx"
+    model.write_bytes(b"ocr cls weights")
+    models = tmp_path / "models.toml"
+    models.write_text(f'[models.ocr-cls]\npath = "{model}"\n')
+    report = tmp_path / "r.json"
+    report.write_bytes(signer(2.0, model_name="ocr_cls.onnx", model_bytes=model.read_bytes()))
+    assert (
+        edgequal_main(["history", "record", str(report), "--models", str(models), "--db", db]) == 0
+    )
+    capsys.readouterr()
+    assert edgequal_main(["history", "changes", "--db", db, "--json"]) == 0
+    (series,) = json.loads(capsys.readouterr().out)["series"]
+    assert (series["device"], series["model"]) == ("bench", "ocr-cls")
+    page = tmp_path / "trend.html"
+    assert edgequal_main(["history", "trend", "--db", db, "--html", str(page)]) == 0
+    html = page.read_text()
+    assert '<h2 id="t0">ocr-cls on bench</h2>' in html
+    assert "ocr_cls.onnx on bench" not in html
+    assert "ocr-cls on bench" in capsys.readouterr().out  # the terminal's table title
 
 
 @pytest.mark.slow  # renders the page's figure twice (about 1.5 CPU-seconds)

@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
@@ -140,6 +141,7 @@ def effective_min_effect(min_effect: float, prior: Spread | None) -> float:
     return min_effect
 
 
+@lru_cache(maxsize=4096)
 def _quantile(p: float, df: float | None) -> float:
     from scipy.stats import norm, t
 

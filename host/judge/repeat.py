@@ -13,6 +13,11 @@ qualification of a ``--repeat N`` plan adds its N runs): one value per run, so t
 weighs run-to-run spread, never one run's calls. The spread is the pairs' own (and the
 board's history noise when given), so the first pair alone is UNKNOWN unless history
 knows the board; at least two pairs are run before a verdict stops the loop.
+
+Deciding after every pair looks at the data up to N times, and each look is a chance of a
+false DIFFERENT (or SAME): each look's tests run at the policy's levels divided by the
+looks the loop may take (Bonferroni), so over the whole loop the rates stay within
+``alpha_different`` and ``alpha_same``.
 """
 
 from __future__ import annotations
@@ -162,10 +167,17 @@ def repeat_until_decided(
     """Run pairs through ``run(side)`` (``"baseline"`` or ``"candidate"``: one qualification,
     returning ``{"predicate", "path"}``) until the verdict is SAME or DIFFERENT or
     ``max_pairs`` are spent; ``prior``: the board's spread from history, if known."""
-    from .verdict import UNKNOWN, decide
+    from .verdict import UNKNOWN, VERDICT_DEFAULTS, decide
 
     if max_pairs < 1:
         raise UsageError(f"--repeat-until-decided needs at least 1 pair, got {max_pairs}")
+    # Looks that can decide: from the second pair on (the first, too, with a prior).
+    looks = max_pairs if prior is not None else max(max_pairs - 1, 1)
+    levels = {
+        **VERDICT_DEFAULTS,
+        **{k: v for k, v in (settings or {}).items() if k in VERDICT_DEFAULTS},
+    }
+    per_look = {**(settings or {}), **{k: v / looks for k, v in levels.items()}}
     result = RepeatResult()
     for i in range(max_pairs):
         order = ("baseline", "candidate") if i % 2 == 0 else ("candidate", "baseline")
@@ -188,7 +200,7 @@ def repeat_until_decided(
             result.baseline_p50_ms,
             result.candidate_p50_ms,
             min_effect,
-            settings,
+            per_look,
             prior=prior,
             baseline_runs=result.baseline_runs,
             candidate_runs=result.candidate_runs,

@@ -47,6 +47,8 @@ def test_a_model_with_twice_the_work_is_different_within_n_pairs(chains, capsys)
         "repeats",
     )
     assert len(out["baseline_runs"]) == out["pairs"] and v["baseline_runs"] == out["baseline_runs"]
+    # Each look at the pairs tests at the level over the looks seven pairs may take (six).
+    assert v["alpha_different"] == pytest.approx(0.01 / 6)
     assert len(out["reports"]) == 2 * out["pairs"]
     # Interleaved: baseline first, then candidate first, ...
     assert [r["side"] for r in out["reports"][:4]] == [

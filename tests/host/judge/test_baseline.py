@@ -47,7 +47,7 @@ def _gate(base, cand, prior=None, **baseline) -> GateResult:
     return GateResult("cand.json", "p", True, "verified", checks, baseline=summary)
 
 
-def test_one_run_a_side_is_not_judged_however_many_calls_it_holds():
+def test_one_run_a_side_is_not_judged_however_many_calls_it_holds(tmp_path):
     """Pseudo-replication: 500 calls a run say how precise that run's p50 is, not whether
     another run would agree. Two single runs 10 % apart are UNKNOWN without a spread."""
     base = _report(_samples(500, 100_000, 1), "base")
@@ -67,6 +67,16 @@ def test_one_run_a_side_is_not_judged_however_many_calls_it_holds():
     assert three["verdict"] == "DIFFERENT" and three["spread_source"] == "history"
     assert not known.passed and "a regression" in known.checks[0].message
     assert "spread 1.00% (history, df 20)" in known.checks[0].message
+    # The JUnit carries the same: the runs, the spread and its source.
+    import xml.etree.ElementTree as ET
+
+    from edgequal.host.judge.junit import write_junit
+
+    write_junit(tmp_path / "gate.xml", [result, known])
+    cases = ET.parse(tmp_path / "gate.xml").getroot().iter("testcase")
+    texts = [" ".join(el.get("message", "") for el in case) for case in cases]
+    assert any("1 vs 1 runs, no known spread" in t for t in texts)
+    assert any("1 vs 1 runs, spread 1.00% (history, df 20)" in t for t in texts)
 
 
 def test_repeated_runs_decide_different_slower_fails_same_passes_faster_passes():

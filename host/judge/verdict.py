@@ -211,7 +211,7 @@ def decide(
 
     if not a.size or not b.size:
         return out(UNKNOWN, "no runs on one side")
-    if np.all(a == a[0]) and np.all(b == a[0]):
+    if a.size == b.size and np.array_equal(np.sort(a), np.sort(b)):  # the same runs again
         return out(SAME, "identical values", 1.0, (1.0, 1.0), (1.0, 1.0), 0.0, None, NONE)
     if np.any(a <= 0) or np.any(b <= 0):
         return out(UNKNOWN, "a figure of 0 or below has no ratio")

@@ -49,6 +49,8 @@ def test_one_run_a_side_without_a_known_spread_is_unknown_and_asks_for_runs():
     assert (v.verdict, v.spread, v.spread_source, v.runs_needed) == (UNKNOWN, None, NONE, 3)
     assert "no known spread" in v.why and "--repeat 3" in v.why
     assert decide([3.0], [3.0], 0.03).verdict == SAME  # identical values
+    assert decide([1.0, 1.2, 0.9], [0.9, 1.0, 1.2], 0.03).why == "identical values"  # the same runs
+    assert decide([1.0, 1.2, 0.9], [1.0, 1.2], 0.03).verdict == UNKNOWN
     assert decide([0.0], [1.0], 0.03).verdict == UNKNOWN  # no ratio of 0
     assert decide([], [1.0], 0.03).verdict == UNKNOWN
     with pytest.raises(UsageError, match="minimum effect"):

@@ -141,6 +141,11 @@ def effective_min_effect(min_effect: float, prior: Spread | None) -> float:
     return min_effect
 
 
+def _exp(x: float) -> float:
+    """exp, held within floats: a level of 1e-12 on two runs has an interval of ±1e300."""
+    return math.exp(max(-700.0, min(700.0, x)))
+
+
 @lru_cache(maxsize=4096)
 def _quantile(p: float, df: float | None) -> float:
     from scipy.stats import norm, t
@@ -232,8 +237,8 @@ def decide(
     m_log = math.log1p(m)
     half = _quantile(1 - s["alpha_different"] / 2, df) * se
     half_same = _quantile(1 - s["alpha_same"], df) * se
-    ci = (math.exp(d - half), math.exp(d + half))
-    same = (math.exp(d - half_same), math.exp(d + half_same))
+    ci = (_exp(d - half), _exp(d + half))
+    same = (_exp(d - half_same), _exp(d + half_same))
     level = f"{1 - s['alpha_different']:.0%}"
     verdict = _decides(d, se, df, m_log, s)
     args = (ratio, ci, same, sd, df, source)

@@ -53,6 +53,9 @@ def test_one_run_a_side_without_a_known_spread_is_unknown_and_asks_for_runs():
     assert decide([1.0, 1.2, 0.9], [1.0, 1.2], 0.03).verdict == UNKNOWN
     assert decide([0.0], [1.0], 0.03).verdict == UNKNOWN  # no ratio of 0
     assert decide([], [1.0], 0.03).verdict == UNKNOWN
+    # A test level no data can meet: an interval held within floats, and UNKNOWN.
+    v = decide([1.0, 1.1], [2.0, 2.1], 0.03, {"alpha_different": 1e-300})
+    assert v.verdict == UNKNOWN and v.ci_low > 0 and np.isfinite(v.ci_high)
     with pytest.raises(UsageError, match="minimum effect"):
         decide([1.0], [1.0], -0.1)
 

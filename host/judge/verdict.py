@@ -141,6 +141,11 @@ def effective_min_effect(min_effect: float, prior: Spread | None) -> float:
     return min_effect
 
 
+def _percent(level: float) -> str:
+    """``99%``, ``90%``, ``99.8%`` (a level divided over several looks)."""
+    return f"{100 * level:.3g}%"
+
+
 def _exp(x: float) -> float:
     """exp, held within floats: a level of 1e-12 on two runs has an interval of ±1e300."""
     return math.exp(max(-700.0, min(700.0, x)))
@@ -239,7 +244,7 @@ def decide(
     half_same = _quantile(1 - s["alpha_same"], df) * se
     ci = (_exp(d - half), _exp(d + half))
     same = (_exp(d - half_same), _exp(d + half_same))
-    level = f"{1 - s['alpha_different']:.0%}"
+    level = _percent(1 - s["alpha_different"])
     verdict = _decides(d, se, df, m_log, s)
     args = (ratio, ci, same, sd, df, source)
     if verdict == DIFFERENT:
@@ -247,7 +252,7 @@ def decide(
         why = f"{way}: the {level} interval excludes 1 and ×{ratio:.3f} is beyond ±{m:.0%}{raised}"
         return out(DIFFERENT, why, *args)
     if verdict == SAME:
-        why = f"the {1 - 2 * s['alpha_same']:.0%} interval lies inside ±{m:.0%}{raised}"
+        why = f"the {_percent(1 - 2 * s['alpha_same'])} interval lies inside ±{m:.0%}{raised}"
         return out(SAME, why, *args)
     df_extra = None if df is None else max(df - (a.size - 1) - (b.size - 1), 0.0)
     if source == REPEATS:

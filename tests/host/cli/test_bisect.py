@@ -286,7 +286,9 @@ def test_bisect_on_p50_reads_each_versions_latency_from_the_signed_report(
             len(segments[GOOD]),
             len(segments[trial["version"]]),
         )
-        assert three["spread_source"] == "repeats" and three["basis"] in trial["why"]
+        assert three["spread_source"] == "repeats"
+        if "not decisive" not in trial["why"]:  # else the segments' interference is the why
+            assert three["basis"] in trial["why"]
     # A trial left UNKNOWN (its run not decisive: other processes took the CPU) is measured
     # once more; the last trial of the bad version decides whether there is anything to bisect.
     versions = [t["version"] for t in data["trials"]]

@@ -10,6 +10,10 @@ One ``.npz`` file (a zip of ``.npy`` arrays, read with ``allow_pickle=False``):
   ``assets/SHA256``, files the pipeline names (a tokenizer.json) by their digest. The
   manifest's ``pipeline`` (``contract/pipeline_spec.py``) declares the stages; ``inputs/``
   then holds what that pipeline made of the raw files on the host.
+- optionally ``intermediates/CASE/TENSOR`` (``golden make --intermediates``): every
+  intermediate tensor the reference run computed, by its name in the model, so a model
+  changed since (a new export, a weight changed) is localised against them node by node
+  (docs/divergence.md).
 
 The manifest (``format: edgequal.golden/v1``) records the model's input and output
 specs, the preprocessing contract for raw inputs, the reference runtime and its
@@ -54,6 +58,7 @@ class GoldenCase:
     outputs: dict[str, np.ndarray] = field(default_factory=dict)
     raw: dict[str, bytes] = field(default_factory=dict)
     reference_inputs: dict[str, np.ndarray] = field(default_factory=dict)
+    intermediates: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 @dataclass
@@ -136,6 +141,8 @@ def write_golden(
             arrays[f"raw/{c.name}/{name}"] = np.frombuffer(data, dtype=np.uint8)
         for name, a in c.reference_inputs.items():
             arrays[f"reference_inputs/{c.name}/{name}"] = np.asarray(a)
+        for name, a in c.intermediates.items():
+            arrays[f"intermediates/{c.name}/{name}"] = np.asarray(a)
     for digest, data in (assets or {}).items():
         arrays[f"assets/{digest}"] = np.frombuffer(data, dtype=np.uint8)
     path = Path(path)
@@ -178,7 +185,10 @@ def read_golden(path: Path) -> GoldenSet:
             assets[rest] = _raw_bytes(path, key, a)
             continue
         case_name, _, tensor = rest.partition("/")
-        if kind not in ("inputs", "outputs", "raw", "reference_inputs") or not tensor:
+        if (
+            kind not in ("inputs", "outputs", "raw", "reference_inputs", "intermediates")
+            or not tensor
+        ):
             raise BadInput(f"{path}: unexpected array {key[:120]!r}")
         case = cases.setdefault(case_name, GoldenCase(case_name, {}, {}))
         getattr(case, kind)[tensor] = _raw_bytes(path, key, a) if kind == "raw" else a

@@ -151,6 +151,13 @@ DEFAULTS = {
     # run (docs/measurement.md "int8 on x86 without VNNI"): whether the optimised kernels
     # cause a drift.
     "check_optimization": False,
+    # Kernel paths side by side (qualify --paths, docs/divergence.md): the golden set run
+    # through each named path (contract/kernel_paths.py), the first the reference; a path
+    # whose drift fails is localised to its first divergent node.
+    "kernel_paths": None,
+    # The memory the kept intermediate tensors of a localisation may take (None: a quarter
+    # of what the board has available, at most 256 MB); beyond it, range by range.
+    "divergence_memory_mb": None,
     # A tagged latency loop short of clean calls runs on to this many times its planned
     # seconds (docs/measurement.md "Measuring through interference"); latency_max_s wins.
     "latency_max_extension": 3.0,
@@ -202,6 +209,7 @@ _NUMBERS = {
     "runtime_env_rounds": int,
     "latency_max_extension": float,
     "repeat": int,
+    "divergence_memory_mb": float,
 }
 
 
@@ -263,6 +271,8 @@ class Plan:
     policy_sha256: str | None = None
     model_signature_sha256: str | None = None
     check_optimization: bool = False
+    kernel_paths: tuple[str, ...] | None = None
+    divergence_memory_mb: float | None = None
     latency_max_extension: float = 3.0
     repeat: int = 1
     sources: dict[str, str] = field(default_factory=dict)
@@ -280,6 +290,7 @@ class Plan:
             "coload",
             "edge_shapes",
             "runtime_envs",
+            "kernel_paths",
         ):
             if full[key] is not None:
                 full[key] = tuple(full[key])
@@ -288,7 +299,13 @@ class Plan:
     def to_json(self) -> dict:
         """The plan as documented JSON (docs/report-schema.md), the form the wire and report carry."""
         out = {f.name: getattr(self, f.name) for f in fields(self)}
-        for key in ("providers", "throttle_indicators", "batch_sizes", "runtime_envs"):
+        for key in (
+            "providers",
+            "throttle_indicators",
+            "batch_sizes",
+            "runtime_envs",
+            "kernel_paths",
+        ):
             if out[key] is not None:
                 out[key] = list(out[key])
         for key in ("coload", "edge_shapes"):
@@ -370,6 +387,7 @@ _LIMITS = {
     "runtime_env_rounds": 100,
     "latency_max_extension": 100.0,
     "repeat": 20,
+    "divergence_memory_mb": float(1 << 20),
 }
 # A batch sweep lists at most this many sizes, each at most MAX_BATCH.
 MAX_BATCH_SIZES = 16
@@ -421,6 +439,7 @@ _OPTIONAL_NUMBERS = {
     "trip_c",
     "server_rate_per_s",
     "server_p99_ms",
+    "divergence_memory_mb",
 }
 
 
@@ -523,6 +542,12 @@ def _validated(plan: Mapping) -> dict:
     if full["runtime_env_rounds"] < 1:
         raise BadInput("plan field 'runtime_env_rounds' must be at least 1")
     full["runtime_envs"] = _runtime_envs(full["runtime_envs"])
+    if full["divergence_memory_mb"] is not None and full["divergence_memory_mb"] <= 0:
+        raise BadInput("plan field 'divergence_memory_mb' must be positive")
+    if full["kernel_paths"] is not None:
+        from .kernel_paths import check_path_names
+
+        full["kernel_paths"] = check_path_names(full["kernel_paths"])
     full["batch_sizes"] = _batch_sizes(full["batch_sizes"])
     full["coload"] = _coload(full["coload"])
     full["edge_shapes"] = parse_edge_shapes(full["edge_shapes"])

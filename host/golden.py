@@ -95,6 +95,7 @@ def make_golden(
     signed: dict | None = None,
     model_signature: Path | None = None,
     trusted_keys: Sequence[Path] = (),
+    intermediates: bool = False,
 ) -> str:
     """Write a golden set for ``model``; returns its sha256.
 
@@ -116,6 +117,9 @@ def make_golden(
     ``trusted_keys`` before the model is loaded here (:func:`verify_model_signature`); the
     manifest's ``model.signature`` then records its digest, the OMS manifest digest and
     the key, as a report's ``results.model_signature`` does.
+
+    ``intermediates`` also records every intermediate tensor of each case's reference
+    run (docs/divergence.md): a model changed since is localised node by node against them.
     """
     from .model_file import check_model_file
 
@@ -126,6 +130,8 @@ def make_golden(
         signed = verify_model_signature(model, Path(model_signature), trusted_keys)
     elif trusted_keys:
         raise UsageError("--trusted-key goes with --model-signature SIG")
+    if raw is not None and intermediates:
+        raise UsageError("--intermediates goes with --inputs (tensors), not --raw")
     if raw is not None:
         return _make_raw_golden(
             model, raw, pipeline, out, reference_inputs,
@@ -165,6 +171,8 @@ def make_golden(
             for case in cases:
                 case.outputs = rt.run(case.inputs)
             reference = rt.describe()
+        if intermediates:
+            _record_intermediates(rt, cases)
         check_edge_shapes_fit(edges, rt.inputs())
     except AgentError as e:
         raise UsageError(str(e), hint=e.hint) from e
@@ -206,6 +214,17 @@ def make_golden(
     if outputs is None:
         manifest["reference"]["preprocessing"] = "the declared pipeline, on the host"
     return write_golden(Path(out), manifest, cases, attach.assets)
+
+
+def _record_intermediates(rt, cases: list[GoldenCase]) -> None:
+    """Each case's intermediate tensors from one kept run (``Runtime.run_keeping``)."""
+    nodes = rt.tensor_nodes()
+    if nodes is None:
+        raise UsageError(f"{rt.name} cannot keep intermediate tensors (--intermediates)")
+    for case in cases:
+        names = [n for node in nodes for n in node["outputs"] if n and n not in case.inputs]
+        kept = rt.run_keeping(case.inputs, names)
+        case.intermediates = {n: a for n, a in kept.items() if n not in case.outputs}
 
 
 def verify_model_signature(model: Path, signature: Path, trusted_keys: Sequence[Path]) -> dict:

@@ -159,6 +159,26 @@ def delegate_coverage(ops: Sequence[Mapping], delegate_op: str = "DELEGATE") -> 
     """
     model_nodes = [o for o in ops if o["op_name"] != delegate_op]
     partitions = [o for o in ops if o["op_name"] == delegate_op]
+    taken = delegated_nodes(ops, delegate_op)
+    left = [o for o in model_nodes if int(o["index"]) not in taken]
+    left_types: dict[str, int] = {}
+    for o in left:
+        left_types[o["op_name"]] = left_types.get(o["op_name"], 0) + 1
+    return {
+        "delegate_applied": bool(partitions),
+        "partitions": len(partitions),
+        "nodes": len(model_nodes),
+        "delegated_nodes": len(taken),
+        "whole_graph": bool(partitions) and not left,
+        "left_operators": [{"op_type": k, "nodes": v} for k, v in left_types.items()],
+        "left_nodes": [{"index": int(o["index"]), "op_type": o["op_name"]} for o in left],
+    }
+
+
+def delegated_nodes(ops: Sequence[Mapping], delegate_op: str = "DELEGATE") -> set[int]:
+    """The indices of the model nodes a delegate's partitions took (:func:`delegate_coverage`)."""
+    model_nodes = [o for o in ops if o["op_name"] != delegate_op]
+    partitions = [o for o in ops if o["op_name"] == delegate_op]
     producer = {}
     for node in model_nodes:
         for t in node["outputs"]:
@@ -176,16 +196,4 @@ def delegate_coverage(ops: Sequence[Mapping], delegate_op: str = "DELEGATE") -> 
             node = producer[t]
             taken.add(int(node["index"]))
             stack.extend(int(i) for i in node["inputs"])
-    left = [o for o in model_nodes if int(o["index"]) not in taken]
-    left_types: dict[str, int] = {}
-    for o in left:
-        left_types[o["op_name"]] = left_types.get(o["op_name"], 0) + 1
-    return {
-        "delegate_applied": bool(partitions),
-        "partitions": len(partitions),
-        "nodes": len(model_nodes),
-        "delegated_nodes": len(taken),
-        "whole_graph": bool(partitions) and not left,
-        "left_operators": [{"op_type": k, "nodes": v} for k, v in left_types.items()],
-        "left_nodes": [{"index": int(o["index"]), "op_type": o["op_name"]} for o in left],
-    }
+    return taken

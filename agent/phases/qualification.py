@@ -577,6 +577,13 @@ def run_measurement(
                 results["drift"], unoptimized, plan.graph_optimization
             )
 
+    def kernel_paths() -> None:
+        from .kernel_paths import measure_kernel_paths
+
+        results["kernel_paths"] = measure_kernel_paths(
+            model_path, golden_path, plan, runtime, envs, emit, cancel
+        )
+
     def edge_shapes() -> None:
         results["edge_shapes"] = measure_edge_shapes(
             model_path, golden_path, plan, runtime, edges, emit, cancel, findings
@@ -619,6 +626,15 @@ def run_measurement(
         phases.append(("pipeline", pipeline))
     if plan.check_optimization:
         phases.append(("optimization_check", optimization))
+    if plan.kernel_paths:
+        if golden_path is None or golden_has_pipeline(golden_path):
+            why = "no golden set" if golden_path is None else "a golden set of raw files"
+            results["kernel_paths"] = {
+                "skipped": f"{why}: each kernel path is a run of a golden set of model inputs",
+                "paths": [],
+            }
+        else:
+            phases.append(("kernel_paths", kernel_paths))
     if edges:
         phases.append(("edge_shapes", edge_shapes))
     phases += [(kind, scenario(kind, key)) for kind, key in planned_scenarios(plan)]
@@ -643,6 +659,20 @@ def run_measurement(
         results["sustained"]["reason"] += "; interference is not measurable on this machine"
     # After every phase: the finding only names the cause of a drift already measured, and
     # must not end the phases a finding ends.
+    # The drift failed and the golden set carries the reference's intermediate tensors:
+    # the first node past tolerance, after every phase (a finding ends later phases).
+    drift = results.get("drift")
+    drift_failed = drift is not None and not drift.get("passed", True)
+    stopped = cancel.is_set() or stops_later_phases(findings)
+    if drift_failed and "pipeline" not in results and not stopped:
+        from .kernel_paths import divergence_finding, localize_drift
+
+        located = localize_drift(model_path, golden_path, plan, runtime, drift, cancel)
+        if located is not None:
+            results["divergence"] = located
+            finding = divergence_finding(located, runtime)
+            if finding is not None:
+                findings.append(finding)
     cause = int8_drift_finding(
         (results.get("model_io") or {}).get("int8_form"),
         fingerprint.get("cpu_isa"),

@@ -24,6 +24,9 @@ class RuntimeOptions:
     providers: list[str] | None = None  # onnxruntime execution providers, in priority order
     graph_optimization: str = "all"  # onnxruntime: disabled | basic | extended | all
     xnnpack: bool = True  # LiteRT: the default XNNPACK delegate
+    # LiteRT: the op resolver (auto | builtin | builtin-ref | builtin-no-delegates); None
+    # follows ``xnnpack`` (auto, or builtin without the default delegates).
+    op_resolver: str | None = None
     extra: dict = field(default_factory=dict)
 
 
@@ -105,6 +108,25 @@ class Runtime(ABC):
         """The executed graph's nodes ``{index, op_name, inputs, outputs}`` after delegation, or None."""
         return self._graph_nodes_impl()
 
+    def tensor_nodes(self) -> list[dict] | None:
+        """The graph's nodes in the order they run, ``{name, op_type, inputs, outputs}``
+        with tensor names: what :meth:`run_keeping` can keep (None: this runtime cannot)."""
+        return self._tensor_nodes_impl()
+
+    def run_keeping(
+        self, feeds: Mapping[str, np.ndarray], names: list[str]
+    ) -> dict[str, np.ndarray]:
+        """Run once, untimed, keeping the intermediate tensors ``names`` besides the outputs
+        (docs/divergence.md): on a separate session or interpreter, never the timed one. A
+        tensor the runtime did not compute (inside a delegate's partition) is left out."""
+        check_feeds(self._inputs, feeds)
+        return self._run_keeping_impl(dict(feeds), list(names))
+
+    def kept_tensor_bytes(self, names: list[str]) -> dict[str, int]:
+        """Each tensor's size in bytes as the model declares it (dynamic dims count as 1):
+        what keeping it costs, to split the graph into ranges that fit the memory."""
+        return self._kept_tensor_bytes_impl(list(names))
+
     def describe(self) -> dict:
         """Runtime name, version, threads, and providers or delegates actually in use."""
         return {"runtime": self.name, "version": self.version(), **self._describe_runtime_impl()}
@@ -139,3 +161,14 @@ class Runtime(ABC):
 
     def _graph_nodes_impl(self) -> list[dict] | None:
         return None
+
+    def _tensor_nodes_impl(self) -> list[dict] | None:
+        return None
+
+    def _run_keeping_impl(self, feeds: dict[str, np.ndarray], names: list[str]) -> dict:
+        from edgequal.contract.errors import BadInput
+
+        raise BadInput(f"{self.name} cannot keep intermediate tensors")
+
+    def _kept_tensor_bytes_impl(self, names: list[str]) -> dict[str, int]:
+        return {}

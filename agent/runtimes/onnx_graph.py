@@ -44,3 +44,106 @@ def model_op_types(path: Path) -> list[str] | None:
             return node_op_types(buf)
     except (OSError, ValueError, MalformedModel):
         return None
+
+
+_NODE_INPUT, _NODE_OUTPUT, _NODE_NAME = 1, 2, 3
+_GRAPH_OUTPUT = 12
+_VALUE_INFO_NAME = 1
+
+
+def graph_nodes(data) -> list[dict]:
+    """The main graph's nodes in file order (ONNX requires it topological):
+    ``{name, op_type, inputs, outputs}`` each (empty input names are optional inputs left out)."""
+    nodes: list[dict] = []
+    for number, wire, graph in proto_fields(data, 0, len(data)):
+        if number != MODEL_GRAPH or wire != 2:
+            continue
+        for gnum, gwire, node in proto_fields(data, *graph):
+            if gnum != _GRAPH_NODE or gwire != 2:
+                continue
+            entry: dict = {"name": "", "op_type": "", "inputs": [], "outputs": []}
+            for nnum, nwire, value in proto_fields(data, *node):
+                if nwire != 2:
+                    continue
+                if nnum == _NODE_OP_TYPE:
+                    entry["op_type"] = proto_text(data, value)
+                elif nnum == _NODE_NAME:
+                    entry["name"] = proto_text(data, value)
+                elif nnum == _NODE_INPUT:
+                    entry["inputs"].append(proto_text(data, value))
+                elif nnum == _NODE_OUTPUT:
+                    entry["outputs"].append(proto_text(data, value))
+            nodes.append(entry)
+    return nodes
+
+
+_GRAPH_INITIALIZER, _TENSOR_NAME = 5, 8
+
+
+def graph_initializer_names(data) -> set[str]:
+    """The names of the main graph's initializers (weights: not intermediate values)."""
+    names: set[str] = set()
+    for number, wire, graph in proto_fields(data, 0, len(data)):
+        if number != MODEL_GRAPH or wire != 2:
+            continue
+        for gnum, gwire, value in proto_fields(data, *graph):
+            if gnum != _GRAPH_INITIALIZER or gwire != 2:
+                continue
+            for tnum, twire, name in proto_fields(data, *value):
+                if tnum == _TENSOR_NAME and twire == 2:
+                    names.add(proto_text(data, name))
+    return names
+
+
+def graph_output_names(data) -> list[str]:
+    """The names of the main graph's outputs, in order."""
+    names: list[str] = []
+    for number, wire, graph in proto_fields(data, 0, len(data)):
+        if number != MODEL_GRAPH or wire != 2:
+            continue
+        for gnum, gwire, value in proto_fields(data, *graph):
+            if gnum != _GRAPH_OUTPUT or gwire != 2:
+                continue
+            for vnum, vwire, name in proto_fields(data, *value):
+                if vnum == _VALUE_INFO_NAME and vwire == 2:
+                    names.append(proto_text(data, name))
+    return names
+
+
+def _varint_bytes(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _length_delimited(number: int, payload: bytes) -> bytes:
+    return _varint_bytes(number << 3 | 2) + _varint_bytes(len(payload)) + payload
+
+
+def with_graph_outputs(data, names) -> bytes:
+    """The model's bytes with ``names`` added to its main graph's outputs (by name alone:
+    onnxruntime takes a graph output's type from the node that makes it), as Polygraphy's
+    ``--onnx-outputs mark all`` does, without the ``onnx`` package."""
+    data = bytes(data)
+    graph = None
+    for number, wire, value in proto_fields(data, 0, len(data)):
+        if number == MODEL_GRAPH and wire == 2:
+            graph = value
+    if graph is None:
+        raise MalformedModel("the model has no graph")
+    start, end = graph
+    prefix = _varint_bytes(MODEL_GRAPH << 3 | 2) + _varint_bytes(end - start)
+    if data[start - len(prefix) : start] != prefix:
+        raise MalformedModel("the graph's field header is not in its shortest form")
+    extra = b"".join(
+        _length_delimited(_GRAPH_OUTPUT, _length_delimited(_VALUE_INFO_NAME, n.encode()))
+        for n in names
+    )
+    body = data[start:end] + extra
+    return data[: start - len(prefix)] + _length_delimited(MODEL_GRAPH, body) + data[end:]

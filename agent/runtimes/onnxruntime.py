@@ -165,5 +165,60 @@ class OnnxRuntime(Runtime):
             trace = json.loads(Path(session.end_profiling()).read_text())
         return node_events(trace, skip_runs=1)
 
+    def _model_bytes(self) -> bytes:
+        return Path(self._model_path).read_bytes()
+
+    def _tensor_nodes_impl(self) -> list[dict] | None:
+        from .onnx_graph import graph_nodes
+
+        return graph_nodes(self._model_bytes())
+
+    def _keeping_session(self, names: list[str]):
+        """A session whose outputs are the model's and ``names`` (built from the model's
+        bytes with those outputs marked; next to the model when it has external data, whose
+        locations are relative to its directory)."""
+        import os
+        import tempfile
+
+        from edgequal.contract.onnx_external_data import external_data_refs
+
+        from .onnx_graph import graph_initializer_names, graph_output_names, with_graph_outputs
+
+        data = self._model_bytes()
+        # Weights are not intermediate values: only what the nodes compute is marked.
+        skip = set(graph_output_names(data)) | graph_initializer_names(data)
+        marked = with_graph_outputs(data, [n for n in names if n not in skip])
+        ort = self.import_module()
+        so = self._session_options()
+        if not external_data_refs(data):
+            return ort.InferenceSession(
+                marked, sess_options=so, providers=self._requested_providers
+            )
+        fd, tmp = tempfile.mkstemp(
+            prefix=".edgequal-kept-", suffix=".onnx", dir=Path(self._model_path).parent
+        )
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(marked)
+            return ort.InferenceSession(tmp, sess_options=so, providers=self._requested_providers)
+        finally:
+            os.unlink(tmp)
+
+    def _run_keeping_impl(self, feeds: dict[str, np.ndarray], names: list[str]) -> dict:
+        session = self._keeping_session(names)
+        wanted = [o.name for o in session.get_outputs()]
+        return dict(zip(wanted, session.run(wanted, feeds)))
+
+    def _kept_tensor_bytes_impl(self, names: list[str]) -> dict[str, int]:
+        session = self._keeping_session(names)
+        sizes = {}
+        for o in session.get_outputs():
+            dtype = np.dtype(_ORT_DTYPES.get(o.type, "float32"))
+            count = 1
+            for d in o.shape or []:
+                count *= d if isinstance(d, int) and d > 0 else 1
+            sizes[o.name] = count * dtype.itemsize
+        return sizes
+
     def _close_impl(self) -> None:
         self._session = None

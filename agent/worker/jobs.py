@@ -9,7 +9,10 @@ files through its declared pipeline, stage by stage), ``providers`` (which execu
 providers the runtime offers, asked before anything runs), and ``env_segments`` (one
 runtime environment's warm latency in segments the agent asks for one at a time,
 interleaved with other environments' workers, then drift; ``phases/runtime_envs.py``), and
-``drift`` (drift over the golden set alone: the optimisation check's second measure).
+``drift`` (drift over the golden set alone: the optimisation check's second measure),
+``kernel_path`` (one kernel path's drift, short latency and operator placement:
+``phases/kernel_paths.py``) and ``divergence`` (one case with every intermediate tensor
+kept on two paths, or on one against the golden set's: the first divergent node).
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ JOB_KINDS = (
     "env_segments",
     "pipeline",
     "drift",
+    "kernel_path",
+    "divergence",
 )
 # Profiled inferences for the operator profile (after one that allocates).
 OPERATOR_PROFILE_RUNS = 20
@@ -70,6 +75,21 @@ class ColoadSettings:
     share: float = 1.0
     buffer_mb: int = 64
     report_every_s: float = 0.05
+
+
+@dataclass(frozen=True)
+class DivergenceSettings:
+    """Which case to re-run with every intermediate tensor kept, against what: the
+    ``reference`` path's runtime options (``graph_optimization``, ``providers``,
+    ``op_resolver``), or None for the golden set's recorded intermediates; and how many
+    bytes the kept tensors of both sides may take at once (more: range by range)."""
+
+    case: str
+    reference: dict | None = None
+    reference_label: str = "the golden set's intermediate tensors"
+    budget_bytes: int = 256 * 2**20
+    atol: float = 1e-6
+    rtol: float = 1e-3
 
 
 @dataclass(frozen=True)
@@ -136,6 +156,7 @@ class WorkerJob:
     providers: tuple[str, ...] | None = None
     graph_optimization: str = "all"
     xnnpack: bool = True
+    op_resolver: str | None = None
     shapes: dict | None = None
     seed: int = 0
     evict_page_cache: bool = True  # cold_load
@@ -144,6 +165,7 @@ class WorkerJob:
     scenario: ScenarioSettings | None = None  # batch_sweep, thread_scaling, server, operators
     edge: EdgeSettings | None = None  # edge_shape
     coload: ColoadSettings | None = None  # coload
+    divergence: DivergenceSettings | None = None  # divergence
     # warm with a declared co-load: the process groups the worker pauses and resumes
     # between its plain and co-load segments, and how many rounds of each.
     coload_pgids: tuple[int, ...] | None = None
@@ -183,6 +205,7 @@ class WorkerJob:
             providers=list(self.providers) if self.providers is not None else None,
             graph_optimization=self.graph_optimization,
             xnnpack=self.xnnpack,
+            op_resolver=self.op_resolver,
         )
 
     def to_json(self) -> dict:
@@ -196,6 +219,7 @@ class WorkerJob:
             "providers": list(self.providers) if self.providers is not None else None,
             "graph_optimization": self.graph_optimization,
             "xnnpack": self.xnnpack,
+            "op_resolver": self.op_resolver,
             "shapes": self.shapes or {},
             "seed": self.seed,
             "evict_page_cache": self.evict_page_cache,
@@ -208,6 +232,7 @@ class WorkerJob:
             "scenario": self.scenario.to_json() if self.scenario else None,
             "edge": asdict(self.edge) if self.edge else None,
             "coload": asdict(self.coload) if self.coload else None,
+            "divergence": asdict(self.divergence) if self.divergence else None,
             "coload_pgids": list(self.coload_pgids) if self.coload_pgids else None,
             "coload_rounds": self.coload_rounds,
             "output_fault": self.output_fault,
@@ -218,7 +243,7 @@ class WorkerJob:
     @classmethod
     def from_json(cls, obj: dict) -> WorkerJob:
         """Read the worker's JSON line back."""
-        nested = ("latency", "sustain", "scenario", "edge", "coload")
+        nested = ("latency", "sustain", "scenario", "edge", "coload", "divergence")
         job = cls(**{k: v for k, v in obj.items() if k not in nested})
         return replace(
             job,
@@ -228,5 +253,6 @@ class WorkerJob:
             scenario=ScenarioSettings.from_json(obj["scenario"]) if obj.get("scenario") else None,
             edge=EdgeSettings(**obj["edge"]) if obj.get("edge") else None,
             coload=ColoadSettings(**obj["coload"]) if obj.get("coload") else None,
+            divergence=(DivergenceSettings(**obj["divergence"]) if obj.get("divergence") else None),
             coload_pgids=tuple(obj["coload_pgids"]) if obj.get("coload_pgids") else None,
         )

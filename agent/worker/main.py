@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .divergence import run_divergence, run_kernel_path
 from .io import (
     emit,
     first_feeds,
@@ -503,6 +504,8 @@ JOBS = {
     "env_segments": run_env_segments,
     "pipeline": run_pipeline,
     "drift": run_drift,
+    "kernel_path": run_kernel_path,
+    "divergence": run_divergence,
 }
 
 

@@ -99,6 +99,10 @@ def _measurement_flags(args) -> dict:
         "runtime_envs": args.runtime_env,
         "runtime_env_rounds": args.runtime_env_rounds,
         "check_optimization": args.check_optimization,
+        "kernel_paths": [p.strip() for p in args.paths.split(",") if p.strip()]
+        if args.paths
+        else None,
+        "divergence_memory_mb": args.divergence_memory,
     }
 
 
@@ -171,6 +175,12 @@ def cmd_qualify(args) -> int:
             hint=f"make one with: edgequal golden make {model} --inputs INPUTS.npz -o {args.golden}",
         )
     check_shapes(model, runtime, flags_plan.shapes)
+    if flags_plan.kernel_paths:
+        from edgequal.contract.kernel_paths import expand_paths
+
+        expand_paths(flags_plan.kernel_paths, runtime)  # a path of another runtime: bad usage
+        if args.golden is None:
+            raise UsageError("--paths needs --golden: each path is a run of the golden set")
     if args.model_signature is not None and not args.model_signature.is_file():
         raise UsageError(f"model signature not found: {args.model_signature}")
     if args.repeat_until_decided is not None or args.baseline is not None:
@@ -325,6 +335,7 @@ def cmd_golden_make(args) -> int:
         reference_inputs=args.reference_inputs,
         model_signature=args.model_signature,
         trusted_keys=args.trusted_key,
+        intermediates=args.intermediates,
     )
     if args.json:
         import json
@@ -401,7 +412,7 @@ def _declared_preprocessing(args) -> dict:
 def cmd_demo(args) -> int:
     from .demo import run_demo
 
-    return run_demo(args.out, args.sustain, quick=args.quick)
+    return run_demo(args.out, args.sustain, quick=args.quick, summaries=args.summaries)
 
 
 def add_parsers(sub) -> None:
@@ -422,6 +433,11 @@ def add_parsers(sub) -> None:
     )
     d.add_argument(
         "--quick", action="store_true", help="shorter phases: the whole demo in about 20 s"
+    )
+    d.add_argument(
+        "--summaries",
+        action="store_true",
+        help="also print each model's terminal summary, as qualify does (the page has them)",
     )
     examples(d, "edgequal demo", "edgequal demo --out /tmp/eq-demo --sustain 30s")
 
@@ -596,6 +612,12 @@ def add_parsers(sub) -> None:
     )
     gm.add_argument("--decision", help="argmax | topk:K | threshold:OUTPUT>VALUE")
     gm.add_argument(
+        "--intermediates",
+        action="store_true",
+        help="also record every intermediate tensor of the reference run: a model changed "
+        "since is localised to its first divergent node (docs/divergence.md)",
+    )
+    gm.add_argument(
         "--tolerance",
         action="append",
         default=[],
@@ -674,6 +696,22 @@ def _add_measurement_flags(q) -> None:
         default=None,
         help="measure the drift once more with onnxruntime's graph optimisation off, in the "
         "same run: do the optimised kernels cause it?",
+    )
+    k = q.add_argument_group("kernel paths and where outputs diverge (docs/divergence.md)")
+    k.add_argument(
+        "--paths",
+        metavar="PATH[,PATH..]",
+        help="also run the golden set through each kernel path and localise a path that "
+        "drifts to its first divergent node: opt:LEVEL (onnxruntime graph optimisation), "
+        "ep:PROVIDER (CPU, XNNPACK, OpenVINO, CUDA, TensorRT), resolver:NAME (LiteRT: auto, "
+        "builtin, builtin-ref, builtin-no-delegates), or all; the first is the reference",
+    )
+    k.add_argument(
+        "--divergence-memory",
+        type=float,
+        metavar="MB",
+        help="memory the kept intermediate tensors may take (default: a quarter of what the "
+        "board has available, at most 256); beyond it, range by range",
     )
     c = q.add_argument_group("declared co-load (docs/measurement.md)")
     c.add_argument(

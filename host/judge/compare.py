@@ -228,6 +228,53 @@ def _runtime_env_rows(reports: list[ReportFile], add) -> list[tuple[Row, str]]:
     return p50_rows
 
 
+def kernel_path_rows(reports: list[ReportFile], add) -> None:
+    """Per kernel path any report ran (docs/divergence.md): its p50, its max abs drift
+    against the golden outputs, and one row per first divergent node a report named (the
+    value: the node's place in topological order)."""
+    from .kernel_paths import first_divergent_nodes
+
+    names: list[str] = []
+    for r in reports:
+        for entry in (_get(r.predicate, "results", "kernel_paths") or {}).get("paths", []):
+            if entry["status"] == "ok" and entry["name"] not in names:
+                names.append(entry["name"])
+
+    def entry_of(r, name):
+        paths = (_get(r.predicate, "results", "kernel_paths") or {}).get("paths", [])
+        return next((e for e in paths if e["name"] == name and e["status"] == "ok"), None)
+
+    for name in names:
+        add(f"path {name} p50", "ms", lambda r, n=name: _get(entry_of(r, n), "latency", "p50_ms"))
+        add(
+            f"path {name} max abs against the golden outputs",
+            "",
+            lambda r, n=name: _get(entry_of(r, n), "drift", "max_abs"),
+        )
+    named: list[tuple[str, str]] = []
+    for r in reports:
+        for where, node in first_divergent_nodes(_get(r.predicate, "results") or {}).items():
+            if (where, node) not in named:
+                named.append((where, node))
+
+    def index_of(r, where, node):
+        results = _get(r.predicate, "results") or {}
+        if first_divergent_nodes(results).get(where) != node:
+            return None
+        if where == "model":
+            return _get(results, "divergence", "localization", "index")
+        return _get(entry_of(r, where), "divergence", "localization", "index")
+
+    for where, node in named:
+        add(
+            f"{'the model' if where == 'model' else 'path ' + where}: first divergent node "
+            f"{node}, its place in the graph",
+            "",
+            lambda r, w=where, n=node: index_of(r, w, n),
+            better=None,
+        )
+
+
 def compare_reports(
     reports: list[ReportFile], settings: dict | None = None, prior: Spread | None = None
 ) -> Comparison:
@@ -293,6 +340,7 @@ def compare_reports(
             )
 
     env_rows = _runtime_env_rows(reports, add)
+    kernel_path_rows(reports, add)
 
     for key, label, unit, better in (
         ("peak_per_s", "sustained peak", "/s", "higher"),

@@ -47,3 +47,21 @@ def test_a_file_without_a_name_is_told_by_its_magic(tmp_path):
     with pytest.raises(BadInput) as e:
         runtime_for(other)
     assert e.value.hint == "use a .onnx or .tflite file, or pass --runtime onnxruntime|litert"
+
+
+def test_each_runtimes_extra_in_pyproject_installs_its_first_distribution():
+    """The registry's ``extra`` of each runtime is a pyproject extra that installs the
+    distribution an agent most likely has, and ``all`` takes every runtime's extra."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+
+    pyproject = tomllib.loads((DOC.parents[1] / "pyproject.toml").read_text())
+    extras = pyproject["project"]["optional-dependencies"]
+    for kind in RUNTIMES:
+        assert kind.extra in extras, f"{kind.name}: no [{kind.extra}] extra in pyproject"
+        names = {re.split(r"[<>=!~; \[]", req, maxsplit=1)[0].lower() for req in extras[kind.extra]}
+        assert kind.distributions[0] in names, (kind.name, extras[kind.extra])
+        everything = re.fullmatch(r"edgequal\[([a-z0-9_,-]+)\]", extras["all"][0]).group(1)
+        assert kind.extra in everything.split(","), extras["all"]

@@ -169,8 +169,8 @@ def _policy(reports, body: str):
 
 
 def test_the_flags_of_benchmark_tools_have_edgequal_names():
-    """README's table: --num_threads → --threads, --warmup_runs → --warmup-runs, --min_secs →
-    --latency, --enable_op_profiling → --operator-profile, --shapes → --shape."""
+    """docs/cli.md's table of benchmark tools' flags: --num_threads → --threads, --warmup_runs →
+    --warmup-runs, --min_secs → --latency, --enable_op_profiling → --operator-profile, --shapes → --shape."""
     from edgequal.host.cli.parser import build_parser
     from edgequal.host.cli.qualify import _plan_from_args
 

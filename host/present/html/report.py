@@ -34,6 +34,7 @@ from ...judge.runtime_envs import env_section
 from .cards import model_cards
 from .comparison import comparison_section
 from .conditions import conditions_section
+from .kernel_paths import has_kernel_paths, kernel_paths_section
 from .parts import CSS, escape
 from .pipeline import pipeline_section
 from .plots import latency_figure, sustained_figure
@@ -91,6 +92,8 @@ def render_report_html(
     if any(env_section(r.predicate.get("results") or {}) for r in reports):
         parts += ["<h2>Runtime environments</h2>", runtime_envs_section(reports)]
     parts += ["<h2>Output drift and decision flips</h2>", drift_section(reports)]
+    if has_kernel_paths(reports):
+        parts += ["<h2>Kernel paths and where outputs diverge</h2>", kernel_paths_section(reports)]
     parts += ["<h2>Cold load and memory</h2>", cold_memory_section(reports)]
     parts += ["<h2>Findings</h2>", findings_section(reports)]
     parts += ["<h2>Fingerprint</h2>", fingerprint_section(reports)]

@@ -21,6 +21,7 @@ from rich.text import Text
 from ...errors import redact
 from ..signature import signature_text
 from ..units import figure_text
+from .kernel_paths import print_kernel_paths
 from .pipeline import print_pipeline
 from .runtime_envs import print_runtime_envs
 from .scenarios import print_scenarios
@@ -339,6 +340,7 @@ def print_summary(
     print_repeats(results)
     print_pipeline(results)
     print_drift(results)
+    print_kernel_paths(results)
     print_sustained(results)
     print_memory(results)
     print_contention(results)

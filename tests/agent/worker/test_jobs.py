@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import pytest
-from edgequal.agent.worker.jobs import SustainSettings, WorkerJob, latency_settings
+from edgequal.agent.worker.jobs import (
+    DivergenceSettings,
+    SustainSettings,
+    WorkerJob,
+    latency_settings,
+)
 from edgequal.contract.errors import BadInput
 from edgequal.contract.plan import PRESETS, Plan, make_plan
 
@@ -69,6 +75,26 @@ def test_worker_job_round_trip(tmp_path):
             plan,
             "onnxruntime",
             sustain=SustainSettings(duration_s=10.0, window_s=1.0),
+        ),
+        replace(
+            WorkerJob.for_phase(
+                "divergence",
+                tmp_path / "m.tflite",
+                tmp_path / "g.npz",
+                plan,
+                "litert",
+                divergence=DivergenceSettings(
+                    case="c1",
+                    reference={
+                        "graph_optimization": "all",
+                        "providers": None,
+                        "op_resolver": "builtin-ref",
+                    },  # fmt: skip
+                    reference_label="the reference path resolver:builtin-ref",
+                    budget_bytes=1 << 20,
+                ),
+            ),
+            op_resolver="auto",
         ),
     ):
         wire = json.loads(json.dumps(job.to_json()))

@@ -10,14 +10,19 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+from edgequal.host.cli.demo import NEXT_STEP
 from edgequal.host.cli.main import main as edgequal_main
 from edgequal.host.devices.trust import KnownDevices
 from edgequal.host.judge.report_file import load_report
 
 # Runs the whole demo (real agents, workers, the emulator, Chromium): the fast loop skips it.
 pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[3]
+MAX_DEMO_LINES = 20
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +88,7 @@ def test_each_model_shows_what_it_is_there_for(demo, monkeypatch):
     assert inconclusive or showed["classifier.tflite"].startswith("PASSED")
     out = home / ".local" / "state" / "edgequal" / "demo"
     page = out / "report.html"
-    assert proc.stdout.rstrip().endswith(f"Open the page: {page}")
+    assert f"Open the page: {page}\n" in proc.stdout
 
     # The signed reports, verified here in another process than the one that signed them,
     # with the keys the demo pinned in the fresh HOME.
@@ -112,6 +117,19 @@ def test_each_model_shows_what_it_is_there_for(demo, monkeypatch):
     assert rejected["findings"][0]["operator"] == "com.example:Frobnicate"
     colour = load_report(reports["colour.onnx"], known=known, require=True).predicate
     assert colour["findings"][0]["likely"] == "color_order"
+
+
+def test_the_output_fits_a_screen_and_ends_with_the_next_step(demo):
+    proc, _, _ = demo
+    lines = proc.stdout.splitlines()
+    # A line per model, where the page and the reports are, the next step: the summaries
+    # and the figures are on the page.
+    assert len(lines) <= MAX_DEMO_LINES, proc.stdout
+    assert lines[-1] == NEXT_STEP and lines[-1].endswith("docs/getting-started.md")
+    assert (ROOT / "docs" / "getting-started.md").is_file()
+    # No progress lines, no runtime's chatter (LiteRT's "INFO: Created TensorFlow Lite
+    # XNNPACK delegate" from the host's reference run of the .tflite model).
+    assert proc.stderr == ""
 
 
 def test_the_page_reads_at_1280_px(demo, chromium, tmp_path):

@@ -72,9 +72,11 @@ def gate(
     baseline: ReportLike | None = None,
     device: str | None = None,
     known=None,
+    prior=None,
 ) -> GateResult:
     """Verify ``report``, then judge it on ``policy`` (a path or a parsed ``Policy``) and,
-    when given, against ``baseline``. The :class:`GateResult` is true when it passed; its
+    when given, against ``baseline`` (``prior``: the board's run-to-run spread, a
+    ``verdict.Spread``, e.g. from its history's noise score). The :class:`GateResult` is true when it passed; its
     ``checks`` are :class:`edgequal.Check` objects, ``failed_checks`` those that failed. A
     report that does not verify gives a failed result with no figure read from it."""
     from edgequal.host.judge.gate import run_gate
@@ -91,6 +93,7 @@ def gate(
             device=device,
             baseline=base,
             baseline_name=str(base_path) if base_path is not None else "baseline",
+            prior=prior,
         )
 
 

@@ -304,6 +304,15 @@ class Report:
         ``verdict``…); None when the plan had none."""
         return self.results.get("sustained")
 
+    def runs(self, figure: str = "p50_ms", shape: str | None = None) -> list[float]:
+        """``figure`` in each run of this report, what a verdict weighs: every run of a
+        ``--repeat N`` report (the first shape's ``p50_ms``, ``p99_ms``, ``sustained_per_s``),
+        else its one value; ``cold_load_ms``, ``first_inference_ms`` are one per report
+        (host/judge/run_figures.py, docs/gating.md)."""
+        from edgequal.host.judge.run_figures import run_figures
+
+        return list(run_figures(self.predicate, figure, shape).values)
+
     @property
     def findings(self) -> list[dict]:
         """Findings (``kind``, ``phase``, ``cause``, ``message``…), worst first."""

@@ -8,9 +8,10 @@ asks) and shared. Each test trusts the agent's key in its own isolated config wi
 - ``classifier``: the example classifier against a golden set whose reference score is
   shifted by +0.003, so drift is real and non-zero and the cases near the 0.5 threshold
   below it flip; 400+ latency samples (p99 and its CI exist) and a short sustained phase.
-- ``chain_a``, ``chain_b``: two runs of the same MatMul+Relu chain (8 layers, one thread).
-- ``chain_heavy``: the same chain with 32 layers, the same input: a candidate that is
-  slower on purpose.
+- ``chain_a``, ``chain_b``: two reports of the same MatMul+Relu chain (8 layers, one
+  thread); ``chain_a`` holds :data:`REPEATS` runs (``qualify --repeat``), ``chain_b`` one.
+- ``chain_heavy``: the same chain with 32 layers, the same input, :data:`REPEATS` runs: a
+  candidate that is slower on purpose.
 - ``rejected``: a model onnxruntime cannot load (custom op): a ``model_rejected`` finding.
 """
 
@@ -25,6 +26,7 @@ import pytest
 
 SCORE_SHIFT = 0.003
 CHAIN_WIDTH = 256
+REPEATS = 5
 
 _CACHE: dict[str, GateReports] = {}
 
@@ -153,8 +155,9 @@ def produce(tmp_path_factory, example_models: dict[str, Path]) -> GateReports:
             latency = dict(latency_min_runs=1000, latency_min_s=0.6, threads=1)
             # Baseline and candidates interleaved: a change in machine load between them
             # affects all three alike.
-            chain_a = run("chain_a", models["chain"], None, **latency)
-            chain_heavy = run("chain_heavy", models["chain_heavy"], None, **latency)
+            # Five runs each (qualify --repeat 5): what a run-level verdict weighs.
+            chain_a = run("chain_a", models["chain"], None, **latency, repeat=REPEATS)
+            chain_heavy = run("chain_heavy", models["chain_heavy"], None, **latency, repeat=REPEATS)
             chain_b = run("chain_b", models["chain"], None, **latency)
             rejected = run("rejected", models["unsupported_op"], None)
     reports = GateReports(classifier, chain_a, chain_b, chain_heavy, rejected, models, raw)

@@ -84,10 +84,14 @@ def cmd_gate_compare_report(args) -> int:
         from edgequal.judging import gate
 
         policy = load_gate_policy(args.policy)
-        result = gate(args.report, policy=policy, device=args.device, baseline=args.baseline)
+        noise, prior = (
+            _board_noise(args, policy.baseline["min_effect"]) if args.history else (None, None)
+        )
+        result = gate(
+            args.report, policy=policy, device=args.device, baseline=args.baseline, prior=prior
+        )
         if args.attest:
             _attest(args, result, policy)
-        noise = _board_noise(args, policy) if args.history else None
         return _finish_gate(args, result, noise)
     known = KnownDevices()
     reports = [
@@ -95,9 +99,13 @@ def cmd_gate_compare_report(args) -> int:
     ]
     if args.command == "compare":
         from ..judge.compare import compare_reports
+        from ..judge.policy import BASELINE_DEFAULTS
         from ..present.terminal.summary import print_comparison
 
-        comparison = compare_reports(reports).to_json()
+        prior = None
+        if getattr(args, "history", None):
+            _, prior = _board_noise(args, BASELINE_DEFAULTS["min_effect"], args.reports[0])
+        comparison = compare_reports(reports, prior=prior).to_json()
         if args.json:
             write_json(json.dumps(comparison, indent=1))
         else:
@@ -154,27 +162,16 @@ def cmd_key(args) -> int:
     return 0
 
 
-def _board_noise(args, policy):
-    """``gate --history URL``: the noise score of the report's board × model × preset."""
+def _board_noise(args, min_effect: float, report_path=None):
+    """``--history URL``: the noise score of the report's board × model × preset and the
+    spread it gives the verdicts (host/lab/noise.py)."""
     from ..devices.trust import KnownDevices
     from ..judge.report_file import load_report
-    from ..lab.history import History
-    from ..lab.noise import noise_for_report
+    from ..lab.noise import history_spread
 
-    report = load_report(args.report, known=KnownDevices(), device=args.device)
-    if not report.verified or not report.subjects:
-        return None
-    history = History.open(args.history)
-    try:
-        return noise_for_report(
-            history,
-            report.device_name,
-            report.subjects[0]["sha256"],
-            (report.predicate.get("plan") or {}).get("preset"),
-            policy.baseline["min_effect"],
-        )
-    finally:
-        history.close()
+    path = report_path if report_path is not None else args.report
+    report = load_report(path, known=KnownDevices(), device=getattr(args, "device", None))
+    return history_spread(args.history, report, min_effect)
 
 
 def _finish_gate(args, result, noise=None) -> int:
@@ -260,8 +257,9 @@ def add_parsers(sub) -> None:
     gt.add_argument(
         "--history",
         metavar="URL",
-        help="history database: mark the board too noisy for the policy's minimum effect "
-        "(CV of its recorded clean p50 × 3 > it; docs/history.md)",
+        help="history database: the board's noise score is the run-to-run spread the baseline "
+        "verdict assumes, and marks it too noisy for the policy's minimum effect (CV of its "
+        "recorded clean p50 × 3 > it; docs/history.md, docs/gating.md)",
     )
     gt.add_argument("--junit", type=Path, metavar="FILE", help="write JUnit XML here")
     gt.add_argument("--json", action="store_true", help="print the verdict as JSON")
@@ -280,6 +278,12 @@ def add_parsers(sub) -> None:
     )
     c.add_argument("reports", type=Path, nargs="+", metavar="REPORT")
     c.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    c.add_argument(
+        "--history",
+        metavar="URL",
+        help="history database: the first report's board noise is the run-to-run spread the "
+        "p50 verdicts assume (docs/gating.md)",
+    )
     r = sub.add_parser("report", help="render reports")
     examples(r, "edgequal report html pi5.report.json -o pi5.html")
     rsub = r.add_subparsers(dest="report_command", required=True)

@@ -276,7 +276,7 @@ def _qualify_repeated(args, policy) -> int:
             v = result.verdict
             print_note(
                 f"pair {result.pairs}: baseline {result.baseline_p50_ms[-1]:.4g} ms, "
-                f"candidate {result.candidate_p50_ms[-1]:.4g} ms: {v['verdict']} ({v['why']})"
+                f"candidate {result.candidate_p50_ms[-1]:.4g} ms: {v['text']}"
             )
 
         result = repeat_until_decided(
@@ -295,7 +295,7 @@ def _qualify_repeated(args, policy) -> int:
                     f"{sorted(result.baseline_p50_ms)[len(result.baseline_p50_ms) // 2]:.4g} ms",
                     f"{sorted(result.candidate_p50_ms)[len(result.candidate_p50_ms) // 2]:.4g} ms",
                     "" if verdict["ratio"] is None else f"×{verdict['ratio']:.3f}",
-                    f"{verdict['verdict']}: {verdict['why']}",
+                    verdict["text"],
                 ]
             ],
         )

@@ -39,6 +39,11 @@ def cmd_rerun(args) -> int:
         from .judge import load_gate_policy
 
         settings.update(load_gate_policy(args.policy).baseline)
+    prior = None
+    if args.history:
+        from ..lab.noise import history_spread
+
+        _, prior = history_spread(args.history, inputs.report, settings["min_effect"])
     args.device = args.device or inputs.device
     with open_device_from_args(args) as device:
         print_plan(inputs.plan, stderr=args.json)
@@ -57,14 +62,14 @@ def cmd_rerun(args) -> int:
                 command=getattr(args, "argv", None),
             )
     rerun = load_report(report.path, known=known, device=report.device)
-    result = judge_rerun(inputs.report, rerun, settings)
+    result = judge_rerun(inputs.report, rerun, settings, prior=prior)
     if args.json:
         write_json(json.dumps({"report": str(args.report), "rerun": str(report.path),
                                **result.to_json()}, indent=1))  # fmt: skip
         return result.exit_code
     print_comparison(result.comparison.to_json())
-    for figure, verdict in result.verdicts.items():
-        print_line(f"{verdict:9} {figure}")
+    for figure, verdict in result.details.items():  # each with the runs and spread it used
+        print_line(f"{verdict['verdict']:9} {figure}: {verdict['basis']}")
     if not result.same_plan:  # the agent signs the plan it ran: a difference is news
         print_note("the rerun's signed plan differs from the report's")
     if not result.same_artifacts:
@@ -115,8 +120,14 @@ def add_parsers(sub) -> None:
         "--policy",
         type=Path,
         metavar="POLICY",
-        help="judge with this policy's [baseline] settings (minimum effect, p-values; "
+        help="judge with this policy's [baseline] settings (minimum effect, test levels; "
         "default: docs/gating.md's)",
+    )
+    r.add_argument(
+        "--history",
+        metavar="URL",
+        help="history database: the board's noise score is the run-to-run spread the p50 "
+        "verdict assumes (docs/gating.md); without it or --repeat runs, one run a side is UNKNOWN",
     )
     add_connection_options(r)
     r.add_argument(

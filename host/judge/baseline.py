@@ -1,10 +1,13 @@
 """A candidate report against a baseline: what changed in the fingerprint, and whether
-latency regressed on the raw samples.
+latency regressed, run against run.
 
-The three-way verdict (host/judge/verdict.py) decides each shape: DIFFERENT and slower by
-at least the minimum effect fails, SAME (or DIFFERENT and faster) passes, UNKNOWN is not
-judged (``retry``: run more pairs, ``--repeat-until-decided``). The bootstrap interval of
-the median ratio and Mann–Whitney U (host/judge/regression.py) are shown beside it."""
+The three-way verdict (host/judge/verdict.py) decides each shape on the runs' clean p50s
+(run_figures.py: every run of a ``--repeat N`` report, else its one run; the board's
+history noise as the spread when the gate is given ``--history``): DIFFERENT and slower
+by at least the minimum effect fails, SAME (or DIFFERENT and faster) passes, UNKNOWN is
+not judged (``retry``: run more, ``--repeat-until-decided``). The bootstrap interval of
+the median ratio of the two runs' calls (host/judge/regression.py) is shown beside it:
+each run's own precision, not the evidence."""
 
 from __future__ import annotations
 
@@ -22,8 +25,10 @@ from .check_kit import (
     not_measured,
 )
 from .policy import Policy
-from .regression import bootstrap_median_ratio, judge_ratio, mann_whitney_u
+from .regression import bootstrap_median_ratio
 from .report_file import ReportFile
+from .run_figures import RunFigures, run_figures
+from .verdict import Spread
 
 # ---------------------------------------------------------------------------
 # Baseline
@@ -165,46 +170,56 @@ _SAME_FIELD_KEYS = {
 }
 
 
-def compare_latency(base_entry: dict, cand_entry: dict, settings: dict) -> dict:
-    """Median-ratio bootstrap, Mann–Whitney U and the verdict for one input shape."""
+def compare_latency(
+    base_entry: dict,
+    cand_entry: dict,
+    settings: dict,
+    *,
+    base_runs: RunFigures | None = None,
+    cand_runs: RunFigures | None = None,
+    prior: Spread | None = None,
+) -> dict:
+    """One input shape of two reports: the three-way verdict over their runs' clean p50s
+    (``base_runs``/``cand_runs``, run_figures.py; else each entry's one p50), ``prior`` the
+    board's run-to-run spread from history; beside it, the median ratio of the two runs'
+    own calls with its bootstrap interval (each run's precision, never the verdict's)."""
+    from .verdict import decide
+
+    base_runs = base_runs or RunFigures([], [])
+    cand_runs = cand_runs or RunFigures([], [])
+    p_a = decisive_summary(base_entry).get("p50_ms")
+    p_b = decisive_summary(cand_entry).get("p50_ms")
+    if not base_runs.values and isinstance(p_a, (int, float)):
+        base_runs = RunFigures([float(p_a)], ["baseline"])
+    if not cand_runs.values and isinstance(p_b, (int, float)):
+        cand_runs = RunFigures([float(p_b)], ["candidate"])
+    e = settings["min_effect"]
+    if not p_a or p_b is None or not base_runs.values or not cand_runs.values:
+        return {"min_effect": e, "median_ratio": None, "three_way": None}
+    three = decide(
+        base_runs.values,
+        cand_runs.values,
+        e,
+        settings,
+        prior=prior,
+        baseline_runs=base_runs.run_ids,
+        candidate_runs=cand_runs.run_ids,
+    ).to_json()
+    out = {"three_way": three, "min_effect": three["min_effect"]}
     if base_entry.get("samples_ns_b64") and cand_entry.get("samples_ns_b64"):
-        # The calls that kept the CPU where they decide: a busy neighbour sets no baseline.
-        a = decisive_samples_ns(base_entry)
-        b = decisive_samples_ns(cand_entry)
+        # The calls that kept the CPU: the two runs' own precision, shown beside the verdict.
         ratio = bootstrap_median_ratio(
-            a,
-            b,
+            decisive_samples_ns(base_entry),
+            decisive_samples_ns(cand_entry),
             confidence=settings["confidence"],
             iterations=settings["iterations"],
             seed=settings["seed"],
         )
-        from .verdict import decide
-
-        return {
-            "median_ratio": ratio.to_json(),
-            "mann_whitney": mann_whitney_u(a, b).to_json(),
-            "verdict": judge_ratio(ratio, settings["min_effect"]),
-            # SAME / DIFFERENT / UNKNOWN (verdict.py), beside the interval's verdict.
-            "three_way": decide(a, b, settings["min_effect"], settings).to_json(),
-            "min_effect": settings["min_effect"],
-        }
-    # Reports without raw samples: the point medians only, no interval.
-    p_a = decisive_summary(base_entry).get("p50_ms")
-    p_b = decisive_summary(cand_entry).get("p50_ms")
-    if not p_a or p_b is None:
-        return {"verdict": "unresolved", "min_effect": settings["min_effect"], "median_ratio": None}
-    from .verdict import decide
-
-    r = p_b / p_a
-    e = settings["min_effect"]
-    verdict = "slower" if r >= 1 + e else "faster" if r <= 1 - e else "same"
+        return {**out, "median_ratio": ratio.to_json()}
     return {
-        "verdict": verdict,
-        # One value a side: SAME when equal, else UNKNOWN (one run says nothing of its spread).
-        "three_way": decide([p_a], [p_b], e, settings).to_json(),
-        "min_effect": e,
+        **out,
         "median_ratio": {
-            "ratio": r,
+            "ratio": p_b / p_a,
             "ci_low": None,
             "ci_high": None,
             "baseline_median_ms": p_a,
@@ -214,12 +229,15 @@ def compare_latency(base_entry: dict, cand_entry: dict, settings: dict) -> dict:
 
 
 def _change_text(cmp: dict) -> str:
-    """``median 1.2 ms vs 1.0 ms, ×1.200 (95 % CI 1.18–1.22)``: the change the verdict is on."""
+    """``median 1.2 ms vs 1.0 ms (the runs' calls ×1.200, 95 % CI 1.18–1.22)``: the two
+    first runs' medians and their calls' own interval (not the verdict's evidence)."""
     r = cmp["median_ratio"]
-    change = f"median {r['candidate_median_ms']:.4g} ms vs {r['baseline_median_ms']:.4g} ms, ×{r['ratio']:.3f}"
+    change = f"median {r['candidate_median_ms']:.4g} ms vs {r['baseline_median_ms']:.4g} ms"
     if r.get("ci_low") is not None:
-        return change + f" (95 % CI {r['ci_low']:.3f}–{r['ci_high']:.3f})"
-    return change + " (no raw samples: no interval)"
+        return change + (
+            f" (the runs' calls ×{r['ratio']:.3f}, 95 % CI {r['ci_low']:.3f}–{r['ci_high']:.3f})"
+        )
+    return change + f" (×{r['ratio']:.3f}; no raw samples)"
 
 
 def latency_decision(shape: str, cmp: dict) -> tuple[bool | None, str]:
@@ -231,7 +249,7 @@ def latency_decision(shape: str, cmp: dict) -> tuple[bool | None, str]:
         return None, f"{shape}: no median latency to compare; {RUN_MORE_ADVICE}"
     change = _change_text(cmp)
     effect = f"{cmp['min_effect']:.0%} minimum effect"
-    why = f"{three['verdict']}: {three['why']}"
+    why = f"{three['text']}"
     if three["verdict"] == "DIFFERENT":
         if (three["ratio"] or cmp["median_ratio"]["ratio"]) > 1.0:
             return (
@@ -244,8 +262,11 @@ def latency_decision(shape: str, cmp: dict) -> tuple[bool | None, str]:
     return None, f"{shape}: not decided against the baseline, {change}; {why}; {RUN_MORE_ADVICE}"
 
 
-def baseline_checks(base: ReportFile, cand: ReportFile, policy: Policy) -> tuple[list[Check], dict]:
-    """Checks against the baseline, and the comparison (with fingerprint changes) for the verdict."""
+def baseline_checks(
+    base: ReportFile, cand: ReportFile, policy: Policy, prior: Spread | None = None
+) -> tuple[list[Check], dict]:
+    """Checks against the baseline, and the comparison (with fingerprint changes) for the
+    verdict; ``prior``: the board's run-to-run spread of the clean p50 from history."""
     settings = policy.baseline
     changes = fingerprint_changes(base, cand)
     summary: dict[str, Any] = {
@@ -295,7 +316,7 @@ def baseline_checks(base: ReportFile, cand: ReportFile, policy: Policy) -> tuple
         e.get("shape"): e
         for e in (cand.predicate.get("results") or {}).get("latency", {}).get("per_shape") or []
     }
-    for shape, base_entry in base_shapes.items():
+    for i, (shape, base_entry) in enumerate(base_shapes.items()):
         name = f"baseline.latency[{shape}]"
         cand_entry = cand_shapes.get(shape)
         if cand_entry is None:
@@ -308,7 +329,14 @@ def baseline_checks(base: ReportFile, cand: ReportFile, policy: Policy) -> tuple
                 )
             )
             continue
-        cmp = compare_latency(base_entry, cand_entry, settings)
+        cmp = compare_latency(
+            base_entry,
+            cand_entry,
+            settings,
+            base_runs=run_figures(base.predicate, "p50_ms", shape),
+            cand_runs=run_figures(cand.predicate, "p50_ms", shape),
+            prior=prior if i == 0 else None,  # the noise score is the first shape's p50
+        )
         summary["latency"].append({"shape": shape, **cmp})
         three = cmp.get("three_way") or {}
         passed, msg = latency_decision(shape, cmp)
@@ -318,6 +346,8 @@ def baseline_checks(base: ReportFile, cand: ReportFile, policy: Policy) -> tuple
             if three.get("ratio") is not None
             else three.get("verdict", "UNKNOWN")
         )
+        if three.get("basis"):
+            measured += f" ({three['basis']})"
         if passed is None:
             # UNKNOWN is no pass and no regression: not judged, and run more.
             checks.append(
@@ -329,11 +359,13 @@ def baseline_checks(base: ReportFile, cand: ReportFile, policy: Policy) -> tuple
             msg += "; the run saw interference: re-run on a quiet board"
         checks.append(Check(name, "baseline", passed, limit, measured, msg, retry))
     if "max_throughput_drop" in settings:
-        sa = (base.predicate.get("results") or {}).get("sustained") or {}
+        # Of repeated runs, their median: one run's figure does not stand for N.
+        ta = run_figures(base.predicate, "sustained_per_s").median
+        tb = run_figures(cand.predicate, "sustained_per_s").median
         sb = (cand.predicate.get("results") or {}).get("sustained") or {}
         drop = settings["max_throughput_drop"]
         name = "baseline.max_throughput_drop"
-        if not sa.get("sustained_per_s") or sb.get("sustained_per_s") is None:
+        if not ta or tb is None:
             checks.append(
                 not_measured(
                     "baseline",
@@ -343,10 +375,10 @@ def baseline_checks(base: ReportFile, cand: ReportFile, policy: Policy) -> tuple
                 )
             )
         else:
-            ratio = sb["sustained_per_s"] / sa["sustained_per_s"]
+            ratio = tb / ta
             summary["throughput"] = {
-                "baseline_per_s": sa["sustained_per_s"],
-                "candidate_per_s": sb["sustained_per_s"],
+                "baseline_per_s": ta,
+                "candidate_per_s": tb,
                 "ratio": ratio,
             }
             ok = ratio >= 1 - drop
@@ -358,7 +390,7 @@ def baseline_checks(base: ReportFile, cand: ReportFile, policy: Policy) -> tuple
                     ok,
                     f"≥ {1 - drop:.3f}× baseline",
                     f"{ratio:.3f}×",
-                    f"sustained throughput {sb['sustained_per_s']:.4g}/s vs {sa['sustained_per_s']:.4g}/s "
+                    f"sustained throughput {tb:.4g}/s vs {ta:.4g}/s "
                     f"(×{ratio:.3f}; at most {drop:.0%} drop allowed)",
                     retry,
                 )

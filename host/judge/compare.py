@@ -1,9 +1,16 @@
 """``edgequal compare A B [C…]``: the figures of several reports side by side.
 
 The first report is the reference: every other column shows its value, the change
-from the reference and, for latency, whether the change is significant (the same
-median-ratio bootstrap and minimum effect the gate uses, plus Mann–Whitney U), and
+from the reference, each figure's SAME / DIFFERENT / UNKNOWN against it (verdict.py), and
 what differs in the fingerprint.
+
+Verdicts compare runs, never calls (docs/gating.md "Verdicts: the unit is the run"): the
+first shape's clean p50 and p99 and the sustained throughput by every run of a
+``--repeat N`` report (run_figures.py; the row shows the runs' median), every other figure
+by the one run a report is. The spread is the repeats', or the board's noise from
+history (``compare --history``) for the first shape's p50; with neither, one run a side is
+UNKNOWN. Beside a latency verdict, the median ratio of the two first runs' calls with its
+bootstrap interval: those runs' own precision.
 """
 
 from __future__ import annotations
@@ -11,14 +18,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from edgequal.contract.preemption import decisive_entry, decisive_samples_ns
+from edgequal.contract.preemption import decisive_entry
 
 from .baseline import compare_latency, fingerprint_changes
 from .conditions import edge_shapes, mb
 from .pipeline_checks import PART_LABELS, PATH_PARTS, part_summary, worst_preprocessing_abs
 from .policy import BASELINE_DEFAULTS
 from .report_file import ReportFile
+from .run_figures import RunFigures, run_figures
 from .runtime_envs import drift_between, env_entry, env_names, env_pair, env_shape
+from .verdict import Spread
 
 _MB = 1 << 20
 
@@ -155,15 +164,16 @@ def _edge_figure(r: ReportFile, label: str, *path: str) -> float | None:
     return _get(entry, *path) if entry and entry.get("ok") else None
 
 
-def _significance(cmp: dict) -> str:
+def _significance(cmp: dict) -> str | None:
+    """The verdict's line (ratio, interval, runs, spread and its source, why), then the two
+    first runs' calls: their median ratio and its interval (their own precision)."""
+    three = cmp.get("three_way")
+    if not three:
+        return None
+    text = three["text"]
     r = cmp.get("median_ratio") or {}
-    verdict = cmp["verdict"]
-    if r.get("ci_low") is None:
-        return f"{verdict} (no raw samples)"
-    text = f"{verdict}: ×{r['ratio']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
-    mw = cmp.get("mann_whitney")
-    if mw:
-        text += f", U p={mw['p_value']:.2g}"
+    if r.get("ci_low") is not None:
+        text += f"; the runs' calls ×{r['ratio']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
     return text
 
 
@@ -265,10 +275,15 @@ def kernel_path_rows(reports: list[ReportFile], add) -> None:
         )
 
 
-def compare_reports(reports: list[ReportFile], settings: dict | None = None) -> Comparison:
-    """Rows of figures for ``reports`` (the first is the reference)."""
+def compare_reports(
+    reports: list[ReportFile], settings: dict | None = None, prior: Spread | None = None
+) -> Comparison:
+    """Rows of figures for ``reports`` (the first is the reference); ``prior``: the board's
+    run-to-run spread of the clean p50 from history (the first shape's p50 verdicts)."""
     settings = {**BASELINE_DEFAULTS, **(settings or {})}
     rows: list[Row] = []
+    # Row → (figure, shape) of the rows whose values are per run (run_figures.py).
+    per_run: dict[int, tuple[str, str | None]] = {}
 
     def add(figure: str, unit: str, getter, better: str | None = "lower") -> Row:
         values = [getter(r) for r in reports]
@@ -291,11 +306,13 @@ def compare_reports(reports: list[ReportFile], settings: dict | None = None) -> 
     latency_rows: list[tuple[Row, str]] = []
     for shape in shapes:
         for key, label in (("p50_ms", "p50"), ("p90_ms", "p90"), ("p99_ms", "p99")):
-            row = add(
-                f"latency {label} {shape}",
-                "ms",
-                lambda r, s=shape, k=key: _get(_per_shape(r).get(s), "summary", k),
-            )
+            if key == "p90_ms":
+                getter = lambda r, s=shape, k=key: _get(_per_shape(r).get(s), "summary", k)  # noqa: E731
+            else:  # of repeated runs, their median (the verdict weighs each)
+                getter = lambda r, s=shape, k=key: run_figures(r.predicate, k, s).median  # noqa: E731
+            row = add(f"latency {label} {shape}", "ms", getter)
+            if key != "p90_ms":
+                per_run[id(row)] = (key, shape)
             if key == "p50_ms":
                 latency_rows.append((row, shape))
         add(
@@ -331,6 +348,12 @@ def compare_reports(reports: list[ReportFile], settings: dict | None = None) -> 
         ("stability", "stability", "", "higher"),
         ("peak_temp_c", "peak temperature", "°C", "lower"),
     ):
+        if key == "sustained_per_s":
+            row = add(
+                label, unit, lambda r: run_figures(r.predicate, "sustained_per_s").median, better
+            )
+            per_run[id(row)] = ("sustained_per_s", None)
+            continue
         add(label, unit, lambda r, k=key: _get(r.predicate, "results", "sustained", k), better)
 
     outputs: list[str] = []
@@ -430,12 +453,21 @@ def compare_reports(reports: list[ReportFile], settings: dict | None = None) -> 
             for i, v in enumerate(row.values)
         ]
         row.significance = [None] * len(reports)
+    first_shape = shapes[0] if shapes else None
     for row, shape in latency_rows:
         ref_entry = _per_shape(reports[0]).get(shape)
         for i, r in enumerate(reports[1:], start=1):
             entry = _per_shape(r).get(shape)
             if ref_entry and entry:
-                row.significance[i] = _significance(compare_latency(ref_entry, entry, settings))
+                cmp = compare_latency(
+                    ref_entry,
+                    entry,
+                    settings,
+                    base_runs=run_figures(reports[0].predicate, "p50_ms", shape),
+                    cand_runs=run_figures(r.predicate, "p50_ms", shape),
+                    prior=prior if shape == first_shape else None,
+                )
+                row.significance[i] = _significance(cmp)
     for row, shape in coload_rows:
         ref_co = _coload(reports[0], shape)
         for i, r in enumerate(reports[1:], start=1):
@@ -448,38 +480,20 @@ def compare_reports(reports: list[ReportFile], settings: dict | None = None) -> 
             entry = env_shape(env_entry(_get(r.predicate, "results") or {}, name))
             if ref_entry and entry:
                 row.significance[i] = _significance(compare_latency(ref_entry, entry, settings))
-    _add_verdicts(reports, rows, latency_rows, coload_rows, env_rows, settings)
+    _add_verdicts(reports, rows, per_run, first_shape, settings, prior)
     # Keep only rows with at least one value.
     rows = [row for row in rows if any(v is not None for v in row.values)]
     changes = [[]] + [fingerprint_changes(reports[0], r) for r in reports[1:]]
     return Comparison(reports, rows, changes)
 
 
-def _cold_runs(r: ReportFile, key: str) -> list[float]:
-    """One cold-load figure of every fresh worker of a report (``cold_load.runs``)."""
-    runs = _get(r.predicate, "results", "cold_load", "runs") or []
-    return [x[key] for x in runs if isinstance(x, dict) and isinstance(x.get(key), (int, float))]
-
-
-def _add_verdicts(reports, rows, latency_rows, coload_rows, env_rows, settings) -> None:
-    """SAME / DIFFERENT / UNKNOWN per figure and column against the first report: on the
-    raw samples where both have them (latency, co-load, runtime environments), on each
-    worker's figures for cold load, else on the one value each (UNKNOWN unless equal)."""
+def _add_verdicts(reports, rows, per_run, first_shape, settings, prior: Spread | None) -> None:
+    """SAME / DIFFERENT / UNKNOWN per figure and column against the first report, run
+    against run: every run of a repeated report for the per-run figures (``per_run``),
+    else the one value each report is (UNKNOWN unless equal, or beyond a known spread).
+    The board's history noise is the spread only of the first shape's p50 (its figure)."""
     from .verdict import decide
 
-    samples: dict[int, Any] = {}
-    for row, shape in latency_rows:
-        samples[id(row)] = lambda r, s=shape: _per_shape(r).get(s)
-    for row, shape in coload_rows:
-        samples[id(row)] = lambda r, s=shape: _coload(r, s)
-    for row, name in env_rows:
-        samples[id(row)] = lambda r, n=name: env_shape(
-            env_entry(_get(r.predicate, "results") or {}, n)
-        )
-    cold = {
-        "cold load total (median)": "total_ms",
-        "first inference (median)": "first_inference_ms",
-    }
     min_effect = settings["min_effect"]
     for row in rows:
         row.verdicts = [None] * len(reports)
@@ -487,16 +501,25 @@ def _add_verdicts(reports, rows, latency_rows, coload_rows, env_rows, settings) 
             a, b = row.values[0], row.values[i]
             if a is None or b is None or not isinstance(a, (int, float)):
                 continue
-            va, vb = [a], [b]
-            if id(row) in samples:
-                ea, eb = samples[id(row)](reports[0]), samples[id(row)](reports[i])
-                if ea and eb and ea.get("samples_ns_b64") and eb.get("samples_ns_b64"):
-                    va, vb = decisive_samples_ns(ea), decisive_samples_ns(eb)
-            elif row.figure in cold:
-                ca, cb = (
-                    _cold_runs(reports[0], cold[row.figure]),
-                    _cold_runs(reports[i], cold[row.figure]),
-                )
-                if ca and cb:
-                    va, vb = ca, cb
-            row.verdicts[i] = decide(va, vb, min_effect, settings).to_json()
+            ra, rb = RunFigures([a], [_run_id(reports[0])]), RunFigures([b], [_run_id(reports[i])])
+            figure, shape = per_run.get(id(row), (None, None))
+            if figure is not None:
+                ra = run_figures(reports[0].predicate, figure, shape) or ra
+                rb = run_figures(reports[i].predicate, figure, shape) or rb
+            own = prior if figure == "p50_ms" and shape == first_shape else None
+            v = decide(
+                ra.values,
+                rb.values,
+                min_effect,
+                settings,
+                prior=own,
+                baseline_runs=ra.run_ids,
+                candidate_runs=rb.run_ids,
+            )
+            row.verdicts[i] = v.to_json()
+            if figure is not None and row.significance[i] is None:
+                row.significance[i] = v.text()
+
+
+def _run_id(r: ReportFile) -> str:
+    return str(r.predicate.get("run_id") or r.label)

@@ -6,8 +6,8 @@ first: one that does not verify fails the gate before any figure is read. Latenc
 percentiles are judged on the upper end of their 95 % confidence interval, so a
 lucky run cannot pass a limit its own data does not support.
 
-Against a baseline, latency is decided on the raw samples by the three-way verdict
-(host/judge/verdict.py): DIFFERENT and slower beyond the minimum effect fails, SAME
+Against a baseline, latency is decided run against run by the three-way verdict
+(host/judge/verdict.py, on each run's clean p50): DIFFERENT and slower beyond the minimum effect fails, SAME
 passes, UNKNOWN is not judged and asks to run more (``retry``; ``qualify`` and ``fleet
 run`` with ``--repeat-until-decided N``). The bootstrap interval of the median ratio is
 shown beside it. What changed in the fingerprint (firmware, kernel, runtime, power mode,
@@ -56,6 +56,7 @@ from .scenario_checks import (
     server_checks,
     thread_checks,
 )
+from .verdict import Spread
 
 
 @dataclass
@@ -204,10 +205,12 @@ def run_gate(
     device: str | None = None,
     baseline: bytes | None = None,
     baseline_name: str = "baseline",
+    prior: Spread | None = None,
 ) -> GateResult:
     """Verify the report's envelope bytes, then every check of the policy (and the
     baseline's, when given). ``name`` (and ``baseline_name``) is the file the bytes came
-    from, or what to call them: the result's ``report``.
+    from, or what to call them: the result's ``report``. ``prior``: the board's run-to-run
+    spread from history (``gate --history``), which the baseline verdict assumes.
 
     A report that does not verify gives a failed result with no checks read from it.
     """
@@ -260,7 +263,7 @@ def run_gate(
     )
     result.checks += evaluate(pred, policy)
     if base is not None:
-        checks, summary = baseline_checks(base, cand, policy)
+        checks, summary = baseline_checks(base, cand, policy, prior)
         result.checks += checks
         result.baseline = summary
     result.commitment = commitment(pred, policy)

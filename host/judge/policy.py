@@ -176,10 +176,8 @@ SCHEMA: dict[str, dict[str, str]] = {
     "baseline": {
         "min_effect": NUMBER,
         # SAME / DIFFERENT / UNKNOWN (host/judge/verdict.py: VERDICT_DEFAULTS).
-        "different_p": NUMBER,
-        "same_p_start": NUMBER,
-        "same_p_n": INTEGER,
-        "same_p_floor": NUMBER,
+        "alpha_different": NUMBER,
+        "alpha_same": NUMBER,
         "confidence": NUMBER,
         "iterations": INTEGER,
         "seed": INTEGER,
@@ -304,6 +302,19 @@ def _all_keys() -> list[str]:
     return keys
 
 
+_SAME_BY_EQUIVALENCE = (
+    "SAME is an equivalence test now (the ratio's 90 % interval inside ±min_effect, "
+    "docs/gating.md); remove it"
+)
+RETIRED_KEYS = {
+    "baseline.different_p": "use 'baseline.alpha_different' (the DIFFERENT test's level, 0.01)",
+    "baseline.same_p_start": _SAME_BY_EQUIVALENCE,
+    "baseline.same_p_n": _SAME_BY_EQUIVALENCE,
+    "baseline.same_p_floor": _SAME_BY_EQUIVALENCE,
+}
+"""Keys a policy once had, each with what replaced it."""
+
+
 def _unknown(where: str, dotted: str, candidates: list[str]) -> UsageError:
     """One line: the unknown key, and the closest valid one."""
     leaf = dotted.rsplit(".", 1)[-1]
@@ -356,6 +367,8 @@ def _section(where: str, name: str, table: Any, schema: dict[str, str]) -> dict:
     valid = [f"{name}.{k}" for k in schema]
     for key, value in table.items():
         dotted = f"{name}.{key}"
+        if dotted in RETIRED_KEYS:
+            raise UsageError(f"policy {where}: '{dotted}' is retired: {RETIRED_KEYS[dotted]}")
         if key not in schema:
             raise _unknown(where, dotted, valid + [k for k in _all_keys() if k not in valid])
         out[key] = _check_value(where, dotted, schema[key], value)
@@ -399,13 +412,11 @@ def parse_policy(data: dict, where: str = "<policy>") -> Policy:
         raise UsageError(f"policy {where}: 'baseline.confidence' must be between 0 and 1")
     if baseline["iterations"] < 1:
         raise UsageError(f"policy {where}: 'baseline.iterations' must be at least 1")
-    # The three-way verdict's thresholds (host/judge/verdict.py): p-values are in [0, 1].
+    # The three-way verdict's test levels (host/judge/verdict.py).
     for key, ok, rule in (
         ("min_effect", lambda v: v >= 0, "at least 0"),
-        ("different_p", lambda v: 0 <= v < 1, "at least 0 and below 1"),
-        ("same_p_start", lambda v: 0 < v <= 1, "above 0 and at most 1"),
-        ("same_p_floor", lambda v: 0 < v <= 1, "above 0 and at most 1"),
-        ("same_p_n", lambda v: v >= 1, "at least 1"),
+        ("alpha_different", lambda v: 0 < v < 1, "above 0 and below 1"),
+        ("alpha_same", lambda v: 0 < v < 0.5, "above 0 and below 0.5"),
     ):
         if key in baseline and not ok(baseline[key]):
             raise UsageError(

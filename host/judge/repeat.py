@@ -6,11 +6,18 @@ SAME / DIFFERENT (host/judge/verdict.py) decides their clean p50s, or N pairs ar
 gate against its baseline is UNKNOWN (host/lab/fleet.py); :func:`repeat_check` is the
 gate's check it decides.
 
-Each pair is one run of each, the order alternating (baseline first, then candidate first,
-…) so a board that drifts during the pairs drifts on both sides alike. The figure compared
-is each run's clean p50 of its first input shape: one value per run, so the verdict
-weighs run-to-run spread, not one run's samples. Mann–Whitney and Kolmogorov–Smirnov
-cannot reach p ≤ 0.01 on fewer than 5 values a side: DIFFERENT needs at least 5 pairs.
+Each pair is one qualification of each, the order alternating (baseline first, then
+candidate first, …) so a board that drifts during the pairs drifts on both sides alike.
+The figure compared is each run's clean p50 of its first input shape (run_figures.py: a
+qualification of a ``--repeat N`` plan adds its N runs): one value per run, so the verdict
+weighs run-to-run spread, never one run's calls. The spread is the pairs' own (and the
+board's history noise when given), so the first pair alone is UNKNOWN unless history
+knows the board; at least two pairs are run before a verdict stops the loop.
+
+Deciding after every pair looks at the data up to N times, and each look is a chance of a
+false DIFFERENT (or SAME): each look's tests run at the policy's levels divided by the
+looks the loop may take (Bonferroni), so over the whole loop the rates stay within
+``alpha_different`` and ``alpha_same``.
 """
 
 from __future__ import annotations
@@ -20,10 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgequal.contract.artifacts import file_sha256
-from edgequal.contract.preemption import decisive_summary
 
 from ..errors import UsageError
 from .check_kit import RUN_MORE_ADVICE, Check
+from .run_figures import run_figures
+from .verdict import Spread
 
 
 @dataclass
@@ -34,11 +42,14 @@ class RepeatResult:
     candidate_p50_ms: list[float] = field(default_factory=list)
     reports: list[dict] = field(default_factory=list)
     verdict: dict | None = None
+    baseline_runs: list[str] = field(default_factory=list)
+    candidate_runs: list[str] = field(default_factory=list)
 
     @property
     def pairs(self) -> int:
-        """Pairs run."""
-        return min(len(self.baseline_p50_ms), len(self.candidate_p50_ms))
+        """Pairs run (qualifications of each side)."""
+        sides = [r["side"] for r in self.reports]
+        return min(sides.count("baseline"), sides.count("candidate"))
 
     def to_json(self) -> dict:
         """JSON-ready fields."""
@@ -46,6 +57,8 @@ class RepeatResult:
             "pairs": self.pairs,
             "baseline_p50_ms": self.baseline_p50_ms,
             "candidate_p50_ms": self.candidate_p50_ms,
+            "baseline_runs": self.baseline_runs,
+            "candidate_runs": self.candidate_runs,
             "reports": self.reports,
             "verdict": self.verdict,
         }
@@ -114,12 +127,13 @@ def repeat_check(name: str, result: RepeatResult, where: str) -> Check:
     passed = repeat_decision(v) if v else None
     limit = f"not DIFFERENT and ≥ {v.get('min_effect', 0):.0%} slower"
     ratio = "" if v.get("ratio") is None else f" ×{v['ratio']:.3f}"
-    measured = f"{v.get('verdict', 'UNKNOWN')}{ratio} ({result.pairs} pairs)"
+    basis = f"{result.pairs} pairs, {v['basis']}" if v.get("basis") else f"{result.pairs} pairs"
+    measured = f"{v.get('verdict', 'UNKNOWN')}{ratio} ({basis})"
     median = sorted(result.candidate_p50_ms)[len(result.candidate_p50_ms) // 2]
     base_median = sorted(result.baseline_p50_ms)[len(result.baseline_p50_ms) // 2]
     text = (
         f"{result.pairs} pairs run interleaved on {where}: p50 {median:.4g} ms vs the "
-        f"baseline's artifacts' {base_median:.4g} ms (medians); {v.get('verdict')}: {v.get('why')}"
+        f"baseline's artifacts' {base_median:.4g} ms (medians); {v.get('text') or v.get('why')}"
     )
     if passed is None:
         return Check(
@@ -142,43 +156,55 @@ def repeat_check(name: str, result: RepeatResult, where: str) -> Check:
     )
 
 
-def first_p50_ms(predicate: dict) -> float | None:
-    """A report's clean p50 of its first input shape (ms), or None."""
-    shapes = ((predicate.get("results") or {}).get("latency") or {}).get("per_shape") or []
-    if not shapes:
-        return None
-    value = decisive_summary(shapes[0]).get("p50_ms")
-    return float(value) if isinstance(value, (int, float)) else None
-
-
 def repeat_until_decided(
     run: Callable[[str], dict],
     max_pairs: int,
     min_effect: float,
     settings: dict | None = None,
     on_pair: Callable[[RepeatResult], None] = lambda r: None,
+    prior: Spread | None = None,
 ) -> RepeatResult:
     """Run pairs through ``run(side)`` (``"baseline"`` or ``"candidate"``: one qualification,
     returning ``{"predicate", "path"}``) until the verdict is SAME or DIFFERENT or
-    ``max_pairs`` are spent."""
-    from .verdict import UNKNOWN, decide
+    ``max_pairs`` are spent; ``prior``: the board's spread from history, if known."""
+    from .verdict import UNKNOWN, VERDICT_DEFAULTS, decide
 
     if max_pairs < 1:
         raise UsageError(f"--repeat-until-decided needs at least 1 pair, got {max_pairs}")
+    # Looks that can decide: from the second pair on (the first, too, with a prior).
+    looks = max_pairs if prior is not None else max(max_pairs - 1, 1)
+    levels = {
+        **VERDICT_DEFAULTS,
+        **{k: v for k, v in (settings or {}).items() if k in VERDICT_DEFAULTS},
+    }
+    per_look = {**(settings or {}), **{k: v / looks for k, v in levels.items()}}
     result = RepeatResult()
     for i in range(max_pairs):
         order = ("baseline", "candidate") if i % 2 == 0 else ("candidate", "baseline")
         for side in order:
             done = run(side)
-            p50 = first_p50_ms(done["predicate"])
-            if p50 is None:
+            runs = run_figures(done["predicate"], "p50_ms")
+            if not runs.values:
                 raise UsageError(
                     f"the {side} run {done['predicate'].get('run_id')} measured no latency "
                     f"({done['predicate'].get('status')}: {done['predicate'].get('reason')})"
                 )
-            (result.baseline_p50_ms if side == "baseline" else result.candidate_p50_ms).append(p50)
-            result.reports.append({"side": side, "path": str(done["path"]), "p50_ms": p50})
-        verdict = decide(result.baseline_p50_ms, result.candidate_p50_ms, min_effect, settings)
+            base = side == "baseline"
+            (result.baseline_p50_ms if base else result.candidate_p50_ms).extend(runs.values)
+            (result.baseline_runs if base else result.candidate_runs).extend(runs.run_ids)
+            result.reports.append(
+                {"side": side, "path": str(done["path"]), "p50_ms": runs.median,
+                 "runs": runs.to_json()}
+            )  # fmt: skip
+        verdict = decide(
+            result.baseline_p50_ms,
+            result.candidate_p50_ms,
+            min_effect,
+            per_look,
+            prior=prior,
+            baseline_runs=result.baseline_runs,
+            candidate_runs=result.candidate_runs,
+        )
         result.verdict = verdict.to_json()
         on_pair(result)
         if verdict.verdict != UNKNOWN and result.pairs >= 2:

@@ -10,8 +10,9 @@ report's, else a one-line error, exit 2), the path the host recorded beside the 
 The device is the one that signed the report (its trusted name) unless ``--device``.
 
 The two reports are then compared as ``edgequal compare`` does (``compare.py``: each
-figure SAME / DIFFERENT / UNKNOWN by ``verdict.py``; the policy's ``[baseline]`` settings
-when given). Exit codes: 0 reproduced (no figure DIFFERENT; UNKNOWN means the runs
+figure SAME / DIFFERENT / UNKNOWN by ``verdict.py``, run against run: a report's
+``--repeat N`` runs, or the board's noise from history (``--history``), give the spread;
+one run a side with neither is UNKNOWN; the policy's ``[baseline]`` settings when given). Exit codes: 0 reproduced (no figure DIFFERENT; UNKNOWN means the runs
 cannot tell, not that they differ), 1 a figure DIFFERENT, 2 bad input (a report that does
 not verify, an artifact not found or of another digest), 3 device, transport or runtime.
 """
@@ -155,6 +156,16 @@ class RerunResult:
         return out
 
     @property
+    def details(self) -> dict[str, dict]:
+        """Figure → its verdict's fields (runs, spread and its source, interval, why)."""
+        out = {}
+        for row in self.comparison.rows:
+            v = row.verdicts[1] if len(row.verdicts) > 1 else None
+            if v:
+                out[row.figure] = v
+        return out
+
+    @property
     def different(self) -> list[str]:
         """The figures that came out DIFFERENT."""
         return [f for f, v in self.verdicts.items() if v == DIFFERENT]
@@ -190,14 +201,15 @@ class RerunResult:
         }
 
 
-def judge_rerun(original: ReportFile, rerun: ReportFile, settings: dict | None = None):
+def judge_rerun(original: ReportFile, rerun: ReportFile, settings: dict | None = None, prior=None):
     """Compare the rerun with the original as ``compare`` does (``settings``: a policy's
-    ``[baseline]``); also whether both signed the same plan and the same artifacts."""
+    ``[baseline]``, ``prior`` the board's spread from history); also whether both signed
+    the same plan and the same artifacts."""
     digests = [
         sorted((s.get("role") or "", s["sha256"]) for s in r.subjects) for r in (original, rerun)
     ]
     return RerunResult(
-        compare_reports([original, rerun], settings),
+        compare_reports([original, rerun], settings, prior),
         same_plan=original.predicate.get("plan") == rerun.predicate.get("plan"),
         same_artifacts=digests[0] == digests[1],
     )

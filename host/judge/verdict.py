@@ -1,26 +1,37 @@
-"""Same, different, or run more: a three-way verdict on two sets of values, as Chromium's
-Pinpoint compares performance samples (catapult ``pinpoint/models/compare``).
+"""Same, different, or run more: a three-way verdict on two sets of runs (docs/gating.md
+"Verdicts: the unit is the run").
 
-- **DIFFERENT**: the smaller of the two-sample Kolmogorov–Smirnov and Mann–Whitney U
-  p-values (scipy) is at most ``different_p`` (0.01) *and* the medians differ by at least
-  the minimum effect. Both tests, because Mann–Whitney misses a change of spread and
-  Kolmogorov–Smirnov is weak on values that repeat (timer ticks).
-- **SAME**: that p-value is above the SAME threshold of :func:`same_threshold`, which
-  tightens as samples grow (a large p from a handful of values proves little; from
-  thousands it does); or the difference is significant but smaller than the minimum
-  effect (real, and too small to matter).
-- **UNKNOWN** otherwise: run more (``qualify --repeat-until-decided``).
+The unit is the run. Each side is one figure per run (a run's clean p50, its p99, its
+sustained throughput, its cold load): the calls of one run share that run's conditions
+(the board's speed that minute, its caches, its neighbours), so they measure the run's
+own precision, never whether another run would agree. Figures are compared on the log
+scale, so the answer is a ratio and a spread is a CV.
 
-The schedule: ``same_p(n) = max(same_p_floor, same_p_start · sqrt(same_p_n / n))`` with n
-the smaller side's count: 0.5 at 10 values, 0.25 at 40, 0.1 at 250, 0.05 from 1,000
-(defaults; a policy's ``[baseline]`` sets ``different_p``, ``same_p_start``,
-``same_p_n``, ``same_p_floor`` and ``min_effect``).
+- **Spread** (the run-to-run standard deviation of the log figure, ≈ its CV): pooled
+  over the sides that have two runs or more (source ``repeats``), pooled with the board's
+  noise score from history when given (``history``, or ``repeats+history``; its degrees of
+  freedom are the history's runs less its stretches). None with one run a side and no
+  history (``none``): then the verdict is UNKNOWN.
+- **Interval** of the log ratio: ``mean(log b) − mean(log a) ± t · s · sqrt(1/na + 1/nb)``,
+  t with the pooled degrees of freedom.
+- **DIFFERENT**: the two-sided 99 % interval (``alpha_different`` 0.01) excludes a ratio
+  of 1 *and* the ratio is beyond the minimum effect (≥ 1 + m or ≤ 1 / (1 + m)).
+- **SAME**: the 90 % interval (two one-sided tests at ``alpha_same`` 0.05) lies inside
+  ``[1 / (1 + m), 1 + m]``: an equivalence claim, never a large p-value.
+- **UNKNOWN** otherwise, with ``runs_needed``: the runs a side that would decide it at
+  the assumed spread and the ratio seen.
+
+The minimum effect m is the policy's (``[baseline] min_effect``, default 3 %), raised to
+the board's noise CV from history when that is larger, up to ``NOISE_EFFECT_CAP`` (5 %):
+so by default a 10 % slowdown is never SAME.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
@@ -30,81 +41,228 @@ SAME = "SAME"
 DIFFERENT = "DIFFERENT"
 UNKNOWN = "UNKNOWN"
 
-VERDICT_DEFAULTS = {
-    "different_p": 0.01,
-    "same_p_start": 0.5,
-    "same_p_n": 10,
-    "same_p_floor": 0.05,
-}
-"""The thresholds' defaults (docs/gating.md); ``min_effect`` is the baseline's."""
+REPEATS, HISTORY, BOTH, NONE = "repeats", "history", "repeats+history", "none"
+"""Where a verdict's spread came from."""
 
+VERDICT_DEFAULTS = {"alpha_different": 0.01, "alpha_same": 0.05}
+"""The tests' levels (docs/gating.md); ``min_effect`` is the baseline's."""
 
-def same_threshold(n: int, settings: dict | None = None) -> float:
-    """The p-value above which two sets of ``n`` values each are called SAME."""
-    s = {**VERDICT_DEFAULTS, **(settings or {})}
-    if n < 1:
-        return 1.0
-    return max(s["same_p_floor"], min(1.0, s["same_p_start"] * math.sqrt(s["same_p_n"] / n)))
+NOISE_EFFECT_CAP = 0.05
+"""The most the board's noise raises the minimum effect to."""
+
+MAX_RUNS_NEEDED = 100
+"""Past this many runs a side, ``runs_needed`` is None: the ratio sits at the minimum effect."""
+
+MIN_RUNS_FOR_SPREAD = 3
+"""What an UNKNOWN with no known spread asks for: the fewest runs a side that give one."""
 
 
 @dataclass(frozen=True)
-class Verdict:
-    """SAME, DIFFERENT or UNKNOWN, with the p-values and medians that decided it."""
+class Spread:
+    """A run-to-run spread assumed by a verdict: the standard deviation of the log figure
+    (≈ its CV), its degrees of freedom (None: taken as known) and where it came from."""
 
-    verdict: str
-    p_value: float | None
-    ks_p: float | None
-    mann_whitney_p: float | None
-    same_threshold: float
-    different_p: float
-    ratio: float | None
-    min_effect: float
-    n_baseline: int
-    n_candidate: int
-    why: str
+    sd: float
+    df: float | None
+    source: str
+
+    @classmethod
+    def from_cv(cls, cv: float, df: float | None, source: str = HISTORY) -> Spread:
+        """A spread from a CV (a noise score's): sd of the log figure = sqrt(log(1 + CV²))."""
+        if not (cv >= 0 and math.isfinite(cv)):
+            raise UsageError(f"a run-to-run spread must be a CV of at least 0, got {cv}")
+        return cls(
+            math.sqrt(math.log1p(cv * cv)), None if df is None else max(float(df), 1.0), source
+        )
 
     def to_json(self) -> dict:
         """JSON-ready fields."""
         return asdict(self)
 
 
-def decide(baseline, candidate, min_effect: float, settings: dict | None = None) -> Verdict:
-    """The verdict on ``candidate`` against ``baseline`` (any positive figures: samples of
-    one run, or one figure per repeated run)."""
-    from scipy.stats import ks_2samp, mannwhitneyu
+@dataclass(frozen=True)
+class Verdict:
+    """SAME, DIFFERENT or UNKNOWN on two sets of runs, with everything that decided it."""
 
-    s = {**VERDICT_DEFAULTS, **(settings or {})}
+    verdict: str
+    ratio: float | None
+    """Candidate over baseline: the ratio of the runs' geometric means."""
+    ci_low: float | None
+    ci_high: float | None
+    """The ratio's two-sided ``1 − alpha_different`` interval (99 %)."""
+    same_low: float | None
+    same_high: float | None
+    """The ratio's ``1 − 2·alpha_same`` interval (90 %): SAME when inside ±min_effect."""
+    min_effect: float
+    n_baseline: int
+    n_candidate: int
+    spread: float | None
+    """The run-to-run sd of the log figure assumed (≈ CV); None when none is known."""
+    spread_source: str
+    df: float | None
+    """Degrees of freedom of the spread (None: taken as known, normal quantiles)."""
+    why: str
+    runs_needed: int | None = None
+    """For UNKNOWN: the runs a side that would decide it at this spread and ratio."""
+    baseline_runs: list[str] = field(default_factory=list)
+    candidate_runs: list[str] = field(default_factory=list)
+    alpha_different: float = VERDICT_DEFAULTS["alpha_different"]
+    alpha_same: float = VERDICT_DEFAULTS["alpha_same"]
+
+    def basis(self) -> str:
+        """``3 vs 1 runs, spread 2.5 % (repeats, df 2)``: what the verdict stood on."""
+        runs = f"{self.n_baseline} vs {self.n_candidate} runs"
+        if self.spread is None:
+            return f"{runs}, no known spread"
+        df = "" if self.df is None else f", df {self.df:g}"
+        return f"{runs}, spread {self.spread:.2%} ({self.spread_source}{df})"
+
+    def text(self) -> str:
+        """One line: the verdict, the ratio and its interval, the basis and why."""
+        out = self.verdict
+        if self.ratio is not None:
+            out += f" ×{self.ratio:.3f}"
+            if self.ci_low is not None:
+                out += f" [{self.ci_low:.3f}, {self.ci_high:.3f}]"
+        return f"{out}; {self.basis()}; {self.why}"
+
+    def to_json(self) -> dict:
+        """JSON-ready fields, with the basis and the one-line text."""
+        return {**asdict(self), "basis": self.basis(), "text": self.text()}
+
+
+def effective_min_effect(min_effect: float, prior: Spread | None) -> float:
+    """The policy's minimum effect, raised to the board's noise (history) up to the cap."""
+    if min_effect < 0:
+        raise UsageError(f"the minimum effect must be at least 0, got {min_effect}")
+    if prior is not None and prior.source == HISTORY:
+        cv = math.sqrt(math.expm1(prior.sd**2))
+        return max(min_effect, min(cv, NOISE_EFFECT_CAP))
+    return min_effect
+
+
+def _percent(level: float) -> str:
+    """``99%``, ``90%``, ``99.8%`` (a level divided over several looks)."""
+    return f"{100 * level:.3g}%"
+
+
+def _exp(x: float) -> float:
+    """exp, held within floats: a level of 1e-12 on two runs has an interval of ±1e300."""
+    return math.exp(max(-700.0, min(700.0, x)))
+
+
+@lru_cache(maxsize=4096)
+def _quantile(p: float, df: float | None) -> float:
+    from scipy.stats import norm, t
+
+    return float(norm.ppf(p) if df is None else t.ppf(p, df))
+
+
+def pooled_spread(
+    la: np.ndarray, lb: np.ndarray, prior: Spread | None
+) -> tuple[float | None, float | None, str]:
+    """(sd, df, source) of the log figures: the sides with ≥ 2 runs pooled, and the prior."""
+    ss = sum(float(np.sum((x - x.mean()) ** 2)) for x in (la, lb) if x.size >= 2)
+    df = sum(x.size - 1 for x in (la, lb) if x.size >= 2)
+    if prior is None:
+        return (math.sqrt(ss / df), float(df), REPEATS) if df else (None, None, NONE)
+    if not df:
+        return prior.sd, prior.df, prior.source
+    if prior.df is None:  # a known spread outweighs any number of repeats
+        return prior.sd, None, BOTH
+    total = df + prior.df
+    return math.sqrt((ss + prior.df * prior.sd**2) / total), float(total), BOTH
+
+
+def _decides(d: float, se: float, df: float | None, m_log: float, s: dict) -> str:
+    hi = _quantile(1 - s["alpha_different"] / 2, df) * se
+    if abs(d) >= m_log and abs(d) > hi:
+        return DIFFERENT
+    if abs(d) + _quantile(1 - s["alpha_same"], df) * se <= m_log:
+        return SAME
+    return UNKNOWN
+
+
+def _runs_needed(d, sd, df_extra, m_log, s) -> int | None:
+    """Runs a side (both sides alike) that would decide a ratio ``exp(d)`` at spread ``sd``."""
+    for n in range(2, MAX_RUNS_NEEDED + 1):
+        df = None if df_extra is None else 2 * (n - 1) + df_extra
+        if _decides(d, sd * math.sqrt(2 / n), df, m_log, s) != UNKNOWN:
+            return n
+    return None
+
+
+def decide(
+    baseline: Sequence[float],
+    candidate: Sequence[float],
+    min_effect: float,
+    settings: dict | None = None,
+    *,
+    prior: Spread | None = None,
+    baseline_runs: Sequence[str] = (),
+    candidate_runs: Sequence[str] = (),
+) -> Verdict:
+    """The verdict on ``candidate`` against ``baseline``: one positive figure per run on
+    each side; ``prior`` the board's run-to-run spread from history (module docstring)."""
+    s = {**VERDICT_DEFAULTS, **{k: v for k, v in (settings or {}).items() if k in VERDICT_DEFAULTS}}
     a = np.asarray(baseline, dtype=np.float64).ravel()
     b = np.asarray(candidate, dtype=np.float64).ravel()
     a, b = a[np.isfinite(a)], b[np.isfinite(b)]
-    n = min(a.size, b.size)
-    threshold = same_threshold(n, s)
-    if min_effect < 0:
-        raise UsageError(f"the minimum effect must be at least 0, got {min_effect}")
+    m = effective_min_effect(min_effect, prior)
+    raised = "" if m == min_effect else f" (raised to the board's noise from {min_effect:.0%})"
 
-    def out(verdict, p=None, ks=None, mw=None, ratio=None, why=""):
+    def out(verdict, why, ratio=None, ci=(None, None), same=(None, None), sd=None, df=None,
+            source=NONE, needed=None) -> Verdict:  # fmt: skip
         return Verdict(
-            verdict, p, ks, mw, threshold, s["different_p"], ratio, min_effect, a.size, b.size, why
-        )
+            verdict, ratio, ci[0], ci[1], same[0], same[1], m, int(a.size), int(b.size), sd,
+            source, df, why, needed, list(baseline_runs), list(candidate_runs),
+            s["alpha_different"], s["alpha_same"],
+        )  # fmt: skip
 
-    if n < 1:
-        return out(UNKNOWN, why="no values on one side")
-    ma, mb = float(np.median(a)), float(np.median(b))
-    ratio = mb / ma if ma else None
-    if np.array_equal(np.unique(a), np.unique(b)) and np.unique(a).size == 1:
-        return out(SAME, 1.0, 1.0, 1.0, ratio, "identical values")
-    if n < 2:
-        return out(UNKNOWN, ratio=ratio, why="one value a side: repeat the run to decide")
-    ks = float(ks_2samp(a, b).pvalue)
-    mw = float(mannwhitneyu(a, b, alternative="two-sided").pvalue)
-    p = min(ks, mw)
-    big = ratio is None or abs(ratio - 1.0) >= min_effect
-    if p <= s["different_p"]:
-        if big:
-            return out(DIFFERENT, p, ks, mw, ratio, f"p {p:.2g} ≤ {s['different_p']:g}")
-        return out(SAME, p, ks, mw, ratio, f"a real change smaller than {min_effect:.0%}")
-    if p > threshold:
-        return out(SAME, p, ks, mw, ratio, f"p {p:.2g} > {threshold:.2g} at {n} values")
-    return out(
-        UNKNOWN, p, ks, mw, ratio, f"p {p:.2g} between {s['different_p']:g} and {threshold:.2g}"
+    if not a.size or not b.size:
+        return out(UNKNOWN, "no runs on one side")
+    if a.size == b.size and np.array_equal(np.sort(a), np.sort(b)):  # the same runs again
+        return out(SAME, "identical values", 1.0, (1.0, 1.0), (1.0, 1.0), 0.0, None, NONE)
+    if np.any(a <= 0) or np.any(b <= 0):
+        return out(UNKNOWN, "a figure of 0 or below has no ratio")
+    la, lb = np.log(a), np.log(b)
+    d = float(lb.mean() - la.mean())
+    ratio = math.exp(d)
+    sd, df, source = pooled_spread(la, lb, prior)
+    if sd is None:
+        return out(
+            UNKNOWN,
+            "one run a side and no known spread (no repeats, no history): run at least "
+            f"{MIN_RUNS_FOR_SPREAD - 1} more a side (qualify --repeat {MIN_RUNS_FOR_SPREAD}) "
+            "or give the board's history",
+            ratio,
+            needed=MIN_RUNS_FOR_SPREAD,
+        )
+    se = sd * math.sqrt(1 / a.size + 1 / b.size)
+    m_log = math.log1p(m)
+    half = _quantile(1 - s["alpha_different"] / 2, df) * se
+    half_same = _quantile(1 - s["alpha_same"], df) * se
+    ci = (_exp(d - half), _exp(d + half))
+    same = (_exp(d - half_same), _exp(d + half_same))
+    level = _percent(1 - s["alpha_different"])
+    verdict = _decides(d, se, df, m_log, s)
+    args = (ratio, ci, same, sd, df, source)
+    if verdict == DIFFERENT:
+        way = "slower" if ratio > 1 else "faster"
+        why = f"{way}: the {level} interval excludes 1 and ×{ratio:.3f} is beyond ±{m:.0%}{raised}"
+        return out(DIFFERENT, why, *args)
+    if verdict == SAME:
+        why = f"the {_percent(1 - 2 * s['alpha_same'])} interval lies inside ±{m:.0%}{raised}"
+        return out(SAME, why, *args)
+    df_extra = None if df is None else max(df - (a.size - 1) - (b.size - 1), 0.0)
+    if source == REPEATS:
+        df_extra = 0.0
+    needed = _runs_needed(d, sd, df_extra, m_log, s)
+    if needed is not None and needed <= min(a.size, b.size):
+        needed = min(a.size, b.size) + 1  # the unequal sides' shortfall: one more each
+    more = (
+        f"about {needed} runs a side would decide it at this spread"
+        if needed is not None
+        else f"more than {MAX_RUNS_NEEDED} runs a side: the ratio sits at the ±{m:.0%} edge"
     )
+    return out(UNKNOWN, f"neither DIFFERENT nor inside ±{m:.0%}{raised}: {more}", *args, needed)

@@ -23,10 +23,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from edgequal.contract.preemption import decisive_samples_ns
 from edgequal.contract.runtimes import Requirement
 
 from ..errors import HostError, UsageError
+from ..judge.run_figures import segment_figures
 from ..judge.runtime_envs import drift_between, env_entry, env_pair, env_shape
 from ..judge.verdict import DIFFERENT, SAME, UNKNOWN, decide
 from .changes import operators_text, profile_diff
@@ -147,6 +147,8 @@ class Trial:
     report: str | None = None
     operators: list[dict] | None = None
     baseline_operators: list[dict] | None = None
+    three_way: dict | None = None
+    """``p50``: the verdict's fields (segments used a side, spread and its source, interval)."""
 
     def to_json(self) -> dict:
         """JSON-ready fields."""
@@ -167,7 +169,8 @@ def judge_trial(
     """The figures and verdict of ``candidate_env`` against ``baseline_env`` in one report's
     ``results.runtime_envs``: ``figure``, ``baseline_figure``, ``ratio``, ``verdict``, ``why``
     and each side's operator profile. ``p50``: the verdict (host/judge/verdict.py) on the
-    two environments' clean latency samples, UNKNOWN where segments waited for a CPU;
+    two environments' segment p50s (each ABBA segment a unit; ``three_way`` its fields),
+    UNKNOWN where segments waited for a CPU;
     ``drift``: DIFFERENT when the candidate's outputs differ from the baseline's beyond
     the golden set's tolerances or flip a decision, SAME when they hold."""
     results = predicate.get("results") or {}
@@ -195,15 +198,25 @@ def judge_trial(
     pair = env_pair(results, candidate_env) or {}
     if metric == "p50":
         a, b = env_shape(base), env_shape(cand)
-        sa = decisive_samples_ns(a) if a else None
-        sb = decisive_samples_ns(b) if b else None
-        if sa is None or sb is None or not sa.size or not sb.size:
-            return {**out, "verdict": UNKNOWN, "why": "no latency samples"}
-        v = decide(sa / 1e6, sb / 1e6, settings["min_effect"], settings)
+        run_id = str(predicate.get("run_id") or "run")
+        # The units are the ABBA segments: each alternated with the other version's in the
+        # same run, so the board's drift falls on both; a segment's calls are not units.
+        sa, sb = segment_figures(a, run_id), segment_figures(b, run_id)
+        if not sa.values or not sb.values:
+            return {**out, "verdict": UNKNOWN, "why": "no latency segments"}
+        v = decide(
+            sa.values,
+            sb.values,
+            settings["min_effect"],
+            settings,
+            baseline_runs=sa.run_ids,
+            candidate_runs=sb.run_ids,
+        )
         out.update(
             figure=float((b.get("summary") or {}).get("p50_ms") or 0) or None,
             baseline_figure=float((a.get("summary") or {}).get("p50_ms") or 0) or None,
             ratio=v.ratio,
+            three_way=v.to_json(),
         )
         interference = pair.get("interference") or {}
         if not interference.get("decisive", True):
@@ -213,7 +226,7 @@ def judge_trial(
                 "why": f"{interference.get('interfered')} of {interference.get('segments')} "
                 "segments waited for a CPU: not decisive",
             }
-        return {**out, "verdict": v.verdict, "why": v.why}
+        return {**out, "verdict": v.verdict, "why": f"{v.why} ({v.basis()})"}
     between = pair.get("drift_between")
     if not between:
         return {**out, "verdict": UNKNOWN, "why": "the outputs were not compared"}

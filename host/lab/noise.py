@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from ..judge.verdict import Spread
     from .changes import NoiseScore
 
 NOISY_PREFIX = "too noisy: "
@@ -62,3 +63,34 @@ def noise_for_report(
     # the series at every wobble and leave too few runs in each stretch to score.
     scores = find_changes(rows, ChangeSettings(), noise_min_effect=min_effect).noise
     return scores[0] if scores else None
+
+
+def noise_spread(score: NoiseScore | None) -> Spread | None:
+    """The run-to-run spread a verdict assumes from a noise score (source ``history``): its
+    CV, with the degrees of freedom of its runs less one per stretch; None without one."""
+    from ..judge.verdict import HISTORY, Spread
+
+    if score is None:
+        return None
+    return Spread.from_cv(score.cv, max(score.runs - score.segments, 1), HISTORY)
+
+
+def history_spread(url: str, report, min_effect: float) -> tuple[NoiseScore | None, Spread | None]:
+    """``--history URL``: the noise score of a verified report's board × model × preset, and
+    the spread it gives a verdict; (None, None) without enough recorded runs."""
+    from .history import History
+
+    if not report.verified or not report.subjects:
+        return None, None
+    history = History.open(url)
+    try:
+        score = noise_for_report(
+            history,
+            report.device_name,
+            report.subjects[0]["sha256"],
+            (report.predicate.get("plan") or {}).get("preset"),
+            min_effect,
+        )
+    finally:
+        history.close()
+    return score, noise_spread(score)

@@ -1,6 +1,6 @@
 """The report page's comparison, for a page of several reports: every figure ``compare``
-prints, its change from the first report (the reference) and, for latency, the median
-ratio with its 95 % bootstrap interval and the Mann–Whitney U test (``judge/compare.py``)."""
+prints, its change from the first report (the reference) and, for the run-level figures,
+the verdict's line: ratio, interval, runs, spread and its source (``judge/compare.py``)."""
 
 from __future__ import annotations
 
@@ -28,6 +28,9 @@ def comparison_section(reports: Sequence[ReportFile]) -> str:
                 worse = (d > 0) if row.better == "lower" else (d < 0) if row.better else False
                 cls = "fail" if worse and abs(d) >= 0.03 else "pass" if abs(d) >= 0.03 else "muted"
                 text += f' <span class="{cls}">({d:+.1%})</span>'
+            verdict = row.verdicts[i] if i < len(row.verdicts) else None
+            if verdict and verdict["verdict"] != "UNKNOWN" and not row.significance[i]:
+                text += f' <span class="muted">{escape(verdict["verdict"])}</span>'
             sig = row.significance[i]
             if sig:
                 text += f'<br><span class="muted">{escape(sig)}</span>'
@@ -36,8 +39,9 @@ def comparison_section(reports: Sequence[ReportFile]) -> str:
     headers = ["figure"] + [series_name(reports, i) for i in range(len(reports))]
     out = [
         '<p class="muted">The first report is the reference: each other column shows its '
-        "change from it; for latency, the median ratio × [95 % bootstrap interval] and the "
-        "Mann–Whitney U p-value, as <code>edgequal compare</code> prints them.</p>",
+        "change from it and, run against run, SAME, DIFFERENT or UNKNOWN with the ratio, its "
+        "99 % interval, the runs a side, the spread assumed and where it came from "
+        "(repeats, history, none), as <code>edgequal compare</code> prints them.</p>",
         html_table(headers, rows, [False] + [True] * len(reports)),
     ]
     changed = [chr(65 + i) for i, c in enumerate(comparison.fingerprint_changes) if i and c]

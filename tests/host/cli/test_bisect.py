@@ -277,6 +277,19 @@ def test_bisect_on_p50_reads_each_versions_latency_from_the_signed_report(
             p50[GOOD],
         ), (trial, p50)
         assert trial["verdict"] in ("SAME", "DIFFERENT", "UNKNOWN")
+        # The units weighed are the ABBA segments of the run, one p50 each, never the calls.
+        segments = {
+            e["version"]: e["latency"]["per_shape"][0]["segments"]
+            for e in report.predicate["results"]["runtime_envs"]["environments"]
+        }
+        three = trial["three_way"]
+        assert (three["n_baseline"], three["n_candidate"]) == (
+            len(segments[GOOD]),
+            len(segments[trial["version"]]),
+        )
+        assert three["spread_source"] == "repeats"
+        if "not decisive" not in trial["why"]:  # else the segments' interference is the why
+            assert three["basis"] in trial["why"]
     # A trial left UNKNOWN (its run not decisive: other processes took the CPU) is measured
     # once more; the last trial of the bad version decides whether there is anything to bisect.
     versions = [t["version"] for t in data["trials"]]

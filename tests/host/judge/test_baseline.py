@@ -1,5 +1,5 @@
-"""The gate's baseline rule (host/judge/baseline.py) on samples with known answers: the
-three-way verdict decides pass, fail or not judged. A unit test of the rule: the samples
+"""The gate's baseline rule (host/judge/baseline.py) on runs with known answers: the
+three-way verdict on the runs' clean p50s decides pass, fail or not judged. A unit test of the rule: the samples
 are drawn here; tests/host/judge/test_gate.py runs it on real reports of a real agent."""
 
 from __future__ import annotations
@@ -8,20 +8,30 @@ import base64
 from pathlib import Path
 
 import numpy as np
+import pytest
+from edgequal.host.errors import UsageError
 from edgequal.host.judge.baseline import baseline_checks
 from edgequal.host.judge.gate import GateResult
 from edgequal.host.judge.policy import parse_policy
 from edgequal.host.judge.report_file import ReportFile
+from edgequal.host.judge.verdict import Spread
 
 
-def _report(samples_ns: np.ndarray, name: str) -> ReportFile:
-    """A verified report file holding one latency shape with these raw samples."""
+def _report(samples_ns: np.ndarray, name: str, runs: list[float] | None = None) -> ReportFile:
+    """A verified report file holding one latency shape with these raw samples (run 1), and
+    with ``runs``, the clean p50 (ms) of each of its ``--repeat`` runs."""
     entry = {
         "shape": "x=1x8",
         "samples_ns_b64": base64.b64encode(samples_ns.astype("<i8").tobytes()).decode(),
         "summary": {"p50_ms": float(np.median(samples_ns)) / 1e6, "count": samples_ns.size},
     }
-    predicate = {"run_id": name, "results": {"latency": {"per_shape": [entry]}}}
+    results = {"latency": {"per_shape": [entry]}}
+    if runs:
+        results["repeats"] = {
+            "n": len(runs),
+            "runs": [{"run": i + 1, "figures": {"p50_ms": v}} for i, v in enumerate(runs)],
+        }
+    predicate = {"run_id": name, "results": results}
     return ReportFile(Path(f"{name}.json"), predicate, [], True, "verified")
 
 
@@ -30,49 +40,99 @@ def _samples(n: int, median_ns: float, seed: int) -> np.ndarray:
     return (median_ns * rng.lognormal(0.0, 0.05, n)).astype(np.int64)
 
 
-def _gate(base, cand, **baseline) -> GateResult:
+def _gate(base, cand, prior=None, **baseline) -> GateResult:
     # 200 resamples: the interval is only shown beside the verdict here.
     policy = parse_policy({"baseline": {"iterations": 200, **baseline}})
-    checks, summary = baseline_checks(base, cand, policy)
+    checks, summary = baseline_checks(base, cand, policy, prior)
     return GateResult("cand.json", "p", True, "verified", checks, baseline=summary)
 
 
-def test_different_and_slower_fails_same_passes_faster_passes():
+def test_one_run_a_side_is_not_judged_however_many_calls_it_holds(tmp_path):
+    """Pseudo-replication: 500 calls a run say how precise that run's p50 is, not whether
+    another run would agree. Two single runs 10 % apart are UNKNOWN without a spread."""
     base = _report(_samples(500, 100_000, 1), "base")
-    slower = _gate(base, _report(_samples(500, 110_000, 2), "slow"))
+    result = _gate(base, _report(_samples(500, 110_000, 2), "slow"))
+    (check,) = result.checks
+    three = result.baseline["latency"][0]["three_way"]
+    assert three["verdict"] == "UNKNOWN" and three["spread_source"] == "none"
+    assert (three["n_baseline"], three["n_candidate"]) == (1, 1)
+    assert not check.judged and check.retry and "--repeat-until-decided" in check.message
+    assert "1 vs 1 runs, no known spread" in check.measured
+    # The runs' own calls still give their interval, shown beside the verdict.
+    ratio = result.baseline["latency"][0]["median_ratio"]
+    assert ratio["ci_low"] > 1.05 and "the runs' calls ×" in check.message
+    # With the board's history (1 % run-to-run CV over 20 runs), 10 % is beyond its spread.
+    known = _gate(base, _report(_samples(500, 110_000, 2), "slow"), Spread.from_cv(0.01, 20))
+    three = known.baseline["latency"][0]["three_way"]
+    assert three["verdict"] == "DIFFERENT" and three["spread_source"] == "history"
+    assert not known.passed and "a regression" in known.checks[0].message
+    assert "spread 1.00% (history, df 20)" in known.checks[0].message
+    # The JUnit carries the same: the runs, the spread and its source.
+    import xml.etree.ElementTree as ET
+
+    from edgequal.host.judge.junit import write_junit
+
+    write_junit(tmp_path / "gate.xml", [result, known])
+    cases = ET.parse(tmp_path / "gate.xml").getroot().iter("testcase")
+    texts = [" ".join(el.get("message", "") for el in case) for case in cases]
+    assert any("1 vs 1 runs, no known spread" in t for t in texts)
+    assert any("1 vs 1 runs, spread 1.00% (history, df 20)" in t for t in texts)
+
+
+def test_repeated_runs_decide_different_slower_fails_same_passes_faster_passes():
+    base = _report(_samples(500, 100_000, 1), "base", [0.100, 0.101, 0.099, 0.1005])
+    slower = _gate(base, _report(_samples(500, 110_000, 2), "slow", [0.110, 0.111, 0.109]))
     (check,) = slower.checks
     three = slower.baseline["latency"][0]["three_way"]
-    assert three["verdict"] == "DIFFERENT" and three["ratio"] > 1.08
+    assert three["verdict"] == "DIFFERENT" and three["ratio"] == pytest.approx(1.1, abs=0.005)
+    assert three["baseline_runs"] == ["base/1", "base/2", "base/3", "base/4"]
+    assert three["spread_source"] == "repeats" and three["df"] == 5.0
     assert not slower.passed and not slower.retry and check.judged
-    assert "a regression" in check.message and check.measured == f"DIFFERENT ×{three['ratio']:.3f}"
+    assert "a regression" in check.message
+    assert check.measured.startswith(f"DIFFERENT ×{three['ratio']:.3f} (4 vs 3 runs, spread")
     assert check.limit == "not DIFFERENT and ≥ 3% slower"
-    # The same distribution again (seeded; about one draw in 15 lands between 0.01 and the
-    # 0.071 threshold at 500 values: UNKNOWN, below): SAME.
-    same = _gate(base, _report(_samples(500, 100_000, 5), "same"))
+    # The same level again, five runs a side: SAME (the 90 % interval inside ±3 %).
+    same = _gate(
+        _report(_samples(500, 100_000, 1), "a", [0.100, 0.101, 0.099, 0.1005, 0.0995]),
+        _report(_samples(500, 100_000, 5), "b", [0.1002, 0.0998, 0.1008, 0.0993, 0.1001]),
+    )
     assert same.passed and same.baseline["latency"][0]["three_way"]["verdict"] == "SAME"
     # Faster by 10 %: DIFFERENT, and a pass.
-    faster = _gate(base, _report(_samples(500, 90_000, 6), "fast"))
+    faster = _gate(base, _report(_samples(500, 90_000, 6), "fast", [0.090, 0.0905, 0.0895]))
     assert faster.baseline["latency"][0]["three_way"]["verdict"] == "DIFFERENT"
     assert faster.passed and "faster than the baseline" in faster.checks[0].message
-    # 10 % slower under a 20 % minimum effect: real, too small to matter: SAME.
-    wide = _gate(base, _report(_samples(500, 110_000, 2), "slow"), min_effect=0.2)
-    assert wide.passed and "smaller than 20%" in wide.checks[0].message
+    # 10 % slower under a 20 % minimum effect: real, inside what the policy calls the same.
+    wide = _gate(
+        base, _report(_samples(500, 110_000, 2), "s", [0.110, 0.111, 0.109]), min_effect=0.2
+    )
+    assert wide.passed and "inside ±20%" in wide.checks[0].message
 
 
 def test_unknown_is_not_judged_and_asks_to_run_more():
-    # Six values a side, one sd apart: neither significant nor a large p.
-    base = _report(np.array([100, 104, 96, 102, 98, 101]) * 1000, "base")
-    cand = _report(np.array([103, 107, 99, 105, 101, 104]) * 1000, "cand")
-    result = _gate(base, cand, min_effect=0.0)
+    # Three runs a side of a noisy board, 3 % apart: neither beyond its spread nor inside ±3 %.
+    base = _report(_samples(500, 100_000, 1), "base", [0.100, 0.104, 0.096])
+    cand = _report(_samples(500, 103_000, 2), "cand", [0.103, 0.107, 0.099])
+    result = _gate(base, cand)
     (check,) = result.checks
     three = result.baseline["latency"][0]["three_way"]
-    assert three["verdict"] == "UNKNOWN" and 0.01 < three["p_value"] <= three["same_threshold"]
+    assert three["verdict"] == "UNKNOWN" and three["runs_needed"] > 3
+    assert three["ci_low"] < 1.0 < three["ci_high"]
     assert not check.passed and not check.judged and check.retry
     assert not result.passed and result.retry  # the gate's inconclusive exit: 1, "retry": true
     assert result.to_json()["retry"] is True
     assert result.summary.startswith("gate not decided, run more pairs to decide")
     assert result.summary.endswith("; exit 1 until they decide")
     assert "--repeat-until-decided" in check.message
-    # A policy's SAME threshold decides it: a lower floor and start call the same values SAME.
-    relaxed = _gate(base, cand, min_effect=0.0, same_p_start=0.01, same_p_floor=0.01)
-    assert relaxed.passed and relaxed.baseline["latency"][0]["three_way"]["verdict"] == "SAME"
+    assert f"about {three['runs_needed']} runs a side would decide it" in check.message
+    # A policy's test level decides it: a DIFFERENT test at 50 % calls this slower.
+    loose = _gate(base, cand, alpha_different=0.5, min_effect=0.02)
+    assert loose.baseline["latency"][0]["three_way"]["verdict"] == "DIFFERENT"
+
+
+def test_retired_verdict_keys_are_refused_with_what_replaced_them():
+    with pytest.raises(UsageError, match="same_p_start' is retired: SAME is an equivalence"):
+        parse_policy({"baseline": {"same_p_start": 0.5}})
+    with pytest.raises(UsageError, match="alpha_different"):
+        parse_policy({"baseline": {"different_p": 0.01}})
+    with pytest.raises(UsageError, match="alpha_same"):
+        parse_policy({"baseline": {"alpha_same": 0.7}})

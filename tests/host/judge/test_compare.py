@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from edgequal.host.cli.main import main as edgequal_main
 from edgequal.host.present.terminal import summary
@@ -19,14 +20,18 @@ def test_compare_json_deltas_significance_and_fingerprint_changes(reports, known
     rows = {row["figure"]: row for row in out["rows"]}
     p50 = rows["latency p50 x=1x256"]
     assert p50["deltas"][0] is None and len(p50["values"]) == 3
-    # Four times the layers: slower, and significantly so. How much slower depends on what else
-    # ran beside each of the three runs (on a shared machine it was +33 % once), so the
-    # size of the delta is not asked, only its sign and the rank test's verdict.
+    # Four times the layers: slower, and DIFFERENT on five runs a side. How much slower
+    # depends on what else ran beside each run (on a shared machine it was +33 % once), so
+    # the size of the delta is not asked, only its sign and the verdict.
     assert p50["deltas"][2] > 0
     assert p50["significance"][0] is None
-    assert p50["significance"][2].startswith("slower: ×")
-    assert "U p=" in p50["significance"][2]
-    assert p50["significance"][1].split(":")[0] in ("same", "unresolved", "slower", "faster")
+    assert p50["significance"][2].startswith("DIFFERENT ×")
+    assert "5 vs 5 runs" in p50["significance"][2] and "the runs' calls ×" in p50["significance"][2]
+    # chain_b is one run: 5 vs 1, the spread chain_a's repeats.
+    assert "5 vs 1 runs" in p50["significance"][1] and "(repeats, df 4)" in p50["significance"][1]
+    # A repeated report's row shows its runs' median, not run 1's figure.
+    runs_a = [r["figures"]["p50_ms"] for r in _predicate(paths[0])["results"]["repeats"]["runs"]]
+    assert p50["values"][0] == pytest.approx(float(np.median(runs_a)))
     assert "cold load total (median)" in rows and "peak RSS" in rows
     assert out["fingerprint_changes"][0] == [] and out["fingerprint_changes"][1] == []
     assert [c["field"] for c in out["fingerprint_changes"][2]] == ["model"]
@@ -63,7 +68,7 @@ def test_report_text_is_printed_as_itself_not_as_markup(capsys):
                 "better": "lower",
                 "values": [1.0, 1.2],
                 "deltas": [None, 0.2],
-                "significance": [None, "slower: ×1.200 [1.1, 1.3]"],
+                "significance": [None, "UNKNOWN ×1.200 [1.1, 1.3]; 1 vs 1 runs"],
             }
         ],
         "fingerprint_changes": [
@@ -87,17 +92,30 @@ def test_compare_json_gives_a_three_way_verdict_per_figure(reports, known, capsy
     p50 = rows["latency p50 x=1x256"]
     assert p50["verdicts"][0] is None
     same, heavy = p50["verdicts"][1], p50["verdicts"][2]
-    assert same["verdict"] == "SAME" and same["p_value"] == 1.0  # the same samples
-    # On the raw samples (hundreds a side): four times the work is DIFFERENT by both tests.
+    assert same["verdict"] == "SAME" and same["why"] == "identical values"  # the same runs
+    # Run against run: all five runs of each repeated report, never its first, never its calls.
     assert heavy["verdict"] == "DIFFERENT" and p50["verdict"] == "DIFFERENT"
-    assert heavy["n_baseline"] >= 100 and heavy["p_value"] <= 0.01
-    assert heavy["p_value"] == min(heavy["ks_p"], heavy["mann_whitney_p"])
+    assert (heavy["n_baseline"], heavy["n_candidate"], heavy["spread_source"]) == (5, 5, "repeats")
+    assert heavy["ci_low"] > 1.0 and len(heavy["candidate_runs"]) == 5
     assert heavy["ratio"] > 1.0  # four times the layers; how much slower depends on the load
-    # One value a side and different: UNKNOWN (one run says nothing of its spread).
+    # p99 by its runs too; cold load is one run a report (its workers share its conditions).
+    assert rows["latency p99 x=1x256"]["verdicts"][2]["n_baseline"] == 5
+    cold = rows["cold load total (median)"]["verdicts"][2]
+    assert (cold["n_baseline"], cold["n_candidate"]) == (1, 1)
+    # One run a side and no spread known: UNKNOWN unless equal, saying what would decide it.
     rss = rows["peak RSS"]["verdicts"][2]
-    assert rss["verdict"] in ("UNKNOWN", "SAME") and rss["n_baseline"] == 1
-    assert rss["verdict"] == (
-        "SAME" if rows["peak RSS"]["values"][0] == rows["peak RSS"]["values"][2] else "UNKNOWN"
-    )
+    assert rss["n_baseline"] == 1 and rss["spread_source"] == "none"
+    if rows["peak RSS"]["values"][0] == rows["peak RSS"]["values"][2]:
+        assert rss["verdict"] == "SAME"
+    else:
+        assert rss["verdict"] == "UNKNOWN" and rss["runs_needed"] == 3
     for row in rows.values():
         assert row["verdict"] in ("SAME", "DIFFERENT", "UNKNOWN", None)
+
+
+def _predicate(path) -> dict:
+    """A signed report's predicate, read without verifying (the test verified it above)."""
+    import base64
+
+    envelope = json.loads(path.read_bytes())
+    return json.loads(base64.b64decode(envelope["payload"]))["predicate"]

@@ -297,28 +297,34 @@ def test_baseline_two_runs_of_the_same_model_pass_a_heavier_graph_fails(reports,
         known=known,
         baseline=read_report_bytes(reports.chain_a),
     )
-    # The three-way verdict decides: a ratio under 2 cannot be DIFFERENT beyond a 100 %
-    # minimum effect, so two runs of one model are SAME (a pass) or UNKNOWN (not judged,
-    # run more: the gate neither passes nor calls it a regression).
+    # The three-way verdict decides, run against run: chain_a's five runs against chain_b's
+    # one, the spread from chain_a's repeats. A ratio under 2 cannot be DIFFERENT beyond a
+    # 100 % minimum effect, so two reports of one model are SAME (a pass) or UNKNOWN (not
+    # judged, run more: the gate neither passes nor calls it a regression).
     three = same.baseline["latency"][0]["three_way"]
     check = _check(same, "baseline.latency[x=1x256]")
+    assert (three["n_baseline"], three["n_candidate"], three["spread_source"]) == (5, 1, "repeats")
+    run_a = _predicate(reports.chain_a)["run_id"]
+    assert three["baseline_runs"] == [f"{run_a}/{k}" for k in range(1, 6)]
     assert three["verdict"] in ("SAME", "UNKNOWN") and three["ratio"] < 2.0
+    assert "5 vs 1 runs" in check.measured and "(repeats, df 4)" in check.message
     if three["verdict"] == "SAME":
         assert same.passed, [c.message for c in same.failed_checks]
         assert check.passed and check.measured.startswith("SAME ×")
+        assert three["same_low"] >= 0.5 and three["same_high"] <= 2.0
     else:
-        assert 0.01 < three["p_value"] <= three["same_threshold"]
+        assert three["runs_needed"] is None or three["runs_needed"] > 1
         assert not same.passed and same.retry and not check.judged
         assert same.summary.startswith("gate not decided, run more pairs")
     assert same.baseline["fingerprint_changes"] == []
-    # A report against itself: identical samples, p 1, SAME, passed.
+    # A report against itself: the same runs, SAME, passed.
     itself = run_gate(
         read_report_bytes(reports.chain_a),
         loose,
         known=known,
         baseline=read_report_bytes(reports.chain_a),
     )
-    assert itself.passed and itself.baseline["latency"][0]["three_way"]["p_value"] == 1.0
+    assert itself.passed and itself.baseline["latency"][0]["three_way"]["verdict"] == "SAME"
 
     slow = run_gate(
         read_report_bytes(reports.chain_heavy),
@@ -334,12 +340,14 @@ def test_baseline_two_runs_of_the_same_model_pass_a_heavier_graph_fails(reports,
     check = _check(slow, "baseline.latency[x=1x256]")
     assert "a regression" in check.message and check.judged
     cmp = slow.baseline["latency"][0]
-    # DIFFERENT (the smaller of the KS and Mann–Whitney p ≤ 0.01) and slower beyond 50 %.
-    assert cmp["three_way"]["verdict"] == "DIFFERENT" and cmp["three_way"]["ratio"] >= 1.5
-    assert cmp["three_way"]["p_value"] <= 0.01 and check.measured.startswith("DIFFERENT ×")
-    assert cmp["verdict"] == "slower"  # the interval, shown beside it, agrees
+    # DIFFERENT on five runs a side (the 99 % interval of the ratio above 1) and slower
+    # beyond 50 %.
+    three = cmp["three_way"]
+    assert three["verdict"] == "DIFFERENT" and three["ratio"] >= 1.5 and three["ci_low"] > 1.0
+    assert (three["n_baseline"], three["n_candidate"], three["df"]) == (5, 5, 8.0)
+    assert check.measured.startswith("DIFFERENT ×") and "5 vs 5 runs" in check.measured
+    # The first runs' own calls, shown beside it, agree.
     assert cmp["median_ratio"]["ci_low"] > 1.25
-    assert cmp["mann_whitney"]["prob_candidate_slower"] > 0.9
     # What changed is listed beside the verdict: here, the model itself.
     assert [c["category"] for c in slow.baseline["fingerprint_changes"]] == ["model"]
     # require_same refuses a comparison across models.

@@ -1,6 +1,6 @@
 """``qualify MODEL --baseline REPORT --repeat-until-decided N`` on the local agent: the
 candidate and the baseline's own model (found by its digest) run in pairs until
-SAME / DIFFERENT decides their clean p50s."""
+SAME / DIFFERENT decides their clean p50s, one per run."""
 
 from __future__ import annotations
 
@@ -36,10 +36,19 @@ def test_a_model_with_twice_the_work_is_different_within_n_pairs(chains, capsys)
         + ["--json", *SHORT]
     )
     out = json.loads(capsys.readouterr().out)
-    assert out["verdict"]["verdict"] == "DIFFERENT", out
-    # Five values a side is the fewest for p ≤ 0.01 (both tests are rank-based).
-    assert 5 <= out["pairs"] <= 7 and code == 1
-    assert out["verdict"]["ratio"] > 1.4
+    v = out["verdict"]
+    assert v["verdict"] == "DIFFERENT", out
+    # One pair has no spread; from two, the pairs' own run-to-run spread decides.
+    assert 2 <= out["pairs"] <= 7 and code == 1
+    assert v["ratio"] > 1.4 and v["ci_low"] > 1.0
+    assert (v["n_baseline"], v["n_candidate"], v["spread_source"]) == (
+        out["pairs"],
+        out["pairs"],
+        "repeats",
+    )
+    assert len(out["baseline_runs"]) == out["pairs"] and v["baseline_runs"] == out["baseline_runs"]
+    # Each look at the pairs tests at the level over the looks seven pairs may take (six).
+    assert v["alpha_different"] == pytest.approx(0.01 / 6)
     assert len(out["reports"]) == 2 * out["pairs"]
     # Interleaved: baseline first, then candidate first, ...
     assert [r["side"] for r in out["reports"][:4]] == [
@@ -64,7 +73,8 @@ def test_the_same_model_is_never_different_and_a_missing_artifact_is_one_line(
         + ["--json", *SHORT]
     )
     out = json.loads(capsys.readouterr().out)
-    assert out["verdict"]["verdict"] in ("SAME", "UNKNOWN") and out["pairs"] <= 3
+    assert out["verdict"]["verdict"] in ("SAME", "UNKNOWN") and 2 <= out["pairs"] <= 3
+    assert out["verdict"]["n_candidate"] == out["pairs"]
     assert code == (0 if out["verdict"]["verdict"] == "SAME" else 1)
     # The baseline's model cannot be found by its digest: one line, exit 2.
     base.unlink()

@@ -4,7 +4,8 @@ versions it measures in which order, what it calls bad, what it names.
 Each run the search asks for is answered from a table of figures per version (a clean p50
 in ms, an operator profile, or outputs that moved): the run's ``results.runtime_envs`` in
 the shape the agent writes it (docs/report-schema.md), the latency samples drawn around
-the recorded p50 with a 2 % spread. The real run, install and report of two and three
+the recorded p50 with a 2 % spread, and its four ABBA segments' p50s (the units the verdict
+weighs) with a 1 % spread. The real run, install and report of two and three
 real onnxruntime versions is tests/host/cli/test_bisect.py's.
 """
 
@@ -36,6 +37,14 @@ def _samples_b64(p50_ms: float, seed: int, n: int = 400) -> str:
     return base64.b64encode(ns.astype("<i8").tobytes()).decode()
 
 
+def _segments(p50_ms: float, seed: int, rounds: int = 4) -> list[dict]:
+    rng = np.random.default_rng(seed + 1000)
+    return [
+        {"round": r, "runs": 100, "p50_ms": float(p50_ms * rng.lognormal(0.0, 0.01))}
+        for r in range(rounds)
+    ]
+
+
 def _entry(name: str, figures: dict, seed: int) -> dict:
     if figures.get("failed"):
         return {"name": name, "status": "failed", "reason": figures["failed"]}
@@ -47,6 +56,7 @@ def _entry(name: str, figures: dict, seed: int) -> dict:
                 {
                     "summary": {"p50_ms": figures["p50"], "count": 400},
                     "samples_ns_b64": _samples_b64(figures["p50"], seed),
+                    "segments": _segments(figures["p50"], seed),
                 }
             ]
         },

@@ -604,13 +604,13 @@ def test_fleet_run_against_a_baseline_repeats_an_unknown_verdict_in_pairs(
     lab = write_lab(tmp_path, agents(1))
     chain8, chain16 = _chain_models(tmp_path, test_helper)
     assert _chain_night(tmp_path, lab, chain8, "night-1").runs[0].report
-    # A policy that can decide nothing (a DIFFERENT p below any 30-value p, a SAME threshold
-    # of 1): the first verdict is UNKNOWN, and so is every verdict of the pairs.
+    # One run a side: the first verdict is UNKNOWN (no spread known). A policy that can
+    # decide nothing (a DIFFERENT test at 1e-12, and twice the layers far outside a 20 %
+    # SAME band) keeps every verdict of the pairs UNKNOWN too.
     undecidable = tmp_path / "undecidable.toml"
     undecidable.write_text(
         '[status]\nallowed = ["passed", "degraded", "failed", "inconclusive", "incomplete"]\n'
-        "[baseline]\nmin_effect = 0.2\ndifferent_p = 1e-25\nsame_p_start = 1.0\n"
-        "same_p_n = 1000000000\n"
+        "[baseline]\nmin_effect = 0.2\nalpha_different = 1e-12\n"
     )
     result = _chain_night(
         tmp_path,
@@ -643,8 +643,9 @@ def test_fleet_run_against_a_baseline_repeats_an_unknown_verdict_in_pairs(
         assert report.subjects[0]["name"] == want.name
     index = json.loads((tmp_path / "night-2" / "index.json").read_text())
     assert index["runs"][0]["baseline_verdict"] == "UNKNOWN"
-    # The default thresholds decide twice the layers at once: DIFFERENT and slower, a
-    # failed gate, no pairs run.
+    # The default test levels: the one-run verdict is still UNKNOWN (one run a side proves
+    # nothing), so pairs run, and their own spread decides twice the layers: DIFFERENT and
+    # slower, a failed gate.
     decisive = tmp_path / "decisive.toml"
     decisive.write_text(
         undecidable.read_text().split("[baseline]")[0] + "[baseline]\nmin_effect = 0.2\n"
@@ -656,11 +657,11 @@ def test_fleet_run_against_a_baseline_repeats_an_unknown_verdict_in_pairs(
         "night-3",
         policy_path=decisive,
         baseline_dir=tmp_path / "night-1",
-        repeat_pairs=2,
+        repeat_pairs=6,
     ).runs
-    assert (run.baseline_verdict, run.repeat_pairs, run.gate_passed) == ("DIFFERENT", 0, False)
-    assert "a regression" in run.gate_summary
-    assert not (tmp_path / "night-3" / "repeats").exists()
+    assert (run.baseline_verdict, run.gate_passed) == ("DIFFERENT", False)
+    assert 2 <= run.repeat_pairs <= 6 and "a regression" in run.gate_summary
+    assert (tmp_path / "night-3" / "repeats").is_dir()
 
 
 def test_fleet_run_baseline_flags_are_checked_before_any_board(tmp_path, capsys):

@@ -83,3 +83,21 @@ def test_a_shuffle_that_splits_the_same_values_apart_is_a_tie():
     assert change_points(nights, p_value=0.05, min_effect=0.25) == []
     [split] = change_points(nights, p_value=0.2, min_effect=0.25)
     assert split.index == 3 and 0.05 < split.p_value <= 0.2
+
+
+def test_a_noise_score_is_the_spread_a_verdict_assumes_with_its_degrees_of_freedom():
+    from edgequal.host.judge.verdict import DIFFERENT, HISTORY, decide
+    from edgequal.host.lab.changes import NoiseScore
+    from edgequal.host.lab.noise import noise_spread
+
+    score = NoiseScore(
+        device="pi5-a", model="det", preset="quick", figure="p50 x", cv=0.02,
+        cv_ci=(0.015, 0.03), runs=24, min_effect=0.03, too_noisy=False, segments=2,
+    )  # fmt: skip
+    spread = noise_spread(score)
+    assert spread.source == HISTORY and spread.df == 22.0  # 24 runs less two stretches' means
+    assert spread.sd == pytest.approx(np.sqrt(np.log1p(0.02**2)))
+    assert noise_spread(None) is None
+    # One run a side: 15 % slower is beyond two runs of a 2 % board; 3 % is not.
+    assert decide([1.0], [1.15], 0.03, prior=spread).verdict == DIFFERENT
+    assert decide([1.0], [1.03], 0.03, prior=spread).verdict != DIFFERENT

@@ -448,7 +448,10 @@ def test_compare_rows_for_coload_and_edge_shapes_with_deltas(sign, capsys):
     p50 = rows[f"co-load p50 {SHAPE}"]
     assert p50.values[1] / p50.values[0] == pytest.approx(1.5, rel=0.03)
     assert p50.deltas[0] is None and p50.deltas[1] == pytest.approx(0.5, rel=0.06)
-    assert p50.significance[1].startswith("slower: ×")
+    # One co-load run a report: UNKNOWN run against run, the two runs' calls ×1.5 beside it.
+    assert p50.significance[1].startswith("UNKNOWN ×1.5")
+    assert "1 vs 1 runs, no known spread" in p50.significance[1]
+    assert "the runs' calls ×1.5" in p50.significance[1]
     ratio = rows[f"co-load p50 / plain p50 {SHAPE}"]
     assert ratio.values[0] == pytest.approx(1.5, rel=0.03)
     assert ratio.values[1] == pytest.approx(2.25, rel=0.03)

@@ -108,9 +108,11 @@ def test_several_reports_overlay_and_an_unverified_one_is_marked(reports, known,
         "C chain32.onnx · x=1x256",
     ):
         assert label in html
-    # The comparison compare prints, on the page: the median ratio and its interval.
+    # The comparison compare prints, on the page: each run-level verdict with its ratio and
+    # interval, the runs a side, the spread and where it came from.
     assert "<h2>Comparison</h2>" in html
-    assert re.search(r"(faster|slower|same|unresolved): ×\d\.\d{3} \[", html)
+    assert re.search(r"DIFFERENT ×\d\.\d{3} \[\d\.\d{3}, \d+\.\d{3}\]; 5 vs 5 runs, spread", html)
+    assert "(repeats, df 8)" in html and "5 vs 1 runs" in html
     assert html.count("verified: signed by device &#x27;local&#x27;") == 3
 
     data = bytearray(reports.chain_a.read_bytes())

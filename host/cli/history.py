@@ -146,7 +146,7 @@ def _history_rows(rows: list[dict], changes: bool = False) -> list[list[str]]:
             if not r.get("model_label")
             else f"{r['model_label']} ({r['model_name']})",
             r["status"],
-            _figure(r, "p50_ms", "p50_repeat_cv") or (f"— ({gap})" if gap else ""),
+            _figure(r, "p50_ms", "p50_repeat_cv") or ("—" if gap else ""),
             _figure(r, "p99_ms", "p99_repeat_cv") or ("—" if gap else ""),
             f"{r['runtime'] or ''} {r['runtime_version'] or ''}".strip(),
             r["run_id"],

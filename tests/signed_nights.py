@@ -14,7 +14,8 @@ import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-START_S = 1_793_500_000  # 2026-10-31: night n is measured at START_S + n days, 02:00-ish
+START_S = 1_793_500_000
+"""Night 0 is measured at 2026-11-01 04:26 UTC (START_S + 2 h), night n n days later."""
 
 
 @dataclass
@@ -77,7 +78,7 @@ def measurement(night: Night, board: Board) -> dict:
 
 
 def fleet_run(night: int) -> str:
-    """The fleet run of night ``night`` (its cell prefix): ``lab/20261031T0200Z-n03``."""
+    """The fleet run of night ``night`` (its cell prefix): ``lab/20261101T0226Z-n00``."""
     import time
 
     stamp = time.strftime("%Y%m%dT%H%MZ", time.gmtime(START_S + night * 86400))

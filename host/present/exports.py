@@ -37,6 +37,7 @@ from ..lab.results import OK_STATUSES
 if TYPE_CHECKING:  # the CLI reads EXPORTS for --format: nothing heavy at import
     from ..judge.report_file import ReportFile
 
+
 def charted(report: ReportFile) -> bool:
     """Whether a dashboard may chart the report's figures (passed or degraded)."""
     return report.predicate.get("status") in OK_STATUSES

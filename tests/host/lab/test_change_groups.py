@@ -22,12 +22,13 @@ def _p50(n: int, base: float) -> float:
     return round(base * WOBBLE[n % len(WOBBLE)], 4)
 
 
-def _lab(tmp_path, boards, changes: str = "") -> object:
+def _lab(tmp_path, boards, changes: str = "", lab_lines: str = "") -> object:
     from edgequal.host.lab.inventory import load_lab
 
     path = tmp_path / "lab.toml"
     path.write_text(
         '[lab]\nname = "nightly"\n'
+        + lab_lines
         + "".join(f'[devices.{b}]\naddress = "grpc://127.0.0.1:1"\n' for b in boards)
         + changes
     )
@@ -205,3 +206,72 @@ def test_the_labs_changes_page_in_chromium_at_1280_px(lab_history, tmp_path, chr
     assert dom.returncode == 0, dom.stderr[-2000:]
     assert dom.stdout.count('<section class="group') == 2
     assert "kernel 6.6.31 → 6.6.51" in dom.stdout and "that board's health" in dom.stdout
+
+
+@pytest.mark.slow  # the detector over two histories, three commands, one trend figure
+def test_one_p_value_for_history_changes_history_trend_and_fleet_run(tmp_path, test_helper, capsys):
+    """A change at p 0.025 (7 runs against 3): the lab's [changes] p_value = 0.05 finds it
+    in fleet run's JUnit, history changes --lab and the trend page of history trend --lab;
+    the default 0.01 finds it in none; --p-value sets it on each command; a policy may not."""
+    from edgequal.host.lab.changes import change_settings
+    from edgequal.host.lab.fleet_changes import report_fleet_changes
+    from edgequal.host.lab.history import History
+
+    nights = test_helper("signed_nights")
+    boards = [nights.Board("agent-1", "generic/linux-x86_64"),
+              nights.Board("agent-2", "generic/linux-x86_64")]  # fmt: skip
+    db = f"sqlite:///{tmp_path / 'history.sqlite'}"
+    (tmp_path / "db-url").write_text(db)
+    (tmp_path / "db-url").chmod(0o600)  # a URL may hold a password: the file is private
+    lab = _lab(
+        tmp_path, ["agent-1", "agent-2"], "[changes]\np_value = 0.05\n",
+        f'history_url_file = "{tmp_path / "db-url"}"\n',
+    )  # fmt: skip
+    # Night by night from night 7, as fleet run records and then looks (its new changes,
+    # its JUnit): at the lab's p 0.05 each board's change is new on one night; at 0.01 (the
+    # old default of the trend page), on none.
+    table = _silero(nights, 9)
+    nights.record_nights(db, tmp_path / "r", boards, {k: v for k, v in table.items() if k[0] < 7})
+    new: dict[str, list] = {"0.05": [], "0.01": []}
+    for n in range(7, 10):
+        tonight = {k: v for k, v in table.items() if k[0] == n}
+        nights.record_nights(db, tmp_path / "r", boards, tonight)
+        for p in new if n == 9 else ["0.05"]:
+            out = tmp_path / f"night-{n}-{p}"
+            out.mkdir()
+            (out / "junit.xml").write_text('<?xml version="1.0"?>\n<testsuites/>\n')
+            history = History.open(db)
+            settings = change_settings(lab, p_value=float(p))
+            found = report_fleet_changes(history, lab, nights.fleet_run(n), settings, out)
+            history.close()
+            new[p] += [(n, c.device, c.p_value) for c in found]
+    assert new["0.01"] == []
+    assert sorted(d for _, d, _ in new["0.05"]) == ["agent-1", "agent-2"], new
+    assert all(7 <= n <= 9 and 0.01 < p <= 0.05 for n, _, p in new["0.05"]), new
+
+    def changes(*argv) -> list:
+        capsys.readouterr()
+        assert edgequal_main(["history", "changes", "--json", *argv]) == 0
+        return [(c["device"], c["index"]) for c in json.loads(capsys.readouterr().out)["changes"]]
+
+    assert changes("--lab", str(lab.path)) == [("agent-1", 7), ("agent-2", 7)]
+    assert changes("--db", db) == []  # the default p 0.01
+    assert changes("--db", db, "--p-value", "0.05") == [("agent-1", 7), ("agent-2", 7)]
+    assert changes("--lab", str(lab.path), "--p-value", "0.01") == []
+
+    page = tmp_path / "trend.html"
+    argv = ["history", "trend", "--lab", str(lab.path), "--device", "agent-1"]
+    assert edgequal_main([*argv, "--html", str(page)]) == 0
+    assert f"trend page: {page} (p ≤ 0.05)" in capsys.readouterr().err
+    assert page.read_text().count('<ul class="change-points">') == 1
+    assert edgequal_main([*argv, "--p-value", "0.01", "--html", str(page)]) == 0
+    assert '<ul class="change-points">' not in page.read_text()
+    # A policy's [changes] may set minimum effects, not the p-value: one line, exit 2.
+    policy = tmp_path / "gate.toml"
+    policy.write_text('name = "g"\n[changes]\np_value = 0.05\n')
+    capsys.readouterr()
+    assert edgequal_main(["history", "changes", "--db", db, "--policy", str(policy)]) == 2
+    err = capsys.readouterr().err
+    assert "changes.p_value is the lab's setting, not a policy's" in err and "--p-value" in err
+    assert edgequal_main(["history", "changes", "--db", db, "--p-value", "1.5"]) == 2
+    assert "--p-value must be between 0 and 1, got 1.5" in capsys.readouterr().err

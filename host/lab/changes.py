@@ -52,7 +52,14 @@ from ..judge.change_points import (
     change_points,
 )
 from ..judge.report_file import ReportFile, decoded_report
-from .change_causes import cause_of, fails, machine_evidence, machine_readings, machine_text
+from .change_causes import (
+    DIRECTED_KINDS,
+    cause_of,
+    fails,
+    machine_evidence,
+    machine_readings,
+    machine_text,
+)
 from .change_causes import separation as numeric_separation
 
 GAP_STATUSES = ("failed", "inconclusive", "incomplete")
@@ -681,6 +688,7 @@ def series_changes(s: Series, settings: ChangeSettings) -> list[Change]:
                         [machine_readings(p.report.predicate) for p in before],
                         [machine_readings(p.report.predicate) for p in after],
                         worse=_worse(sp.median_before, sp.median_after, fig.better),
+                        directed=fig.kind in DIRECTED_KINDS,
                     ),
                 )
             )

@@ -42,18 +42,50 @@ from types import SimpleNamespace
 import numpy as np
 
 
-def _trim(results: dict) -> dict:
-    """The parts of a run's results the series and the machine's readings read."""
+def _pick(d, keys) -> dict:
+    return {k: d[k] for k in keys if isinstance(d, dict) and k in d}
+
+
+def trim(run: dict) -> dict:
+    """What ``history changes`` reads of a run: its status and time, the plan's and the
+    fingerprint's fields a culprit could name, the figures it follows and the machine's
+    readings (raw samples and everything else left out)."""
+    results = run.get("results") or {}
     shapes = (results.get("latency") or {}).get("per_shape") or []
-    keep = ("shape", "summary", "clean", "preemption", "interference", "decided_on")
+    figures = ("p50_ms", "p99_ms", "count")
+    latency = []
+    for entry in shapes[:1]:
+        latency.append(
+            {
+                "shape": entry.get("shape"),
+                "summary": _pick(entry.get("summary") or {}, figures),
+                "clean": _pick(entry["clean"], figures) if entry.get("clean") else None,
+                "preemption": _pick(
+                    entry.get("preemption") or {},
+                    ("calls", "excluded", "share", "needed", "clean_enough"),
+                ),
+                "interference": _pick(entry.get("interference") or {}, ("other_cpus",)),
+            }
+        )
+    cold = results.get("cold_load") or {}
+    drift = (results.get("drift") or {}).get("outputs") or {}
     return {
-        "latency": {"per_shape": [{k: s.get(k) for k in keep if k in s} for s in shapes[:1]]},
-        "cold_load": {
-            k: v for k, v in (results.get("cold_load") or {}).items() if isinstance(v, dict)
+        "status": run["status"],
+        "finished_at": run["finished_at"],
+        "plan": _pick(run.get("plan") or {}, ("preset", "profile", "threads")),
+        "fingerprint": _pick(
+            run.get("fingerprint") or {}, ("kernel", "os_release", "architecture")
+        ),
+        "results": {
+            "latency": {"per_shape": latency},
+            "cold_load": {
+                k: _pick(cold.get(k) or {}, ("median",))
+                for k in ("total_ms", "first_inference_ms", "import_ms")
+            },
+            "memory": _pick(results.get("memory") or {}, ("peak_rss_bytes",)),
+            "drift": {"outputs": {k: _pick(v, ("max_abs",)) for k, v in drift.items()}},
+            "runtime": _pick(results.get("runtime") or {}, ("runtime", "version")),
         },
-        "memory": results.get("memory"),
-        "drift": {"outputs": (results.get("drift") or {}).get("outputs")},
-        "runtime": results.get("runtime"),
     }
 
 
@@ -86,13 +118,13 @@ def measure(runs: int) -> list[dict]:
     for i in range(runs):
         result = run_measurement(model, golden, plan)
         out.append(
-            {
-                "status": result["status"],
-                "finished_at": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                "fingerprint": result.get("fingerprint") or {},
-                "plan": plan.to_json(),
-                "results": _trim(result["results"]),
-            }
+            trim(
+                {
+                    **result,
+                    "finished_at": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                    "plan": plan.to_json(),
+                }
+            )
         )
         shape = out[-1]["results"]["latency"]["per_shape"][0]
         p50 = (shape.get("clean") or shape.get("summary") or {}).get("p50_ms")

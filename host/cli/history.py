@@ -447,12 +447,25 @@ def add_parsers(sub) -> None:
         add_p_value_option(q)
 
 
+def _p_value(text: str) -> float:
+    """``--p-value``: a number strictly between 0 and 1 (refused before anything runs)."""
+    import argparse
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0.0 < value < 1.0:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text}")
+    return value
+
+
 def add_p_value_option(parser) -> None:
     """``--p-value P``: the change points' significance, over the lab's ``[changes] p_value``
     (default 0.01); the same flag on ``history changes``, ``history trend`` and ``fleet run``."""
     parser.add_argument(
         "--p-value",
-        type=float,
+        type=_p_value,
         metavar="P",
         help="a change point is significant at or below this permutation p-value (default: "
         "the lab's [changes] p_value, else 0.01; docs/history.md)",

@@ -273,5 +273,10 @@ def test_one_p_value_for_history_changes_history_trend_and_fleet_run(tmp_path, t
     assert edgequal_main(["history", "changes", "--db", db, "--policy", str(policy)]) == 2
     err = capsys.readouterr().err
     assert "changes.p_value is the lab's setting, not a policy's" in err and "--p-value" in err
-    assert edgequal_main(["history", "changes", "--db", db, "--p-value", "1.5"]) == 2
-    assert "--p-value must be between 0 and 1, got 1.5" in capsys.readouterr().err
+    # A bad --p-value is refused before anything runs (fleet run contacts no board).
+    bad = (["history", "changes", "--db", db], ["fleet", "run", str(lab.path), "--models", "m"])
+    for argv in bad:
+        assert edgequal_main([*argv, "--p-value", "1.5"]) == 2
+        err = capsys.readouterr().err
+        assert "argument --p-value: must be between 0 and 1, got 1.5" in err
+        assert len(err.strip().splitlines()) == 1

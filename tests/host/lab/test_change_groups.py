@@ -276,7 +276,9 @@ def test_one_p_value_for_history_changes_history_trend_and_fleet_run(tmp_path, t
     # A bad --p-value is refused before anything runs (fleet run contacts no board).
     bad = (["history", "changes", "--db", db], ["fleet", "run", str(lab.path), "--models", "m"])
     for argv in bad:
-        assert edgequal_main([*argv, "--p-value", "1.5"]) == 2
+        with pytest.raises(SystemExit) as refused:  # argparse's refusal, one line
+            edgequal_main([*argv, "--p-value", "1.5"])
+        assert refused.value.code == 2
         err = capsys.readouterr().err
         assert "argument --p-value: must be between 0 and 1, got 1.5" in err
         assert len(err.strip().splitlines()) == 1

@@ -331,7 +331,9 @@ def _change_row(c) -> list[str]:
         ratio += f" [{c.ratio_ci[0]:.3f}, {c.ratio_ci[1]:.3f}]"
     why = ", ".join(f"{x['field']} {x['before']} → {x['after']}" for x in c.culprit[:3])
     if not c.culprit:
-        why = "nothing recorded" + machine_text(c.machine)
+        # The cause column says machine or unexplained; here, only what moved with it.
+        moved = [m for m in c.machine if m["moved_with"]]
+        why = "nothing recorded" + (machine_text(moved) if moved else "")
     return [
         f"{(c.first_after['measured_at'] or '')[:19]} {c.first_after['run_id']}",
         c.device,

@@ -28,7 +28,9 @@ PAGE_CSS = """
 .group.alone { border-style: dashed; }
 .group h2 { font-size: 1.05em; margin: 0.4em 0; overflow-wrap: anywhere; }
 .cause { color: #fff; border-radius: 1em; padding: 0 0.6em; font-size: 0.85em; }
-td, th { overflow-wrap: anywhere; }
+.group table { width: 100%; }
+.group td, .group th { white-space: nowrap; vertical-align: top; }
+.group .headline { white-space: normal; overflow-wrap: anywhere; }
 """
 
 
@@ -56,7 +58,7 @@ def _group(g, trend_href: str, settings) -> str:
                 f"{c.p_value:.3g}",
                 _cause(c.cause),
                 escape(verdict),
-                escape(c.headline()),
+                f'<span class="headline">{escape(c.headline())}</span>',
             ]
         )
     table = html_table(

@@ -230,7 +230,10 @@ def _history_changes(args) -> int:
     if args.html:
         _write_changes_pages(history, found, settings, args.html)
     if args.json:
-        write_json(json.dumps(found.to_json(), indent=1, default=str))
+        from ..lab.change_groups import group_changes
+
+        payload = {**found.to_json(), "groups": [g.to_json() for g in group_changes(found)]}
+        write_json(json.dumps(payload, indent=1, default=str))
         return 0
     noise = {(n.device, n.model, n.preset): n for n in found.noise}
 

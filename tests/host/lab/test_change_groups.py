@@ -173,8 +173,18 @@ def test_one_nights_changes_on_several_boards_are_one_group_named_by_what_they_s
         (b, "p50 x=1x16", "recorded") for b in ("pi5-a", "pi5-b", "pi5-c")
     }
     assert alone.alone and alone.cause == "unexplained" and alone.boards == ["pi4-a"]
-    # history changes prints the groups, and --json keeps every change's cause.
+    # history changes --json has the groups; the terminal prints them.
     capsys.readouterr()
+    assert edgequal_main(["history", "changes", "--db", lab_history["db"], "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)["groups"]
+    assert [(g["night_number"], g["boards"], g["alone"], g["cause"]) for g in listed] == [
+        (9, ["pi5-a", "pi5-b", "pi5-c"], False, "recorded"),
+        (6, ["pi4-a"], True, "unexplained"),
+    ]
+    assert listed[0]["kinds"] == {"raspberry-pi/5": {"boards": 3, "of": 3}}
+    assert listed[0]["fields"] == [
+        {"field": "kernel", "category": "kernel", "before": "6.6.31", "after": "6.6.51"}
+    ]
     assert edgequal_main(["history", "changes", "--db", lab_history["db"]]) == 0
     out = " ".join(capsys.readouterr().err.split())
     assert "3 of 3 raspberry-pi/5 boards, night 9 (2026-11-09): kernel 6.6.31 → 6.6.51" in out

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from edgequal.contract.cli_args import examples
 
+from .history import add_p_value_option
 from .judge import check_plan_for_policy, load_gate_policy
 from .plan_args import add_length_options, length_flags
 
@@ -35,16 +36,18 @@ def _history_recorder(args, lab):
     return recorder
 
 
-def _change_settings(args, lab):
-    """The lab's ``[changes]``, then the gate policy's; None when neither has one (a fleet
-    run then looks for no change points)."""
-    from ..lab.changes import ChangeSettings
+def _change_settings(args, lab, always: bool = False):
+    """The one change sensitivity (``lab/changes.py`` ``change_settings``: the lab's
+    ``[changes]``, the gate policy's, ``--p-value``); None when none of them is given and
+    not ``always`` (a fleet run then looks for no change points)."""
+    from ..lab.changes import change_settings
 
-    policy = load_gate_policy(args.gate) if getattr(args, "gate", None) else None
-    if not lab.changes and not (policy and policy.changes):
+    gate = getattr(args, "gate", None)
+    policy = load_gate_policy(gate) if gate else None
+    p_value = getattr(args, "p_value", None)
+    if not (always or lab.changes or (policy and policy.changes) or p_value is not None):
         return None
-    settings = ChangeSettings().updated(lab.changes, str(lab.path))
-    return settings.updated(policy.changes, str(args.gate)) if policy else settings
+    return change_settings(lab, policy, gate, p_value)
 
 
 def _report_changes(args, lab, runner, recorder, options) -> int:
@@ -65,8 +68,13 @@ def _report_changes(args, lab, runner, recorder, options) -> int:
         getattr(args, "prometheus", None),
     )
     for c in new:
-        print_note(("new change: " if c.worse else "new change (better): ") + c.headline())
-    return sum(1 for c in new if c.worse)
+        if c.fails(settings):
+            print_note("new change: " + c.headline())
+        elif c.worse:
+            print_note("new machine change (not failed): " + c.headline())
+        else:
+            print_note("new change (better): " + c.headline())
+    return sum(1 for c in new if c.fails(settings))
 
 
 def _run_fleet(lab, models, options, args, title: str, **kwargs) -> int:
@@ -240,14 +248,11 @@ def _check_baseline_flags(args) -> None:
 
 def _noisy(args, lab, models) -> dict[str, str]:
     """``--skip-noisy``: the lab's boards too noisy (history) for a model of this run."""
-    from ..lab.changes import ChangeSettings
     from ..lab.history import History
     from ..lab.noise import NOISY_PREFIX, noisy_boards
     from ..present.terminal.summary import print_note
 
-    settings = ChangeSettings().updated(lab.changes, str(lab.path))
-    if args.gate:
-        settings = settings.updated(load_gate_policy(args.gate).changes, str(args.gate))
+    settings = _change_settings(args, lab, always=True)
     url = args.history or (lab.history_url.read("lab history_url") if lab.history_url else None)
     history = History.open(url)
     try:
@@ -345,7 +350,7 @@ def _cmd_fleet_health(args) -> int:
 def _health_noise(args, lab) -> list:
     """``fleet health``: each board × model's noise score from the history (``--history``,
     else the lab's database when it names one; none otherwise). A mark, not a failure."""
-    from ..lab.changes import ChangeSettings, find_changes
+    from ..lab.changes import change_settings, find_changes
     from ..lab.history import History
 
     url = args.history or (lab.history_url.read("lab history_url") if lab.history_url else None)
@@ -357,7 +362,7 @@ def _health_noise(args, lab) -> list:
         rows = [r for r in history.runs() if r["device"] in devices]
     finally:
         history.close()
-    return find_changes(rows, ChangeSettings().updated(lab.changes, str(lab.path))).noise
+    return find_changes(rows, change_settings(lab)).noise
 
 
 def _disk_text(disk: dict) -> str:
@@ -508,6 +513,7 @@ def add_parsers(sub) -> None:
     )
     fr.add_argument("--retries", type=int, default=2, help="retries per run (default 2)")
     fr.add_argument("--history", metavar="URL", help="history database URL (default: the lab's)")
+    add_p_value_option(fr)
     fr.add_argument(
         "--no-record", action="store_true", help="do not record the reports in the history"
     )

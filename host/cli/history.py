@@ -11,10 +11,12 @@ def cmd_history(args) -> int:
     import json
 
     from ..lab.history import History
-    from ..present.terminal.summary import print_note, print_table, write_json
+    from ..present.terminal.summary import print_table, write_json
 
     if args.history_command == "changes":
         return _history_changes(args)
+    if args.history_command == "trend":
+        return _history_trend(args)
     history = History.open(args.db)
     if args.history_command == "record":
         from ..devices.trust import KnownDevices
@@ -32,8 +34,12 @@ def cmd_history(args) -> int:
     if args.history_command == "show":
         return _history_show(history, args)
     if args.history_command == "list":
+        from ..lab.history import series_gap
+
         rows = history.list(device=args.device, model=args.model, limit=args.limit)
         if args.json:
+            for r in rows:  # a failed, inconclusive or incomplete run: its status, no point
+                r["series_gap"] = series_gap(r)
             write_json(json.dumps(rows, indent=1, default=str))
             return 0
         print_table(
@@ -44,14 +50,65 @@ def cmd_history(args) -> int:
             stack=True,
         )
         return 0
+    return 0
+
+
+def _lab_scope(args):
+    """``--lab``'s boards, database URL and change sensitivity with ``--policy`` and
+    ``--p-value`` over it (``lab/changes.py`` ``change_settings``): (devices or None, URL,
+    settings), the same for ``history changes`` and ``history trend`` as for ``fleet run``."""
+    from ..lab.changes import change_settings
+
+    lab = policy = None
+    url = args.db
+    if getattr(args, "lab", None):
+        from ..lab.inventory import load_lab
+
+        lab = load_lab(args.lab)
+        if url is None and lab.history_url:
+            url = lab.history_url.read("lab history_url")
+    if getattr(args, "policy", None):
+        from ..judge.policy import load_policy
+
+        policy = load_policy(args.policy)
+    settings = change_settings(lab, policy, getattr(args, "policy", None), args.p_value)
+    return ({d.name for d in lab.devices} if lab else None), url, settings
+
+
+def _history_trend(args) -> int:
+    """``history trend``: each board × model over time; with ``--html``, the trend page with
+    the change points of the same sensitivity as ``history changes`` and ``fleet run``."""
+    import json
+
+    from ..lab.history import History, nights_not_run, series_gap
+    from ..present.terminal.summary import print_note, print_table, write_json
+
+    devices, url, settings = _lab_scope(args)
+    history = History.open(url)
+    history.check_model(args.model)
     trends = history.trends(device=args.device, model=args.model, limit=args.limit)
+    if devices is not None:
+        trends = {pair: rows for pair, rows in trends.items() if pair[0] in devices}
     if args.html:
         from ..lab.changes import find_changes
         from ..present.html.trend import write_trend_page
 
-        found = find_changes(history.runs(device=args.device, model=args.model))
-        write_trend_page(args.html, trends, source=history.url_for_display, changes=found.changes)
+        runs = history.runs(device=args.device, model=args.model)
+        if devices is not None:
+            runs = [r for r in runs if r["device"] in devices]
+        found = find_changes(runs, settings)
+        listed = [r for r in history.list(limit=None) if devices is None or r["device"] in devices]
+        write_trend_page(
+            args.html,
+            trends,
+            source=history.url_for_display,
+            changes=found.changes,
+            not_run=nights_not_run(trends, listed),
+        )
     if args.json:
+        for rows in trends.values():
+            for r in rows:
+                r["series_gap"] = series_gap(r)
         payload = [{"device": d, "model": m, "runs": rows} for (d, m), rows in trends.items()]
         write_json(json.dumps(payload, indent=1, default=str))
     else:
@@ -66,7 +123,7 @@ def cmd_history(args) -> int:
                 stack=True,
             )
     if args.html:
-        print_note(f"trend page: {args.html}")
+        print_note(f"trend page: {args.html} (p ≤ {settings.p_value:g})")
     return 0
 
 
@@ -104,8 +161,13 @@ _WHOLE_COLUMNS = ("device", "model")  # names read whole; a file name split in t
 
 
 def _history_rows(rows: list[dict], changes: bool = False) -> list[list[str]]:
+    from ..lab.history import series_gap
+
     table = []
     for r in rows:
+        gap = series_gap(r)
+        if gap:  # its status, never its figures: a failed run is not a slow or a 0 ms one
+            r = {**r, "p50_ms": None, "p99_ms": None}
         line = [
             str(r["measured_at"])[:19],
             r["device"],
@@ -113,8 +175,8 @@ def _history_rows(rows: list[dict], changes: bool = False) -> list[list[str]]:
             if not r.get("model_label")
             else f"{r['model_label']} ({r['model_name']})",
             r["status"],
-            _figure(r, "p50_ms", "p50_repeat_cv"),
-            _figure(r, "p99_ms", "p99_repeat_cv"),
+            _figure(r, "p50_ms", "p50_repeat_cv") or ("—" if gap else ""),
+            _figure(r, "p99_ms", "p99_repeat_cv") or ("—" if gap else ""),
             f"{r['runtime'] or ''} {r['runtime_version'] or ''}".strip(),
             r["run_id"],
         ]
@@ -180,25 +242,11 @@ def _history_changes(args) -> int:
     """``history changes``: change points of every series (host/lab/changes.py)."""
     import json
 
-    from ..lab.changes import ChangeSettings, find_changes
+    from ..lab.changes import find_changes
     from ..lab.history import History
     from ..present.terminal.summary import print_note, print_table, write_json
 
-    settings = ChangeSettings()
-    url = args.db
-    devices = None
-    if args.lab:
-        from ..lab.inventory import load_lab
-
-        lab = load_lab(args.lab)
-        devices = {d.name for d in lab.devices}
-        settings = settings.updated(lab.changes, str(args.lab))
-        if url is None and lab.history_url:
-            url = lab.history_url.read("lab history_url")
-    if args.policy:
-        from ..judge.policy import load_policy
-
-        settings = settings.updated(load_policy(args.policy).changes, str(args.policy))
+    devices, url, settings = _lab_scope(args)
     history = History.open(url)
     rows = history.runs(device=args.device, model=args.model, since=_since(args.since))
     if devices is not None:
@@ -208,8 +256,13 @@ def _history_changes(args) -> int:
         from ..lab.change_attestation import write_changes_attestation
 
         write_changes_attestation(found, args.attest)
+    if args.html:
+        _write_changes_pages(history, found, settings, args.html)
     if args.json:
-        write_json(json.dumps(found.to_json(), indent=1, default=str))
+        from ..lab.change_groups import group_changes
+
+        payload = {**found.to_json(), "groups": [g.to_json() for g in group_changes(found)]}
+        write_json(json.dumps(payload, indent=1, default=str))
         return 0
     noise = {(n.device, n.model, n.preset): n for n in found.noise}
 
@@ -217,11 +270,17 @@ def _history_changes(args) -> int:
         n = noise.get((s.device, s.model, s.preset))
         return "" if n is None else f"{n.cv:.1%}" + (" too noisy" if n.too_noisy else "")
 
+    def gaps(s) -> str:
+        counts: dict[str, int] = {}
+        for g in s.gaps:
+            counts[g["status"]] = counts.get(g["status"], 0) + 1
+        return ", ".join(f"{n} {status}" for status, n in counts.items())
+
     print_table(
         f"series ({history.url_for_display})",
         ["device", "model", "preset", "runs", "gaps", "CV of p50"],
         [
-            [s.device, s.model, s.preset or "", str(len(s.points)), str(len(s.gaps)), cv(s)]
+            [s.device, s.model, s.preset or "", str(len(s.points)), gaps(s), cv(s)]
             for s in found.series
         ],
         stack=True,
@@ -231,37 +290,88 @@ def _history_changes(args) -> int:
     if not found.changes:
         print_note(
             f"no change beyond noise in {len(found.series)} series "
-            f"(p ≤ {settings.p_value:g}, {found.gap_count} inconclusive or incomplete runs left out)"
+            f"(p ≤ {settings.p_value:g}, {_gaps_note(found)})"
         )
         if args.attest:
             print_note(f"signed change points: {args.attest}")
+        if args.html:
+            print_note(f"changes page: {args.html}")
         return 0
     print_table(
         "changes",
         ["first run after", "device", "model", "figure", "before", "after", "ratio [95 % CI]",
-         "p", "boards", "changed there"],
+         "p", "boards", "cause", "changed there"],
         [_change_row(c) for c in found.changes],
         stack=True,
     )  # fmt: skip
+    from ..lab.change_groups import group_changes
+
+    for g in group_changes(found):
+        print_note(g.headline())
     for c in found.changes:
         print_note(c.headline())
+    print_note(f"p ≤ {settings.p_value:g}; {_gaps_note(found)}")
     if args.attest:
         print_note(f"signed change points: {args.attest}")
+    if args.html:
+        print_note(f"changes page: {args.html}")
     return 0
+
+
+def _gaps_note(found) -> str:
+    """'3 runs left out (1 failed, 2 inconclusive)', or that none were."""
+    counts = found.gaps_by_status()
+    if not counts:
+        return "no failed, inconclusive or incomplete run left out"
+    parts = ", ".join(f"{n} {status}" for status, n in counts.items())
+    return f"{found.gap_count} run{'s' if found.gap_count != 1 else ''} left out ({parts})"
+
+
+def _write_changes_pages(history, found, settings, page: Path) -> None:
+    """``history changes --html PAGE``: the lab's changes page, and the trend page of its
+    series beside it (``PAGE``'s name with ``-trend``), which each change links."""
+    from ..lab.change_groups import group_changes
+    from ..lab.history import nights_not_run
+    from ..present.html.change_groups import write_changes_page
+    from ..present.html.trend import write_trend_page
+
+    page = Path(page)
+    trend_page = page.with_name(f"{page.stem}-trend{page.suffix or '.html'}")
+    pairs = sorted({(s.device, s.model) for s in found.series})
+    trends = {(d, m): history.trend(d, m) for d, m in pairs}
+    listed = [r for r in history.list(limit=None) if r["device"] in {d for d, _ in pairs}]
+    write_trend_page(
+        trend_page,
+        trends,
+        source=history.url_for_display,
+        changes=found.changes,
+        not_run=nights_not_run(trends, listed),
+    )
+    write_changes_page(
+        page,
+        group_changes(found),
+        trend_href=trend_page.name,
+        settings=settings,
+        source=history.url_for_display,
+        series=len(found.series),
+    )
 
 
 def _change_row(c) -> list[str]:
     """A change's row: its culprit by field name only (the model first); the line under the
     table (its headline) names each field with its values, so one culprit never fills a
     column over many lines."""
-    from ..lab.changes import culprit_fields, load_text
+    from ..lab.change_causes import machine_text
+    from ..lab.changes import culprit_fields
 
     ratio = "" if c.ratio is None else f"×{c.ratio:.3f}"
     if c.ratio_ci:
         ratio += f" [{c.ratio_ci[0]:.3f}, {c.ratio_ci[1]:.3f}]"
     why = ", ".join(x["field"] for x in culprit_fields(c.culprit))
     if not c.culprit:
-        why = "nothing recorded" + load_text(c.load, c.worse)
+        # The cause column says machine or unexplained; here, only what moved with it.
+        moved = [m for m in c.machine if m["moved_with"]]
+        why = "nothing recorded" + (machine_text(moved) if moved else "")
     return [
         f"{(c.first_after['measured_at'] or '')[:19]} {c.first_after['run_id']}",
         c.device,
@@ -272,6 +382,7 @@ def _change_row(c) -> list[str]:
         ratio,
         f"{c.p_value:.3g}",
         ", ".join(c.boards),
+        c.cause,
         why,
     ]
 
@@ -296,6 +407,13 @@ def add_parsers(sub) -> None:
     )
     ht.add_argument(
         "--html", type=Path, metavar="PAGE", help="also write the trend page (plots) to PAGE"
+    )
+    ht.add_argument(
+        "--lab",
+        type=Path,
+        metavar="LAB_TOML",
+        help="only this lab's boards; its history database and [changes] sensitivity (the "
+        "change points on the page are those history changes and fleet run find)",
     )
     examples(
         ht,
@@ -337,6 +455,13 @@ def add_parsers(sub) -> None:
         "--since", metavar="DATE", help="only runs measured on or after DATE (YYYY-MM-DD)"
     )
     hc.add_argument(
+        "--html",
+        type=Path,
+        metavar="PAGE",
+        help="also write the lab's changes page: each night's changes grouped by what they "
+        "share, the latest first, each linking its series on PAGE-trend.html beside it",
+    )
+    hc.add_argument(
         "--attest",
         type=Path,
         metavar="FILE",
@@ -358,3 +483,30 @@ def add_parsers(sub) -> None:
         q.add_argument("--json", action="store_true")
     for q in (hl, ht):
         q.add_argument("--limit", type=int, default=50, help="rows (per board × model for trend)")
+    for q in (ht, hc):
+        add_p_value_option(q)
+
+
+def _p_value(text: str) -> float:
+    """``--p-value``: a number strictly between 0 and 1 (refused before anything runs)."""
+    import argparse
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0.0 < value < 1.0:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text}")
+    return value
+
+
+def add_p_value_option(parser) -> None:
+    """``--p-value P``: the change points' significance, over the lab's ``[changes] p_value``
+    (default 0.01); the same flag on ``history changes``, ``history trend`` and ``fleet run``."""
+    parser.add_argument(
+        "--p-value",
+        type=_p_value,
+        metavar="P",
+        help="a change point is significant at or below this permutation p-value (default: "
+        "the lab's [changes] p_value, else 0.01; docs/history.md)",
+    )

@@ -152,9 +152,11 @@ SCHEMA: dict[str, dict[str, str]] = {
         "max_preprocessing_abs": NUMBER,
     },
     # Change points over the history (host/lab/changes.py: history changes, the fleet's
-    # JUnit): sensitivity over the lab's [changes]; keys as ChangeSettings.KEYS.
+    # JUnit): sensitivity over the lab's [changes]; keys as ChangeSettings.KEYS (p_value is
+    # refused where the settings are resolved: it is the lab's alone).
     "changes": {
         "p_value": NUMBER,
+        "fail_on_machine": BOOL,
         "min_points": INTEGER,
         "permutations": INTEGER,
         "seed": INTEGER,

@@ -4,8 +4,8 @@ a DSSE envelope signed by this host's key (the key of signed gate decisions,
 
 The subjects are every device report (its signed envelope, by sha256) either side of
 every change; the predicate (``https://edgequal.dev/history-changes/v1``) lists each change
-with its series, figure, first run after it, medians, ratio and interval, p-value, boards
-and culprit, and the SHA-256 of the reports before and after it; plus the sensitivity it
+with its series, figure, first run after it, medians, ratio and interval, p-value, boards,
+culprit and cause (with the machine's readings either side), and the SHA-256 of the reports before and after it; plus the sensitivity it
 was found with. Anyone holding the reports (the history keeps each envelope) can recompute
 the medians and the split from exactly those reports.
 """
@@ -41,6 +41,8 @@ _CHANGE_FIELDS = (
     "worse",
     "too_noisy",
     "culprit",
+    "cause",
+    "machine",
     "reports_before",
     "reports_after",
 )

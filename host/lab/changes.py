@@ -20,8 +20,16 @@ the **culprit** (:func:`culprit`: every fingerprint field that differs between t
 either side, ranked by how well it separates the runs before from those after) and, where
 both sides profiled their operators, the per-operator diff.
 
-Sensitivity (:class:`ChangeSettings`) comes from the defaults below, then the lab file's
-``[changes]`` table, then a policy's ``[changes]`` section (docs/history.md).
+Each change has a **cause** (``host/lab/change_causes.py``): ``recorded`` (a culprit field),
+``machine`` (nothing recorded changed; other processes' CPU use, the clean-call fraction or
+the bare speed moved with it) or ``unexplained``; a machine change is shown, not failed,
+unless the lab says so (``fail_on_machine``).
+
+Sensitivity (:class:`ChangeSettings`, resolved once by :func:`change_settings` for
+``history changes``, ``history trend`` and ``fleet run``) comes from the defaults below,
+then the lab file's ``[changes]`` table, then a policy's ``[changes]`` section (minimum
+effects and ``fail_on_machine``; never the p-value, which is the lab's), then
+``--p-value`` (docs/history.md).
 """
 
 from __future__ import annotations
@@ -44,9 +52,20 @@ from ..judge.change_points import (
     change_points,
 )
 from ..judge.report_file import ReportFile, decoded_report
+from .change_causes import (
+    DIRECTED_KINDS,
+    cause_of,
+    fails,
+    machine_evidence,
+    machine_readings,
+    machine_text,
+)
+from .change_causes import separation as numeric_separation
 
-GAP_STATUSES = ("inconclusive", "incomplete")
-"""Statuses whose runs are never points of a series (shown as gaps)."""
+GAP_STATUSES = ("failed", "inconclusive", "incomplete")
+"""Statuses whose runs are never points of a series, each shown as a gap of its status:
+a failed run's figures are not the model's on a working board, an inconclusive run's are
+the interference's, an incomplete run's are missing. (Not 0, and not a figure.)"""
 
 DEFAULT_MIN_EFFECT: Mapping[str, float] = {
     "latency": 0.05,
@@ -82,14 +101,20 @@ class ChangeSettings:
     permutations: int = DEFAULT_PERMUTATIONS
     seed: int = 0
     min_effect: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_MIN_EFFECT))
+    fail_on_machine: bool = False
+    """A new change for the worse that only the machine explains (cause ``machine``) fails
+    the fleet run too (default: shown and recorded, not failed)."""
 
-    KEYS = ("p_value", "min_points", "permutations", "seed", "min_effect") + tuple(
-        f"min_effect_{k}" for k in DEFAULT_MIN_EFFECT
+    KEYS = ("p_value", "min_points", "permutations", "seed", "min_effect", "fail_on_machine") + (
+        tuple(f"min_effect_{k}" for k in DEFAULT_MIN_EFFECT)
     )
 
-    def updated(self, table: Mapping[str, Any] | None, where: str) -> ChangeSettings:
+    def updated(
+        self, table: Mapping[str, Any] | None, where: str, p_value: bool = True
+    ) -> ChangeSettings:
         """These settings with a ``[changes]`` table's keys applied (``min_effect`` sets every
-        kind, ``min_effect_<kind>`` one); UsageError naming ``where`` on a bad key or value."""
+        kind, ``min_effect_<kind>`` one); UsageError naming ``where`` on a bad key or value.
+        ``p_value=False``: the table may not set the p-value (a policy's: it is the lab's)."""
         if not table:
             return self
         if not isinstance(table, Mapping):
@@ -101,6 +126,16 @@ class ChangeSettings:
                 raise UsageError(
                     f"{where}: unknown key changes.{key}", hint="one of " + ", ".join(self.KEYS)
                 )
+            if key == "p_value" and not p_value:
+                raise UsageError(
+                    f"{where}: changes.p_value is the lab's setting, not a policy's",
+                    hint="set [changes] p_value in lab.toml or pass --p-value: history changes, "
+                    "history trend and fleet run then use the same",
+                )
+            if key == "fail_on_machine":
+                if not isinstance(value, bool):
+                    raise UsageError(f"{where}: changes.fail_on_machine must be true or false")
+                continue
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise UsageError(f"{where}: changes.{key} must be a number")
             if key == "p_value" and not 0.0 < value < 1.0:
@@ -123,11 +158,33 @@ class ChangeSettings:
             permutations=int(table.get("permutations", out.permutations)),
             seed=int(table.get("seed", out.seed)),
             min_effect=effects,
+            fail_on_machine=bool(table.get("fail_on_machine", out.fail_on_machine)),
         )
+
+    def with_p_value(self, p_value: float | None, where: str = "--p-value") -> ChangeSettings:
+        """These settings with the command's ``--p-value`` (None: unchanged)."""
+        if p_value is None:
+            return self
+        if not 0.0 < p_value < 1.0:
+            raise UsageError(f"{where} must be between 0 and 1, got {p_value:g}")
+        return replace(self, p_value=float(p_value))
 
     def to_json(self) -> dict:
         """JSON-ready fields."""
         return {**asdict(self), "min_effect": dict(self.min_effect)}
+
+
+def change_settings(lab=None, policy=None, policy_path=None, p_value=None) -> ChangeSettings:
+    """The one sensitivity of ``history changes``, ``history trend`` and ``fleet run``: the
+    defaults, the lab's ``[changes]`` (``lab``: ``inventory.Lab``), a policy's ``[changes]``
+    (``policy``: ``judge.policy.Policy`` read from ``policy_path``; its minimum effects and
+    ``fail_on_machine``, never the p-value), then ``--p-value``."""
+    settings = ChangeSettings()
+    if lab is not None:
+        settings = settings.updated(lab.changes, str(lab.path))
+    if policy is not None:
+        settings = settings.updated(policy.changes, str(policy_path or "policy"), p_value=False)
+    return settings.with_p_value(p_value)
 
 
 # -- figures ---------------------------------------------------------------------------
@@ -321,6 +378,7 @@ def build_series(rows: Iterable[Mapping]) -> list[Series]:
                     "run_id": row["run_id"],
                     "measured_at": _iso(row["measured_at"]),
                     "status": row["status"],
+                    "fleet_run": fleet_run_of(row.get("cell")),
                 }
             )
             continue
@@ -370,8 +428,10 @@ class Change:
     culprit: list[dict] = field(default_factory=list)
     operators: list[dict] = field(default_factory=list)
     load: dict | None = None
-    """Other processes' CPU use in the timed loops either side (:func:`load_either_side`):
-    the evidence a change with no recorded culprit is read against."""
+    """Other processes' CPU use in the timed loops either side (:func:`load_either_side`)."""
+    machine: list[dict] = field(default_factory=list)
+    """The machine's measurements either side (``change_causes.machine_evidence``): what a
+    change with no recorded culprit is read against."""
     too_noisy: str | None = None
     """Why the board is too noisy for this minimum effect (:func:`series_noise`), or None: a
     change found there may be its noise moving (a neighbour's load, a clock), so read it so."""
@@ -379,10 +439,16 @@ class Change:
     @property
     def worse(self) -> bool:
         """The figure moved the bad way (slower, less throughput, more drift or memory)."""
-        if self.median_after == self.median_before:
-            return False
-        up = self.median_after > self.median_before
-        return up if self.better == "lower" else not up
+        return _worse(self.median_before, self.median_after, self.better)
+
+    @property
+    def cause(self) -> str:
+        """``recorded``, ``machine`` or ``unexplained`` (``change_causes.cause_of``)."""
+        return cause_of(self.culprit, self.machine)
+
+    def fails(self, settings: ChangeSettings) -> bool:
+        """Whether this change, new in a fleet run, fails it (``change_causes.fails``)."""
+        return fails(self.worse, self.cause, settings.fail_on_machine)
 
     def headline(self) -> str:
         """One line: 'p50 x +31 % from 2026-11-14 on pi5-a and pi5-b; changed there: ...'."""
@@ -398,7 +464,7 @@ class Change:
         if self.culprit:
             text += "; changed there: " + culprit_text(self.culprit)
         else:
-            text += "; nothing recorded changed there" + load_text(self.load, self.worse)
+            text += "; nothing recorded changed there" + machine_text(self.machine)
         ops = operators_text(self.operators)
         if ops:
             text += "; " + ops
@@ -411,6 +477,7 @@ class Change:
         out = asdict(self)
         out["ratio_ci"] = list(self.ratio_ci) if self.ratio_ci else None
         out["worse"] = self.worse
+        out["cause"] = self.cause
         out["headline"] = self.headline()
         return out
 
@@ -438,11 +505,6 @@ def culprit_text(culprit: list[dict]) -> str:
     return ", ".join(culprit_field_text(c) for c in culprit_fields(culprit))
 
 
-LOAD_SEPARATION = 0.6
-"""How well other processes' CPU use must tell the runs before from those after for a change
-with no recorded culprit to be put down to them."""
-
-
 def load_either_side(before: list[Point], after: list[Point]) -> dict | None:
     """Other processes' CPU use (``other_cpus``, measured by the agent in each run's timed
     loop of its first shape) either side of a change: medians and separation; None where a
@@ -467,19 +529,6 @@ def load_either_side(before: list[Point], after: list[Point]) -> dict | None:
     }
 
 
-def load_text(load: dict | None, worse: bool) -> str:
-    """The cause a change with no recorded culprit is read with: other processes' CPU use
-    moved with it (up where the figure got worse, down where it got better, and telling the
-    runs apart), or it did not (unexplained), or it was not measured."""
-    if load is None:
-        return " (other processes' CPU use not measured: unexplained)"
-    moved = f"{load['other_cpus_before']:.2f} → {load['other_cpus_after']:.2f} CPUs"
-    up = load["other_cpus_after"] > load["other_cpus_before"]
-    if load["separation"] >= LOAD_SEPARATION and up == worse:
-        return f"; other processes' CPU use moved with it: {moved}"
-    return f" (other processes' CPU use did not move with it, {moved}: unexplained)"
-
-
 def operators_text(diff: list[dict], top: int = 2) -> str:
     """The ``top`` largest moves of an operator diff: ``Conv +44 %, Resize +210 %`` ('' if none)."""
     ops = [o for o in diff if o.get("ratio") is not None][:top]
@@ -496,10 +545,7 @@ def _separation(before: list, after: list) -> float:
     a = [v for v in after if v is not None]
     numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in a + b)
     if numeric and a and b:
-        from scipy.stats import mannwhitneyu
-
-        u = mannwhitneyu(a, b).statistic
-        return abs(2.0 * u / (len(a) * len(b)) - 1.0)
+        return numeric_separation(b, a)
     ab = [_hashable(v) for v in before]
     aa = [_hashable(v) for v in after]
     only_before = sum(1 for v in ab if v not in set(aa))
@@ -660,9 +706,21 @@ def series_changes(s: Series, settings: ChangeSettings) -> list[Change]:
                     culprit=culprit(before, after, settings.min_points),
                     operators=operator_diff(before, after),
                     load=load_either_side(before, after),
+                    machine=machine_evidence(
+                        [machine_readings(p.report.predicate) for p in before],
+                        [machine_readings(p.report.predicate) for p in after],
+                        worse=_worse(sp.median_before, sp.median_after, fig.better),
+                        directed=fig.kind in DIRECTED_KINDS,
+                    ),
                 )
             )
     return out
+
+
+def _worse(before: float, after: float, better: str) -> bool:
+    if after == before:
+        return False
+    return (after > before) if better == "lower" else (after < before)
 
 
 def _same_change(a: Change, b: Change) -> bool:
@@ -697,8 +755,17 @@ class ChangeReport:
 
     @property
     def gap_count(self) -> int:
-        """Runs left out of every series (inconclusive or incomplete)."""
+        """Runs left out of every series (failed, inconclusive or incomplete)."""
         return sum(len(s.gaps) for s in self.series)
+
+    def gaps_by_status(self) -> dict[str, int]:
+        """How many runs of each status were left out of the series, in :data:`GAP_STATUSES`
+        order (a status with none is absent)."""
+        counts = {status: 0 for status in GAP_STATUSES}
+        for s in self.series:
+            for g in s.gaps:
+                counts[g["status"]] = counts.get(g["status"], 0) + 1
+        return {k: v for k, v in counts.items() if v}
 
     def to_json(self) -> dict:
         """The analysis as JSON."""
@@ -706,6 +773,7 @@ class ChangeReport:
             "settings": self.settings.to_json(),
             "series": [s.to_json() for s in self.series],
             "gaps": self.gap_count,
+            "gaps_by_status": self.gaps_by_status(),
             "changes": [c.to_json() for c in self.changes],
             "noise": [n.to_json() for n in self.noise],
         }

@@ -10,9 +10,12 @@ after it.
 Each new change that made a figure worse (slower, less throughput, more memory or drift)
 by at least the sensitivity's minimum effect (the lab's ``[changes]``, then the gate
 policy's) is one failing test case of the suite ``edgequal changes LAB`` in the run's
-``junit.xml``; with none, the suite holds one passing case. ``--prometheus DIR`` gains
+``junit.xml`` (type ``Change``), unless only the machine explains it (cause ``machine``,
+``host/lab/change_causes.py``): that one is a passing case whose ``system-out`` says so,
+failing (type ``MachineChange``) only where the lab sets ``fail_on_machine``. With no new
+change for the worse, the suite holds one passing case. ``--prometheus DIR`` gains
 ``DIR/changes.prom``: ``edgequal_change_detected`` per series × figure, 1 where a new
-change was found, else 0.
+change was found, else 0 (whatever its cause).
 """
 
 from __future__ import annotations
@@ -74,25 +77,31 @@ def report_fleet_changes(
     found, new = fleet_changes(history, {d.name for d in lab.devices}, fleet_run, settings)
     junit = Path(out_dir) / "junit.xml"
     if junit.exists():
-        add_changes_suite(junit, lab.name, new)
+        add_changes_suite(junit, lab.name, new, settings)
     if prometheus_dir is not None:
         Path(prometheus_dir).mkdir(parents=True, exist_ok=True)
         write_textfile(Path(prometheus_dir) / "changes.prom", changes_metrics(found, new))
     return new
 
 
-def add_changes_suite(junit_path: Path, lab: str, new: list) -> None:
-    """Append the suite of new changes to the fleet's ``junit.xml`` (rewritten in place)."""
+def add_changes_suite(
+    junit_path: Path, lab: str, new: list, settings: ChangeSettings | None = None
+) -> None:
+    """Append the suite of new changes to the fleet's ``junit.xml`` (rewritten in place): a
+    failing case per change that fails (``Change.fails``), a passing one, saying why it did
+    not fail, per machine change for the worse."""
+    settings = settings or ChangeSettings()
     tree = ET.parse(junit_path)
     root = tree.getroot()
     worse = [c for c in new if c.worse]
+    failing = [c for c in worse if c.fails(settings)]
     suite = ET.SubElement(
         root,
         "testsuite",
         {"name": f"edgequal changes {lab}", "tests": str(max(1, len(worse)))},
     )
-    suite.set("failures", str(len(worse)))
-    if not worse:
+    suite.set("failures", str(len(failing)))
+    if not failing:
         ET.SubElement(
             suite,
             "testcase",
@@ -104,11 +113,20 @@ def add_changes_suite(junit_path: Path, lab: str, new: list) -> None:
             "testcase",
             {"name": f"{c.model} {c.figure} on {c.device}", "classname": "edgequal.changes"},
         )
-        failure = ET.SubElement(case, "failure", {"message": c.headline(), "type": "Change"})
-        failure.text = (
+        evidence = (
             f"median {c.median_before:.6g} → {c.median_after:.6g} {c.unit}, p {c.p_value:.3g}, "
-            f"first run after: {c.first_after['run_id']}"
+            f"first run after: {c.first_after['run_id']}, cause: {c.cause}"
         )
+        if c.fails(settings):
+            kind = "MachineChange" if c.cause == "machine" else "Change"
+            failure = ET.SubElement(case, "failure", {"message": c.headline(), "type": kind})
+            failure.text = evidence
+        else:  # a machine change: shown, not failed ([changes] fail_on_machine fails it)
+            out = ET.SubElement(case, "system-out")
+            out.text = (
+                f"machine change, not failed (the lab's [changes] fail_on_machine = true "
+                f"fails it): {c.headline()}\n{evidence}"
+            )
     ET.indent(tree)
     tmp = junit_path.with_suffix(".xml.tmp")
     tree.write(tmp, encoding="utf-8", xml_declaration=True)

@@ -619,6 +619,58 @@ class History:
         return bytes(value) if value is not None else None
 
 
+def series_gap(row: Mapping) -> str | None:
+    """The status of a run that is not a point of its series (failed, inconclusive,
+    incomplete: ``changes.GAP_STATUSES``), or None for a point: what ``history list``,
+    ``trend`` and their JSON show in place of its figures."""
+    from .changes import GAP_STATUSES
+
+    return row["status"] if row.get("status") in GAP_STATUSES else None
+
+
+def nights_not_run(
+    trends: Mapping[tuple[str, str], list[dict]], rows: list[Mapping]
+) -> dict[tuple[str, str], list[dt.datetime]]:
+    """Per board × model of ``trends`` (``History.trends``), the lab's nights it has no run
+    in: the fleet runs among ``rows`` (``History.list``), each at its first run's time,
+    from the pair's first run on, in which the pair's model ran on another board (a model
+    the lab stopped running leaves no gap; a board left out of a night does)."""
+    from .changes import fleet_run_of
+
+    night_at: dict[str, dt.datetime] = {}
+    models_in: dict[str, set[str]] = {}
+    for r in rows:
+        night = fleet_run_of(r.get("cell"))
+        if night is None or r.get("measured_at") is None:
+            continue
+        if night not in night_at or _naive(r["measured_at"]) < _naive(night_at[night]):
+            night_at[night] = r["measured_at"]
+        models_in.setdefault(night, set()).add(r.get("model_label") or r["model_name"])
+    out: dict[tuple[str, str], list[dt.datetime]] = {}
+    for pair, runs in trends.items():
+        timed = [r for r in runs if r.get("measured_at") is not None]
+        if not timed:
+            continue
+        own = {fleet_run_of(r.get("cell")) for r in timed}
+        names = {r.get("model_label") or r["model_name"] for r in timed}
+        start = min(_naive(r["measured_at"]) for r in timed)
+        missing = [
+            at
+            for night, at in night_at.items()
+            if night not in own and _naive(at) > start and models_in[night] & names
+        ]
+        if missing:
+            out[pair] = sorted(missing, key=_naive)
+    return out
+
+
+def _naive(when: dt.datetime) -> dt.datetime:
+    """A time as naive UTC (SQLite gives naive datetimes, PostgreSQL aware ones)."""
+    if when.tzinfo is not None:
+        return when.astimezone(dt.timezone.utc).replace(tzinfo=None)
+    return when
+
+
 def model_labels(models) -> dict[str, str]:
     """Model SHA-256 → its name, for the models of a models file (``load_models``): how a
     report recorded by hand gets the lab's name for its model."""

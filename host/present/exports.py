@@ -11,10 +11,13 @@
   gauge per status, 1 for the report's own).
 
 Only verified reports are exported, and only what they measured: an absent figure is
-left out, never written as zero. An ``inconclusive`` report's figures are the
-interference's, not the board's: github-benchmark leaves the report out (the action has
-no way to mark an entry, and ``extra`` does not keep it off the chart) and Prometheus
-exports its ``edgequal_status`` only.
+left out, never written as zero. Only a ``passed`` or ``degraded`` report's figures are
+charted (``lab/results.OK_STATUSES``, the points of a history series): a ``failed``
+report's are not the model's on a working board, an ``inconclusive`` one's are the
+interference's, an ``incomplete`` one's are missing. github-benchmark leaves such a
+report out (the action has no way to mark an entry, and ``extra`` does not keep it off
+the chart) and Prometheus exports its ``edgequal_status`` only, so a failed run reads
+as failed, never as a 0 or a figure.
 """
 
 from __future__ import annotations
@@ -29,16 +32,20 @@ from typing import TYPE_CHECKING
 
 from edgequal.contract.openmetrics import Gauge, render
 
+from ..lab.results import OK_STATUSES
+
 if TYPE_CHECKING:  # the CLI reads EXPORTS for --format: nothing heavy at import
     from ..judge.report_file import ReportFile
 
-SPOILED = "inconclusive"
-"""The status whose figures a dashboard must not chart (other processes took the CPU)."""
+
+def charted(report: ReportFile) -> bool:
+    """Whether a dashboard may chart the report's figures (passed or degraded)."""
+    return report.predicate.get("status") in OK_STATUSES
 
 
 def left_out(reports: Iterable[ReportFile]) -> list[ReportFile]:
-    """The reports whose figures an export leaves out (their status is :data:`SPOILED`)."""
-    return [r for r in reports if r.predicate.get("status") == SPOILED]
+    """The reports whose figures an export leaves out (failed, inconclusive, incomplete)."""
+    return [r for r in reports if not charted(r)]
 
 
 def _labels(report: ReportFile) -> dict[str, str]:
@@ -57,7 +64,7 @@ def github_benchmark(reports: Iterable[ReportFile]) -> list[dict]:
     out = []
     for r in reports:
         pred, results = r.predicate, r.predicate.get("results") or {}
-        if pred.get("status") == SPOILED:
+        if not charted(r):
             continue
         where = f"{r.model_name} on {r.device_name}"
         extra = f"run {pred.get('run_id')}, status {pred.get('status')}"
@@ -131,8 +138,8 @@ def prometheus(reports: Iterable[ReportFile]) -> str:
         base, pred = _labels(r), r.predicate
         for status in STATUSES:
             g["status"].add({**base, "status": status}, status == pred.get("status"))
-        if pred.get("status") == SPOILED:
-            continue  # its status only: the figures are the interference's
+        if not charted(r):
+            continue  # its status only: failed, inconclusive or incomplete, never a figure
         results = pred.get("results") or {}
         for shape, s in _shape_entries(r):
             for key in ("p50", "p99"):

@@ -5,17 +5,23 @@ One section per (device, model): p50 and p99 latency on axes of their own (each 
 unit rule of ``present/units.py``) and sustained throughput (inferences/s) against the
 measurement time, a dashed vertical line numbered at the top at each run whose firmware
 or runtime differs from the run before, the numbered list of what changed, and the table
-of runs. An inconclusive run is a marked gap (a dotted line), not a point. Plots are matplotlib PNGs embedded as base64, as on
+of runs. A run that is not a point (failed, inconclusive, incomplete: ``GAP_STATUSES``)
+is a marked gap in every line, a dotted line of its status' colour at its time, and its
+figures are "—" in the table; a night of the lab (a fleet run) in which the board × model
+has no run at all is a gap too (a grey dotted line, "not run"): the line never joins
+across it, and nothing is drawn as 0. Plots are matplotlib PNGs embedded as base64, as on
 the report page (``report.py``): the page is one file, fetches nothing, runs no
 script, and every text that comes from the database is escaped.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from ...lab.results import OK_STATUSES
 from ..units import duration_text, spread_text, table_unit
 from .parts import CSS, escape, fmt_num, html_table, png_img, status_badge
 
@@ -42,6 +48,24 @@ def _change_text(row: dict) -> str:
 
 INCONCLUSIVE = "inconclusive"
 INCONCLUSIVE_COLOR = "#9a6700"
+GAP_COLORS = {"inconclusive": INCONCLUSIVE_COLOR, "failed": "#cf222e", "incomplete": "#57606a"}
+"""The dotted line of a run that is not a point, by its status."""
+NOT_RUN = "not run"
+NOT_RUN_COLOR = "#8c959f"
+
+
+def is_point(row: dict) -> bool:
+    """Whether a run's figures are a point of its lines (passed or degraded): a failed,
+    inconclusive or incomplete run is a gap of its status, never a figure or a 0."""
+    return row.get("status") in OK_STATUSES
+
+
+def series_anchor(device: str, model: str) -> str:
+    """The trend page's anchor of one board × model (stable: other pages link to it)."""
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{device}--{model}").strip("-")
+    return f"series-{slug}"
+
+
 NOT_MEASURED = {
     "p50_ms": "not measured in these runs",
     "p99_ms": "not measured: a p99 needs 368 calls in a run (a longer plan)",
@@ -67,27 +91,34 @@ def _change_points(rows: Sequence[dict], changes: Sequence) -> list[tuple[dict, 
     ]
 
 
-def trend_plot(device: str, model: str, rows: Sequence[dict], changes: Sequence = ()):
+def trend_plot(
+    device: str, model: str, rows: Sequence[dict], changes: Sequence = (), not_run: Sequence = ()
+):
     """The figure of one board × model (a matplotlib Figure), or None without timed runs.
 
     p50 and p99 on axes of their own (the p99 never flattens the p50), each in its unit
     (``present/units.py``), and sustained throughput below; every run whose firmware,
     kernel, OS, runtime or model changed is a dashed line numbered at the top, the
     numbers explained under the figure (:func:`change_list`), so no label is cut off.
-    An inconclusive run is a gap in every line with a dotted line at its time (its
-    figures are the interference's); a panel without a point says "not measured".
+    A run that is not a point (:func:`is_point`) is a gap in every line with a dotted line
+    of its status at its time (gid ``gap-STATUS``); each time of ``not_run`` (nights of the
+    lab this board × model has no run in) is a gap with a grey dotted line (gid
+    ``not-run``); a panel without a point says "not measured".
     """
     from matplotlib.figure import Figure
 
     timed = [r for r in rows if r.get("measured_at") is not None]
     if not timed:
         return None
+    # A night with no run breaks every line: a row of no status and no figure, in time order.
+    missing = [{"measured_at": t, "status": NOT_RUN} for t in not_run]
+    timed = sorted(timed + missing, key=lambda r: _sortable(r["measured_at"]))
     fig = Figure(figsize=(11.0, 6.6), dpi=100, layout="constrained")
     p50_ax, p99_ax, thr = fig.subplots(3, 1, sharex=True, squeeze=True)
     times = [r["measured_at"] for r in timed]
-    # An inconclusive run's figures are the interference's, not the board's: a gap in each
-    # line (NaN breaks it) and a dotted line at its time, never a point.
-    spoiled = [r.get("status") == INCONCLUSIVE for r in timed]
+    # A run that is not a point (failed, inconclusive, incomplete) and a night with no run:
+    # a gap in each line (NaN breaks it) and a dotted line at its time, never a point.
+    spoiled = [not is_point(r) for r in timed]
     for ax, key, label, color in (
         (p50_ax, "p50_ms", "p50 latency", "#1f77b4"),
         (p99_ax, "p99_ms", "p99 latency", "#d62728"),
@@ -113,13 +144,17 @@ def trend_plot(device: str, model: str, rows: Sequence[dict], changes: Sequence 
         thr.legend(loc="upper left", fontsize=8)
     else:
         _empty(thr, "no sustained phase in these runs")
-    for t, bad in zip(times, spoiled):
+    for t, r, bad in zip(times, timed, spoiled):
         if bad:
+            status = str(r.get("status"))
+            color = NOT_RUN_COLOR if status == NOT_RUN else GAP_COLORS.get(status, "#cf222e")
+            gid = "not-run" if status == NOT_RUN else f"gap-{status}"
             for ax in (p50_ax, p99_ax, thr):
-                ax.axvline(t, color=INCONCLUSIVE_COLOR, linestyle=":", linewidth=1.5,
-                           gid="inconclusive")  # fmt: skip
+                ax.axvline(t, color=color, linestyle=":", linewidth=1.5, gid=gid)
     number = 0
     for t, r in zip(times, timed):
+        if r.get("status") == NOT_RUN:
+            continue
         if r.get("changes"):
             number += 1
             for ax in (p50_ax, p99_ax, thr):
@@ -136,7 +171,7 @@ def trend_plot(device: str, model: str, rows: Sequence[dict], changes: Sequence 
                 color="#633c01",
                 fontweight="bold",
             )
-        if r.get("status") not in ("passed", "degraded", INCONCLUSIVE):
+        if not is_point(r):  # each gap names its status
             thr.annotate(
                 str(r.get("status")),
                 (t, 0.04),
@@ -176,11 +211,18 @@ def trend_plot(device: str, model: str, rows: Sequence[dict], changes: Sequence 
     return fig
 
 
+def _sortable(when):
+    """A time as a naive UTC datetime (SQLite gives naive, PostgreSQL aware ones)."""
+    if getattr(when, "tzinfo", None) is not None:
+        return when.replace(tzinfo=None) - when.utcoffset()
+    return when
+
+
 def trend_figure(
-    device: str, model: str, rows: Sequence[dict], changes: Sequence = ()
+    device: str, model: str, rows: Sequence[dict], changes: Sequence = (), not_run: Sequence = ()
 ) -> str | None:
     """:func:`trend_plot` as an inline PNG, or None without timed runs."""
-    fig = trend_plot(device, model, rows, changes)
+    fig = trend_plot(device, model, rows, changes, not_run)
     if fig is None:
         return None
     return png_img(fig, f"{model} on {device}: latency and throughput over time")
@@ -218,10 +260,16 @@ def _spread(text: str, row: dict, cv_key: str) -> str:
     return f"{text} {spread_text(row['repeats'], row.get(cv_key))}"
 
 
+FIGURE_KEYS = ("p50_ms", "p99_ms", "sustained_per_s", "cold_total_ms", "peak_rss_mb")
+"""The figures a history row holds (``lab/history.py``), shown only for a point."""
+
+
 def _runs_table(rows: Sequence[dict]) -> str:
     body = []
     for r in rows:
         changed = _change_text(r)
+        # A run that is not a point shows its status, never its figures (nor a 0).
+        r = r if is_point(r) else {**r, **dict.fromkeys(FIGURE_KEYS)}
         body.append(
             [
                 escape(str(r.get("measured_at"))[:19]),
@@ -265,28 +313,28 @@ def render_trend_page(
     source: str = "",
     title: str = "",
     changes: Sequence = (),
+    not_run: Mapping[tuple[str, str], Sequence] | None = None,
 ) -> str:
     """The page of every (device, model) trend in ``trends`` (``History.trends``), with the
-    change points of ``changes`` (``lab/changes.py``'s, from ``history changes``) marked."""
+    change points of ``changes`` (``lab/changes.py``'s, from ``history changes``) marked and
+    each pair's nights with no run (``not_run``: pair → times, ``History.nights_not_run``)
+    drawn as gaps. Each section's anchor is :func:`series_anchor`."""
+    not_run = not_run or {}
     title = title or "edgequal history"
     sections = []
     index = []
-    for i, ((device, model), rows) in enumerate(trends.items()):
-        anchor = f"t{i}"
+    for (device, model), rows in trends.items():
+        anchor = series_anchor(device, model)
+        missing = list(not_run.get((device, model), ()))
         changed = sum(1 for r in rows if r.get("changes"))
         index.append(
             f'<li><a href="#{anchor}">{escape(model)} on {escape(device)}</a> '
             f'<span class="muted">({len(rows)} runs, {changed} with changes)</span></li>'
         )
-        figure = trend_figure(device, model, rows, changes) or '<p class="muted">no runs</p>'
-        spoiled = sum(1 for r in rows if r.get("status") == INCONCLUSIVE)
-        gaps = (
-            f'<p class="muted">{spoiled} inconclusive run{"s" if spoiled != 1 else ""} '
-            "(other processes took the CPU): gaps in the lines, each a dotted line, never a "
-            "point</p>"
-            if spoiled
-            else ""
+        figure = (
+            trend_figure(device, model, rows, changes, missing) or '<p class="muted">no runs</p>'
         )
+        gaps = _gaps_text(rows, len(missing))
         sections.append(
             f'<h2 id="{anchor}">{escape(model)} on {escape(device)}</h2>{figure}{gaps}'
             f"{change_point_list(rows, changes)}{change_list(rows)}{_runs_table(rows)}"
@@ -304,6 +352,30 @@ def render_trend_page(
         "where the firmware, kernel, OS, runtime or model file changed; red dotted lines: "
         "change points beyond noise (history changes)</p>"
         f"<ul>{''.join(index)}</ul>{''.join(sections)}</body></html>"
+    )
+
+
+GAP_WHY = {"inconclusive": " (other processes took the CPU)"}
+
+
+def _gaps_text(rows: Sequence[dict], not_run: int) -> str:
+    """'1 failed run, 1 inconclusive run (other processes took the CPU), 2 nights not run:
+    gaps in the lines, each a dotted line, never a point' ('' without a gap)."""
+    counts: dict[str, int] = {}
+    for r in rows:
+        if not is_point(r):
+            counts[str(r.get("status"))] = counts.get(str(r.get("status")), 0) + 1
+    parts = [
+        f"{n} {status} run{'s' if n != 1 else ''}{GAP_WHY.get(status, '')}"
+        for status, n in counts.items()
+    ]
+    if not_run:
+        parts.append(f"{not_run} night{'s' if not_run != 1 else ''} not run")
+    if not parts:
+        return ""
+    return (
+        f'<p class="muted gaps">{escape(", ".join(parts))}: gaps in the lines, each a dotted '
+        "line, never a point</p>"
     )
 
 

@@ -416,11 +416,11 @@ def test_the_trend_page_draws_an_inconclusive_run_as_a_marked_gap(signer, tmp_pa
     rows = History.open(db).trend("bench", "micro")
     fig = trend_plot("bench", "micro.onnx", rows)
     p50_ax, p99_ax, thr = fig.axes
-    (line,) = [ln for ln in p50_ax.get_lines() if ln.get_gid() != "inconclusive"]
+    (line,) = [ln for ln in p50_ax.get_lines() if ln.get_gid() != "gap-inconclusive"]
     y = list(line.get_ydata())
     assert y[0] == pytest.approx(1.0) and math.isnan(y[1]) and y[2] == pytest.approx(1.1)
     for ax in (p50_ax, p99_ax, thr):
-        assert sum(ln.get_gid() == "inconclusive" for ln in ax.get_lines()) == 1
+        assert sum(ln.get_gid() == "gap-inconclusive" for ln in ax.get_lines()) == 1
     assert [t.get_text() for t in p99_ax.texts] == [
         "not measured: a p99 needs 368 calls in a run (a longer plan)"
     ]

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from edgequal.host.lab.changes import Change, load_text, pooled_cv_with_interval
+from edgequal.host.lab.change_causes import machine_evidence
+from edgequal.host.lab.changes import Change, ChangeSettings, pooled_cv_with_interval
 
 
 def test_the_spread_is_pooled_within_stretches_not_across_a_change():
@@ -27,50 +28,87 @@ def test_one_stretch_is_the_sample_cv():
     assert lo <= cv <= hi
 
 
-def _change(culprit, load) -> Change:
+def _change(culprit, machine, ratio=1.06) -> Change:
     return Change(
         device="pi5-a", model="det", preset="quick", figure="p50 x", unit="ms", kind="latency",
         better="lower", index=9, first_after={"measured_at": "2026-11-14T02:00:00Z"},
-        last_before={}, median_before=10.0, median_after=10.6, ratio=1.06, ratio_ci=None,
-        p_value=0.01, n_before=9, n_after=11, min_effect=0.05, culprit=culprit, load=load,
+        last_before={}, median_before=10.0, median_after=10.0 * ratio, ratio=ratio,
+        ratio_ci=None, p_value=0.01, n_before=9, n_after=11, min_effect=0.05, culprit=culprit,
+        machine=machine,
     )  # fmt: skip
 
 
-def test_a_change_with_no_recorded_culprit_says_what_it_was_read_against():
-    moved = {"other_cpus_before": 0.2, "other_cpus_after": 0.95, "separation": 0.8}
-    assert (
-        _change([], moved)
-        .headline()
-        .endswith(
-            "; nothing recorded changed there; other processes' CPU use moved with it: "
-            "0.20 → 0.95 CPUs"
-        )
+# Nine nights before, eleven after: each run's own readings of the machine, as
+# ``change_causes.machine_readings`` takes them from its report.
+QUIET = [{"other_cpus": 0.2 + 0.01 * i, "clean_share": 0.97, "bare_import_ms": 300.0 + i}
+         for i in range(9)]  # fmt: skip
+BUSY = [{"other_cpus": 0.9 + 0.01 * i, "clean_share": 0.97, "bare_import_ms": 300.0 + i}
+        for i in range(11)]  # fmt: skip
+
+
+def test_a_change_only_the_machine_moved_with_is_a_machine_change_not_a_failure():
+    machine = machine_evidence(QUIET, BUSY, worse=True)
+    other = next(m for m in machine if m["signal"] == "other_cpus")
+    assert other["separation"] == 1.0 and other["moved_with"]
+    assert other["before"] == 0.24 and other["after"] == 0.95  # medians
+    # The clean-call share and the bare import time did not move: not what moved with it.
+    assert [m["signal"] for m in machine if m["moved_with"]] == ["other_cpus"]
+    change = _change([], machine)
+    assert change.cause == "machine"
+    assert change.headline().endswith(
+        "; nothing recorded changed there: a machine change (other processes' CPU use "
+        "0.24 → 0.95 CPUs)"
     )
-    alike = {"other_cpus_before": 0.41, "other_cpus_after": 0.44, "separation": 0.2}
-    assert (
-        _change([], alike)
-        .headline()
-        .endswith(
-            "; nothing recorded changed there (other processes' CPU use did not move with it, "
-            "0.41 → 0.44 CPUs: unexplained)"
-        )
+    # Shown, not failed by default; the lab's fail_on_machine fails it.
+    assert not change.fails(ChangeSettings())
+    assert change.fails(ChangeSettings(fail_on_machine=True))
+    assert change.to_json()["cause"] == "machine"
+
+
+def test_fewer_clean_calls_or_a_slower_bare_import_is_the_machine_too():
+    fewer = [{**r, "clean_share": 0.6 + 0.001 * i} for i, r in enumerate(QUIET + BUSY)][9:]
+    machine = machine_evidence(QUIET, fewer, worse=True)
+    assert [m["signal"] for m in machine if m["moved_with"]] == ["other_cpus", "clean_share"]
+    slower = [{**r, "other_cpus": 0.2, "bare_import_ms": 420.0 + i} for i, r in enumerate(BUSY)]
+    machine = machine_evidence(QUIET, slower, worse=True)
+    assert [m["signal"] for m in machine if m["moved_with"]] == ["bare_import_ms"]
+    assert "the runtime's import (bare speed) 304 ms → 425 ms" in _change([], machine).headline()
+
+
+def test_a_change_the_machine_did_not_move_with_is_unexplained_and_fails():
+    alike = machine_evidence(QUIET, QUIET[:5] + QUIET[:6], worse=True)
+    assert not any(m["moved_with"] for m in alike)
+    change = _change([], alike)
+    assert change.cause == "unexplained" and change.fails(ChangeSettings())
+    assert "(the machine did not move with it: other processes' CPU use 0.24 → " in (
+        change.headline()
     )
+    assert change.headline().endswith(": unexplained)")
     # Other processes' CPU use fell where the figure got worse: not its cause.
-    fell = {"other_cpus_before": 0.95, "other_cpus_after": 0.2, "separation": 0.9}
-    assert (
-        _change([], fell)
-        .headline()
-        .endswith("(other processes' CPU use did not move with it, 0.95 → 0.20 CPUs: unexplained)")
+    fell = machine_evidence(BUSY, QUIET, worse=True)
+    assert _change([], fell).cause == "unexplained"
+    # ... for a timing figure. Memory or drift moves with the machine with no fixed sign:
+    # moving at the same point is enough there.
+    assert _change([], machine_evidence(BUSY, QUIET, worse=True, directed=False)).cause == (
+        "machine"
     )
-    assert (
-        _change([], None)
-        .headline()
-        .endswith("(other processes' CPU use not measured: unexplained)")
-    )
+    # ... but it explains a change for the better.
+    better = _change([], machine_evidence(BUSY, QUIET, worse=False), ratio=0.8)
+    assert better.cause == "machine" and not better.worse and not better.fails(ChangeSettings())
+    # Not measured at all (a board without /proc/stat, no cold load): unexplained.
+    none = _change([], machine_evidence([{}] * 9, [{}] * 11, worse=True))
+    assert none.cause == "unexplained"
+    assert none.headline().endswith("(the machine's load and speed not measured: unexplained)")
+
+
+def test_a_recorded_field_makes_it_recorded_whatever_the_machine_did():
     firmware = [{"field": "firmware", "before": "a", "after": "b", "separation": 1.0}]
-    line = _change(firmware, moved).headline()
+    change = _change(firmware, machine_evidence(QUIET, BUSY, worse=True))
+    line = change.headline()
+    assert change.cause == "recorded" and change.fails(ChangeSettings())
     assert "changed there: firmware a → b" in line and "nothing recorded" not in line
-    assert load_text(moved, worse=True) in _change([], moved).headline()
+    # Better is never a failure.
+    assert not _change(firmware, [], ratio=0.9).fails(ChangeSettings())
 
 
 def test_a_shuffle_that_splits_the_same_values_apart_is_a_tie():

@@ -98,8 +98,8 @@ def test_a_night_with_no_run_is_a_gap_of_the_trend(gappy):
     # pi-a missed night 8, at the time the night's first run (pi-b's) was measured;
     # pi-b missed none.
     ((pair, times),) = missing.items()
-    assert pair == ("pi-a", "det.onnx")
-    (night8,) = [r for r in trends[("pi-b", "det.onnx")] if r["cell"].endswith("/det/pi-b")][8:9]
+    assert pair == ("pi-a", "det")
+    (night8,) = [r for r in trends[("pi-b", "det")] if r["cell"].endswith("/det/pi-b")][8:9]
     assert times == [night8["measured_at"]]
 
 
@@ -110,7 +110,7 @@ def test_the_trend_page_breaks_its_lines_at_every_gap(gappy, tmp_path):
 
     history = History.open(gappy["db"])
     rows = history.trend("pi-a", "det")
-    not_run = nights_not_run(history.trends(), history.list(limit=None))[("pi-a", "det.onnx")]
+    not_run = nights_not_run(history.trends(), history.list(limit=None))[("pi-a", "det")]
     history.close()
     fig = trend_plot("pi-a", "det", rows, not_run=not_run)
     p50_ax = fig.axes[0]

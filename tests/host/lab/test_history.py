@@ -389,7 +389,9 @@ def test_the_trend_page_names_a_series_as_the_cli_does(signer, tmp_path, capsys)
     page = tmp_path / "trend.html"
     assert edgequal_main(["history", "trend", "--db", db, "--html", str(page)]) == 0
     html = page.read_text()
-    assert '<h2 id="t0">ocr-cls on bench</h2>' in html
+    from edgequal.host.present.html.trend import series_anchor
+
+    assert f'<h2 id="{series_anchor("bench", "ocr-cls")}">ocr-cls on bench</h2>' in html
     assert "ocr_cls.onnx on bench" not in html
     assert "ocr-cls on bench" in capsys.readouterr().out  # the terminal's table title
 
@@ -508,11 +510,15 @@ def test_repeated_runs_are_one_point_with_their_spread(
     assert edgequal_main(["history", "list", "--db", db]) == 0
     out = " ".join(capsys.readouterr().out.split())
     cv = spread["p50_ms"]["cv"]
-    # The cell may wrap at 120 columns: its two parts, each whole.
-    assert f"{spread['p50_ms']['median']:.3f} (3 runs," in out and f"CV {cv:.1%})" in out
+    if row["status"] in ("passed", "degraded"):
+        # The cell may wrap at 120 columns: its two parts, each whole.
+        assert f"{spread['p50_ms']['median']:.3f} (3 runs," in out and f"CV {cv:.1%})" in out
+    else:  # a run a busy machine spoiled is a gap: its status, never its figures
+        assert f" {row['status']} │ — │" in out and f"{spread['p50_ms']['median']:.3f}" not in out
     page = tmp_path / "trend.html"
     trend = ["history", "trend", "--device", "local", "--db", db, "--json", "--html", str(page)]
     assert edgequal_main(trend) == 0
     (pair,) = json.loads(capsys.readouterr().out)
     assert pair["runs"][0]["repeats"] == 3 and pair["runs"][0]["p50_repeat_cv"] == cv
-    assert f"(3 runs, CV {cv:.1%})" in page.read_text()  # the page's table of runs
+    if row["status"] in ("passed", "degraded"):
+        assert f"(3 runs, CV {cv:.1%})" in page.read_text()  # the page's table of runs

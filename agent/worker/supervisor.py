@@ -78,7 +78,8 @@ class Worker:
     ``phase_timeout_s`` bounds each phase (the clock restarts at every phase event);
     ``memory_limit_mb`` is enforced from outside by polling the child's RSS every
     0.1 s (RLIMIT_AS would also count the address space runtimes reserve but never
-    touch, and fails their imports); ``on_event`` sees every event as it arrives.
+    touch, and fails their imports), and on the high-water mark its result reports, so a
+    peak between two polls still counts; ``on_event`` sees every event as it arrives.
     ``python`` is the interpreter to exec (a runtime environment's, ``runtimes/envs.py``;
     default the agent's own).
     """
@@ -183,7 +184,7 @@ class Worker:
         deadline = time.monotonic() + self.phase_timeout_s
         result = error = None
         first_event_ms = None
-        cause = None
+        cause = peak_mb = None
         while True:
             if self.cancel.is_set() and cause is None:
                 cause = "cancelled"
@@ -208,6 +209,10 @@ class Worker:
                 deadline = time.monotonic() + self.phase_timeout_s
             elif kind == "result":
                 result = event["result"]
+                # A peak between two polls (a call that allocated and freed within 0.1 s)
+                # is over the limit all the same: the worker's own high-water mark says so.
+                if cause is None and self._peak_over_limit(result):
+                    cause, peak_mb = "memory", result["peak_rss_bytes"] / (1 << 20)
             elif kind == "error":
                 error = event["error"]
             self.on_event(event)
@@ -235,9 +240,10 @@ class Worker:
             }
         elif cause == "memory":
             outcome.cause = "memory"
+            done = "killed" if peak_mb is None else f"its peak was {peak_mb:.0f} MB"
             outcome.error = {
                 "type": "MemoryLimit",
-                "message": f"worker exceeded the {self.memory_limit_mb} MB memory limit; killed",
+                "message": f"worker exceeded the {self.memory_limit_mb} MB memory limit; {done}",
             }
         elif cause == "cancelled":
             outcome.cause = "cancelled"
@@ -263,6 +269,11 @@ class Worker:
                 "message": f"worker exited with code {returncode}: {last}",
             }
         return outcome
+
+    def _peak_over_limit(self, result) -> bool:
+        """Whether a result's ``peak_rss_bytes`` (the worker's VmHWM) passed the limit."""
+        peak = result.get("peak_rss_bytes") if isinstance(result, dict) else None
+        return bool(self.memory_limit_mb and peak and peak / (1 << 20) > self.memory_limit_mb)
 
     def _rss_mb(self) -> float:
         from ..probes.memory import read_rss_bytes

@@ -42,7 +42,7 @@ EDGE_PLAN = {
 LARGEST = [1, 3, 512, 512]
 SMALLEST = [1, 3, 1, 1]
 EMPTY = [1, 3, 0, 0]  # onnxruntime's Conv refuses an image with no pixels
-HUGE = [1, 3, 1024, 1024]  # its Conv output alone is 32 MB; the run takes over 200 MB
+HUGE = [1, 3, 2048, 2048]  # its input is 48 MB, its Conv output 128 MB: the run takes over 250 MB
 MEMORY_LIMIT_MB = 200  # the worker with onnxruntime loaded takes about 75 MB
 
 

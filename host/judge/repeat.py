@@ -16,8 +16,12 @@ knows the board; at least two pairs are run before a verdict stops the loop.
 
 Deciding after every pair looks at the data up to N times, and each look is a chance of a
 false DIFFERENT (or SAME): each look's tests run at the policy's levels divided by the
-looks the loop may take (Bonferroni), so over the whole loop the rates stay within
-``alpha_different`` and ``alpha_same``.
+looks that can decide (Bonferroni), so over the whole loop the rates stay within
+``alpha_different`` and ``alpha_same``. SAME can decide from the second pair on. DIFFERENT
+from the pairs' own spread needs the runs' split too (verdict.py), which no fewer than
+:func:`split_min_runs` pairs can reach at a look's level: only those looks count, so N = 7
+tests DIFFERENT at 0.01 / 2 from the sixth pair on, and N = 3 never reaches DIFFERENT
+(:func:`different_level`).
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from edgequal.contract.artifacts import file_sha256
 from ..errors import UsageError
 from .check_kit import RUN_MORE_ADVICE, Check
 from .run_figures import run_figures
-from .verdict import Spread
+from .verdict import Spread, split_min_runs
 
 
 @dataclass
@@ -156,6 +160,19 @@ def repeat_check(name: str, result: RepeatResult, where: str) -> Check:
     )
 
 
+def different_level(alpha: float, max_pairs: int, prior: Spread | None) -> float:
+    """Each look's DIFFERENT level over at most ``max_pairs`` pairs: ``alpha`` over the looks
+    that can decide it. With the board's history every look from the first can; from the
+    pairs' own spread, only those from ``split_min_runs(level)`` pairs on, so the level is
+    the largest ``alpha / L`` whose deciding looks number at most L."""
+    if prior is not None:
+        return alpha / max_pairs
+    for looks in range(1, max_pairs + 1):
+        if max_pairs - split_min_runs(alpha / looks) + 1 <= looks:
+            return alpha / looks
+    return alpha / max_pairs
+
+
 def repeat_until_decided(
     run: Callable[[str], dict],
     max_pairs: int,
@@ -171,13 +188,17 @@ def repeat_until_decided(
 
     if max_pairs < 1:
         raise UsageError(f"--repeat-until-decided needs at least 1 pair, got {max_pairs}")
-    # Looks that can decide: from the second pair on (the first, too, with a prior).
+    # SAME can decide from the second pair on (the first, too, with a prior).
     looks = max_pairs if prior is not None else max(max_pairs - 1, 1)
     levels = {
         **VERDICT_DEFAULTS,
         **{k: v for k, v in (settings or {}).items() if k in VERDICT_DEFAULTS},
     }
-    per_look = {**(settings or {}), **{k: v / looks for k, v in levels.items()}}
+    per_look = {
+        **(settings or {}),
+        "alpha_same": levels["alpha_same"] / looks,
+        "alpha_different": different_level(levels["alpha_different"], max_pairs, prior),
+    }
     result = RepeatResult()
     for i in range(max_pairs):
         order = ("baseline", "candidate") if i % 2 == 0 else ("candidate", "baseline")

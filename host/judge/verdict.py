@@ -15,7 +15,14 @@ scale, so the answer is a ratio and a spread is a CV.
 - **Interval** of the log ratio: ``mean(log b) − mean(log a) ± t · s · sqrt(1/na + 1/nb)``,
   t with the pooled degrees of freedom.
 - **DIFFERENT**: the two-sided 99 % interval (``alpha_different`` 0.01) excludes a ratio
-  of 1 *and* the ratio is beyond the minimum effect (≥ 1 + m or ≤ 1 / (1 + m)).
+  of 1 *and* the ratio is beyond the minimum effect (≥ 1 + m or ≤ 1 / (1 + m)); with a
+  spread from the repeats alone, also the runs' own split at the same level (an exact
+  permutation test of the mean log figure, :func:`split_p`): runs come in modes (a
+  worker's memory layout makes some runs of the same model 30 % slower, every call of
+  them), and two or three runs a side that fell in different modes are tight within each
+  side, so their sample spread is the mode's width, not the run-to-run spread, and the t
+  interval alone called a rerun of the same model DIFFERENT. The split needs at least
+  :func:`split_min_runs` a side (5 at 0.01).
 - **SAME**: the 90 % interval (two one-sided tests at ``alpha_same`` 0.05) lies inside
   ``[1 / (1 + m), 1 + m]``: an equivalence claim, never a large p-value.
 - **UNKNOWN** otherwise, with ``runs_needed``: the runs a side that would decide it at
@@ -174,6 +181,45 @@ def pooled_spread(
     return math.sqrt((ss + prior.df * prior.sd**2) / total), float(total), BOTH
 
 
+def split_p(la: np.ndarray, lb: np.ndarray) -> float:
+    """Two-sided p of the difference of the sides' mean log figures under every split of
+    the runs into sides of these sizes (exact up to 9,999 splits, else 9,999 seeded random
+    ones): what the runs' order alone says, whatever their distribution."""
+    from scipy.stats import permutation_test
+
+    if la.max() < lb.min() or lb.max() < la.min():  # apart: the most extreme of the splits
+        return min(1.0, 2 / math.comb(la.size + lb.size, la.size))
+    seed = {"rng" if "rng" in _permutation_params() else "random_state": 0}
+    result = permutation_test(
+        (la, lb),
+        lambda x, y, axis: np.mean(y, axis=axis) - np.mean(x, axis=axis),
+        permutation_type="independent",
+        vectorized=True,
+        n_resamples=9999,
+        alternative="two-sided",
+        **seed,
+    )
+    return float(result.pvalue)
+
+
+@lru_cache(maxsize=1)
+def _permutation_params() -> frozenset:
+    import inspect
+
+    from scipy.stats import permutation_test
+
+    return frozenset(inspect.signature(permutation_test).parameters)
+
+
+def split_min_runs(alpha: float) -> int:
+    """The fewest runs a side (both alike) whose most extreme split reaches ``alpha``
+    (two-sided: 2 of C(2n, n) splits): 5 at 0.01, 7 at 0.01 / 6."""
+    n = 1
+    while 2 / math.comb(2 * n, n) > alpha:
+        n += 1
+    return n
+
+
 def _decides(d: float, se: float, df: float | None, m_log: float, s: dict) -> str:
     hi = _quantile(1 - s["alpha_different"] / 2, df) * se
     if abs(d) >= m_log and abs(d) > hi:
@@ -183,11 +229,13 @@ def _decides(d: float, se: float, df: float | None, m_log: float, s: dict) -> st
     return UNKNOWN
 
 
-def _runs_needed(d, sd, df_extra, m_log, s) -> int | None:
-    """Runs a side (both sides alike) that would decide a ratio ``exp(d)`` at spread ``sd``."""
+def _runs_needed(d, sd, df_extra, m_log, s, min_split: int = 0) -> int | None:
+    """Runs a side (both sides alike) that would decide a ratio ``exp(d)`` at spread ``sd``;
+    DIFFERENT no sooner than ``min_split`` runs a side (the runs' split, from repeats)."""
     for n in range(2, MAX_RUNS_NEEDED + 1):
         df = None if df_extra is None else 2 * (n - 1) + df_extra
-        if _decides(d, sd * math.sqrt(2 / n), df, m_log, s) != UNKNOWN:
+        decided = _decides(d, sd * math.sqrt(2 / n), df, m_log, s)
+        if decided == SAME or (decided == DIFFERENT and n >= min_split):
             return n
     return None
 
@@ -201,9 +249,12 @@ def decide(
     prior: Spread | None = None,
     baseline_runs: Sequence[str] = (),
     candidate_runs: Sequence[str] = (),
+    split: bool = True,
 ) -> Verdict:
     """The verdict on ``candidate`` against ``baseline``: one positive figure per run on
-    each side; ``prior`` the board's run-to-run spread from history (module docstring)."""
+    each side; ``prior`` the board's run-to-run spread from history (module docstring).
+    ``split=False`` leaves out the runs' split test: for units that are not runs (the
+    ABBA segments of one run, which share its workers and so their modes)."""
     s = {**VERDICT_DEFAULTS, **{k: v for k, v in (settings or {}).items() if k in VERDICT_DEFAULTS}}
     a = np.asarray(baseline, dtype=np.float64).ravel()
     b = np.asarray(candidate, dtype=np.float64).ravel()
@@ -247,6 +298,11 @@ def decide(
     level = _percent(1 - s["alpha_different"])
     verdict = _decides(d, se, df, m_log, s)
     args = (ratio, ci, same, sd, df, source)
+    split_at = None
+    if split and verdict == DIFFERENT and source == REPEATS:
+        split_at = split_p(la, lb)
+        if split_at > s["alpha_different"]:
+            verdict = UNKNOWN
     if verdict == DIFFERENT:
         way = "slower" if ratio > 1 else "faster"
         why = f"{way}: the {level} interval excludes 1 and ×{ratio:.3f} is beyond ±{m:.0%}{raised}"
@@ -257,7 +313,8 @@ def decide(
     df_extra = None if df is None else max(df - (a.size - 1) - (b.size - 1), 0.0)
     if source == REPEATS:
         df_extra = 0.0
-    needed = _runs_needed(d, sd, df_extra, m_log, s)
+    min_split = split_min_runs(s["alpha_different"]) if split and source == REPEATS else 0
+    needed = _runs_needed(d, sd, df_extra, m_log, s, min_split)
     if needed is not None and needed <= min(a.size, b.size):
         needed = min(a.size, b.size) + 1  # the unequal sides' shortfall: one more each
     more = (
@@ -265,4 +322,11 @@ def decide(
         if needed is not None
         else f"more than {MAX_RUNS_NEEDED} runs a side: the ratio sits at the ±{m:.0%} edge"
     )
+    if split_at is not None:
+        why = (
+            f"the {level} interval excludes 1, but so few runs cannot reach it by their order "
+            f"alone (p {split_at:.2g} over every {a.size} of these {a.size + b.size} as the "
+            f"baseline; runs of one model can fall in modes, docs/gating.md); {more}"
+        )
+        return out(UNKNOWN, why, *args, needed)
     return out(UNKNOWN, f"neither DIFFERENT nor inside ±{m:.0%}{raised}: {more}", *args, needed)

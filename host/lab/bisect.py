@@ -211,6 +211,7 @@ def judge_trial(
             settings,
             baseline_runs=sa.run_ids,
             candidate_runs=sb.run_ids,
+            split=False,  # segments of one run: they share its two workers' modes
         )
         out.update(
             figure=float((b.get("summary") or {}).get("p50_ms") or 0) or None,
@@ -226,7 +227,8 @@ def judge_trial(
                 "why": f"{interference.get('interfered')} of {interference.get('segments')} "
                 "segments waited for a CPU: not decisive",
             }
-        return {**out, "verdict": v.verdict, "why": f"{v.why} ({v.basis()})"}
+        why = f"{v.why} ({v.basis()}: ABBA segments of one run, judged by the interval alone)"
+        return {**out, "verdict": v.verdict, "why": why}
     between = pair.get("drift_between")
     if not between:
         return {**out, "verdict": UNKNOWN, "why": "the outputs were not compared"}

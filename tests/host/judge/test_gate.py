@@ -363,12 +363,15 @@ def test_baseline_two_runs_of_the_same_model_pass_a_heavier_graph_fails(reports,
     strict_same = parse_policy(
         {**ALL_STATUSES, "baseline": {"min_effect": 1.0, "require_same": ["model"]}}
     )
-    assert run_gate(
+    # ... and lets two reports of the same model through to the verdict, as without it (a
+    # pass when SAME, not decided when UNKNOWN).
+    both_same = run_gate(
         read_report_bytes(reports.chain_b),
         strict_same,
         known=known,
         baseline=read_report_bytes(reports.chain_a),
-    ).passed
+    )
+    assert (both_same.passed, both_same.retry) == (same.passed, same.retry)
 
 
 @pytest.mark.slow

@@ -284,8 +284,9 @@ def decide(
         return out(
             UNKNOWN,
             "one run a side and no known spread (no repeats, no history): run at least "
-            f"{MIN_RUNS_FOR_SPREAD - 1} more a side (qualify --repeat {MIN_RUNS_FOR_SPREAD}) "
-            "or give the board's history",
+            f"{MIN_RUNS_FOR_SPREAD - 1} more a side (qualify --repeat {MIN_RUNS_FOR_SPREAD}; "
+            f"{split_min_runs(s['alpha_different'])} a side to tell DIFFERENT) or give the "
+            "board's history",
             ratio,
             needed=MIN_RUNS_FOR_SPREAD,
         )

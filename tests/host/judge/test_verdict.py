@@ -49,7 +49,7 @@ def test_the_interval_is_the_pooled_t_interval_of_the_log_ratio():
 
 def test_runs_in_two_modes_are_not_different_from_few_runs_a_side():
     """The CI's false alarm: a rerun of the same model DIFFERENT from 2 runs a side. Runs of
-    one model fall in modes (here 0.129-0.135 ms and 0.17-0.18 ms, a quarter of the runs):
+    one model fall in modes (here 0.129-0.15 ms, and 0.16-0.18 ms in a quarter of the runs):
     two runs a side in different modes are tight within each side, and the t interval
     alone excluded 1 by a factor of twenty."""
     fast, slow = [0.1292, 0.1293, 0.1301], [0.1807, 0.1813, 0.1820]

@@ -101,6 +101,12 @@ def test_waiting_behind_a_declared_co_load_is_not_interference():
     assert interference_present(busy, declared=True) == ["other processes used 0.90 CPUs"]
 
 
+def _cpu_ticks(pid: int) -> int:
+    """A process's user + system CPU ticks, from its /proc stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
 def _state(pid: int) -> str:
     text = Path(f"/proc/{pid}/stat").read_text()
     return text[text.rindex(")") + 2]
@@ -169,9 +175,9 @@ def test_sampler_counts_the_declared_co_load_apart_from_other_processes():
             worker.pid, interval_s=0.1, scan_every_s=0.25, declared_pgids=[declared.pid]
         )
         sampler.start()
-        t0 = time.monotonic()
+        t0, twin0 = time.monotonic(), _cpu_ticks(other.pid)
         time.sleep(1.25)
-        t1 = time.monotonic()
+        t1, twin1 = time.monotonic(), _cpu_ticks(other.pid)
         samples = sampler.stop()
     finally:
         for p in (worker, declared, other):
@@ -187,8 +193,10 @@ def test_sampler_counts_the_declared_co_load_apart_from_other_processes():
     names = {p["name"] for p in e["top_processes"]}
     assert declared_name not in names
     # The declared spinner's CPU, measured from its own /proc stat, is the co-load's: about
-    # what its undeclared twin got beside it in the same window, whatever else runs here.
-    twin_cpus = undeclared_ticks / sampler.clock_ticks_per_s / (t1 - t0)
+    # what its undeclared twin got beside it in the same window (read from the twin's own
+    # /proc stat at t0 and t1: the scans' ticks run from before t0 to the last scan after
+    # t1, so their sum over t1 - t0 read 0.9 of a CPU where both got about 0.4 at load 4).
+    twin_cpus = (twin1 - twin0) / sampler.clock_ticks_per_s / (t1 - t0)
     assert e["coload_cpus"] > 0.5 * twin_cpus and e["coload_cpus"] > 0.02, (e, twin_cpus)
     own = [s["declared"][declared.pid][1] for s in samples if declared.pid in s["declared"]]
     assert own[-1] > own[0]

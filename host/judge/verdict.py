@@ -285,7 +285,7 @@ def decide(
             UNKNOWN,
             "one run a side and no known spread (no repeats, no history): run at least "
             f"{MIN_RUNS_FOR_SPREAD - 1} more a side (qualify --repeat {MIN_RUNS_FOR_SPREAD}; "
-            f"{split_min_runs(s['alpha_different'])} a side to tell DIFFERENT) or give the "
+            f"{split_min_runs(s['alpha_different'])} a side to tell a difference) or give the "
             "board's history",
             ratio,
             needed=MIN_RUNS_FOR_SPREAD,

@@ -17,9 +17,9 @@ scale, so the answer is a ratio and a spread is a CV.
 - **DIFFERENT**: the two-sided 99 % interval (``alpha_different`` 0.01) excludes a ratio
   of 1 *and* the ratio is beyond the minimum effect (≥ 1 + m or ≤ 1 / (1 + m)); with a
   spread from the repeats alone, also the runs' own split at the same level (an exact
-  permutation test of the mean log figure, :func:`split_p`): runs come in modes (a
-  worker's memory layout makes some runs of the same model 30 % slower, every call of
-  them), and two or three runs a side that fell in different modes are tight within each
+  permutation test of the mean log figure, :func:`split_p`): runs come in modes (some
+  runs of the same model 30 % slower in every call, their neighbours' CPU no different:
+  something of the fresh worker's own), and two or three runs a side that fell in different modes are tight within each
   side, so their sample spread is the mode's width, not the run-to-run spread, and the t
   interval alone called a rerun of the same model DIFFERENT. The split needs at least
   :func:`split_min_runs` a side (5 at 0.01).

@@ -225,6 +225,7 @@ def repeat_until_decided(
             prior=prior,
             baseline_runs=result.baseline_runs,
             candidate_runs=result.candidate_runs,
+            interleaved=True,
         )
         result.verdict = verdict.to_json()
         on_pair(result)

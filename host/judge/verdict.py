@@ -60,6 +60,13 @@ NOISE_EFFECT_CAP = 0.05
 MAX_RUNS_NEEDED = 100
 """Past this many runs a side, ``runs_needed`` is None: the ratio sits at the minimum effect."""
 
+APART_NOTE = (
+    "the runs of two reports, not interleaved: a machine that runs in stretches (8-15 % "
+    "apart on the project's VM, docs/gating.md) moves one report's runs together, and that "
+    "counts here as the model's; confirm with --repeat-until-decided or --history"
+)
+"""What a DIFFERENT from two reports' own spread adds to its why."""
+
 MIN_RUNS_FOR_SPREAD = 3
 """What an UNKNOWN with no known spread asks for: the fewest runs a side that give one."""
 
@@ -250,11 +257,15 @@ def decide(
     baseline_runs: Sequence[str] = (),
     candidate_runs: Sequence[str] = (),
     split: bool = True,
+    interleaved: bool = False,
 ) -> Verdict:
     """The verdict on ``candidate`` against ``baseline``: one positive figure per run on
     each side; ``prior`` the board's run-to-run spread from history (module docstring).
     ``split=False`` leaves out the runs' split test: for units that are not runs (the
-    ABBA segments of one run, which share its workers and so their modes)."""
+    ABBA segments of one run, which share its workers and so their modes).
+    ``interleaved``: the sides' runs alternated in one session (pairs, ABBA segments); two
+    reports made apart are not, and a DIFFERENT from their own spread says so (the spread
+    inside a report does not say how far two reports fall apart: :data:`APART_NOTE`)."""
     s = {**VERDICT_DEFAULTS, **{k: v for k, v in (settings or {}).items() if k in VERDICT_DEFAULTS}}
     a = np.asarray(baseline, dtype=np.float64).ravel()
     b = np.asarray(candidate, dtype=np.float64).ravel()
@@ -307,6 +318,8 @@ def decide(
     if verdict == DIFFERENT:
         way = "slower" if ratio > 1 else "faster"
         why = f"{way}: the {level} interval excludes 1 and ×{ratio:.3f} is beyond ±{m:.0%}{raised}"
+        if source == REPEATS and not interleaved:
+            why += f"; {APART_NOTE}"
         return out(DIFFERENT, why, *args)
     if verdict == SAME:
         why = f"the {_percent(1 - 2 * s['alpha_same'])} interval lies inside ±{m:.0%}{raised}"

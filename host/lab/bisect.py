@@ -212,6 +212,7 @@ def judge_trial(
             baseline_runs=sa.run_ids,
             candidate_runs=sb.run_ids,
             split=False,  # segments of one run: they share its two workers' modes
+            interleaved=True,
         )
         out.update(
             figure=float((b.get("summary") or {}).get("p50_ms") or 0) or None,

@@ -8,6 +8,7 @@ import pytest
 from edgequal.host.errors import UsageError
 from edgequal.host.judge.change_points import change_points
 from edgequal.host.judge.verdict import (
+    APART_NOTE,
     BOTH,
     DIFFERENT,
     HISTORY,
@@ -44,6 +45,10 @@ def test_the_interval_is_the_pooled_t_interval_of_the_log_ratio():
     # Five a side, as far apart: DIFFERENT (the split is p 2/252).
     v = decide(base + [0.99], cand + [1.11, 1.12], min_effect=0.03)
     assert v.verdict == DIFFERENT and "slower" in v.why
+    # Two reports' runs, not interleaved: the why says what their own spread cannot show.
+    assert v.why.endswith(APART_NOTE)
+    together = decide(base + [0.99], cand + [1.11, 1.12], min_effect=0.03, interleaved=True)
+    assert together.verdict == DIFFERENT and APART_NOTE not in together.why
     assert split_p(np.log(base + [0.99]), np.log(cand + [1.11, 1.12])) == pytest.approx(2 / 252)
 
 

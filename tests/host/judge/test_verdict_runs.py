@@ -54,7 +54,7 @@ def test_real_runs_the_same_model_is_not_different_and_a_quarter_more_work_is(
                     assert len(runs) == 1, runs  # one run a qualification
                     p50s[name] += runs.values
                     ids[name] += runs.run_ids
-                ab = decide(p50s["a"], p50s["slower"], 0.03)
+                ab = decide(p50s["a"], p50s["slower"], 0.03, interleaved=True)
                 if r + 1 >= MIN_ROUNDS and ab.verdict == DIFFERENT:
                     break
     finally:

@@ -1,13 +1,13 @@
 """Change points over a lab's history, from real nightly fleet runs of real local agents.
 
-Once per module (the CPU cost is the runs): two agents on 127.0.0.1 (dev-0, dev-1), 16
+Once per module (the CPU cost is the runs): two agents on 127.0.0.1 (dev-0, dev-1), 20
 "nights", each a real fleet run with short plans recorded into an SQLite history.
 
-- ``vision``: a MatMul chain; from night 11 the lab's models file points at a copy that
+- ``vision``: a MatMul chain; from night 14 the lab's models file points at a copy that
   does the same work four times (three more branches, scaled and sign-flipped, combined
   back so the outputs are bit-identical and the golden set still holds): about 4× slower,
   a new digest, the same series. Both boards run it, so the change appears on both.
-- ``steady``: the same base model, unchanged on dev-0 for all 16 nights: the noise-only
+- ``steady``: the same base model, unchanged on dev-0 for all 20 nights: the noise-only
   series whose false-positive rate is measured.
 
 The same signed reports are then recorded into a real PostgreSQL server (slow marker,
@@ -29,8 +29,8 @@ import pytest
 from edgequal.host.cli.main import main as edgequal_main
 from edgequal.host.lab.changes import MIN_RUNS
 
-NIGHTS = 16
-CHANGE_NIGHT = 11
+NIGHTS = 20
+CHANGE_NIGHT = 14
 
 # Short runs: one cold load, a short loop; an operator profile (for the per-operator diff)
 # only from PROFILED_FROM on: the diff takes the profiles either side of the change, and a
@@ -105,7 +105,7 @@ def _write_models(path: Path, vision: tuple[Path, Path], steady: tuple[Path, Pat
 
 @pytest.fixture(scope="module")
 def nightly(tmp_path_factory, local_agents):
-    """16 nights of real fleet runs recorded in SQLite: the database URL, the config dir
+    """20 nights of real fleet runs recorded in SQLite: the database URL, the config dir
     whose known_devices pins the agents, the lab file, and every report file."""
     from edgequal.host.devices.resolve import trust_device
     from edgequal.host.devices.trust import KnownDevices
@@ -241,7 +241,7 @@ def _night(c: dict, nightly) -> int:
 
 def _at_copy(c: dict, nightly) -> bool:
     """Whether a change is the slower copy's: worse, its first run after it within a few
-    nights of night 11, and the model file among the fields that tell its runs apart."""
+    nights of night 14, and the model file among the fields that tell its runs apart."""
     near = CHANGE_NIGHT - 3 <= _night(c, nightly) <= CHANGE_NIGHT + 2
     return c["worse"] and near and "model" in [x["field"] for x in c["culprit"]]
 
@@ -305,7 +305,7 @@ def test_the_slower_model_is_found_on_its_night_on_both_boards(analysed, nightly
         assert lo <= c["ratio"] <= hi and lo > 1.8
         assert c["p_value"] <= 0.01
         assert c["boards"] == ["dev-0", "dev-1"]
-        # The first run after it is night 11's, or (on a machine so loaded that night 11's
+        # The first run after it is night 14's, or (on a machine so loaded that night 14's
         # slower runs looked like the nights before) a night or two later.
         night = _night(c, nightly)
         assert CHANGE_NIGHT <= night <= CHANGE_NIGHT + 2, night
@@ -328,7 +328,7 @@ def test_the_slower_model_is_found_on_its_night_on_both_boards(analysed, nightly
         assert all(g["status"] == "inconclusive" for g in gaps_after), gaps_after
         assert night + c["n_after"] + len(gaps_after) == end, (c, gaps_after, found["changes"])
         # The culprit: the model file and its golden set, which tell the runs before from
-        # the runs after best (all of them, where the point is on night 11).
+        # the runs after best (all of them, where the point is on night 14).
         ranked = [x["field"] for x in c["culprit"]]
         assert set(ranked[:2]) == {"model", "golden"}, c["culprit"]
         model = c["culprit"][ranked.index("model")]
@@ -349,7 +349,7 @@ def test_the_slower_model_is_found_on_its_night_on_both_boards(analysed, nightly
         assert "changed there: model chain.onnx sha256 " in c["headline"]
         assert " → chain-slow.onnx sha256 " in c["headline"]
         assert ", golden golden.npz sha256 " in c["headline"]
-    # The unchanged model's 16 nights. Nothing the lab records changed in them, so a change
+    # The unchanged model's 20 nights. Nothing the lab records changed in them, so a change
     # found there names no field and says what it was read against: other processes' CPU
     # use either side (on this shared 2-core machine the neighbours' load can shift a
     # 1-thread model's clean p50 by 40 % for a week of "nights": a busy SMT sibling slows
@@ -388,7 +388,7 @@ def _assert_unexplained(changes: list[dict]) -> None:
 
 @pytest.mark.slow
 def test_false_positive_rate_on_real_unchanged_nights(nightly):
-    """The detector on the steady model's 16 real nights, each figure's values shuffled
+    """The detector on the steady model's 20 real nights, each figure's values shuffled
     (40 seeded orders: exchangeable, so any change found is a false positive) with the
     default sensitivity: the rate docs/history.md states."""
     from edgequal.host.judge.change_points import change_points
@@ -539,7 +539,7 @@ def test_each_new_change_fails_the_fleet_junit_once_and_sets_the_gauge(nightly):
     base, new = nightly["base"], nightly["new_changes"]
     assert sorted(new) == list(range(CHANGE_NIGHT, NIGHTS))
     for device in ("dev-0", "dev-1"):
-        # The slower copy's change (first run after it on night 11, or a night or two
+        # The slower copy's change (first run after it on night 14, or a night or two
         # later under load) is seen once 3 runs follow it: new on exactly one night.
         nights = sorted(
             {
@@ -550,7 +550,7 @@ def test_each_new_change_fails_the_fleet_junit_once_and_sets_the_gauge(nightly):
                 and _at_copy(c, nightly)
             }
         )
-        # (3 runs after the detected point: night 13, or 12 where noise put the point a
+        # (3 runs after the detected point: night 16, or 15 where noise put the point a
         # night early; never before the slower copy ran. A load event a night or two before
         # it is a change of its own, new on its own night: it does not hide this one.)
         assert len(nights) == 1 and nights[0] >= CHANGE_NIGHT, new
@@ -650,7 +650,7 @@ def test_attest_signs_the_reports_either_side_of_each_change(nightly, tmp_path, 
 def test_the_gate_marks_a_board_too_noisy_for_its_minimum_effect(
     analysed, nightly, tmp_path, monkeypatch, capsys
 ):
-    # The steady model's series on dev-0 (one digest, 16 nights: the gate finds a report's
+    # The steady model's series on dev-0 (one digest, 20 nights: the gate finds a report's
     # series by its model's digest): its last measured report, gated with a 0.1 % minimum
     # effect. (The last attempt may be inconclusive on a loaded machine: the gate would
     # say retry, exit 1.)

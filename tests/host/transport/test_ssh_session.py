@@ -188,9 +188,11 @@ def test_watchdog_closes_a_hung_step_and_names_it(ssh):
 
 
 def test_watchdog_allows_slow_commands_that_keep_talking(ssh):
+    # A line every 0.8 s for 4.8 s under a 2.5 s idle limit: with three copies of the suite
+    # at once (load about 10) a 1 s limit saw one 0.4 s gap stretch past it.
     result = ssh.run_remote(
-        "for i in 1 2 3 4; do echo $i; sleep 0.4; done", timeout_s=20, idle_timeout_s=1
+        "for i in 1 2 3 4 5 6; do echo $i; sleep 0.8; done", timeout_s=20, idle_timeout_s=2.5
     )
-    assert result.stdout.split() == ["1", "2", "3", "4"]
-    with pytest.raises(TransportError, match=r"sleep 5` on .* made no progress for 1 s"):
-        ssh.run_remote("echo start; sleep 5", timeout_s=20, idle_timeout_s=1)
+    assert result.stdout.split() == ["1", "2", "3", "4", "5", "6"]
+    with pytest.raises(TransportError, match=r"sleep 8` on .* made no progress for 2.5 s"):
+        ssh.run_remote("echo start; sleep 8", timeout_s=20, idle_timeout_s=2.5)

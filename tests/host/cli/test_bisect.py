@@ -23,10 +23,8 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import json
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -34,16 +32,7 @@ import pytest
 from edgequal.host.cli.main import main as edgequal_main
 from edgequal.host.golden import make_golden
 
-NUMPY = importlib.metadata.version("numpy")
 GOOD, MID, BAD = "1.19.0", "1.20.1", importlib.metadata.version("onnxruntime")
-WHEEL_CACHE = Path(
-    os.environ.get("EDGEQUAL_TEST_WHEELS")
-    or Path.home()
-    / ".cache"
-    / "edgequal-tests"
-    / f"wheels-py{sys.version_info[0]}{sys.version_info[1]}"
-)
-"""Shared with tests/test_runtime_envs.py and tests/test_runtime_compat.py."""
 
 PLAN = ["--cold-runs", "1", "--warmup", "0.05s", "--warmup-runs", "5", "--latency", "0.1s"]
 PLAN += ["--rounds", "2"]
@@ -52,22 +41,12 @@ HALF = 4
 
 
 @pytest.fixture(scope="module")
-def wheelhouse() -> Path:
-    """onnxruntime 1.19.0, 1.20.1 and the suite's own, with the suite's numpy."""
-    wh = WHEEL_CACHE
-    complete = wh / f".complete-bisect-{GOOD}-{MID}-{BAD}-{NUMPY}"
-    if not complete.exists():
-        wh.mkdir(parents=True, exist_ok=True)
-        for version in (GOOD, MID, BAD):
-            subprocess.run(
-                [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:"]
-                + ["-d", str(wh), f"onnxruntime=={version}", f"numpy=={NUMPY}"],
-                check=True,
-                capture_output=True,
-                timeout=900,
-            )
-        complete.touch()
-    return wh
+def wheelhouse(test_helper) -> Path:
+    """onnxruntime 1.19.0, 1.20.1 and the suite's own, with the suite's numpy
+    (tests/wheel_cache.py: shared with the runtime-environment tests)."""
+    return test_helper("wheel_cache").download_wheels(
+        f"bisect-{GOOD}-{MID}-{BAD}", [f"onnxruntime=={v}" for v in (GOOD, MID, BAD)]
+    )
 
 
 @pytest.fixture(scope="module")

@@ -6,11 +6,7 @@ the real local agent, the example classifier against its golden set."""
 
 from __future__ import annotations
 
-import importlib.metadata
-import os
 import platform
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -20,34 +16,16 @@ from edgequal.host.examples.catalog import build_example, example_inputs
 
 OPENVINO = "1.24.1"
 """onnxruntime-openvino's release: its wheel carries the OpenVINO libraries (84 MB)."""
-NUMPY = importlib.metadata.version("numpy")
-WHEEL_CACHE = Path(
-    os.environ.get("EDGEQUAL_TEST_WHEELS")
-    or Path.home()
-    / ".cache"
-    / "edgequal-tests"
-    / f"wheels-py{sys.version_info[0]}{sys.version_info[1]}"
-)
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def wheelhouse() -> Path:
+def wheelhouse(test_helper) -> Path:
     """onnxruntime-openvino and what it needs, with the suite's numpy."""
-    wh = WHEEL_CACHE
-    complete = wh / f".complete-openvino-{OPENVINO}-{NUMPY}"
-    if not complete.exists():
-        wh.mkdir(parents=True, exist_ok=True)
-        subprocess.run(
-            [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:"]
-            + ["-d", str(wh), f"onnxruntime-openvino=={OPENVINO}", f"numpy=={NUMPY}"],
-            check=True,
-            capture_output=True,
-            timeout=900,
-        )
-        complete.touch()
-    return wh
+    return test_helper("wheel_cache").download_wheels(
+        f"openvino-{OPENVINO}", [f"onnxruntime-openvino=={OPENVINO}"]
+    )
 
 
 @pytest.mark.skipif(

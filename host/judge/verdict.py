@@ -61,9 +61,9 @@ MAX_RUNS_NEEDED = 100
 """Past this many runs a side, ``runs_needed`` is None: the ratio sits at the minimum effect."""
 
 APART_NOTE = (
-    "the runs of two reports, not interleaved: a machine that runs in stretches (8-15 % "
-    "apart on the project's VM, docs/gating.md) moves one report's runs together, and that "
-    "counts here as the model's; confirm with --repeat-until-decided or --history"
+    "the runs of two reports, not interleaved: a board whose speed drifts between sessions "
+    "moves one report's runs together, and that would count here as the model's "
+    "(docs/gating.md); confirm with --repeat-until-decided or --history"
 )
 """What a DIFFERENT from two reports' own spread adds to its why."""
 

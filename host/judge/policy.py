@@ -180,6 +180,7 @@ SCHEMA: dict[str, dict[str, str]] = {
         # SAME / DIFFERENT / UNKNOWN (host/judge/verdict.py: VERDICT_DEFAULTS).
         "alpha_different": NUMBER,
         "alpha_same": NUMBER,
+        "session_shift": NUMBER,
         "confidence": NUMBER,
         "iterations": INTEGER,
         "seed": INTEGER,
@@ -419,6 +420,7 @@ def parse_policy(data: dict, where: str = "<policy>") -> Policy:
         ("min_effect", lambda v: v >= 0, "at least 0"),
         ("alpha_different", lambda v: 0 < v < 1, "above 0 and below 1"),
         ("alpha_same", lambda v: 0 < v < 0.5, "above 0 and below 0.5"),
+        ("session_shift", lambda v: v >= 0, "at least 0"),
     ):
         if key in baseline and not ok(baseline[key]):
             raise UsageError(

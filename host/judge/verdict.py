@@ -12,8 +12,15 @@ scale, so the answer is a ratio and a spread is a CV.
   noise score from history when given (``history``, or ``repeats+history``; its degrees of
   freedom are the history's runs less its stretches). None with one run a side and no
   history (``none``): then the verdict is UNKNOWN.
-- **Interval** of the log ratio: ``mean(log b) − mean(log a) ± t · s · sqrt(1/na + 1/nb)``,
-  t with the pooled degrees of freedom.
+- **Interval** of the log ratio: ``mean(log b) − mean(log a) ± t · se``. Runs interleaved in
+  one session (``--repeat-until-decided``'s pairs, bisect's segments): ``se = s · sqrt(1/na +
+  1/nb)``, t with the pooled degrees of freedom. Two reports made apart (``compare``,
+  ``rerun``, ``gate --baseline``): each report is one session, whose runs share its
+  conditions as a run's calls share the run's (this machine ran in stretches 8–15 % apart
+  with 2–3 % spread inside each), so their spread says nothing of how far two sessions
+  fall apart. Only the board's history, measured session to session, does: ``se² = 2σ_h²
+  − σ_r²(2 − 1/na − 1/nb)`` (:func:`apart_se`); without history the verdict is UNKNOWN and
+  names the history or an interleaved re-run as what decides it.
 - **DIFFERENT**: the two-sided 99 % interval (``alpha_different`` 0.01) excludes a ratio
   of 1 *and* the ratio is beyond the minimum effect (≥ 1 + m or ≤ 1 / (1 + m)); with a
   spread from the repeats alone, also the runs' own split at the same level (an exact
@@ -51,8 +58,9 @@ UNKNOWN = "UNKNOWN"
 REPEATS, HISTORY, BOTH, NONE = "repeats", "history", "repeats+history", "none"
 """Where a verdict's spread came from."""
 
-VERDICT_DEFAULTS = {"alpha_different": 0.01, "alpha_same": 0.05}
-"""The tests' levels (docs/gating.md); ``min_effect`` is the baseline's."""
+VERDICT_DEFAULTS = {"alpha_different": 0.01, "alpha_same": 0.05, "session_shift": 0.20}
+"""The tests' levels and, for two reports made apart with no history, the most two sessions
+of one board are taken to differ by (docs/gating.md); ``min_effect`` is the baseline's."""
 
 NOISE_EFFECT_CAP = 0.05
 """The most the board's noise raises the minimum effect to."""
@@ -60,12 +68,11 @@ NOISE_EFFECT_CAP = 0.05
 MAX_RUNS_NEEDED = 100
 """Past this many runs a side, ``runs_needed`` is None: the ratio sits at the minimum effect."""
 
-APART_NOTE = (
-    "the runs of two reports, not interleaved: a board whose speed drifts between sessions "
-    "moves one report's runs together, and that would count here as the model's "
-    "(docs/gating.md); confirm with --repeat-until-decided or --history"
+APART_ASK = (
+    "give the board's history (--history: its noise is measured session to session) or "
+    "run both interleaved (qualify --baseline REPORT --repeat-until-decided N)"
 )
-"""What a DIFFERENT from two reports' own spread adds to its why."""
+"""What decides two reports made apart when their own runs cannot (docs/gating.md)."""
 
 MIN_RUNS_FOR_SPREAD = 3
 """What an UNKNOWN with no known spread asks for: the fewest runs a side that give one."""
@@ -188,6 +195,22 @@ def pooled_spread(
     return math.sqrt((ss + prior.df * prior.sd**2) / total), float(total), BOTH
 
 
+def apart_se(
+    la: np.ndarray, lb: np.ndarray, prior: Spread
+) -> tuple[float, float | None, str]:
+    """(se, df, source) of the difference of two sessions' mean log figures, the sides' runs
+    made apart (two reports): each side is one session, whose conditions its runs share.
+    The history's spread is night to night, a session's shift (σ_s) and a run's own (σ_r)
+    together: σ_h² = σ_s² + σ_r². The difference of the means then varies by
+    ``2σ_s² + σ_r²(1/na + 1/nb) = 2σ_h² − σ_r²(2 − 1/na − 1/nb)``, σ_r² from the repeats
+    (up to σ_h²; without repeats 0, the most the history allows: ``2σ_h²``)."""
+    ss = sum(float(np.sum((x - x.mean()) ** 2)) for x in (la, lb) if x.size >= 2)
+    df = sum(x.size - 1 for x in (la, lb) if x.size >= 2)
+    within = min(ss / df, prior.sd**2) if df else 0.0
+    var = 2 * prior.sd**2 - within * (2 - 1 / la.size - 1 / lb.size)
+    return math.sqrt(max(var, 0.0)), prior.df, BOTH if df else prior.source
+
+
 def split_p(la: np.ndarray, lb: np.ndarray) -> float:
     """Two-sided p of the difference of the sides' mean log figures under every split of
     the runs into sides of these sizes (exact up to 9,999 splits, else 9,999 seeded random
@@ -236,15 +259,47 @@ def _decides(d: float, se: float, df: float | None, m_log: float, s: dict) -> st
     return UNKNOWN
 
 
-def _runs_needed(d, sd, df_extra, m_log, s, min_split: int = 0) -> int | None:
-    """Runs a side (both sides alike) that would decide a ratio ``exp(d)`` at spread ``sd``;
-    DIFFERENT no sooner than ``min_split`` runs a side (the runs' split, from repeats)."""
+def _runs_needed(d, se_at, df_at, m_log, s, min_split: int = 0) -> int | None:
+    """Runs a side (both sides alike) that would decide a ratio ``exp(d)``, ``se_at(n)`` and
+    ``df_at(n)`` the standard error and its degrees of freedom at n a side; DIFFERENT no
+    sooner than ``min_split`` runs a side (the runs' split, from repeats)."""
     for n in range(2, MAX_RUNS_NEEDED + 1):
-        df = None if df_extra is None else 2 * (n - 1) + df_extra
-        decided = _decides(d, sd * math.sqrt(2 / n), df, m_log, s)
+        decided = _decides(d, se_at(n), df_at(n), m_log, s)
         if decided == SAME or (decided == DIFFERENT and n >= min_split):
             return n
     return None
+
+
+def _apart_without_history(la, lb, sd, df, s, out) -> Verdict:
+    """Two reports made apart, repeats in them and no history: their runs' spread is each
+    session's own, so it says nothing of how far two sessions fall apart. DIFFERENT only
+    when the whole interval lies beyond the session shift a board is taken to have
+    (``session_shift``, 20 %) and the runs' split agrees; never SAME (a session's shift can
+    hide a real change as well as make one)."""
+    d = float(lb.mean() - la.mean())
+    ratio = math.exp(d)
+    half = _quantile(1 - s["alpha_different"] / 2, df) * sd * math.sqrt(1 / la.size + 1 / lb.size)
+    ci = (_exp(d - half), _exp(d + half))
+    shift = s["session_shift"]
+    args = (ratio, ci, (None, None), sd, df, REPEATS)
+    level = _percent(1 - s["alpha_different"])
+    beyond = abs(d) - half > math.log1p(shift)
+    if beyond and split_p(la, lb) <= s["alpha_different"]:
+        way = "slower" if ratio > 1 else "faster"
+        why = (
+            f"{way}: two reports made apart, with no history, and the whole {level} interval "
+            f"of their runs lies beyond ±{shift:.0%}, more than two sessions of a board are "
+            "taken to differ by (session_shift)"
+        )
+        return out(DIFFERENT, why, *args)
+    why = (
+        "two reports made apart, and no known spread between sessions: a report's runs "
+        "share its session (the board's speed that hour, its neighbours), so their spread "
+        f"({sd:.2%}) does not say how far two sessions fall apart, and without history only a "
+        f"change beyond ±{shift:.0%} (session_shift) in {split_min_runs(s['alpha_different'])}"
+        f" runs a side or more is DIFFERENT; {APART_ASK}"
+    )
+    return out(UNKNOWN, why, *args)
 
 
 def decide(
@@ -263,9 +318,10 @@ def decide(
     each side; ``prior`` the board's run-to-run spread from history (module docstring).
     ``split=False`` leaves out the runs' split test: for units that are not runs (the
     ABBA segments of one run, which share its workers and so their modes).
-    ``interleaved``: the sides' runs alternated in one session (pairs, ABBA segments); two
-    reports made apart are not, and a DIFFERENT from their own spread says so (the spread
-    inside a report does not say how far two reports fall apart: :data:`APART_NOTE`)."""
+    ``interleaved``: the sides' runs alternated in one session (pairs, ABBA segments), so
+    their spread is the spread of the difference. Two reports made apart are not: each is
+    one session, and only the board's history says how far sessions fall apart
+    (:func:`apart_se`); without it the verdict is UNKNOWN and says what decides it."""
     s = {**VERDICT_DEFAULTS, **{k: v for k, v in (settings or {}).items() if k in VERDICT_DEFAULTS}}
     a = np.asarray(baseline, dtype=np.float64).ravel()
     b = np.asarray(candidate, dtype=np.float64).ravel()
@@ -291,17 +347,24 @@ def decide(
     d = float(lb.mean() - la.mean())
     ratio = math.exp(d)
     sd, df, source = pooled_spread(la, lb, prior)
+    if sd is None and not interleaved:
+        return out(UNKNOWN, f"one run a side and no known spread: {APART_ASK}", ratio)
     if sd is None:
         return out(
             UNKNOWN,
             "one run a side and no known spread (no repeats, no history): run at least "
-            f"{MIN_RUNS_FOR_SPREAD - 1} more a side (qualify --repeat {MIN_RUNS_FOR_SPREAD}; "
-            f"{split_min_runs(s['alpha_different'])} a side to tell a difference) or give the "
-            "board's history",
+            f"{MIN_RUNS_FOR_SPREAD - 1} more a side ({split_min_runs(s['alpha_different'])} "
+            "a side to tell a difference) or give the board's history",
             ratio,
             needed=MIN_RUNS_FOR_SPREAD,
         )
-    se = sd * math.sqrt(1 / a.size + 1 / b.size)
+    if not interleaved and prior is None:
+        return _apart_without_history(la, lb, sd, df, s, out)
+    if interleaved:
+        se = sd * math.sqrt(1 / a.size + 1 / b.size)
+    else:
+        se, df, source = apart_se(la, lb, prior)
+        sd = prior.sd
     m_log = math.log1p(m)
     half = _quantile(1 - s["alpha_different"] / 2, df) * se
     half_same = _quantile(1 - s["alpha_same"], df) * se
@@ -318,17 +381,28 @@ def decide(
     if verdict == DIFFERENT:
         way = "slower" if ratio > 1 else "faster"
         why = f"{way}: the {level} interval excludes 1 and ×{ratio:.3f} is beyond ±{m:.0%}{raised}"
-        if source == REPEATS and not interleaved:
-            why += f"; {APART_NOTE}"
         return out(DIFFERENT, why, *args)
     if verdict == SAME:
         why = f"the {_percent(1 - 2 * s['alpha_same'])} interval lies inside ±{m:.0%}{raised}"
         return out(SAME, why, *args)
+    if not interleaved:
+        more = (
+            "more runs in these two sessions cannot shrink the history's session-to-session "
+            "spread; run both interleaved (qualify --baseline REPORT --repeat-until-decided N)"
+        )
+        return out(UNKNOWN, f"neither DIFFERENT nor inside ±{m:.0%}{raised}: {more}", *args)
     df_extra = None if df is None else max(df - (a.size - 1) - (b.size - 1), 0.0)
     if source == REPEATS:
         df_extra = 0.0
     min_split = split_min_runs(s["alpha_different"]) if split and source == REPEATS else 0
-    needed = _runs_needed(d, sd, df_extra, m_log, s, min_split)
+    needed = _runs_needed(
+        d,
+        lambda n: sd * math.sqrt(2 / n),
+        lambda n: None if df_extra is None else 2 * (n - 1) + df_extra,
+        m_log,
+        s,
+        min_split,
+    )
     if needed is not None and needed <= min(a.size, b.size):
         needed = min(a.size, b.size) + 1  # the unequal sides' shortfall: one more each
     more = (

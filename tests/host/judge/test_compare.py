@@ -94,7 +94,10 @@ def test_compare_json_gives_a_three_way_verdict_per_figure(reports, known, capsy
     same, heavy = p50["verdicts"][1], p50["verdicts"][2]
     assert same["verdict"] == "SAME" and same["why"] == "identical values"  # the same runs
     # Run against run: all five runs of each repeated report, never its first, never its calls.
+    # Two reports made apart, no history: DIFFERENT only as the whole interval lies beyond the
+    # 20 % two sessions are taken to differ by (four times the layers: well beyond).
     assert heavy["verdict"] == "DIFFERENT" and p50["verdict"] == "DIFFERENT"
+    assert heavy["ci_low"] > 1.2 and "beyond ±20%" in heavy["why"]
     assert (heavy["n_baseline"], heavy["n_candidate"], heavy["spread_source"]) == (5, 5, "repeats")
     assert heavy["ci_low"] > 1.0 and len(heavy["candidate_runs"]) == 5
     assert heavy["ratio"] > 1.0  # four times the layers; how much slower depends on the load
@@ -108,7 +111,7 @@ def test_compare_json_gives_a_three_way_verdict_per_figure(reports, known, capsy
     if rows["peak RSS"]["values"][0] == rows["peak RSS"]["values"][2]:
         assert rss["verdict"] == "SAME"
     else:
-        assert rss["verdict"] == "UNKNOWN" and rss["runs_needed"] == 3
+        assert rss["verdict"] == "UNKNOWN" and "--history" in rss["why"]
     for row in rows.values():
         assert row["verdict"] in ("SAME", "DIFFERENT", "UNKNOWN", None)
 

@@ -66,7 +66,8 @@ def test_rerun_repeats_the_signed_plan_with_the_same_artifacts(
         r["verdicts"][1] for r in result["comparison"]["rows"] if r["figure"] == "latency p50 x=1x4"
     )
     assert p50["verdict"] == "UNKNOWN" and p50["spread_source"] == "none"
-    assert (p50["n_baseline"], p50["n_candidate"], p50["runs_needed"]) == (1, 1, 3)
+    assert (p50["n_baseline"], p50["n_candidate"], p50["runs_needed"]) == (1, 1, None)
+    assert "--history" in p50["why"] and "--repeat-until-decided" in p50["why"]
     assert p50["baseline_runs"] == [_run_id(report)]
     assert result["same_plan"] is True and result["same_artifacts"] is True
     # Both signed reports hold the same plan and the same artifacts, from the same device.

@@ -176,12 +176,16 @@ def qualify_p50(device, model: Path, plan_fields: dict) -> tuple[float | None, s
     return (runs.values[0] if runs.values else None), report.status
 
 
-def verdicts(base_blocks, cand_blocks, prior) -> list[str]:
+def verdicts(base_blocks, cand_blocks, prior, interleaved: bool) -> list[str]:
+    """Each block against its partner: ``prior`` a Spread, or a function of the pair's
+    index giving one (the history held out of that pair), or None (no history)."""
     from edgequal.host.judge.verdict import decide
 
     return [
-        decide(a, b, 0.03, prior=prior if len(a) == 1 else None).verdict
-        for a, b in zip(base_blocks, cand_blocks)
+        decide(
+            a, b, 0.03, prior=prior(i) if callable(prior) else prior, interleaved=interleaved
+        ).verdict
+        for i, (a, b) in enumerate(zip(base_blocks, cand_blocks))
     ]
 
 
@@ -208,6 +212,82 @@ def blocks(values: list[float], k: int) -> list[list[float]]:
     return [values[i : i + k] for i in range(0, len(values) - k + 1, k)]
 
 
+def aa_rates(p50s: list[float], k: int) -> dict:
+    """A/A at k runs a side: consecutive blocks, each against the next, as two reports made
+    apart. With history: the CV of the load's other runs (those outside the pair, spread
+    over the whole session as a lab's nights are); without: the session_shift rule."""
+    bs = blocks(p50s, k)
+
+    def held_out(i: int):
+        rest = p50s[: i * k] + p50s[(i + 2) * k :]
+        return history_prior(rest) if len(rest) >= 3 else None
+
+    with_history = verdicts(bs[:-1], bs[1:], held_out, interleaved=False)
+    alone = verdicts(bs[:-1], bs[1:], None, interleaved=False)
+    return {**tally(with_history, "DIFFERENT"), "without_history": tally(alone, "DIFFERENT")}
+
+
+def analyse(aa: dict[int, list[float]], ab: dict[str, list[float]], ks: list[int]) -> dict:
+    """The rates from the runs' clean p50s: ``aa`` per load in run order; ``ab`` the
+    rotation's series (``A`` and one per copy, round by round)."""
+    out: dict = {"aa": {}}
+    for load, p50s in aa.items():
+        out["aa"][str(load)] = {
+            "runs": len(p50s),
+            "p50_ms_median": round(float(np.median(p50s)), 4),
+            "p50_cv": round(float(np.std(p50s, ddof=1) / np.mean(p50s)), 4),
+            "by_runs_a_side": {str(k): aa_rates(p50s, k) for k in ks},
+        }
+    if ab:
+        a = ab["A"]
+        quiet = history_prior(aa[0]) if len(aa.get(0, [])) >= 3 else None
+        out["ab"] = {}
+        for name, b in ab.items():
+            if name == "A":
+                continue
+            per_k = {}
+            for k in ks:
+                # The rotation interleaves A and the copies in one session; one run a side
+                # takes the quiet A/A runs' CV as its history.
+                found = verdicts(
+                    blocks(a, k), blocks(b, k), quiet if k == 1 else None, interleaved=True
+                )
+                per_k[str(k)] = {
+                    **tally(found, "SAME"),
+                    "different_rate": round(found.count("DIFFERENT") / len(found), 4)
+                    if found
+                    else None,
+                }
+            out["ab"][f"{float(name):.0%}"] = {
+                "measured_slowdown": round(float(np.median(b) / np.median(a)) - 1, 4),
+                "rounds": len(b),
+                "by_runs_a_side": per_k,
+            }
+    return out
+
+
+def read_reports(folder: Path) -> tuple[dict[int, list[float]], dict[str, list[float]]]:
+    """The clean p50s of a past run's reports (``reports/`` of its work folder), in run
+    order: ``aa-load{L}-{i}.json`` and ``ab-{A|slowdown}-{i}.json``."""
+    import base64
+
+    from edgequal.host.judge.run_figures import run_figures
+
+    found: dict[str, dict[int, float]] = {}
+    for path in folder.glob("*.json"):
+        label, _, index = path.stem.rpartition("-")
+        envelope = json.loads(path.read_bytes())
+        predicate = json.loads(base64.b64decode(envelope["payload"]))["predicate"]
+        runs = run_figures(predicate, "p50_ms")
+        if runs.values:
+            found.setdefault(label, {})[int(index)] = runs.values[0]
+    ordered = {label: [v[i] for i in sorted(v)] for label, v in found.items()}
+    aa = {int(k.removeprefix("aa-load")): v for k, v in ordered.items() if k.startswith("aa-load")}
+    ab = {k.removeprefix("ab-"): v for k, v in ordered.items() if k.startswith("ab-")}
+    n = min((len(v) for v in ab.values()), default=0)
+    return dict(sorted(aa.items())), {k: v[:n] for k, v in ab.items()}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="mid")
@@ -221,10 +301,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ks", default="1,3,5,10", help="runs a side compared")
     parser.add_argument("--slowdowns", default="0.05,0.10,0.25")
     parser.add_argument("--seconds", type=float, default=0.5, help="each run's timed seconds")
+    parser.add_argument(
+        "--from-reports",
+        metavar="DIR",
+        type=Path,
+        help="judge a past run's reports (its work folder's reports/) again, running nothing",
+    )
     args = parser.parse_args(argv)
     loads = [int(x) for x in args.loads.split(",") if x != ""]
     ks = [int(x) for x in args.ks.split(",")]
     slowdowns = [float(x) for x in args.slowdowns.split(",") if x != ""]
+    if args.from_reports:
+        aa, ab = read_reports(args.from_reports)
+        out = {"from_reports": str(args.from_reports), **analyse(aa, ab, ks)}
+        print(json.dumps(out, indent=1))
+        return 0
 
     work = Path(tempfile.mkdtemp(prefix="edgequal-false-alarms-"))
     os.environ.update(
@@ -250,7 +341,6 @@ def main(argv: list[str] | None = None) -> int:
     out: dict = {"model": args.model, "plan": {"preset": "quick", **plan_fields}, "aa": {}}
     out["plan"].pop("out")
     t_start = time.monotonic()
-    quiet_prior = None
     with edgequal.connect("local") as device:
 
         def run(path: Path, label: str, i: int, n: int) -> float | None:
@@ -260,29 +350,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{label} {i + 1}/{n}: p50 {p50} ms ({status})", file=sys.stderr, flush=True)
             return p50
 
+        aa_runs: dict[int, list[float]] = {}
         for load in loads:
             with Spinners(load):
                 aa = args.aa_runs if load == 0 or args.aa_runs_busy is None else args.aa_runs_busy
                 n = args.history + aa
                 p50s = [run(model, f"aa-load{load}", i, n) for i in range(n)]
-            p50s = [p for p in p50s if p is not None]
-            hist, rest = p50s[: args.history], p50s[args.history :]
-            prior = history_prior(hist) if len(hist) >= 2 else None
-            if load == 0:
-                quiet_prior = prior
-            per_k = {}
-            for k in ks:
-                bs = blocks(rest, k)
-                per_k[str(k)] = tally(verdicts(bs[:-1], bs[1:], prior), "DIFFERENT")
-            out["aa"][str(load)] = {
-                "runs": len(p50s),
-                "history_cv": None if prior is None else round(math.expm1(prior.sd), 4),
-                "p50_ms_median": round(float(np.median(p50s)), 4),
-                "p50_cv": round(float(np.std(p50s, ddof=1) / np.mean(p50s)), 4),
-                "by_runs_a_side": per_k,
-            }
+            aa_runs[load] = [p for p in p50s if p is not None]
+        series: dict[str, list[float]] = {}
         if copies:
-            series: dict[str, list[float]] = {"A": [], **{str(s): [] for s in copies}}
+            series = {"A": [], **{str(s): [] for s in copies}}
             for i in range(args.ab_rounds):
                 series["A"].append(run(model, "ab-A", i, args.ab_rounds))
                 for s, path in copies.items():
@@ -293,26 +370,7 @@ def main(argv: list[str] | None = None) -> int:
                 if all(series[key][i] is not None for key in series)
             ]
             series = {key: [v[i] for i in ok] for key, v in series.items()}
-            a_hist = series["A"]
-            out["ab"] = {}
-            for s in copies:
-                b = series[str(s)]
-                per_k = {}
-                for k in ks:
-                    # One run a side: the spread of the quiet A/A history, as gate --history.
-                    prior = quiet_prior if k == 1 else None
-                    found = verdicts(blocks(a_hist, k), blocks(b, k), prior)
-                    per_k[str(k)] = {
-                        **tally(found, "SAME"),
-                        "different_rate": round(found.count("DIFFERENT") / len(found), 4)
-                        if found
-                        else None,
-                    }
-                out["ab"][f"{s:.0%}"] = {
-                    "measured_slowdown": round(float(np.median(b) / np.median(a_hist)) - 1, 4),
-                    "rounds": len(b),
-                    "by_runs_a_side": per_k,
-                }
+    out.update(analyse(aa_runs, series, ks))
     out["wall_s"] = round(time.monotonic() - t_start, 1)
     out["targets"] = {
         "false_different_max": TARGET_FALSE_DIFFERENT,

@@ -162,27 +162,3 @@ def with_reference_score(labels: Labels, golden_decision: str | None, cases) -> 
         "topk_correct": sum(1 for r in rows if r["label"] in r["reference"]),
     }
     return replace(labels, output=ranked["output"], reference=reference)
-
-
-def labels_summary(labels: dict | None) -> dict | None:
-    """What ``golden make`` says of a labelled set: its cases and the reference's own score."""
-    if not labels:
-        return None
-    from .judge.accuracy import wilson_interval
-
-    ref = labels.get("reference") or {}
-    n = ref.get("cases") or 0
-    top1 = ref.get("top1_correct", 0) / n if n else None
-    ci = wilson_interval(ref.get("top1_correct", 0), n)
-    line = f"{n} labelled cases, reference top-1 " + (
-        f"{100 * top1:.2f} % (95 % CI {100 * ci[0]:.2f}–{100 * ci[1]:.2f})" if ci else "—"
-    )
-    return {
-        "task": labels.get("task"),
-        "cases": n,
-        "k": labels.get("k"),
-        "reference_top1": top1,
-        "reference_top1_ci": list(ci) if ci else None,
-        "reference_topk": ref.get("topk_correct", 0) / n if n else None,
-        "line": line,
-    }

@@ -314,7 +314,7 @@ def printable_name(path) -> str:
 
 def cmd_golden_make(args) -> int:
     from ..golden import make_golden, parse_tolerance_args
-    from ..labels import labels_summary
+    from ..judge.accuracy import labels_summary
     from ..present.terminal.summary import print_line, print_note
 
     warnings: list[str] = []

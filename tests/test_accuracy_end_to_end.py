@@ -1,0 +1,205 @@
+"""Accuracy on the device, end to end, on real labelled data no one here wrote.
+
+scikit-learn's digits and patches of scikit-image's photographs (tests/labelled_data.py),
+small classifiers trained here and exported to ONNX, golden sets made with
+``golden make --labels``, each model qualified by a real local agent, and the signed
+reports gated with ``[accuracy] max_drop = 0.5``. A planted int8 saturation (digits) and
+a planted BGR swap (photos), qualified against the clean model's golden set, show as an
+accuracy drop beyond its interval and fail the gate, in its JUnit and its signed
+attestation; the unchanged models pass. One module-scoped agent, four short runs.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+POLICY = 'name = "accuracy"\n[accuracy]\nmax_drop = 0.5\n'
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, test_helper):
+    """``{name: report path}`` for digits/photos, clean/planted; the agent's public key."""
+    from edgequal.contract.plan import make_plan
+    from edgequal.host.cli.main import main as edgequal_main
+    from edgequal.host.devices.qualify import pin_device_key, qualify
+    from edgequal.host.devices.trust import KnownDevices
+    from edgequal.host.transport.local import LocalTransport
+
+    data = test_helper("labelled_data")
+    base = tmp_path_factory.mktemp("accuracy")
+    digits, photos = data.digits(), data.photos()
+    models = {
+        "digits": data.classifier_model(base / "digits.onnx", digits),
+        "digits_int8": data.classifier_model(base / "digits_int8.onnx", digits, saturate_at=8.0),
+        "photos": data.classifier_model(base / "photos.onnx", photos),
+        "photos_bgr": data.classifier_model(base / "photos_bgr.onnx", photos, swap_channels=True),
+    }
+    with pytest.MonkeyPatch.context() as mp:
+        for var, sub in (
+            ("EDGEQUAL_CONFIG_DIR", "config"),
+            ("EDGEQUAL_AGENT_STATE", "agent-state"),
+            ("EDGEQUAL_LOCAL_STATE", "local-agent"),
+            ("XDG_STATE_HOME", "state"),
+        ):
+            mp.setenv(var, str(base / sub))
+        # Golden sets through the CLI: the digits' labels as CSV, the photos' as JSON
+        # naming the classes.
+        import numpy as np
+
+        np.savez(base / "digits_in.npz", **{f"{c}/x": f["x"] for c, f in digits.inputs.items()})
+        np.savez(
+            base / "photos_in.npz",
+            **{f"{c}/image": f["image"] for c, f in photos.inputs.items()},
+        )
+        data.write_labels_csv(base / "digits.csv", digits.classes)
+        (base / "photos.json").write_text(
+            json.dumps(
+                {
+                    "classes": list(photos.class_names),
+                    "k": 2,
+                    "cases": {c: photos.class_names[k] for c, k in photos.classes.items()},
+                }
+            )  # fmt: skip
+        )
+        goldens = {}
+        for name, labels in (("digits", "digits.csv"), ("photos", "photos.json")):
+            goldens[name] = base / f"{name}.golden.npz"
+            argv = ["golden", "make", str(models[name]), "--inputs", str(base / f"{name}_in.npz")]
+            argv += ["--decision", "argmax", "--labels", str(base / labels)]
+            assert edgequal_main([*argv, "-o", str(goldens[name])]) == 0
+        short = dict(
+            cold_runs=1,
+            warmup_min_runs=5,
+            warmup_min_s=0.05,
+            warmup_max_s=0.3,
+            latency_min_runs=50,
+            latency_min_s=0.1,
+            sustain_s=0.0,
+        )
+        known = KnownDevices()
+        reports = {}
+        with LocalTransport() as transport:
+            pin_device_key(transport, known, "local", "local")
+            raw = base64.b64decode(transport.info()["public_key_b64"])
+            for name, model in models.items():
+                reports[name] = base / f"{name}.report.json"
+                qualify(
+                    transport,
+                    model,
+                    goldens[name.split("_")[0]],
+                    make_plan("quick", **short),
+                    known=known,
+                    device_name="local",
+                    out=reports[name],
+                    allow_golden_mismatch=True,
+                )
+    return {"reports": reports, "goldens": goldens, "public_key": raw, "data": (digits, photos)}
+
+
+@pytest.fixture
+def local(runs):
+    """The agent's key pinned as device 'local' in this test's own config."""
+    from edgequal.host.devices.trust import KnownDevices
+
+    known = KnownDevices()
+    known.trust("local", "local", runs["public_key"])
+    return known
+
+
+def _predicate(path: Path) -> dict:
+    envelope = json.loads(path.read_bytes())
+    return json.loads(base64.b64decode(envelope["payload"]))["predicate"]
+
+
+def test_the_golden_set_records_labels_and_the_reference_score(runs):
+    from edgequal.contract.golden import read_golden
+
+    digits, photos = runs["data"]
+    g = read_golden(runs["goldens"]["digits"])
+    assert g.labels.cases == digits.classes and len(g.labels.cases) == 797
+    assert g.labels.output == "probs" and g.labels.k == 5
+    ref = g.labels.reference
+    assert ref["cases"] == 797 and 0.85 < ref["top1_correct"] / 797 < 0.99
+    assert ref["top1_correct"] <= ref["topk_correct"] <= 797
+    p = read_golden(runs["goldens"]["photos"])
+    assert p.labels.classes == photos.class_names and p.labels.k == 2
+
+
+def test_the_report_scores_the_device_against_the_labels(runs, local):
+    from edgequal.host.judge.accuracy import accuracy_of
+
+    clean = accuracy_of(_predicate(runs["reports"]["digits"])["results"])
+    assert clean["cases"] == 797 and clean["unlabelled"] == 0
+    # The same model on the device: every case decided as the reference did.
+    assert clean["device"]["top1"] == clean["reference"]["top1"]
+    assert clean["paired"]["reference_only"] == clean["paired"]["device_only"] == 0
+    lo, hi = clean["device"]["top1"]["ci"]
+    assert lo < clean["device"]["top1"]["value"] < hi and hi - lo < 0.05
+    assert len(clean["per_class"]) == 10 and sum(c["support"] for c in clean["per_class"]) == 797
+    assert 0.85 < clean["macro_f1"] < 0.99
+
+    saturated = accuracy_of(_predicate(runs["reports"]["digits_int8"])["results"])
+    paired = saturated["paired"]
+    assert paired["reference_only"] > paired["device_only"]
+    assert paired["drop_ci_points"][0] > 0.5 and paired["mcnemar_p"] < 1e-3
+    assert saturated["reference"]["top1"] == clean["reference"]["top1"]
+
+    swapped = accuracy_of(_predicate(runs["reports"]["photos_bgr"])["results"])
+    assert swapped["paired"]["drop_ci_points"][0] > 20  # colour is what tells photos apart
+    assert swapped["device"]["top1"]["value"] < swapped["reference"]["top1"]["value"] - 0.2
+
+
+def test_the_gate_fails_the_planted_faults_and_passes_the_unchanged_models(
+    runs, local, tmp_path, capsys
+):
+    from edgequal.host.cli.main import main as edgequal_main
+
+    policy = tmp_path / "accuracy.toml"
+    policy.write_text(POLICY)
+    codes, junits = {}, {}
+    for name, report in runs["reports"].items():
+        junits[name] = tmp_path / f"{name}.xml"
+        attest = tmp_path / f"{name}.intoto.json"
+        argv = ["gate", str(report), "--policy", str(policy), "--device", "local"]
+        codes[name] = edgequal_main([*argv, "--junit", str(junits[name]), "--attest", str(attest)])
+        out = capsys.readouterr().out
+        statement = json.loads(base64.b64decode(json.loads(attest.read_bytes())["payload"]))
+        predicate = statement["predicate"]
+        if codes[name] == 0:
+            assert "accuracy.max_drop" in predicate["passedTests"], name
+        else:
+            assert "accuracy.max_drop" in predicate["failedTests"], name
+            assert "with 95 % confidence" in out, out
+    assert codes == {"digits": 0, "digits_int8": 1, "photos": 0, "photos_bgr": 1}
+    case = ET.parse(junits["digits_int8"]).find(".//testcase[@name='accuracy.max_drop']")
+    failure = case.find("failure")
+    assert failure is not None and "top-1 drop" in failure.get("message")
+    passed = ET.parse(junits["digits"]).find(".//testcase[@name='accuracy.max_drop']")
+    assert passed is not None and passed.find("failure") is None
+
+
+def test_an_undecided_drop_passes_and_says_how_many_cases_would_decide(runs, local):
+    from edgequal.host.judge.accuracy import accuracy_of
+    from edgequal.host.judge.gate import run_gate
+    from edgequal.host.judge.policy import parse_policy
+
+    # The saturated digits' drop is about 3 points: a limit inside its interval.
+
+    paired = accuracy_of(_predicate(runs["reports"]["digits_int8"])["results"])["paired"]
+    lo, hi = paired["drop_ci_points"]
+    limit = round((paired["drop_points"] + hi) / 2, 2)
+    policy = parse_policy({"accuracy": {"max_drop": limit}})
+    result = run_gate(runs["reports"]["digits_int8"].read_bytes(), policy, known=local)
+    check = next(c for c in result.checks if c.name == "accuracy.max_drop")
+    assert check.passed and "not decided" in check.message
+    more = int(check.message.split("about ")[1].split(" more")[0])
+    assert more > 0
+    claim = next(c for c in result.claims if c["metric"] == "accuracy.max_drop")
+    assert claim["sampleSize"] == 797

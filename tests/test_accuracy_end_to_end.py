@@ -203,3 +203,36 @@ def test_an_undecided_drop_passes_and_says_how_many_cases_would_decide(runs, loc
     assert more > 0
     claim = next(c for c in result.claims if c["metric"] == "accuracy.max_drop")
     assert claim["sampleSize"] == 797
+
+
+def test_summary_page_and_ml_bom_carry_accuracy_with_its_interval(runs, local, tmp_path, capsys):
+    from edgequal.host.cli.main import main as edgequal_main
+    from edgequal.host.present.terminal.summary import print_summary
+
+    report = runs["reports"]["digits_int8"]
+    print_summary(_predicate(report), "local")
+    screen = " ".join(capsys.readouterr().out.split())
+    assert "accuracy on 797 labelled cases: top-1" in screen and "McNemar p" in screen
+
+    page = tmp_path / "page.html"
+    assert edgequal_main(["report", "html", str(report), "-o", str(page), "--device", "local"]) == 0
+    html = page.read_text()
+    assert '<p class="accuracy">accuracy on 797 labelled cases' in html
+
+    bom = tmp_path / "bom.json"
+    argv = ["export", str(report), str(runs["reports"]["photos"]), "--format", "cyclonedx"]
+    assert edgequal_main([*argv, "-o", str(bom)]) == 0
+    metrics = [
+        m
+        for c in json.loads(bom.read_text())["components"]
+        for m in (c.get("modelCard") or {})
+        .get("quantitativeAnalysis", {})
+        .get("performanceMetrics", [])
+        if m["type"].startswith("accuracy")
+    ]
+    top1 = [m for m in metrics if m["type"] == "accuracy top-1 (fraction)"]
+    assert len(top1) == 2  # one per report: board, runtime and labelled cases in its slice
+    assert all("board=local;runtime=onnxruntime" in m["slice"] for m in top1)
+    assert {m["slice"].split("labelled_cases=")[1].split(";")[0] for m in top1} == {"797", "403"}
+    drop = next(m for m in metrics if m["type"].endswith("(points)") and "=797" in m["slice"])
+    assert float(drop["confidenceInterval"]["lowerBound"]) > 0.5

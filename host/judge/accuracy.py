@@ -292,3 +292,30 @@ def labels_summary(labels: dict | None) -> dict | None:
         "reference_topk": ref.get("topk_correct", 0) / n if n else None,
         "line": line,
     }
+
+
+def accuracy_text(score: dict) -> str:
+    """One line of a report's accuracy (:func:`score_labelled`), as the summary and the page
+    show it beside drift: the device's top-1 and top-k, the reference's, the paired drop."""
+    if "error" in score:
+        return f"accuracy not scored: {score['error']}"
+
+    def pct(p: dict) -> str:
+        if p["value"] is None:
+            return "—"
+        return f"{100 * p['value']:.2f} % (95 % CI {100 * p['ci'][0]:.2f}–{100 * p['ci'][1]:.2f})"
+
+    dev, ref, paired = score["device"], score["reference"], score["paired"]
+    line = (
+        f"accuracy on {score['cases']} labelled cases: top-1 {pct(dev['top1'])}, "
+        f"top-{score['k']} {100 * (dev['topk']['value'] or 0):.2f} %; reference top-1 "
+        f"{100 * (ref['top1']['value'] or 0):.2f} %"
+    )
+    if paired["drop_ci_points"] is not None:
+        lo, hi = paired["drop_ci_points"]
+        line += (
+            f"; drop {paired['drop_points']:.2f} points (95 % CI {lo:.2f}–{hi:.2f}, "
+            f"{paired['reference_only']} lost, {paired['device_only']} gained, "
+            f"McNemar p {paired['mcnemar_p']:.3g})"
+        )
+    return line

@@ -236,3 +236,19 @@ def test_summary_page_and_ml_bom_carry_accuracy_with_its_interval(runs, local, t
     assert {m["slice"].split("labelled_cases=")[1].split(";")[0] for m in top1} == {"797", "403"}
     drop = next(m for m in metrics if m["type"].endswith("(points)") and "=797" in m["slice"])
     assert float(drop["confidenceInterval"]["lowerBound"]) > 0.5
+
+
+def test_history_follows_the_device_s_top_1(runs):
+    from edgequal.host.lab.changes import figures_of
+
+    def top1(name: str) -> float:
+        figures = figures_of(_predicate(runs["reports"][name]))
+        (figure,) = [f for f in figures if f.kind == "accuracy"]
+        assert figure.name == "accuracy top-1" and figure.better == "higher"
+        return figures[figure]
+
+    from edgequal.contract.golden import read_manifest
+
+    correct = read_manifest(runs["goldens"]["digits"])["labels"]["reference"]["top1_correct"]
+    assert top1("digits") == pytest.approx(100 * correct / 797)
+    assert top1("digits_int8") < top1("digits") - 1

@@ -174,6 +174,7 @@ SCHEMA: dict[str, dict[str, str]] = {
                 "drift",
                 "memory",
                 "energy",
+                "accuracy",
             )
         },  # fmt: skip
     },

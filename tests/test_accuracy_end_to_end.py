@@ -6,7 +6,9 @@ small classifiers trained here and exported to ONNX, golden sets made with
 reports gated with ``[accuracy] max_drop = 0.5``. A planted int8 saturation (digits) and
 a planted BGR swap (photos), qualified against the clean model's golden set, show as an
 accuracy drop beyond its interval and fail the gate, in its JUnit and its signed
-attestation; the unchanged models pass. One module-scoped agent, four short runs.
+attestation; so does a BGR swap in the device's own preprocessing (a ``--raw --pipeline``
+golden set of PNG files); the unchanged models pass. One module-scoped agent, five short
+runs.
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ def runs(tmp_path_factory, test_helper):
                 }
             )  # fmt: skip
         )
-        goldens = {}
+        goldens = {"photos_raw": _raw_photos_golden(base, models["photos"], photos, test_helper)}
         for name, labels in (("digits", "digits.csv"), ("photos", "photos.json")):
             goldens[name] = base / f"{name}.golden.npz"
             argv = ["golden", "make", str(models[name]), "--inputs", str(base / f"{name}_in.npz")]
@@ -88,12 +90,14 @@ def runs(tmp_path_factory, test_helper):
         with LocalTransport() as transport:
             pin_device_key(transport, known, "local", "local")
             raw = base64.b64decode(transport.info()["public_key_b64"])
-            for name, model in models.items():
+            runs = [(name, model, goldens[name.split("_")[0]]) for name, model in models.items()]
+            runs.append(("photos_raw", models["photos"], goldens["photos_raw"]))
+            for name, model, golden in runs:
                 reports[name] = base / f"{name}.report.json"
                 qualify(
                     transport,
                     model,
-                    goldens[name.split("_")[0]],
+                    golden,
                     make_plan("quick", **short),
                     known=known,
                     device_name="local",
@@ -101,6 +105,39 @@ def runs(tmp_path_factory, test_helper):
                     allow_golden_mismatch=True,
                 )
     return {"reports": reports, "goldens": goldens, "public_key": raw, "data": (digits, photos)}
+
+
+def _raw_photos_golden(base: Path, model: Path, photos, test_helper) -> Path:
+    """120 photo patches as PNG files, labelled, in a ``--raw --pipeline`` golden set whose
+    references are the training side's outputs (RGB) and whose pipeline, the one the device
+    runs, declares ``color_order = "BGR"``: the planted swap in the device's preprocessing."""
+    import numpy as np
+    import onnxruntime as ort
+    from edgequal.host.cli.main import main as edgequal_main
+
+    encode_image = test_helper("raw_files").encode_image
+    files = base / "photo_files"
+    files.mkdir()
+    session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    outputs, labels = {}, ["case,class"]
+    for case, feeds in list(photos.inputs.items())[:120]:
+        pixels = np.round(feeds["image"][0] * 255).astype(np.uint8)
+        (files / f"{case}.png").write_bytes(encode_image(pixels))
+        rgb = (pixels / 255.0).astype(np.float32)[None]
+        outputs[f"{case}/probs"] = session.run(None, {"image": rgb})[0]
+        labels.append(f"{case},{photos.classes[case]}")
+    np.savez(base / "photo_outputs.npz", **outputs)
+    (base / "photo_labels.csv").write_text("\n".join(labels) + "\n")
+    pipeline = base / "pipeline.toml"
+    pipeline.write_text(
+        '[inputs.image]\ndecode = "image"\nscale = 0.00392156862745098\ncolor_order = "BGR"\n'
+    )
+    golden = base / "photos_raw.golden.npz"
+    argv = ["golden", "make", str(model), "--raw", str(files), "--pipeline", str(pipeline)]
+    argv += ["--outputs", str(base / "photo_outputs.npz"), "--decision", "argmax"]
+    argv += ["--labels", str(base / "photo_labels.csv"), "-o", str(golden)]
+    assert edgequal_main(argv) == 0
+    return golden
 
 
 @pytest.fixture
@@ -177,7 +214,13 @@ def test_the_gate_fails_the_planted_faults_and_passes_the_unchanged_models(
         else:
             assert "accuracy.max_drop" in predicate["failedTests"], name
             assert "with 95 % confidence" in out, out
-    assert codes == {"digits": 0, "digits_int8": 1, "photos": 0, "photos_bgr": 1}
+    assert codes == {
+        "digits": 0,
+        "digits_int8": 1,
+        "photos": 0,
+        "photos_bgr": 1,
+        "photos_raw": 1,  # the device's own preprocessing fed BGR
+    }
     case = ET.parse(junits["digits_int8"]).find(".//testcase[@name='accuracy.max_drop']")
     failure = case.find("failure")
     assert failure is not None and "top-1 drop" in failure.get("message")
@@ -252,3 +295,14 @@ def test_history_follows_the_device_s_top_1(runs):
     correct = read_manifest(runs["goldens"]["digits"])["labels"]["reference"]["top1_correct"]
     assert top1("digits") == pytest.approx(100 * correct / 797)
     assert top1("digits_int8") < top1("digits") - 1
+
+
+def test_labels_go_through_the_device_s_own_decoding_and_preprocessing(runs):
+    from edgequal.host.judge.accuracy import accuracy_of
+
+    results = _predicate(runs["reports"]["photos_raw"])["results"]
+    assert "pipeline" in results  # the whole path from the PNG files ran on the device
+    score = accuracy_of(results)
+    assert score["cases"] == 120
+    assert score["paired"]["drop_ci_points"][0] > 20
+    assert score["reference"]["top1"]["value"] > score["device"]["top1"]["value"] + 0.2

@@ -19,8 +19,9 @@ The manifest (``format: edgequal.golden/v1``) records the model's input and outp
 specs, the preprocessing contract for raw inputs, the reference runtime and its
 version, per-output tolerances, an optional decision rule and optional edge shapes
 (``edge_shapes``: ``[{"label", "shapes": {input: [dims]}}]``, the edges of the input
-range every qualification with this set repeats). The file is content-addressed by
-the sha256 of its bytes. The agent only reads golden sets; the host writes them
+range every qualification with this set repeats) and optional labels (``labels``,
+``contract/labels.py``: the true class of each case, the reference's own score). The
+file is content-addressed by the sha256 of its bytes. The agent only reads golden sets; the host writes them
 (``edgequal golden make``).
 """
 
@@ -88,6 +89,13 @@ class GoldenSet:
     def tolerances(self) -> dict:
         """Per-output tolerance overrides: ``{output: {"atol":..,"rtol":..} | {"class": "fp16"}}``."""
         return self.manifest.get("tolerances", {})
+
+    @property
+    def labels(self):
+        """The cases' labels (:class:`~.labels.Labels`), None for an unlabelled set."""
+        from .labels import Labels
+
+        return Labels.from_json(self.manifest.get("labels"), "manifest field 'labels'")
 
     @property
     def preprocessing(self):
@@ -236,6 +244,13 @@ def _check_manifest(path: Path, manifest: dict) -> None:
     if not isinstance(manifest.get("decision"), (str, type(None))):
         raise bad("decision", "a string or null")
     manifest_edge_shapes(path, manifest)
+    if manifest.get("labels") is not None:
+        from .labels import Labels
+
+        try:
+            Labels.from_json(manifest["labels"], "manifest field 'labels'")
+        except BadInput as e:
+            raise BadInput(f"{path}: {e}") from None
 
 
 def check_edge_shapes(value, field: str) -> list[dict]:

@@ -99,6 +99,9 @@ def make_golden(
     model_signature: Path | None = None,
     trusted_keys: Sequence[Path] = (),
     intermediates: bool = False,
+    labels: Path | None = None,
+    labels_k: int | None = None,
+    labels_output: str | None = None,
 ) -> str:
     """Write a golden set for ``model``; returns its sha256.
 
@@ -123,6 +126,10 @@ def make_golden(
 
     ``intermediates`` also records every intermediate tensor of each case's reference
     run (docs/divergence.md): a model changed since is localised node by node against them.
+
+    ``labels`` (a CSV or JSON file, ``host/labels.py``) gives each case its true class;
+    the manifest records them with the reference's own score (top-1 and top-k of
+    ``labels_k``, ranked on ``labels_output``): docs/accuracy.md.
     """
     from .model_file import check_model_file
 
@@ -140,6 +147,7 @@ def make_golden(
             model, raw, pipeline, out, reference_inputs,
             outputs=outputs, decision=decision, tolerances=tolerances, preprocessing=preprocessing,
             runtime=runtime, on_warning=on_warning, edge_shapes=edge_shapes, signed=signed,
+            labels=labels, labels_k=labels_k, labels_output=labels_output,
         )  # fmt: skip
     if pipeline is not None or reference_inputs is not None:
         raise UsageError("--pipeline and --reference-inputs go with --raw DIR")
@@ -215,6 +223,14 @@ def make_golden(
     }
     if edges:
         manifest["edge_shapes"] = edges
+    if labels is not None:
+        from .labels import read_labels_file, with_reference_score
+
+        names = [c.name for c in cases]
+        read = read_labels_file(labels, names, k=labels_k, output=labels_output)
+        manifest["labels"] = with_reference_score(read, decision, cases).to_json()
+    elif labels_k is not None or labels_output is not None:
+        raise UsageError("--labels-k and --labels-output go with --labels FILE")
     rt.close()
     if attach is None:
         return write_golden(Path(out), manifest, cases)

@@ -199,7 +199,12 @@ def run_warm(job: WorkerJob) -> dict:
     }
     if golden is not None and golden.pipeline is None:  # with one, the whole path's drift
         phase("drift")
-        result["drift"] = measure_drift(rt, golden)
+        kept: dict | None = {} if golden.labels is not None else None
+        result["drift"] = measure_drift(rt, golden, keep=kept)
+        if kept is not None:
+            from ..measure.labelled import labelled_of_golden
+
+            result["drift"]["labelled"] = labelled_of_golden(golden, kept)
     if job.runtime == "onnxruntime":
         result["int8_form"] = _int8_form(Path(job.model))
     result["memory"] = {

@@ -82,6 +82,11 @@ def run_pipeline(job: WorkerJob) -> dict:
     result["drift"] = drift_of_cases(
         [(c.name, out, c.outputs) for c, _, _, out in done], rt, golden
     )
+    if golden.labels is not None:  # the device's own decoding and preprocessing, scored
+        from ..measure.labelled import labelled_of_golden
+
+        outputs = {c.name: out for c, _, _, out in done}
+        result["drift"]["labelled"] = labelled_of_golden(golden, outputs)
     result["reference_inputs"] = reference_divergence(stages, done)
     rule = parse_decision_rule(golden.decision) if golden.decision else None
     path = {"decode": stages.decode, "preprocess": stages.preprocess, "inference": rt.run}

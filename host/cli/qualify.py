@@ -314,6 +314,7 @@ def printable_name(path) -> str:
 
 def cmd_golden_make(args) -> int:
     from ..golden import make_golden, parse_tolerance_args
+    from ..judge.accuracy import labels_summary
     from ..present.terminal.summary import print_line, print_note
 
     warnings: list[str] = []
@@ -338,6 +339,7 @@ def cmd_golden_make(args) -> int:
         model_signature=args.model_signature,
         trusted_keys=args.trusted_key,
         intermediates=args.intermediates,
+        labels=args.labels,
     )
     if args.json:
         import json
@@ -358,6 +360,7 @@ def cmd_golden_make(args) -> int:
             "tolerances": g.tolerances,
             "reference": g.manifest.get("reference"),
             "model_signature": (g.manifest.get("model") or {}).get("signature"),
+            "labels": labels_summary(g.manifest.get("labels")),
             "warnings": warnings,
         }
         write_json(json.dumps(made, indent=1))
@@ -367,9 +370,11 @@ def cmd_golden_make(args) -> int:
     made = read_golden(args.output)
     cases = len(made.cases)
     signed = (made.manifest.get("model") or {}).get("signature")
+    labelled = labels_summary(made.manifest.get("labels"))
     print_line(
         f"golden set {args.output}: {cases} case{'s' if cases != 1 else ''}, sha256 {digest}"
         + (f"; model signature verified by {signed['key']}" if signed else "")
+        + (f"; {labelled['line']}" if labelled else "")
     )
     return 0
 
@@ -613,6 +618,13 @@ def add_parsers(sub) -> None:
         "compared with the device's preprocessing",
     )
     gm.add_argument("--decision", help="argmax | topk:K | threshold:OUTPUT>VALUE")
+    gm.add_argument(
+        "--labels",
+        type=Path,
+        metavar="FILE",
+        help="each case's true class (CSV 'case,class' or JSON, which may also set k and "
+        "output): the device's accuracy is scored against them (docs/accuracy.md)",
+    )
     gm.add_argument(
         "--intermediates",
         action="store_true",

@@ -46,6 +46,9 @@ def sample_size(predicate: dict, check: Check) -> int | None:
     if check.section == "drift":
         cases = (results.get("drift") or {}).get("cases") or []
         return len({row.get("case") for row in cases}) or None
+    if check.section == "accuracy":
+        labelled = (results.get("drift") or {}).get("labelled") or {}
+        return len(labelled.get("cases") or []) or None
     if check.section == "sustained":
         return (results.get("sustained") or {}).get("scored_windows")
     return None

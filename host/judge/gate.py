@@ -29,6 +29,7 @@ from pathlib import Path
 
 from ..devices.trust import KnownDevices
 from ..errors import VerificationFailed
+from .accuracy import accuracy_checks
 from .baseline import baseline_checks
 from .check_kit import RERUN_ADVICE, RUN_MORE_ADVICE, Check, not_judged
 from .checks import (
@@ -158,6 +159,7 @@ GATE_SECTIONS: tuple[tuple[str, Callable[[dict, Policy], list[Check]]], ...] = (
     ("latency", latency_checks),
     ("sustained", sustained_checks),
     ("drift", drift_checks),
+    ("accuracy", accuracy_checks),
     ("memory", memory_checks),
     ("batch", batch_checks),
     ("threads", thread_checks),

@@ -109,6 +109,8 @@ SCHEMA: dict[str, dict[str, str]] = {
         "max_near_threshold_flip_rate": NUMBER,
     },
     "memory": {"max_peak_rss_mb": NUMBER, "max_rss_added_by_load_mb": NUMBER},
+    # Accuracy on labelled golden sets (host/judge/accuracy.py): points and percent.
+    "accuracy": {"max_drop": NUMBER, "min_top1": NUMBER},
     "batch": {"min_best_items_per_s": NUMBER, "min_best_items_per_s_per_core": NUMBER},
     "threads": {"min_recommended_calls_per_s": NUMBER, "max_recommended_p50_ms": NUMBER},
     "server": {
@@ -172,6 +174,7 @@ SCHEMA: dict[str, dict[str, str]] = {
                 "drift",
                 "memory",
                 "energy",
+                "accuracy",
             )
         },  # fmt: skip
     },
@@ -234,6 +237,8 @@ class Policy:
     drift: dict = field(default_factory=dict)
     drift_outputs: dict[str, dict] = field(default_factory=dict)
     memory: dict = field(default_factory=dict)
+    accuracy: dict = field(default_factory=dict)
+    """``[accuracy]``: the paired top-1 drop (points) and top-1 (percent), on their intervals."""
     baseline: dict = field(default_factory=lambda: dict(BASELINE_DEFAULTS))
     batch: dict = field(default_factory=dict)
     threads: dict = field(default_factory=dict)
@@ -277,6 +282,7 @@ class Policy:
             "latency",
             "sustained",
             "memory",
+            "accuracy",
             "baseline",
             *SCENARIO_SECTIONS,
             "coload",
@@ -449,6 +455,7 @@ def parse_policy(data: dict, where: str = "<policy>") -> Policy:
         drift=sections.get("drift", {}),
         drift_outputs=sections.get("drift.outputs", {}),
         memory=sections.get("memory", {}),
+        accuracy=sections.get("accuracy", {}),
         baseline=baseline,
         **{name: sections.get(name, {}) for name in SCENARIO_SECTIONS + CONDITION_SECTIONS},
         edge_shape_labels=sections.get("edge_shapes.labels", {}),

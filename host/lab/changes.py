@@ -76,12 +76,14 @@ DEFAULT_MIN_EFFECT: Mapping[str, float] = {
     "drift": 1.0,
     "memory": 0.05,
     "energy": 0.05,
+    "accuracy": 0.01,
 }
 """Smallest change that matters, as a fraction of the median before, per kind of figure.
 
 Latency p50, throughput, memory and energy: 5 %; p99: 10 % (a tail moves more night to
 night); cold load and first inference: 20 % (one process start, page cache and disk);
-drift: 100 % (a max absolute error doubling: smaller moves are rounding noise)."""
+drift: 100 % (a max absolute error doubling: smaller moves are rounding noise);
+accuracy (top-1 on labelled cases, docs/accuracy.md): 1 %, about a point at 90 %."""
 
 SAME_CHANGE_WINDOW = dt.timedelta(hours=36)
 """Two boards' changes are the same change when their first runs after it belong to one
@@ -267,6 +269,11 @@ def figures_of(predicate: Mapping) -> dict[Figure, float]:
     )
     for name, drift in sorted((_get(results, "drift", "outputs") or {}).items()):
         out[Figure(f"drift {name}", "", "drift")] = _number(_get(drift, "max_abs"))
+    labelled = _get(results, "drift", "labelled") or {}
+    if labelled.get("cases"):  # a labelled golden set: the device's top-1, in percent
+        rows = labelled["cases"]
+        top1 = sum(1 for r in rows if r.get("device", [])[:1] == [r.get("label")])
+        out[Figure("accuracy top-1", "%", "accuracy", "higher")] = 100 * top1 / len(rows)
     rss = _number(_get(results, "memory", "peak_rss_bytes"))
     out[Figure("peak memory", "MB", "memory")] = None if rss is None else rss / _MB
     out.update(runtime_env_figures(results))

@@ -112,7 +112,32 @@ def performance_metrics(report: ReportFile) -> list[dict]:
         rows.append(_metric("drift PSNR (dB)", d.get("psnr_db"), where))
     decisions = drift.get("decisions") or {}
     rows.append(_metric("decision flips", decisions.get("flip_count"), board + run))
+    rows += _accuracy_metrics(results, board + run)
     return [r for r in rows if r is not None]
+
+
+def _accuracy_metrics(results: dict, where: str) -> list[dict | None]:
+    """On-device accuracy on labelled cases (docs/accuracy.md): top-1 and top-k with their
+    Wilson intervals, the paired drop against the reference with its interval."""
+    from ..judge.accuracy import accuracy_of
+
+    score = accuracy_of(results)
+    if not score or "error" in score:
+        return []
+    where = f"{where};labelled_cases={score['cases']}"
+    dev, paired = score["device"], score["paired"]
+    return [
+        _metric("accuracy top-1 (fraction)", dev["top1"]["value"], where, dev["top1"]["ci"]),
+        _metric(
+            f"accuracy top-{score['k']} (fraction)", dev["topk"]["value"], where, dev["topk"]["ci"]
+        ),
+        _metric(
+            "accuracy top-1 drop against the reference (points)",
+            paired["drop_points"],
+            where,
+            paired["drop_ci_points"],
+        ),
+    ]
 
 
 def _io_formats(results: dict, side: str) -> list[dict]:

@@ -379,6 +379,11 @@ def drift_section(reports: Sequence[ReportFile]) -> str:
                     [False, True, True, True, True, True],
                 )
             )
+        if drift.get("labelled"):  # docs/accuracy.md
+            from ...judge.accuracy import accuracy_of, accuracy_text
+
+            score = accuracy_of(r.predicate["results"])
+            out.append(f'<p class="accuracy">{escape(accuracy_text(score))}</p>')
         check = get_path(r.predicate, "results", "optimization_check")
         if check:
             from edgequal.contract.summary import optimization_check_text

@@ -293,6 +293,10 @@ def print_drift(results: dict) -> None:
             from edgequal.contract.summary import decisions_text
 
             console.print(f"  decisions [{style}]{esc(decisions_text(d))}[/]", soft_wrap=True)
+        if drift.get("labelled"):  # docs/accuracy.md
+            from ...judge.accuracy import accuracy_of, accuracy_text
+
+            console.print(f"  {esc(accuracy_text(accuracy_of(results)))}", soft_wrap=True)
     check = results.get("optimization_check")
     if check:
         from edgequal.contract.summary import optimization_check_text

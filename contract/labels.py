@@ -93,7 +93,9 @@ class Labels:
 
         if not isinstance(value, Mapping):
             raise bad("labels", "an object")
-        unknown = sorted(set(value) - {"task", "output", "k", "classes", "cases", "reference", "layout"})
+        unknown = sorted(
+            set(value) - {"task", "output", "k", "classes", "cases", "reference", "layout"}
+        )
         if unknown:
             raise BadInput(f"{where}: unknown field {unknown[0][:80]!r}")
         task = value.get("task")
@@ -145,9 +147,7 @@ def _whole(value, low: int = 0, high: int = MAX_CLASS) -> bool:
 
 
 def _number(value) -> bool:
-    return (
-        isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    )
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _check_case(task: str, label, n_classes: int, where: str) -> None:

@@ -112,9 +112,11 @@ def _task_row(labels, name: str, output: str, actual: dict, reference: dict) -> 
     """One labelled case of a detection, segmentation or vad set: the device's and the
     reference's results beside the label, as the host scores them."""
     for outputs in (actual, reference):
-        keys = [labels.layout[k] for k in ("boxes", "scores", "classes")] if (
-            labels.task == "detection"
-        ) else [output]
+        keys = (
+            [labels.layout[k] for k in ("boxes", "scores", "classes")]
+            if (labels.task == "detection")
+            else [output]
+        )
         missing = [k for k in keys if k not in outputs]
         if missing:
             raise BadInput(f"case {name!r}: output {missing[0]!r} is missing")

@@ -154,3 +154,61 @@ def vad(path: Path, late: int = 0) -> Path:
         [helper.make_tensor_value_info("speech", f, [1, FRAMES])],
         inits,
     )
+
+
+def text_lines(seed: int = 3):
+    """Text-direction cases: 16x64 strips of scikit-image's scanned text (``data.text``,
+    ``data.page``) with ink in them, pooled 2x to 8x32 (0..1, ink high), upright (class 0)
+    or rotated 180° (class 1). Half train a logistic regression (scikit-learn); the held-out
+    half are the labelled cases. ``(weights [256, 2], bias [2], inputs {case: x [1, 256]},
+    classes {case: 0|1})``."""
+    import skimage.data
+    from sklearn.linear_model import LogisticRegression
+
+    strips = []
+    for image in (skimage.data.text(), skimage.data.page()):
+        ink = 1.0 - image.astype(np.float64) / 255.0
+        for r in range(0, ink.shape[0] - 16, 6):
+            for c in range(0, ink.shape[1] - 64, 24):
+                s = ink[r : r + 16, c : c + 64]
+                if s.mean() > 0.12:
+                    strips.append(s.reshape(8, 2, 32, 2).mean(axis=(1, 3)))
+    rng = np.random.default_rng(seed)
+    strips = np.asarray(strips)[rng.permutation(len(strips))]
+    flipped = rng.random(len(strips)) < 0.5
+    x = np.where(flipped[:, None, None], strips[:, ::-1, ::-1], strips).reshape(len(strips), -1)
+    y = flipped.astype(int)
+    half = len(x) // 2
+    fit = LogisticRegression(C=0.1, max_iter=200).fit(x[:half], y[:half])
+    w = np.column_stack([-fit.coef_[0], fit.coef_[0]]).astype(np.float32) / 2
+    b = np.array([-fit.intercept_[0], fit.intercept_[0]], np.float32) / 2
+    inputs = {f"t{i:04d}": {"x": x[i : i + 1].astype(np.float32)} for i in range(half, len(x))}
+    classes = {f"t{i:04d}": int(y[i]) for i in range(half, len(x))}
+    return w, b, inputs, classes
+
+
+def direction_model(path: Path, w: np.ndarray, b: np.ndarray, rotated: bool = False) -> Path:
+    """``x`` [1, 256] -> MatMul -> Add -> Softmax -> ``probs`` [1, 2]. ``rotated``: the
+    planted fault, the strip turned 180° before it is read (its pixels reversed: a Gather)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")]
+    nodes, prev = [], "x"
+    if rotated:
+        order = np.arange(w.shape[0] - 1, -1, -1, dtype=np.int64)
+        inits.append(numpy_helper.from_array(order, "turn"))
+        nodes.append(helper.make_node("Gather", ["x", "turn"], ["turned"], axis=1))
+        prev = "turned"
+    nodes += [
+        helper.make_node("MatMul", [prev, "w"], ["l0"]),
+        helper.make_node("Add", ["l0", "b"], ["logits"]),
+        helper.make_node("Softmax", ["logits"], ["probs"], axis=1),
+    ]
+    f = TensorProto.FLOAT
+    return _save(
+        path,
+        nodes,
+        [helper.make_tensor_value_info("x", f, [1, w.shape[0]])],
+        [helper.make_tensor_value_info("probs", f, [1, 2])],
+        inits,
+    )

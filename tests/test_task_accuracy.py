@@ -1,7 +1,8 @@
 """Detection mAP, segmentation mean IoU and voice-activity frame F1 on the device, end to
 end: labelled golden sets made with ``golden make --labels`` (JSON: boxes, masks as PNG and
 .npy files, speech intervals), small ONNX models built here (tests/task_data.py) qualified
-by one real local agent, the signed reports scored on the host (pycocotools for mAP) with
+by one real local agent, and a text-direction classifier (upright against 180° strips
+of scikit-image's scanned text, a logistic regression trained here) on its top-1, the signed reports scored on the host (pycocotools for mAP) with
 paired bootstrap intervals and gated with ``[accuracy] max_drop = 1``. Each planted fault
 (boxes shifted 2 pixels, a segmentation threshold too high, speech read 8 frames late)
 drops its headline metric beyond its interval and fails the gate; the unchanged models pass.
@@ -66,7 +67,16 @@ def runs(tmp_path_factory, test_helper):
         "segmentation": _labels(base, "segmentation", mask_files),
         "vad": _labels(base, "vad", dict(zip(names, intervals)), {"hop_s": data.HOP}),
     }
+    w, b, strips, directions = data.text_lines()
+    np.savez(base / "strips.npz", **{f"{c}/x": f["x"] for c, f in strips.items()})
+    models["direction"] = data.direction_model(base / "direction.onnx", w, b)
+    models["direction_rotated"] = data.direction_model(base / "rot.onnx", w, b, rotated=True)
+    labels["direction"] = base / "direction.csv"
+    labels["direction"].write_text(
+        "case,class\n" + "".join(f"{c},{k}\n" for c, k in directions.items())
+    )
     inputs = {"detection": "images", "segmentation": "images", "vad": "energy"}
+    inputs["direction"] = "strips"
     with pytest.MonkeyPatch.context() as mp:
         for var, sub in (
             ("EDGEQUAL_CONFIG_DIR", "config"),
@@ -166,6 +176,22 @@ def test_the_gate_fails_the_planted_faults_and_passes_the_unchanged_models(runs,
         "segmentation_dim": 1,
         "vad": 0,
         "vad_late": 1,
+        "direction": 0,
+        "direction_rotated": 1,  # every strip read upside down
     }
     assert "mAP@0.5:0.95 drop" in screens["detection_shifted"]
     assert "with 95 % confidence" in screens["vad_late"]
+
+
+def test_the_text_direction_classifier_on_the_device(runs):
+    from edgequal.host.judge.accuracy import accuracy_of
+
+    clean = accuracy_of(_results(runs["reports"]["direction"]))
+    top1 = clean["device"]["top1"]
+    assert clean["task"] == "classification" and clean["cases"] > 300
+    assert 0.6 < top1["value"] < 0.95 and top1["ci"][0] > 0.5  # better than a coin
+    assert clean["paired"]["drop_points"] == 0
+    turned = accuracy_of(_results(runs["reports"]["direction_rotated"]))
+    # Read upside down, a strip's direction is decided backwards: top-1 falls below half.
+    assert turned["device"]["top1"]["value"] < 0.5 < top1["value"]
+    assert turned["paired"]["drop_ci_points"][0] > 10

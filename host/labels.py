@@ -11,6 +11,13 @@ or JSON: ``{"task": "classification", "classes": [names] (optional), "k": 5 (opt
 ``{"case", "class"}`` rows). Every case of the golden set needs a label and every label a
 case, so a typo cannot silently shrink the scored set. The reference's own score on them
 is counted here (``reference``: cases, top-1 and top-k correct) and recorded with them.
+
+The other tasks are JSON with ``"task"`` and, where the outputs are not the defaults, a
+``"layout"`` (``contract/labels.py``): detection ``{"c0": [[x, y, w, h, class], ...]}``
+(or ``{"box": [x, y, w, h], "class": c}`` rows; a class a name where ``classes`` names
+them), segmentation ``{"c0": "masks/c0.png"}`` (a PNG of class indices, or ``.npy``,
+relative to the labels file; or the mask inline as rows), vad ``{"c0": [[0.5, 1.25]]}``
+(speech intervals in seconds). Their reference score is ``host/task_scores.py``'s.
 """
 
 from __future__ import annotations
@@ -63,10 +70,10 @@ def _json_labels(text: str) -> dict:
         doc = {"cases": doc}
     if not isinstance(doc, dict):
         raise BadInput("the JSON must be an object with 'cases'")
-    unknown = sorted(set(doc) - {"task", "classes", "k", "output", "cases"})
+    unknown = sorted(set(doc) - {"task", "classes", "k", "output", "cases", "layout"})
     if unknown:
         raise BadInput(
-            f"unknown field {unknown[0][:80]!r} (fields: task, classes, k, output, cases)"
+            f"unknown field {unknown[0][:80]!r} (fields: task, classes, k, output, cases, layout)"
         )
     rows = doc.get("cases")
     if isinstance(rows, list):
@@ -116,11 +123,19 @@ def _labels(path: Path, doc: dict, case_names: list[str], k, output) -> Labels:
     ):
         raise BadInput("'classes' must be a list of class names")
     classes = tuple(classes) if classes is not None else None
-    cases: dict[str, int] = {}
+    cases: dict = {}
     for name, value in doc["cases"]:
         if name in cases:
             raise BadInput(f"case {name[:80]!r} is labelled twice")
-        cases[name] = label_value(value, classes, f"case {name[:80]!r}")
+        where = f"case {name[:80]!r}"
+        if task == "classification":
+            cases[name] = label_value(value, classes, where)
+        elif task == "detection":
+            cases[name] = _boxes(value, classes, where)
+        elif task == "segmentation":
+            cases[name] = _mask(path.parent, value, where)
+        else:
+            cases[name] = value
     known = set(case_names)
     stray = [c for c in cases if c not in known]
     if stray:
@@ -137,8 +152,54 @@ def _labels(path: Path, doc: dict, case_names: list[str], k, output) -> Labels:
         "output": output if output is not None else doc.get("output"),
         "classes": list(classes) if classes is not None else None,
         "cases": cases,
+        "layout": doc.get("layout"),
     }
     return Labels.from_json(data, f"labels file {path.name}")
+
+
+def _boxes(value, classes, where: str) -> list:
+    """A case's boxes as ``[x, y, w, h, class]`` rows, a class name made its index."""
+    if not isinstance(value, list):
+        raise BadInput(f"{where}: boxes must be a list of [x, y, w, h, class]")
+    rows = []
+    for box in value:
+        if isinstance(box, dict) and isinstance(box.get("box"), list):
+            box = [*box["box"], box.get("class")]
+        if not isinstance(box, list) or len(box) != 5:
+            raise BadInput(f"{where}: a box must be [x, y, w, h, class]")
+        rows.append([*box[:4], label_value(box[4], classes, where)])
+    return rows
+
+
+def _mask(folder: Path, value, where: str) -> dict:
+    """A case's class mask, from a PNG or ``.npy`` file (relative to the labels file) or
+    inline rows, run-length coded for the manifest."""
+    import numpy as np
+    from edgequal.contract.labels import mask_rle
+
+    if isinstance(value, list):
+        try:
+            mask = np.asarray(value, dtype=np.int64)
+        except (ValueError, TypeError, OverflowError):
+            raise BadInput(f"{where}: an inline mask must be rows of class indices") from None
+    elif isinstance(value, str):
+        file = folder / value
+        try:
+            if file.suffix.lower() == ".npy":
+                mask = np.load(file, allow_pickle=False)
+            else:
+                from edgequal.agent.pipeline.image import decode_image
+
+                mask = np.asarray(decode_image(file.read_bytes()))
+        except (OSError, ValueError) as e:
+            raise BadInput(f"{where}: cannot read mask {value[:80]!r} ({e})") from None
+        except BadInput as e:
+            raise BadInput(f"{where}: mask {value[:80]!r}: {e}") from None
+    else:
+        raise BadInput(f"{where}: a mask is a PNG or .npy file name, or rows of class indices")
+    if mask.ndim != 2 or mask.dtype.kind not in "iub" or mask.size == 0 or mask.min() < 0:
+        raise BadInput(f"{where}: a mask must be 2-D class indices >= 0, got {mask.shape}")
+    return mask_rle(mask)
 
 
 def with_reference_score(labels: Labels, golden_decision: str | None, cases) -> Labels:
@@ -148,6 +209,17 @@ def with_reference_score(labels: Labels, golden_decision: str | None, cases) -> 
     from dataclasses import replace
 
     from edgequal.agent.measure.labelled import labelled_predictions
+
+    if labels.task != "classification":
+        from .task_scores import reference_score
+
+        try:
+            done = labelled_predictions(
+                labels, golden_decision, [(c.name, c.outputs, c.outputs) for c in cases]
+            )
+        except BadInput as e:
+            raise UsageError(f"--labels: {e}", hint="the labels' layout names the outputs") from e
+        return replace(labels, output=done["output"], reference=reference_score(done))
 
     try:
         ranked = labelled_predictions(

@@ -122,6 +122,10 @@ def score_labelled(labelled: dict) -> dict:
     with its interval and McNemar's p. ``{"error"}`` when the agent could not rank them."""
     if "error" in labelled:
         return {"task": labelled.get("task"), "error": labelled["error"]}
+    if labelled.get("task", "classification") != "classification":
+        from ..task_scores import score_task
+
+        return score_task(labelled)
     rows = labelled.get("cases") or []
     n, k = len(rows), labelled.get("k")
     dev1 = [r["device"][:1] == [r["label"]] for r in rows]
@@ -235,6 +239,8 @@ def accuracy_checks(results: dict, policy) -> list[Check]:
         ]
     n = score["cases"]
     paired = score["paired"]
+    if score.get("task", "classification") != "classification":
+        return _task_checks(score, limits)
     checks = []
     if "max_drop" in limits:
         detail = (
@@ -272,12 +278,58 @@ def accuracy_checks(results: dict, policy) -> list[Check]:
     return checks
 
 
+def _task_checks(score: dict, limits: dict) -> list[Check]:
+    """``max_drop`` on a detection, segmentation or vad set's headline metric (mAP@0.5:0.95,
+    mean IoU, VAD frame F1), judged on the paired bootstrap interval of its drop;
+    ``min_top1`` is classification's and fails here, naming the task."""
+    from ..task_scores import NAMES
+
+    n, paired, head = score["cases"], score["paired"], score["headline"]
+    checks = []
+    if "max_drop" in limits and paired["drop_ci_points"] is None:
+        checks.append(
+            Check("accuracy.max_drop", "accuracy", False, "scored", "—", "no labelled cases")
+        )
+    elif "max_drop" in limits:
+        detail = (
+            f"{NAMES[head]} {100 * score['device'][head]['value']:.2f} % on the device against "
+            f"{100 * score['reference'][head]['value']:.2f} % for the reference, paired bootstrap "
+            f"over {n} cases, {paired['resamples']} resamples"
+        )
+        checks.append(
+            _interval_check(
+                "accuracy.max_drop",
+                f"{NAMES[head]} drop",
+                paired["drop_points"],
+                paired["drop_ci_points"],
+                limits["max_drop"],
+                "max",
+                n,
+                detail,
+            )  # fmt: skip
+        )
+    if "min_top1" in limits:
+        message = f"accuracy: min_top1 is for classification, this golden set is {score['task']}"
+        checks.append(Check("accuracy.min_top1", "accuracy", False, "top-1", "—", message))
+    return checks
+
+
 def labels_summary(labels: dict | None) -> dict | None:
     """What ``golden make`` says of a labelled set: its cases and the reference's own score."""
     if not labels:
         return None
     ref = labels.get("reference") or {}
     n = ref.get("cases") or 0
+    if labels.get("task", "classification") != "classification":
+        from ..task_scores import NAMES
+
+        figures = ", ".join(f"{NAMES[k]} {v:.2f} %" for k, v in ref.items() if k in NAMES)
+        return {
+            "task": labels.get("task"),
+            "cases": n,
+            "reference": {k: v for k, v in ref.items() if k in NAMES},
+            "line": f"{n} labelled {labels['task']} cases, reference {figures}",
+        }
     top1 = ref.get("top1_correct", 0) / n if n else None
     ci = wilson_interval(ref.get("top1_correct", 0), n)
     line = f"{n} labelled cases, reference top-1 " + (
@@ -299,6 +351,10 @@ def accuracy_text(score: dict) -> str:
     show it beside drift: the device's top-1 and top-k, the reference's, the paired drop."""
     if "error" in score:
         return f"accuracy not scored: {score['error']}"
+    if score.get("task", "classification") != "classification":
+        from ..task_scores import task_text
+
+        return task_text(score)
 
     def pct(p: dict) -> str:
         if p["value"] is None:

@@ -270,7 +270,8 @@ def figures_of(predicate: Mapping) -> dict[Figure, float]:
     for name, drift in sorted((_get(results, "drift", "outputs") or {}).items()):
         out[Figure(f"drift {name}", "", "drift")] = _number(_get(drift, "max_abs"))
     labelled = _get(results, "drift", "labelled") or {}
-    if labelled.get("cases"):  # a labelled golden set: the device's top-1, in percent
+    classification = labelled.get("task", "classification") == "classification"
+    if labelled.get("cases") and classification:  # the device's top-1, in percent
         rows = labelled["cases"]
         top1 = sum(1 for r in rows if r.get("device", [])[:1] == [r.get("label")])
         out[Figure("accuracy top-1", "%", "accuracy", "higher")] = 100 * top1 / len(rows)

@@ -126,6 +126,21 @@ def _accuracy_metrics(results: dict, where: str) -> list[dict | None]:
         return []
     where = f"{where};labelled_cases={score['cases']}"
     dev, paired = score["device"], score["paired"]
+    if score.get("task", "classification") != "classification":
+        from ..task_scores import NAMES
+
+        head = NAMES[score["headline"]]
+        return [
+            _metric(f"accuracy {NAMES[k]} (fraction)", v["value"], where, v["ci"])
+            for k, v in dev.items()
+        ] + [
+            _metric(
+                f"accuracy {head} drop against the reference (points)",
+                paired["drop_points"],
+                where,
+                paired["drop_ci_points"],
+            )
+        ]
     return [
         _metric("accuracy top-1 (fraction)", dev["top1"]["value"], where, dev["top1"]["ci"]),
         _metric(

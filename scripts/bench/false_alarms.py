@@ -212,31 +212,53 @@ def blocks(values: list[float], k: int) -> list[list[float]]:
     return [values[i : i + k] for i in range(0, len(values) - k + 1, k)]
 
 
-def aa_rates(p50s: list[float], k: int) -> dict:
+def aa_rates(p50s: list[float], k: int, interfered: list[bool] | None = None) -> dict:
     """A/A at k runs a side: consecutive blocks, each against the next, as two reports made
     apart. With history: the CV of the load's other runs (those outside the pair, spread
-    over the whole session as a lab's nights are); without: the session_shift rule."""
+    over the whole session as a lab's nights are); without: the session_shift rule.
+    ``interfered``: per run, whether its report was ``inconclusive`` (the agent saw other
+    processes take the CPU); a DIFFERENT with such a run on either side is counted apart
+    (``different_interfered``): the gate retries it, naming other processes as the cause."""
     bs = blocks(p50s, k)
+    flags = blocks(interfered or [False] * len(p50s), k)
 
     def held_out(i: int):
         rest = p50s[: i * k] + p50s[(i + 2) * k :]
         return history_prior(rest) if len(rest) >= 3 else None
 
+    def counted(found: list[str]) -> dict:
+        blamed = sum(v == "DIFFERENT" and any(flags[i] + flags[i + 1]) for i, v in enumerate(found))
+        alarms = found.count("DIFFERENT") - blamed
+        return {
+            **tally(found, "DIFFERENT"),
+            "different_interfered": blamed,
+            "unexplained_different": alarms,
+            "unexplained_different_ci95": wilson(alarms, len(found)),
+        }
+
     with_history = verdicts(bs[:-1], bs[1:], held_out, interleaved=False)
     alone = verdicts(bs[:-1], bs[1:], None, interleaved=False)
-    return {**tally(with_history, "DIFFERENT"), "without_history": tally(alone, "DIFFERENT")}
+    return {**counted(with_history), "without_history": counted(alone)}
 
 
-def analyse(aa: dict[int, list[float]], ab: dict[str, list[float]], ks: list[int]) -> dict:
+def analyse(
+    aa: dict[int, list[float]],
+    ab: dict[str, list[float]],
+    ks: list[int],
+    interfered: dict[int, list[bool]] | None = None,
+) -> dict:
     """The rates from the runs' clean p50s: ``aa`` per load in run order; ``ab`` the
-    rotation's series (``A`` and one per copy, round by round)."""
+    rotation's series (``A`` and one per copy, round by round); ``interfered`` per load,
+    whether each A/A run's report was inconclusive."""
     out: dict = {"aa": {}}
     for load, p50s in aa.items():
+        flags = (interfered or {}).get(load)
         out["aa"][str(load)] = {
             "runs": len(p50s),
             "p50_ms_median": round(float(np.median(p50s)), 4),
             "p50_cv": round(float(np.std(p50s, ddof=1) / np.mean(p50s)), 4),
-            "by_runs_a_side": {str(k): aa_rates(p50s, k) for k in ks},
+            "inconclusive_runs": sum(flags or []),
+            "by_runs_a_side": {str(k): aa_rates(p50s, k, flags) for k in ks},
         }
     if ab:
         a = ab["A"]
@@ -273,19 +295,27 @@ def read_reports(folder: Path) -> tuple[dict[int, list[float]], dict[str, list[f
 
     from edgequal.host.judge.run_figures import run_figures
 
-    found: dict[str, dict[int, float]] = {}
+    found: dict[str, dict[int, tuple[float, bool]]] = {}
     for path in folder.glob("*.json"):
         label, _, index = path.stem.rpartition("-")
         envelope = json.loads(path.read_bytes())
         predicate = json.loads(base64.b64decode(envelope["payload"]))["predicate"]
         runs = run_figures(predicate, "p50_ms")
         if runs.values:
-            found.setdefault(label, {})[int(index)] = runs.values[0]
+            interfered = predicate.get("status") == "inconclusive"
+            found.setdefault(label, {})[int(index)] = (runs.values[0], interfered)
     ordered = {label: [v[i] for i in sorted(v)] for label, v in found.items()}
     aa = {int(k.removeprefix("aa-load")): v for k, v in ordered.items() if k.startswith("aa-load")}
-    ab = {k.removeprefix("ab-"): v for k, v in ordered.items() if k.startswith("ab-")}
+    ab = {
+        k.removeprefix("ab-"): [p for p, _ in v] for k, v in ordered.items() if k.startswith("ab-")
+    }
     n = min((len(v) for v in ab.values()), default=0)
-    return dict(sorted(aa.items())), {k: v[:n] for k, v in ab.items()}
+    flags = {load: [f for _, f in v] for load, v in sorted(aa.items())}
+    return (
+        {load: [p for p, _ in v] for load, v in sorted(aa.items())},
+        {k: v[:n] for k, v in ab.items()},
+        flags,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -312,8 +342,8 @@ def main(argv: list[str] | None = None) -> int:
     ks = [int(x) for x in args.ks.split(",")]
     slowdowns = [float(x) for x in args.slowdowns.split(",") if x != ""]
     if args.from_reports:
-        aa, ab = read_reports(args.from_reports)
-        out = {"from_reports": str(args.from_reports), **analyse(aa, ab, ks)}
+        aa, ab, flags = read_reports(args.from_reports)
+        out = {"from_reports": str(args.from_reports), **analyse(aa, ab, ks, flags)}
         print(json.dumps(out, indent=1))
         return 0
 
@@ -342,11 +372,14 @@ def main(argv: list[str] | None = None) -> int:
     out["plan"].pop("out")
     t_start = time.monotonic()
     with edgequal.connect("local") as device:
+        statuses: dict[str, list[bool]] = {}
 
         def run(path: Path, label: str, i: int, n: int) -> float | None:
             report_out = work / "reports" / f"{label}-{i}.json"
             report_out.parent.mkdir(exist_ok=True)
             p50, status = qualify_p50(device, path, {**plan_fields, "out": report_out})
+            if p50 is not None:
+                statuses.setdefault(label, []).append(status == "inconclusive")
             print(f"{label} {i + 1}/{n}: p50 {p50} ms ({status})", file=sys.stderr, flush=True)
             return p50
 
@@ -370,7 +403,8 @@ def main(argv: list[str] | None = None) -> int:
                 if all(series[key][i] is not None for key in series)
             ]
             series = {key: [v[i] for i in ok] for key, v in series.items()}
-    out.update(analyse(aa_runs, series, ks))
+    flags = {load: statuses.get(f"aa-load{load}", []) for load in aa_runs}
+    out.update(analyse(aa_runs, series, ks, flags))
     out["wall_s"] = round(time.monotonic() - t_start, 1)
     out["targets"] = {
         "false_different_max": TARGET_FALSE_DIFFERENT,

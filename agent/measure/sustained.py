@@ -22,9 +22,8 @@ from edgequal.contract.stats import (
     sustained_verdict,
 )
 
-from ..probes.raspberry_pi import throttle_active
-from ..probes.telemetry import throttle_reasons
 from .attribution import attribute_windows
+from .throttle import throttle_active, throttle_reasons
 from .timed_outputs import OutputSampler
 
 WINDOW_BUFFER = 1 << 16  # latency samples kept per window for its p50/p90
@@ -142,7 +141,7 @@ def window_telemetry(
 
     Uses the samples inside the window and the first one after it (a state change
     between the last sample inside and the window's end shows there first). Throttle
-    indicators are ``probes.telemetry.throttle_reasons``, the one throttle rule, limited
+    indicators are ``measure.throttle.throttle_reasons``, the one throttle rule, limited
     to ``indicators`` when the device profile names the ones that apply (None: all).
     """
     inside = [s for s in samples if window["t0"] <= s["t"] <= window["t1"]]

@@ -54,17 +54,6 @@ def parse_throttled(text: str) -> dict:
     }
 
 
-def throttle_active(flags: dict | None) -> bool:
-    """True when a performance-limiting bit is set *now* (frequency capped, throttled, soft limit).
-
-    Under-voltage (bit 0) is reported separately: it is a failure of its own.
-    """
-    if not flags:
-        return False
-    now = flags["now"]
-    return now["freq_capped"] or now["throttled"] or now["soft_temp_limit"]
-
-
 def parse_measure_clock(text: str) -> int:
     """``vcgencmd measure_clock arm`` (``"frequency(48)=1500398464"``) -> Hz. ValueError otherwise."""
     m = _CLOCK.search(text)

@@ -11,9 +11,9 @@ Files are opened for every read rather than kept open: sysfs regenerates an
 attribute on each open, and a tree written by replacing files (the device emulator,
 a recorded tree being updated) stays correct.
 
-The pure helpers below (:func:`slope_c_per_min`, :func:`idle_cooldown_ok`,
-:func:`throttle_reasons`) work on the sample dicts and are what the measurement code
-scores with.
+The pure helpers below (:func:`slope_c_per_min`, :func:`idle_cooldown_ok`) work on the
+sample dicts; which of a sample's indicators count as throttling is the measurement's rule,
+``agent/measure/throttle.py``.
 """
 
 from __future__ import annotations
@@ -36,12 +36,6 @@ from edgequal.agent.probes.thermal import (
     is_unreliable_zone,
     list_entries,
     parse_millidegrees,
-)
-from edgequal.contract.plan import (
-    INDICATOR_CLOCK_DROP,
-    INDICATOR_COOLING,
-    INDICATOR_PASSIVE_TRIP,
-    INDICATOR_PI_FLAGS,
 )
 
 log = logging.getLogger(__name__)
@@ -255,50 +249,6 @@ def idle_cooldown_ok(
     if slope is None:
         return False
     return temps[-1]["temp_c"] <= idle_c + within_c and slope < max_slope_c_per_min
-
-
-def throttle_reasons(
-    sample: Mapping,
-    *,
-    trip_c: float | None = None,
-    nominal_khz: Mapping[str, int] | int | None = None,
-    clock_ratio: float = 0.97,
-) -> list[str]:
-    """The throttle indicators that fire in one sample (measurement.md §6.4). Pure.
-
-    - ``get_throttled``: a Pi firmware bit 1, 2 or 3 is set now;
-    - ``clock_drop``: a measured clock is below ``clock_ratio`` x nominal (per policy when
-      ``nominal_khz`` is a mapping; the Pi's ``arm_clock_khz`` is compared with the
-      smallest nominal when given one);
-    - ``cooling_device``: a CPU-throttling cooling device has ``cur_state > 0``;
-    - ``passive_trip``: ``temp_c`` has reached ``trip_c``.
-
-    Under-voltage is not a throttle indicator here; read ``throttled["now"]["under_voltage"]``.
-    """
-    reasons = []
-    if pi_probe.throttle_active(sample.get("throttled")):
-        reasons.append(INDICATOR_PI_FLAGS)
-    if nominal_khz is not None:
-        clocks = dict(sample.get("clocks_khz") or {})
-        if isinstance(nominal_khz, Mapping):
-            nominal = dict(nominal_khz)
-        else:
-            nominal = {name: int(nominal_khz) for name in clocks}
-        dropped = any(
-            clocks.get(name) is not None and clocks[name] < clock_ratio * khz
-            for name, khz in nominal.items()
-        )
-        arm = sample.get("arm_clock_khz")
-        if arm is not None and nominal and arm < clock_ratio * min(nominal.values()):
-            dropped = True
-        if dropped:
-            reasons.append(INDICATOR_CLOCK_DROP)
-    if any(v for v in (sample.get("cooling_states") or {}).values()):
-        reasons.append(INDICATOR_COOLING)
-    temp = sample.get("temp_c")
-    if trip_c is not None and temp is not None and temp >= trip_c:
-        reasons.append(INDICATOR_PASSIVE_TRIP)
-    return reasons
 
 
 class BoardTelemetry:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from edgequal.agent.measure.throttle import throttle_active
 from edgequal.agent.probes.raspberry_pi import (
     THROTTLE_FLAGS,
     parse_measure_clock,
@@ -12,7 +13,6 @@ from edgequal.agent.probes.raspberry_pi import (
     parse_throttled,
     read_raspberry_pi,
     read_throttled,
-    throttle_active,
 )
 
 SYSFS = Path(__file__).resolve().parents[2] / "fixtures" / "sysfs"

@@ -24,7 +24,7 @@ from edgequal.contract import __version__
 from edgequal.contract.errors import BadInput
 from edgequal.contract.plan import Plan, loop_limit_s
 from edgequal.contract.preemption import decided_on_clean, decisive_summary, preemption_evidence
-from edgequal.contract.runtimes import runtime_for
+from edgequal.contract.runtimes import runtime_for, runtime_kind, runtimes_with
 from edgequal.contract.stats import repeat_spread
 
 from ..config import output_fault_setting, proc_root
@@ -221,8 +221,9 @@ def measure_unoptimized_drift(model, golden, plan: Plan, runtime, cancel, findin
 
 def optimization_check_skipped(plan: Plan, runtime: str, results: dict) -> str | None:
     """Why the optimisation check the plan asks for cannot run here, or None when it can."""
-    if runtime != "onnxruntime":
-        return f"graph optimisation is an onnxruntime setting; {runtime} has none to turn off"
+    if not runtime_kind(runtime).graph_optimization:
+        owners = " and ".join(runtimes_with("graph_optimization"))
+        return f"graph optimisation is an {owners} setting; {runtime} has none to turn off"
     if plan.graph_optimization == "disabled":
         return "the plan already measures with graph optimisation off"
     if results.get("drift") is None or "pipeline" in results:
@@ -316,9 +317,10 @@ def check_providers(runtime: str, plan: Plan, cancel=None) -> dict | None:
     """
     if not plan.providers:
         return None
-    if runtime != "onnxruntime":
+    if not runtime_kind(runtime).execution_providers:
         raise BadInput(
-            f"execution providers apply to onnxruntime; this model runs on {runtime}",
+            f"execution providers apply to {' and '.join(runtimes_with('execution_providers'))}; "
+            f"this model runs on {runtime}",
             hint="drop --providers (LiteRT's XNNPACK delegate is on unless --no-xnnpack)",
         )
     ended = run_job(

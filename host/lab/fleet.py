@@ -46,9 +46,10 @@ from ..judge.junit import fleet_junit
 from ..present.html.matrix import matrix_html
 from ..transport import Transport, open_transport
 from ..transport.base import holder_name
+from .fleet_judging import CellJudge
 from .inventory import FleetModel, Lab, LabDevice
 from .noise import NOISY_PREFIX
-from .results import RETRY_STATUSES, FleetResult, RunRecord
+from .results import RETRY_STATUSES, FleetResult, RunRecord, run_file_stem
 
 if TYPE_CHECKING:
     from ..devices.qualify import Qualification
@@ -118,11 +119,6 @@ def first_waiting_text(transport, device: str) -> str | None:
     except HostError:  # the wait itself will say
         lease = None
     return waiting_text(device, {"lease": lease}) if lease else None
-
-
-def run_file_stem(model: str, device: str) -> str:
-    """The file name stem of one run's report and page: ``MODEL@DEVICE``."""
-    return f"{model}@{device}"
 
 
 def fleet_plan(preset: str, profile_name: str | None, overrides: dict | None = None) -> Plan:
@@ -250,6 +246,9 @@ class FleetRunner:
         # Names this fleet run's cells in the history: one row per model on each board.
         self.cell_prefix = (
             f"{lab.name}/{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{os.urandom(3).hex()}"
+        )
+        self.judge = CellJudge(
+            options, self.known, self.policy, self.out, pairs, record_report, self.cell_prefix
         )
 
     # -- the whole run -------------------------------------------------------------
@@ -555,6 +554,11 @@ class FleetRunner:
                     log.info("releasing the lease of %s failed: %s", device.name, e)
         return outcome, tmp
 
+    def _event(self, record: RunRecord, event: dict) -> None:
+        if event.get("type") == "run":
+            self._set(record, run_id=event.get("run_id"))
+        self.on_event(record, event)
+
     def _repeat_until_decided(
         self,
         transport: Transport,
@@ -567,82 +571,18 @@ class FleetRunner:
         predicate: dict,
     ):
         """The gate of a run whose verdict against ``baseline`` is UNKNOWN, decided by pairs
-        of the candidate and the baseline's own artifacts (found by digest beside the
-        baseline report or the model) run interleaved on this board (``repeat_pairs`` at
-        most; host/judge/repeat.py). Their reports go to ``repeats/MODEL@DEVICE/``; they
-        are not the cell's report and not recorded in history."""
-        from dataclasses import replace
+        run on this board (:meth:`CellJudge.repeat_until_decided`)."""
 
-        from ..judge.gate import decided_by_repeat, undecided_against_baseline
-        from ..judge.repeat import baseline_artifacts, repeat_check, repeat_until_decided
-        from ..judge.report_file import load_report
-
-        undecided = undecided_against_baseline(gate)
-        if undecided is None or self.options.repeat_pairs < 1:
-            return gate
-        try:
-            base = load_report(baseline, known=self.known, require=True)
-            base_model, base_golden = baseline_artifacts(
-                base.subjects, [baseline.parent, model.path.parent]
-            )
-        except HostError as e:
-            why = f"{undecided.message}; not run again: {e}"
-            return decided_by_repeat(
-                gate, replace(undecided, message=why), {"error": str(e)}, predicate, self.policy
-            )
-        sides = {
-            "candidate": model,
-            "baseline": replace(model, path=base_model, golden=base_golden, signature=None),
-        }
-        folder = self.out / "repeats" / run_file_stem(model.name, device.name)
-        folder.mkdir(parents=True, exist_ok=True)
-        done: list[Path] = []
-
-        def run(side: str) -> dict:
-            outcome, tmp = self._attempt_leased(transport, device, sides[side], record, plan)
-            path = folder / f"{len(done) + 1:02d}-{side}.json"
-            tmp.replace(path)
-            done.append(path)
-            return {"predicate": outcome.report.predicate, "path": path}
+        def attempt(side: FleetModel):
+            return self._attempt_leased(transport, device, side, record, plan)
 
         def on_pair(result) -> None:
             self._set(record, repeat_pairs=result.pairs)
             self.on_event(record, {"type": "repeat", **result.to_json()})
 
-        settings = self.policy.baseline
-        try:
-            result = repeat_until_decided(
-                run, self.options.repeat_pairs, settings["min_effect"], settings, on_pair
-            )
-        except HostError as e:  # the board went away or a run measured nothing
-            why = f"{undecided.message}; running pairs again stopped: {e}"
-            return decided_by_repeat(
-                gate, replace(undecided, message=why), {"error": str(e)}, predicate, self.policy
-            )
-        check = repeat_check(undecided.name, result, device.name)
-        return decided_by_repeat(gate, check, result.to_json(), predicate, self.policy)
-
-    def _baseline_of(self, record: RunRecord) -> Path | None:
-        """The report a run is gated against: its re-qualification's approved report, else
-        its cell's in ``--baseline DIR`` (``reports/MODEL@DEVICE.json`` or ``MODEL@DEVICE.json``)."""
-        fixed = (self.pairs or {}).get((record.model, record.device))
-        if fixed is not None:
-            return fixed.baseline
-        if self.options.baseline_dir is None:
-            return None
-        name = f"{run_file_stem(record.model, record.device)}.json"
-        for path in (
-            self.options.baseline_dir / "reports" / name,
-            self.options.baseline_dir / name,
-        ):
-            if path.is_file():
-                return path
-        return None
-
-    def _event(self, record: RunRecord, event: dict) -> None:
-        if event.get("type") == "run":
-            self._set(record, run_id=event.get("run_id"))
-        self.on_event(record, event)
+        return self.judge.repeat_until_decided(
+            gate, baseline, predicate, model, device.name, attempt, on_pair
+        )
 
     def _finish_record(
         self,
@@ -652,66 +592,13 @@ class FleetRunner:
         resumed: bool = False,
         decide_more: Callable | None = None,
     ) -> bool:
-        """Gate the report, write its page, record it in history; set the record's final state.
-        ``decide_more(gate, baseline, predicate)`` decides a verdict left UNKNOWN against the
-        baseline (pairs run again) and returns the gate it decided.
-
-        Returns whether the gate failed only on interference (a run to measure again); a
-        gate whose pairs were run again is not measured again, whatever they decided.
-        """
-        gate = None
-        verdict = None
-        if self.policy is not None:
-            from ..judge.gate import run_gate
-            from ..judge.report_file import read_report_bytes
-
-            baseline = self._baseline_of(record)
-            gate = run_gate(
-                read_report_bytes(path),
-                self.policy,
-                name=str(path),
-                known=self.known,
-                device=record.device,
-                baseline=read_report_bytes(baseline) if baseline is not None else None,
-                baseline_name=str(baseline),
-            )
-            if baseline is not None and decide_more is not None:
-                gate = decide_more(gate, baseline, predicate)
-            verdict = _baseline_verdict(gate)
-        page = None
-        if self.options.html_pages:
-            from ..judge.report_file import load_report
-            from ..present.html.report import write_report_html
-
-            page = self.out / "pages" / f"{path.stem}.html"
-            rf = load_report(path, known=self.known, device=record.device)
-            write_report_html(page, [rf], [gate] if gate is not None else [])
-        if self.record_report is not None and not resumed:
-            from .history import FleetCell
-
-            cell = FleetCell(
-                record.model, f"{self.cell_prefix}/{record.model}/{record.device}", record.attempts
-            )
-            try:
-                self.record_report(path, record.device, cell)
-            except HostError as e:
-                log.warning("history: %s", e)
-        self._set(
-            record,
-            state=predicate["status"],
-            status=predicate["status"],
-            run_id=predicate.get("run_id"),
-            report=str(path.relative_to(self.out)),
-            page=str(page.relative_to(self.out)) if page else None,
-            resumed=resumed,
-            gate_passed=None if gate is None else gate.passed,
-            gate_summary=None if gate is None else gate.summary,
-            error=None,
-            reason=predicate.get("reason"),
-            baseline_verdict=verdict,
+        """The report judged (:meth:`CellJudge.judge`: gate, page, history) and the record's
+        final state set; returns whether the gate asks for the run again (interference)."""
+        fields, retry = self.judge.judge(
+            record, path, predicate, resumed=resumed, decide_more=decide_more
         )
-        repeated = gate is not None and "repeat" in (gate.baseline or {})
-        return gate is not None and not gate.passed and gate.retry and not repeated
+        self._set(record, **fields)
+        return retry
 
     # -- outputs -------------------------------------------------------------------
 
@@ -725,18 +612,6 @@ class FleetRunner:
 
     def _write_matrix_page(self) -> None:
         _atomic_write(self.out / "index.html", matrix_html(self.result).encode("utf-8"))
-
-
-def _baseline_verdict(gate) -> str | None:
-    """SAME, DIFFERENT or UNKNOWN against the baseline: the pairs' when they were run
-    again, else the first shape's; None without a baseline comparison of latency."""
-    baseline = gate.baseline or {}
-    repeat = (baseline.get("repeat") or {}).get("verdict")
-    if repeat:
-        return repeat["verdict"]
-    latency = baseline.get("latency") or []
-    three = latency[0].get("three_way") if latency else None
-    return three["verdict"] if three else None
 
 
 def _atomic_write(path: Path, data: bytes) -> None:

@@ -17,11 +17,11 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 
+from .board_families import BOARD_FAMILIES
 from .errors import BadInput
 
 # Throttle indicator names (measurement.md §6.4); device profiles list the ones that apply.
-INDICATOR_PI_FLAGS = "get_throttled"
-
+# A board family's firmware flags bring their own (contract/board_families.py).
 INDICATOR_CLOCK_DROP = "clock_drop"
 
 INDICATOR_COOLING = "cooling_device"
@@ -29,7 +29,7 @@ INDICATOR_COOLING = "cooling_device"
 INDICATOR_PASSIVE_TRIP = "passive_trip"
 
 THROTTLE_INDICATORS = (
-    INDICATOR_PI_FLAGS,
+    *(f.throttle_indicator for f in BOARD_FAMILIES if f.throttle_indicator),
     INDICATOR_CLOCK_DROP,
     INDICATOR_COOLING,
     INDICATOR_PASSIVE_TRIP,

@@ -16,6 +16,7 @@ from edgequal.contract.plan import Plan
 
 from ..measure.attribution import attribute_windows, contention_between, declared_cpus
 from ..measure.sustained import INTERFERENCE_EXTENSION
+from ..measure.throttle import measured_clocks_khz
 from ..measure.timed_outputs import phase_timed_outputs, place_mismatches
 from ..worker.jobs import SustainSettings, WorkerJob
 from ..worker.supervisor import Worker
@@ -268,8 +269,7 @@ def _power_result(probe, idle, windows, samples, started_at) -> dict:
 def _flat_sample(sample: dict, started_at: float) -> dict:
     """A 1 Hz telemetry sample for the report: seconds from the loop start, the lowest clock."""
     clocks = [c for c in (sample.get("clocks_khz") or {}).values() if c]
-    if sample.get("arm_clock_khz"):
-        clocks.append(sample["arm_clock_khz"])
+    clocks += measured_clocks_khz(sample)
     return {
         "t": round(sample["t"] - started_at, 3),
         "temp_c": sample.get("temp_c"),

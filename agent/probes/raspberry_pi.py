@@ -174,3 +174,64 @@ def fingerprint_section(
     flags, src = reading["throttled"], reading["throttled_source"]
     section = {"get_throttled": flags, "get_throttled_source": src if flags is not None else None}
     return section, ({"get_throttled": src} if flags is None else {})
+
+
+class _PiTelemetry:
+    """The Pi's part of one telemetry sample: the firmware's throttle flags (``vcgencmd
+    get_throttled``, else the sysfs attribute) and the measured ARM clock (``vcgencmd
+    measure_clock arm``), each None when unreadable."""
+
+    def __init__(self, root, use_commands: bool, measure_clock: bool, timeout_s: float):
+        self.vcgencmd = use_commands and shutil.which(VCGENCMD) is not None
+        self.measure_clock = self.vcgencmd and measure_clock
+        self.timeout_s = timeout_s
+        sysfs = under(root, SYSFS_THROTTLED)
+        self.sysfs = sysfs if (self.vcgencmd or sysfs.exists()) else None
+
+    def available(self) -> bool:
+        return self.vcgencmd or self.sysfs is not None
+
+    def throttled(self) -> dict | None:
+        if self.vcgencmd:
+            text, _ = run_command([VCGENCMD, "get_throttled"], self.timeout_s)
+            if text is not None:
+                try:
+                    return parse_throttled(text)
+                except ValueError:
+                    pass
+        if self.sysfs is not None:
+            text = read_value(self.sysfs)
+            if text is not None:
+                try:
+                    return parse_throttled(text)
+                except ValueError:
+                    return None
+        return None
+
+    def arm_clock_khz(self) -> int | None:
+        if not self.measure_clock:
+            return None
+        text, _ = run_command([VCGENCMD, "measure_clock", "arm"], self.timeout_s)
+        if text is None:
+            return None
+        try:
+            return parse_measure_clock(text) // 1000
+        except ValueError:
+            return None
+
+    def __call__(self) -> dict:
+        return {"arm_clock_khz": self.arm_clock_khz(), "throttled": self.throttled()}
+
+
+def telemetry_reader(
+    root: str | os.PathLike,
+    use_commands: bool = True,
+    measure_clock: bool = True,
+    timeout_s: float = 1.0,
+):
+    """The Pi's telemetry hook (``probes/registry.py``): a callable returning the fields
+    ``contract/board_families.py`` declares for every sample (``arm_clock_khz``,
+    ``throttled``), or None when neither ``vcgencmd`` nor the sysfs attribute is there.
+    ``use_commands=False`` runs no ``vcgencmd`` (files only)."""
+    reader = _PiTelemetry(root, use_commands, measure_clock, timeout_s)
+    return reader if reader.available() else None

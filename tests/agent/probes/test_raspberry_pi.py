@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from edgequal.agent.measure.throttle import throttle_active
 from edgequal.agent.probes.raspberry_pi import (
     THROTTLE_FLAGS,
     parse_measure_clock,
@@ -14,6 +13,7 @@ from edgequal.agent.probes.raspberry_pi import (
     read_raspberry_pi,
     read_throttled,
 )
+from edgequal.contract.board_families import pi_flags_throttling as throttle_active
 
 SYSFS = Path(__file__).resolve().parents[2] / "fixtures" / "sysfs"
 

@@ -16,14 +16,11 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("agent", "contract", "host", "library", "device_profiles")
 PARSER_CALLS = {"add_argument", "add_parser", "add_subparsers", "add_argument_group"}
 
-# Functions over 120 lines still to split (path:function). Target: at most 6.
+# Functions over 120 lines still to split (path:function): 6, the target.
 LONG_FUNCTIONS = {
-    "agent/runs.py:execute",
-    "agent/phases/sustained.py:measure_sustained",
     "host/judge/checks.py:sustained_checks",
     "host/judge/baseline.py:baseline_checks",
     "host/judge/compare.py:compare_reports",
-    "host/install/agent.py:_install",
     "host/present/bom.py:cyclonedx",
     "host/golden.py:make_golden",
     "host/devices/qualify.py:qualify",

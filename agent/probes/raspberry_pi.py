@@ -235,3 +235,52 @@ def telemetry_reader(
     ``use_commands=False`` runs no ``vcgencmd`` (files only)."""
     reader = _PiTelemetry(root, use_commands, measure_clock, timeout_s)
     return reader if reader.available() else None
+
+
+_PMIC_LINE = re.compile(
+    r"^\s*(?P<rail>\S+)_(?P<kind>[AV])\s+(?:current|volt)\(\d+\)=(?P<value>-?[\d.]+)[AV]\s*$"
+)
+
+
+def parse_pmic_read_adc(text: str) -> dict[str, float]:
+    """``vcgencmd pmic_read_adc`` -> watts per rail that reports both current and voltage.
+
+    Rails with voltage only (EXT5V, BATT) have no current and so no power: left out.
+    ValueError when no line has the reply's shape.
+    """
+    amps: dict[str, float] = {}
+    volts: dict[str, float] = {}
+    for line in text.splitlines():
+        m = _PMIC_LINE.match(line)
+        if not m:
+            continue
+        (amps if m["kind"] == "A" else volts)[m["rail"]] = float(m["value"])
+    if not amps and not volts:
+        raise ValueError(f"not a pmic_read_adc reply: {text.strip()[:40]!r}")
+    return {rail: round(amps[rail] * volts[rail], 6) for rail in amps if rail in volts}
+
+
+def is_pi5(root: str | os.PathLike) -> bool:
+    """Whether the device tree names a Raspberry Pi 5 (the only Pi whose PMIC has an ADC)."""
+    model = read_value(under(root, DEVICE_TREE_MODEL)) or ""
+    return model.startswith("Raspberry Pi 5")
+
+
+def _pmic_watts() -> dict[str, float] | None:
+    """Watts per PMIC rail now (``vcgencmd pmic_read_adc``), None when it does not answer."""
+    text, _ = run_command([VCGENCMD, "pmic_read_adc"])
+    if text is None:
+        return None
+    try:
+        return parse_pmic_read_adc(text) or None
+    except ValueError:
+        return None
+
+
+def power_reader(root: str | os.PathLike):
+    """The Pi's power hook (``probes/registry.py``, read by ``probes/power.py``): on a
+    Raspberry Pi 5 whose ``vcgencmd pmic_read_adc`` answers, a callable giving watts per
+    PMIC rail; None on other boards."""
+    if not is_pi5(root) or _pmic_watts() is None:
+        return None
+    return _pmic_watts

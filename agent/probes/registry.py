@@ -1,8 +1,9 @@
 """The board families' probes: each family of ``contract/board_families.py`` with its
 module here, found by its name (``raspberry_pi.py``, ``jetson.py``), which brings its
 reader for ``info`` (``read_<name>``), its part of the fingerprint
-(``fingerprint_section``) and, where its firmware keeps throttle state, its part of each
-telemetry sample (``telemetry_reader``). ``read_all`` and ``fingerprint.py`` take every family from
+(``fingerprint_section``), where its firmware keeps throttle state its part of each
+telemetry sample (``telemetry_reader``), and where it has a power-management IC to read,
+its rails (``power_reader``). ``read_all`` and ``fingerprint.py`` take every family from
 :func:`board_probes` and name none.
 """
 
@@ -26,6 +27,9 @@ class BoardProbe:
     """``read_<name>(root)``: every reading, ``{"available": False, "reason"}`` on other boards."""
     fingerprint_section: Callable[..., tuple[dict, dict] | None]
     """``(root, reading or None, timeout_s)`` -> (section, absent) or None on other boards."""
+    power_reader: Callable[..., Callable[[], dict | None] | None] | None = None
+    """``(root)`` -> a callable giving watts per rail of the board's power-management IC,
+    or None on other boards; None for a family with none."""
     telemetry_reader: Callable[..., Callable[[], dict] | None] | None = None
     """``(root, use_commands, measure_clock, timeout_s)`` -> a callable giving the family's
     fields of each telemetry sample, or None on other boards; None for a family with none."""
@@ -46,6 +50,7 @@ def board_probes() -> tuple[BoardProbe, ...]:
                 family,
                 getattr(module, f"read_{family.name}"),
                 module.fingerprint_section,
+                getattr(module, "power_reader", None),
                 getattr(module, "telemetry_reader", None),
             )
         )

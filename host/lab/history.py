@@ -216,16 +216,14 @@ def _text(value, limit: int = 255) -> str | None:
 
 def _firmware(fp: dict) -> str | None:
     """The firmware version the fingerprint names, if any: ``firmware``, ``firmware_version``
-    or a board family's field of the firmware category (the Jetson's ``l4t``), at the top
-    or in the family's section (``contract/board_families.py``)."""
+    or a board family's firmware field (the Jetson's ``l4t``), at the top or in its section."""
     family_keys = tuple(k for f in BOARD_FAMILIES for k, c in f.fields.items() if c == "firmware")
     for key in ("firmware", "firmware_version", *family_keys):
         if fp.get(key):
             return str(fp[key])
     for family in BOARD_FAMILIES:
         part = fp.get(family.name) or {}
-        own = (k for k, c in family.fields.items() if c == "firmware")
-        for key in ("firmware", "firmware_version", *own):
+        for key in ("firmware", "firmware_version", *family_keys):
             if isinstance(part, dict) and part.get(key):
                 return str(part[key])
     return None

@@ -267,7 +267,7 @@ def _noisy(args, lab, models) -> dict[str, str]:
 def _print_fleet_plans(models, preset: str, overrides: dict, policy_path) -> None:
     """One line per plan the models run, before any board is contacted; a plan the
     ``--gate`` policy would fail for lacking a phase is refused here."""
-    from ..lab.fleet import fleet_plan
+    from ..lab.fleet_cells import fleet_plan
     from ..present.terminal.summary import print_plan
 
     policy = load_gate_policy(policy_path) if policy_path else None

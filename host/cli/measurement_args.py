@@ -15,8 +15,8 @@ EDGE_SHAPE_HINT = (
 def parse_edge_shape_args(items: list[str]) -> list[dict] | None:
     """``LABEL:INPUT=1x3x1024x1024[,INPUT2=1x0]`` arguments into the plan's ``edge_shapes``
     (sizes may be 0); labels and limits are checked by the plan's own rule."""
-    from edgequal.contract.errors import BadInput
     from edgequal.contract.declarations import EDGE_LABEL
+    from edgequal.contract.errors import BadInput
 
     out = []
     for item in items or []:

@@ -51,7 +51,41 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"edgequal-agent {__version__}")
     _add_global_options(p, top=True)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_serve_parser(sub)
+    r = sub.add_parser(
+        "run-plan", help="one-shot run (SSH mode): JSON-lines events, then the signed envelope"
+    )
+    r.add_argument("plan_file", type=Path, help="the plan JSON the host wrote")
+    _add_root_option(r, "prefix for /sys, /proc, /etc reads")
+    examples(r, "edgequal-agent run-plan /tmp/plan.json   # what an SSH host runs")
+    _add_measure_parser(sub)
+    _add_key_and_info_parsers(sub)
+    _add_runtime_parser(sub)
+    st = sub.add_parser("store", help="artifact store (used by the SSH transport)")
+    st.add_argument("args", nargs=argparse.REMAINDER)
+    examples(st, "edgequal-agent store stat SHA256_HEX   # what the SSH transport runs")
 
+    rp = sub.add_parser("report", help="print a stored signed report by run id")
+    rp.add_argument("run_id")
+    examples(rp, "edgequal-agent report RUN_ID > run.report.json")
+
+    cn = sub.add_parser(
+        "cancel", help="cancel the run-plan run in progress (SSH mode): it is still signed"
+    )
+    cn.add_argument("run_id")
+    examples(cn, "edgequal-agent cancel RUN_ID")
+    spread_global_options(p, _add_global_options)
+    return p
+
+
+def _add_root_option(parser, help: str | None) -> None:
+    """``--root``: the prefix of /sys, /proc and /etc reads (an emulated or recorded board);
+    read back by ``config.probe_root``."""
+    parser.add_argument("--root", help=help)
+
+
+def _add_serve_parser(sub) -> None:
+    """``serve``: where it listens, token and TLS, probes' root, metrics, store and worker limits."""
     s = sub.add_parser("serve", help="serve the gRPC API")
     s.add_argument(
         "--listen", default="127.0.0.1:50051", help="HOST:PORT (default 127.0.0.1:50051)"
@@ -64,9 +98,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--client-ca", type=Path, help="require client certificates signed by this CA (mutual TLS)"
     )
-    s.add_argument(
-        "--root", help="prefix for /sys, /proc, /etc reads (default $EDGEQUAL_ROOT or /)"
-    )
+    _add_root_option(s, "prefix for /sys, /proc, /etc reads (default $EDGEQUAL_ROOT or /)")
     s.add_argument("--port-file", type=Path, help="write the bound port here once serving")
     s.add_argument(
         "--metrics-textfile",
@@ -111,13 +143,9 @@ def _parser() -> argparse.ArgumentParser:
         "--tls-cert c.pem --tls-key k.pem --client-ca ca.pem",
     )
 
-    r = sub.add_parser(
-        "run-plan", help="one-shot run (SSH mode): JSON-lines events, then the signed envelope"
-    )
-    r.add_argument("plan_file", type=Path, help="the plan JSON the host wrote")
-    r.add_argument("--root", help="prefix for /sys, /proc, /etc reads")
-    examples(r, "edgequal-agent run-plan /tmp/plan.json   # what an SSH host runs")
 
+def _add_measure_parser(sub) -> None:
+    """``measure``: a model file measured here, without a host."""
     m = sub.add_parser("measure", help="measure a model file here, without a host")
     m.add_argument("model", type=Path)
     m.add_argument("--golden", type=Path)
@@ -127,7 +155,7 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--shape", action="append", default=[], metavar="NAME=1x3x224x224")
     m.add_argument("--sustain", help="sustained phase duration, e.g. 30s, 10m (0 to skip)")
     m.add_argument("--window", help="sustained window length, e.g. 2s")
-    m.add_argument("--root")
+    _add_root_option(m, None)
     m.add_argument(
         "--runtime-env",
         action="append",
@@ -143,6 +171,9 @@ def _parser() -> argparse.ArgumentParser:
         "edgequal-agent measure dynamic.onnx --shape image=1x3x224x224 --sustain 2m",
     )
 
+
+def _add_key_and_info_parsers(sub) -> None:
+    """``key show|prove`` and ``info``."""
     k = sub.add_parser("key", help="the device key: show it, or prove holding it")
     k.add_argument("action", choices=["show", "prove"])
     k.add_argument("--json", action="store_true")
@@ -157,10 +188,13 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     i = sub.add_parser("info", help="fingerprint, probes, runtimes")
-    i.add_argument("--root", help="prefix for /sys, /proc, /etc reads")
+    _add_root_option(i, "prefix for /sys, /proc, /etc reads")
     i.add_argument("--json", action="store_true")
     examples(i, "edgequal-agent info", "edgequal-agent info --json")
 
+
+def _add_runtime_parser(sub) -> None:
+    """``runtime add|list|remove|tags``: runtime environments beside the agent's own."""
     rt = sub.add_parser(
         "runtime", help="runtime environments: other runtime versions beside the agent's own"
     )
@@ -209,22 +243,6 @@ def _parser() -> argparse.ArgumentParser:
         ),
         "edgequal-agent runtime tags   # what agent runtime add collects wheels for",
     )
-
-    st = sub.add_parser("store", help="artifact store (used by the SSH transport)")
-    st.add_argument("args", nargs=argparse.REMAINDER)
-    examples(st, "edgequal-agent store stat SHA256_HEX   # what the SSH transport runs")
-
-    rp = sub.add_parser("report", help="print a stored signed report by run id")
-    rp.add_argument("run_id")
-    examples(rp, "edgequal-agent report RUN_ID > run.report.json")
-
-    cn = sub.add_parser(
-        "cancel", help="cancel the run-plan run in progress (SSH mode): it is still signed"
-    )
-    cn.add_argument("run_id")
-    examples(cn, "edgequal-agent cancel RUN_ID")
-    spread_global_options(p, _add_global_options)
-    return p
 
 
 def _size_arg(text: str) -> int:

@@ -297,36 +297,12 @@ class Runs:
         self.ensure_reserve()
         run_dir = self.run_dir(request.run_id)
         clock = check_clock(self.clock(), request.nonce)
-        # The boot id beside the request: a recovery under another boot id was a reboot.
-        record = {**request.to_json(), "boot_id": read_boot_id(self.root)}
-        try:
-            write_atomic(run_dir / "request.json", json.dumps(record).encode())
-            _write_outcome(run_dir, {"state": "running"})
-        except OSError as e:
-            _forget_run(run_dir)
-            if is_no_space(e):
-                raise QuotaExceeded(
-                    f"device disk is full: cannot record run {request.run_id}",
-                    hint="free space on the device, then qualify again",
-                ) from e
-            raise
+        self._record_request(request, run_dir)
         bundle = self.bundle_dir(request.run_id)
         try:
             model_path = self._lay_out_bundle(request, bundle)
             coload = resolve_plan(request.plan, self.store, config_path(self.state_dir))
-            checked = [(golden_path, request.golden_digest, request.golden_name or "golden set")]
-            # Model co-loads only: a command or CPU co-load has no artifact to re-hash.
-            checked += [
-                (load.model, load.decl["sha256"], load.label)
-                for load in coload or ()
-                if load.model is not None
-            ]
-            signature = request.plan.model_signature_sha256
-            if signature is not None:
-                checked.append((self.store.path(signature), signature, "model signature"))
-            for path, digest, name in checked:
-                if path is not None:
-                    self.store.check_intact(path, digest, name)
+            self._check_intact(request, golden_path, coload)
             # The signature is verified before anything parses the model.
             signing = self._model_signature(request, bundle, model_path)
             refused = (
@@ -395,6 +371,38 @@ class Runs:
             _write_outcome(run_dir, signed)
         self._store_report(request.run_id, envelope, measurement["status"])
         return envelope
+
+    def _record_request(self, request: RunRequest, run_dir: Path) -> None:
+        """The request (with the boot id: a recovery under another boot id was a reboot)
+        and the ``running`` outcome written under ``runs/<id>/``; a full disk refuses the run."""
+        record = {**request.to_json(), "boot_id": read_boot_id(self.root)}
+        try:
+            write_atomic(run_dir / "request.json", json.dumps(record).encode())
+            _write_outcome(run_dir, {"state": "running"})
+        except OSError as e:
+            _forget_run(run_dir)
+            if is_no_space(e):
+                raise QuotaExceeded(
+                    f"device disk is full: cannot record run {request.run_id}",
+                    hint="free space on the device, then qualify again",
+                ) from e
+            raise
+
+    def _check_intact(self, request: RunRequest, golden_path: Path | None, coload) -> None:
+        """Every artifact the run uses hashed again (ArtifactCorrupt on a mismatch): the
+        golden set, model co-loads (a command or CPU co-load has none) and the signature."""
+        checked = [(golden_path, request.golden_digest, request.golden_name or "golden set")]
+        checked += [
+            (load.model, load.decl["sha256"], load.label)
+            for load in coload or ()
+            if load.model is not None
+        ]
+        signature = request.plan.model_signature_sha256
+        if signature is not None:
+            checked.append((self.store.path(signature), signature, "model signature"))
+        for path, digest, name in checked:
+            if path is not None:
+                self.store.check_intact(path, digest, name)
 
     def _model_signature(self, request: RunRequest, bundle: Path, model_path: Path) -> dict:
         """``results.model_signature``: the request's signature verified against the keys

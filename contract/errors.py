@@ -1,11 +1,15 @@
-"""Exceptions raised by the agent. One root, subclasses name the cause."""
+"""Exceptions: the one root both sides share (:class:`EdgequalError`), the agent's root
+(:class:`AgentError`, also raised by contract code the host runs) and its subclasses, which
+name the cause. The host's root, ``host/errors.py`` ``HostError``, stands on the same base,
+so a command line turns any of them into one line and an exit code in one place."""
 
 
-class AgentError(Exception):
-    """Root of every error the agent raises on purpose.
+class EdgequalError(Exception):
+    """Root of every error edgequal raises on purpose, host or agent.
 
-    ``hint`` is a short suggestion shown after the one-line message;
-    ``exit_code`` follows the CLI contract (2 bad input, 3 device/runtime failure).
+    ``hint`` is a short suggestion shown after the one-line message; ``exit_code`` follows
+    the CLI contract (1 gate or verification failed, 2 bad usage or input, 3 device,
+    transport or runtime failure).
     """
 
     exit_code = 3
@@ -13,6 +17,10 @@ class AgentError(Exception):
     def __init__(self, message: str, hint: str | None = None):
         super().__init__(message)
         self.hint = hint
+
+
+class AgentError(EdgequalError):
+    """Root of every error the agent (and the contract code both sides run) raises on purpose."""
 
 
 class BadInput(AgentError):

@@ -256,7 +256,7 @@ def _check_manifest(path: Path, manifest: dict) -> None:
 def check_edge_shapes(value, field: str) -> list[dict]:
     """Edge shapes checked by the plan's own rule (``plan.edge_shapes``); BadInput names
     ``field`` (``manifest field``, ``--edge-shape``) where the plan's message says ``plan field``."""
-    from .plan import parse_edge_shapes
+    from .declarations import parse_edge_shapes
 
     try:
         return parse_edge_shapes(value) or []

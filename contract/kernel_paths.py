@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .errors import BadInput
+from .runtimes import runtime_kind
 
 OPT_LEVELS = ("disabled", "basic", "extended", "all")
 RESOLVERS = ("auto", "builtin", "builtin-ref", "builtin-no-delegates")
@@ -76,7 +77,7 @@ class KernelPath:
     def options(self, plan_level: str = "all") -> dict:
         """The runtime options it runs with (``graph_optimization``, ``providers``,
         ``op_resolver``); ``plan_level`` is the graph optimisation of an ``ep:`` path."""
-        if self.runtime == "litert":
+        if not runtime_kind(self.runtime).execution_providers:  # LiteRT: op resolvers
             return {
                 "graph_optimization": plan_level,
                 "providers": None,

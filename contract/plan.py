@@ -13,15 +13,15 @@ The plan keeps where each field came from in ``sources``.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 
+from .board_families import BOARD_FAMILIES
+from .declarations import check_coload, check_runtime_envs, parse_edge_shapes
 from .errors import BadInput
 
 # Throttle indicator names (measurement.md §6.4); device profiles list the ones that apply.
-INDICATOR_PI_FLAGS = "get_throttled"
-
+# A board family's firmware flags bring their own (contract/board_families.py).
 INDICATOR_CLOCK_DROP = "clock_drop"
 
 INDICATOR_COOLING = "cooling_device"
@@ -29,7 +29,7 @@ INDICATOR_COOLING = "cooling_device"
 INDICATOR_PASSIVE_TRIP = "passive_trip"
 
 THROTTLE_INDICATORS = (
-    INDICATOR_PI_FLAGS,
+    *(f.throttle_indicator for f in BOARD_FAMILIES if f.throttle_indicator),
     INDICATOR_CLOCK_DROP,
     INDICATOR_COOLING,
     INDICATOR_PASSIVE_TRIP,
@@ -541,7 +541,7 @@ def _validated(plan: Mapping) -> dict:
         )
     if full["runtime_env_rounds"] < 1:
         raise BadInput("plan field 'runtime_env_rounds' must be at least 1")
-    full["runtime_envs"] = _runtime_envs(full["runtime_envs"])
+    full["runtime_envs"] = check_runtime_envs(full["runtime_envs"])
     if full["divergence_memory_mb"] is not None and full["divergence_memory_mb"] <= 0:
         raise BadInput("plan field 'divergence_memory_mb' must be positive")
     if full["kernel_paths"] is not None:
@@ -549,7 +549,7 @@ def _validated(plan: Mapping) -> dict:
 
         full["kernel_paths"] = check_path_names(full["kernel_paths"])
     full["batch_sizes"] = _batch_sizes(full["batch_sizes"])
-    full["coload"] = _coload(full["coload"])
+    full["coload"] = check_coload(full["coload"])
     full["edge_shapes"] = parse_edge_shapes(full["edge_shapes"])
     shapes = full.get("shapes") or {}
     if not isinstance(shapes, Mapping) or not all(
@@ -598,189 +598,6 @@ def _batch_sizes(value) -> list[int] | None:
         if not 1 <= b <= MAX_BATCH:
             raise BadInput(f"plan field 'batch_sizes' holds {b}; sizes must be 1..{MAX_BATCH}")
     return sorted(set(value))
-
-
-# Co-load (docs/measurement.md "Co-load"): what each kind of declaration holds.
-COLOAD_KINDS = ("model", "cpu", "membw", "command")
-MAX_COLOAD = 8
-MAX_COLOAD_CORES = 1024.0
-MAX_COLOAD_BUFFER_MB = 4096
-_COLOAD_FIELDS = {
-    "model": {"kind", "sha256", "name", "rate_per_s", "threads", "shapes"},
-    "cpu": {"kind", "cores"},
-    "membw": {"kind", "cores", "buffer_mb"},
-    "command": {"kind", "name"},
-}
-COMMAND_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
-
-
-def _coload(value) -> list[dict] | None:
-    """``coload``: None, or 1..8 declarations, each checked by kind (BadInput names the field).
-
-    ``model``: ``sha256`` of a model in the agent's store, ``name`` (for the report),
-    ``rate_per_s`` (None: a closed loop), ``threads``, ``shapes`` (its dynamic dims);
-    ``cpu``: ``cores`` (a share of cores, e.g. 1.5); ``membw``: ``cores`` and
-    ``buffer_mb`` (default 64, past the caches); ``command``: ``name`` of an entry in
-    the agent's own configuration file (the host never sends a command line).
-    """
-    if value is None:
-        return None
-    if not isinstance(value, (list, tuple)) or not value:
-        raise BadInput("plan field 'coload' must be a non-empty list of co-load declarations")
-    if len(value) > MAX_COLOAD:
-        raise BadInput(f"plan field 'coload' declares {len(value)} loads; at most {MAX_COLOAD}")
-    out = []
-    for i, item in enumerate(value):
-        where = f"coload[{i}]"
-        if not isinstance(item, Mapping):
-            raise BadInput(f"plan field '{where}' must be an object with a 'kind'")
-        kind = item.get("kind")
-        if kind not in COLOAD_KINDS:
-            raise BadInput(
-                f"plan field '{where}.kind' is {str(kind)[:40]!r}; use one of: {', '.join(COLOAD_KINDS)}"
-            )
-        extra = sorted(set(item) - _COLOAD_FIELDS[kind])
-        if extra:
-            raise BadInput(f"plan field '{where}' has unknown key '{extra[0]}' for a {kind} load")
-        entry = {"kind": kind}
-        if kind == "model":
-            digest = item.get("sha256")
-            if not isinstance(digest, str) or not _SHA256.fullmatch(digest):
-                raise BadInput(f"plan field '{where}.sha256' must be 64 lowercase hex digits")
-            name = item.get("name", "coload-model")
-            if not isinstance(name, str) or not name or len(name) > 200:
-                raise BadInput(f"plan field '{where}.name' must be a short string")
-            entry.update(sha256=digest, name=name)
-            entry["rate_per_s"] = _positive(item.get("rate_per_s"), f"{where}.rate_per_s", 1e5)
-            threads = item.get("threads")
-            if threads is not None and (
-                isinstance(threads, bool)
-                or not isinstance(threads, int)
-                or not 1 <= threads <= 1024
-            ):
-                raise BadInput(f"plan field '{where}.threads' must be 1..1024 or null")
-            entry["threads"] = threads
-            shapes = item.get("shapes") or {}
-            if not isinstance(shapes, Mapping) or not all(
-                isinstance(v, list) and all(_dim(d) and d > 0 for d in v) for v in shapes.values()
-            ):
-                raise BadInput(
-                    f"plan field '{where}.shapes' must map input names to lists of positive ints"
-                )
-            entry["shapes"] = {str(k): list(v) for k, v in shapes.items()}
-        elif kind in ("cpu", "membw"):
-            cores = _positive(item.get("cores"), f"{where}.cores", MAX_COLOAD_CORES)
-            if cores is None:
-                raise BadInput(
-                    f"plan field '{where}.cores' is required: a share of cores, e.g. 1.5"
-                )
-            entry["cores"] = cores
-            if kind == "membw":
-                mb = item.get("buffer_mb", 64)
-                if not _dim(mb) or not 1 <= mb <= MAX_COLOAD_BUFFER_MB:
-                    raise BadInput(
-                        f"plan field '{where}.buffer_mb' must be 1..{MAX_COLOAD_BUFFER_MB}"
-                    )
-                entry["buffer_mb"] = mb
-        else:
-            name = item.get("name")
-            if not isinstance(name, str) or not COMMAND_NAME.fullmatch(name):
-                raise BadInput(
-                    f"plan field '{where}.name' must name a command of the agent's configuration "
-                    "(letters, digits, '.', '_', '-')"
-                )
-            entry["name"] = name
-        out.append(entry)
-    return out
-
-
-MAX_EDGE_SHAPES = 16
-EDGE_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,31}$")
-
-
-def _runtime_envs(value) -> list[str] | None:
-    """``runtime_envs``: None, or 1..8 distinct environment names (``default``: the agent's own)."""
-    if value is None:
-        return None
-    from .runtimes import MAX_ENVS_PER_PLAN, check_env_name
-
-    if not isinstance(value, (list, tuple)) or not value:
-        raise BadInput("plan field 'runtime_envs' must be a non-empty list of environment names")
-    if len(value) > MAX_ENVS_PER_PLAN:
-        raise BadInput(
-            f"plan field 'runtime_envs' names {len(value)} environments; at most {MAX_ENVS_PER_PLAN}"
-        )
-    names = [check_env_name(v) for v in value]
-    if len(set(names)) != len(names):
-        raise BadInput("plan field 'runtime_envs' names an environment twice")
-    return names
-
-
-def parse_edge_shapes(value) -> list[dict] | None:
-    """``edge_shapes``: None, or 1..16 ``{"label", "shapes": {input: [dims]}}``.
-
-    Dimensions may be 0 (an empty sequence); a label names the shape in the report
-    (``largest``, ``smallest``, ``empty``...) and is unique.
-    """
-    if value is None:
-        return None
-    if not isinstance(value, (list, tuple)) or not value:
-        raise BadInput("plan field 'edge_shapes' must be a non-empty list of {label, shapes}")
-    if len(value) > MAX_EDGE_SHAPES:
-        raise BadInput(
-            f"plan field 'edge_shapes' lists {len(value)} shapes; at most {MAX_EDGE_SHAPES}"
-        )
-    out, labels = [], set()
-    for i, item in enumerate(value):
-        where = f"edge_shapes[{i}]"
-        if not isinstance(item, Mapping) or set(item) - {"label", "shapes"}:
-            raise BadInput(f"plan field '{where}' must be an object {{label, shapes}}")
-        label = item.get("label")
-        if not isinstance(label, str) or not EDGE_LABEL.fullmatch(label):
-            raise BadInput(
-                f"plan field '{where}.label' must be a short name (letters, digits, '.', '_', '-')"
-            )
-        if label in labels:
-            raise BadInput(f"plan field 'edge_shapes' names '{label}' twice")
-        labels.add(label)
-        shapes = item.get("shapes")
-        if (
-            not isinstance(shapes, Mapping)
-            or not shapes
-            or not all(
-                isinstance(v, list) and v and all(_dim(d) for d in v) and len(v) <= 16
-                for v in shapes.values()
-            )
-        ):
-            raise BadInput(
-                f"plan field '{where}.shapes' must map input names to lists of sizes (0 or more)"
-            )
-        if any(math.prod(v) > MAX_EDGE_ELEMENTS for v in shapes.values()):
-            raise BadInput(
-                f"plan field '{where}.shapes' asks for an input of over {MAX_EDGE_ELEMENTS:,} elements"
-            )
-        out.append({"label": label, "shapes": {str(k): list(v) for k, v in shapes.items()}})
-    return out
-
-
-# An edge shape's input is synthesized on the device: bounded, so a typo cannot ask for terabytes.
-MAX_EDGE_ELEMENTS = 1 << 30
-
-
-def _dim(d) -> bool:
-    return isinstance(d, int) and not isinstance(d, bool) and 0 <= d <= 1 << 31
-
-
-def _positive(value, where: str, limit: float) -> float | None:
-    """None, or a finite positive number up to ``limit`` (BadInput naming ``where``)."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise BadInput(f"plan field '{where}' must be a number, got {str(value)[:20]}")
-    if not (math.isfinite(value) and 0 < value <= limit):
-        raise BadInput(f"plan field '{where}' must be above 0 and at most {limit:g}")
-    return float(value)
 
 
 def _copy_json(value):

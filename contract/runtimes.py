@@ -47,6 +47,13 @@ class RuntimeKind:
     """How to install it, in messages."""
     docs: str
     """Its line in the docs' table of runtimes."""
+    execution_providers: bool = False
+    """It runs on execution providers a plan may ask for (``--providers``, ``ep:`` paths)."""
+    graph_optimization: bool = False
+    """Its graph optimisation can be turned off (``--check-optimization``, ``opt:`` paths)."""
+    operator_types: str | None = None
+    """``module:function`` in ``edgequal.agent.runtimes`` listing a model file's operator types
+    without a session (its int8 form, ``measure/quantization.py``), or None."""
 
 
 RUNTIMES: tuple[RuntimeKind, ...] = (
@@ -74,6 +81,9 @@ RUNTIMES: tuple[RuntimeKind, ...] = (
         extra="onnx",
         install="pip install 'edgequal[onnx]' (onnxruntime)",
         docs="ONNX Runtime: `.onnx` models, execution providers from what is installed",
+        execution_providers=True,
+        graph_optimization=True,
+        operator_types="onnx_graph:model_op_types",
     ),
     RuntimeKind(
         name="litert",
@@ -96,6 +106,13 @@ RUNTIMES: tuple[RuntimeKind, ...] = (
 
 RUNTIME_NAMES = tuple(kind.name for kind in RUNTIMES)
 RUNTIME_EXTRAS = tuple(kind.extra for kind in RUNTIMES)
+DEFAULT_RUNTIME = RUNTIMES[0].name
+"""The runtime of a model whose runtime nothing names (an environment's default)."""
+
+
+def runtimes_with(capability: str) -> tuple[str, ...]:
+    """The names of the runtimes with ``capability`` (a boolean field of :class:`RuntimeKind`)."""
+    return tuple(kind.name for kind in RUNTIMES if getattr(kind, capability))
 
 
 def runtime_kind(name: str) -> RuntimeKind:

@@ -26,6 +26,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .json_tree import leaves
 from .keys import DeviceKey
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
@@ -64,18 +65,9 @@ def canonical_json(obj: Any) -> bytes:
 
 def _first_non_finite(obj: Any, path: str) -> str | None:
     """Return the JSON path of the first non-finite float in ``obj``, or None."""
-    if isinstance(obj, float):
-        return None if math.isfinite(obj) else path
-    if isinstance(obj, Mapping):
-        for k, v in obj.items():
-            found = _first_non_finite(v, f"{path}.{k}")
-            if found is not None:
-                return found
-    elif isinstance(obj, (list, tuple)):
-        for i, v in enumerate(obj):
-            found = _first_non_finite(v, f"{path}[{i}]")
-            if found is not None:
-                return found
+    for where, _, leaf in leaves(obj, path):
+        if isinstance(leaf, float) and not math.isfinite(leaf):
+            return where
     return None
 
 

@@ -8,6 +8,8 @@ reaches the terminal, a log line, a fleet index or a JUnit file.
 import os
 import re
 
+from edgequal.contract.errors import EdgequalError
+
 _CREDENTIALS = re.compile(
     r"(?P<user>(?:[A-Za-z][A-Za-z0-9+.-]*://)?[^\s/@:'\"]*):(?P<secret>[^\s/'\"]+)@"
     r"(?=[\w\[])"
@@ -32,19 +34,14 @@ def redact(text: str) -> str:
     return _CREDENTIALS.sub(lambda m: f"{m['user']}:{REDACTED}@", text)
 
 
-class HostError(Exception):
-    """Root of every error the host raises on purpose.
-
-    ``hint`` is a short suggestion printed after the message; ``exit_code``
-    follows the CLI contract: 1 gate/verification failed, 2 bad usage or input,
-    3 device, transport or runtime failure.
-    """
+class HostError(EdgequalError):
+    """Root of every error the host raises on purpose (on the base the agent's shares:
+    ``hint`` and ``exit_code``); message and hint are redacted when it is made."""
 
     exit_code = 3
 
     def __init__(self, message: str, hint: str | None = None):
-        super().__init__(redact(str(message)))
-        self.hint = redact(hint) if hint else hint
+        super().__init__(redact(str(message)), redact(hint) if hint else hint)
 
 
 class UsageError(HostError):

@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from edgequal.agent.measure.drift import Tolerance, parse_decision_rule
 from edgequal.agent.runtimes import RuntimeOptions, runtime_class
 from edgequal.contract.artifacts import file_sha256
+from edgequal.contract.drift_rules import Tolerance, parse_decision_rule
 from edgequal.contract.errors import AgentError
 from edgequal.contract.golden import (
     MANIFEST_KEY,

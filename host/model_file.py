@@ -63,11 +63,8 @@ def check_model_signature_file(signature: Path) -> None:
 def declared_inputs(model: Path, runtime: str) -> list[TensorSpec] | None:
     """The inputs ``model`` declares (dynamic dims as names or None), or None when this
     host cannot read them (TFLite without LiteRT installed)."""
-    if runtime == "onnxruntime":
-        return _onnx_inputs(Path(model))
-    if runtime == "litert":
-        return _tflite_inputs(Path(model))
-    return None
+    reader = INPUT_READERS.get(runtime)
+    return reader(Path(model)) if reader is not None else None
 
 
 def _onnx_inputs(model: Path) -> list[TensorSpec]:
@@ -115,6 +112,11 @@ def _tflite_inputs(model: Path) -> list[TensorSpec] | None:
         )
         for d in details
     ]
+
+
+INPUT_READERS = {"onnxruntime": _onnx_inputs, "litert": _tflite_inputs}
+"""How the host reads the inputs a model of each runtime (``contract/runtimes.py``) declares,
+without a session; a test holds its keys to the registry's names."""
 
 
 def check_shapes(model: Path, runtime: str, shapes: dict[str, list[int]]) -> None:

@@ -209,7 +209,7 @@ class Device:
         if not scheme_of(self.address) or not scheme_of(self.address).leases:
             yield None
             return
-        from edgequal.host.lab.fleet import LeaseKeeper
+        from edgequal.host.lab.leases import LeaseKeeper
 
         lease = self.transport.acquire_lease(purpose, ttl_s, wait_s=wait_s)
         keeper = LeaseKeeper(self.transport, ttl_s)

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import psutil
 import pytest
+from edgequal.agent.measure.throttle import throttle_reasons
 from edgequal.agent.probes.cpufreq import read_cpufreq
 from edgequal.agent.probes.fingerprint import fingerprint
-from edgequal.agent.probes.telemetry import TelemetrySampler, throttle_reasons
+from edgequal.agent.probes.telemetry import TelemetrySampler
 from edgequal.agent.probes.thermal import read_thermal
 from edgequal.host.examples import device_emulator as emulator
 

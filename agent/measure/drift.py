@@ -17,12 +17,18 @@ accepts: infinities and NaN are reported as None next to a flag saying why.
 from __future__ import annotations
 
 import math
-import re
 import statistics
-from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
+from edgequal.contract.drift_rules import (
+    DecisionRule,
+    Tolerance,
+    finite_or_none,
+    parse_decision_rule,
+    real_float64,
+    score_rows,
+)
 from edgequal.contract.errors import BadInput
 
 # A reference value closer than this to the decision boundary (threshold distance, or
@@ -38,40 +44,9 @@ MAX_NEAR_THRESHOLD_FLIP_RATE = 0.10
 # top-k width for classification-like outputs in the drift report.
 DEFAULT_TOPK = 5
 
-_TOLERANCE_CLASSES: dict[str, dict[str, Any]] = {
-    # Same math on another runtime, EP or thread count: elementwise gate.
-    "fp32": {"atol": 1e-4, "rtol": 1e-3, "elementwise": True},
-    # Reduced precision: gated on PSNR; atol/rtol (measurement.md §6.5 FP16 row) only
-    # fill within_fraction for the report.
-    "fp16": {"atol": 1e-2, "rtol": 1e-2, "elementwise": False, "min_psnr_db": 40.0},
-    "int8": {
-        "atol": 1e-2,
-        "rtol": 1e-2,
-        "elementwise": False,
-        "min_psnr_db": 30.0,
-        "min_top1": 0.95,
-    },
-}
-
 
 # ---------------------------------------------------------------------------
 # Elementwise metrics
-
-
-def _float64(values, what: str) -> np.ndarray:
-    try:
-        array = np.asarray(values)
-    except (TypeError, ValueError) as e:
-        raise BadInput(f"{what} is not an array: {e}") from e
-    if not (np.issubdtype(array.dtype, np.number) or array.dtype == np.bool_) or np.issubdtype(
-        array.dtype, np.complexfloating
-    ):
-        raise BadInput(f"{what} must hold real numbers, got dtype {array.dtype}")
-    return array.astype(np.float64, copy=False)
-
-
-def _finite_or_none(value: float) -> float | None:
-    return float(value) if math.isfinite(value) else None
 
 
 def compare_arrays(actual, reference, atol: float, rtol: float) -> dict:
@@ -87,8 +62,8 @@ def compare_arrays(actual, reference, atol: float, rtol: float) -> dict:
     same NaN/Inf, and are left out of the numeric metrics (which then describe the
     finite part only); nan_count and inf_count say how many there were.
     """
-    a = _float64(actual, "actual output")
-    r = _float64(reference, "reference output")
+    a = real_float64(actual, "actual output")
+    r = real_float64(reference, "reference output")
     if a.shape != r.shape:
         raise BadInput(
             f"output shape {list(a.shape)} differs from reference shape {list(r.shape)}",
@@ -142,22 +117,13 @@ def compare_arrays(actual, reference, atol: float, rtol: float) -> dict:
         "max_rel": max_rel,
         "within_fraction": float(within) / size if size else 1.0,
         "cosine": cosine,
-        "snr_db": _finite_or_none(snr_db) if snr_db is not None else None,
+        "snr_db": finite_or_none(snr_db) if snr_db is not None else None,
         "psnr_db": psnr_db,
         "exact": exact,
         "nan_count": nan_count,
         "inf_count": inf_count,
         "reference_nonfinite_count": int(np.count_nonzero(~np.isfinite(r))),
     }
-
-
-def _rows(array: np.ndarray, what: str) -> np.ndarray:
-    """View an output as (rows, classes) over its last axis; a 0-d value is one class."""
-    if array.ndim == 0:
-        return array.reshape(1, 1)
-    if array.shape[-1] == 0:
-        raise BadInput(f"{what} has an empty last axis, shape {list(array.shape)}")
-    return array.reshape(-1, array.shape[-1])
 
 
 def _topk_indices(rows: np.ndarray, k: int) -> np.ndarray:
@@ -174,12 +140,12 @@ def topk_agreement(actual, reference, k: int) -> dict:
     """
     if k < 1:
         raise BadInput(f"top-k needs k >= 1, got {k}")
-    a = _float64(actual, "actual output")
-    r = _float64(reference, "reference output")
+    a = real_float64(actual, "actual output")
+    r = real_float64(reference, "reference output")
     if a.shape != r.shape:
         raise BadInput(f"output shape {list(a.shape)} differs from reference shape {list(r.shape)}")
-    a_rows = _rows(a, "actual output")
-    r_rows = _rows(r, "reference output")
+    a_rows = score_rows(a, "actual output")
+    r_rows = score_rows(r, "reference output")
     k = min(k, r_rows.shape[1])
     # NaN scores sort last so a NaN output loses its class instead of winning it.
     a_rows = np.where(np.isnan(a_rows), -np.inf, a_rows)
@@ -197,99 +163,13 @@ def topk_agreement(actual, reference, k: int) -> dict:
     }
 
 
-# ---------------------------------------------------------------------------
-# Tolerances
-
-
-@dataclass(frozen=True)
-class Tolerance:
-    """What counts as acceptable drift for one output.
-
-    ``elementwise`` gates on every element being within atol + rtol*|ref|; otherwise
-    atol/rtol only fill the within_fraction metric. ``min_psnr_db`` gates the worst
-    case's PSNR, ``min_top1`` the pooled top-1 agreement over all cases. NaN or Inf in
-    an actual output always fails.
-    """
-
-    atol: float
-    rtol: float
-    min_psnr_db: float | None = None
-    min_top1: float | None = None
-    cls: str = "custom"
-    elementwise: bool = True
-
-    @classmethod
-    def for_class(cls, name: str) -> Tolerance:
-        """The default tolerance of a precision class: fp32, fp16 or int8."""
-        try:
-            values = _TOLERANCE_CLASSES[name]
-        except KeyError:
-            raise BadInput(
-                f"unknown tolerance class {name!r}",
-                hint=f"use one of {', '.join(_TOLERANCE_CLASSES)}",
-            ) from None
-        return cls(cls=name, **values)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> Tolerance:
-        """Tolerance from a golden manifest entry: {"class": "fp16"}, {"atol": .., "rtol": ..}
-        or both (explicit numbers override the class; naming atol or rtol turns on the
-        elementwise gate unless "elementwise" says otherwise; min_psnr_db or min_top1 set
-        to null switch that gate off). Missing numbers come from fp32.
-        """
-        if not isinstance(d, dict):
-            raise BadInput(f"a tolerance must be a mapping, got {type(d).__name__}")
-        allowed = {"class", "atol", "rtol", "min_psnr_db", "min_top1", "elementwise"}
-        unknown = sorted(set(d) - allowed)
-        if unknown:
-            raise BadInput(
-                f"unknown tolerance keys {unknown}",
-                hint=f"accepted keys: {', '.join(sorted(allowed))}",
-            )
-        name = d.get("class", "fp32")
-        if not isinstance(name, str):
-            raise BadInput(f"tolerance class must be a string, got {name!r}")
-        values = asdict(cls.for_class(name))
-        for key in ("atol", "rtol", "min_psnr_db", "min_top1"):
-            if key not in d:
-                continue
-            value = d[key]
-            if value is None and key in ("min_psnr_db", "min_top1"):
-                values[key] = None  # null switches a class's gate off
-                continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise BadInput(f"tolerance {key} must be a number, got {value!r}")
-            if not math.isfinite(value) or value < 0:
-                raise BadInput(f"tolerance {key} must be finite and >= 0, got {value!r}")
-            if key == "min_top1" and value > 1:
-                raise BadInput(f"tolerance min_top1 is a fraction within 0..1, got {value!r}")
-            values[key] = float(value)
-        if "atol" in d or "rtol" in d:
-            values["elementwise"] = True
-            if "class" not in d:
-                values["cls"] = "custom"
-        if "elementwise" in d:
-            if not isinstance(d["elementwise"], bool):
-                raise BadInput(
-                    f"tolerance elementwise must be true or false, got {d['elementwise']!r}"
-                )
-            values["elementwise"] = d["elementwise"]
-        return cls(**values)
-
-    def to_dict(self) -> dict:
-        """JSON-ready form, with the class under "class"."""
-        values = asdict(self)
-        values["class"] = values.pop("cls")
-        return values
-
-
 def smallest_passing_tolerance(actual, reference, rtol: float) -> float:
     """Smallest atol for which every element passes at this rtol: max(|a-r| - rtol*|r|),
     floored at 0. math.inf when the actual output holds NaN/Inf where the reference
     does not (no tolerance passes).
     """
-    a = _float64(actual, "actual output").ravel()
-    r = _float64(reference, "reference output").ravel()
+    a = real_float64(actual, "actual output").ravel()
+    r = real_float64(reference, "reference output").ravel()
     finite = np.isfinite(a) & np.isfinite(r)
     if not np.all(finite | (np.isnan(a) & np.isnan(r)) | (a == r)):
         return math.inf
@@ -305,8 +185,8 @@ def smallest_passing_rtol(actual, reference) -> float | None:
     None when undefined: some element differs where the reference is zero, or the
     actual output holds NaN/Inf the reference does not.
     """
-    a = _float64(actual, "actual output").ravel()
-    r = _float64(reference, "reference output").ravel()
+    a = real_float64(actual, "actual output").ravel()
+    r = real_float64(reference, "reference output").ravel()
     finite = np.isfinite(a) & np.isfinite(r)
     if not np.all(finite | (np.isnan(a) & np.isnan(r)) | (a == r)):
         return None
@@ -318,142 +198,6 @@ def smallest_passing_rtol(actual, reference) -> float | None:
     if not np.any(nonzero):
         return 0.0
     return float(np.max(diff[nonzero] / np.abs(rf[nonzero])))
-
-
-# ---------------------------------------------------------------------------
-# Decision rules
-
-_DECISION_FORMS = (
-    "argmax, argmax:OUTPUT, topk:K, topk:K:OUTPUT, threshold:OUTPUT>VALUE (or >=, <, <=)"
-)
-_THRESHOLD_RE = re.compile(r"^(?P<output>.*?)\s*(?P<op>>=|<=|>|<)\s*(?P<value>[^<>=]+)$")
-_COMPARE = {
-    ">": np.greater,
-    ">=": np.greater_equal,
-    "<": np.less,
-    "<=": np.less_equal,
-}
-
-
-@dataclass(frozen=True)
-class DecisionRule:
-    """The product decision taken from a model's outputs (golden manifest "decision").
-
-    kind is "argmax", "topk" or "threshold"; output None means the first output.
-    """
-
-    kind: str
-    output: str | None = None
-    k: int | None = None
-    op: str | None = None
-    threshold: float | None = None
-
-    def __str__(self) -> str:
-        if self.kind == "threshold":
-            return f"threshold:{self.output or ''}{self.op}{self.threshold}"
-        parts = [self.kind]
-        if self.kind == "topk":
-            parts.append(str(self.k))
-        if self.output is not None:
-            parts.append(self.output)
-        return ":".join(parts)
-
-    def output_name(self, outputs: dict) -> str:
-        """The output this rule reads: its own, or the first of ``outputs``."""
-        if self.output is not None:
-            if self.output not in outputs:
-                raise BadInput(
-                    f"decision rule {self} names output {self.output!r}, "
-                    f"outputs are {list(outputs)}"
-                )
-            return self.output
-        if not outputs:
-            raise BadInput(f"decision rule {self} has no output to read")
-        return next(iter(outputs))
-
-    def decide(self, outputs: dict) -> dict:
-        """The decision on one case's outputs, per row (leading axes flattened).
-
-        argmax: per row, the winning index; margin = top-1 minus top-2 score.
-        topk: per row, the k indices, best first; margin = k-th minus (k+1)-th score.
-        threshold: per element, true/false; margin = |value - threshold|.
-        Margins are None where undefined (one class, k >= classes, NaN).
-        """
-        name = self.output_name(outputs)
-        values = _float64(outputs[name], f"output {name!r}")
-        if self.kind == "threshold":
-            decisions = _COMPARE[self.op](values, self.threshold)
-            margins = np.abs(values - self.threshold)
-            return {
-                "rule": str(self),
-                "output": name,
-                "decisions": np.asarray(decisions).tolist(),
-                "margins": _nested_margins(margins),
-            }
-        rows = _rows(values, f"output {name!r}")
-        # NaN scores sort last: a NaN output loses its class instead of winning it.
-        ranked_scores = np.where(np.isnan(rows), -np.inf, rows)
-        k = 1 if self.kind == "argmax" else self.k
-        order = np.argsort(-ranked_scores, axis=1, kind="stable")
-        classes = rows.shape[1]
-        if k < classes:
-            picked = np.take_along_axis(ranked_scores, order[:, k - 1 : k + 1], axis=1)
-            margins = picked[:, 0] - picked[:, 1]
-            margin_list = [_finite_or_none(float(m)) for m in margins]
-        else:
-            margin_list = [None] * rows.shape[0]
-        decisions = order[:, 0].tolist() if self.kind == "argmax" else order[:, :k].tolist()
-        return {"rule": str(self), "output": name, "decisions": decisions, "margins": margin_list}
-
-
-def _nested_margins(margins: np.ndarray):
-    """Margins as nested lists with NaN turned into None."""
-    if margins.ndim == 0:
-        return _finite_or_none(float(margins))
-    return [_nested_margins(m) for m in margins]
-
-
-def parse_decision_rule(text: str) -> DecisionRule:
-    """Parse a decision rule: argmax, argmax:OUTPUT, topk:K, topk:K:OUTPUT,
-    threshold:OUTPUT>VALUE (also >=, <, <=; OUTPUT may be empty for the first output).
-
-    Output names may contain ':' (TensorFlow-style "logits:0").
-    """
-    if not isinstance(text, str):
-        raise BadInput(
-            f"decision rule must be text, got {text!r}", hint=f"accepted: {_DECISION_FORMS}"
-        )
-    rule = text.strip()
-    kind, _, rest = rule.partition(":")
-
-    def bad(why: str) -> BadInput:
-        return BadInput(f"bad decision rule {text!r}: {why}", hint=f"accepted: {_DECISION_FORMS}")
-
-    if kind == "argmax":
-        if ":" in rule and not rest:
-            raise bad("empty output name")
-        return DecisionRule("argmax", output=rest or None)
-    if kind == "topk":
-        k_text, _, output = rest.partition(":")
-        if not re.fullmatch(r"[0-9]+", k_text) or int(k_text) < 1:
-            raise bad("K must be a positive integer")
-        if rest.endswith(":") and not output:
-            raise bad("empty output name")
-        return DecisionRule("topk", output=output or None, k=int(k_text))
-    if kind == "threshold":
-        match = _THRESHOLD_RE.match(rest)
-        if match is None:
-            raise bad("expected OUTPUT followed by >, >=, < or <= and a number")
-        try:
-            value = float(match["value"])
-        except ValueError:
-            raise bad(f"{match['value'].strip()!r} is not a number") from None
-        if not math.isfinite(value):
-            raise bad("the threshold must be a finite number")
-        return DecisionRule(
-            "threshold", output=match["output"].strip() or None, op=match["op"], threshold=value
-        )
-    raise bad(f"unknown kind {kind!r}")
 
 
 def _decisions_differ(rule: DecisionRule, actual: list, reference: list) -> bool:
@@ -566,7 +310,7 @@ def drift_report(
             smallest_atol = smallest_passing_tolerance(
                 actual[name], reference[name], tolerance.rtol
             )
-            metrics["smallest_passing_atol"] = _finite_or_none(smallest_atol)
+            metrics["smallest_passing_atol"] = finite_or_none(smallest_atol)
             metrics["smallest_passing_rtol"] = smallest_passing_rtol(actual[name], reference[name])
             failures = _case_failures(metrics, tolerance)
             row = {"case": case_name, "output": name, "metrics": metrics, "passed": not failures}

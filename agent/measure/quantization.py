@@ -17,7 +17,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..probes.cpuinfo import lacks_vnni
+VNNI_FLAGS = ("avx512_vnni", "avx_vnni")
+"""Either gives x86 an exact u8×s8 dot product into int32 (``vpdpbusd``)."""
+
+
+def lacks_vnni(isa: str | None, flags: list[str] | None) -> bool:
+    """True for an x86 CPU whose recorded flags have neither ``avx512_vnni`` nor ``avx_vnni``:
+    onnxruntime's u8×s8 kernels there add pairs of products in saturating int16."""
+    return isa == "x86" and flags is not None and not any(f in flags for f in VNNI_FLAGS)
+
 
 QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
 INTEGER_OPS = frozenset(

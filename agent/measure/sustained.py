@@ -22,9 +22,8 @@ from edgequal.contract.stats import (
     sustained_verdict,
 )
 
-from ..probes.raspberry_pi import throttle_active
-from ..probes.telemetry import throttle_reasons
 from .attribution import attribute_windows
+from .throttle import firmware_throttles, measured_clocks_khz, throttle_reasons, under_voltage
 from .timed_outputs import OutputSampler
 
 WINDOW_BUFFER = 1 << 16  # latency samples kept per window for its p50/p90
@@ -116,11 +115,6 @@ def closed_loop(
     return {"windows": windows, "stopped_early": stopped, "started_at": start, "calls": total}
 
 
-def _under_voltage(sample: dict) -> bool:
-    flags = sample.get("throttled")
-    return bool(flags and flags["now"]["under_voltage"])
-
-
 def nominal_clocks_khz(samples: Sequence[dict]) -> dict[str, int]:
     """The highest clock each cpufreq policy reached in the run: the clock-drop reference."""
     nominal: dict[str, int] = {}
@@ -142,7 +136,7 @@ def window_telemetry(
 
     Uses the samples inside the window and the first one after it (a state change
     between the last sample inside and the window's end shows there first). Throttle
-    indicators are ``probes.telemetry.throttle_reasons``, the one throttle rule, limited
+    indicators are ``measure.throttle.throttle_reasons``, the one throttle rule, limited
     to ``indicators`` when the device profile names the ones that apply (None: all).
     """
     inside = [s for s in samples if window["t0"] <= s["t"] <= window["t1"]]
@@ -160,9 +154,9 @@ def window_telemetry(
         "max_temp_c": max_temp,
         "min_clock_khz": min(clocks) if clocks else None,
         "max_clock_khz": max(clocks) if clocks else None,
-        "throttle_flags": any(throttle_active(s.get("throttled")) for s in judged),
+        "throttle_flags": any(firmware_throttles(s) for s in judged),
         "throttle_reasons": reasons,
-        "under_voltage": any(_under_voltage(s) for s in judged),
+        "under_voltage": any(under_voltage(s) for s in judged),
         "over_trip": trip_c is not None and max_temp is not None and max_temp >= trip_c,
         "samples": len(inside),
     }
@@ -170,9 +164,7 @@ def window_telemetry(
 
 def _clocks(sample: dict) -> list[int]:
     clocks = [c for c in (sample.get("clocks_khz") or {}).values() if c]
-    if sample.get("arm_clock_khz"):
-        clocks.append(sample["arm_clock_khz"])  # the Pi's measured clock
-    return clocks
+    return clocks + measured_clocks_khz(sample)  # the firmware's own, where it measures one
 
 
 INTERFERENCE_EXTENSION = 0.5

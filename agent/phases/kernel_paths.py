@@ -24,6 +24,7 @@ from pathlib import Path
 
 from edgequal.contract.kernel_paths import KernelPath, absent_reason, expand_paths
 from edgequal.contract.plan import Plan
+from edgequal.contract.runtimes import runtime_kind
 
 from ..measure.divergence import divergence_message, worst_case
 from ..worker.jobs import DivergenceSettings, WorkerJob, latency_settings
@@ -85,7 +86,8 @@ def measure_kernel_paths(
     """Every path of ``plan.kernel_paths``: see the module doc. Findings of a path's worker
     stay in its entry: a path is a diagnosis beside the qualification, not its verdict."""
     paths = expand_paths(plan.kernel_paths, runtime)
-    here = _providers_here(runtime, plan, cancel) if runtime == "onnxruntime" else None
+    providers = runtime_kind(runtime).execution_providers
+    here = _providers_here(runtime, plan, cancel) if providers else None
     env_providers = {}
     budget = budget_bytes(plan, mem_available_bytes())
     entries = []

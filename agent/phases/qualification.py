@@ -24,7 +24,7 @@ from edgequal.contract import __version__
 from edgequal.contract.errors import BadInput
 from edgequal.contract.plan import Plan, loop_limit_s
 from edgequal.contract.preemption import decided_on_clean, decisive_summary, preemption_evidence
-from edgequal.contract.runtimes import runtime_for
+from edgequal.contract.runtimes import runtime_for, runtime_kind, runtimes_with
 from edgequal.contract.stats import repeat_spread
 
 from ..config import output_fault_setting, proc_root
@@ -41,12 +41,13 @@ from ..probes.contention import contention_unmeasurable
 from ..probes.cooldown import wait_for_cooldown
 from ..probes.fingerprint import fingerprint as probe_fingerprint
 from ..probes.thermal import read_thermal
-from ..worker.jobs import ScenarioSettings, WorkerJob, latency_settings
+from ..worker.jobs import WorkerJob, latency_settings
 from ..worker.supervisor import run_job
 from .cold_load import measure_cold_load
 from .coload import coload_finding, start_for_phase
 from .edge_shapes import measure_edge_shapes, planned_edge_shapes, stops_later_phases
 from .pipeline import golden_has_pipeline, measure_pipeline
+from .scenarios import measure_scenario, planned_scenarios
 from .sustained import measure_sustained
 from .workers import EventSink, finding_from, run_sampled
 
@@ -221,91 +222,14 @@ def measure_unoptimized_drift(model, golden, plan: Plan, runtime, cancel, findin
 
 def optimization_check_skipped(plan: Plan, runtime: str, results: dict) -> str | None:
     """Why the optimisation check the plan asks for cannot run here, or None when it can."""
-    if runtime != "onnxruntime":
-        return f"graph optimisation is an onnxruntime setting; {runtime} has none to turn off"
+    if not runtime_kind(runtime).graph_optimization:
+        owners = " and ".join(runtimes_with("graph_optimization"))
+        return f"graph optimisation is an {owners} setting; {runtime} has none to turn off"
     if plan.graph_optimization == "disabled":
         return "the plan already measures with graph optimisation off"
     if results.get("drift") is None or "pipeline" in results:
         return "no drift to compare: the check needs a golden set of model inputs"
     return None
-
-
-# The optional service scenarios, in the order they run: (plan switch, job kind, result key).
-SCENARIOS = (
-    ("operator_profile", "operators", "operators"),
-    ("batch_sizes", "batch_sweep", "batch_sweep"),
-    ("thread_scaling", "thread_scaling", "thread_scaling"),
-    ("server", "server", "server"),
-)
-
-
-def planned_scenarios(plan: Plan) -> list[tuple[str, str]]:
-    """``(job kind, result key)`` of each service scenario the plan asks for.
-
-    Asking for an accelerator provider runs the operator phase too: which nodes fell
-    back to the CPU is only known from what ran where.
-    """
-    from ..measure.operators import CPU_PROVIDER
-
-    accelerator = any(p != CPU_PROVIDER for p in plan.providers or ())
-    return [
-        (kind, key)
-        for switch, kind, key in SCENARIOS
-        if getattr(plan, switch) or (kind == "operators" and accelerator)
-    ]
-
-
-def _scenario_budget_s(kind: str, plan: Plan) -> float:
-    """How long a scenario's worker may run beyond the phase timeout (its planned seconds)."""
-    s = plan.scenario_s
-    if kind == "batch_sweep":
-        return s * len(plan.batch_sizes or ())
-    if kind == "thread_scaling":
-        return s * 64
-    if kind == "server":
-        return s * (3 + plan.server_search_steps) * 4  # a saturated step drains its queue
-    return 0.0
-
-
-def measure_scenario(
-    kind: str, model, golden, plan: Plan, runtime, emit: EventSink, cancel, findings
-) -> dict | None:
-    """One service scenario in its own worker (docs/measurement.md "Service scenarios")."""
-
-    def forward(event: dict) -> None:
-        if event.get("event") == "phase":
-            emit({"type": "progress", "phase": kind, "message": event["phase"]})
-
-    ended, samples, sampler = run_sampled(
-        WorkerJob.for_phase(
-            kind, model, golden, plan, runtime, scenario=ScenarioSettings.from_plan(plan)
-        ),
-        phase_timeout_s=plan.phase_timeout_s + _scenario_budget_s(kind, plan),
-        memory_limit_mb=plan.memory_limit_mb,
-        on_event=forward,
-        cancel=cancel,
-    )
-    if not ended.ok:
-        findings.append(finding_from(ended, kind, runtime))
-        return None
-    result = ended.result
-    if "span_monotonic_s" in result:
-        # What else used the CPU while the scenario ran: its figures are read with this.
-        t0, t1 = result.pop("span_monotonic_s")
-        evidence = contention_between(
-            samples, t0, t1, sampler.cpu_count, sampler.clock_ticks_per_s, result.pop("sched_ns")
-        )
-        result["interference"] = evidence
-        result["interference_present"] = interference_present(evidence)
-    fallback = result.get("cpu_fallback")
-    if fallback and fallback["finding"]:
-        nodes = fallback["cpu_nodes"]
-        findings_note = ", ".join(f"{n['node']} ({n['op_type']})" for n in nodes[:5])
-        result["fallback_finding"] = (
-            f"{len(nodes)} node(s) ran on the CPU although {', '.join(fallback['accelerators'])} "
-            f"was asked for: {findings_note}{' …' if len(nodes) > 5 else ''}"
-        )
-    return result
 
 
 def check_providers(runtime: str, plan: Plan, cancel=None) -> dict | None:
@@ -316,9 +240,10 @@ def check_providers(runtime: str, plan: Plan, cancel=None) -> dict | None:
     """
     if not plan.providers:
         return None
-    if runtime != "onnxruntime":
+    if not runtime_kind(runtime).execution_providers:
         raise BadInput(
-            f"execution providers apply to onnxruntime; this model runs on {runtime}",
+            f"execution providers apply to {' and '.join(runtimes_with('execution_providers'))}; "
+            f"this model runs on {runtime}",
             hint="drop --providers (LiteRT's XNNPACK delegate is on unless --no-xnnpack)",
         )
     ended = run_job(
@@ -485,6 +410,51 @@ def run_measurement(
     cancel = cancel or threading.Event()
     plan = plan if isinstance(plan, Plan) else Plan.from_json(plan)
     model_path = Path(model_path)
+    _check_request(model_path, golden_path, plan, coload, runtime_envs)
+    runtime = runtime_for(model_path, plan.runtime, model_name)
+    envs = runtime_envs.resolve(plan.runtime_envs, runtime) if plan.runtime_envs else []
+    check_providers(runtime, plan, cancel)
+    edges = planned_edge_shapes(plan, Path(golden_path) if golden_path is not None else None)
+    t_start = time.monotonic()  # an NTP step mid-run must not change it
+    fingerprint, idle_c = _fingerprint(root, plan, envs, emit)
+    run = _Phases(model_path, golden_path, plan, runtime, root, emit, cancel)
+    run.fingerprint, run.idle_c, run.envs, run.edges, run.coload = (
+        fingerprint, idle_c, envs, edges, coload,
+    )  # fmt: skip
+    results, findings = run.results, run.findings
+    for name, step in run.planned():
+        if stops_later_phases(findings) or cancel.is_set():
+            break
+        emit({"type": "phase", "phase": name, "state": "started"})
+        step()
+        emit({"type": "phase", "phase": name, "state": "done"})
+    if plan.repeat > 1 and not (stops_later_phases(findings) or cancel.is_set()):
+        emit({"type": "phase", "phase": "repeat", "state": "started"})
+        sustained = run.sustained if plan.sustain_s > 0 else None
+        results["repeats"] = measure_repeats(
+            results, plan, emit, cancel, root, run.latency, sustained
+        )
+        emit({"type": "phase", "phase": "repeat", "state": "done"})
+    results["elapsed_s"] = round(time.monotonic() - t_start, 3)
+    _note_contention(results)
+    run.diagnose()
+    if cancel.is_set():
+        status, reason = "incomplete", "cancelled"
+    else:
+        status, reason = decide_status(results, findings)
+    return {
+        "plan": plan.to_json(),
+        "fingerprint": fingerprint,
+        "results": results,
+        "findings": findings,
+        "status": status,
+        "reason": reason,
+    }
+
+
+def _check_request(model_path: Path, golden_path, plan: Plan, coload, runtime_envs) -> None:
+    """Refuse a run that cannot start: files missing, a co-load or runtime environments
+    without the agent's state."""
     if not model_path.is_file():
         raise BadInput(f"model file not found: {model_path}")
     if golden_path is not None and not Path(golden_path).is_file():
@@ -499,14 +469,12 @@ def run_measurement(
             "runtime environments need the agent's state directory",
             hint="qualify through a serving agent or edgequal-agent run-plan",
         )
-    runtime = runtime_for(model_path, plan.runtime, model_name)
-    envs = runtime_envs.resolve(plan.runtime_envs, runtime) if plan.runtime_envs else []
-    check_providers(runtime, plan, cancel)
-    edges = planned_edge_shapes(plan, Path(golden_path) if golden_path is not None else None)
-    findings: list[dict] = []
-    results: dict = {"schema": RESULTS_SCHEMA}
-    t_start = time.monotonic()  # an NTP step mid-run must not change it
 
+
+def _fingerprint(root: Path, plan: Plan, envs: list, emit: EventSink) -> tuple[dict, float | None]:
+    """The board's fingerprint before the run (with the agent, Python, the runtime
+    environments and an output fault named), and its temperature at rest: the sustained
+    phase's cooldown target (None without one)."""
     emit({"type": "phase", "phase": "fingerprint", "state": "started"})
     fingerprint = probe_fingerprint(root)
     # The board's temperature before this run loaded it: the sustained phase's cooldown target.
@@ -522,28 +490,87 @@ def run_measurement(
 
         fingerprint["output_fault"] = str(OutputFault.parse(fault))
     emit({"type": "phase", "phase": "fingerprint", "state": "done"})
+    return fingerprint, idle_c
 
-    def cold_load() -> None:
-        value = measure_cold_load(model_path, golden_path, plan, runtime, emit, cancel, findings)
+
+def _note_contention(results: dict) -> None:
+    """Whether other processes' CPU use was measurable here; an unexplained sustained drop
+    says so when it was not."""
+    unmeasurable = contention_unmeasurable(proc_root())
+    results["contention"] = {"measurable": unmeasurable is None, "reason": unmeasurable}
+    if unmeasurable and (results.get("sustained") or {}).get("verdict") == "unexplained":
+        results["sustained"]["reason"] += "; interference is not measurable on this machine"
+
+
+class _Phases:
+    """One run's inputs and its growing results: a method per phase that runs it and files
+    its figures (:meth:`planned` lists them in order), and :meth:`diagnose`, the findings
+    that name the cause of a drift once every phase has run."""
+
+    def __init__(self, model_path, golden_path, plan: Plan, runtime: str, root, emit, cancel):
+        self.model_path, self.golden_path, self.plan, self.runtime = (
+            model_path, golden_path, plan, runtime,
+        )  # fmt: skip
+        self.root, self.emit, self.cancel = root, emit, cancel
+        self.findings: list[dict] = []
+        self.results: dict = {"schema": RESULTS_SCHEMA}
+        self.fingerprint: dict = {}
+        self.idle_c: float | None = None
+        self.envs: list = []
+        self.edges: list = []
+        self.coload = None
+
+    def _args(self) -> tuple:
+        return (self.model_path, self.golden_path, self.plan, self.runtime)
+
+    def planned(self) -> list[tuple[str, Callable[[], None]]]:
+        """The phases this plan runs, in order: ``(name, run)``."""
+        plan, golden_path = self.plan, self.golden_path
+        phases = [("cold_load", self.cold_load), ("latency", self.latency)]
+        if self.envs:
+            phases.append(("runtime_envs", self.environments))
+        if golden_has_pipeline(golden_path):
+            phases.append(("pipeline", self.pipeline))
+        if plan.check_optimization:
+            phases.append(("optimization_check", self.optimization))
+        if plan.kernel_paths:
+            if golden_path is None or golden_has_pipeline(golden_path):
+                why = "no golden set" if golden_path is None else "a golden set of raw files"
+                self.results["kernel_paths"] = {
+                    "skipped": f"{why}: each kernel path is a run of a golden set of model inputs",
+                    "paths": [],
+                }
+            else:
+                phases.append(("kernel_paths", self.kernel_paths))
+        if self.edges:
+            phases.append(("edge_shapes", self.edge_shapes))
+        phases += [(kind, self.scenario(kind, key)) for kind, key in planned_scenarios(plan)]
+        if plan.sustain_s > 0:
+            phases.append(("sustained", self.sustained))
+        return phases
+
+    def cold_load(self) -> None:
+        value = measure_cold_load(*self._args(), self.emit, self.cancel, self.findings)
         if value is not None:
-            results["cold_load"] = value
+            self.results["cold_load"] = value
 
-    def latency() -> None:
+    def latency(self) -> None:
+        results, coload = self.results, self.coload
         value = measure_warm(
-            model_path, golden_path, plan, runtime, emit, cancel, findings, coload, root
+            *self._args(), self.emit, self.cancel, self.findings, coload, self.root
         )
         if value is None:
             return
         if coload:
             results["coload"] = {
                 "declared": [{"label": load.label, **load.decl} for load in coload],
-                "rounds": plan.coload_rounds,
+                "rounds": self.plan.coload_rounds,
                 "latency": value.pop("coload_latency"),
                 "sustained": None,
             }
         results["runtime"] = value["runtime"]
         results["model_io"] = {"inputs": value["inputs"], "outputs": value["outputs"]}
-        if "int8_form" in value:  # onnxruntime: the graph's int8 form, or None
+        if "int8_form" in value:  # a runtime that lists operator types: the int8 form, or None
             results["model_io"]["int8_form"] = value["int8_form"]
         results["latency"] = {"per_shape": value["latency"]}
         results["memory"] = value["memory"]
@@ -555,43 +582,49 @@ def run_measurement(
                 "latency": value["timed_outputs"],
             }
 
-    def pipeline() -> None:
-        value = measure_pipeline(model_path, golden_path, plan, runtime, emit, cancel, findings)
+    def pipeline(self) -> None:
+        value = measure_pipeline(*self._args(), self.emit, self.cancel, self.findings)
         if value is None:
             return
         if "drift" in value:  # the whole path's outputs, from the raw files
-            results["drift"] = value.pop("drift")
-        fingerprint["pipeline_libraries"] = value["libraries"]
-        results["pipeline"] = value
+            self.results["drift"] = value.pop("drift")
+        self.fingerprint["pipeline_libraries"] = value["libraries"]
+        self.results["pipeline"] = value
 
-    def optimization() -> None:
-        skipped = optimization_check_skipped(plan, runtime, results)
+    def optimization(self) -> None:
+        results = self.results
+        skipped = optimization_check_skipped(self.plan, self.runtime, results)
         if skipped:
             results["optimization_check"] = {"skipped": skipped}
             return
-        unoptimized = measure_unoptimized_drift(
-            model_path, golden_path, plan, runtime, cancel, findings
-        )
+        unoptimized = measure_unoptimized_drift(*self._args(), self.cancel, self.findings)
         if unoptimized is not None:
             results["optimization_check"] = optimization_check(
-                results["drift"], unoptimized, plan.graph_optimization
+                results["drift"], unoptimized, self.plan.graph_optimization
             )
 
-    def kernel_paths() -> None:
+    def kernel_paths(self) -> None:
         from .kernel_paths import measure_kernel_paths
 
-        results["kernel_paths"] = measure_kernel_paths(
-            model_path, golden_path, plan, runtime, envs, emit, cancel
+        self.results["kernel_paths"] = measure_kernel_paths(
+            *self._args(), self.envs, self.emit, self.cancel
         )
 
-    def edge_shapes() -> None:
-        results["edge_shapes"] = measure_edge_shapes(
-            model_path, golden_path, plan, runtime, edges, emit, cancel, findings
+    def edge_shapes(self) -> None:
+        self.results["edge_shapes"] = measure_edge_shapes(
+            *self._args(), self.edges, self.emit, self.cancel, self.findings
         )
 
-    def sustained() -> None:
+    def sustained(self) -> None:
+        results = self.results
         results["sustained"] = measure_sustained(
-            model_path, golden_path, plan, runtime, root, emit, cancel, findings, idle_c, coload
+            *self._args(),
+            self.root,
+            self.emit,
+            self.cancel,
+            self.findings,
+            self.idle_c,
+            self.coload,
         )
         if "timed_outputs" in results["sustained"]:
             checked = results["sustained"].pop("timed_outputs")
@@ -599,104 +632,53 @@ def run_measurement(
                 **(results.get("timed_outputs") or {}),
                 "sustained": checked,
             }
-        if coload and "coload" in results:
+        if self.coload and "coload" in results:
             results["coload"]["sustained"] = results["sustained"].pop("coload_achieved", None)
 
-    def environments() -> None:
+    def environments(self) -> None:
         from .runtime_envs import measure_runtime_envs
 
-        results["runtime_envs"] = measure_runtime_envs(
-            model_path, golden_path, plan, runtime, envs, emit, cancel, findings
+        self.results["runtime_envs"] = measure_runtime_envs(
+            *self._args(), self.envs, self.emit, self.cancel, self.findings
         )
 
-    def scenario(kind: str, key: str) -> Callable[[], None]:
+    def scenario(self, kind: str, key: str) -> Callable[[], None]:
         def run() -> None:
-            value = measure_scenario(
-                kind, model_path, golden_path, plan, runtime, emit, cancel, findings
-            )
+            value = measure_scenario(kind, *self._args(), self.emit, self.cancel, self.findings)
             if value is not None:
-                results[key] = value
+                self.results[key] = value
 
         return run
 
-    phases = [("cold_load", cold_load), ("latency", latency)]
-    if envs:
-        phases.append(("runtime_envs", environments))
-    if golden_has_pipeline(golden_path):
-        phases.append(("pipeline", pipeline))
-    if plan.check_optimization:
-        phases.append(("optimization_check", optimization))
-    if plan.kernel_paths:
-        if golden_path is None or golden_has_pipeline(golden_path):
-            why = "no golden set" if golden_path is None else "a golden set of raw files"
-            results["kernel_paths"] = {
-                "skipped": f"{why}: each kernel path is a run of a golden set of model inputs",
-                "paths": [],
-            }
-        else:
-            phases.append(("kernel_paths", kernel_paths))
-    if edges:
-        phases.append(("edge_shapes", edge_shapes))
-    phases += [(kind, scenario(kind, key)) for kind, key in planned_scenarios(plan)]
-    if plan.sustain_s > 0:
-        phases.append(("sustained", sustained))
-    for name, run in phases:
-        if stops_later_phases(findings) or cancel.is_set():
-            break
-        emit({"type": "phase", "phase": name, "state": "started"})
-        run()
-        emit({"type": "phase", "phase": name, "state": "done"})
-    if plan.repeat > 1 and not (stops_later_phases(findings) or cancel.is_set()):
-        emit({"type": "phase", "phase": "repeat", "state": "started"})
-        results["repeats"] = measure_repeats(
-            results, plan, emit, cancel, root, latency, sustained if plan.sustain_s > 0 else None
-        )
-        emit({"type": "phase", "phase": "repeat", "state": "done"})
-    results["elapsed_s"] = round(time.monotonic() - t_start, 3)
-    unmeasurable = contention_unmeasurable(proc_root())
-    results["contention"] = {"measurable": unmeasurable is None, "reason": unmeasurable}
-    if unmeasurable and (results.get("sustained") or {}).get("verdict") == "unexplained":
-        results["sustained"]["reason"] += "; interference is not measurable on this machine"
-    # After every phase: the finding only names the cause of a drift already measured, and
-    # must not end the phases a finding ends.
-    # The drift failed and the golden set carries the reference's intermediate tensors:
-    # the first node past tolerance, after every phase (a finding ends later phases).
-    drift = results.get("drift")
-    drift_failed = drift is not None and not drift.get("passed", True)
-    stopped = cancel.is_set() or stops_later_phases(findings)
-    if drift_failed and "pipeline" not in results and not stopped:
-        from .kernel_paths import divergence_finding, localize_drift
+    def diagnose(self) -> None:
+        """After every phase (a finding ends later phases, and these only name the cause of
+        what was measured): a failed drift localised to its first node past tolerance where
+        the golden set carries the reference's intermediate tensors; the int8 saturation
+        finding; outputs that changed while timed."""
+        results, findings, cancel = self.results, self.findings, self.cancel
+        drift = results.get("drift")
+        drift_failed = drift is not None and not drift.get("passed", True)
+        stopped = cancel.is_set() or stops_later_phases(findings)
+        if drift_failed and "pipeline" not in results and not stopped:
+            from .kernel_paths import divergence_finding, localize_drift
 
-        located = localize_drift(model_path, golden_path, plan, runtime, drift, cancel)
-        if located is not None:
-            results["divergence"] = located
-            finding = divergence_finding(located, runtime)
-            if finding is not None:
-                findings.append(finding)
-    cause = int8_drift_finding(
-        (results.get("model_io") or {}).get("int8_form"),
-        fingerprint.get("cpu_isa"),
-        fingerprint.get("cpu_flags"),
-        results.get("drift"),
-        results.get("optimization_check"),
-        runtime,
-    )
-    if cause is not None and not cancel.is_set():
-        findings.append(cause)
-    # Outputs that changed while timed: after every phase too, so the other phases still run.
-    for name, checked in (results.get("timed_outputs") or {}).items():
-        changed = timed_outputs_finding(name, checked, runtime)
-        if changed is not None and not cancel.is_set():
-            findings.append(changed)
-    if cancel.is_set():
-        status, reason = "incomplete", "cancelled"
-    else:
-        status, reason = decide_status(results, findings)
-    return {
-        "plan": plan.to_json(),
-        "fingerprint": fingerprint,
-        "results": results,
-        "findings": findings,
-        "status": status,
-        "reason": reason,
-    }
+            located = localize_drift(*self._args(), drift, cancel)
+            if located is not None:
+                results["divergence"] = located
+                finding = divergence_finding(located, self.runtime)
+                if finding is not None:
+                    findings.append(finding)
+        cause = int8_drift_finding(
+            (results.get("model_io") or {}).get("int8_form"),
+            self.fingerprint.get("cpu_isa"),
+            self.fingerprint.get("cpu_flags"),
+            results.get("drift"),
+            results.get("optimization_check"),
+            self.runtime,
+        )
+        if cause is not None and not cancel.is_set():
+            findings.append(cause)
+        for name, checked in (results.get("timed_outputs") or {}).items():
+            changed = timed_outputs_finding(name, checked, self.runtime)
+            if changed is not None and not cancel.is_set():
+                findings.append(changed)

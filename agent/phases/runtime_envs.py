@@ -282,7 +282,9 @@ def _fill_entry(entry: dict, result: dict, samples, segments, outputs_path: Path
 
 def _pairs(entries: list[dict], envs: list, failed: set, golden, seed: int) -> list[dict]:
     """Each environment after the first against the first: latency, cold load, drift."""
-    from ..measure.drift import drift_report, output_tolerances, parse_decision_rule
+    from edgequal.contract.drift_rules import parse_decision_rule
+
+    from ..measure.drift import drift_report, output_tolerances
 
     tolerances_of, rule = {}, None
     if golden is not None:

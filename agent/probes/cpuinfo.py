@@ -26,8 +26,6 @@ KERNEL_FLAGS = frozenset(
         "asimd", "fphp", "asimdhp", "asimddp", "i8mm", "bf16", "sve", "sve2",
     }
 )  # fmt: skip
-VNNI_FLAGS = ("avx512_vnni", "avx_vnni")
-"""Either gives x86 an exact u8×s8 dot product into int32 (``vpdpbusd``)."""
 
 
 def parse_cpuinfo(text: str | None) -> dict:
@@ -58,9 +56,3 @@ def read_cpuinfo(root: str | os.PathLike) -> dict:
     if out["flags"] is None:
         out["reason"] = f"no flags or Features line in {CPUINFO}"
     return out
-
-
-def lacks_vnni(isa: str | None, flags: list[str] | None) -> bool:
-    """True for an x86 CPU whose recorded flags have neither ``avx512_vnni`` nor ``avx_vnni``:
-    onnxruntime's u8×s8 kernels there add pairs of products in saturating int16."""
-    return isa == "x86" and flags is not None and not any(f in flags for f in VNNI_FLAGS)

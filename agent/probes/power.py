@@ -11,8 +11,9 @@ Three sources, each a reader over a root path (or a board command) and a pure pa
   ``rail_name_<K>`` and ``in_power<K>_input`` in mW.
 - Raspberry Pi 5 PMIC: ``vcgencmd pmic_read_adc`` lists 12 rails' current
   (``NAME_A current(N)=0.73A``) and voltage (``NAME_V volt(N)=0.88V``), EXT5V and BATT
-  voltage only; watts are current times voltage per rail (:func:`parse_pmic_read_adc`).
-  Spawning vcgencmd is not free (field-2026.md): it is read every
+  voltage only; watts are current times voltage per rail. The board family brings it:
+  ``raspberry_pi.power_reader`` (its ``parse_pmic_read_adc``), found through
+  ``registry.py`` like any family's hook. Spawning vcgencmd is not free (field-2026.md): it is read every
   ``PMIC_INTERVAL_S``, not every sample, and its cost is measured.
 
 The board total is the input rail where one is named (``VDD_IN``, ``POM_5V_IN``: what
@@ -31,38 +32,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .sysfs import read_value, run_command, under
+from .sysfs import read_value, under
 
 HWMON_DIR = "/sys/class/hwmon"
 INA3221_DRIVERS = "/sys/bus/i2c/drivers"
-DEVICE_TREE_MODEL = "/proc/device-tree/model"
 # Rails that measure the whole module's input: the total when present.
 INPUT_RAILS = ("VDD_IN", "POM_5V_IN")
 # vcgencmd is a process spawn per read: at most every this many seconds.
 PMIC_INTERVAL_S = 5.0
 
-_PMIC_LINE = re.compile(
-    r"^\s*(?P<rail>\S+)_(?P<kind>[AV])\s+(?:current|volt)\(\d+\)=(?P<value>-?[\d.]+)[AV]\s*$"
-)
 _NUMBERED = re.compile(r"^(power|curr|in)(\d+)_input$")
-
-
-def parse_pmic_read_adc(text: str) -> dict[str, float]:
-    """``vcgencmd pmic_read_adc`` -> watts per rail that reports both current and voltage.
-
-    Rails with voltage only (EXT5V, BATT) have no current and so no power: left out.
-    ValueError when no line has the reply's shape.
-    """
-    amps: dict[str, float] = {}
-    volts: dict[str, float] = {}
-    for line in text.splitlines():
-        m = _PMIC_LINE.match(line)
-        if not m:
-            continue
-        (amps if m["kind"] == "A" else volts)[m["rail"]] = float(m["value"])
-    if not amps and not volts:
-        raise ValueError(f"not a pmic_read_adc reply: {text.strip()[:40]!r}")
-    return {rail: round(amps[rail] * volts[rail], 6) for rail in amps if rail in volts}
 
 
 @dataclass(frozen=True)
@@ -180,24 +159,20 @@ def board_total_w(rails_w: dict[str, float | None]) -> tuple[float | None, str |
     return sum(values), "sum of rails" if len(values) > 1 else next(iter(rails_w))
 
 
-def is_pi5(root: str | os.PathLike) -> bool:
-    """Whether the device tree names a Raspberry Pi 5 (the only Pi whose PMIC has an ADC)."""
-    model = read_value(under(root, DEVICE_TREE_MODEL)) or ""
-    return model.startswith("Raspberry Pi 5")
-
-
 class PowerProbe:
     """The board's readable rails, read together: :meth:`read` gives watts per rail and the total.
 
-    ``pmic_reader`` returns the text of ``vcgencmd pmic_read_adc`` (or None); it is
-    asked on a Pi 5 only, at most every ``PMIC_INTERVAL_S``, and the last reply is
+    ``pmic_reader`` returns watts per rail of the board's power-management IC (or None
+    when a read fails): a board family's ``power_reader`` hook, found through
+    ``probes/registry.py`` (the Raspberry Pi 5's ``vcgencmd pmic_read_adc``). A command per
+    read is not free: it is asked at most every ``PMIC_INTERVAL_S``, and the last reply is
     reused between asks.
     """
 
     def __init__(
         self,
         rails: list[SysfsRail],
-        pmic_reader: Callable[[], str | None] | None = None,
+        pmic_reader: Callable[[], dict[str, float] | None] | None = None,
         absent_reason: str | None = None,
     ):
         self.rails = rails
@@ -211,13 +186,13 @@ class PowerProbe:
 
     @classmethod
     def open(cls, root: str | os.PathLike = "/") -> PowerProbe:
-        """Find the rails under ``root``; vcgencmd's PMIC only on a Pi 5 with vcgencmd on PATH."""
+        """Find the rails under ``root``, and a board family's power-management IC where its
+        probe's ``power_reader`` finds one answering (a Pi 5 with vcgencmd on PATH)."""
+        from .registry import board_probes
+
         rails = find_sysfs_rails(root)
-        pmic = None
-        if is_pi5(root):
-            text, _ = run_command(["vcgencmd", "pmic_read_adc"])
-            if text is not None and _pmic_or_none(text):
-                pmic = _read_pmic_text
+        readers = (p.power_reader(root) for p in board_probes() if p.power_reader is not None)
+        pmic = next((reader for reader in readers if reader is not None), None)
         reason = None
         if not rails and pmic is None:
             reason = "no readable power rail (no hwmon power or current+voltage channel"
@@ -236,7 +211,7 @@ class PowerProbe:
         rails_w: dict[str, float | None] = {r.name: r.read_w() for r in self.rails}
         if self.pmic_reader is not None:
             if self._pmic_at is None or now - self._pmic_at >= PMIC_INTERVAL_S:
-                parsed = _pmic_or_none(self.pmic_reader())
+                parsed = self.pmic_reader()
                 self.pmic_reads += 1
                 self._pmic_at = now
                 if parsed is not None:
@@ -277,20 +252,6 @@ def read_power(root: str | os.PathLike = "/") -> dict:
         return probe.describe()
     reading = probe.read()
     return {**probe.describe(), **reading}
-
-
-def _pmic_or_none(text: str | None) -> dict[str, float] | None:
-    if text is None:
-        return None
-    try:
-        return parse_pmic_read_adc(text) or None
-    except ValueError:
-        return None
-
-
-def _read_pmic_text() -> str | None:
-    text, _ = run_command(["vcgencmd", "pmic_read_adc"])
-    return text
 
 
 class PowerSampler:

@@ -54,17 +54,6 @@ def parse_throttled(text: str) -> dict:
     }
 
 
-def throttle_active(flags: dict | None) -> bool:
-    """True when a performance-limiting bit is set *now* (frequency capped, throttled, soft limit).
-
-    Under-voltage (bit 0) is reported separately: it is a failure of its own.
-    """
-    if not flags:
-        return False
-    now = flags["now"]
-    return now["freq_capped"] or now["throttled"] or now["soft_temp_limit"]
-
-
 def parse_measure_clock(text: str) -> int:
     """``vcgencmd measure_clock arm`` (``"frequency(48)=1500398464"``) -> Hz. ValueError otherwise."""
     m = _CLOCK.search(text)
@@ -185,3 +174,113 @@ def fingerprint_section(
     flags, src = reading["throttled"], reading["throttled_source"]
     section = {"get_throttled": flags, "get_throttled_source": src if flags is not None else None}
     return section, ({"get_throttled": src} if flags is None else {})
+
+
+class _PiTelemetry:
+    """The Pi's part of one telemetry sample: the firmware's throttle flags (``vcgencmd
+    get_throttled``, else the sysfs attribute) and the measured ARM clock (``vcgencmd
+    measure_clock arm``), each None when unreadable."""
+
+    def __init__(self, root, use_commands: bool, measure_clock: bool, timeout_s: float):
+        self.vcgencmd = use_commands and shutil.which(VCGENCMD) is not None
+        self.measure_clock = self.vcgencmd and measure_clock
+        self.timeout_s = timeout_s
+        sysfs = under(root, SYSFS_THROTTLED)
+        self.sysfs = sysfs if (self.vcgencmd or sysfs.exists()) else None
+
+    def available(self) -> bool:
+        return self.vcgencmd or self.sysfs is not None
+
+    def throttled(self) -> dict | None:
+        if self.vcgencmd:
+            text, _ = run_command([VCGENCMD, "get_throttled"], self.timeout_s)
+            if text is not None:
+                try:
+                    return parse_throttled(text)
+                except ValueError:
+                    pass
+        if self.sysfs is not None:
+            text = read_value(self.sysfs)
+            if text is not None:
+                try:
+                    return parse_throttled(text)
+                except ValueError:
+                    return None
+        return None
+
+    def arm_clock_khz(self) -> int | None:
+        if not self.measure_clock:
+            return None
+        text, _ = run_command([VCGENCMD, "measure_clock", "arm"], self.timeout_s)
+        if text is None:
+            return None
+        try:
+            return parse_measure_clock(text) // 1000
+        except ValueError:
+            return None
+
+    def __call__(self) -> dict:
+        return {"arm_clock_khz": self.arm_clock_khz(), "throttled": self.throttled()}
+
+
+def telemetry_reader(
+    root: str | os.PathLike,
+    use_commands: bool = True,
+    measure_clock: bool = True,
+    timeout_s: float = 1.0,
+):
+    """The Pi's telemetry hook (``probes/registry.py``): a callable returning the fields
+    ``contract/board_families.py`` declares for every sample (``arm_clock_khz``,
+    ``throttled``), or None when neither ``vcgencmd`` nor the sysfs attribute is there.
+    ``use_commands=False`` runs no ``vcgencmd`` (files only)."""
+    reader = _PiTelemetry(root, use_commands, measure_clock, timeout_s)
+    return reader if reader.available() else None
+
+
+_PMIC_LINE = re.compile(
+    r"^\s*(?P<rail>\S+)_(?P<kind>[AV])\s+(?:current|volt)\(\d+\)=(?P<value>-?[\d.]+)[AV]\s*$"
+)
+
+
+def parse_pmic_read_adc(text: str) -> dict[str, float]:
+    """``vcgencmd pmic_read_adc`` -> watts per rail that reports both current and voltage.
+
+    Rails with voltage only (EXT5V, BATT) have no current and so no power: left out.
+    ValueError when no line has the reply's shape.
+    """
+    amps: dict[str, float] = {}
+    volts: dict[str, float] = {}
+    for line in text.splitlines():
+        m = _PMIC_LINE.match(line)
+        if not m:
+            continue
+        (amps if m["kind"] == "A" else volts)[m["rail"]] = float(m["value"])
+    if not amps and not volts:
+        raise ValueError(f"not a pmic_read_adc reply: {text.strip()[:40]!r}")
+    return {rail: round(amps[rail] * volts[rail], 6) for rail in amps if rail in volts}
+
+
+def is_pi5(root: str | os.PathLike) -> bool:
+    """Whether the device tree names a Raspberry Pi 5 (the only Pi whose PMIC has an ADC)."""
+    model = read_value(under(root, DEVICE_TREE_MODEL)) or ""
+    return model.startswith("Raspberry Pi 5")
+
+
+def _pmic_watts() -> dict[str, float] | None:
+    """Watts per PMIC rail now (``vcgencmd pmic_read_adc``), None when it does not answer."""
+    text, _ = run_command([VCGENCMD, "pmic_read_adc"])
+    if text is None:
+        return None
+    try:
+        return parse_pmic_read_adc(text) or None
+    except ValueError:
+        return None
+
+
+def power_reader(root: str | os.PathLike):
+    """The Pi's power hook (``probes/registry.py``, read by ``probes/power.py``): on a
+    Raspberry Pi 5 whose ``vcgencmd pmic_read_adc`` answers, a callable giving watts per
+    PMIC rail; None on other boards."""
+    if not is_pi5(root) or _pmic_watts() is None:
+        return None
+    return _pmic_watts

@@ -4,32 +4,31 @@ The sampler is a daemon thread in the agent, never in the worker: a worker stopp
 or slowed by throttling must not stop its own measurement (DESIGN.md, measurement.md
 §6.4). Each tick reads a handful of small files found once at construction: the
 temperature of every reliable thermal zone, each cpufreq policy's current clock, the
-state of CPU-throttling cooling devices, and on a Raspberry Pi the firmware's
-throttle flags and measured ARM clock through ``vcgencmd``.
+state of CPU-throttling cooling devices, and each board family's own fields (its probe's
+``telemetry_reader``: a Raspberry Pi's firmware throttle flags and measured ARM clock).
 
 Files are opened for every read rather than kept open: sysfs regenerates an
 attribute on each open, and a tree written by replacing files (the device emulator,
 a recorded tree being updated) stays correct.
 
-The pure helpers below (:func:`slope_c_per_min`, :func:`idle_cooldown_ok`,
-:func:`throttle_reasons`) work on the sample dicts and are what the measurement code
-scores with.
+The pure helpers below (:func:`slope_c_per_min`, :func:`idle_cooldown_ok`) work on the
+sample dicts; which of a sample's indicators count as throttling is the measurement's rule,
+``agent/measure/throttle.py``.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import shutil
 import statistics
 import threading
 import time
 from collections.abc import Iterable, Mapping
 
 from edgequal.agent.config import probe_root
-from edgequal.agent.probes import raspberry_pi as pi_probe
 from edgequal.agent.probes.cpufreq import policy_dirs
-from edgequal.agent.probes.sysfs import parse_int, read_value, run_command, under
+from edgequal.agent.probes.registry import board_probes
+from edgequal.agent.probes.sysfs import parse_int, read_value
 from edgequal.agent.probes.thermal import (
     MAX_PLAUSIBLE_C,
     is_junction_zone,
@@ -37,12 +36,7 @@ from edgequal.agent.probes.thermal import (
     list_entries,
     parse_millidegrees,
 )
-from edgequal.contract.plan import (
-    INDICATOR_CLOCK_DROP,
-    INDICATOR_COOLING,
-    INDICATOR_PASSIVE_TRIP,
-    INDICATOR_PI_FLAGS,
-)
+from edgequal.contract.board_families import BOARD_FAMILIES
 
 log = logging.getLogger(__name__)
 
@@ -67,14 +61,15 @@ def _temp_c(path) -> float | None:
 class TelemetrySampler:
     """Samples temperature, clocks and throttle state every ``interval_s`` on a daemon thread.
 
-    A sample is ``{"t_s", "temp_c", "max_temp_c", "clocks_khz", "arm_clock_khz",
-    "cooling_states", "throttled"}``: ``t_s`` seconds (monotonic) since :meth:`start`;
+    A sample is ``{"t_s", "temp_c", "max_temp_c", "clocks_khz", "cooling_states"}`` and
+    every board family's ``telemetry_fields``: ``t_s`` seconds (monotonic) since :meth:`start`;
     ``temp_c`` the authoritative temperature (the junction zone when there is one, else
     the hottest reliable zone) and ``max_temp_c`` the hottest reliable zone, both °C or
     ``None``; ``clocks_khz`` per cpufreq policy (``cpuinfo_cur_freq`` when readable, else
-    the requested ``scaling_cur_freq``); ``arm_clock_khz`` the Pi's measured clock or
-    ``None``; ``cooling_states`` the ``cur_state`` of CPU-throttling cooling devices;
-    ``throttled`` the decoded Pi ``get_throttled`` flags or ``None``.
+    the requested ``scaling_cur_freq``); ``cooling_states`` the ``cur_state`` of
+    CPU-throttling cooling devices; a family's fields from its probe's ``telemetry_reader``
+    on such a board, else None (a Pi's ``arm_clock_khz`` and decoded ``throttled`` flags).
+    ``use_commands=False`` runs no board command (files only).
     """
 
     def __init__(
@@ -82,8 +77,8 @@ class TelemetrySampler:
         root: str | os.PathLike | None = None,
         interval_s: float = 1.0,
         *,
-        use_vcgencmd: bool = True,
-        measure_arm_clock: bool = True,
+        use_commands: bool = True,
+        measure_clock: bool = True,
         command_timeout_s: float = 1.0,
     ):
         self.root = probe_root(root)
@@ -104,11 +99,18 @@ class TelemetrySampler:
             for p in list_entries(self.root, "cooling_device")
             if is_throttle_cooling_device(read_value(p / "type"))
         ]
-        self._vcgencmd = use_vcgencmd and shutil.which(pi_probe.VCGENCMD) is not None
-        self._measure_arm = self._vcgencmd and measure_arm_clock
-        self._sysfs_throttled = under(self.root, pi_probe.SYSFS_THROTTLED)
-        if not self._vcgencmd and not self._sysfs_throttled.exists():
-            self._sysfs_throttled = None
+        self._family_fields = {k: None for f in BOARD_FAMILIES for k in f.telemetry_fields}
+        self._family_readers = [
+            reader
+            for probe in board_probes()
+            if probe.telemetry_reader is not None
+            and (
+                reader := probe.telemetry_reader(
+                    self.root, use_commands, measure_clock, command_timeout_s
+                )
+            )
+            is not None
+        ]
         self._samples: list[dict] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -125,34 +127,6 @@ class TelemetrySampler:
         """Types of the zones sampled (unreliable zones excluded)."""
         return [z[0] for z in self._zones]
 
-    def _read_throttled(self) -> dict | None:
-        if self._vcgencmd:
-            text, _ = run_command([pi_probe.VCGENCMD, "get_throttled"], self.command_timeout_s)
-            if text is not None:
-                try:
-                    return pi_probe.parse_throttled(text)
-                except ValueError:
-                    pass
-        if self._sysfs_throttled is not None:
-            text = read_value(self._sysfs_throttled)
-            if text is not None:
-                try:
-                    return pi_probe.parse_throttled(text)
-                except ValueError:
-                    return None
-        return None
-
-    def _read_arm_clock_khz(self) -> int | None:
-        if not self._measure_arm:
-            return None
-        text, _ = run_command([pi_probe.VCGENCMD, "measure_clock", "arm"], self.command_timeout_s)
-        if text is None:
-            return None
-        try:
-            return pi_probe.parse_measure_clock(text) // 1000
-        except ValueError:
-            return None
-
     def sample_once(self) -> dict:
         """Take one sample now (``t_s`` relative to :meth:`start`, or 0 before it)."""
         now = time.monotonic()
@@ -164,17 +138,19 @@ class TelemetrySampler:
         for name, hw_path, req_path in self._policies:
             khz = parse_int(read_value(hw_path))
             clocks[name] = khz if khz is not None else parse_int(read_value(req_path))
-        return {
+        sample = {
             "t_s": round(now - self.start_monotonic, 3)
             if self.start_monotonic is not None
             else 0.0,
             "temp_c": junction if junction is not None else max_c,
             "max_temp_c": max_c,
             "clocks_khz": clocks,
-            "arm_clock_khz": self._read_arm_clock_khz(),
+            **self._family_fields,
             "cooling_states": {n: parse_int(read_value(p)) for n, p in self._cooling},
-            "throttled": self._read_throttled(),
         }
+        for read in self._family_readers:
+            sample.update(read())
+        return sample
 
     def _run(self) -> None:
         deadline = self.start_monotonic
@@ -257,50 +233,6 @@ def idle_cooldown_ok(
     return temps[-1]["temp_c"] <= idle_c + within_c and slope < max_slope_c_per_min
 
 
-def throttle_reasons(
-    sample: Mapping,
-    *,
-    trip_c: float | None = None,
-    nominal_khz: Mapping[str, int] | int | None = None,
-    clock_ratio: float = 0.97,
-) -> list[str]:
-    """The throttle indicators that fire in one sample (measurement.md §6.4). Pure.
-
-    - ``get_throttled``: a Pi firmware bit 1, 2 or 3 is set now;
-    - ``clock_drop``: a measured clock is below ``clock_ratio`` x nominal (per policy when
-      ``nominal_khz`` is a mapping; the Pi's ``arm_clock_khz`` is compared with the
-      smallest nominal when given one);
-    - ``cooling_device``: a CPU-throttling cooling device has ``cur_state > 0``;
-    - ``passive_trip``: ``temp_c`` has reached ``trip_c``.
-
-    Under-voltage is not a throttle indicator here; read ``throttled["now"]["under_voltage"]``.
-    """
-    reasons = []
-    if pi_probe.throttle_active(sample.get("throttled")):
-        reasons.append(INDICATOR_PI_FLAGS)
-    if nominal_khz is not None:
-        clocks = dict(sample.get("clocks_khz") or {})
-        if isinstance(nominal_khz, Mapping):
-            nominal = dict(nominal_khz)
-        else:
-            nominal = {name: int(nominal_khz) for name in clocks}
-        dropped = any(
-            clocks.get(name) is not None and clocks[name] < clock_ratio * khz
-            for name, khz in nominal.items()
-        )
-        arm = sample.get("arm_clock_khz")
-        if arm is not None and nominal and arm < clock_ratio * min(nominal.values()):
-            dropped = True
-        if dropped:
-            reasons.append(INDICATOR_CLOCK_DROP)
-    if any(v for v in (sample.get("cooling_states") or {}).values()):
-        reasons.append(INDICATOR_COOLING)
-    temp = sample.get("temp_c")
-    if trip_c is not None and temp is not None and temp >= trip_c:
-        reasons.append(INDICATOR_PASSIVE_TRIP)
-    return reasons
-
-
 class BoardTelemetry:
     """The agent's view of the board's sensors during one sustained run.
 
@@ -322,7 +254,7 @@ class BoardTelemetry:
         from edgequal.agent.probes.thermal import read_thermal
 
         sampler = TelemetrySampler(
-            root, interval_s=1.0, use_vcgencmd=commands, measure_arm_clock=commands
+            root, interval_s=1.0, use_commands=commands, measure_clock=commands
         )
         return cls(sampler, read_thermal(root).get("trip_c"))
 

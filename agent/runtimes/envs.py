@@ -29,7 +29,12 @@ from pathlib import Path
 
 from edgequal.contract.errors import AgentError, BadInput, RuntimeUnavailable
 from edgequal.contract.plan import Plan
-from edgequal.contract.runtimes import Requirement, check_env_name, unknown_env_message
+from edgequal.contract.runtimes import (
+    DEFAULT_RUNTIME,
+    Requirement,
+    check_env_name,
+    unknown_env_message,
+)
 
 ENVS_DIR = "runtimes"
 MANIFEST = "env.json"
@@ -322,7 +327,7 @@ class RuntimeEnvs:
         out = []
         for name in names:
             if name == DEFAULT_ENV:
-                out.append(default_env(runtime or "onnxruntime"))
+                out.append(default_env(runtime or DEFAULT_RUNTIME))
                 continue
             env = installed.get(name)
             if env is None:

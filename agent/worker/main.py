@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from edgequal.contract.runtimes import runtime_kind
 
 from .divergence import run_divergence, run_kernel_path
 from .io import (
@@ -205,8 +206,9 @@ def run_warm(job: WorkerJob) -> dict:
             from ..measure.labelled import labelled_of_golden
 
             result["drift"]["labelled"] = labelled_of_golden(golden, kept)
-    if job.runtime == "onnxruntime":
-        result["int8_form"] = _int8_form(Path(job.model))
+    lister = runtime_kind(job.runtime).operator_types
+    if lister is not None:
+        result["int8_form"] = _int8_form(Path(job.model), lister)
     result["memory"] = {
         "rss_before_load_bytes": rss_before,
         "rss_added_by_load_bytes": rss_loaded - rss_before,
@@ -215,11 +217,15 @@ def run_warm(job: WorkerJob) -> dict:
     return result
 
 
-def _int8_form(model: Path) -> str | None:
-    """The model's int8 form (``measure.quantization``), from its graph's operator types."""
-    from ..measure.quantization import quantization_form
-    from ..runtimes.onnx_graph import model_op_types
+def _int8_form(model: Path, lister: str) -> str | None:
+    """The model's int8 form (``measure.quantization``), from its graph's operator types as
+    the runtime's ``operator_types`` lister (``module:function``) reads them."""
+    import importlib
 
+    from ..measure.quantization import quantization_form
+
+    module, function = lister.split(":")
+    model_op_types = getattr(importlib.import_module(f"edgequal.agent.runtimes.{module}"), function)
     ops = model_op_types(model)
     return quantization_form(ops) if ops is not None else None
 

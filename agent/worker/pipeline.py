@@ -48,9 +48,10 @@ def run_pipeline(job: WorkerJob) -> dict:
     ``libraries``, ``failures``, and with any case through: ``drift``,
     ``reference_inputs``, ``stages``, ``end_to_end``, ``share``, ``warmup``, ``runs``.
     """
+    from edgequal.contract.drift_rules import parse_decision_rule
     from edgequal.contract.tensors import check_feeds
 
-    from ..measure.drift import drift_of_cases, parse_decision_rule
+    from ..measure.drift import drift_of_cases
     from ..measure.pipeline import measure_path
 
     rt, _, _ = load_runtime(job)

@@ -1,6 +1,7 @@
 """The options every device command shares, and the device they name.
 
-``add_connection_options`` and ``add_tls_options`` put them on a parser;
+``add_connection_options``, ``add_tls_options`` and ``add_board_ssh_options`` put them on a
+parser; ``ssh_options_from_args`` reads the SSH ones back;
 :func:`open_device_from_args` opens the device ``--device`` names with them (identity
 proved first) through the library's ``edgequal.connect``. Imported by the parser and by
 each command module; it imports the device library only when a device is opened.
@@ -30,6 +31,14 @@ def add_connection_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--agent-cmd", help="edgequal-agent command on an ssh:// device")
     parser.add_argument("--ssh-key", type=Path, help="private key file for an ssh:// device")
+
+
+def add_board_ssh_options(parser) -> None:
+    """``--known-hosts``, ``--ssh-key`` and ``--agent-cmd`` of a command that reaches a board over
+    SSH only (``agent runtime``); read back by ``ssh_options_from_args``."""
+    parser.add_argument("--known-hosts", type=Path)
+    parser.add_argument("--ssh-key", type=Path, help="private key file for SSH")
+    parser.add_argument("--agent-cmd", help="edgequal-agent command on the board")
 
 
 def ssh_options_from_args(args):

@@ -10,6 +10,7 @@ from edgequal.contract.cli_args import examples
 from edgequal.contract.runtimes import RUNTIME_EXTRAS
 
 from .device_args import (
+    add_board_ssh_options,
     add_connection_options,
     add_tls_options,
     open_device_from_args,
@@ -259,6 +260,13 @@ RUNS_EXAMPLES = {
 
 def add_parsers(sub) -> None:
     """``devices``, ``runs`` and ``agent``: their flags."""
+    _add_devices_parser(sub)
+    _add_runs_parser(sub)
+    _add_agent_parser(sub)
+
+
+def _add_devices_parser(sub) -> None:
+    """``devices list|show|trust|forget|profiles``."""
     dv = sub.add_parser("devices", help="trusted devices")
     examples(dv, "edgequal devices list", "edgequal devices trust pi5 grpc://pi5.lab:50051")
     dsub = dv.add_subparsers(dest="devices_command", required=True)
@@ -293,6 +301,9 @@ def add_parsers(sub) -> None:
     examples(df, "edgequal devices forget pi5")
     examples(dsub.add_parser("profiles", help="list device profiles"), "edgequal devices profiles")
 
+
+def _add_runs_parser(sub) -> None:
+    """``runs list|show|fetch|cancel``: one device's runs, with its connection options."""
     rn = sub.add_parser(
         "runs",
         help="runs on a device: list, show, fetch or cancel (also one a host left behind)",
@@ -329,6 +340,9 @@ def add_parsers(sub) -> None:
                 "of qualify)",
             )
 
+
+def _add_agent_parser(sub) -> None:
+    """``agent install|runtime|status``: the agent on a board, over SSH."""
     a = sub.add_parser("agent", help="install or inspect the agent on a board")
     examples(a, "edgequal agent install ssh://pi@bench-pi5", "edgequal agent status pi5")
     asub = a.add_subparsers(dest="agent_command", required=True)
@@ -362,6 +376,15 @@ def add_parsers(sub) -> None:
     ai.add_argument("--listen", default="0.0.0.0:50051")
     ai.add_argument("--name", help="device name to pin (default: the host name)")
     ai.add_argument("--known-hosts", type=Path)
+    _add_agent_runtime_parser(asub)
+    ast = asub.add_parser("status", help="agent version, runtimes, key, service")
+    examples(ast, "edgequal agent status pi5", "edgequal agent status ssh://pi@bench-pi5")
+    ast.add_argument("target", help="ssh://USER@HOST or a device name")
+    ast.add_argument("--known-hosts", type=Path)
+
+
+def _add_agent_runtime_parser(asub) -> None:
+    """``agent runtime add|list|remove``: runtime environments on a board, over SSH."""
     art = asub.add_parser(
         "runtime", help="runtime environments on a board (installed over SSH only)"
     )
@@ -405,10 +428,4 @@ def add_parsers(sub) -> None:
     arr.add_argument("target", help="ssh://USER@HOST of a trusted device")
     arr.add_argument("name")
     for sp in (ara, arl, arr):
-        sp.add_argument("--known-hosts", type=Path)
-        sp.add_argument("--ssh-key", type=Path, help="private key file for SSH")
-        sp.add_argument("--agent-cmd", help="edgequal-agent command on the board")
-    ast = asub.add_parser("status", help="agent version, runtimes, key, service")
-    examples(ast, "edgequal agent status pi5", "edgequal agent status ssh://pi@bench-pi5")
-    ast.add_argument("target", help="ssh://USER@HOST or a device name")
-    ast.add_argument("--known-hosts", type=Path)
+        add_board_ssh_options(sp)

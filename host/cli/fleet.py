@@ -7,18 +7,16 @@ from pathlib import Path
 
 from edgequal.contract.cli_args import examples
 
-from .history import add_p_value_option
 from .judge import check_plan_for_policy, load_gate_policy
+from .lab_args import (
+    add_history_option,
+    add_p_value_option,
+    add_repeat_option,
+    add_wait_option,
+    history_url,
+    wait_s,
+)
 from .plan_args import add_length_options, length_flags
-
-
-def _wait_s(text: str | None) -> float | None:
-    """``--wait``: absent 0 (fail fast), bare None (no limit), else the duration."""
-    from edgequal.contract.cli_args import parse_duration_s
-
-    if text == "forever":
-        return None
-    return 0.0 if text is None else parse_duration_s(text)
 
 
 def _history_recorder(args, lab):
@@ -26,7 +24,7 @@ def _history_recorder(args, lab):
 
     if args.no_record:
         return None
-    url = args.history or (lab.history_url.read("lab history_url") if lab.history_url else None)
+    url = history_url(args, lab)
     history = History.open(url)
 
     def recorder(path, device, cell):
@@ -199,7 +197,7 @@ def cmd_fleet(args) -> int:
     _check_baseline_flags(args)  # flags first, then the files they name
     lab = load_fleet_lab(args.lab)
     models = load_models(args.models)
-    wait_s = _wait_s(args.wait)
+    wait_limit_s = wait_s(args)
     unhealthy = HealthState.load(args.health_file or default_health_path(lab)).unhealthy()
     if args.skip_noisy:
         unhealthy = {**_noisy(args, lab, models), **unhealthy}
@@ -213,7 +211,7 @@ def cmd_fleet(args) -> int:
         plan_overrides=overrides,
         resume=args.resume,
         policy_path=args.gate,
-        wait_s=wait_s,
+        wait_s=wait_limit_s,
         retries=max(0, args.retries),
         lease_ttl_s=lab.lease_ttl_s,
         unhealthy=unhealthy,
@@ -253,7 +251,7 @@ def _noisy(args, lab, models) -> dict[str, str]:
     from ..present.terminal.summary import print_note
 
     settings = _change_settings(args, lab, always=True)
-    url = args.history or (lab.history_url.read("lab history_url") if lab.history_url else None)
+    url = history_url(args, lab)
     history = History.open(url)
     try:
         noisy = noisy_boards(
@@ -269,7 +267,7 @@ def _noisy(args, lab, models) -> dict[str, str]:
 def _print_fleet_plans(models, preset: str, overrides: dict, policy_path) -> None:
     """One line per plan the models run, before any board is contacted; a plan the
     ``--gate`` policy would fail for lacking a phase is refused here."""
-    from ..lab.fleet import fleet_plan
+    from ..lab.fleet_cells import fleet_plan
     from ..present.terminal.summary import print_plan
 
     policy = load_gate_policy(policy_path) if policy_path else None
@@ -295,7 +293,7 @@ def _cmd_fleet_health(args) -> int:
         args.out,
         tags=parse_tags(args.tags),
         accept=args.accept,
-        wait_s=_wait_s(args.wait),
+        wait_s=wait_s(args),
         retries=max(0, args.retries),
     )
     noise = _health_noise(args, lab)
@@ -353,7 +351,7 @@ def _health_noise(args, lab) -> list:
     from ..lab.changes import change_settings, find_changes
     from ..lab.history import History
 
-    url = args.history or (lab.history_url.read("lab history_url") if lab.history_url else None)
+    url = history_url(args, lab)
     if url is None:
         return []
     history = History.open(url)
@@ -420,7 +418,7 @@ def _cmd_fleet_requalify(args) -> int:
         out_dir=args.out,
         policy_path=args.policy,
         repeat_pairs=args.repeat_until_decided or 0,
-        wait_s=_wait_s(args.wait),
+        wait_s=wait_s(args),
         retries=max(0, args.retries),
         lease_ttl_s=lab.lease_ttl_s,
         # A drifted board is what a re-qualification is for; one that fails its check is not.
@@ -439,18 +437,6 @@ def _cmd_fleet_requalify(args) -> int:
     return max(code, 1) if plan.missing_env else code
 
 
-def add_repeat_option(parser) -> None:
-    """``--repeat-until-decided N`` of ``fleet run`` and ``fleet requalify``."""
-    parser.add_argument(
-        "--repeat-until-decided",
-        type=int,
-        metavar="N",
-        help="a run whose verdict against its baseline is UNKNOWN runs again with the "
-        "baseline's own model and golden set (by digest), interleaved on its board, until "
-        "SAME or DIFFERENT, at most N pairs (docs/gating.md)",
-    )
-
-
 def add_parsers(sub) -> None:
     """``fleet run``, ``fleet health``, ``fleet requalify`` and ``approve``: their flags."""
     f = sub.add_parser("fleet", help="qualify many models on a lab's boards (docs/fleet.md)")
@@ -458,6 +444,15 @@ def add_parsers(sub) -> None:
         f, "edgequal fleet run lab.toml --models models.toml", "edgequal fleet health lab.toml"
     )
     fsub = f.add_subparsers(dest="fleet_command", required=True)
+    _add_fleet_list_parser(fsub)
+    _add_fleet_run_parser(fsub)
+    _add_fleet_health_parser(fsub)
+    _add_approve_parser(sub)
+    _add_fleet_requalify_parser(fsub)
+
+
+def _add_fleet_list_parser(fsub) -> None:
+    """``fleet list``: the lab's boards."""
     fl = fsub.add_parser(
         "list",
         help="the lab's boards: its devices, or a labgrid coordinator's places and agents",
@@ -465,6 +460,11 @@ def add_parsers(sub) -> None:
     examples(fl, "edgequal fleet list --lab lab.toml", "edgequal fleet list --lab lab.toml --json")
     fl.add_argument("--lab", type=Path, required=True, help="the lab file")
     fl.add_argument("--json", action="store_true", help="print the boards as JSON")
+
+
+def _add_fleet_run_parser(fsub) -> None:
+    """``fleet run``: models × devices, the plan, where outputs go, gate and baseline, waiting,
+    retries, history and exports."""
     fr = fsub.add_parser(
         "run",
         help="every model on every matching device, devices in parallel",
@@ -503,16 +503,13 @@ def add_parsers(sub) -> None:
         help="leave out boards whose history is too noisy for the minimum effect "
         "(CV of the clean p50 × 3 > it; docs/history.md)",
     )
-    fr.add_argument(
-        "--wait",
-        nargs="?",
-        const="forever",
-        metavar="TIMEOUT",
+    add_wait_option(
+        fr,
         help="wait for a device another host holds (in order of arrival), up to TIMEOUT "
         "(e.g. 30m) or without limit; default: fail fast naming the holder",
     )
     fr.add_argument("--retries", type=int, default=2, help="retries per run (default 2)")
-    fr.add_argument("--history", metavar="URL", help="history database URL (default: the lab's)")
+    add_history_option(fr, help="history database URL (default: the lab's)")
     add_p_value_option(fr)
     fr.add_argument(
         "--no-record", action="store_true", help="do not record the reports in the history"
@@ -531,6 +528,9 @@ def add_parsers(sub) -> None:
         help="boards marked unhealthy here are skipped (default: the lab's, see fleet health)",
     )
 
+
+def _add_fleet_health_parser(fsub) -> None:
+    """``fleet health``: the micro model on every board, the health state, noise."""
     fh = fsub.add_parser(
         "health",
         help="a small known model on every board; unhealthy boards are skipped by fleet run",
@@ -549,16 +549,18 @@ def add_parsers(sub) -> None:
         action="store_true",
         help="accept fingerprint changes (a deliberate update) as the new healthy state",
     )
-    fh.add_argument("--wait", nargs="?", const="forever", metavar="TIMEOUT")
-    fh.add_argument(
-        "--history",
-        metavar="URL",
+    add_wait_option(fh)
+    add_history_option(
+        fh,
         help="also score each board's noise from this history database (default: the lab's, "
         "when it names one): too noisy when CV of the clean p50 × 3 > the minimum effect",
     )
     fh.add_argument("--retries", type=int, default=1)
     fh.add_argument("--json", action="store_true")
 
+
+def _add_approve_parser(sub) -> None:
+    """``approve``: a verified report and its artifacts kept in an approved set."""
     # One command, ``edgequal approve`` (docs/fleet.md): approving is about one report.
     fa = sub.add_parser(
         "approve",
@@ -588,6 +590,10 @@ def add_parsers(sub) -> None:
         help="the runtime environment of the report it was qualified with (default: the "
         "agent's own)",
     )
+
+
+def _add_fleet_requalify_parser(fsub) -> None:
+    """``fleet requalify``: approved models re-run where firmware or runtime changed."""
     fq = fsub.add_parser(
         "requalify",
         help="re-run approved models where firmware or runtime changed; gate each against "
@@ -610,9 +616,9 @@ def add_parsers(sub) -> None:
     )
     add_repeat_option(fq)
     fq.add_argument("--out", type=Path, default=Path("requalify-out"))
-    fq.add_argument("--wait", nargs="?", const="forever", metavar="TIMEOUT")
+    add_wait_option(fq)
     fq.add_argument("--retries", type=int, default=2)
-    fq.add_argument("--history", metavar="URL")
+    add_history_option(fq)
     fq.add_argument("--no-record", action="store_true")
     fq.add_argument(
         "--health-file", type=Path, metavar="FILE", help="boards marked unhealthy are skipped"

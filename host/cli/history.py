@@ -6,6 +6,8 @@ from pathlib import Path
 
 from edgequal.contract.cli_args import examples
 
+from .lab_args import add_p_value_option
+
 
 def cmd_history(args) -> int:
     import json
@@ -396,11 +398,43 @@ def add_parsers(sub) -> None:
     examples(
         hl, "edgequal history list --device pi5", "edgequal history list --model ocr-cls --json"
     )
+    add_series_options(hl, limit=True)
     hs = hsub.add_parser(
         "show", help="one recorded run (RUN_ID, or the newest for --device/--model), verified"
     )
     hs.add_argument("run_id", nargs="?", metavar="RUN_ID", help="a run id or its prefix")
     examples(hs, "edgequal history show 3f2a", "edgequal history show --device pi5 --model ocr-cls")
+    add_series_options(hs)
+    _add_trend_parser(hsub)
+    _add_record_parser(hsub)
+    _add_changes_parser(hsub)
+
+
+def add_series_options(parser, limit: bool = False, p_value: bool = False) -> None:
+    """The options that pick recorded runs, declared once for ``history list``, ``show``,
+    ``trend`` and ``changes``: ``--db``, ``--device``, ``--model``, ``--json``, optionally
+    ``--limit`` and ``--p-value``."""
+    add_db_option(parser)
+    parser.add_argument("--device", help="only this device")
+    parser.add_argument("--model", help="only this model (name, name without extension, SHA-256)")
+    parser.add_argument("--json", action="store_true")
+    if limit:
+        parser.add_argument(
+            "--limit", type=int, default=50, help="rows (per board × model for trend)"
+        )
+    if p_value:
+        add_p_value_option(parser)
+
+
+def add_db_option(parser) -> None:
+    """``--db URL``: the history database (default: SQLite in the state directory)."""
+    parser.add_argument(
+        "--db", metavar="URL", help="database URL (default: SQLite in the state dir)"
+    )
+
+
+def _add_trend_parser(hsub) -> None:
+    """``history trend``: figures over time, the page, a lab's boards."""
     ht = hsub.add_parser(
         "trend",
         help="figures over time per board × model, firmware and runtime changes marked",
@@ -420,6 +454,11 @@ def add_parsers(sub) -> None:
         "edgequal history trend --device pi5-a --model classifier --html trend.html",
         "edgequal history trend --model ocr-cls --db postgresql://lab-db/edgequal",
     )
+    add_series_options(ht, limit=True, p_value=True)
+
+
+def _add_record_parser(hsub) -> None:
+    """``history record``: reports verified and recorded."""
     hr = hsub.add_parser("record", help="verify reports and record them")
     hr.add_argument("reports", type=Path, nargs="+")
     examples(
@@ -435,6 +474,11 @@ def add_parsers(sub) -> None:
         "under the model's name there, as fleet run records it (--model finds it by that name)",
     )
     hr.add_argument("--device", help="the device that must have signed them")
+    add_db_option(hr)
+
+
+def _add_changes_parser(hsub) -> None:
+    """``history changes``: change points beyond noise, their page and attestation."""
     hc = hsub.add_parser(
         "changes",
         help="change points per board × model × figure, beyond noise, with what changed there",
@@ -473,40 +517,4 @@ def add_parsers(sub) -> None:
         "edgequal history changes --lab lab.toml",
         "edgequal history changes --device pi5-a --model classifier --since 2026-11-01 --json",
     )
-    for q in (hl, hs, ht, hr, hc):
-        q.add_argument(
-            "--db", metavar="URL", help="database URL (default: SQLite in the state dir)"
-        )
-    for q in (hl, hs, ht, hc):
-        q.add_argument("--device", help="only this device")
-        q.add_argument("--model", help="only this model (name, name without extension, SHA-256)")
-        q.add_argument("--json", action="store_true")
-    for q in (hl, ht):
-        q.add_argument("--limit", type=int, default=50, help="rows (per board × model for trend)")
-    for q in (ht, hc):
-        add_p_value_option(q)
-
-
-def _p_value(text: str) -> float:
-    """``--p-value``: a number strictly between 0 and 1 (refused before anything runs)."""
-    import argparse
-
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0.0 < value < 1.0:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text}")
-    return value
-
-
-def add_p_value_option(parser) -> None:
-    """``--p-value P``: the change points' significance, over the lab's ``[changes] p_value``
-    (default 0.01); the same flag on ``history changes``, ``history trend`` and ``fleet run``."""
-    parser.add_argument(
-        "--p-value",
-        type=_p_value,
-        metavar="P",
-        help="a change point is significant at or below this permutation p-value (default: "
-        "the lab's [changes] p_value, else 0.01; docs/history.md)",
-    )
+    add_series_options(hc, p_value=True)

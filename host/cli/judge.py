@@ -227,6 +227,14 @@ def gate_after_qualify(args, policy, report_path: Path, device_name: str, predic
 
 def add_parsers(sub) -> None:
     """``verify``, ``gate``, ``compare``, ``report html``, ``export`` and ``key``: their flags."""
+    _add_verify_parser(sub)
+    _add_gate_parser(sub)
+    _add_compare_parser(sub)
+    _add_render_parsers(sub)
+
+
+def _add_verify_parser(sub) -> None:
+    """``verify``: a report, the device that signed it, the artifacts it names."""
     v = sub.add_parser("verify", help="verify a signed report")
     examples(
         v,
@@ -243,6 +251,10 @@ def add_parsers(sub) -> None:
         help="a file whose sha256 must be a subject",
     )
     v.add_argument("--json", action="store_true", help="print what was verified as JSON")
+
+
+def _add_gate_parser(sub) -> None:
+    """``gate``: a report against a policy and a baseline; JUnit, page, attestation."""
 
     gt = sub.add_parser("gate", help="judge a signed report against a policy (and a baseline)")
     examples(
@@ -272,6 +284,10 @@ def add_parsers(sub) -> None:
         help="write the decision as an in-toto Test Result attestation signed by this host's "
         "key (edgequal key show)",
     )
+
+
+def _add_compare_parser(sub) -> None:
+    """``compare``: reports side by side, the first the reference."""
     c = sub.add_parser("compare", help="compare reports side by side (the first is the reference)")
     examples(
         c, "edgequal compare last.json pi5.report.json", "edgequal compare a.json b.json --json"
@@ -284,6 +300,11 @@ def add_parsers(sub) -> None:
         help="history database: the first report's board noise is the run-to-run spread the "
         "p50 verdicts assume (docs/gating.md)",
     )
+
+
+def _add_render_parsers(sub) -> None:
+    """``report html``, ``export`` and ``key show``: verified reports rendered, exported,
+    and the host key that signs gate decisions."""
     r = sub.add_parser("report", help="render reports")
     examples(r, "edgequal report html pi5.report.json -o pi5.html")
     rsub = r.add_subparsers(dest="report_command", required=True)

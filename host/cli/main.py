@@ -18,13 +18,11 @@ def main(argv: list[str] | None = None) -> int:
 
     # What was typed, for the sidecar beside each report (host/devices/reproduce.py).
     args.argv = list(sys.argv[1:] if argv is None else argv)
-    from edgequal.contract.errors import AgentError
-
-    from ..errors import HostError
+    from edgequal.contract.errors import EdgequalError
 
     try:
         return _dispatch(args)
-    except (HostError, AgentError) as e:
+    except EdgequalError as e:  # HostError and AgentError alike
         if args.debug:
             raise
         from ..present.terminal.summary import print_error

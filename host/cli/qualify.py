@@ -10,100 +10,18 @@ from edgequal.contract.cli_args import examples
 from edgequal.contract.runtimes import RUNTIME_NAMES
 
 from .device_args import add_connection_options, open_device_from_args
+from .input_contract_args import add_input_contract_options, declared_preprocessing
 from .judge import check_plan_for_policy, gate_after_qualify, load_gate_policy
+from .measurement_args import (
+    add_edge_shape_option,
+    add_measurement_options,
+    measurement_flags,
+    parse_edge_shape_args,
+)
 from .plan_args import add_length_options, length_flags
 
 if TYPE_CHECKING:
     from edgequal.contract.plan import Plan
-
-
-EDGE_SHAPE_HINT = (
-    "write LABEL:INPUT=DIMS[,INPUT2=DIMS], e.g. largest:image=1x3x1024x1024 or empty:tokens=1x0"
-)
-
-
-def parse_edge_shape_args(items: list[str]) -> list[dict] | None:
-    """``LABEL:INPUT=1x3x1024x1024[,INPUT2=1x0]`` arguments into the plan's ``edge_shapes``
-    (sizes may be 0); labels and limits are checked by the plan's own rule."""
-    from edgequal.contract.errors import BadInput
-    from edgequal.contract.plan import EDGE_LABEL
-
-    out = []
-    for item in items or []:
-        label, sep, rest = item.partition(":")
-        shapes: dict[str, list[int]] = {}
-        ok = bool(sep and label.strip() and rest)
-        for part in rest.split(",") if ok else ():
-            name, eq, dims = part.strip().partition("=")
-            try:
-                values = [int(d) for d in dims.lower().split("x")] if dims else []
-            except ValueError:
-                values = []
-            if not eq or not name or not values or any(v < 0 for v in values) or name in shapes:
-                ok = False
-                break
-            shapes[name] = values
-        if not ok:
-            raise BadInput(f"cannot read --edge-shape '{item}'", hint=EDGE_SHAPE_HINT)
-        label = label.strip()
-        if not EDGE_LABEL.fullmatch(label):
-            raise BadInput(
-                f"--edge-shape '{item}': the label must be a short name "
-                "(up to 32 letters, digits, '.', '_', '-')",
-                hint=EDGE_SHAPE_HINT,
-            )
-        if any(e["label"] == label for e in out):
-            raise BadInput(f"--edge-shape names the label '{label}' twice")
-        out.append({"label": label, "shapes": shapes})
-    if not out:
-        return None
-    from edgequal.contract.golden import check_edge_shapes
-
-    return check_edge_shapes(out, "--edge-shape")
-
-
-def _measurement_flags(args) -> dict:
-    """The plan fields of the flags ``_add_measurement_flags`` adds (None: not given)."""
-    from edgequal.contract.cli_args import parse_duration_s
-    from edgequal.contract.errors import BadInput
-
-    from .coload_args import parse_coload
-
-    def duration(text):
-        return parse_duration_s(text) if text else None
-
-    sizes = None
-    if args.batch_sizes:
-        try:
-            sizes = [int(b) for b in args.batch_sizes.split(",") if b.strip()]
-        except ValueError:
-            raise BadInput(
-                f"cannot read --batch-sizes '{args.batch_sizes}'", hint="write e.g. 1,2,4,8"
-            ) from None
-    p99 = duration(args.p99_bound)
-    return {
-        "providers": [p.strip() for p in args.providers.split(",") if p.strip()]
-        if args.providers
-        else None,
-        "memory_limit_mb": args.memory_limit,
-        "phase_timeout_s": duration(args.phase_timeout),
-        "batch_sizes": sizes,
-        "thread_scaling": args.thread_scaling,
-        "server": args.server,
-        "server_rate_per_s": args.server_rate,
-        "server_p99_ms": p99 * 1e3 if p99 is not None else None,
-        "operator_profile": args.operators,
-        "scenario_s": duration(args.scenario_time),
-        "coload": parse_coload(args.coload)[0],
-        "coload_rounds": args.coload_rounds,
-        "runtime_envs": args.runtime_env,
-        "runtime_env_rounds": args.runtime_env_rounds,
-        "check_optimization": args.check_optimization,
-        "kernel_paths": [p.strip() for p in args.paths.split(",") if p.strip()]
-        if args.paths
-        else None,
-        "divergence_memory_mb": args.divergence_memory,
-    }
 
 
 def _plan_flags(args) -> dict:
@@ -118,7 +36,7 @@ def _plan_flags(args) -> dict:
         "sustain_s": parse_duration_s(args.sustain) if args.sustain else None,
         "window_s": parse_duration_s(args.window) if args.window else None,
         **length_flags(args),
-        **_measurement_flags(args),
+        **measurement_flags(args),
         "policy_sha256": _committed_policy(args),
     }
 
@@ -330,7 +248,7 @@ def cmd_golden_make(args) -> int:
         outputs=args.outputs,
         decision=args.decision,
         tolerances=parse_tolerance_args(args.tolerance),
-        preprocessing=_declared_preprocessing(args),
+        preprocessing=declared_preprocessing(args),
         on_warning=warn,
         edge_shapes=parse_edge_shape_args(args.edge_shape),
         raw=args.raw,
@@ -379,43 +297,6 @@ def cmd_golden_make(args) -> int:
     return 0
 
 
-def _declared_preprocessing(args) -> dict:
-    """The input-contract flags as ``{"*": keys}`` over an optional ``--preprocessing`` TOML's."""
-    from ..errors import UsageError
-    from ..preprocessing import read_preprocessing_toml
-
-    def numbers(flag: str, text: str | None) -> list[float] | None:
-        if text is None:
-            return None
-        try:
-            return [float(x) for x in text.split(",")]
-        except ValueError:
-            raise UsageError(f"{flag} takes numbers separated by commas, not {text!r}") from None
-
-    resize = None
-    if args.resize is not None:
-        h, _, w = args.resize.lower().partition("x")
-        if not (h.isdigit() and w.isdigit()):
-            raise UsageError(f"--resize takes HEIGHTxWIDTH, e.g. 224x224, not {args.resize!r}")
-        resize = [int(h), int(w)]
-    flags = {
-        "layout": args.layout,
-        "range": numbers("--range", args.range),
-        "mean": numbers("--mean", args.mean),
-        "std": numbers("--std", args.std),
-        "scale": args.scale,
-        "color_order": args.color_order,
-        "resize": resize,
-    }
-    if args.preprocessing and args.raw:
-        raise UsageError(
-            "--preprocessing declares prepared inputs; with --raw the keys go in --pipeline"
-        )
-    declared = read_preprocessing_toml(args.preprocessing) if args.preprocessing else {}
-    declared.setdefault("*", {}).update({k: v for k, v in flags.items() if v is not None})
-    return declared
-
-
 def cmd_demo(args) -> int:
     from .demo import run_demo
 
@@ -424,6 +305,13 @@ def cmd_demo(args) -> int:
 
 def add_parsers(sub) -> None:
     """``demo``, ``qualify`` and ``golden make``: their flags."""
+    _add_demo_parser(sub)
+    _add_qualify_parser(sub)
+    _add_golden_parser(sub)
+
+
+def _add_demo_parser(sub) -> None:
+    """``demo``: where its files go, the sustained length, quick, summaries."""
     d = sub.add_parser("demo", help="qualify example models on a local agent (no device needed)")
     d.add_argument(
         "-o",
@@ -448,6 +336,10 @@ def add_parsers(sub) -> None:
     )
     examples(d, "edgequal demo", "edgequal demo --out /tmp/eq-demo --sustain 30s")
 
+
+def _add_qualify_parser(sub) -> None:
+    """``qualify``: the model, its golden set and device, the plan, the measurement options,
+    where the report goes; then :func:`_add_qualify_judging_flags`."""
     q = sub.add_parser(
         "qualify",
         help="qualify MODEL on a device",
@@ -508,8 +400,8 @@ def add_parsers(sub) -> None:
         metavar="NAME=1x3x224x224",
         help="sizes for an input with dynamic dimensions (repeat for each input)",
     )
-    _add_edge_shape_flag(q)
-    _add_measurement_flags(q)
+    add_edge_shape_option(q)
+    add_measurement_options(q)
     add_connection_options(q)
     q.add_argument(
         "--allow-golden-mismatch",
@@ -524,6 +416,12 @@ def add_parsers(sub) -> None:
         "$XDG_STATE_HOME/edgequal/reports, ~/.local/state/edgequal/reports)",
     )
     q.add_argument("--json", action="store_true", help="print the verified predicate as JSON")
+    _add_qualify_judging_flags(q)
+
+
+def _add_qualify_judging_flags(q) -> None:
+    """qualify's flags for judging the run: a baseline run interleaved until decided, the
+    policy committed in the plan and gated on, the model signature, the page and JUnit."""
     q.add_argument(
         "--baseline",
         type=Path,
@@ -572,6 +470,10 @@ def add_parsers(sub) -> None:
     q.add_argument("--html", type=Path, metavar="PAGE", help="also write the report page here")
     q.add_argument("--junit", type=Path, metavar="FILE", help="with --gate: write JUnit XML here")
 
+
+def _add_golden_parser(sub) -> None:
+    """``golden make``: the model, its inputs (prepared or raw), reference outputs, decision
+    rule, tolerances, signature, edge shapes and input contract."""
     g = sub.add_parser("golden", help="golden sets")
     examples(g, "edgequal golden make model.onnx --inputs inputs.npz -o golden.npz")
     gsub = g.add_subparsers(dest="golden_command", required=True)
@@ -640,6 +542,16 @@ def add_parsers(sub) -> None:
         "(e.g. probs=1e-3,1e-2), or a class fp32, fp16, int8 (e.g. probs=int8); "
         "OUTPUT may be * for every output; repeatable (default: the model's dtype class)",
     )
+    _add_golden_signature_flags(gm)
+    add_edge_shape_option(gm, recorded=True)
+    add_input_contract_options(gm)
+    gm.add_argument("-o", "--output", type=Path, required=True, help="the golden set to write")
+    gm.add_argument("--json", action="store_true", help="print the golden set's summary as JSON")
+
+
+def _add_golden_signature_flags(gm) -> None:
+    """``golden make --model-signature SIG --trusted-key PUB``: the model's signature checked
+    on the host before it is run."""
     gm.add_argument(
         "--model-signature",
         type=Path,
@@ -654,114 +566,4 @@ def add_parsers(sub) -> None:
         default=[],
         metavar="PUB",
         help="with --model-signature: a producer's public key (PEM, EC P-256/P-384); repeatable",
-    )
-    _add_edge_shape_flag(gm, recorded=True)
-    pre = gm.add_argument_group(
-        "input contract",
-        "what the model was trained on (every input; per input in a TOML, see docs/measurement.md)",
-    )
-    pre.add_argument(
-        "--preprocessing", type=Path, metavar="TOML", help="default: a TOML beside --inputs"
-    )
-    pre.add_argument("--layout", choices=("NCHW", "NHWC"), type=str.upper)
-    pre.add_argument("--range", metavar="LO,HI", help="values the model was trained on, e.g. 0,1")
-    pre.add_argument("--mean", metavar="M[,M..]", help="normalization mean per channel")
-    pre.add_argument("--std", metavar="S[,S..]", help="normalization std per channel")
-    pre.add_argument("--scale", type=float, help="scale applied to 8-bit pixels, e.g. 0.00392")
-    pre.add_argument("--color-order", choices=("RGB", "BGR", "GRAY"), type=str.upper)
-    pre.add_argument("--resize", metavar="HxW", help="the size inputs were resized to")
-    gm.add_argument("-o", "--output", type=Path, required=True, help="the golden set to write")
-    gm.add_argument("--json", action="store_true", help="print the golden set's summary as JSON")
-
-
-def _add_measurement_flags(q) -> None:
-    """qualify's flags for providers, limits and the service scenarios (docs/measurement.md)."""
-    m = q.add_argument_group("providers, limits and service scenarios")
-    m.add_argument(
-        "--providers",
-        help="onnxruntime execution providers in priority order, e.g. "
-        "CUDAExecutionProvider,CPUExecutionProvider (refused if the device lacks one)",
-    )
-    m.add_argument("--memory-limit", type=int, metavar="MB", help="kill a worker above this RSS")
-    m.add_argument("--phase-timeout", metavar="DURATION", help="a worker silent this long hangs")
-    m.add_argument(
-        "--batch-sizes", metavar="1,2,4,8", help="batch sweep over these sizes (dynamic batch)"
-    )
-    m.add_argument(
-        "--thread-scaling", action="store_true", default=None, help="latency for 1..N threads"
-    )
-    m.add_argument(
-        "--server", action="store_true", default=None, help="server scenario (Poisson arrivals)"
-    )
-    m.add_argument("--server-rate", type=float, metavar="PER_S", help="server target rate")
-    m.add_argument("--p99-bound", metavar="DURATION", help="server p99 bound, e.g. 15ms")
-    m.add_argument(
-        "--operators",
-        "--operator-profile",
-        dest="operators",
-        action="store_true",
-        default=None,
-        help="per-operator time, delegate use",
-    )
-    m.add_argument("--scenario-time", metavar="DURATION", help="time per scenario point")
-    m.add_argument(
-        "--check-optimization",
-        action="store_true",
-        default=None,
-        help="measure the drift once more with onnxruntime's graph optimisation off, in the "
-        "same run: do the optimised kernels cause it?",
-    )
-    k = q.add_argument_group("kernel paths and where outputs diverge (docs/divergence.md)")
-    k.add_argument(
-        "--paths",
-        metavar="PATH[,PATH..]",
-        help="also run the golden set through each kernel path and localise a path that "
-        "drifts to its first divergent node: opt:LEVEL (onnxruntime graph optimisation), "
-        "ep:PROVIDER (CPU, XNNPACK, OpenVINO, CUDA, TensorRT), resolver:NAME (LiteRT: auto, "
-        "builtin, builtin-ref, builtin-no-delegates), or all; the first is the reference",
-    )
-    k.add_argument(
-        "--divergence-memory",
-        type=float,
-        metavar="MB",
-        help="memory the kept intermediate tensors may take (default: a quarter of what the "
-        "board has available, at most 256); beyond it, range by range",
-    )
-    c = q.add_argument_group("declared co-load (docs/measurement.md)")
-    c.add_argument(
-        "--coload",
-        action="append",
-        metavar="KIND:VALUE",
-        help="background work beside the latency and sustained phases: model:PATH[@RATE], "
-        "cpu:CORES, membw:CORES or command:NAME (a name in the agent's configuration); repeatable",
-    )
-    c.add_argument(
-        "--coload-rounds", type=int, metavar="N", help="plain/co-load alternations (default 4)"
-    )
-    e = q.add_argument_group("runtime environments side by side (docs/measurement.md)")
-    e.add_argument(
-        "--runtime-env",
-        action="append",
-        metavar="NAME",
-        help="also measure under this runtime environment installed on the device (repeatable; "
-        "'default' is the agent's own; the first is the baseline of the ratios)",
-    )
-    e.add_argument(
-        "--runtime-env-rounds", type=int, metavar="N", help="segments per environment (default 4)"
-    )
-
-
-def _add_edge_shape_flag(parser, recorded: bool = False) -> None:
-    """``--edge-shape``, repeatable (docs/measurement.md "Edges of the input range")."""
-    parser.add_argument(
-        "--edge-shape",
-        action="append",
-        default=[],
-        metavar="LABEL:INPUT=DIMS[,INPUT=DIMS]",
-        help=(
-            "record an edge of the input range every qualification with this set measures"
-            if recorded
-            else "also measure this edge of the input range (latency, peak memory, a run)"
-        )
-        + ", e.g. largest:image=1x3x1024x1024 or empty:tokens=1x0 (repeat for each)",
     )

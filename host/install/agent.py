@@ -218,50 +218,10 @@ def _install(
         step(f"uploading the wheelhouse {wheelhouse}")
         _upload_wheelhouse(ssh, Path(wheelhouse), find_links)
 
-    upgraded = ssh.exists(f"{venv}/bin/python")
-    if upgraded:
-        step(f"reusing {venv}")
-    else:
-        step(f"creating {venv}")
-        venv_cmd = [python, "-m", "venv"]
-        if system_site_packages:
-            venv_cmd.append("--system-site-packages")
-        try:
-            ssh.check_remote(shell_join(venv_cmd + [venv]), "create the venv", VENV_TIMEOUT_S)
-        except TransportError as e:
-            e.hint = e.hint or (
-                "on Debian, Ubuntu and Raspberry Pi OS: sudo apt install python3-venv"
-            )
-            raise
-
-    step(f"installing edgequal[{','.join(extras)}] into {venv}")
-    first, second = pip_install_command(venv, remote_wheel, extras, find_links)
-    for cmd in (first, second):
-        try:
-            ssh.check_remote(cmd, "pip install", PIP_TIMEOUT_S, PIP_IDLE_TIMEOUT_S)
-        except TransportError as e:
-            e.hint = e.hint or (
-                "with --wheelhouse, the directory must hold wheels of every dependency for "
-                "the board's Python and CPU; without it, the board needs its package index"
-            )
-            raise
-    version = ssh.check_remote(
-        shell_join(
-            [
-                f"{venv}/bin/python",
-                "-c",
-                "import importlib.metadata as m; print(m.version('edgequal'))",
-            ]
-        ),
-        "read the installed version",
-    ).strip()
-
+    upgraded = _make_venv(ssh, python, venv, system_site_packages, step)
+    version = _pip_install(ssh, venv, remote_wheel, extras, find_links, step)
     remote_token = f"{prefix}/token"
-    # An existing token is kept, so hosts that already hold it keep working.
-    token = ssh.read_file(remote_token).decode().strip() if ssh.exists(remote_token) else ""
-    if not token:
-        token = secrets.token_urlsafe(32)
-        ssh.write_file(remote_token, (token + "\n").encode("ascii"), 0o600)
+    token = _agent_token(ssh, remote_token)
 
     # The key pinned is the one that signs a fresh challenge (over the checked SSH channel).
     raw = agent.prove_identity(None)
@@ -302,6 +262,63 @@ def _install(
         upgraded=upgraded,
         notes=notes,
     )
+
+
+def _make_venv(ssh: SSHSession, python: str, venv: str, system_site_packages: bool, step) -> bool:
+    """The board's venv for the agent, created unless it exists; whether it existed (an
+    upgrade)."""
+    upgraded = ssh.exists(f"{venv}/bin/python")
+    if upgraded:
+        step(f"reusing {venv}")
+    else:
+        step(f"creating {venv}")
+        venv_cmd = [python, "-m", "venv"]
+        if system_site_packages:
+            venv_cmd.append("--system-site-packages")
+        try:
+            ssh.check_remote(shell_join(venv_cmd + [venv]), "create the venv", VENV_TIMEOUT_S)
+        except TransportError as e:
+            e.hint = e.hint or (
+                "on Debian, Ubuntu and Raspberry Pi OS: sudo apt install python3-venv"
+            )
+            raise
+    return upgraded
+
+
+def _pip_install(ssh: SSHSession, venv: str, remote_wheel: str, extras, find_links, step) -> str:
+    """edgequal with ``extras`` installed into ``venv`` from the pushed wheel (and the
+    wheelhouse, when given); the version installed."""
+    step(f"installing edgequal[{','.join(extras)}] into {venv}")
+    first, second = pip_install_command(venv, remote_wheel, extras, find_links)
+    for cmd in (first, second):
+        try:
+            ssh.check_remote(cmd, "pip install", PIP_TIMEOUT_S, PIP_IDLE_TIMEOUT_S)
+        except TransportError as e:
+            e.hint = e.hint or (
+                "with --wheelhouse, the directory must hold wheels of every dependency for "
+                "the board's Python and CPU; without it, the board needs its package index"
+            )
+            raise
+    return ssh.check_remote(
+        shell_join(
+            [
+                f"{venv}/bin/python",
+                "-c",
+                "import importlib.metadata as m; print(m.version('edgequal'))",
+            ]
+        ),
+        "read the installed version",
+    ).strip()
+
+
+def _agent_token(ssh: SSHSession, remote_token: str) -> str:
+    """The agent's bearer token on the board: the existing one is kept, so hosts that
+    already hold it keep working; else a new one, written 0600."""
+    token = ssh.read_file(remote_token).decode().strip() if ssh.exists(remote_token) else ""
+    if not token:
+        token = secrets.token_urlsafe(32)
+        ssh.write_file(remote_token, (token + "\n").encode("ascii"), 0o600)
+    return token
 
 
 def _check_python(ssh: SSHSession, python: str) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from edgequal.contract.board_families import BOARD_FAMILIES
+from edgequal.contract.json_tree import leaves
 from edgequal.contract.preemption import decisive_samples_ns, decisive_summary
 from edgequal.contract.signing import RolesUnmarked, subject_with_role
 
@@ -44,13 +45,9 @@ _FINGERPRINT_SKIP = {
 
 
 def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
-    if isinstance(value, dict):
-        for k, v in value.items():
-            _flatten(f"{prefix}.{k}" if prefix else str(k), v, out)
-    elif isinstance(value, list):
-        out[prefix] = ", ".join(map(str, value))
-    else:
-        out[prefix] = value
+    """Each leaf of ``value`` into ``out`` under its dotted path; a list is one field."""
+    for path, _, leaf in leaves(value, prefix, into_lists=False):
+        out[path] = ", ".join(map(str, leaf)) if isinstance(leaf, list) else leaf
 
 
 def runtime_env_fields(envs: list) -> dict[str, Any]:

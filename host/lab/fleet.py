@@ -30,28 +30,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from edgequal.contract.plan import Plan, make_plan
-
-from ..devices.reproduce import write_sidecar
 from ..devices.trust import KnownDevices
 from ..errors import (
-    DeviceBusy,
     HostError,
     TransportError,
     UntrustedDevice,
     UsageError,
-    VerificationFailed,
 )
 from ..judge.junit import fleet_junit
 from ..present.html.matrix import matrix_html
 from ..transport import Transport, open_transport
 from ..transport.base import holder_name
+from .fleet_cells import CellRunner
 from .inventory import FleetModel, Lab, LabDevice
 from .noise import NOISY_PREFIX
-from .results import RETRY_STATUSES, FleetResult, RunRecord
+from .results import FleetResult, RunRecord, run_file_stem
 
 if TYPE_CHECKING:
-    from ..devices.qualify import Qualification
     from .history import FleetCell
 
 log = logging.getLogger(__name__)
@@ -97,45 +92,6 @@ class RunPlan:
     baseline: Path | None = None
 
 
-def waiting_text(device: str, wait: dict) -> str:
-    """What a run waits for, from an ``acquire_lease`` wait: the lease, who holds it and
-    when it is likely free, the place in line."""
-    from edgequal.contract.lease import Lease
-
-    lease = wait.get("lease")
-    held = Lease.from_json(lease).describe() if lease else "others are ahead in line"
-    place = f", place {wait['position']} in line" if wait.get("position") is not None else ""
-    return f"the lease of {device}{place}: {held}"
-
-
-def first_waiting_text(transport, device: str) -> str | None:
-    """What a run waits for before the device's first answer in line (which may take a
-    few seconds): the lease of ``device`` and who holds it now (its Info), or None when no
-    one does: a free board is taken at once, and nothing is waited for (the device's own
-    answer says so if another host takes it first)."""
-    try:
-        lease = (transport.info() or {}).get("lease")
-    except HostError:  # the wait itself will say
-        lease = None
-    return waiting_text(device, {"lease": lease}) if lease else None
-
-
-def run_file_stem(model: str, device: str) -> str:
-    """The file name stem of one run's report and page: ``MODEL@DEVICE``."""
-    return f"{model}@{device}"
-
-
-def fleet_plan(preset: str, profile_name: str | None, overrides: dict | None = None) -> Plan:
-    """The plan of one run: the preset, then the device profile's board fields (never a
-    phase: see ``make_plan``), then overrides (the command's flags)."""
-    board = None
-    if profile_name:
-        from ..devices.profiles import load_profile
-
-        board = load_profile(profile_name).plan_fields(preset)
-    return make_plan(preset, board, **(overrides or {}))
-
-
 def open_lab_device(device: LabDevice, known: KnownDevices | None = None) -> Transport:
     """A transport to a lab device, its token read from where the lab file says.
 
@@ -160,30 +116,6 @@ def open_lab_device(device: LabDevice, known: KnownDevices | None = None) -> Tra
         transport.holder = f"{holder_name()} (pid {os.getpid()})"
         return transport
     return open_transport(device.address, ssh=device.ssh, pinned_key=pinned)
-
-
-class LeaseKeeper:
-    """Renews a transport's lease every third of its TTL until stopped."""
-
-    def __init__(self, transport: Transport, ttl_s: float):
-        self.transport = transport
-        self.ttl_s = ttl_s
-        self.lost: str | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True, name="lease-renew")
-        self._thread.start()
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.ttl_s / 3):
-            try:
-                self.transport.renew_lease(self.ttl_s)
-            except HostError as e:  # the run still ends; the next one takes a fresh lease
-                self.lost = str(e)
-                log.warning("lease renewal failed: %s", e)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
 
 
 class FleetRunner:
@@ -251,6 +183,7 @@ class FleetRunner:
         self.cell_prefix = (
             f"{lab.name}/{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{os.urandom(3).hex()}"
         )
+        self.cells = CellRunner(self, record_report)
 
     # -- the whole run -------------------------------------------------------------
 
@@ -313,7 +246,7 @@ class FleetRunner:
                 continue
             if report.status == "incomplete":  # the run did not finish: nothing was measured
                 continue
-            self._finish_record(record, path, report.predicate, resumed=True)
+            self.cells.finish_record(record, path, report.predicate, resumed=True)
 
     # -- one device ----------------------------------------------------------------
 
@@ -390,7 +323,7 @@ class FleetRunner:
                 if gone:
                     self._set(record, state="skipped", error=f"device unreachable: {gone}")
                     continue
-                self._run_one(transport, device, profile, models[record.model], record)
+                self.cells.run_one(transport, device, profile, models[record.model], record)
                 self._write_index()
                 if record.state == "error" and self._unreachable(transport):
                     with self._lock:
@@ -438,281 +371,6 @@ class FleetRunner:
         except HostError:
             return True
 
-    def _run_one(
-        self,
-        transport: Transport,
-        device: LabDevice,
-        profile: str | None,
-        model: FleetModel,
-        record: RunRecord,
-    ) -> None:
-        opts = self.options
-        started = time.monotonic()
-        fixed = (self.pairs or {}).get((model.name, device.name))
-        if fixed is not None and fixed.plan is not None:
-            plan = Plan.from_json(fixed.plan)
-        else:
-            # --gate's policy is committed in the plan the device signs (host/judge/claims.py).
-            committed = {"policy_sha256": self.policy.sha256} if self.policy is not None else {}
-            plan = fleet_plan(
-                model.plan or opts.plan, profile, {**opts.plan_overrides, **committed}
-            )
-        final_path = self.out / "reports" / f"{run_file_stem(model.name, device.name)}.json"
-        attempts = 1 + max(0, opts.retries)
-        for attempt in range(1, attempts + 1):
-            self._set(record, attempts=attempt, state="running", error=None)
-            try:
-                outcome, tmp = self._attempt_leased(transport, device, model, record, plan)
-                predicate = outcome.report.predicate
-            except DeviceBusy as e:
-                # Waiting was the caller's choice (--wait); a busy device is not retried.
-                self._set(record, state="error", error=str(e))
-                break
-            except (TransportError, VerificationFailed) as e:
-                transport_failed = isinstance(e, TransportError)
-                if transport_failed and attempt < attempts:
-                    self._set(record, state="retrying", error=str(e))
-                    self.sleep(opts.backoff_s * 2 ** (attempt - 1))
-                    continue
-                self._set(record, state="error", error=str(e))
-                break
-            except HostError as e:  # a bad model or golden set: no retry makes it good
-                self._set(record, state="error", error=str(e))
-                break
-            tmp.replace(final_path)
-            write_sidecar(
-                final_path, outcome.envelope, device.name, outcome.artifacts, opts.command
-            )
-            gate_retry = self._finish_record(
-                record,
-                final_path,
-                predicate,
-                decide_more=functools.partial(
-                    self._repeat_until_decided, transport, device, model, record, plan
-                ),
-            )
-            retry = record.status in RETRY_STATUSES or gate_retry
-            if retry and attempt < attempts:
-                self._set(record, state="retrying")
-                self.sleep(opts.backoff_s * 2 ** (attempt - 1))
-                continue
-            break
-        self._set(record, duration_s=round(time.monotonic() - started, 3))
-
-    def _attempt_leased(
-        self,
-        transport: Transport,
-        device: LabDevice,
-        model: FleetModel,
-        record: RunRecord,
-        plan: Plan,
-    ) -> tuple[Qualification, Path]:
-        """One qualification under the device's lease (inside its labgrid place, held by
-        :meth:`_work_device`, when the lab is on labgrid); returns it and its report file
-        (a temporary name)."""
-        from ..devices.qualify import qualify
-
-        keeper = None
-        leased = device.transport_kind == "grpc"
-        if leased:
-            held = first_waiting_text(transport, device.name)
-            if held is not None:  # only a lease someone holds is waited for
-                self._set(record, state="waiting", waiting_for=held)
-
-            def waiting(w: dict) -> None:
-                self._set(record, state="waiting", waiting_for=waiting_text(device.name, w))
-                self.on_event(record, {"type": "wait", **w})
-
-            transport.acquire_lease(
-                f"fleet run {self.lab.name}: {model.name}",
-                self.options.lease_ttl_s,
-                wait_s=self.options.wait_s,
-                on_wait=waiting,
-            )
-            keeper = LeaseKeeper(transport, self.options.lease_ttl_s)
-            self._set(record, state="running", waiting_for=None)
-        tmp = self.out / "reports" / f".{run_file_stem(model.name, device.name)}.json.part"
-        try:
-            outcome = qualify(
-                transport,
-                model.path,
-                model.golden,
-                plan,
-                known=self.known,
-                device_name=device.name,
-                on_event=lambda e: self._event(record, e),
-                out=tmp,
-                model_signature=model.signature,
-                sidecar=False,  # written once the report has its own name
-            )
-        finally:
-            if keeper is not None:
-                keeper.stop()
-            if leased:
-                try:
-                    transport.release_lease()
-                except HostError as e:  # gone with the device; the lease expires by itself
-                    log.info("releasing the lease of %s failed: %s", device.name, e)
-        return outcome, tmp
-
-    def _repeat_until_decided(
-        self,
-        transport: Transport,
-        device: LabDevice,
-        model: FleetModel,
-        record: RunRecord,
-        plan: Plan,
-        gate,
-        baseline: Path,
-        predicate: dict,
-    ):
-        """The gate of a run whose verdict against ``baseline`` is UNKNOWN, decided by pairs
-        of the candidate and the baseline's own artifacts (found by digest beside the
-        baseline report or the model) run interleaved on this board (``repeat_pairs`` at
-        most; host/judge/repeat.py). Their reports go to ``repeats/MODEL@DEVICE/``; they
-        are not the cell's report and not recorded in history."""
-        from dataclasses import replace
-
-        from ..judge.gate import decided_by_repeat, undecided_against_baseline
-        from ..judge.repeat import baseline_artifacts, repeat_check, repeat_until_decided
-        from ..judge.report_file import load_report
-
-        undecided = undecided_against_baseline(gate)
-        if undecided is None or self.options.repeat_pairs < 1:
-            return gate
-        try:
-            base = load_report(baseline, known=self.known, require=True)
-            base_model, base_golden = baseline_artifacts(
-                base.subjects, [baseline.parent, model.path.parent]
-            )
-        except HostError as e:
-            why = f"{undecided.message}; not run again: {e}"
-            return decided_by_repeat(
-                gate, replace(undecided, message=why), {"error": str(e)}, predicate, self.policy
-            )
-        sides = {
-            "candidate": model,
-            "baseline": replace(model, path=base_model, golden=base_golden, signature=None),
-        }
-        folder = self.out / "repeats" / run_file_stem(model.name, device.name)
-        folder.mkdir(parents=True, exist_ok=True)
-        done: list[Path] = []
-
-        def run(side: str) -> dict:
-            outcome, tmp = self._attempt_leased(transport, device, sides[side], record, plan)
-            path = folder / f"{len(done) + 1:02d}-{side}.json"
-            tmp.replace(path)
-            done.append(path)
-            return {"predicate": outcome.report.predicate, "path": path}
-
-        def on_pair(result) -> None:
-            self._set(record, repeat_pairs=result.pairs)
-            self.on_event(record, {"type": "repeat", **result.to_json()})
-
-        settings = self.policy.baseline
-        try:
-            result = repeat_until_decided(
-                run, self.options.repeat_pairs, settings["min_effect"], settings, on_pair
-            )
-        except HostError as e:  # the board went away or a run measured nothing
-            why = f"{undecided.message}; running pairs again stopped: {e}"
-            return decided_by_repeat(
-                gate, replace(undecided, message=why), {"error": str(e)}, predicate, self.policy
-            )
-        check = repeat_check(undecided.name, result, device.name)
-        return decided_by_repeat(gate, check, result.to_json(), predicate, self.policy)
-
-    def _baseline_of(self, record: RunRecord) -> Path | None:
-        """The report a run is gated against: its re-qualification's approved report, else
-        its cell's in ``--baseline DIR`` (``reports/MODEL@DEVICE.json`` or ``MODEL@DEVICE.json``)."""
-        fixed = (self.pairs or {}).get((record.model, record.device))
-        if fixed is not None:
-            return fixed.baseline
-        if self.options.baseline_dir is None:
-            return None
-        name = f"{run_file_stem(record.model, record.device)}.json"
-        for path in (
-            self.options.baseline_dir / "reports" / name,
-            self.options.baseline_dir / name,
-        ):
-            if path.is_file():
-                return path
-        return None
-
-    def _event(self, record: RunRecord, event: dict) -> None:
-        if event.get("type") == "run":
-            self._set(record, run_id=event.get("run_id"))
-        self.on_event(record, event)
-
-    def _finish_record(
-        self,
-        record: RunRecord,
-        path: Path,
-        predicate: dict,
-        resumed: bool = False,
-        decide_more: Callable | None = None,
-    ) -> bool:
-        """Gate the report, write its page, record it in history; set the record's final state.
-        ``decide_more(gate, baseline, predicate)`` decides a verdict left UNKNOWN against the
-        baseline (pairs run again) and returns the gate it decided.
-
-        Returns whether the gate failed only on interference (a run to measure again); a
-        gate whose pairs were run again is not measured again, whatever they decided.
-        """
-        gate = None
-        verdict = None
-        if self.policy is not None:
-            from ..judge.gate import run_gate
-            from ..judge.report_file import read_report_bytes
-
-            baseline = self._baseline_of(record)
-            gate = run_gate(
-                read_report_bytes(path),
-                self.policy,
-                name=str(path),
-                known=self.known,
-                device=record.device,
-                baseline=read_report_bytes(baseline) if baseline is not None else None,
-                baseline_name=str(baseline),
-            )
-            if baseline is not None and decide_more is not None:
-                gate = decide_more(gate, baseline, predicate)
-            verdict = _baseline_verdict(gate)
-        page = None
-        if self.options.html_pages:
-            from ..judge.report_file import load_report
-            from ..present.html.report import write_report_html
-
-            page = self.out / "pages" / f"{path.stem}.html"
-            rf = load_report(path, known=self.known, device=record.device)
-            write_report_html(page, [rf], [gate] if gate is not None else [])
-        if self.record_report is not None and not resumed:
-            from .history import FleetCell
-
-            cell = FleetCell(
-                record.model, f"{self.cell_prefix}/{record.model}/{record.device}", record.attempts
-            )
-            try:
-                self.record_report(path, record.device, cell)
-            except HostError as e:
-                log.warning("history: %s", e)
-        self._set(
-            record,
-            state=predicate["status"],
-            status=predicate["status"],
-            run_id=predicate.get("run_id"),
-            report=str(path.relative_to(self.out)),
-            page=str(page.relative_to(self.out)) if page else None,
-            resumed=resumed,
-            gate_passed=None if gate is None else gate.passed,
-            gate_summary=None if gate is None else gate.summary,
-            error=None,
-            reason=predicate.get("reason"),
-            baseline_verdict=verdict,
-        )
-        repeated = gate is not None and "repeat" in (gate.baseline or {})
-        return gate is not None and not gate.passed and gate.retry and not repeated
-
     # -- outputs -------------------------------------------------------------------
 
     def _write_index(self) -> None:
@@ -725,18 +383,6 @@ class FleetRunner:
 
     def _write_matrix_page(self) -> None:
         _atomic_write(self.out / "index.html", matrix_html(self.result).encode("utf-8"))
-
-
-def _baseline_verdict(gate) -> str | None:
-    """SAME, DIFFERENT or UNKNOWN against the baseline: the pairs' when they were run
-    again, else the first shape's; None without a baseline comparison of latency."""
-    baseline = gate.baseline or {}
-    repeat = (baseline.get("repeat") or {}).get("verdict")
-    if repeat:
-        return repeat["verdict"]
-    latency = baseline.get("latency") or []
-    three = latency[0].get("three_way") if latency else None
-    return three["verdict"] if three else None
 
 
 def _atomic_write(path: Path, data: bytes) -> None:

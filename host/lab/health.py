@@ -28,6 +28,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from edgequal.contract.json_tree import leaves
 from edgequal.contract.signing import MEASURED_STATUSES
 
 from ..errors import HostError, UsageError
@@ -139,25 +140,14 @@ def default_health_path(lab: Lab) -> Path:
 
 def temp_at_rest_c(fingerprint: dict) -> float | str:
     """The highest ``*temp_c`` reading in a fingerprint (°C), or ``absent``."""
-    found: list[float] = []
-
-    def walk(value) -> None:
-        if isinstance(value, dict):
-            for k, v in value.items():
-                if (
-                    isinstance(k, str)
-                    and k.endswith("temp_c")
-                    and isinstance(v, (int, float))
-                    and not isinstance(v, bool)
-                ):
-                    found.append(float(v))
-                else:
-                    walk(v)
-        elif isinstance(value, list):
-            for v in value:
-                walk(v)
-
-    walk(fingerprint)
+    found = [
+        float(v)
+        for _, k, v in leaves(fingerprint)
+        if isinstance(k, str)
+        and k.endswith("temp_c")
+        and isinstance(v, (int, float))
+        and not isinstance(v, bool)
+    ]
     return max(found) if found else "absent"
 
 

@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgequal.contract.board_families import BOARD_FAMILY_NAMES
+from edgequal.contract.board_families import BOARD_FAMILIES
 from edgequal.contract.preemption import decisive_summary
 from edgequal.contract.signing import RolesUnmarked, subject_with_role
 from sqlalchemy import (
@@ -215,13 +215,15 @@ def _text(value, limit: int = 255) -> str | None:
 
 
 def _firmware(fp: dict) -> str | None:
-    """The firmware (or L4T) version the fingerprint names, if any."""
-    for key in ("firmware", "firmware_version", "l4t"):
+    """The firmware version the fingerprint names, if any: ``firmware``, ``firmware_version``
+    or a board family's firmware field (the Jetson's ``l4t``), at the top or in its section."""
+    family_keys = tuple(k for f in BOARD_FAMILIES for k, c in f.fields.items() if c == "firmware")
+    for key in ("firmware", "firmware_version", *family_keys):
         if fp.get(key):
             return str(fp[key])
-    for section in BOARD_FAMILY_NAMES:
-        part = fp.get(section) or {}
-        for key in ("firmware", "firmware_version", "l4t_release", "l4t"):
+    for family in BOARD_FAMILIES:
+        part = fp.get(family.name) or {}
+        for key in ("firmware", "firmware_version", *family_keys):
             if isinstance(part, dict) and part.get(key):
                 return str(part[key])
     return None

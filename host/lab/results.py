@@ -106,3 +106,8 @@ class FleetResult:
             "runs": [r.to_json() for r in self.runs],
             **self.notes,
         }
+
+
+def run_file_stem(model: str, device: str) -> str:
+    """The file name stem of one run's report and page: ``MODEL@DEVICE``."""
+    return f"{model}@{device}"

@@ -65,3 +65,41 @@ def test_each_runtimes_extra_in_pyproject_installs_its_first_distribution():
         assert kind.distributions[0] in names, (kind.name, extras[kind.extra])
         everything = re.fullmatch(r"edgequal\[([a-z0-9_,-]+)\]", extras["all"][0]).group(1)
         assert kind.extra in everything.split(","), extras["all"]
+
+
+def test_only_the_registrys_extras_install_a_runtime():
+    """Every pyproject extra that installs a runtime's distribution is that runtime's
+    ``extra`` in the registry (``host`` also takes onnxruntime: the host's reference
+    outputs), so a runtime added to pyproject without its ``RuntimeKind`` fails here."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+
+    pyproject = tomllib.loads((DOC.parents[1] / "pyproject.toml").read_text())
+    by_distribution = {d: kind.extra for kind in RUNTIMES for d in kind.distributions}
+    for extra, requirements in pyproject["project"]["optional-dependencies"].items():
+        for req in requirements:
+            name = re.split(r"[<>=!~; \[]", req, maxsplit=1)[0].lower()
+            if name in by_distribution and extra != "host":
+                assert by_distribution[name] == extra, (extra, req)
+
+
+def test_each_runtimes_capabilities_are_declared_where_they_are_read():
+    """The registry's capabilities stand in for every runtime-name test: the host reads each
+    runtime's declared inputs, a declared operator-type lister exists in agent/runtimes/, and
+    the capabilities name the runtimes the docs say have them."""
+    import importlib
+
+    from edgequal.contract.runtimes import runtimes_with
+    from edgequal.host.model_file import INPUT_READERS
+
+    assert set(INPUT_READERS) == set(RUNTIME_NAMES)
+    for kind in RUNTIMES:
+        if kind.operator_types is not None:
+            module, function = kind.operator_types.split(":")
+            assert callable(
+                getattr(importlib.import_module(f"edgequal.agent.runtimes.{module}"), function)
+            )
+    assert runtimes_with("execution_providers") == ("onnxruntime",)
+    assert runtimes_with("graph_optimization") == ("onnxruntime",)

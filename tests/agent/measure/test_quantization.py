@@ -8,10 +8,11 @@ from pathlib import Path
 from edgequal.agent.measure.quantization import (
     SATURATION_CAUSE,
     int8_drift_finding,
+    lacks_vnni,
     optimization_check,
     quantization_form,
 )
-from edgequal.agent.probes.cpuinfo import lacks_vnni, parse_cpuinfo, read_cpuinfo
+from edgequal.agent.probes.cpuinfo import parse_cpuinfo, read_cpuinfo
 
 SYSFS = Path(__file__).resolve().parents[2] / "fixtures" / "sysfs"
 SKYLAKE = ["avx", "avx2", "avx512bw", "avx512f", "avx512vl", "f16c", "fma", "sse4_1", "sse4_2"]

@@ -9,8 +9,8 @@ from edgequal.agent.probes.power import (
     PowerSampler,
     board_total_w,
     find_sysfs_rails,
-    parse_pmic_read_adc,
 )
+from edgequal.agent.probes.raspberry_pi import parse_pmic_read_adc
 
 from .conftest import COMMANDS, SYSFS
 

@@ -12,8 +12,8 @@ from edgequal.agent.probes.raspberry_pi import (
     parse_throttled,
     read_raspberry_pi,
     read_throttled,
-    throttle_active,
 )
+from edgequal.contract.board_families import pi_flags_throttling as throttle_active
 
 SYSFS = Path(__file__).resolve().parents[2] / "fixtures" / "sysfs"
 

@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 import pytest
+from edgequal.agent.measure.throttle import throttle_reasons
 from edgequal.agent.probes.raspberry_pi import parse_throttled
 from edgequal.agent.probes.telemetry import (
     TelemetrySampler,
@@ -13,7 +14,6 @@ from edgequal.agent.probes.telemetry import (
     is_throttle_cooling_device,
     linear_slope,
     slope_c_per_min,
-    throttle_reasons,
 )
 
 SYSFS = Path(__file__).resolve().parents[2] / "fixtures" / "sysfs"

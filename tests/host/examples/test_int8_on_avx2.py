@@ -27,8 +27,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from edgequal.agent.measure.quantization import int8_drift_finding, optimization_check
-from edgequal.agent.probes.cpuinfo import lacks_vnni, read_cpuinfo
+from edgequal.agent.measure.quantization import int8_drift_finding, lacks_vnni, optimization_check
+from edgequal.agent.probes.cpuinfo import read_cpuinfo
 from edgequal.agent.worker.jobs import WorkerJob
 from edgequal.agent.worker.supervisor import run_job
 from edgequal.host.examples.catalog import build_example, example_inputs

@@ -482,7 +482,7 @@ def test_retries_with_backoff(tmp_path, example_models, outcomes, state, attempt
 def test_a_waiting_run_says_what_it_waits_for_and_when_the_device_is_likely_free():
     import time
 
-    from edgequal.host.lab.fleet import waiting_text
+    from edgequal.host.lab.leases import waiting_text
     from edgequal.host.lab.results import RunRecord
     from edgequal.host.present.terminal.summary import fleet_log_line
 

@@ -215,10 +215,10 @@ record "installed packages" "$([ "$STEP_RC" = 0 ] && echo ok || echo FAIL)" \
 run_step "example models" "$PY" -c '
 import sys
 from pathlib import Path
-from edgequal.host.cli.demo import prepare
+from edgequal.cli.demo import prepare
 for model, golden in prepare(Path(sys.argv[1])).values():
     print(model, golden)' "$WORK/examples"
-record "example models" "$([ "$STEP_RC" = 0 ] && echo ok || echo FAIL)" "edgequal.host.cli.demo.prepare"
+record "example models" "$([ "$STEP_RC" = 0 ] && echo ok || echo FAIL)" "edgequal.cli.demo.prepare"
 TFLITE=$WORK/examples/models/classifier.tflite
 ONNX=$WORK/examples/models/classifier.onnx
 QDQ=$WORK/examples/models/classifier_qdq.onnx

@@ -28,8 +28,8 @@ POLICY = 'name = "accuracy"\n[accuracy]\nmax_drop = 0.5\n'
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, test_helper):
     """``{name: report path}`` for digits/photos, clean/planted; the agent's public key."""
+    from edgequal.cli.main import main as edgequal_main
     from edgequal.contract.plan import make_plan
-    from edgequal.host.cli.main import main as edgequal_main
     from edgequal.host.devices.qualify import pin_device_key, qualify
     from edgequal.host.devices.trust import KnownDevices
     from edgequal.host.transport.local import LocalTransport
@@ -113,7 +113,7 @@ def _raw_photos_golden(base: Path, model: Path, photos, test_helper) -> Path:
     runs, declares ``color_order = "BGR"``: the planted swap in the device's preprocessing."""
     import numpy as np
     import onnxruntime as ort
-    from edgequal.host.cli.main import main as edgequal_main
+    from edgequal.cli.main import main as edgequal_main
 
     encode_image = test_helper("raw_files").encode_image
     files = base / "photo_files"
@@ -196,7 +196,7 @@ def test_the_report_scores_the_device_against_the_labels(runs, local):
 def test_the_gate_fails_the_planted_faults_and_passes_the_unchanged_models(
     runs, local, tmp_path, capsys
 ):
-    from edgequal.host.cli.main import main as edgequal_main
+    from edgequal.cli.main import main as edgequal_main
 
     policy = tmp_path / "accuracy.toml"
     policy.write_text(POLICY)
@@ -249,7 +249,7 @@ def test_an_undecided_drop_passes_and_says_how_many_cases_would_decide(runs, loc
 
 
 def test_summary_page_and_ml_bom_carry_accuracy_with_its_interval(runs, local, tmp_path, capsys):
-    from edgequal.host.cli.main import main as edgequal_main
+    from edgequal.cli.main import main as edgequal_main
     from edgequal.host.present.terminal.summary import print_summary
 
     report = runs["reports"]["digits_int8"]

@@ -11,9 +11,9 @@ import time
 
 import psutil
 import pytest
+from edgequal.cli.main import main as edgequal_main
 from edgequal.contract.plan import make_plan
 from edgequal.contract.signing import MEASURED_STATUSES
-from edgequal.host.cli.main import main as edgequal_main
 from edgequal.host.devices.qualify import pin_device_key, qualify
 from edgequal.host.devices.trust import KnownDevices
 from edgequal.host.errors import TransportError, UsageError

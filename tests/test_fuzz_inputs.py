@@ -18,7 +18,7 @@ import resource
 
 import numpy as np
 import pytest
-from edgequal.host.cli.main import main
+from edgequal.cli.main import main
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 

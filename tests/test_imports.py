@@ -46,11 +46,11 @@ def test_every_agent_module_imports_without_host_or_heavy_packages():
 
 
 def test_help_imports_no_third_party_package():
-    loaded = _modules_after("import edgequal.host.cli.main")
+    loaded = _modules_after("import edgequal.cli.main")
     for name in ["numpy", "grpc", *HEAVY]:
         assert name not in loaded, f"edgequal --help would import {name}"
     out = subprocess.run(
-        [sys.executable, "-m", "edgequal.host.cli", "--help"],
+        [sys.executable, "-m", "edgequal.cli", "--help"],
         capture_output=True,
         text=True,
         timeout=60,

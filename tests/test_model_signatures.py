@@ -277,9 +277,9 @@ def test_golden_make_verifies_the_signature_before_running_the_model(chain_model
     """golden make runs the model on the host: the signature is verified here first, by the
     agent's verifier, and the golden set records it beside the model's digest."""
     import numpy as np
+    from edgequal.cli.main import main
     from edgequal.contract.artifacts import file_sha256
     from edgequal.contract.golden import read_golden
-    from edgequal.host.cli.main import main
 
     producer, producer_pub = _key_pair(tmp_path, "producer")
     _, stranger_pub = _key_pair(tmp_path, "stranger")
@@ -603,7 +603,7 @@ def test_a_file_that_is_no_signature_is_said_so_in_one_line(
     byte 0xff", "'verificationMaterial'"); now one line in the user's words, exit 2, both at
     golden make and in the agent's verdict."""
     from edgequal.agent.model_signature import SigningPolicy, verify
-    from edgequal.host.cli.main import main
+    from edgequal.cli.main import main
 
     argv, model, _, producer_pub = signed_chain
     bad = tmp_path / "bad.sig"
@@ -623,8 +623,8 @@ def test_a_signature_larger_than_the_bound_is_refused_unread(signed_chain, tmp_p
     import os
 
     from edgequal.agent.model_signature import SigningPolicy, verify
+    from edgequal.cli.main import main
     from edgequal.contract.model_signature_file import MAX_SIGNATURE_BYTES
-    from edgequal.host.cli.main import main
 
     argv, model, _, producer_pub = signed_chain
     huge = tmp_path / "huge.sig"
@@ -649,7 +649,7 @@ def test_a_key_of_a_type_the_format_does_not_allow_is_said_so(signed_chain, tmp_
     """An Ed25519 key leaked "'…Ed25519PublicKey' object has no attribute 'curve'"; now
     the key type OMS does not allow, and which it does."""
     from edgequal.agent.model_signature import key_problem
-    from edgequal.host.cli.main import main
+    from edgequal.cli.main import main
 
     argv, _, signature, producer_pub = signed_chain
     ed = _ed25519_pub(tmp_path)

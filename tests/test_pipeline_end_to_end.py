@@ -10,8 +10,8 @@ import json
 import re
 
 import pytest
+from edgequal.cli.main import main as edgequal_main
 from edgequal.contract.golden import read_golden, write_golden
-from edgequal.host.cli.main import main as edgequal_main
 from edgequal.host.devices.qualify import pin_device_key, qualify
 from edgequal.host.devices.trust import KnownDevices
 from edgequal.host.examples.pipeline import build_pipeline_example, make_pipeline_golden

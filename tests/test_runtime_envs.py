@@ -21,8 +21,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from edgequal.cli.main import main as edgequal_main
 from edgequal.contract.keys import load_or_create_device_key
-from edgequal.host.cli.main import main as edgequal_main
 from edgequal.host.devices.qualify import pin_device_key, qualify
 from edgequal.host.devices.resolve import trust_device
 from edgequal.host.devices.trust import KnownDevices

@@ -31,8 +31,8 @@ def _labels(base, task, cases, layout=None):
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, test_helper):
+    from edgequal.cli.main import main as edgequal_main
     from edgequal.contract.plan import make_plan
-    from edgequal.host.cli.main import main as edgequal_main
     from edgequal.host.devices.qualify import pin_device_key, qualify
     from edgequal.host.devices.trust import KnownDevices
     from edgequal.host.transport.local import LocalTransport
@@ -157,7 +157,7 @@ def test_the_headline_metrics_and_their_paired_intervals(runs):
 
 
 def test_the_gate_fails_the_planted_faults_and_passes_the_unchanged_models(runs, tmp_path, capsys):
-    from edgequal.host.cli.main import main as edgequal_main
+    from edgequal.cli.main import main as edgequal_main
     from edgequal.host.devices.trust import KnownDevices
 
     KnownDevices().trust("local", "local", runs["public_key"])

@@ -195,9 +195,7 @@ def pooled_spread(
     return math.sqrt((ss + prior.df * prior.sd**2) / total), float(total), BOTH
 
 
-def apart_se(
-    la: np.ndarray, lb: np.ndarray, prior: Spread
-) -> tuple[float, float | None, str]:
+def apart_se(la: np.ndarray, lb: np.ndarray, prior: Spread) -> tuple[float, float | None, str]:
     """(se, df, source) of the difference of two sessions' mean log figures, the sides' runs
     made apart (two reports): each side is one session, whose conditions its runs share.
     The history's spread is night to night, a session's shift (σ_s) and a run's own (σ_r)

@@ -35,12 +35,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5, help="qualifications to time (default 5)")
     args = parser.parse_args(argv)
-    from edgequal.host.cli.demo import GOLDEN_CASES
+    from edgequal.cli.demo import GOLDEN_CASES
     from edgequal.host.examples.catalog import EXAMPLES, build_example, example_inputs
     from edgequal.host.golden import make_golden
 
     work = Path(tempfile.mkdtemp(prefix="edgequal-bench-"))
-    # The demo's classifier and golden set, built as host/cli/demo.py's prepare() does.
+    # The demo's classifier and golden set, built as cli/demo.py's prepare() does.
     model = build_example("classifier", work / "models")
     cases = {f"case{i:02d}": f for i, f in enumerate(example_inputs("classifier", GOLDEN_CASES))}
     golden = work / "classifier.golden.npz"
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     edgequal = [
         sys.executable,
         "-c",
-        "from edgequal.host.cli.main import main; raise SystemExit(main())",
+        "from edgequal.cli.main import main; raise SystemExit(main())",
     ]
     runs = []
     for i in range(args.runs):

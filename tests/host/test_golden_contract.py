@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from edgequal.cli.main import main as edgequal_main
 from edgequal.contract.golden import read_golden
-from edgequal.host.cli.main import main as edgequal_main
 from edgequal.host.examples.catalog import example_inputs
 
 

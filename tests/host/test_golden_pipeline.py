@@ -9,8 +9,8 @@ import shutil
 
 import numpy as np
 import pytest
+from edgequal.cli.main import main
 from edgequal.contract.golden import read_golden
-from edgequal.host.cli.main import main
 
 
 @pytest.fixture(scope="module")
@@ -131,7 +131,7 @@ def _capped_golden_make(d, cap_bytes: int):
         "import resource, runpy, sys; "
         f"resource.setrlimit(resource.RLIMIT_AS, ({cap_bytes}, {cap_bytes})); "
         "sys.argv = ['edgequal', *sys.argv[1:]]; "
-        "runpy.run_module('edgequal.host.cli', run_name='__main__', alter_sys=True)"
+        "runpy.run_module('edgequal.cli', run_name='__main__', alter_sys=True)"
     )
     return subprocess.run(
         [sys.executable, "-c", capped, "golden", "make", str(d / "m.onnx"),

@@ -44,10 +44,19 @@ def test_csv_and_json_labels(tmp_path):
         ('{"cases": {"a": 3, "b": 1, "c": 1}, "classes": ["x", "y"]}', "out of range"),
         ('{"cases": 3}', "'cases' must be an object"),
         ('{"task": "keypoints", "cases": {}}', "task 'keypoints' is not one of"),
-        ('{"task": "detection", "cases": {"a": [[0, 0, 0, 1, 0]], "b": [], "c": []}}', "w and h > 0"),
+        (
+            '{"task": "detection", "cases": {"a": [[0, 0, 0, 1, 0]], "b": [], "c": []}}',
+            "w and h > 0",
+        ),
         ('{"task": "vad", "cases": {"a": [[2, 1]], "b": [], "c": []}}', "start < end"),
-        ('{"task": "vad", "layout": {"hop": 1}, "cases": {"a": [], "b": [], "c": []}}', "unknown layout field 'hop'"),
-        ('{"task": "segmentation", "cases": {"a": "no.png", "b": [[0]], "c": [[1]]}}', "cannot read mask 'no.png'"),
+        (
+            '{"task": "vad", "layout": {"hop": 1}, "cases": {"a": [], "b": [], "c": []}}',
+            "unknown layout field 'hop'",
+        ),
+        (
+            '{"task": "segmentation", "cases": {"a": "no.png", "b": [[0]], "c": [[1]]}}',
+            "cannot read mask 'no.png'",
+        ),
         ("{", "not valid JSON"),
     ],
 )

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from edgequal.cli.main import main
 from edgequal.contract.golden import read_golden, split_case_arrays
-from edgequal.host.cli.main import main
 
 OUT = "save_infer_model/scale_0.tmp_1"
 

@@ -10,7 +10,7 @@ import sys
 import edgequal
 import numpy as np
 import pytest
-from edgequal.host.cli.main import main as edgequal_main
+from edgequal.cli.main import main as edgequal_main
 
 PLAN_FLAGS = ["--plan", "quick", "--cold-runs", "1", "--latency", "0.1s", "--threads", "1"]
 PLAN_FIELDS = {"cold_runs": 1, "latency": "0.1s", "threads": 1}
@@ -171,8 +171,8 @@ def _policy(reports, body: str):
 def test_the_flags_of_benchmark_tools_have_edgequal_names():
     """docs/cli.md's table of benchmark tools' flags: --num_threads → --threads, --warmup_runs →
     --warmup-runs, --min_secs → --latency, --enable_op_profiling → --operator-profile, --shapes → --shape."""
-    from edgequal.host.cli.parser import build_parser
-    from edgequal.host.cli.qualify import _plan_from_args
+    from edgequal.cli.parser import build_parser
+    from edgequal.cli.qualify import _plan_from_args
 
     flags = ["--threads", "2", "--warmup-runs", "7", "--latency", "2s", "--operator-profile"]
     args = build_parser().parse_args(["qualify", "m.onnx", *flags, "--shape", "x=1x3"])

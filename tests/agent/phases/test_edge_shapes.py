@@ -14,6 +14,7 @@ import pytest
 from edgequal.agent.phases.edge_shapes import planned_edge_shapes, stops_later_phases
 from edgequal.agent.phases.qualification import run_measurement
 from edgequal.agent.worker.jobs import EdgeSettings, WorkerJob
+from edgequal.cli.main import main as edgequal_main
 from edgequal.contract.errors import BadInput
 from edgequal.contract.exit_codes import exit_code_for
 from edgequal.contract.golden import (
@@ -24,7 +25,6 @@ from edgequal.contract.golden import (
     write_golden,
 )
 from edgequal.contract.plan import make_plan
-from edgequal.host.cli.main import main as edgequal_main
 from edgequal.host.examples.catalog import example_inputs
 
 # The runs of the dynamic model are short; the edges are timed for 0.2 s each.

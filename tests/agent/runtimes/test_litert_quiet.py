@@ -16,7 +16,7 @@ from edgequal.agent.runtimes.litert import _runtime_info_silenced
 
 def _cli(*args: str, cwd) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "edgequal.host.cli", *args],
+        [sys.executable, "-m", "edgequal.cli", *args],
         cwd=cwd,
         capture_output=True,
         text=True,

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from edgequal.host.cli.main import main as edgequal_main
+from edgequal.cli.main import main as edgequal_main
 from edgequal.host.golden import make_golden
 
 GOOD, MID, BAD = "1.19.0", "1.20.1", importlib.metadata.version("onnxruntime")

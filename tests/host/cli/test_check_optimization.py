@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from edgequal.host.cli.main import main as edgequal_main
+from edgequal.cli.main import main as edgequal_main
 from edgequal.host.examples.catalog import build_example, example_inputs
 from edgequal.host.examples.onnx_models import build_classifier_qdq
 

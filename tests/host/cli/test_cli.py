@@ -7,10 +7,10 @@ import json
 import numpy as np
 import pytest
 from edgequal.agent.cli import main as agent_main
+from edgequal.cli.main import main as edgequal_main
 from edgequal.contract.exit_codes import exit_code_for
 from edgequal.contract.golden import read_golden
 from edgequal.contract.signing import MEASURED_STATUSES
-from edgequal.host.cli.main import main as edgequal_main
 from edgequal.host.examples.catalog import example_inputs
 
 FAST_FLAGS = ["--plan", "quick"]
@@ -382,14 +382,14 @@ def test_dynamic_input_without_shape_names_the_shape_and_an_example(example_mode
     ],
 )
 def test_global_options_stand_before_or_after_the_subcommand(argv):
-    from edgequal.host.cli.parser import build_parser
+    from edgequal.cli.parser import build_parser
 
     assert build_parser().parse_args(argv).debug is True
     assert build_parser().parse_args([a for a in argv if a != "--debug"]).debug is False
 
 
 def test_qualify_help_explains_every_option_and_ends_with_examples():
-    from edgequal.host.cli.parser import build_parser
+    from edgequal.cli.parser import build_parser
 
     parser = build_parser()
     qualify = next(a for a in parser._actions if a.dest == "command").choices["qualify"]
@@ -427,8 +427,8 @@ def test_agent_install_passes_every_option_on(monkeypatch, tmp_path, capsys):
 
 
 def test_cold_runs_warmup_and_latency_flags_change_the_presets_lengths_and_say_so():
-    from edgequal.host.cli.parser import build_parser
-    from edgequal.host.cli.qualify import _plan_from_args
+    from edgequal.cli.parser import build_parser
+    from edgequal.cli.qualify import _plan_from_args
 
     args = build_parser().parse_args(
         ["qualify", "m.onnx", "--cold-runs", "1", "--warmup", "0.2s", "--latency", "0.2s"]

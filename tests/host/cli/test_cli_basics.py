@@ -10,9 +10,9 @@ import subprocess
 import numpy as np
 import pytest
 from edgequal.agent.cli import _parser as agent_parser
+from edgequal.cli.main import main as edgequal_main
+from edgequal.cli.parser import build_parser
 from edgequal.contract.cli_args import subparsers_of
-from edgequal.host.cli.main import main as edgequal_main
-from edgequal.host.cli.parser import build_parser
 
 
 @pytest.mark.parametrize("parser", [build_parser(), agent_parser()], ids=["edgequal", "agent"])

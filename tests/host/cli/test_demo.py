@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from edgequal.host.cli.demo import NEXT_STEP
-from edgequal.host.cli.main import main as edgequal_main
+from edgequal.cli.demo import NEXT_STEP
+from edgequal.cli.main import main as edgequal_main
 from edgequal.host.devices.trust import KnownDevices
 from edgequal.host.judge.report_file import load_report
 
@@ -35,7 +35,7 @@ def demo(tmp_path_factory):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("EDGEQUAL_", "XDG_"))}
     env["HOME"] = str(home)
     proc = subprocess.run(
-        [sys.executable, "-m", "edgequal.host.cli", "demo", "--quick"],
+        [sys.executable, "-m", "edgequal.cli", "demo", "--quick"],
         cwd=cwd,
         env=env,
         capture_output=True,

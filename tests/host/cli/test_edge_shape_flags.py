@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from edgequal.cli.main import main as edgequal_main
 from edgequal.contract.errors import BadInput
-from edgequal.host.cli.main import main as edgequal_main
 from edgequal.host.examples.catalog import example_inputs
 
 
@@ -63,7 +63,7 @@ def test_edge_shape_flag_errors_are_one_line_exit_2(command, value, message, tmp
 
 
 def test_edge_shape_flags_become_the_plans_edge_shapes(tmp_path):
-    from edgequal.host.cli.qualify import parse_edge_shape_args
+    from edgequal.cli.qualify import parse_edge_shape_args
 
     assert parse_edge_shape_args([]) is None
     assert parse_edge_shape_args(["largest:image=1x3x1024x1024,mask=1X0", "empty:tokens=1x0"]) == [

@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from edgequal.cli.main import main as edgequal_main
 from edgequal.contract.artifacts import file_sha256
 from edgequal.contract.exit_codes import exit_code_for
 from edgequal.contract.signing import MEASURED_STATUSES
-from edgequal.host.cli.main import main as edgequal_main
 from edgequal.host.devices.trust import KnownDevices
 from edgequal.host.errors import UsageError
 from edgequal.host.golden import check_golden_for_model

@@ -10,7 +10,7 @@ import json
 
 import numpy as np
 import pytest
-from edgequal.host.cli.main import main as edgequal_main
+from edgequal.cli.main import main as edgequal_main
 from edgequal.host.examples.catalog import build_example, example_inputs
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from edgequal.host.cli.main import main as edgequal_main
+from edgequal.cli.main import main as edgequal_main
 from edgequal.host.examples.catalog import build_example, example_inputs
 
 OPENVINO = "1.24.1"

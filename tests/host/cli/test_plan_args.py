@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from edgequal.cli.parser import build_parser
+from edgequal.cli.plan_args import length_flags
 from edgequal.contract.plan import make_plan
-from edgequal.host.cli.parser import build_parser
-from edgequal.host.cli.plan_args import length_flags
 from edgequal.host.errors import UsageError
 from edgequal.host.present.terminal.summary import plan_line
 

@@ -13,9 +13,9 @@ import json
 import sys
 
 import pytest
+from edgequal.cli.main import main as edgequal_main
 from edgequal.contract.exit_codes import exit_code_for
 from edgequal.contract.signing import MEASURED_STATUSES
-from edgequal.host.cli.main import main as edgequal_main
 from edgequal.host.devices.resolve import open_device
 from edgequal.host.devices.trust import KnownDevices
 from edgequal.host.errors import UsageError

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import grpc
 import pytest
+from edgequal.cli.main import main as edgequal_main
 from edgequal.contract.exit_codes import exit_code_for
 from edgequal.contract.identity import prove_identity
 from edgequal.contract.keys import DeviceKey
 from edgequal.contract.signing import MEASURED_STATUSES
-from edgequal.host.cli.main import main as edgequal_main
 from edgequal.host.devices.trust import KnownDevices
 from edgequal.host.errors import UntrustedDevice
 from edgequal.host.transport.grpc import GrpcTransport

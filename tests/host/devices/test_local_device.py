@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 from edgequal.agent.service.state_lock import peek
+from edgequal.cli.main import main as edgequal_main
 from edgequal.contract.exit_codes import exit_code_for
 from edgequal.contract.signing import MEASURED_STATUSES
-from edgequal.host.cli.main import main as edgequal_main
 from edgequal.host.devices.trust import KnownDevices
 from edgequal.host.devices.verify import verify_envelope
 
@@ -37,7 +37,7 @@ def test_two_local_qualifications_at_once_never_measure_together(
     state = Path(os.environ["EDGEQUAL_LOCAL_STATE"])
     first_report = tmp_path / "first.json"
     first = subprocess.Popen(
-        [sys.executable, "-m", "edgequal.host.cli", "qualify", str(example_models["micro"])]
+        [sys.executable, "-m", "edgequal.cli", "qualify", str(example_models["micro"])]
         + ["--device", "local", "--sustain", "2s", "-o", str(first_report), "--json"]
         + short_plan,
         stdout=subprocess.PIPE,

@@ -8,11 +8,11 @@ import sys
 
 import pytest
 from edgequal.agent.measure.attribution import interference_present
+from edgequal.cli.coload_args import parse_coload
+from edgequal.cli.main import main as edgequal_main
 from edgequal.contract.exit_codes import exit_code_for
 from edgequal.contract.plan import make_plan
 from edgequal.contract.signing import MEASURED_STATUSES
-from edgequal.host.cli.coload_args import parse_coload
-from edgequal.host.cli.main import main as edgequal_main
 from edgequal.host.devices.qualify import pin_device_key, qualify
 from edgequal.host.devices.trust import KnownDevices
 from edgequal.host.judge.regression import decode_samples_ns, mann_whitney_u

@@ -4,7 +4,7 @@ device's Info, before the model or golden set is uploaded."""
 from __future__ import annotations
 
 import pytest
-from edgequal.host.cli.main import main as edgequal_main
+from edgequal.cli.main import main as edgequal_main
 
 
 @pytest.mark.slow

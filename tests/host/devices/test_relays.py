@@ -15,10 +15,10 @@ from concurrent import futures
 
 import grpc
 import pytest
+from edgequal.cli.main import main as edgequal_main
 from edgequal.contract.identity import prove_identity
 from edgequal.contract.keys import DeviceKey
 from edgequal.contract.signing import MEASURED_STATUSES, build_statement, sign_envelope
-from edgequal.host.cli.main import main as edgequal_main
 from edgequal.host.devices.nonces import NonceLedger
 from edgequal.host.devices.trust import KnownDevices
 from edgequal.host.devices.verify import check_answers_request, verify_envelope

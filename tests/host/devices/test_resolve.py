@@ -6,9 +6,9 @@ import base64
 import json
 
 import pytest
+from edgequal.cli.main import main as edgequal_main
 from edgequal.contract.exit_codes import exit_code_for
 from edgequal.contract.signing import MEASURED_STATUSES
-from edgequal.host.cli.main import main as edgequal_main
 from edgequal.host.devices.resolve import resolve_token
 from edgequal.host.devices.trust import KnownDevices
 from edgequal.host.errors import UsageError

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from edgequal.agent.service.state_lock import peek
-from edgequal.host.cli.main import main as edgequal_main
+from edgequal.cli.main import main as edgequal_main
 from edgequal.host.devices.runs import RunLedger
 from edgequal.host.devices.trust import KnownDevices
 from edgequal.host.devices.verify import verify_envelope
@@ -37,7 +37,7 @@ LONG_RUN = ["--sustain", "120s"]
 _HOST = (
     "import signal, sys\n"
     "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
-    "from edgequal.host.cli.main import main\n"
+    "from edgequal.cli.main import main\n"
     "sys.exit(main(sys.argv[1:]))"
 )
 

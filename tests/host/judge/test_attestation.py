@@ -9,8 +9,8 @@ import hashlib
 import json
 
 import pytest
+from edgequal.cli.main import main as edgequal_main
 from edgequal.contract.artifacts import file_sha256
-from edgequal.host.cli.main import main as edgequal_main
 from google.protobuf.json_format import ParseDict
 from in_toto_attestation.predicates.test_result.v0 import test_result_pb2
 from in_toto_attestation.v1.statement import Statement

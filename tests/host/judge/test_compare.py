@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from edgequal.host.cli.main import main as edgequal_main
+from edgequal.cli.main import main as edgequal_main
 from edgequal.host.present.terminal import summary
 
 

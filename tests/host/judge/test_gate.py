@@ -13,8 +13,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from edgequal.cli.main import main as edgequal_main
 from edgequal.contract.preemption import decided_on_clean, decisive_summary
-from edgequal.host.cli.main import main as edgequal_main
 from edgequal.host.devices.trust import KnownDevices
 from edgequal.host.errors import UsageError
 from edgequal.host.judge.baseline import fingerprint_changes

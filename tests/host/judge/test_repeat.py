@@ -8,7 +8,7 @@ import json
 import shutil
 
 import pytest
-from edgequal.host.cli.main import main as edgequal_main
+from edgequal.cli.main import main as edgequal_main
 
 SHORT = ["--cold-runs", "1", "--warmup", "0.1s", "--latency", "0.2s", "--threads", "1"]
 

@@ -8,7 +8,7 @@ import json
 import shutil
 
 import pytest
-from edgequal.host.cli.main import main as edgequal_main
+from edgequal.cli.main import main as edgequal_main
 from edgequal.host.devices.reproduce import read_sidecar, sidecar_path
 from edgequal.host.devices.trust import KnownDevices
 from edgequal.host.judge.report_file import load_report

@@ -187,7 +187,9 @@ def test_the_rule_s_error_rates_at_a_known_spread():
     for n in (3, 5, 10):
         aa = [
             decide(
-                np.exp(rng.normal(0, 0.02, n)), np.exp(rng.normal(0, 0.02, n)), 0.03,
+                np.exp(rng.normal(0, 0.02, n)),
+                np.exp(rng.normal(0, 0.02, n)),
+                0.03,
                 interleaved=True,
             ).verdict
             for _ in range(2000)
@@ -195,7 +197,9 @@ def test_the_rule_s_error_rates_at_a_known_spread():
         assert aa.count(DIFFERENT) / len(aa) <= 0.01
         ab = [
             decide(
-                np.exp(rng.normal(0, 0.02, n)), 1.10 * np.exp(rng.normal(0, 0.02, n)), 0.03,
+                np.exp(rng.normal(0, 0.02, n)),
+                1.10 * np.exp(rng.normal(0, 0.02, n)),
+                0.03,
                 interleaved=True,
             ).verdict
             for _ in range(500)

@@ -12,7 +12,7 @@ import re
 import xml.etree.ElementTree as ET
 
 import pytest
-from edgequal.host.cli.main import main as edgequal_main
+from edgequal.cli.main import main as edgequal_main
 
 WOBBLE = [1.0, 1.012, 0.991, 1.006, 0.995, 1.009, 0.988, 1.003]
 """Night-to-night spread (±1.2 %), repeated: the same every run of the suite."""

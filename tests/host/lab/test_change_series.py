@@ -22,7 +22,7 @@ import json
 import xml.etree.ElementTree as ET
 
 import pytest
-from edgequal.host.cli.main import main as edgequal_main
+from edgequal.cli.main import main as edgequal_main
 
 NIGHTS = 10
 HOT_NIGHT = 5

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from edgequal.host.cli.main import main as edgequal_main
+from edgequal.cli.main import main as edgequal_main
 from edgequal.host.lab.changes import MIN_RUNS
 
 NIGHTS = 20

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from edgequal.cli.main import main as edgequal_main
 from edgequal.contract.signing import MEASURED_STATUSES
-from edgequal.host.cli.main import main as edgequal_main
 from edgequal.host.lab.health import BoardHealth, HealthState, judge, temp_at_rest_c
 
 FP = {"kernel": "6.1.0", "os_release": "Debian 12", "architecture": "x86_64", "boot_id": "a"}

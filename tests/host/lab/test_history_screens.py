@@ -10,9 +10,9 @@ import re
 import pytest
 from edgequal.agent.run_request import RunRequest, new_run_id
 from edgequal.agent.runs import sign_report
+from edgequal.cli.main import main as edgequal_main
 from edgequal.contract.keys import load_or_create_device_key
 from edgequal.contract.plan import Plan
-from edgequal.host.cli.main import main as edgequal_main
 from edgequal.host.devices.trust import KnownDevices
 from edgequal.host.present.terminal import sections
 

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 
 import pytest
-from edgequal.host.cli.main import main as edgequal_main
+from edgequal.cli.main import main as edgequal_main
 from edgequal.host.devices.resolve import trust_device
 from edgequal.host.devices.trust import KnownDevices
 from edgequal.host.lab.fleet import FleetOptions, FleetRunner
@@ -182,7 +182,7 @@ def test_two_hosts_on_one_coordinator_never_share_a_place(
     before = [len(a.run_intervals()) for a in labgrid.agents]
     hosts = []
     for name in ("host-1", "host-2"):  # two runners of a lab's CI, as labgrid tells them apart
-        argv = [sys.executable, "-m", "edgequal.host.cli", "fleet", "run", str(lab_file)]
+        argv = [sys.executable, "-m", "edgequal.cli", "fleet", "run", str(lab_file)]
         argv += ["--models", str(models_file), "--wait", "3m", "--retries", "0", "--no-record"]
         argv += [*short_plan, "--sustain", "0", "--out", str(tmp_path / name)]
         env = {**os.environ, "LG_HOSTNAME": name, "LG_USERNAME": "ci"}

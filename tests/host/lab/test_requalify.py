@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from edgequal.host.cli.main import main as edgequal_main
+from edgequal.cli.main import main as edgequal_main
 from edgequal.host.lab.fleet import FleetOptions, FleetRunner
 from edgequal.host.lab.inventory import load_lab, load_models
 from edgequal.host.lab.requalify import load_approved, plan_requalification, update_changes

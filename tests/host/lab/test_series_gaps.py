@@ -8,7 +8,7 @@ import json
 import math
 
 import pytest
-from edgequal.host.cli.main import main as edgequal_main
+from edgequal.cli.main import main as edgequal_main
 
 
 @pytest.fixture

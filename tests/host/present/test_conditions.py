@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from edgequal.agent.measure.latency import encode_samples
+from edgequal.cli.main import main as edgequal_main
 from edgequal.contract.stats import summarize_latency
-from edgequal.host.cli.main import main as edgequal_main
 from edgequal.host.devices.trust import KnownDevices
 from edgequal.host.errors import UsageError
 from edgequal.host.judge.compare import compare_reports

@@ -8,9 +8,9 @@ import hashlib
 import json
 
 import pytest
+from edgequal.cli.main import main as edgequal_main
 from edgequal.contract.openmetrics import Gauge, render, write_textfile
 from edgequal.contract.preemption import decisive_summary
-from edgequal.host.cli.main import main as edgequal_main
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 

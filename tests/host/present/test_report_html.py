@@ -8,7 +8,7 @@ import re
 
 import numpy as np
 import pytest
-from edgequal.host.cli.main import main as edgequal_main
+from edgequal.cli.main import main as edgequal_main
 from edgequal.host.judge.report_file import load_report
 from edgequal.host.present.html.plots import window_cause
 from edgequal.host.present.html.report import render_report_html

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from edgequal.cli.parser import build_parser
+from edgequal.cli.qualify import _plan_from_args
 from edgequal.contract.errors import BadInput
-from edgequal.host.cli.parser import build_parser
-from edgequal.host.cli.qualify import _plan_from_args
 from edgequal.host.present.terminal import summary
 
 

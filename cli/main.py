@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     except EdgequalError as e:  # HostError and AgentError alike
         if args.debug:
             raise
-        from ..present.terminal.summary import print_error
+        from ..host.present.terminal.summary import print_error
 
         print_error(str(e), e.hint)
         return e.exit_code
@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # a bug, not a user error: still one line unless --debug
         if args.debug:
             raise
-        from ..present.terminal.summary import print_error
+        from ..host.present.terminal.summary import print_error
 
         print_error(
             f"internal error: {type(e).__name__}: {e}", "run again with --debug for the traceback"
@@ -114,7 +114,7 @@ def _cmd_completion(args) -> int:
     falls behind a new command or option (a host dependency; the agent has none)."""
     import shtab
 
-    from ..present.terminal.summary import write_json
+    from ..host.present.terminal.summary import write_json
 
     write_json(shtab.complete(build_parser(), shell=args.shell).rstrip("\n"))
     return 0

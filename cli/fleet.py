@@ -20,7 +20,7 @@ from .plan_args import add_length_options, length_flags
 
 
 def _history_recorder(args, lab):
-    from ..lab.history import History
+    from ..host.lab.history import History
 
     if args.no_record:
         return None
@@ -38,7 +38,7 @@ def _change_settings(args, lab, always: bool = False):
     """The one change sensitivity (``lab/changes.py`` ``change_settings``: the lab's
     ``[changes]``, the gate policy's, ``--p-value``); None when none of them is given and
     not ``always`` (a fleet run then looks for no change points)."""
-    from ..lab.changes import change_settings
+    from ..host.lab.changes import change_settings
 
     gate = getattr(args, "gate", None)
     policy = load_gate_policy(gate) if gate else None
@@ -51,8 +51,8 @@ def _change_settings(args, lab, always: bool = False):
 def _report_changes(args, lab, runner, recorder, options) -> int:
     """New change points of this fleet run: the JUnit suite, changes.prom, the notes;
     returns how many made a figure worse (docs/history.md)."""
-    from ..lab.fleet_changes import report_fleet_changes
-    from ..present.terminal.summary import print_note
+    from ..host.lab.fleet_changes import report_fleet_changes
+    from ..host.present.terminal.summary import print_note
 
     settings = _change_settings(args, lab)
     if settings is None or recorder is None:
@@ -76,8 +76,8 @@ def _report_changes(args, lab, runner, recorder, options) -> int:
 
 
 def _run_fleet(lab, models, options, args, title: str, **kwargs) -> int:
-    from ..lab.fleet import FleetRunner
-    from ..present.terminal.summary import FleetMatrix, print_note, print_table
+    from ..host.lab.fleet import FleetRunner
+    from ..host.present.terminal.summary import FleetMatrix, print_note, print_table
 
     notes = kwargs.pop("notes", None)
     recorder = _history_recorder(args, lab)
@@ -87,7 +87,7 @@ def _run_fleet(lab, models, options, args, title: str, **kwargs) -> int:
     )
     runner.on_change = matrix.on_change
     if getattr(args, "prometheus", None):
-        from ..present.exports import PrometheusDirectory
+        from ..host.present.exports import PrometheusDirectory
 
         exporter = PrometheusDirectory(args.prometheus, runner.known, options.out_dir)
         runner.on_change = lambda record: (matrix.on_change(record), exporter.on_change(record))
@@ -115,15 +115,15 @@ def _run_fleet(lab, models, options, args, title: str, **kwargs) -> int:
 def load_fleet_lab(path):
     """The lab file, its devices read from the labgrid coordinator's places when it names
     one (a place without an agent resource is named and skipped)."""
-    from ..lab.inventory import load_lab
-    from ..lab.labgrid_places import resolve_lab
-    from ..present.terminal.summary import print_note
+    from ..host.lab.inventory import load_lab
+    from ..host.lab.labgrid_places import resolve_lab
+    from ..host.present.terminal.summary import print_note
 
     lab, skipped = resolve_lab(load_lab(path))
     for place, why in skipped.items():
         print_note(f"labgrid place {place} skipped: {why}")
     if lab.labgrid is not None and not lab.devices:
-        from ..errors import UsageError
+        from ..host.errors import UsageError
 
         raise UsageError(
             f"labgrid coordinator {lab.labgrid.coordinator} has no place with an agent for lab {lab.name}",
@@ -136,8 +136,8 @@ def _cmd_fleet_list(args) -> int:
     """``fleet list --lab LAB``: the boards, with where their agents are."""
     import json
 
-    from ..lab.inventory import load_lab
-    from ..present.terminal.summary import print_table, write_json
+    from ..host.lab.inventory import load_lab
+    from ..host.present.terminal.summary import print_table, write_json
 
     lab = load_lab(args.lab)
     if lab.labgrid is None:
@@ -146,7 +146,7 @@ def _cmd_fleet_list(args) -> int:
             for d in lab.devices
         ]
     else:
-        from ..lab.labgrid_places import Coordinator
+        from ..host.lab.labgrid_places import Coordinator
 
         coordinator = Coordinator(lab.labgrid.coordinator)
         try:
@@ -190,9 +190,9 @@ def cmd_fleet(args) -> int:
         return _cmd_fleet_requalify(args)
     from edgequal.contract.cli_args import parse_duration_s
 
-    from ..lab.fleet import FleetOptions
-    from ..lab.health import HealthState, default_health_path
-    from ..lab.inventory import load_models, parse_tags
+    from ..host.lab.fleet import FleetOptions
+    from ..host.lab.health import HealthState, default_health_path
+    from ..host.lab.inventory import load_models, parse_tags
 
     _check_baseline_flags(args)  # flags first, then the files they name
     lab = load_fleet_lab(args.lab)
@@ -225,7 +225,7 @@ def cmd_fleet(args) -> int:
 def _check_baseline_flags(args) -> None:
     """``--baseline DIR`` needs ``--gate`` (the gate judges against it) and a folder;
     ``--repeat-until-decided N`` needs a baseline and N ≥ 1."""
-    from ..errors import UsageError
+    from ..host.errors import UsageError
 
     baseline = getattr(args, "baseline", None)
     pairs = args.repeat_until_decided
@@ -246,9 +246,9 @@ def _check_baseline_flags(args) -> None:
 
 def _noisy(args, lab, models) -> dict[str, str]:
     """``--skip-noisy``: the lab's boards too noisy (history) for a model of this run."""
-    from ..lab.history import History
-    from ..lab.noise import NOISY_PREFIX, noisy_boards
-    from ..present.terminal.summary import print_note
+    from ..host.lab.history import History
+    from ..host.lab.noise import NOISY_PREFIX, noisy_boards
+    from ..host.present.terminal.summary import print_note
 
     settings = _change_settings(args, lab, always=True)
     url = history_url(args, lab)
@@ -267,8 +267,8 @@ def _noisy(args, lab, models) -> dict[str, str]:
 def _print_fleet_plans(models, preset: str, overrides: dict, policy_path) -> None:
     """One line per plan the models run, before any board is contacted; a plan the
     ``--gate`` policy would fail for lacking a phase is refused here."""
-    from ..lab.fleet_cells import fleet_plan
-    from ..present.terminal.summary import print_plan
+    from ..host.lab.fleet_cells import fleet_plan
+    from ..host.present.terminal.summary import print_plan
 
     policy = load_gate_policy(policy_path) if policy_path else None
     for name in dict.fromkeys(m.plan or preset for m in models):
@@ -281,9 +281,9 @@ def _cmd_fleet_health(args) -> int:
     """``fleet health``: 0 every board healthy, 1 any unhealthy."""
     import json
 
-    from ..lab.health import check_health, default_health_path
-    from ..lab.inventory import parse_tags
-    from ..present.terminal.summary import print_note, print_table, write_json
+    from ..host.lab.health import check_health, default_health_path
+    from ..host.lab.inventory import parse_tags
+    from ..host.present.terminal.summary import print_note, print_table, write_json
 
     lab = load_fleet_lab(args.lab)
     state_path = args.health_file or default_health_path(lab)
@@ -348,8 +348,8 @@ def _cmd_fleet_health(args) -> int:
 def _health_noise(args, lab) -> list:
     """``fleet health``: each board × model's noise score from the history (``--history``,
     else the lab's database when it names one; none otherwise). A mark, not a failure."""
-    from ..lab.changes import change_settings, find_changes
-    from ..lab.history import History
+    from ..host.lab.changes import change_settings, find_changes
+    from ..host.lab.history import History
 
     url = history_url(args, lab)
     if url is None:
@@ -375,8 +375,8 @@ def _disk_text(disk: dict) -> str:
 
 
 def cmd_approve(args) -> int:
-    from ..lab.requalify import approve
-    from ..present.terminal.summary import print_note
+    from ..host.lab.requalify import approve
+    from ..host.present.terminal.summary import print_note
 
     name, device = approve(
         args.report,
@@ -392,9 +392,9 @@ def cmd_approve(args) -> int:
 
 
 def _cmd_fleet_requalify(args) -> int:
-    from ..lab.fleet import FleetOptions
-    from ..lab.requalify import plan_requalification
-    from ..present.terminal.summary import print_note
+    from ..host.lab.fleet import FleetOptions
+    from ..host.lab.requalify import plan_requalification
+    from ..host.present.terminal.summary import print_note
 
     _check_baseline_flags(args)
     lab = load_fleet_lab(args.lab)
@@ -412,7 +412,7 @@ def _cmd_fleet_requalify(args) -> int:
             return 1  # the candidate could be measured nowhere: nothing is qualified
         print_note("nothing changed since the approvals: nothing to re-qualify")
         return 0
-    from ..lab.health import HealthState, default_health_path
+    from ..host.lab.health import HealthState, default_health_path
 
     options = FleetOptions(
         out_dir=args.out,

@@ -20,14 +20,14 @@ from .device_args import (
 
 
 def cmd_devices(args) -> int:
-    from ..devices.trust import KnownDevices
-    from ..errors import UsageError
-    from ..present.terminal.summary import print_line, print_table
+    from ..host.devices.trust import KnownDevices
+    from ..host.errors import UsageError
+    from ..host.present.terminal.summary import print_line, print_table
 
     known = KnownDevices()
     if args.devices_command == "list":
         if args.json:
-            from ..present.terminal.summary import write_json
+            from ..host.present.terminal.summary import write_json
 
             listed = [
                 {
@@ -61,13 +61,13 @@ def cmd_devices(args) -> int:
         print_line(f"forgot device '{args.name}'")
         return 0
     if args.devices_command == "profiles":
-        from ..devices.profiles import all_profiles
+        from ..host.devices.profiles import all_profiles
 
         rows = [[p.name, p.description, p.architecture, str(p.cores)] for p in all_profiles()]
         print_table("Device profiles", ["name", "description", "arch", "cores"], rows)
         return 0
     if args.devices_command == "trust":
-        from ..devices.resolve import trust_device
+        from ..host.devices.resolve import trust_device
 
         entry = trust_device(
             known,
@@ -85,8 +85,8 @@ def cmd_devices(args) -> int:
 
 def cmd_runs(args) -> int:
     """``runs list|show|fetch|cancel``: runs on a device, including those a host left behind."""
-    from ..devices.runs import RunLedger
-    from ..present.terminal.summary import print_line, print_table
+    from ..host.devices.runs import RunLedger
+    from ..host.present.terminal.summary import print_line, print_table
 
     ledger = RunLedger()
     device = open_device_from_args(args)
@@ -117,7 +117,7 @@ def cmd_runs(args) -> int:
                         }
                     )
             if args.json:
-                from ..present.terminal.summary import write_json
+                from ..host.present.terminal.summary import write_json
 
                 write_json(json.dumps({"device": device.name, "runs": listed}, indent=1))
                 return 0
@@ -159,10 +159,10 @@ def cmd_runs(args) -> int:
 
 def _fetch_run(args, transport, device, ledger):
     """Fetch (``--wait``: once the run ends), verify and, for fetch/cancel, write a run's report."""
-    from ..devices.nonces import NonceLedger
-    from ..devices.runs import REPORT_WAIT_S, report_path_for, wait_for_report, write_report
-    from ..devices.verify import verify_envelope
-    from ..errors import printable
+    from ..host.devices.nonces import NonceLedger
+    from ..host.devices.runs import REPORT_WAIT_S, report_path_for, wait_for_report, write_report
+    from ..host.devices.verify import verify_envelope
+    from ..host.errors import printable
 
     run_id = args.run_id
     wait_s = REPORT_WAIT_S if getattr(args, "wait", False) else 0
@@ -185,10 +185,10 @@ def _fetch_run(args, transport, device, ledger):
 
 
 def cmd_agent(args) -> int:
-    from ..present.terminal.summary import print_line, print_note
+    from ..host.present.terminal.summary import print_line, print_note
 
     if args.agent_command == "install":
-        from ..install.agent import install_agent
+        from ..host.install.agent import install_agent
 
         result = install_agent(
             args.url,
@@ -207,7 +207,7 @@ def cmd_agent(args) -> int:
         return 0
     if args.agent_command == "runtime":
         return _cmd_agent_runtime(args)
-    from ..install.agent import agent_status
+    from ..host.install.agent import agent_status
 
     status = agent_status(args.target, ssh_options=ssh_options_from_args(args))
     print_line(json.dumps(status, indent=1))
@@ -216,8 +216,8 @@ def cmd_agent(args) -> int:
 
 def _cmd_agent_runtime(args) -> int:
     """``agent runtime add|list|remove``: runtime environments on a board, over SSH."""
-    from ..install.runtime_envs import add_runtime_env, list_runtime_envs, remove_runtime_env
-    from ..present.terminal.summary import print_line, print_note
+    from ..host.install.runtime_envs import add_runtime_env, list_runtime_envs, remove_runtime_env
+    from ..host.present.terminal.summary import print_line, print_note
 
     ssh_options = ssh_options_from_args(args)
     if args.runtime_command == "add":

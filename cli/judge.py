@@ -8,20 +8,20 @@ from pathlib import Path
 
 from edgequal.contract.cli_args import examples
 
-from ..present.exports import EXPORTS
+from ..host.present.exports import EXPORTS
 
 
 def cmd_verify(args) -> int:
     """``edgequal verify``: the library's ``edgequal.verify``, in one line."""
     from edgequal.judging import verify
 
-    from ..present.terminal.summary import print_line
+    from ..host.present.terminal.summary import print_line
 
     report = verify(args.report, device=args.device, artifacts=args.artifact)
     if args.json:
         import json
 
-        from ..present.terminal.summary import write_json
+        from ..host.present.terminal.summary import write_json
 
         verified = {
             "verified": True,
@@ -49,7 +49,7 @@ def cmd_verify(args) -> int:
 
 
 def load_gate_policy(path: Path):
-    from ..judge.policy import load_policy
+    from ..host.judge.policy import load_policy
 
     return load_policy(path)
 
@@ -59,8 +59,8 @@ def check_plan_for_policy(plan, policy) -> None:
     a phase: a profile adds none, so the plan's phases are known before connecting."""
     if policy is None or policy.requires_plan is None:
         return
-    from ..errors import UsageError
-    from ..judge.checks import plan_shortfall
+    from ..host.errors import UsageError
+    from ..host.judge.checks import plan_shortfall
 
     short = plan_shortfall(plan.to_json(), policy.requires_plan)
     if short is not None:
@@ -76,9 +76,9 @@ def cmd_gate_compare_report(args) -> int:
     """``gate``: exit 0 passed, 1 failed; ``compare``/``report html``: 1 if a report did not verify."""
     import json
 
-    from ..devices.trust import KnownDevices
-    from ..judge.report_file import load_report
-    from ..present.terminal.summary import print_line, write_json
+    from ..host.devices.trust import KnownDevices
+    from ..host.judge.report_file import load_report
+    from ..host.present.terminal.summary import print_line, write_json
 
     if args.command == "gate":
         from edgequal.judging import gate
@@ -98,9 +98,9 @@ def cmd_gate_compare_report(args) -> int:
         load_report(p, known=known, device=getattr(args, "device", None)) for p in args.reports
     ]
     if args.command == "compare":
-        from ..judge.compare import compare_reports
-        from ..judge.policy import BASELINE_DEFAULTS
-        from ..present.terminal.summary import print_comparison
+        from ..host.judge.compare import compare_reports
+        from ..host.judge.policy import BASELINE_DEFAULTS
+        from ..host.present.terminal.summary import print_comparison
 
         prior = None
         if getattr(args, "history", None):
@@ -111,7 +111,7 @@ def cmd_gate_compare_report(args) -> int:
         else:
             print_comparison(comparison)
     else:
-        from ..present.html.report import write_report_html
+        from ..host.present.html.report import write_report_html
 
         write_report_html(args.output, reports)
         print_line(f"report page {args.output}")
@@ -122,7 +122,7 @@ def _attest(args, result, policy) -> None:
     """``gate --attest FILE``: the decision signed by this host's key (a verified report only)."""
     from edgequal.judging import attest
 
-    from ..present.terminal.summary import print_note
+    from ..host.present.terminal.summary import print_note
 
     if not result.verified:
         print_note(f"no gate decision signed into {args.attest}: the report did not verify")
@@ -136,7 +136,7 @@ def cmd_export(args) -> int:
 
     from edgequal.judging import export
 
-    from ..present.terminal.summary import print_note, write_json
+    from ..host.present.terminal.summary import print_note, write_json
 
     exported = export(args.reports, args.format, device=args.device)
     text = EXPORTS[args.format].text(exported)
@@ -152,8 +152,8 @@ def cmd_export(args) -> int:
 
 def cmd_key(args) -> int:
     """``edgequal key show``: this host's gate-decision key (created on first use)."""
-    from ..judge.attestation import host_key_dir, load_host_key
-    from ..present.terminal.summary import print_line
+    from ..host.judge.attestation import host_key_dir, load_host_key
+    from ..host.present.terminal.summary import print_line
 
     key = load_host_key()
     print_line(f"host key {key.fingerprint()} (keyid {key.keyid()})")
@@ -165,9 +165,9 @@ def cmd_key(args) -> int:
 def _board_noise(args, min_effect: float, report_path=None):
     """``--history URL``: the noise score of the report's board × model × preset and the
     spread it gives the verdicts (host/lab/noise.py)."""
-    from ..devices.trust import KnownDevices
-    from ..judge.report_file import load_report
-    from ..lab.noise import history_spread
+    from ..host.devices.trust import KnownDevices
+    from ..host.judge.report_file import load_report
+    from ..host.lab.noise import history_spread
 
     path = report_path if report_path is not None else args.report
     report = load_report(path, known=KnownDevices(), device=getattr(args, "device", None))
@@ -179,16 +179,16 @@ def _finish_gate(args, result, noise=None) -> int:
     ``noise``: the board's noise score (``gate --history``), shown beside the verdict."""
     import json
 
-    from ..present.terminal.summary import print_gate_result, print_note, write_json
+    from ..host.present.terminal.summary import print_gate_result, print_note, write_json
 
     if getattr(args, "junit", None):
-        from ..judge.junit import write_junit
+        from ..host.judge.junit import write_junit
 
         write_junit(args.junit, [result])
     if getattr(args, "html", None):
-        from ..devices.trust import KnownDevices
-        from ..judge.report_file import load_report
-        from ..present.html.report import write_report_html
+        from ..host.devices.trust import KnownDevices
+        from ..host.judge.report_file import load_report
+        from ..host.present.html.report import write_report_html
 
         write_report_html(
             args.html, [load_report(result.report, known=KnownDevices())], gate=[result]
@@ -210,14 +210,14 @@ def gate_after_qualify(args, policy, report_path: Path, device_name: str, predic
     if policy is None:
         from edgequal.contract.exit_codes import exit_code_for
 
-        from ..devices.trust import KnownDevices
-        from ..judge.report_file import load_report
-        from ..present.html.report import write_report_html
+        from ..host.devices.trust import KnownDevices
+        from ..host.judge.report_file import load_report
+        from ..host.present.html.report import write_report_html
 
         write_report_html(args.html, [load_report(report_path, known=KnownDevices())])
         return exit_code_for(predicate["status"], predicate.get("findings", []))
-    from ..judge.gate import run_gate
-    from ..judge.report_file import read_report_bytes
+    from ..host.judge.gate import run_gate
+    from ..host.judge.report_file import read_report_bytes
 
     result = run_gate(
         read_report_bytes(report_path), policy, name=str(report_path), device=device_name

@@ -44,7 +44,7 @@ def add_board_ssh_options(parser) -> None:
 def ssh_options_from_args(args):
     """The command's SSH settings (``--known-hosts``, ``--ssh-key``, ``--agent-cmd``, those it
     has) as one :class:`SSHOptions`."""
-    from ..transport.ssh_options import SSHOptions
+    from ..host.transport.ssh_options import SSHOptions
 
     return SSHOptions(
         known_hosts=getattr(args, "known_hosts", None),
@@ -67,7 +67,7 @@ def open_device_from_args(args):
         tls_key=args.tls_key,
     )
     if device.unrecorded:
-        from ..present.terminal.summary import print_note
+        from ..host.present.terminal.summary import print_note
 
         print_note(
             f"{device.address} proved the key of device '{device.name}' but is not one of its "
@@ -79,6 +79,6 @@ def open_device_from_args(args):
 
 def tls_from_args(args) -> dict[str, str] | None:
     """``--tls-ca``, ``--tls-cert``, ``--tls-key`` as the device entry keeps them, or None."""
-    from ..devices.resolve import tls_options
+    from ..host.devices.resolve import tls_options
 
     return tls_options(args.tls_ca, args.tls_cert, args.tls_key) or None

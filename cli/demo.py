@@ -30,15 +30,15 @@ import numpy as np
 from edgequal.contract.cli_args import parse_duration_s
 from edgequal.contract.plan import make_plan
 
-from ..devices.nonces import NonceLedger
-from ..devices.qualify import pin_device_key, qualify
-from ..devices.trust import KnownDevices
-from ..examples.catalog import EXAMPLES, build_example, example_inputs
-from ..golden import make_golden
-from ..paths import state_dir
-from ..present.terminal.summary import ProgressDisplay, console, print_line, print_summary
-from ..present.units import duration_text
-from ..transport.local import LocalTransport
+from ..host.devices.nonces import NonceLedger
+from ..host.devices.qualify import pin_device_key, qualify
+from ..host.devices.trust import KnownDevices
+from ..host.examples.catalog import EXAMPLES, build_example, example_inputs
+from ..host.golden import make_golden
+from ..host.paths import state_dir
+from ..host.present.terminal.summary import ProgressDisplay, console, print_line, print_summary
+from ..host.present.units import duration_text
+from ..host.transport.local import LocalTransport
 
 GOLDEN_CASES = 24
 BOARD_TRIP_C = 60.0
@@ -120,7 +120,7 @@ def _prepare_pipeline(out: Path) -> tuple[Path, Path]:
     """The pipeline example (``pipeline.py``): raw images, the device's declared pipeline,
     and a golden set whose reference was made in BGR, so decisions flip and the device
     names the swapped channels."""
-    from ..examples.pipeline import build_pipeline_example, make_pipeline_golden
+    from ..host.examples.pipeline import build_pipeline_example, make_pipeline_golden
 
     example = build_pipeline_example(out / "pipeline")
     golden = out / "golden" / "colour.golden.npz"
@@ -220,8 +220,8 @@ def run_demo(
         for show in others:
             run(transport, show)
 
-    from ..judge.report_file import load_report
-    from ..present.html.report import write_report_html
+    from ..host.judge.report_file import load_report
+    from ..host.present.html.report import write_report_html
 
     page = write_report_html(
         out / "report.html", [load_report(p, known=known, device="local") for _, p, _ in reports]
@@ -244,7 +244,7 @@ def run_on_emulated_board(out: Path, known: KnownDevices, run) -> None:
     :data:`BOARD_TRIP_C`. When a local agent already runs (another host process started
     it), the board cannot be given to it: the model runs there without the emulator.
     """
-    from ..examples.device_emulator import DeviceEmulator
+    from ..host.examples.device_emulator import DeviceEmulator
 
     tree = out / "emulated-board"
     with LocalTransport(root=str(tree)) as transport:

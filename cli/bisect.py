@@ -90,10 +90,10 @@ def cmd_bisect(args) -> int:
     """``bisect runtime``: versions, then the search on the device, then the table."""
     import json
 
-    from ..errors import UsageError
-    from ..judge.policy import BASELINE_DEFAULTS
-    from ..judge.verdict import VERDICT_DEFAULTS
-    from ..lab.bisect import (
+    from ..host.errors import UsageError
+    from ..host.judge.policy import BASELINE_DEFAULTS
+    from ..host.judge.verdict import VERDICT_DEFAULTS
+    from ..host.lab.bisect import (
         bisect_versions,
         parse_pins,
         parse_version_list,
@@ -101,8 +101,8 @@ def cmd_bisect(args) -> int:
         versions_between,
         wheelhouse_versions,
     )
-    from ..model_file import check_model_file
-    from ..present.terminal.summary import print_note, print_table, write_json
+    from ..host.model_file import check_model_file
+    from ..host.present.terminal.summary import print_note, print_table, write_json
 
     good, bad = parse_pins(args.good, args.bad)
     check_model_file(args.model, good.runtime)
@@ -199,7 +199,7 @@ def _row(t) -> list[str]:
 def _board_tags(device) -> dict | None:
     """The wheel tags an ssh:// board's agent reports (``runtime tags``); None elsewhere:
     the local agent is this host's Python, and a grpc:// device installs nothing."""
-    from ..transport.schemes import SSH, is_scheme
+    from ..host.transport.schemes import SSH, is_scheme
 
     if not is_scheme(device.address, SSH):
         return None
@@ -213,10 +213,10 @@ def _installer(device, args, distribution: str):
     code, which no RPC may do)."""
     from edgequal.contract.runtimes import Requirement
 
-    from ..errors import HostError, UsageError
-    from ..install.runtime_envs import add_local_runtime_env, add_runtime_env
-    from ..present.terminal.summary import print_note
-    from ..transport.schemes import LOCAL, SSH, is_scheme
+    from ..host.errors import HostError, UsageError
+    from ..host.install.runtime_envs import add_local_runtime_env, add_runtime_env
+    from ..host.present.terminal.summary import print_note
+    from ..host.transport.schemes import LOCAL, SSH, is_scheme
 
     def installed() -> set[str]:
         listed = (device.transport.info().get("fingerprint") or {}).get("runtime_envs") or []

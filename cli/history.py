@@ -12,8 +12,8 @@ from .lab_args import add_p_value_option
 def cmd_history(args) -> int:
     import json
 
-    from ..lab.history import History
-    from ..present.terminal.summary import print_table, write_json
+    from ..host.lab.history import History
+    from ..host.present.terminal.summary import print_table, write_json
 
     if args.history_command == "changes":
         return _history_changes(args)
@@ -21,9 +21,9 @@ def cmd_history(args) -> int:
         return _history_trend(args)
     history = History.open(args.db)
     if args.history_command == "record":
-        from ..devices.trust import KnownDevices
-        from ..lab.history import model_labels
-        from ..lab.inventory import load_models
+        from ..host.devices.trust import KnownDevices
+        from ..host.lab.history import model_labels
+        from ..host.lab.inventory import load_models
 
         known = KnownDevices()
         labels = model_labels(load_models(args.models)) if args.models else None
@@ -36,7 +36,7 @@ def cmd_history(args) -> int:
     if args.history_command == "show":
         return _history_show(history, args)
     if args.history_command == "list":
-        from ..lab.history import series_gap
+        from ..host.lab.history import series_gap
 
         rows = history.list(device=args.device, model=args.model, limit=args.limit)
         if args.json:
@@ -59,18 +59,18 @@ def _lab_scope(args):
     """``--lab``'s boards, database URL and change sensitivity with ``--policy`` and
     ``--p-value`` over it (``lab/changes.py`` ``change_settings``): (devices or None, URL,
     settings), the same for ``history changes`` and ``history trend`` as for ``fleet run``."""
-    from ..lab.changes import change_settings
+    from ..host.lab.changes import change_settings
 
     lab = policy = None
     url = args.db
     if getattr(args, "lab", None):
-        from ..lab.inventory import load_lab
+        from ..host.lab.inventory import load_lab
 
         lab = load_lab(args.lab)
         if url is None and lab.history_url:
             url = lab.history_url.read("lab history_url")
     if getattr(args, "policy", None):
-        from ..judge.policy import load_policy
+        from ..host.judge.policy import load_policy
 
         policy = load_policy(args.policy)
     settings = change_settings(lab, policy, getattr(args, "policy", None), args.p_value)
@@ -82,8 +82,8 @@ def _history_trend(args) -> int:
     the change points of the same sensitivity as ``history changes`` and ``fleet run``."""
     import json
 
-    from ..lab.history import History, nights_not_run, series_gap
-    from ..present.terminal.summary import print_note, print_table, write_json
+    from ..host.lab.history import History, nights_not_run, series_gap
+    from ..host.present.terminal.summary import print_note, print_table, write_json
 
     devices, url, settings = _lab_scope(args)
     history = History.open(url)
@@ -92,8 +92,8 @@ def _history_trend(args) -> int:
     if devices is not None:
         trends = {pair: rows for pair, rows in trends.items() if pair[0] in devices}
     if args.html:
-        from ..lab.changes import find_changes
-        from ..present.html.trend import write_trend_page
+        from ..host.lab.changes import find_changes
+        from ..host.present.html.trend import write_trend_page
 
         runs = history.runs(device=args.device, model=args.model)
         if devices is not None:
@@ -132,8 +132,8 @@ def _history_trend(args) -> int:
 def _print_recorded(outcomes: list[str], labelled: bool) -> int:
     """``history record``'s table, and what to do about reports recorded before: their
     model names can be attached afterwards by recording them again with ``--models``."""
-    from ..lab.history import RECORDED_ALREADY, RECORDED_LABELLED, RECORDED_NEW
-    from ..present.terminal.summary import print_note, print_table
+    from ..host.lab.history import RECORDED_ALREADY, RECORDED_LABELLED, RECORDED_NEW
+    from ..host.present.terminal.summary import print_note, print_table
 
     new, named, already = (
         outcomes.count(k) for k in (RECORDED_NEW, RECORDED_LABELLED, RECORDED_ALREADY)
@@ -163,7 +163,7 @@ _WHOLE_COLUMNS = ("device", "model")  # names read whole; a file name split in t
 
 
 def _history_rows(rows: list[dict], changes: bool = False) -> list[list[str]]:
-    from ..lab.history import series_gap
+    from ..host.lab.history import series_gap
 
     table = []
     for r in rows:
@@ -191,7 +191,7 @@ def _history_rows(rows: list[dict], changes: bool = False) -> list[list[str]]:
 def _figure(row: dict, key: str, cv_key: str) -> str:
     """A row's figure; of repeated runs (``qualify --repeat N``), the runs' median with
     how many runs and their CV: ``1.234 (5 runs, CV 2.1%)``."""
-    from ..present.units import spread_text
+    from ..host.present.units import spread_text
 
     value = row.get(key)
     if value is None:
@@ -203,10 +203,10 @@ def _history_show(history, args) -> int:
     """``history show``: one run's row, and its stored envelope verified again here."""
     import json
 
-    from ..devices.trust import KnownDevices
-    from ..devices.verify import verify_envelope
-    from ..errors import HostError, UsageError
-    from ..present.terminal.summary import print_table, write_json
+    from ..host.devices.trust import KnownDevices
+    from ..host.devices.verify import verify_envelope
+    from ..host.errors import HostError, UsageError
+    from ..host.present.terminal.summary import print_table, write_json
 
     row = history.show(args.run_id, device=args.device, model=args.model)
     if row is None:
@@ -229,7 +229,7 @@ def _since(text: str | None):
     """``--since DATE`` as the UTC midnight starting that day (or the given time)."""
     import datetime as dt
 
-    from ..errors import UsageError
+    from ..host.errors import UsageError
 
     if not text:
         return None
@@ -244,9 +244,9 @@ def _history_changes(args) -> int:
     """``history changes``: change points of every series (host/lab/changes.py)."""
     import json
 
-    from ..lab.changes import find_changes
-    from ..lab.history import History
-    from ..present.terminal.summary import print_note, print_table, write_json
+    from ..host.lab.changes import find_changes
+    from ..host.lab.history import History
+    from ..host.present.terminal.summary import print_note, print_table, write_json
 
     devices, url, settings = _lab_scope(args)
     history = History.open(url)
@@ -255,13 +255,13 @@ def _history_changes(args) -> int:
         rows = [r for r in rows if r["device"] in devices]
     found = find_changes(rows, settings)
     if args.attest:
-        from ..lab.change_attestation import write_changes_attestation
+        from ..host.lab.change_attestation import write_changes_attestation
 
         write_changes_attestation(found, args.attest)
     if args.html:
         _write_changes_pages(history, found, settings, args.html)
     if args.json:
-        from ..lab.change_groups import group_changes
+        from ..host.lab.change_groups import group_changes
 
         payload = {**found.to_json(), "groups": [g.to_json() for g in group_changes(found)]}
         write_json(json.dumps(payload, indent=1, default=str))
@@ -306,7 +306,7 @@ def _history_changes(args) -> int:
         [_change_row(c) for c in found.changes],
         stack=True,
     )  # fmt: skip
-    from ..lab.change_groups import group_changes
+    from ..host.lab.change_groups import group_changes
 
     for g in group_changes(found):
         print_note(g.headline())
@@ -332,10 +332,10 @@ def _gaps_note(found) -> str:
 def _write_changes_pages(history, found, settings, page: Path) -> None:
     """``history changes --html PAGE``: the lab's changes page, and the trend page of its
     series beside it (``PAGE``'s name with ``-trend``), which each change links."""
-    from ..lab.change_groups import group_changes
-    from ..lab.history import nights_not_run
-    from ..present.html.change_groups import write_changes_page
-    from ..present.html.trend import write_trend_page
+    from ..host.lab.change_groups import group_changes
+    from ..host.lab.history import nights_not_run
+    from ..host.present.html.change_groups import write_changes_page
+    from ..host.present.html.trend import write_trend_page
 
     page = Path(page)
     trend_page = page.with_name(f"{page.stem}-trend{page.suffix or '.html'}")
@@ -363,8 +363,8 @@ def _change_row(c) -> list[str]:
     """A change's row: its culprit by field name only (the model first); the line under the
     table (its headline) names each field with its values, so one culprit never fills a
     column over many lines."""
-    from ..lab.change_causes import machine_text
-    from ..lab.changes import culprit_fields
+    from ..host.lab.change_causes import machine_text
+    from ..host.lab.changes import culprit_fields
 
     ratio = "" if c.ratio is None else f"×{c.ratio:.3f}"
     if c.ratio_ci:

@@ -30,8 +30,8 @@ def add_input_contract_options(gm) -> None:
 
 def declared_preprocessing(args) -> dict:
     """The input-contract flags as ``{"*": keys}`` over an optional ``--preprocessing`` TOML's."""
-    from ..errors import UsageError
-    from ..preprocessing import read_preprocessing_toml
+    from ..host.errors import UsageError
+    from ..host.preprocessing import read_preprocessing_toml
 
     def numbers(flag: str, text: str | None) -> list[float] | None:
         if text is None:

@@ -48,7 +48,7 @@ def _committed_policy(args) -> str | None:
     if path is None:
         return None
     if args.gate is not None and args.policy is not None and args.gate != args.policy:
-        from ..errors import UsageError
+        from ..host.errors import UsageError
 
         raise UsageError(
             "--gate and --policy name different policies",
@@ -69,9 +69,9 @@ def cmd_qualify(args) -> int:
     """``edgequal qualify``: the library's ``Device.qualify``, shown on the terminal."""
     import json
 
-    from ..errors import UsageError, printable
-    from ..model_file import check_model_file, check_shapes
-    from ..present.terminal.summary import (
+    from ..host.errors import UsageError, printable
+    from ..host.model_file import check_model_file, check_shapes
+    from ..host.present.terminal.summary import (
         ProgressDisplay,
         print_note,
         print_plan,
@@ -147,7 +147,7 @@ def cmd_qualify(args) -> int:
 def reproduce_lines(path) -> tuple[str, ...]:
     """The summary's lines under the report's path, from its sidecar: the command that made
     the report and the one that repeats it and compares (``edgequal rerun``)."""
-    from ..devices.reproduce import read_sidecar
+    from ..host.devices.reproduce import read_sidecar
 
     data = read_sidecar(path) if path is not None else None
     if not data:
@@ -161,12 +161,12 @@ def _qualify_repeated(args, policy) -> int:
     exit 0 SAME or faster, 1 DIFFERENT and slower, or still UNKNOWN after N pairs."""
     import json
 
-    from ..devices.trust import KnownDevices
-    from ..errors import UsageError
-    from ..judge.policy import BASELINE_DEFAULTS
-    from ..judge.repeat import baseline_artifacts, repeat_decision, repeat_until_decided
-    from ..judge.report_file import load_report
-    from ..present.terminal.summary import print_note, print_table, write_json
+    from ..host.devices.trust import KnownDevices
+    from ..host.errors import UsageError
+    from ..host.judge.policy import BASELINE_DEFAULTS
+    from ..host.judge.repeat import baseline_artifacts, repeat_decision, repeat_until_decided
+    from ..host.judge.report_file import load_report
+    from ..host.present.terminal.summary import print_note, print_table, write_json
 
     if args.baseline is None or args.repeat_until_decided is None:
         raise UsageError("--baseline and --repeat-until-decided go together")
@@ -225,15 +225,15 @@ def _qualify_repeated(args, policy) -> int:
 
 def printable_name(path) -> str:
     """A file's name for a table title."""
-    from ..devices.qualify import printable
+    from ..host.devices.qualify import printable
 
     return printable(path.name)
 
 
 def cmd_golden_make(args) -> int:
-    from ..golden import make_golden, parse_tolerance_args
-    from ..judge.accuracy import labels_summary
-    from ..present.terminal.summary import print_line, print_note
+    from ..host.golden import make_golden, parse_tolerance_args
+    from ..host.judge.accuracy import labels_summary
+    from ..host.present.terminal.summary import print_line, print_note
 
     warnings: list[str] = []
 
@@ -264,7 +264,7 @@ def cmd_golden_make(args) -> int:
 
         from edgequal.contract.golden import read_golden
 
-        from ..present.terminal.summary import write_json
+        from ..host.present.terminal.summary import write_json
 
         g = read_golden(args.output)
         made = {

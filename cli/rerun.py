@@ -15,12 +15,12 @@ def cmd_rerun(args) -> int:
     """``edgequal rerun``: find the artifacts, run the plan, compare, print the verdicts."""
     import json
 
-    from ..devices.trust import KnownDevices
-    from ..errors import printable
-    from ..judge.policy import BASELINE_DEFAULTS
-    from ..judge.report_file import load_report
-    from ..judge.rerun import judge_rerun, rerun_inputs
-    from ..present.terminal.summary import (
+    from ..host.devices.trust import KnownDevices
+    from ..host.errors import printable
+    from ..host.judge.policy import BASELINE_DEFAULTS
+    from ..host.judge.report_file import load_report
+    from ..host.judge.rerun import judge_rerun, rerun_inputs
+    from ..host.present.terminal.summary import (
         ProgressDisplay,
         print_comparison,
         print_line,
@@ -41,7 +41,7 @@ def cmd_rerun(args) -> int:
         settings.update(load_gate_policy(args.policy).baseline)
     prior = None
     if args.history:
-        from ..lab.noise import history_spread
+        from ..host.lab.noise import history_spread
 
         _, prior = history_spread(args.history, inputs.report, settings["min_effect"])
     args.device = args.device or inputs.device

@@ -68,6 +68,7 @@ class CellJudge:
                 device=record.device,
                 baseline=read_report_bytes(baseline) if baseline is not None else None,
                 baseline_name=str(baseline),
+                prior=self.board_noise(record, path) if baseline is not None else None,
             )
             if baseline is not None and decide_more is not None:
                 gate = decide_more(gate, baseline, predicate)
@@ -105,6 +106,27 @@ class CellJudge:
         )
         repeated = gate is not None and "repeat" in (gate.baseline or {})
         return fields, gate is not None and not gate.passed and gate.retry and not repeated
+
+    def board_noise(self, record: RunRecord, path: Path):
+        """The spread two nights of this cell fall apart by: the noise score of its board ×
+        model × preset in the lab's history (the runs recorded before this one), as
+        ``gate --history`` reads it; None without a history or enough recorded runs. Two
+        reports made apart are judged by it (host/judge/verdict.py ``apart_se``)."""
+        history = getattr(self.record_report, "history", None)
+        if history is None:
+            return None
+        from ..judge.report_file import decoded_report, read_report_bytes
+        from .noise import noise_for_report, noise_spread
+
+        report = decoded_report(read_report_bytes(path), path, "verified by the gate")
+        if report is None or not report.subjects:
+            return None
+        preset = (report.predicate.get("plan") or {}).get("preset")
+        score = noise_for_report(
+            history, record.device, report.subjects[0]["sha256"], preset,
+            self.policy.baseline["min_effect"],
+        )  # fmt: skip
+        return noise_spread(score)
 
     def baseline_of(self, record: RunRecord) -> Path | None:
         """The report a run is gated against: its re-qualification's approved report, else

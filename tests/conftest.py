@@ -18,6 +18,16 @@ import pytest
 
 TESTS_DIR = Path(__file__).resolve().parent
 
+# Bytecode is cached (in the gitignored __pycache__ folders) even where the environment
+# says $PYTHONDONTWRITEBYTECODE, as some containers and CI images do: the suite starts
+# some 1,500 Python processes (xdist workers, agents, measuring workers, runtime
+# environments' Pythons, whose venvs are installed --no-compile), and without a cache each
+# one compiles every module it imports again, and each xdist worker rewrites every test
+# module's asserts again (collection: 10.7 CPU-s a worker against 3.4; docs/architecture.md).
+# Set here, before xdist starts its workers, so they and every child inherit it.
+if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None:
+    sys.dont_write_bytecode = False
+
 
 def load_test_helper(name: str):
     """Import ``tests/<name>.py`` under a private module name (tests/ is not a package)."""
@@ -93,10 +103,29 @@ reads it; unset, nothing is measured."""
 
 
 def _cpu_seconds() -> float:
-    """CPU seconds of this process and of the children it has reaped, user and system."""
+    """CPU seconds of this process, of the children it has reaped, and of its descendants
+    still running (each one's own and what it reaped), user and system.
+
+    The live descendants count so that a long-lived child's CPU lands on the tests that
+    used it: sshd (session-scoped) reaps every SSH test's agent and workers, and a
+    module's agents run all its tests; counted only when reaped, their whole CPU landed on
+    whichever test stopped them (the session's last test carried 50 CPU-s of SSH runs)."""
     own = resource.getrusage(resource.RUSAGE_SELF)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+    total = own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+    import psutil
+
+    try:
+        live = psutil.Process().children(recursive=True)
+    except psutil.Error:
+        live = []
+    for child in live:
+        try:
+            t = child.cpu_times()
+        except psutil.Error:  # ended meanwhile: counted once its parent reaps it
+            continue
+        total += t.user + t.system + t.children_user + t.children_system
+    return total
 
 
 def _log_cpu(record: dict) -> None:

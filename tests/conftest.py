@@ -12,6 +12,7 @@ import os
 import re
 import resource
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -97,7 +98,7 @@ def pytest_ignore_collect(collection_path, config):
 CPU_LOG_ENV = "EDGEQUAL_TEST_CPU_LOG"
 """When set to a file path, every pytest process that collects and runs tests (the only
 one, or each xdist worker) appends one JSON line per test to that file: the test's CPU seconds (setup, call and
-teardown; this process and the children it reaped meanwhile), and one line when its
+teardown; this process, its children and their descendants) and wall-clock seconds, and one line when its
 collection is done (the CPU seconds the process had used by then). scripts/bench/fast_loop.py
 reads it; unset, nothing is measured."""
 
@@ -154,14 +155,16 @@ def pytest_collection_finish(session) -> None:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    """With $EDGEQUAL_TEST_CPU_LOG: each test's CPU seconds, fixtures it set up or tore down
-    included (a module-scoped agent's teardown lands on the module's last test)."""
+    """With $EDGEQUAL_TEST_CPU_LOG: each test's CPU seconds and wall-clock seconds, fixtures
+    it set up or tore down included (a module-scoped fixture's setup lands on the module's
+    first test, its teardown on the last)."""
     if not os.environ.get(CPU_LOG_ENV):
         yield
         return
-    start = _cpu_seconds()
+    start, started = _cpu_seconds(), time.monotonic()
     yield
-    _log_cpu({"test": item.nodeid, "cpu_s": round(_cpu_seconds() - start, 3)})
+    cpu = round(_cpu_seconds() - start, 3)
+    _log_cpu({"test": item.nodeid, "cpu_s": cpu, "wall_s": round(time.monotonic() - started, 3)})
 
 
 @pytest.fixture(scope="session")

@@ -153,7 +153,9 @@ def _cpu_seconds() -> float:
     The live descendants count so that a long-lived child's CPU lands on the tests that
     used it: sshd (session-scoped) reaps every SSH test's agent and workers, and a
     module's agents run all its tests; counted only when reaped, their whole CPU landed on
-    whichever test stopped them (the session's last test carried 50 CPU-s of SSH runs)."""
+    whichever test stopped them (the session's last test carried 50 CPU-s of SSH runs).
+    Finding them reads every process's /proc entry: about 2.5 ms a call, twice a test, so
+    the log costs a full run some 8 CPU-s of its own."""
     own = resource.getrusage(resource.RUSAGE_SELF)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     total = own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime

@@ -77,49 +77,6 @@ def pytest_xdist_auto_num_workers(config) -> int:
     return min(len(os.sched_getaffinity(0)), MAX_WORKERS)
 
 
-LONGEST_MODULES = (
-    "host/lab/test_changes.py",  # 20 nights on two agents: about 200 s
-    "host/cli/test_bisect.py",  # three runtime environments installed, 8 nights in them
-    "host/lab/test_change_series.py",  # hot nights' workers stopped 9/10 of the time: 90 s
-    "host/lab/test_fleet.py",
-    "host/judge/test_verdict_runs.py",
-    "host/cli/test_demo.py",
-    "agent/phases/test_sustained_emulator.py",
-    "test_runtime_envs.py",
-    "host/lab/test_labgrid.py",
-    "host/install/test_install.py",
-    "host/judge/test_repeat.py",
-    "test_network_faults.py",
-)
-"""The modules that hold a worker longest (wall-clock, on two cores), longest first: they
-are handed out first (:func:`pytest_collection_modifyitems`), so none is left to run alone
-at the end while the other worker idles. xdist's own order (the modules with the most
-tests first, ``--loadscope-reorder``) started them last: the suite's last minutes were
-test_changes.py and the thermal series on one worker each."""
-
-
-def pytest_configure(config) -> None:
-    """Keep the collection order :func:`pytest_collection_modifyitems` gives (xdist would
-    reorder the modules by their number of tests)."""
-    if getattr(config.option, "loadscopereorder", None):
-        config.option.loadscopereorder = False
-
-
-def pytest_collection_modifyitems(session, config, items) -> None:
-    """:data:`LONGEST_MODULES` first, in that order; every other module after them in the
-    order collected (a module's tests keep theirs)."""
-    rank = {name: i for i, name in enumerate(LONGEST_MODULES)}
-
-    def module_rank(item) -> int:
-        try:
-            relative = Path(str(item.path)).resolve().relative_to(TESTS_DIR).as_posix()
-        except ValueError:
-            return len(rank)
-        return rank.get(relative, len(rank))
-
-    items.sort(key=module_rank)
-
-
 _SLOW_MODULE = re.compile(r"^pytestmark = pytest\.mark\.slow$", re.MULTILINE)
 
 

@@ -12,11 +12,22 @@ import os
 import re
 import resource
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 TESTS_DIR = Path(__file__).resolve().parent
+
+# Bytecode is cached (in the gitignored __pycache__ folders) even where the environment
+# says $PYTHONDONTWRITEBYTECODE, as some containers and CI images do: the suite starts
+# some 1,500 Python processes (xdist workers, agents, measuring workers, runtime
+# environments' Pythons, whose venvs are installed --no-compile), and without a cache each
+# one compiles every module it imports again, and each xdist worker rewrites every test
+# module's asserts again (collection: 10.7 CPU-s a worker against 3.4; docs/architecture.md).
+# Set here, before xdist starts its workers, so they and every child inherit it.
+if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None:
+    sys.dont_write_bytecode = False
 
 
 def load_test_helper(name: str):
@@ -87,16 +98,37 @@ def pytest_ignore_collect(collection_path, config):
 CPU_LOG_ENV = "EDGEQUAL_TEST_CPU_LOG"
 """When set to a file path, every pytest process that collects and runs tests (the only
 one, or each xdist worker) appends one JSON line per test to that file: the test's CPU seconds (setup, call and
-teardown; this process and the children it reaped meanwhile), and one line when its
+teardown; this process, its children and their descendants) and wall-clock seconds, and one line when its
 collection is done (the CPU seconds the process had used by then). scripts/bench/fast_loop.py
 reads it; unset, nothing is measured."""
 
 
 def _cpu_seconds() -> float:
-    """CPU seconds of this process and of the children it has reaped, user and system."""
+    """CPU seconds of this process, of the children it has reaped, and of its descendants
+    still running (each one's own and what it reaped), user and system.
+
+    The live descendants count so that a long-lived child's CPU lands on the tests that
+    used it: sshd (session-scoped) reaps every SSH test's agent and workers, and a
+    module's agents run all its tests; counted only when reaped, their whole CPU landed on
+    whichever test stopped them (the session's last test carried 50 CPU-s of SSH runs).
+    Finding them reads every process's /proc entry: about 2.5 ms a call, twice a test, so
+    the log costs a full run some 8 CPU-s of its own."""
     own = resource.getrusage(resource.RUSAGE_SELF)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+    total = own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+    import psutil
+
+    try:
+        live = psutil.Process().children(recursive=True)
+    except psutil.Error:
+        live = []
+    for child in live:
+        try:
+            t = child.cpu_times()
+        except psutil.Error:  # ended meanwhile: counted once its parent reaps it
+            continue
+        total += t.user + t.system + t.children_user + t.children_system
+    return total
 
 
 def _log_cpu(record: dict) -> None:
@@ -125,14 +157,16 @@ def pytest_collection_finish(session) -> None:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    """With $EDGEQUAL_TEST_CPU_LOG: each test's CPU seconds, fixtures it set up or tore down
-    included (a module-scoped agent's teardown lands on the module's last test)."""
+    """With $EDGEQUAL_TEST_CPU_LOG: each test's CPU seconds and wall-clock seconds, fixtures
+    it set up or tore down included (a module-scoped fixture's setup lands on the module's
+    first test, its teardown on the last)."""
     if not os.environ.get(CPU_LOG_ENV):
         yield
         return
-    start = _cpu_seconds()
+    start, started = _cpu_seconds(), time.monotonic()
     yield
-    _log_cpu({"test": item.nodeid, "cpu_s": round(_cpu_seconds() - start, 3)})
+    cpu = round(_cpu_seconds() - start, 3)
+    _log_cpu({"test": item.nodeid, "cpu_s": cpu, "wall_s": round(time.monotonic() - started, 3)})
 
 
 @pytest.fixture(scope="session")

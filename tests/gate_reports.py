@@ -1,8 +1,8 @@
 """Signed reports from real runs, for the gate, compare and report-page tests.
 
 A real local agent (``edgequal-agent serve`` on 127.0.0.1) qualifies real models with
-real runtimes; the reports are produced once per test session (the first module that
-asks) and shared. Each test trusts the agent's key in its own isolated config with
+real runtimes; the reports are produced once per test run (the first module that
+asks, in whichever xdist worker; tests/built_once.py) and shared. Each test trusts the agent's key in its own isolated config with
 :func:`trust_local`.
 
 - ``classifier``: the example classifier against a golden set whose reference score is
@@ -96,9 +96,41 @@ def _shifted_golden(model: Path, out: Path, work: Path) -> Path:
 
 
 def produce(tmp_path_factory, example_models: dict[str, Path]) -> GateReports:
-    """Run the agent once per session and return the reports."""
-    if "reports" in _CACHE:
-        return _CACHE["reports"]
+    """The reports, made once per test run: by the first xdist worker that asks, the
+    others reading what it wrote (tests/built_once.py; each made them again before, about
+    24 CPU-s a worker), and kept in this process after."""
+    if "reports" not in _CACHE:
+        built_once = _helper("built_once")
+        made = built_once.once_per_run(
+            tmp_path_factory, "gate-reports", lambda base: _made(base, example_models)
+        )
+        _CACHE["reports"] = GateReports(
+            **{k: Path(made[k]) for k in ("classifier", "chain_a", "chain_b", "chain_heavy")},
+            rejected=Path(made["rejected"]),
+            models={k: Path(v) for k, v in made["models"].items()},
+            public_key_raw=bytes.fromhex(made["public_key_raw"]),
+        )
+    return _CACHE["reports"]
+
+
+def _helper(name: str):
+    """tests/NAME.py, loaded as tests/conftest.py's ``load_test_helper`` does."""
+    import importlib.util
+    import sys
+
+    module_name = f"_edgequal_tests_{name}"
+    if module_name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            module_name, Path(__file__).resolve().parent / f"{name}.py"
+        )
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[module_name]
+
+
+def _made(base: Path, example_models: dict[str, Path]) -> dict:
+    """Run the agent in ``base`` and return the reports' paths and its key, as JSON."""
     import base64
 
     from edgequal.contract.plan import make_plan
@@ -106,7 +138,6 @@ def produce(tmp_path_factory, example_models: dict[str, Path]) -> GateReports:
     from edgequal.host.devices.trust import KnownDevices
     from edgequal.host.transport.local import LocalTransport
 
-    base = tmp_path_factory.mktemp("gate-reports")
     models = {
         "classifier": example_models["classifier"],
         "unsupported_op": example_models["unsupported_op"],
@@ -160,10 +191,16 @@ def produce(tmp_path_factory, example_models: dict[str, Path]) -> GateReports:
             chain_heavy = run("chain_heavy", models["chain_heavy"], None, **latency, repeat=REPEATS)
             chain_b = run("chain_b", models["chain"], None, **latency)
             rejected = run("rejected", models["unsupported_op"], None)
-    reports = GateReports(classifier, chain_a, chain_b, chain_heavy, rejected, models, raw)
-    _CACHE["reports"] = reports
     assert os.environ.get("EDGEQUAL_CONFIG_DIR") != str(base / "config")
-    return reports
+    return {
+        "classifier": str(classifier),
+        "chain_a": str(chain_a),
+        "chain_b": str(chain_b),
+        "chain_heavy": str(chain_heavy),
+        "rejected": str(rejected),
+        "models": {k: str(v) for k, v in models.items()},
+        "public_key_raw": raw.hex(),
+    }
 
 
 def trust_local(reports: GateReports):

@@ -50,10 +50,16 @@ def wheelhouse(test_helper) -> Path:
 
 
 @pytest.fixture(scope="module")
-def board(tmp_path_factory) -> Path:
+def board(tmp_path_factory, local_agents) -> Path:
     """The local agent's state directory, shared by this module's runs: what one run
-    installs, the next finds there."""
-    return tmp_path_factory.mktemp("board") / "local-agent"
+    installs, the next finds there. One agent serves it for the module, as a board's agent
+    keeps serving: ``--device local`` finds it there rather than starting an agent per
+    command (each start imports the runtimes and every installed environment's runtime
+    again: about 2 CPU-s, twelve times)."""
+    state = tmp_path_factory.mktemp("board") / "local-agent"
+    agent = local_agents.serve(state)
+    yield state
+    agent.stop()
 
 
 @pytest.fixture

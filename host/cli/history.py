@@ -362,7 +362,7 @@ def _change_row(c) -> list[str]:
     table (its headline) names each field with its values, so one culprit never fills a
     column over many lines."""
     from ..lab.change_causes import machine_text
-    from ..lab.changes import culprit_fields
+    from ..lab.culprit import culprit_fields
 
     ratio = "" if c.ratio is None else f"×{c.ratio:.3f}"
     if c.ratio_ci:

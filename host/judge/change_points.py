@@ -20,8 +20,8 @@ look again on each side, until no segment holds a significant split.
 - A significant split is kept only when it matters: the medians either side differ by at
   least the minimum effect (``min_effect``, a fraction of the median before).
 
-Pure functions over numbers; the series, the culprit and the boards live in
-``host/lab/changes.py``. ``ruptures`` is imported here only.
+Pure functions over numbers; the series live in ``host/lab/series.py``, the changes and
+the boards sharing them in ``host/lab/changes.py``, the culprit in ``host/lab/culprit.py``. ``ruptures`` is imported here only.
 """
 
 from __future__ import annotations

@@ -15,6 +15,10 @@ def cmd_history(args) -> int:
 
     if args.history_command == "changes":
         return _history_changes(args)
+    if args.history_command in ("update", "drop-samples"):
+        from .history_upkeep import cmd_upkeep
+
+        return cmd_upkeep(args)
     if args.history_command == "trend":
         return _history_trend(args)
     history = History.open(args.db)
@@ -477,6 +481,9 @@ def add_parsers(sub) -> None:
         q.add_argument(
             "--db", metavar="URL", help="database URL (default: SQLite in the state dir)"
         )
+    from .history_upkeep import add_parsers as add_upkeep_parsers
+
+    add_upkeep_parsers(hsub)
     for q in (hl, hs, ht, hc):
         q.add_argument("--device", help="only this device")
         q.add_argument("--model", help="only this model (name, name without extension, SHA-256)")

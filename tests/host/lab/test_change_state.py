@@ -43,7 +43,10 @@ def recorded(tmp_path_factory, test_helper):
     tmp_path = tmp_path_factory.mktemp("state")
     url = f"sqlite:///{tmp_path / 'history.sqlite'}"
     nights = test_helper("signed_nights")
-    return {"url": url, "per_night": _night_by_night(url, tmp_path, nights)}
+    with pytest.MonkeyPatch.context() as mp:  # the boards' keys pinned in this module's config
+        mp.setenv("EDGEQUAL_CONFIG_DIR", str(tmp_path / "config"))
+        per_night = _night_by_night(url, tmp_path, nights)
+    return {"url": url, "per_night": per_night}
 
 
 def test_the_step_is_new_once_on_the_night_it_can_first_be_called(recorded):

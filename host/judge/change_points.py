@@ -28,6 +28,7 @@ the boards sharing them in ``host/lab/changes.py``, the culprit in ``host/lab/cu
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -85,24 +86,38 @@ def _q_grids(z: np.ndarray, min_points: int, alpha: float) -> np.ndarray:
     fewer than 2) points. O(T²) a row from one prefix sum of the distance matrix's upper
     triangle: P[r, c] = Σ_{i<r, k<c, i<k} |zᵢ − zₖ|^α."""
     rows, t = z.shape
-    d = np.abs(z[:, :, None] - z[:, None, :]) ** alpha
+    d = np.abs(z[:, :, None] - z[:, None, :])
+    if alpha != 1.0:
+        d **= alpha
+    upper, a, b, c, invalid = _grid_constants(t, max(min_points, 2))
+    d *= upper
     p = np.zeros((rows, t + 1, t + 1))
-    p[:, 1:, 1:] = np.cumsum(np.cumsum(np.triu(d, 1), axis=1), axis=2)
-    diag = np.diagonal(p, axis1=1, axis2=2)
-    s_xy = p - diag[:, :, None]  # Σ_{i<τ≤j<κ}: P[τ, κ] − P[τ, τ]
-    s_xx = diag[:, :, None]  # Σ_{i<k<τ}: P[τ, τ]
-    s_yy = diag[:, None, :] - p  # Σ_{τ≤j<k<κ}: P[κ, κ] − P[τ, κ]
-    a, b, c, ok = _coefficients(t, max(min_points, 2))
-    return np.where(ok, a * s_xy - b * s_xx - c * s_yy, -np.inf)
+    np.cumsum(d, axis=1, out=p[:, 1:, 1:])
+    np.cumsum(p[:, 1:, 1:], axis=2, out=p[:, 1:, 1:])
+    diag = np.diagonal(p, axis1=1, axis2=2)[:, :, None]  # P[τ, τ]: Σ_{i<k<τ}, X's sum
+    # Σ_{i<τ≤j<κ} = P[τ, κ] − P[τ, τ]; Σ_{τ≤j<k<κ} = P[κ, κ] − P[τ, κ]
+    q = a * (p - diag) - b * diag - c * (np.swapaxes(diag, 1, 2) - p)
+    q += invalid
+    return q
 
 
-def _coefficients(t: int, low: int):
-    """Q̂'s weights on the three sums for every (τ, κ) of a segment of ``t`` points."""
+@functools.lru_cache(maxsize=64)
+def _grid_constants(t: int, low: int):
+    """For a segment of ``t`` points: the strict upper-triangle mask, Q̂'s weights on the
+    three sums at every (τ, κ), and 0 / -inf where X or Y has fewer than ``low`` points."""
     n = np.arange(t + 1, dtype=np.float64)[:, None]
     m = np.arange(t + 1, dtype=np.float64)[None, :] - n
     ok = (n >= low) & (m >= low)
     n, m = np.where(ok, n, 2.0), np.where(ok, m, 2.0)
-    return 2.0 / (n + m), 2.0 * m / ((n + m) * (n - 1)), 2.0 * n / ((n + m) * (m - 1)), ok
+    upper = np.triu(np.ones((t, t)), 1)
+    invalid = np.where(ok, 0.0, -np.inf)
+    return (
+        upper,
+        2.0 / (n + m),
+        2.0 * m / ((n + m) * (n - 1)),
+        2.0 * n / ((n + m) * (m - 1)),
+        invalid,
+    )
 
 
 def _q_grid(z: np.ndarray, min_points: int, alpha: float) -> np.ndarray:
@@ -110,8 +125,8 @@ def _q_grid(z: np.ndarray, min_points: int, alpha: float) -> np.ndarray:
     return _q_grids(np.asarray(z, dtype=np.float64)[None, :], min_points, alpha)[0]
 
 
-_GRID_ELEMENTS = 1 << 22
-"""Most Q̂ entries computed at once (R × (T + 1)²): about 32 MiB a temporary array."""
+_GRID_ELEMENTS = 1 << 21
+"""Most Q̂ entries computed at once (R × (T + 1)²): about 16 MiB a temporary array."""
 
 
 def _best_q_rows(z: np.ndarray, min_points: int, alpha: float) -> np.ndarray:

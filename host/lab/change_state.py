@@ -27,7 +27,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sqlalchemy import (
     Column,
@@ -56,9 +56,27 @@ FIGURES: Mapping[str, str] = {
 }
 """History columns the state follows, each with its kind of figure (its minimum effect)."""
 
-DEFAULT_WINDOW = 30
-"""Newest points of the last segment the detector searches: a month of nights (E-Divisive's
-search is quadratic in it, and a step is judged against the nights nearest it)."""
+DEFAULT_SETTLE = 20
+"""Points after a change before it is settled (kept for good, the last segment cut there);
+until then it is provisional, searched for again each night."""
+
+DEFAULT_WINDOW = 60
+"""Newest points of the last segment the detector searches: two months of nights
+(E-Divisive's search is quadratic in it, and a step is judged against the nights nearest it)."""
+
+NIGHTLY_STRICTER = 10
+"""The nightly search's p-value is the lab's divided by this. Every night tests the last
+segment again: at the analysis' p-value (0.01) a year of nightly tests called a change in
+about a third of the unchanged series of scripts/bench/history_scale.py (CV 5 %, 300
+nights); at p 0.001 none of 50 (BENCHMARKS.md "History at lab scale")."""
+
+
+def nightly(settings: ChangeSettings) -> ChangeSettings:
+    """The settings of the nightly search: p-value :data:`NIGHTLY_STRICTER` times smaller,
+    with the shuffles to reach it (199 at 0.01 become 999 at 0.001)."""
+    p = settings.p_value / NIGHTLY_STRICTER
+    return replace(settings, p_value=p, permutations=max(settings.permutations, round(1 / p) - 1))
+
 
 change_state = Table(
     "edgequal_change_state",
@@ -71,6 +89,7 @@ change_state = Table(
     Column("tail_start", Integer, nullable=False),
     Column("tail", Text, nullable=False),
     Column("changes", Text, nullable=False),
+    Column("provisional", Text, nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
     PrimaryKeyConstraint("device", "model", "preset", "figure", name="edgequal_change_state_pk"),
 )
@@ -91,21 +110,62 @@ class FigureState:
     tail_start: int = 0
     tail: list[float] = field(default_factory=list)
     changes: list[dict] = field(default_factory=list)
+    provisional: list[dict] = field(default_factory=list)
 
     def advance(
-        self, values: Iterable[float], settings: ChangeSettings, window: int = DEFAULT_WINDOW
+        self,
+        values: Iterable[float],
+        settings: ChangeSettings,
+        window: int = DEFAULT_WINDOW,
+        settle: int = DEFAULT_SETTLE,
     ) -> list[dict]:
         """Append ``values`` (newest last) and search the last segment again; the changes
-        new to it (index in the series, p-value, medians either side)."""
-        values = list(values)
+        new to the state (index in the series, p-value, medians either side).
+
+        A change found with fewer than ``settle`` points after it is **provisional**: it is
+        searched for again each night (its evidence grows) and withdrawn if it fades. With
+        ``settle`` points after it, it is **settled**: kept, and the last segment starts
+        there. The search sees the last ``window`` points before ``values`` and all of them
+        (a catch-up over many nights keeps the nights before them as context)."""
+        values = [float(v) for v in values]
         if not values:
             return []
         self.tail.extend(values)
         self.points += len(values)
-        if len(self.tail) > window:
-            self.tail_start += len(self.tail) - window
-            self.tail = self.tail[-window:]
-        return self._search(settings)
+        if self.provisional and self.points - self.provisional[0]["index"] < settle:
+            # A change found and not yet settled: searched again the night it can settle
+            # (its evidence then complete), not every night before (a real step re-tested
+            # nightly is most of the cost of a lab's night).
+            self._trim(window)
+            return []
+        found = self._search(settings)
+        settled = [c for c in found if self.points - c["index"] >= settle]
+        if settled:
+            cut = settled[-1]["index"] - self.tail_start
+            self.tail = self.tail[cut:]
+            self.tail_start += cut
+            self.changes.extend(settled)
+        known = {c["index"] for c in self.changes} | {c["index"] for c in self.provisional}
+        new = [c for c in found if c["index"] not in known]
+        self.provisional = [c for c in found if self.points - c["index"] < settle]
+        self._trim(window)
+        return new
+
+    def _trim(self, window: int) -> None:
+        """Keep the last ``window`` points of the last segment (and any provisional change's
+        evidence: the points from ``settle`` before it stay until it settles)."""
+        keep = window
+        if self.provisional:
+            keep = max(
+                keep, self.tail_start + len(self.tail) - self.provisional[0]["index"] + window // 2
+            )
+        if len(self.tail) > keep:
+            self.tail_start += len(self.tail) - keep
+            self.tail = self.tail[-keep:]
+
+    def all_changes(self) -> list[dict]:
+        """Settled and provisional changes, in series order."""
+        return sorted(self.changes + self.provisional, key=lambda c: c["index"])
 
     def _search(self, settings: ChangeSettings) -> list[dict]:
         if len(self.tail) < 2 * settings.min_points:
@@ -119,7 +179,7 @@ class FigureState:
             permutations=settings.permutations,
             seed=settings.seed,
         )
-        new = [
+        return [
             {
                 "index": self.tail_start + s.index,
                 "p_value": s.p_value,
@@ -128,12 +188,6 @@ class FigureState:
             }
             for s in splits
         ]
-        if splits:
-            cut = splits[-1].index
-            self.tail = self.tail[cut:]
-            self.tail_start += cut
-            self.changes.extend(new)
-        return new
 
     @classmethod
     def full(
@@ -142,6 +196,7 @@ class FigureState:
         values: list[float],
         settings: ChangeSettings,
         window: int = DEFAULT_WINDOW,
+        settle: int = DEFAULT_SETTLE,
     ) -> FigureState:
         """The state of a whole series searched at once (the full recompute)."""
         kind = FIGURES[key[3]]
@@ -153,22 +208,25 @@ class FigureState:
             permutations=settings.permutations,
             seed=settings.seed,
         )
-        last = splits[-1].index if splits else 0
+        found = [
+            {
+                "index": sp.index,
+                "p_value": sp.p_value,
+                "median_before": sp.median_before,
+                "median_after": sp.median_after,
+            }
+            for sp in splits
+        ]
+        settled = [c for c in found if len(values) - c["index"] >= settle]
+        last = settled[-1]["index"] if settled else 0
         start = max(last, len(values) - window)
         return cls(
             key,
             points=len(values),
             tail_start=start,
             tail=[float(v) for v in values[start:]],
-            changes=[
-                {
-                    "index": s.index,
-                    "p_value": s.p_value,
-                    "median_before": s.median_before,
-                    "median_after": s.median_after,
-                }
-                for s in splits
-            ],
+            changes=settled,
+            provisional=[c for c in found if len(values) - c["index"] < settle],
         )
 
 
@@ -229,6 +287,7 @@ def _load(conn) -> dict[tuple, FigureState]:
             tail_start=r.tail_start,
             tail=json.loads(r.tail),
             changes=json.loads(r.changes),
+            provisional=json.loads(r.provisional),
         )
         for r in conn.execute(select(change_state))
     }
@@ -245,6 +304,7 @@ def _rows(states: Iterable[FigureState], now: dt.datetime) -> list[dict]:
             "tail_start": s.tail_start,
             "tail": json.dumps(s.tail),
             "changes": json.dumps(s.changes),
+            "provisional": json.dumps(s.provisional),
             "updated_at": now,
         }
         for s in states
@@ -275,7 +335,7 @@ def update(
     """Take in the runs recorded since the last update: each series × figure that has new
     points searches its last segment again. The state starts empty (a first update is a
     full pass, one night at a time being the same as all at once for the last segment)."""
-    settings = settings or ChangeSettings()
+    settings = nightly(settings or ChangeSettings())
     _ensure_tables(history)
     with history.engine.begin() as conn:
         last = conn.execute(select(change_mark.c.last_report_id)).scalar() or 0
@@ -295,19 +355,20 @@ def rebuild(
 ) -> StateUpdate:
     """The full recompute: every series × figure from its first run, searched whole, the
     state replaced by the result."""
-    settings = settings or ChangeSettings()
+    settings = nightly(settings or ChangeSettings())
     _ensure_tables(history)
     with history.engine.begin() as conn:
         values, top = _points_since(conn, 0)
         states = [FigureState.full(k, v, settings, window) for k, v in values.items()]
         conn.execute(delete(change_state))
         _save(conn, states, top)
-    found = [_named(s.key, c) for s in states for c in s.changes]
+    found = [_named(s.key, c) for s in states for c in s.all_changes()]
     return StateUpdate(len(states), sum(len(v) for v in values.values()), found)
 
 
 def state_changes(history: History) -> dict[tuple, list[dict]]:
-    """The changes the state holds, per (device, model, preset, figure)."""
+    """The changes the state holds, settled and provisional, per (device, model, preset,
+    figure)."""
     _ensure_tables(history)
     with history.engine.connect() as conn:
-        return {k: s.changes for k, s in _load(conn).items()}
+        return {k: s.all_changes() for k, s in _load(conn).items()}

@@ -248,8 +248,9 @@ def _check_baseline_flags(args) -> None:
 
 def _noisy(args, lab, models) -> dict[str, str]:
     """``--skip-noisy``: the lab's boards too noisy (history) for a model of this run."""
+    from ..lab.board_noise import noisy_boards
     from ..lab.history import History
-    from ..lab.noise import NOISY_PREFIX, noisy_boards
+    from ..lab.noise import NOISY_PREFIX
     from ..present.terminal.summary import print_note
 
     settings = _change_settings(args, lab, always=True)

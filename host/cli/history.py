@@ -6,6 +6,8 @@ from pathlib import Path
 
 from edgequal.contract.cli_args import examples
 
+from .history_scope import lab_scope as _lab_scope
+
 
 def cmd_history(args) -> int:
     import json
@@ -55,28 +57,6 @@ def cmd_history(args) -> int:
         )
         return 0
     return 0
-
-
-def _lab_scope(args):
-    """``--lab``'s boards, database URL and change sensitivity with ``--policy`` and
-    ``--p-value`` over it (``lab/changes.py`` ``change_settings``): (devices or None, URL,
-    settings), the same for ``history changes`` and ``history trend`` as for ``fleet run``."""
-    from ..lab.changes import change_settings
-
-    lab = policy = None
-    url = args.db
-    if getattr(args, "lab", None):
-        from ..lab.inventory import load_lab
-
-        lab = load_lab(args.lab)
-        if url is None and lab.history_url:
-            url = lab.history_url.read("lab history_url")
-    if getattr(args, "policy", None):
-        from ..judge.policy import load_policy
-
-        policy = load_policy(args.policy)
-    settings = change_settings(lab, policy, getattr(args, "policy", None), args.p_value)
-    return ({d.name for d in lab.devices} if lab else None), url, settings
 
 
 def _history_trend(args) -> int:

@@ -17,10 +17,10 @@ def cmd_upkeep(args) -> int:
     from ..errors import UsageError
     from ..lab.history import History
     from ..present.terminal.summary import print_note, write_json
-    from .history import _lab_scope
+    from .history_scope import lab_scope
 
     args.p_value = None
-    _, url, settings = _lab_scope(args)
+    _, url, settings = lab_scope(args)
     if args.history_command == "drop-samples":
         keep = args.keep_days
         if keep is None and args.lab:

@@ -126,7 +126,8 @@ def test_a_shuffle_that_splits_the_same_values_apart_is_a_tie():
 
 def test_a_noise_score_is_the_spread_a_verdict_assumes_with_its_degrees_of_freedom():
     from edgequal.host.judge.verdict import DIFFERENT, HISTORY, decide
-    from edgequal.host.lab.noise import NoiseScore, noise_spread
+    from edgequal.host.lab.board_noise import noise_spread
+    from edgequal.host.lab.noise import NoiseScore
 
     score = NoiseScore(
         device="pi5-a", model="det", preset="quick", figure="p50 x", cv=0.02,

@@ -246,8 +246,9 @@ def _check_baseline_flags(args) -> None:
 
 def _noisy(args, lab, models) -> dict[str, str]:
     """``--skip-noisy``: the lab's boards too noisy (history) for a model of this run."""
+    from ..host.lab.board_noise import noisy_boards
     from ..host.lab.history import History
-    from ..host.lab.noise import NOISY_PREFIX, noisy_boards
+    from ..host.lab.noise import NOISY_PREFIX
     from ..host.present.terminal.summary import print_note
 
     settings = _change_settings(args, lab, always=True)

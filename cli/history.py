@@ -6,6 +6,7 @@ from pathlib import Path
 
 from edgequal.contract.cli_args import examples
 
+from .history_scope import lab_scope as _lab_scope
 from .lab_args import add_p_value_option
 
 
@@ -17,6 +18,10 @@ def cmd_history(args) -> int:
 
     if args.history_command == "changes":
         return _history_changes(args)
+    if args.history_command in ("update", "drop-samples"):
+        from .history_upkeep import cmd_upkeep
+
+        return cmd_upkeep(args)
     if args.history_command == "trend":
         return _history_trend(args)
     history = History.open(args.db)
@@ -53,28 +58,6 @@ def cmd_history(args) -> int:
         )
         return 0
     return 0
-
-
-def _lab_scope(args):
-    """``--lab``'s boards, database URL and change sensitivity with ``--policy`` and
-    ``--p-value`` over it (``lab/changes.py`` ``change_settings``): (devices or None, URL,
-    settings), the same for ``history changes`` and ``history trend`` as for ``fleet run``."""
-    from ..host.lab.changes import change_settings
-
-    lab = policy = None
-    url = args.db
-    if getattr(args, "lab", None):
-        from ..host.lab.inventory import load_lab
-
-        lab = load_lab(args.lab)
-        if url is None and lab.history_url:
-            url = lab.history_url.read("lab history_url")
-    if getattr(args, "policy", None):
-        from ..host.judge.policy import load_policy
-
-        policy = load_policy(args.policy)
-    settings = change_settings(lab, policy, getattr(args, "policy", None), args.p_value)
-    return ({d.name for d in lab.devices} if lab else None), url, settings
 
 
 def _history_trend(args) -> int:
@@ -364,7 +347,7 @@ def _change_row(c) -> list[str]:
     table (its headline) names each field with its values, so one culprit never fills a
     column over many lines."""
     from ..host.lab.change_causes import machine_text
-    from ..host.lab.changes import culprit_fields
+    from ..host.lab.culprit import culprit_fields
 
     ratio = "" if c.ratio is None else f"×{c.ratio:.3f}"
     if c.ratio_ci:
@@ -408,6 +391,9 @@ def add_parsers(sub) -> None:
     _add_trend_parser(hsub)
     _add_record_parser(hsub)
     _add_changes_parser(hsub)
+    from .history_upkeep import add_parsers as add_upkeep_parsers
+
+    add_upkeep_parsers(hsub)
 
 
 def add_series_options(parser, limit: bool = False, p_value: bool = False) -> None:

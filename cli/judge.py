@@ -167,7 +167,7 @@ def _board_noise(args, min_effect: float, report_path=None):
     spread it gives the verdicts (host/lab/noise.py)."""
     from ..host.devices.trust import KnownDevices
     from ..host.judge.report_file import load_report
-    from ..host.lab.noise import history_spread
+    from ..host.lab.board_noise import history_spread
 
     path = report_path if report_path is not None else args.report
     report = load_report(path, known=KnownDevices(), device=getattr(args, "device", None))

@@ -41,7 +41,7 @@ def cmd_rerun(args) -> int:
         settings.update(load_gate_policy(args.policy).baseline)
     prior = None
     if args.history:
-        from ..host.lab.noise import history_spread
+        from ..host.lab.board_noise import history_spread
 
         _, prior = history_spread(args.history, inputs.report, settings["min_effect"])
     args.device = args.device or inputs.device

@@ -1,31 +1,34 @@
-"""Where a series of nightly figures changed, beyond noise: hierarchical change-point detection.
+"""Where a series of nightly figures changed, beyond noise: E-Divisive (Matteson & James 2014).
 
-The structure is E-Divisive's (Matteson & James 2014, the detector Apache Otava, formerly
-hunter, runs on performance series): find the single best split of a segment, keep it
-only when a permutation test says a split that good is unlikely in shuffled data, then
-look again on each side, until no segment holds a significant split.
+E-Divisive is the detector Apache Otava (formerly hunter) runs on performance series, and
+this module implements its published definition with numpy (the choice and the
+alternatives: docs/history.md "The detector"):
 
-- The best split of a segment comes from ``ruptures`` (``KernelCPD`` with the Gaussian
-  kernel, its exact dynamic programme in C): the kernel two-sample statistic (MMD) is the
-  kernel relative of E-Divisive's energy statistic, and a bounded kernel keeps one wild
-  night from making a split on its own. The kernel's width is the median heuristic.
-- The p-value is a permutation test of that best split's gain (the cost it removes),
-  the maximum over all splits searched again on each shuffle, so the search itself is
-  accounted for (a noise series has *some* best split; that it exists proves nothing).
-- Where no single split is significant, the best pair of splits is tested the same way:
-  a step up and back down (a bad week) hides from every single split, whose sides each
-  mix both levels (E-Divisive's second search point serves the same end). Two tests per
-  segment at ``p_value`` each: measured on 300 series of 20 Gaussian values (σ 3 %),
-  1.3 % of them report a change with no minimum effect, 0.3 % with the 5 % default.
+- For a segment Z and a candidate split τ < κ, X = Z[start:τ] and Y = Z[τ:κ] (n and m
+  points), the divergence of their distributions with exponent ``alpha`` in (0, 2) is
+
+      Ê(X, Y; α) = 2/(nm) Σᵢⱼ |Xᵢ − Yⱼ|^α − C(n,2)⁻¹ Σᵢ<ₖ |Xᵢ − Xₖ|^α − C(m,2)⁻¹ Σⱼ<ₖ |Yⱼ − Yₖ|^α
+
+  and the scaled statistic is Q̂(X, Y; α) = nm/(n + m) · Ê(X, Y; α) (:func:`q_hat`). The
+  segment's best split is the (τ̂, κ̂) that maximises Q̂ over every τ and κ leaving at
+  least ``min_points`` points in X and in Y (:func:`best_split`); τ̂ is the change point.
+  Searching κ as well as τ is what finds a step up and back down (a bad week): Y is the
+  week, not everything after it.
+- Significance is a permutation test (the paper's): the points of every current segment
+  are shuffled within that segment, the best Q̂ over all segments searched again, and the
+  p-value is (#shuffles at least as large + 1) / (permutations + 1). The best candidate
+  over all segments is tested; when significant it is kept and the search goes on with
+  the new segments, until the best candidate is not significant.
 - A significant split is kept only when it matters: the medians either side differ by at
   least the minimum effect (``min_effect``, a fraction of the median before).
 
-Pure functions over numbers; the series, the culprit and the boards live in
-``host/lab/changes.py``. ``ruptures`` is imported here only.
+Pure functions over numbers; the series live in ``host/lab/series.py``, the changes and
+the boards sharing them in ``host/lab/changes.py``, the culprit in ``host/lab/culprit.py``.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,8 +43,12 @@ DEFAULT_PERMUTATIONS = 199
 """Shuffles per test: the smallest p-value it can give is 1 / (permutations + 1) = 0.005."""
 
 
+DEFAULT_ALPHA = 1.0
+"""E-Divisive's exponent on distances, in (0, 2): 1 (the paper's and Otava's default)
+compares whole distributions, not only their means."""
+
 TIE_TOLERANCE = 1e-9
-"""Relative: a shuffle's gain this close to the observed one is a tie (floating point)."""
+"""Relative: a shuffle's Q̂ this close to the observed one is a tie (floating point)."""
 
 
 @dataclass(frozen=True)
@@ -61,82 +68,152 @@ class Split:
         return self.median_after / self.median_before if self.median_before else None
 
 
-def _gain(
-    signal: np.ndarray, min_points: int, gamma: float, n_bkps: int = 1
-) -> tuple[list[int], float]:
-    """The best split of ``signal`` into ``n_bkps + 1`` segments (the index of each new
-    segment's first point) and the cost it removes, by ruptures' exact kernel search."""
-    try:
-        import ruptures as rpt
-    except ImportError as e:
-        raise UsageError(
-            f"change points need the ruptures package, which is not installed here ({e})",
-            hint="pip install 'edgequal[host]' (ruptures has no release for Python 3.14 yet)",
-        ) from e
-    algo = rpt.KernelCPD(kernel="rbf", min_size=min_points, params={"gamma": gamma})
-    algo.fit(signal.reshape(-1, 1))
-    bkps = algo.predict(n_bkps=n_bkps)
-    whole = algo.cost.error(0, signal.size)
-    return [int(b) for b in bkps[:-1]], float(whole - algo.cost.sum_of_costs(bkps))
+def q_hat(x, y, alpha: float = DEFAULT_ALPHA) -> float:
+    """Q̂(X, Y; α) of Matteson & James (2014), eq. 4 and 5, written out as published (two
+    or more points each side): the reference :func:`best_split` is tested against."""
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    n, m = x.size, y.size
+    between = np.sum(np.abs(x[:, None] - y[None, :]) ** alpha) * 2.0 / (n * m)
+    within_x = np.sum(np.triu(np.abs(x[:, None] - x[None, :]) ** alpha, 1)) / (n * (n - 1) / 2)
+    within_y = np.sum(np.triu(np.abs(y[:, None] - y[None, :]) ** alpha, 1)) / (m * (m - 1) / 2)
+    return float(n * m / (n + m) * (between - within_x - within_y))
 
 
-def _gamma(values: np.ndarray) -> float | None:
-    """The Gaussian kernel's 1 / median squared distance (None when all values are equal)."""
-    d = (values[:, None] - values[None, :]) ** 2
-    d = d[np.triu_indices(values.size, 1)]
-    d = d[d > 0]
-    return 1.0 / float(np.median(d)) if d.size else None
+def _q_grids(z: np.ndarray, min_points: int, alpha: float) -> np.ndarray:
+    """Q̂ of every split of each row of ``z`` (R × T): entry [r, τ, κ] is
+    Q̂(z[r, :τ], z[r, τ:κ]); -inf where X or Y would hold fewer than ``min_points`` (or
+    fewer than 2) points. O(T²) a row from one prefix sum of the distance matrix's upper
+    triangle: P[r, c] = Σ_{i<r, k<c, i<k} |zᵢ − zₖ|^α."""
+    rows, t = z.shape
+    d = np.abs(z[:, :, None] - z[:, None, :])
+    if alpha != 1.0:
+        d **= alpha
+    upper, a, b, c, invalid = _grid_constants(t, max(min_points, 2))
+    d *= upper
+    p = np.zeros((rows, t + 1, t + 1))
+    np.cumsum(d, axis=1, out=p[:, 1:, 1:])
+    np.cumsum(p[:, 1:, 1:], axis=2, out=p[:, 1:, 1:])
+    diag = np.diagonal(p, axis1=1, axis2=2)[:, :, None]  # P[τ, τ]: Σ_{i<k<τ}, X's sum
+    # Σ_{i<τ≤j<κ} = P[τ, κ] − P[τ, τ]; Σ_{τ≤j<k<κ} = P[κ, κ] − P[τ, κ]
+    q = a * (p - diag) - b * diag - c * (np.swapaxes(diag, 1, 2) - p)
+    q += invalid
+    return q
 
 
-def _split_segment(
-    values: np.ndarray,
-    lo: int,
-    hi: int,
-    p_value: float,
-    min_points: int,
-    permutations: int,
-    rng: np.random.Generator,
-    found: list[tuple[int, float]],
-) -> None:
-    seg = values[lo:hi]
-    if seg.size < 2 * min_points:
-        return
-    gamma = _gamma(seg)
-    if gamma is None:
-        return
-    # One split first; where none is significant, two at once: a step up and back down
-    # (a bad week) hides from every single split, whose sides each mix both levels.
-    for n_bkps in (1, 2):
-        if seg.size < (n_bkps + 1) * min_points:
-            return
-        indices, gain = _gain(seg, min_points, gamma, n_bkps)
-        p = _permutation_p(seg, gain, min_points, gamma, n_bkps, p_value, permutations, rng)
-        if p is not None:
-            break
-    else:
-        return
-    bounds = [lo] + [lo + i for i in indices] + [hi]
-    found.extend((b, p) for b in bounds[1:-1])
-    for a, b in zip(bounds[:-1], bounds[1:]):
-        _split_segment(values, a, b, p_value, min_points, permutations, rng, found)
+@functools.lru_cache(maxsize=64)
+def _grid_constants(t: int, low: int):
+    """For a segment of ``t`` points: the strict upper-triangle mask, Q̂'s weights on the
+    three sums at every (τ, κ), and 0 / -inf where X or Y has fewer than ``low`` points."""
+    n = np.arange(t + 1, dtype=np.float64)[:, None]
+    m = np.arange(t + 1, dtype=np.float64)[None, :] - n
+    ok = (n >= low) & (m >= low)
+    n, m = np.where(ok, n, 2.0), np.where(ok, m, 2.0)
+    upper = np.triu(np.ones((t, t)), 1)
+    invalid = np.where(ok, 0.0, -np.inf)
+    return (
+        upper,
+        2.0 / (n + m),
+        2.0 * m / ((n + m) * (n - 1)),
+        2.0 * n / ((n + m) * (m - 1)),
+        invalid,
+    )
 
 
-def _permutation_p(seg, gain, min_points, gamma, n_bkps, p_value, permutations, rng):
-    """The permutation p-value of ``gain`` (the best split's, searched again on each
-    shuffle), or None as soon as it cannot be at most ``p_value``."""
+def _q_grid(z: np.ndarray, min_points: int, alpha: float) -> np.ndarray:
+    """:func:`_q_grids` of one segment: entry [τ, κ] is Q̂(z[:τ], z[τ:κ])."""
+    return _q_grids(np.asarray(z, dtype=np.float64)[None, :], min_points, alpha)[0]
+
+
+_GRID_ELEMENTS = 1 << 21
+"""Most Q̂ entries computed at once (R × (T + 1)²): about 16 MiB a temporary array."""
+
+
+def _best_q_rows(z: np.ndarray, min_points: int, alpha: float) -> np.ndarray:
+    """The best Q̂ of each row of ``z`` (R × T), in chunks of rows that fit memory."""
+    per_row = (z.shape[1] + 1) ** 2
+    step = max(1, _GRID_ELEMENTS // per_row)
+    return np.concatenate(
+        [
+            _q_grids(z[i : i + step], min_points, alpha).reshape(len(z[i : i + step]), -1).max(1)
+            for i in range(0, len(z), step)
+        ]
+    )
+
+
+def best_split(z, min_points: int = DEFAULT_MIN_POINTS, alpha: float = DEFAULT_ALPHA):
+    """E-Divisive's best split of one segment: ``(τ̂, κ̂, Q̂)`` maximising Q̂(z[:τ], z[τ:κ])
+    with at least ``min_points`` points either side, or None when the segment is too short.
+    τ̂ is the index of the first point after the change."""
+    z = np.asarray(z, dtype=np.float64)
+    if z.size < 2 * max(min_points, 2):
+        return None
+    q = _q_grid(z, min_points, alpha)
+    tau, kappa = np.unravel_index(int(np.argmax(q)), q.shape)
+    return int(tau), int(kappa), float(q[tau, kappa])
+
+
+def _best_over(x: np.ndarray, bounds: list[int], min_points: int, alpha: float):
+    """The best split over every segment between ``bounds``: (index, Q̂), or None."""
+    best = None
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        found = best_split(x[lo:hi], min_points, alpha)
+        if found is not None and (best is None or found[2] > best[1]):
+            best = (lo + found[0], found[2])
+    return best
+
+
+def _permutation_p(x, bounds, observed, min_points, alpha, p_value, permutations, rng):
+    """The permutation p-value of the best Q̂ ``observed`` (each segment shuffled within
+    itself, the best split searched again), or None as soon as it cannot be at most
+    ``p_value``. Shuffles go in growing batches (8, 32, 128...), each searched at once;
+    shuffling stops after the batch where the p-value was lost."""
     limit = int(p_value * (permutations + 1))
-    beaten = 0
-    # A shuffle that splits the same values apart computes the same gain summed in another
-    # order, a few units in the last place lower or higher: a tie, and it counts. (Without
-    # the tolerance 3 runs against 3, whose 2 in 20 orders split as well, gave p 0.03.)
-    at_least = gain - TIE_TOLERANCE * max(abs(gain), 1e-300)
-    for _ in range(permutations):
-        if _gain(rng.permutation(seg), min_points, gamma, n_bkps)[1] >= at_least:
-            beaten += 1
-            if beaten > limit:
-                return None  # cannot be significant any more: stop shuffling
+    beaten = done = 0
+    # A shuffle that splits the same values apart computes the same Q̂ summed in another
+    # order, a few units in the last place lower or higher: a tie, and it counts.
+    at_least = observed - TIE_TOLERANCE * max(abs(observed), 1e-300)
+    batch = 8
+    while done < permutations:
+        r = min(batch, permutations - done)
+        best = np.full(r, -np.inf)
+        for lo, hi in zip(bounds[:-1], bounds[1:]):
+            if hi - lo >= 2 * max(min_points, 2):
+                shuffled = rng.permuted(np.tile(x[lo:hi], (r, 1)), axis=1)
+                best = np.maximum(best, _best_q_rows(shuffled, min_points, alpha))
+        beaten += int(np.count_nonzero(best >= at_least))
+        done += r
+        if beaten > limit:
+            return None
+        batch *= 4
     p = (beaten + 1) / (permutations + 1)
     return p if p <= p_value else None
+
+
+def e_divisive(
+    values,
+    *,
+    p_value: float = DEFAULT_P_VALUE,
+    min_points: int = DEFAULT_MIN_POINTS,
+    permutations: int = DEFAULT_PERMUTATIONS,
+    alpha: float = DEFAULT_ALPHA,
+    seed: int = 0,
+) -> list[tuple[int, float]]:
+    """E-Divisive's significant change points of ``values``: (index, p-value), in order
+    (no minimum effect applied). Same values and seed, same answer."""
+    x = np.asarray(values, dtype=np.float64).ravel()
+    rng = np.random.default_rng(seed)
+    found: list[tuple[int, float]] = []
+    while True:
+        bounds = [0, *sorted(i for i, _ in found), x.size]
+        best = _best_over(x, bounds, min_points, alpha)
+        if best is None or not best[1] > 0:
+            break
+        p = _permutation_p(x, bounds, best[1], min_points, alpha, p_value, permutations, rng)
+        if p is None:
+            break
+        found.append((best[0], p))
+    return sorted(found)
 
 
 def change_points(
@@ -147,6 +224,7 @@ def change_points(
     min_points: int = DEFAULT_MIN_POINTS,
     permutations: int = DEFAULT_PERMUTATIONS,
     seed: int = 0,
+    alpha: float = DEFAULT_ALPHA,
 ) -> list[Split]:
     """The significant changes of ``values`` (in order), each beyond ``min_effect``.
 
@@ -157,15 +235,19 @@ def change_points(
         raise UsageError(f"p_value must be strictly between 0 and 1, got {p_value}")
     if min_points < 1 or permutations < 1 or min_effect < 0:
         raise UsageError("min_points and permutations must be at least 1, min_effect at least 0")
+    if not 0.0 < alpha < 2.0:
+        raise UsageError(f"alpha must be strictly between 0 and 2, got {alpha}")
     x = np.asarray(values, dtype=np.float64).ravel()
     if not np.all(np.isfinite(x)):
         raise UsageError("a series for change points holds a value that is not finite")
-    found: list[tuple[int, float]] = []
-    _split_segment(
-        x, 0, x.size, p_value, min_points, permutations, np.random.default_rng(seed), found
+    kept = e_divisive(
+        x,
+        p_value=p_value,
+        min_points=min_points,
+        permutations=permutations,
+        alpha=alpha,
+        seed=seed,
     )
-    found.sort()
-    kept = [(i, p) for i, p in found]
     # Drop changes too small to matter, then re-measure their neighbours' medians (a
     # dropped point merges two segments), until every kept change is beyond the effect.
     while True:

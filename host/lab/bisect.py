@@ -29,7 +29,7 @@ from ..errors import HostError, UsageError
 from ..judge.run_figures import segment_figures
 from ..judge.runtime_envs import drift_between, env_entry, env_pair, env_shape
 from ..judge.verdict import DIFFERENT, SAME, UNKNOWN, decide
-from .changes import operators_text, profile_diff
+from .operator_diff import operators_text, profile_diff
 
 METRICS = ("p50", "drift")
 """What makes a version bad: a slower (or faster) clean p50 than the good version's, DIFFERENT

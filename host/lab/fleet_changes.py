@@ -53,7 +53,7 @@ def new_changes(found: list, before: list, window: int) -> list:
 
 def fleet_changes(history, devices: set[str], fleet_run: str, settings: ChangeSettings):
     """(the analysis of ``devices``' history, the changes new with ``fleet_run``)."""
-    from .changes import fleet_run_of
+    from .series import fleet_run_of
 
     rows = [r for r in history.runs() if r["device"] in devices]
     found = find_changes(rows, settings)
@@ -139,7 +139,7 @@ def _label(value: str) -> str:
 
 def changes_metrics(found: ChangeReport, new: list) -> str:
     """OpenMetrics text: ``edgequal_change_detected`` per series × figure (1: a new change)."""
-    from .changes import figures_of
+    from .series import figures_of
 
     flagged = {(c.device, c.model, c.preset or "", c.figure) for c in new}
     lines = [

@@ -116,7 +116,7 @@ class CellJudge:
         if history is None:
             return None
         from ..judge.report_file import decoded_report, read_report_bytes
-        from .noise import noise_for_report, noise_spread
+        from .board_noise import noise_for_report, noise_spread
 
         report = decoded_report(read_report_bytes(path), path, "verified by the gate")
         if report is None or not report.subjects:

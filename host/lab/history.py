@@ -49,7 +49,7 @@ from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError, OperationalError, SQLAlchemyError
 
 from ..errors import HostError, UsageError
-from .changes import repeated_spread
+from .series import repeated_spread
 
 SCHEMA_VERSION = 3
 _MIGRATION_LOCK_KEY = 0x6564_6765_7175_616C  # "edgequal", a PostgreSQL advisory lock key
@@ -536,7 +536,7 @@ class History:
     ) -> list[dict]:
         """Every recorded run matching ``device``/``model`` measured at or after ``since``,
         oldest first, with its envelope (of a fleet cell, the last attempt): what the
-        change-point analysis (``lab/changes.py``) reads."""
+        change-point analysis (``lab/series.py``, ``lab/changes.py``) reads."""
         rows = self._query(device, model, None, newest_first=False, since=since, envelopes=True)
         for row in rows:
             row["envelope"] = bytes(row["envelope"])
@@ -552,7 +552,7 @@ class History:
     ) -> dict[tuple[str, str], list[dict]]:
         """Every series matching ``device``/``model`` (both optional), keyed ``(device,
         series name)``, in name order: the series ``history changes`` follows, named as it
-        names them (``lab/changes.py``: the models.toml name, else the file name), each
+        names them (``lab/series.py``: the models.toml name, else the file name), each
         oldest first, its last ``limit`` runs, changes marked as :meth:`trend` marks them."""
         series: dict[tuple[str, str], list[dict]] = {}
         for r in self._query(device, model, None, newest_first=False):
@@ -623,9 +623,9 @@ class History:
 
 def series_gap(row: Mapping) -> str | None:
     """The status of a run that is not a point of its series (failed, inconclusive,
-    incomplete: ``changes.GAP_STATUSES``), or None for a point: what ``history list``,
+    incomplete: ``series.GAP_STATUSES``), or None for a point: what ``history list``,
     ``trend`` and their JSON show in place of its figures."""
-    from .changes import GAP_STATUSES
+    from .series import GAP_STATUSES
 
     return row["status"] if row.get("status") in GAP_STATUSES else None
 
@@ -637,7 +637,7 @@ def nights_not_run(
     in: the fleet runs among ``rows`` (``History.list``), each at its first run's time,
     from the pair's first run on, in which the pair's model ran on another board (a model
     the lab stopped running leaves no gap; a board left out of a night does)."""
-    from .changes import fleet_run_of
+    from .series import fleet_run_of
 
     night_at: dict[str, dt.datetime] = {}
     models_in: dict[str, set[str]] = {}

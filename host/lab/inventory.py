@@ -142,6 +142,9 @@ class Lab:
     devices: tuple[LabDevice, ...]
     history_url: SecretRef | None = None
     lease_ttl_s: float = 120.0
+    keep_samples_days: float | None = None
+    """``[lab] keep_samples_days``: raw samples of runs older than this are dropped from the
+    history, their figures kept (``history drop-samples``, host/lab/retention.py)."""
     labgrid: LabgridSettings | None = None
     changes: dict = field(default_factory=dict)
     """The ``[changes]`` table: change-point sensitivity (``host/lab/changes.py`` checks it)."""
@@ -319,7 +322,7 @@ def _secret(src, table, data, env_key, file_key) -> SecretRef | None:
 
 # -- the lab file ----------------------------------------------------------------
 
-_LAB_KEYS = ["name", "history_url_env", "history_url_file", "lease_ttl_s"]
+_LAB_KEYS = ["name", "history_url_env", "history_url_file", "lease_ttl_s", "keep_samples_days"]
 _DEVICE_KEYS = [
     "address",
     "profile",
@@ -419,6 +422,7 @@ def load_lab(path: str | Path) -> Lab:
         devices=tuple(_device(src, n, d) for n, d in (devices or {}).items()),
         history_url=_secret(src, ("lab",), lab, "history_url_env", "history_url_file"),
         lease_ttl_s=float(ttl),
+        keep_samples_days=_keep_days(src, lab.get("keep_samples_days")),
         labgrid=labgrid,
         changes=_changes_table(src, data.get("changes", {})),
     )
@@ -457,6 +461,15 @@ def _labgrid(src: _Source, data: Any) -> LabgridSettings:
         tags=tuple(tags),
         token=_secret(src, table, data, "token_env", "token_file"),
     )
+
+
+def _keep_days(src: _Source, value: Any) -> float | None:
+    """``[lab] keep_samples_days``: a number of days, at least 1 (absent: keep every sample)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 1:
+        raise src.error(("lab",), "keep_samples_days", "must be a number of days, at least 1")
+    return float(value)
 
 
 def _changes_table(src: _Source, table: Any) -> dict:

@@ -1,7 +1,7 @@
 """How noisy a board is for a model: the run-to-run spread of its clean p50, from history
-(each series' score is ``changes.series_noise``).
+(:func:`series_noise`).
 
-A board's **noise score** for one model (one series of ``host/lab/changes.py``) is the
+A board's **noise score** for one model (one series of ``host/lab/series.py``) is the
 coefficient of variation of the clean p50 of its first input shape, pooled within the
 stretches the series' change points of that figure cut it into (a real change is not
 noise; every stretch's runs count), with a 95 % percentile-bootstrap interval (seeded). A board is **too noisy** for a
@@ -10,87 +10,110 @@ spread would pass for a change of that size, so a change of that size cannot be 
 noise there ("pi5-c is too noisy for a 10 % limit: CV 6.1 %").
 
 ``history changes`` lists every series' score; ``fleet run --skip-noisy`` leaves a board
-out of the run when it is too noisy for any model the run would measure on it.
+out of the run when it is too noisy for any model the run would measure on it
+(``board_noise.py``: a board's scores read from its history).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import asdict, dataclass
 
-if TYPE_CHECKING:
-    from ..judge.verdict import Spread
-    from .changes import NoiseScore
+import numpy as np
+
+from .series import figures_of
 
 NOISY_PREFIX = "too noisy: "
 """How an ``unhealthy`` reason from ``fleet run --skip-noisy`` begins."""
 
 
-def noisy_boards(rows, devices, models, settings) -> dict[str, str]:
-    """Of ``devices``, those too noisy for a model of ``models`` (names in the lab's models
-    file): name → the message. ``rows``: the history's runs (``History.runs``)."""
-    from .changes import find_changes
-
-    rows = [r for r in rows if r["device"] in devices]
-    report = find_changes(rows, settings)
-    out: dict[str, str] = {}
-
-    for score in report.noise:
-        if score.too_noisy and score.model in models:
-            out.setdefault(
-                score.device,
-                f"{NOISY_PREFIX}{score.message()}; left out by --skip-noisy until it is quieter",
-            )
-    return out
+MIN_RUNS = 5
+"""Fewest runs for a score: a CV of fewer says nothing."""
+SPREAD_FACTOR = 3.0
+"""Too noisy when CV × this exceeds the minimum effect."""
 
 
-def noise_for_report(
-    history, device: str, model_sha256: str, preset: str | None, min_effect: float
-) -> NoiseScore | None:
-    """The noise score of the series a gated report belongs to (its board, its model by
-    digest, its preset) from ``history``, judged against ``min_effect`` (the policy's
-    baseline minimum effect); None without enough recorded runs."""
-    from .changes import ChangeSettings, find_changes
+@dataclass(frozen=True)
+class NoiseScore:
+    """One board × model × preset: the CV of its clean p50, its interval, and the verdict."""
 
-    rows = [
-        r
-        for r in history.runs(device=device, model=model_sha256)
-        if (r.get("preset") or None) == (preset or None)
-    ]
-    if not rows:
-        return None
-    # The stretches come from the default sensitivity (real changes); the spread within them
-    # is judged against the policy's limit. A 0.1 % limit finding its own "changes" would cut
-    # the series at every wobble and leave too few runs in each stretch to score.
-    scores = find_changes(rows, ChangeSettings(), noise_min_effect=min_effect).noise
-    return scores[0] if scores else None
+    device: str
+    model: str
+    preset: str | None
+    figure: str
+    cv: float
+    cv_ci: tuple[float, float]
+    runs: int
+    min_effect: float
+    too_noisy: bool
+    segments: int = 1
+    """How many stretches between changes of the figure the runs came from."""
 
-
-def noise_spread(score: NoiseScore | None) -> Spread | None:
-    """The run-to-run spread a verdict assumes from a noise score (source ``history``): its
-    CV, with the degrees of freedom of its runs less one per stretch; None without one."""
-    from ..judge.verdict import HISTORY, Spread
-
-    if score is None:
-        return None
-    return Spread.from_cv(score.cv, max(score.runs - score.segments, 1), HISTORY)
-
-
-def history_spread(url: str, report, min_effect: float) -> tuple[NoiseScore | None, Spread | None]:
-    """``--history URL``: the noise score of a verified report's board × model × preset, and
-    the spread it gives a verdict; (None, None) without enough recorded runs."""
-    from .history import History
-
-    if not report.verified or not report.subjects:
-        return None, None
-    history = History.open(url)
-    try:
-        score = noise_for_report(
-            history,
-            report.device_name,
-            report.subjects[0]["sha256"],
-            (report.predicate.get("plan") or {}).get("preset"),
-            min_effect,
+    def message(self) -> str:
+        """'pi5-c is too noisy for a 10 % limit: CV 6.1 %' (or fine for it)."""
+        verdict = "too noisy" if self.too_noisy else "quiet enough"
+        return (
+            f"{self.device} is {verdict} for a {self.min_effect * 100:g} % limit: CV {self.cv:.1%} "
+            f"(95 % CI {self.cv_ci[0]:.1%}–{self.cv_ci[1]:.1%}, {self.runs} runs of {self.model}"
+            + (f" in {self.segments} stretches between changes)" if self.segments > 1 else ")")
         )
-    finally:
-        history.close()
-    return score, noise_spread(score)
+
+    def to_json(self) -> dict:
+        """JSON-ready fields, with the message."""
+        return {**asdict(self), "cv_ci": list(self.cv_ci), "message": self.message()}
+
+
+def pooled_cv_with_interval(
+    segments, *, iterations: int = 2000, seed: int = 0
+) -> tuple[float, tuple[float, float]]:
+    """The pooled within-segment CV of ``segments`` (each a run of values with its own
+    level) and its 95 % percentile-bootstrap interval: each value taken relative to its
+    segment's mean, ``sqrt(Σ (x / mean − 1)² / (n − k))`` over the n values of the k
+    segments (one degree of freedom spent on each mean). One segment: the sample CV."""
+    rel = np.concatenate([np.asarray(x, dtype=np.float64) / np.mean(x) - 1.0 for x in segments])
+    dof = rel.size - len(segments)
+    cv = float(np.sqrt(np.sum(rel**2) / dof))
+    rng = np.random.default_rng(seed)
+    boot = rel[rng.integers(0, rel.size, size=(iterations, rel.size))]
+    cvs = np.sqrt(np.sum(boot**2, axis=1) / dof)
+    lo, hi = np.quantile(cvs, [0.025, 0.975])
+    return cv, (float(lo), float(hi))
+
+
+def series_noise(series, changes, min_effect: float) -> NoiseScore | None:
+    """The noise score of one :class:`~.series.Series` given its changes: the spread of its
+    clean p50 within the segments its changes of that figure cut it into (a real change is
+    not noise, and every segment's runs count), over the segments of at least two runs;
+    None with fewer than :data:`MIN_RUNS` such runs."""
+    p50 = None
+    values: list[tuple[int, float]] = []
+    for i, point in enumerate(series.points):
+        for fig, value in figures_of(point.report.predicate).items():
+            if fig.kind == "latency" and (p50 is None or fig == p50):
+                p50 = fig
+                values.append((i, value))
+                break
+    if p50 is None:
+        return None
+    cuts = sorted({c.index for c in changes if c.figure == p50.name and c.device == series.device})
+    bounds = [0, *cuts, len(series.points)]
+    segments = [
+        kept
+        for lo, hi in zip(bounds, bounds[1:])
+        if len(kept := [v for i, v in values if lo <= i < hi]) >= 2 and np.mean(kept) > 0
+    ]
+    runs = sum(len(x) for x in segments)
+    if runs < MIN_RUNS:
+        return None
+    cv, ci = pooled_cv_with_interval(segments)
+    return NoiseScore(
+        device=series.device,
+        model=series.model,
+        preset=series.preset,
+        figure=p50.name,
+        cv=cv,
+        cv_ci=ci,
+        runs=runs,
+        segments=len(segments),
+        min_effect=min_effect,
+        too_noisy=cv * SPREAD_FACTOR > min_effect,
+    )

@@ -133,8 +133,8 @@ def measure(runs: int) -> list[dict]:
 
 
 def _series(runs: list[dict]):
-    """A ``changes.Series`` of ``runs`` (each a predicate) as nightly points."""
-    from edgequal.host.lab.changes import Point, Series
+    """A ``series.Series`` of ``runs`` (each a predicate) as nightly points."""
+    from edgequal.host.lab.series import Point, Series
 
     s = Series("bench", "mid", "quick")
     start = dt.datetime(2026, 11, 1, 2, 0)

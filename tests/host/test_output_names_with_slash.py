@@ -138,6 +138,6 @@ def test_qualify_export_and_history_keep_the_name(cls_golden, tmp_path, short_pl
     assert exported == (names if p["status"] in ("passed", "degraded") else []), exported
     db = f"sqlite:///{tmp_path / 'h.sqlite'}"
     assert main(["history", "record", str(report), "--db", db]) == 0
-    from edgequal.host.lab.changes import Figure, figures_of
+    from edgequal.host.lab.series import Figure, figures_of
 
     assert Figure(f"drift {OUT}", "", "drift") in figures_of(p)

@@ -118,8 +118,8 @@ def thermal(tmp_path_factory, local_agents, test_helper):
             agent.stop()
     assert set(codes) <= {0, 1}, codes  # every night ran (1: a gate or a change failed it)
     # Each night's fleet run as the history names it (LAB/UTC-START-ID): in night order.
-    from edgequal.host.lab.changes import fleet_run_of
     from edgequal.host.lab.history import History
+    from edgequal.host.lab.series import fleet_run_of
 
     history = History.open(url)
     fleet_runs = sorted({fleet_run_of(r.get("cell")) for r in history.runs()})

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from edgequal.cli.main import main as edgequal_main
-from edgequal.host.lab.changes import MIN_RUNS
+from edgequal.host.lab.noise import MIN_RUNS
 
 NIGHTS = 20
 CHANGE_NIGHT = 14
@@ -392,8 +392,9 @@ def test_false_positive_rate_on_real_unchanged_nights(nightly):
     (40 seeded orders: exchangeable, so any change found is a false positive) with the
     default sensitivity: the rate docs/history.md states."""
     from edgequal.host.judge.change_points import change_points
-    from edgequal.host.lab.changes import DEFAULT_MIN_EFFECT, build_series, figures_of
+    from edgequal.host.lab.changes import DEFAULT_MIN_EFFECT
     from edgequal.host.lab.history import History
+    from edgequal.host.lab.series import build_series, figures_of
 
     history = History.open(nightly["url"])
     (steady,) = [s for s in build_series(history.runs(device="dev-0", model="steady"))]

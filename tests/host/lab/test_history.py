@@ -485,7 +485,7 @@ def test_repeated_runs_are_one_point_with_their_spread(
     change detection follows) are the three runs' medians, beside how many runs and their
     CV; ``history list`` and ``trend`` show the spread next to the figure."""
     from edgequal.host.judge.report_file import load_report
-    from edgequal.host.lab.changes import Figure, figures_of
+    from edgequal.host.lab.series import Figure, figures_of
 
     report = tmp_path / "r.report.json"
     argv = ["qualify", str(example_models["micro"]), *short_plan, "--repeat", "3"]

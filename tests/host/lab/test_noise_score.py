@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from edgequal.host.lab.change_causes import machine_evidence
-from edgequal.host.lab.changes import Change, ChangeSettings, pooled_cv_with_interval
+from edgequal.host.lab.changes import Change, ChangeSettings
+from edgequal.host.lab.noise import pooled_cv_with_interval
 
 
 def test_the_spread_is_pooled_within_stretches_not_across_a_change():
@@ -125,8 +126,8 @@ def test_a_shuffle_that_splits_the_same_values_apart_is_a_tie():
 
 def test_a_noise_score_is_the_spread_a_verdict_assumes_with_its_degrees_of_freedom():
     from edgequal.host.judge.verdict import DIFFERENT, HISTORY, decide
-    from edgequal.host.lab.changes import NoiseScore
-    from edgequal.host.lab.noise import noise_spread
+    from edgequal.host.lab.board_noise import noise_spread
+    from edgequal.host.lab.noise import NoiseScore
 
     score = NoiseScore(
         device="pi5-a", model="det", preset="quick", figure="p50 x", cv=0.02,

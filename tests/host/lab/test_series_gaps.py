@@ -50,8 +50,8 @@ def test_a_failed_inconclusive_or_incomplete_run_is_a_gap_of_its_status(gappy, c
     assert found["gaps"] == 3
     assert found["gaps_by_status"] == {"failed": 1, "inconclusive": 1, "incomplete": 1}
     # No point of the series is a gap's figure: the points are the passed nights' p50s.
-    from edgequal.host.lab.changes import build_series, figures_of
     from edgequal.host.lab.history import History
+    from edgequal.host.lab.series import build_series, figures_of
 
     history = History.open(gappy["db"])
     (s,) = build_series(history.runs(device="pi-a"))

@@ -282,7 +282,7 @@ def test_summary_page_and_ml_bom_carry_accuracy_with_its_interval(runs, local, t
 
 
 def test_history_follows_the_device_s_top_1(runs):
-    from edgequal.host.lab.changes import figures_of
+    from edgequal.host.lab.series import figures_of
 
     def top1(name: str) -> float:
         figures = figures_of(_predicate(runs["reports"][name]))

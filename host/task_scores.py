@@ -178,6 +178,19 @@ def score_task(labelled: dict) -> dict:
     return out
 
 
+def device_headline(labelled: dict) -> tuple[str, float] | None:
+    """The device's headline figure of a detection, segmentation or vad ``drift.labelled``,
+    without its interval: (metric, value in 0–1), the figure a history series follows; None
+    without cases."""
+    task, rows = labelled.get("task"), labelled.get("cases") or []
+    if task not in HEADLINE or not rows:
+        return None
+    headline = HEADLINE[task]
+    scorer, vectorised = _side_scores(task, rows, "device", labelled.get("layout") or {})
+    value = scorer(np.ones(len(rows))) if vectorised else scorer()[headline]
+    return headline, float(value)
+
+
 def reference_score(labelled: dict) -> dict:
     """The reference's own scores (no interval) for the golden set's manifest: ``cases`` and
     each metric in percent, rounded to 0.01 (``labels.reference``)."""

@@ -120,9 +120,13 @@ def runs(tmp_path_factory, test_helper):
     return {"reports": reports, "goldens": goldens, "public_key": raw, "boxes": boxes}
 
 
-def _results(path) -> dict:
+def _predicate(path) -> dict:
     envelope = json.loads(path.read_bytes())
-    return json.loads(base64.b64decode(envelope["payload"]))["predicate"]["results"]
+    return json.loads(base64.b64decode(envelope["payload"]))["predicate"]
+
+
+def _results(path) -> dict:
+    return _predicate(path)["results"]
 
 
 def test_the_golden_sets_record_the_labels_and_the_reference_score(runs):
@@ -154,6 +158,21 @@ def test_the_headline_metrics_and_their_paired_intervals(runs):
         assert paired["drop_ci_points"][0] <= paired["drop_points"] <= paired["drop_ci_points"][1]
     assert scores["segmentation"]["device"]["mean_iou"]["value"] == 1.0
     assert scores["vad"]["paired"]["drop_points"] == 0
+    # History follows each task's headline on the device, the figure the gate judges.
+    from edgequal.host.lab.series import figures_of
+
+    for name, figure in (
+        ("detection_shifted", "accuracy mAP@0.5:0.95"),
+        ("segmentation_dim", "accuracy mean IoU"),
+        ("vad_late", "accuracy VAD frame F1"),
+    ):
+        headline = {
+            f.name: (f, v) for f, v in figures_of(_predicate(runs["reports"][name])).items()
+        }
+        f, value = headline[figure]
+        metric = scores[name]["headline"]
+        assert (f.kind, f.better) == ("accuracy", "higher")
+        assert value == pytest.approx(100 * scores[name]["device"][metric]["value"])
 
 
 def test_the_gate_fails_the_planted_faults_and_passes_the_unchanged_models(runs, tmp_path, capsys):

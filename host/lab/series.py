@@ -121,6 +121,13 @@ def figures_of(predicate: Mapping) -> dict[Figure, float]:
         rows = labelled["cases"]
         top1 = sum(1 for r in rows if r.get("device", [])[:1] == [r.get("label")])
         out[Figure("accuracy top-1", "%", "accuracy", "higher")] = 100 * top1 / len(rows)
+    elif labelled.get("cases"):  # detection mAP, mean IoU, VAD frame F1: in percent
+        from ..task_scores import NAMES, device_headline
+
+        headline = device_headline(labelled)
+        if headline is not None:
+            name, value = headline
+            out[Figure(f"accuracy {NAMES[name]}", "%", "accuracy", "higher")] = 100 * value
     rss = finite_number(value_at(results, "memory", "peak_rss_bytes"))
     out[Figure("peak memory", "MB", "memory")] = None if rss is None else rss / _MB
     out.update(runtime_env_figures(results))

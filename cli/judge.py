@@ -164,7 +164,7 @@ def cmd_key(args) -> int:
 
 def _board_noise(args, min_effect: float, report_path=None):
     """``--history URL``: the noise score of the report's board × model × preset and the
-    spread it gives the verdicts (host/lab/noise.py)."""
+    spread it gives the verdicts (host/lab/board_noise.py)."""
     from ..host.devices.trust import KnownDevices
     from ..host.judge.report_file import load_report
     from ..host.lab.board_noise import history_spread

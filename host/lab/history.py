@@ -49,6 +49,7 @@ from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError, OperationalError, SQLAlchemyError
 
 from ..errors import HostError, UsageError
+from .history_sqlite import sqlite_pragmas
 from .series import repeated_spread
 
 SCHEMA_VERSION = 3
@@ -367,7 +368,7 @@ class History:
         except (ArgumentError, ImportError) as e:
             raise UsageError(f"cannot use database {parsed.render_as_string()}: {e}") from e
         if parsed.get_backend_name() == "sqlite":
-            event.listen(engine, "connect", _sqlite_pragmas)
+            event.listen(engine, "connect", sqlite_pragmas)
         try:
             return cls(engine)
         except OperationalError as e:
@@ -689,29 +690,3 @@ def _model_matches(model: str):
         | (reports.c.model_name.like(f"{model}.%"))
         | (reports.c.model_sha256 == model)
     )
-
-
-SQLITE_WAIT_S = 60.0
-"""How long a connection waits for another's lock on an SQLite history."""
-
-
-def _sqlite_pragmas(dbapi_conn, _record) -> None:
-    import sqlite3
-    import time
-
-    cur = dbapi_conn.cursor()
-    cur.execute(f"PRAGMA busy_timeout={int(SQLITE_WAIT_S * 1000)}")
-    # WAL: readers never block the writer; several runners on one host may write. Turning
-    # a new database to WAL takes its exclusive lock, and SQLite answers "database is
-    # locked" at once, without its busy handler, while another connection turns it too
-    # (two first fleet runs at once): wait for it here, as long as for any other lock.
-    deadline = time.monotonic() + SQLITE_WAIT_S
-    while True:
-        try:
-            cur.execute("PRAGMA journal_mode=WAL")
-            break
-        except sqlite3.OperationalError as e:
-            if "locked" not in str(e) or time.monotonic() > deadline:
-                raise
-            time.sleep(0.02)
-    cur.close()

@@ -645,7 +645,8 @@ def test_fleet_run_against_a_baseline_repeats_an_unknown_verdict_in_pairs(
     assert index["runs"][0]["baseline_verdict"] == "UNKNOWN"
     # The default test levels: the one-run verdict is still UNKNOWN (one run a side proves
     # nothing), so pairs run, and their own spread decides twice the layers: DIFFERENT and
-    # slower, a failed gate, at the sixth pair (the first whose runs' split can reach it).
+    # slower, a failed gate, from the sixth pair (the first whose runs' split can reach it;
+    # the seventh when a neighbour's burst made one pair overlap, as on a busy CI machine).
     decisive = tmp_path / "decisive.toml"
     decisive.write_text(
         undecidable.read_text().split("[baseline]")[0] + "[baseline]\nmin_effect = 0.2\n"
@@ -657,10 +658,10 @@ def test_fleet_run_against_a_baseline_repeats_an_unknown_verdict_in_pairs(
         "night-3",
         policy_path=decisive,
         baseline_dir=tmp_path / "night-1",
-        repeat_pairs=6,
+        repeat_pairs=7,
     ).runs
-    assert (run.baseline_verdict, run.gate_passed) == ("DIFFERENT", False)
-    assert run.repeat_pairs == 6 and "a regression" in run.gate_summary
+    assert (run.baseline_verdict, run.gate_passed) == ("DIFFERENT", False), run.gate_summary
+    assert run.repeat_pairs in (6, 7) and "a regression" in run.gate_summary
     assert (tmp_path / "night-3" / "repeats").is_dir()
 
 

@@ -152,3 +152,34 @@ def write_labels_csv(path: Path, classes: dict[str, int]) -> Path:
     """``case,class`` rows."""
     path.write_text("case,class\n" + "".join(f"{c},{k}\n" for c, k in classes.items()))
     return path
+
+
+def qualify_locally(runs, base: Path, plan_fields: dict) -> tuple[dict[str, Path], bytes]:
+    """Each ``(name, model, golden)`` of ``runs`` qualified on one local agent with a short
+    ``quick`` plan, its signed report at ``base/NAME.report.json``; returns the report paths
+    by name and the agent's public key (tests/test_accuracy_end_to_end.py and
+    tests/test_task_accuracy.py)."""
+    import base64
+
+    from edgequal.contract.plan import make_plan
+    from edgequal.host.devices.qualify import pin_device_key, qualify
+    from edgequal.host.devices.trust import KnownDevices
+    from edgequal.host.transport.local import LocalTransport
+
+    known, reports = KnownDevices(), {}
+    with LocalTransport() as transport:
+        pin_device_key(transport, known, "local", "local")
+        raw = base64.b64decode(transport.info()["public_key_b64"])
+        for name, model, golden in runs:
+            reports[name] = base / f"{name}.report.json"
+            qualify(
+                transport,
+                model,
+                golden,
+                make_plan("quick", **plan_fields),
+                known=known,
+                device_name="local",
+                out=reports[name],
+                allow_golden_mismatch=True,
+            )
+    return reports, raw

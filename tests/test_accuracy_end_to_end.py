@@ -29,10 +29,6 @@ POLICY = 'name = "accuracy"\n[accuracy]\nmax_drop = 0.5\n'
 def runs(tmp_path_factory, test_helper):
     """``{name: report path}`` for digits/photos, clean/planted; the agent's public key."""
     from edgequal.cli.main import main as edgequal_main
-    from edgequal.contract.plan import make_plan
-    from edgequal.host.devices.qualify import pin_device_key, qualify
-    from edgequal.host.devices.trust import KnownDevices
-    from edgequal.host.transport.local import LocalTransport
 
     data = test_helper("labelled_data")
     base = tmp_path_factory.mktemp("accuracy")
@@ -85,25 +81,9 @@ def runs(tmp_path_factory, test_helper):
             latency_min_s=0.1,
             sustain_s=0.0,
         )
-        known = KnownDevices()
-        reports = {}
-        with LocalTransport() as transport:
-            pin_device_key(transport, known, "local", "local")
-            raw = base64.b64decode(transport.info()["public_key_b64"])
-            runs = [(name, model, goldens[name.split("_")[0]]) for name, model in models.items()]
-            runs.append(("photos_raw", models["photos"], goldens["photos_raw"]))
-            for name, model, golden in runs:
-                reports[name] = base / f"{name}.report.json"
-                qualify(
-                    transport,
-                    model,
-                    golden,
-                    make_plan("quick", **short),
-                    known=known,
-                    device_name="local",
-                    out=reports[name],
-                    allow_golden_mismatch=True,
-                )
+        runs = [(name, model, goldens[name.split("_")[0]]) for name, model in models.items()]
+        runs.append(("photos_raw", models["photos"], goldens["photos_raw"]))
+        reports, raw = data.qualify_locally(runs, base, short)
     return {"reports": reports, "goldens": goldens, "public_key": raw, "data": (digits, photos)}
 
 

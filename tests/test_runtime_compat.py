@@ -18,10 +18,7 @@ raises AttributeError), which 1.1.2 can.
 from __future__ import annotations
 
 import importlib.metadata
-import os
 import re
-import subprocess
-import sys
 import threading
 from pathlib import Path
 
@@ -39,14 +36,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.compat]
 
 ROOT = Path(__file__).resolve().parents[1]
 NUMPY = importlib.metadata.version("numpy")
-WHEEL_CACHE = Path(
-    os.environ.get("EDGEQUAL_TEST_WHEELS")
-    or Path.home()
-    / ".cache"
-    / "edgequal-tests"
-    / f"wheels-py{sys.version_info[0]}{sys.version_info[1]}"
-)
-"""Shared with tests/test_runtime_envs.py: the wheels stay between sessions."""
 
 
 def oldest_allowed(distribution: str) -> str:
@@ -75,21 +64,10 @@ EXAMPLES_OF = {
 
 
 @pytest.fixture(scope="module")
-def old_envs(tmp_path_factory) -> dict[str, object]:
-    """``{runtime: RuntimeEnv}`` of the oldest allowed versions, built from cached wheels."""
-    wh = WHEEL_CACHE
-    complete = wh / f".complete-compat-{ORT}-{LITERT}-{NUMPY}"
-    if not complete.exists():
-        wh.mkdir(parents=True, exist_ok=True)
-        for requirement in RUNTIMES.values():
-            subprocess.run(
-                [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:"]
-                + ["-d", str(wh), requirement, f"numpy=={NUMPY}"],
-                check=True,
-                capture_output=True,
-                timeout=900,
-            )
-        complete.touch()
+def old_envs(tmp_path_factory, test_helper) -> dict[str, object]:
+    """``{runtime: RuntimeEnv}`` of the oldest allowed versions, built from the tests'
+    wheelhouse (tests/wheel_cache.py)."""
+    wh = test_helper("wheel_cache").download_wheels(f"compat-{ORT}-{LITERT}", RUNTIMES.values())
     envs = RuntimeEnvs(tmp_path_factory.mktemp("board") / "state")
     return {
         runtime: add_env(envs, requirement, find_links=[wh], no_index=True)

@@ -4,7 +4,7 @@ the host over a real sshd, a real model measured under two of them in one run ov
 and over SSH, an unknown name refused, a runtime that crashes at import reported as
 broken, the gate failing a slower environment, an approval restoring its exact wheels.
 
-The wheels are collected once (kept in ``WHEEL_CACHE`` between sessions) and the
+The wheels are collected once (kept in tests/wheel_cache.py's wheelhouse between sessions) and the
 environments built once per module from them, with ``--no-index``.
 """
 
@@ -95,33 +95,13 @@ def _agent(state: Path, *args: str) -> subprocess.CompletedProcess:
     )
 
 
-WHEEL_CACHE = Path(
-    os.environ.get("EDGEQUAL_TEST_WHEELS")
-    or Path.home()
-    / ".cache"
-    / "edgequal-tests"
-    / f"wheels-py{sys.version_info[0]}{sys.version_info[1]}"
-)
-"""Where the collected wheels stay between sessions (pip's own cache keeps the downloads, but
-resolving against the index again costs seconds a session)."""
-
-
 @pytest.fixture(scope="module")
-def wheelhouse() -> Path:
-    """The wheels of two onnxruntime versions, numpy and two crashing stand-ins."""
-    wh = WHEEL_CACHE
-    complete = wh / f".complete-{OLD}-{CURRENT}-{NUMPY}"
-    if not complete.exists():
-        wh.mkdir(parents=True, exist_ok=True)
-        for version in (OLD, CURRENT):
-            subprocess.run(
-                [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:"]
-                + ["-d", str(wh), f"onnxruntime=={version}", f"numpy=={NUMPY}"],
-                check=True,
-                capture_output=True,
-                timeout=900,
-            )
-        complete.touch()
+def wheelhouse(test_helper) -> Path:
+    """The wheels of two onnxruntime versions, numpy (tests/wheel_cache.py) and two
+    crashing stand-ins."""
+    wh = test_helper("wheel_cache").download_wheels(
+        f"{OLD}-{CURRENT}", [f"onnxruntime=={v}" for v in (OLD, CURRENT)]
+    )
     crashing_runtime_wheel(wh, "0.0.1", always=False)
     crashing_runtime_wheel(wh, "0.0.2", always=True)
     return wh

@@ -32,10 +32,6 @@ def _labels(base, task, cases, layout=None):
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, test_helper):
     from edgequal.cli.main import main as edgequal_main
-    from edgequal.contract.plan import make_plan
-    from edgequal.host.devices.qualify import pin_device_key, qualify
-    from edgequal.host.devices.trust import KnownDevices
-    from edgequal.host.transport.local import LocalTransport
     from PIL import Image
 
     data = test_helper("task_data")
@@ -100,23 +96,8 @@ def runs(tmp_path_factory, test_helper):
             latency_min_s=0.05,
             sustain_s=0.0,
         )
-        known = KnownDevices()
-        reports = {}
-        with LocalTransport() as transport:
-            pin_device_key(transport, known, "local", "local")
-            raw = base64.b64decode(transport.info()["public_key_b64"])
-            for name, model in models.items():
-                reports[name] = base / f"{name}.report.json"
-                qualify(
-                    transport,
-                    model,
-                    goldens[name.split("_")[0]],
-                    make_plan("quick", **short),
-                    known=known,
-                    device_name="local",
-                    out=reports[name],
-                    allow_golden_mismatch=True,
-                )
+        runs = [(name, model, goldens[name.split("_")[0]]) for name, model in models.items()]
+        reports, raw = test_helper("labelled_data").qualify_locally(runs, base, short)
     return {"reports": reports, "goldens": goldens, "public_key": raw, "boxes": boxes}
 
 

@@ -60,15 +60,16 @@ class CellJudge:
             from ..judge.report_file import read_report_bytes
 
             baseline = self.baseline_of(record)
+            envelope = read_report_bytes(path)
             gate = run_gate(
-                read_report_bytes(path),
+                envelope,
                 self.policy,
                 name=str(path),
                 known=self.known,
                 device=record.device,
                 baseline=read_report_bytes(baseline) if baseline is not None else None,
                 baseline_name=str(baseline),
-                prior=self.board_noise(record, path) if baseline is not None else None,
+                prior=self.board_noise(record, envelope, path) if baseline is not None else None,
             )
             if baseline is not None and decide_more is not None:
                 gate = decide_more(gate, baseline, predicate)
@@ -107,7 +108,7 @@ class CellJudge:
         repeated = gate is not None and "repeat" in (gate.baseline or {})
         return fields, gate is not None and not gate.passed and gate.retry and not repeated
 
-    def board_noise(self, record: RunRecord, path: Path):
+    def board_noise(self, record: RunRecord, envelope: bytes, path: Path):
         """The spread two nights of this cell fall apart by: the noise score of its board ×
         model × preset in the lab's history (the runs recorded before this one), as
         ``gate --history`` reads it; None without a history or enough recorded runs. Two
@@ -115,10 +116,10 @@ class CellJudge:
         history = getattr(self.record_report, "history", None)
         if history is None:
             return None
-        from ..judge.report_file import decoded_report, read_report_bytes
+        from ..judge.report_file import decoded_report
         from .board_noise import noise_for_report, noise_spread
 
-        report = decoded_report(read_report_bytes(path), path, "verified by the gate")
+        report = decoded_report(envelope, path, "verified by the gate")
         if report is None or not report.subjects:
             return None
         preset = (report.predicate.get("plan") or {}).get("preset")

@@ -55,7 +55,7 @@ def lab(tmp_path, monkeypatch, test_helper):
     )
 
 
-def _judge(lab, report, with_history: bool) -> str:
+def _judge(lab, report, with_history: bool) -> tuple:
     history = History.open(lab.db) if with_history else None
 
     def record_report(path, device, cell):  # the fleet run's recorder, its history beside it
@@ -68,7 +68,9 @@ def _judge(lab, report, with_history: bool) -> str:
     )
     gate = judge.judge(RunRecord("det", "pi5-a"), report, {"status": "passed"}, resumed=True)[0]
     try:
-        return gate["baseline_verdict"], judge.board_noise(RunRecord("det", "pi5-a"), report)
+        return gate["baseline_verdict"], judge.board_noise(
+            RunRecord("det", "pi5-a"), report.read_bytes(), report
+        )
     finally:
         if history is not None:
             history.close()

@@ -42,9 +42,9 @@ def add_repeat_option(parser) -> None:
         "--repeat-until-decided",
         type=int,
         metavar="N",
-        help="a run whose verdict against its baseline is UNKNOWN runs again with the "
-        "baseline's own model and golden set (by digest), interleaved on its board, until "
-        "SAME or DIFFERENT, at most N pairs (docs/gating.md)",
+        help="a run whose verdict against its baseline is UNKNOWN, or a regression to "
+        "confirm, runs again with the baseline's own model and golden set (by digest), "
+        "interleaved on its board, until SAME or DIFFERENT, at most N pairs (docs/gating.md)",
     )
 
 

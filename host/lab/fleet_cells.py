@@ -190,9 +190,10 @@ class CellRunner:
         gate,
         baseline: Path,
         predicate: dict,
+        prior=None,
     ):
-        """The gate of a run whose verdict against ``baseline`` is UNKNOWN, decided by pairs
-        run on this board (:meth:`CellJudge.repeat_until_decided`)."""
+        """The gate of a run whose verdict against ``baseline`` is UNKNOWN or a regression,
+        decided by pairs run on this board (:meth:`CellJudge.repeat_until_decided`)."""
 
         def attempt(side: FleetModel):
             return self.attempt_leased(transport, device, side, record, plan)
@@ -202,7 +203,7 @@ class CellRunner:
             self.runner.on_event(record, {"type": "repeat", **result.to_json()})
 
         return self.judge.repeat_until_decided(
-            gate, baseline, predicate, model, device.name, attempt, on_pair
+            gate, baseline, predicate, model, device.name, attempt, on_pair, prior
         )
 
     def finish_record(

@@ -50,8 +50,9 @@ class CellJudge:
         """Gate the report, write its page, record it in history; returns the record's final
         fields and whether to run it again: the gate failed only on interference (a gate
         whose pairs were run again is not measured again, whatever they decided).
-        ``decide_more(gate, baseline, predicate)`` decides a verdict left UNKNOWN against the
-        baseline (pairs run again) and returns the gate it decided.
+        ``decide_more(gate, baseline, predicate, prior)`` decides a verdict left UNKNOWN against the
+        baseline, or confirms a regression found against it (pairs run again), and returns
+        the gate it decided.
         """
         gate = None
         verdict = None
@@ -61,6 +62,7 @@ class CellJudge:
 
             baseline = self.baseline_of(record)
             envelope = read_report_bytes(path)
+            prior = self.board_noise(record, envelope, path) if baseline is not None else None
             gate = run_gate(
                 envelope,
                 self.policy,
@@ -69,10 +71,10 @@ class CellJudge:
                 device=record.device,
                 baseline=read_report_bytes(baseline) if baseline is not None else None,
                 baseline_name=str(baseline),
-                prior=self.board_noise(record, envelope, path) if baseline is not None else None,
+                prior=prior,
             )
             if baseline is not None and decide_more is not None:
-                gate = decide_more(gate, baseline, predicate)
+                gate = decide_more(gate, baseline, predicate, prior)
             verdict = baseline_verdict(gate)
         page = None
         if self.options.html_pages:
@@ -155,13 +157,17 @@ class CellJudge:
         device: str,
         attempt: Callable[[FleetModel], tuple[Qualification, Path]],
         on_pair: Callable,
+        prior=None,
     ):
-        """The gate of a run whose verdict against ``baseline`` is UNKNOWN, decided by pairs
+        """The gate of a run whose verdict against ``baseline`` is UNKNOWN, or a regression
+        (two reports made apart: a slow session reads the same), decided by pairs
         of the candidate and the baseline's own artifacts (found by digest beside the
         baseline report or the model) run interleaved on this board (``repeat_pairs`` at
         most; host/judge/repeat.py), each pair's runs by ``attempt(model)`` (its qualification
         and report file). Their reports go to ``repeats/MODEL@DEVICE/``; they
-        are not the cell's report and not recorded in history."""
+        are not the cell's report and not recorded in history. ``prior``: the board's noise
+        from the lab's history (:meth:`board_noise`), which lets the pairs decide from the
+        first (without it, DIFFERENT from the pairs' own spread needs six or seven)."""
         from dataclasses import replace
 
         from ..judge.gate import decided_by_repeat, undecided_against_baseline
@@ -199,7 +205,7 @@ class CellJudge:
         settings = self.policy.baseline
         try:
             result = repeat_until_decided(
-                run, self.options.repeat_pairs, settings["min_effect"], settings, on_pair
+                run, self.options.repeat_pairs, settings["min_effect"], settings, on_pair, prior
             )
         except HostError as e:  # the board went away or a run measured nothing
             why = f"{undecided.message}; running pairs again stopped: {e}"

@@ -167,13 +167,32 @@ class Spinners:
             p.wait(10)
 
 
-def qualify_p50(device, model: Path, plan_fields: dict) -> tuple[float | None, str]:
-    """One real qualification: the run's clean p50 (ms) and its status."""
+def qualify_p50(device, model: Path, plan_fields: dict) -> tuple[float | None, str, dict]:
+    """One real qualification: the run's clean p50 (ms), its status and its predicate."""
     from edgequal.host.judge.run_figures import run_figures
 
     report = device.qualify(model, plan="quick", **plan_fields)
     runs = run_figures(report.predicate, "p50_ms")
-    return (runs.values[0] if runs.values else None), report.status
+    return (runs.values[0] if runs.values else None), report.status, report.predicate
+
+
+def confirm(baseline: list[dict], candidate: list[dict], prior, pairs: int) -> str | None:
+    """A DIFFERENT between two reports made apart, confirmed as ``fleet run
+    --repeat-until-decided`` confirms a regression: up to ``pairs`` interleaved pairs
+    (host/judge/repeat.py's own loop) of the real runs that came next, each side's from its
+    list in order (the same list for A/A). Their verdict, or None when no pair is left."""
+    from edgequal.host.judge.repeat import repeat_until_decided
+
+    one = baseline is candidate
+    n = min(pairs, len(baseline) // 2) if one else min(pairs, len(baseline), len(candidate))
+    if n < 1:
+        return None
+    queues = {"baseline": iter(baseline)}
+    queues["candidate"] = queues["baseline"] if one else iter(candidate)
+    result = repeat_until_decided(
+        lambda side: {"predicate": next(queues[side]), "path": None}, n, 0.03, prior=prior
+    )
+    return result.verdict["verdict"]
 
 
 def verdicts(base_blocks, cand_blocks, prior, interleaved: bool) -> list[str]:
@@ -212,13 +231,22 @@ def blocks(values: list[float], k: int) -> list[list[float]]:
     return [values[i : i + k] for i in range(0, len(values) - k + 1, k)]
 
 
-def aa_rates(p50s: list[float], k: int, interfered: list[bool] | None = None) -> dict:
+def aa_rates(
+    p50s: list[float],
+    k: int,
+    interfered: list[bool] | None = None,
+    predicates: list[dict] | None = None,
+    pairs: int = 4,
+) -> dict:
     """A/A at k runs a side: consecutive blocks, each against the next, as two reports made
     apart. With history: the CV of the load's other runs (those outside the pair, spread
     over the whole session as a lab's nights are); without: the session_shift rule.
     ``interfered``: per run, whether its report was ``inconclusive`` (the agent saw other
     processes take the CPU); a DIFFERENT with such a run on either side is counted apart
-    (``different_interfered``): the gate retries it, naming other processes as the cause."""
+    (``different_interfered``): the gate retries it, naming other processes as the cause.
+    ``predicates``: the runs' reports, for ``confirmed``: each DIFFERENT with history run
+    again as ``fleet run --repeat-until-decided`` confirms a regression, by up to ``pairs``
+    pairs of the runs that came next (:func:`confirm`)."""
     bs = blocks(p50s, k)
     flags = blocks(interfered or [False] * len(p50s), k)
 
@@ -238,7 +266,25 @@ def aa_rates(p50s: list[float], k: int, interfered: list[bool] | None = None) ->
 
     with_history = verdicts(bs[:-1], bs[1:], held_out, interleaved=False)
     alone = verdicts(bs[:-1], bs[1:], None, interleaved=False)
-    return {**counted(with_history), "without_history": counted(alone)}
+    out = {**counted(with_history), "without_history": counted(alone)}
+    if predicates is not None:
+        after = {"DIFFERENT": 0, "SAME": 0, "UNKNOWN": 0, "no pairs left": 0}
+        for i, v in enumerate(with_history):
+            if v != "DIFFERENT":
+                continue
+            start = (i + 2) * k
+            rest = p50s[: i * k] + p50s[start + 2 * pairs :]
+            prior = history_prior(rest) if len(rest) >= 3 else None
+            found = confirm(predicates[start:], predicates[start:], prior, pairs)
+            after["no pairs left" if found is None else found] += 1
+        n = len(with_history)
+        out["confirmed"] = {
+            "pairs_at_most": pairs,
+            "after_pairs": after,
+            "different_rate": round(after["DIFFERENT"] / n, 4) if n else None,
+            "different_ci95": wilson(after["DIFFERENT"], n),
+        }
+    return out
 
 
 def analyse(
@@ -246,6 +292,8 @@ def analyse(
     ab: dict[str, list[float]],
     ks: list[int],
     interfered: dict[int, list[bool]] | None = None,
+    predicates: dict | None = None,
+    pairs: int = 4,
 ) -> dict:
     """The rates from the runs' clean p50s: ``aa`` per load in run order; ``ab`` the
     rotation's series (``A`` and one per copy, round by round); ``interfered`` per load,
@@ -258,7 +306,10 @@ def analyse(
             "p50_ms_median": round(float(np.median(p50s)), 4),
             "p50_cv": round(float(np.std(p50s, ddof=1) / np.mean(p50s)), 4),
             "inconclusive_runs": sum(flags or []),
-            "by_runs_a_side": {str(k): aa_rates(p50s, k, flags) for k in ks},
+            "by_runs_a_side": {
+                str(k): aa_rates(p50s, k, flags, (predicates or {}).get(f"aa-load{load}"), pairs)
+                for k in ks
+            },
         }
     if ab:
         a = ab["A"]
@@ -280,6 +331,15 @@ def analyse(
                     if found
                     else None,
                 }
+                pa, pb = (predicates or {}).get("ab-A"), (predicates or {}).get(f"ab-{name}")
+                if k == 1 and pa and pb:
+                    # A DIFFERENT confirmed by the rounds after it, as pairs.
+                    after = [
+                        confirm(pa[j + 1 :], pb[j + 1 :], quiet, pairs)
+                        for j, v in enumerate(found)
+                        if v == "DIFFERENT"
+                    ]
+                    per_k[str(k)]["confirmed_different"] = after.count("DIFFERENT")
             out["ab"][f"{float(name):.0%}"] = {
                 "measured_slowdown": round(float(np.median(b) / np.median(a)) - 1, 4),
                 "rounds": len(b),
@@ -288,14 +348,15 @@ def analyse(
     return out
 
 
-def read_reports(folder: Path) -> tuple[dict[int, list[float]], dict[str, list[float]]]:
+def read_reports(folder: Path) -> tuple:
     """The clean p50s of a past run's reports (``reports/`` of its work folder), in run
-    order: ``aa-load{L}-{i}.json`` and ``ab-{A|slowdown}-{i}.json``."""
+    order: ``aa-load{L}-{i}.json`` and ``ab-{A|slowdown}-{i}.json``; whether each A/A run
+    was interfered; and each label's predicates in run order."""
     import base64
 
     from edgequal.host.judge.run_figures import run_figures
 
-    found: dict[str, dict[int, tuple[float, bool]]] = {}
+    found: dict[str, dict[int, tuple[float, bool, dict]]] = {}
     for path in folder.glob("*.json"):
         label, _, index = path.stem.rpartition("-")
         envelope = json.loads(path.read_bytes())
@@ -303,18 +364,22 @@ def read_reports(folder: Path) -> tuple[dict[int, list[float]], dict[str, list[f
         runs = run_figures(predicate, "p50_ms")
         if runs.values:
             interfered = predicate.get("status") == "inconclusive"
-            found.setdefault(label, {})[int(index)] = (runs.values[0], interfered)
+            found.setdefault(label, {})[int(index)] = (runs.values[0], interfered, predicate)
     ordered = {label: [v[i] for i in sorted(v)] for label, v in found.items()}
+    predicates = {label: [p for _, _, p in v] for label, v in ordered.items()}
     aa = {int(k.removeprefix("aa-load")): v for k, v in ordered.items() if k.startswith("aa-load")}
     ab = {
-        k.removeprefix("ab-"): [p for p, _ in v] for k, v in ordered.items() if k.startswith("ab-")
+        k.removeprefix("ab-"): [p for p, *_ in v]
+        for k, v in ordered.items()
+        if k.startswith("ab-")
     }
     n = min((len(v) for v in ab.values()), default=0)
-    flags = {load: [f for _, f in v] for load, v in sorted(aa.items())}
+    flags = {load: [f for _, f, _ in v] for load, v in sorted(aa.items())}
     return (
-        {load: [p for p, _ in v] for load, v in sorted(aa.items())},
+        {load: [p for p, *_ in v] for load, v in sorted(aa.items())},
         {k: v[:n] for k, v in ab.items()},
         flags,
+        predicates,
     )
 
 
@@ -332,6 +397,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--slowdowns", default="0.05,0.10,0.25")
     parser.add_argument("--seconds", type=float, default=0.5, help="each run's timed seconds")
     parser.add_argument(
+        "--confirm-pairs",
+        type=int,
+        default=4,
+        help="pairs that confirm a DIFFERENT between reports made apart (fleet run "
+        "--repeat-until-decided N)",
+    )
+    parser.add_argument(
         "--from-reports",
         metavar="DIR",
         type=Path,
@@ -342,8 +414,11 @@ def main(argv: list[str] | None = None) -> int:
     ks = [int(x) for x in args.ks.split(",")]
     slowdowns = [float(x) for x in args.slowdowns.split(",") if x != ""]
     if args.from_reports:
-        aa, ab, flags = read_reports(args.from_reports)
-        out = {"from_reports": str(args.from_reports), **analyse(aa, ab, ks, flags)}
+        aa, ab, flags, predicates = read_reports(args.from_reports)
+        out = {
+            "from_reports": str(args.from_reports),
+            **analyse(aa, ab, ks, flags, predicates, args.confirm_pairs),
+        }
         print(json.dumps(out, indent=1))
         return 0
 
@@ -373,13 +448,15 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.monotonic()
     with edgequal.connect("local") as device:
         statuses: dict[str, list[bool]] = {}
+        predicates: dict[str, list[dict]] = {}
 
         def run(path: Path, label: str, i: int, n: int) -> float | None:
             report_out = work / "reports" / f"{label}-{i}.json"
             report_out.parent.mkdir(exist_ok=True)
-            p50, status = qualify_p50(device, path, {**plan_fields, "out": report_out})
+            p50, status, predicate = qualify_p50(device, path, {**plan_fields, "out": report_out})
             if p50 is not None:
                 statuses.setdefault(label, []).append(status == "inconclusive")
+                predicates.setdefault(label, []).append(predicate)
             print(f"{label} {i + 1}/{n}: p50 {p50} ms ({status})", file=sys.stderr, flush=True)
             return p50
 
@@ -404,7 +481,9 @@ def main(argv: list[str] | None = None) -> int:
             ]
             series = {key: [v[i] for i in ok] for key, v in series.items()}
     flags = {load: statuses.get(f"aa-load{load}", []) for load in aa_runs}
-    out.update(analyse(aa_runs, series, ks, flags))
+    for s in copies:  # the rotation's reports under the names analyse() gives the series
+        predicates[f"ab-{s}"] = predicates.pop(f"ab-{s:.2f}", [])
+    out.update(analyse(aa_runs, series, ks, flags, predicates, args.confirm_pairs))
     out["wall_s"] = round(time.monotonic() - t_start, 1)
     out["targets"] = {
         "false_different_max": TARGET_FALSE_DIFFERENT,

@@ -86,3 +86,47 @@ def test_a_night_against_the_last_is_judged_by_the_board_s_noise(lab):
     assert _judge(lab, lab.tonight(1.004), with_history=True)[0] == "SAME"
     # Without the history, one run a side and no spread: not decided.
     assert _judge(lab, slower, with_history=False) == ("UNKNOWN", None)
+
+
+def test_a_regression_between_two_nights_is_what_pairs_confirm(lab):
+    """A night's regression against the last night is two sessions apart: a session can be
+    slow in every run with nothing else moving (docs/gating.md "Confirming a regression"),
+    so with ``--repeat-until-decided N`` the fleet confirms it by interleaved pairs before
+    the gate fails; SAME is left as it is, an UNKNOWN is decided by pairs as before."""
+    from edgequal.host.judge.gate import undecided_against_baseline
+
+    def picked(report, with_history: bool):
+        asked = []
+
+        def decide_more(gate, baseline, predicate, prior):  # the fleet's hook: pairs run here
+            asked.append((undecided_against_baseline(gate), prior))
+            return gate
+
+        history = History.open(lab.db) if with_history else None
+
+        def record_report(path, device, cell):
+            pass
+
+        record_report.history = history
+        options = SimpleNamespace(baseline_dir=lab.baseline_dir, html_pages=False)
+        judge = CellJudge(
+            options, KnownDevices(), parse_policy({}), lab.out, None, record_report, "lab/x"
+        )
+        try:
+            fields = judge.judge(
+                RunRecord("det", "pi5-a"), report, {"status": "passed"}, True, decide_more
+            )[0]
+        finally:
+            if history is not None:
+                history.close()
+        return fields["baseline_verdict"], *asked[0]
+
+    verdict, check, prior = picked(lab.tonight(1.12), with_history=True)
+    assert verdict == "DIFFERENT" and check is not None
+    # The pairs are judged with the board's noise too, so they can decide from the first.
+    assert prior is not None and prior.source == "history"
+    assert check.name.startswith("baseline.latency[") and not check.passed and check.judged
+    assert "a regression" in check.message
+    assert picked(lab.tonight(1.004), with_history=True)[:2] == ("SAME", None)
+    verdict, check, prior = picked(lab.tonight(1.12), with_history=False)
+    assert verdict == "UNKNOWN" and check is not None and not check.judged and prior is None

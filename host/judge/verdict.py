@@ -74,6 +74,13 @@ APART_ASK = (
 )
 """What decides two reports made apart when their own runs cannot (docs/gating.md)."""
 
+CONFIRM_ASK = (
+    "one slow session reads the same (docs/gating.md \"Confirming a regression\"); pairs "
+    "run interleaved confirm it (fleet run --repeat-until-decided N, qualify --baseline "
+    "REPORT --repeat-until-decided N)"
+)
+"""What a DIFFERENT between two reports made apart still needs before a lab acts on it."""
+
 MIN_RUNS_FOR_SPREAD = 3
 """What an UNKNOWN with no known spread asks for: the fewest runs a side that give one."""
 
@@ -379,6 +386,8 @@ def decide(
     if verdict == DIFFERENT:
         way = "slower" if ratio > 1 else "faster"
         why = f"{way}: the {level} interval excludes 1 and ×{ratio:.3f} is beyond ±{m:.0%}{raised}"
+        if not interleaved:
+            why += f"; two sessions: {CONFIRM_ASK}"
         return out(DIFFERENT, why, *args)
     if verdict == SAME:
         why = f"the {_percent(1 - 2 * s['alpha_same'])} interval lies inside ±{m:.0%}{raised}"

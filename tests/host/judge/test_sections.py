@@ -244,3 +244,12 @@ def test_every_section_has_its_rows_in_the_gating_doc():
     doc = (JUDGE.parents[1] / "docs" / "gating.md").read_text()
     for section in SECTIONS:
         assert f"\n| `{section.name}` | " in doc, section.name
+
+
+def test_the_changes_section_holds_the_keys_the_lab_reads():
+    """``[changes]`` is declared beside the registry (its reader, ``host/lab/changes.py``, is
+    one the judge may not import): the two keep the same keys."""
+    from edgequal.host.judge.sections import CHANGES
+    from edgequal.host.lab.changes import ChangeSettings
+
+    assert set(CHANGES.keys) == set(ChangeSettings.KEYS)

@@ -94,7 +94,7 @@ class Policy:
     limits: dict[str, dict] = field(default_factory=lambda: _limits_left_out(SECTIONS))
     """Each section's limits by its name, each section's per-NAME tables by section and key
     (``drift.outputs``)."""
-    sections: tuple[GateSection, ...] = SECTIONS
+    sections: tuple[GateSection, ...] = field(default=SECTIONS, repr=False)
     """The sections it was read against, in report order (sections.py)."""
     # The sha256 of the file's bytes as read (None for a policy given as data).
     file_sha256: str | None = None

@@ -1,8 +1,9 @@
 """The check kit every family of gate checks builds on: :class:`Check` (one limit, its
 measured value and the message), how a limit or a flag becomes one, a limit that could not
 be judged, and a latency percentile judged on the upper end of its 95 % confidence interval.
-The families: ``checks.py`` (the report's own figures), ``scenario_checks.py``,
-``condition_checks.py``, ``pipeline_checks.py``, ``runtime_env_checks.py``, ``baseline.py``.
+The families: ``checks.py`` (the report's own figures), ``drift_checks.py``, ``accuracy.py``,
+``scenario_checks.py``, ``condition_checks.py``, ``pipeline_checks.py``,
+``runtime_env_checks.py``, ``repeat_checks.py``, ``baseline.py``.
 Each family declares its policy sections beside its checks (:class:`GateSection`: keys,
 checks, what they read, sample size); ``sections.py`` lists them in report order.
 Pure: figures in, checks out."""

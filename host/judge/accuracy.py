@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 
-from .check_kit import Check, fmt_value, section_absent
+from .check_kit import NUMBER, Check, GateSection, fmt_value, section_absent
 
 Z95 = 1.959963984540054
 """The standard normal's 97.5 % quantile: two-sided 95 % intervals."""
@@ -375,3 +375,18 @@ def accuracy_text(score: dict) -> str:
             f"McNemar p {paired['mcnemar_p']:.3g})"
         )
     return line
+
+
+def labelled_cases(results: dict, check: Check) -> int | None:
+    """The labelled golden cases the accuracy figures rest on."""
+    labelled = (results.get("drift") or {}).get("labelled") or {}
+    return len(labelled.get("cases") or []) or None
+
+
+# Points and percent, each judged on its interval.
+SECTION = GateSection(
+    "accuracy",
+    keys={"max_drop": NUMBER, "min_top1": NUMBER},
+    checks=accuracy_checks,
+    sample_size=labelled_cases,
+)

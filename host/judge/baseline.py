@@ -11,25 +11,33 @@ each run's own precision, not the evidence."""
 
 from __future__ import annotations
 
-from typing import Any
+import difflib
+from typing import TYPE_CHECKING, Any
 
 from edgequal.contract.board_families import BOARD_FAMILIES
 from edgequal.contract.json_tree import leaves
 from edgequal.contract.preemption import decisive_samples_ns, decisive_summary
 from edgequal.contract.signing import RolesUnmarked, subject_with_role
 
+from ..errors import UsageError
 from .check_kit import (
+    INTEGER,
+    NUMBER,
     RUN_MORE_ADVICE,
+    TEXT_LIST,
     Check,
+    GateSection,
     blamed_on_interference,
     fmt_value,
     not_measured,
 )
-from .policy import Policy
 from .regression import bootstrap_median_ratio
 from .report_file import ReportFile
 from .run_figures import RunFigures, run_figures
 from .verdict import Spread
+
+if TYPE_CHECKING:
+    from .policy import Policy
 
 # ---------------------------------------------------------------------------
 # Baseline
@@ -393,3 +401,68 @@ def baseline_checks(
                 )
             )
     return checks, summary
+
+
+# ---------------------------------------------------------------------------
+# The [baseline] section: judged by baseline_checks when the gate is given a baseline
+
+BASELINE_DEFAULTS = {"min_effect": 0.03, "confidence": 0.95, "iterations": 1000, "seed": 0}
+# Fingerprint fields a baseline may be required to share (require_same).
+SAME_FIELDS = (
+    "board_model",
+    "soc",
+    "architecture",
+    "cpu_count",
+    "kernel",
+    "os_release",
+    "runtime",
+    "runtime_version",
+    "threads",
+    "model",
+    "golden",
+)
+
+
+def _settings_hold(where: str, baseline: dict) -> None:
+    """The interval's confidence and iterations, the verdict's levels (host/judge/verdict.py),
+    the fields ``require_same`` names."""
+    if not 0.0 < baseline["confidence"] < 1.0:
+        raise UsageError(f"policy {where}: 'baseline.confidence' must be between 0 and 1")
+    if baseline["iterations"] < 1:
+        raise UsageError(f"policy {where}: 'baseline.iterations' must be at least 1")
+    for key, ok, rule in (
+        ("min_effect", lambda v: v >= 0, "at least 0"),
+        ("alpha_different", lambda v: 0 < v < 1, "above 0 and below 1"),
+        ("alpha_same", lambda v: 0 < v < 0.5, "above 0 and below 0.5"),
+        ("session_shift", lambda v: v >= 0, "at least 0"),
+    ):
+        if key in baseline and not ok(baseline[key]):
+            raise UsageError(
+                f"policy {where}: 'baseline.{key}' must be {rule}, got {baseline[key]}"
+            )
+    for f in baseline.get("require_same", []):
+        if f not in SAME_FIELDS:
+            close = difflib.get_close_matches(f, SAME_FIELDS, 1, 0.5)
+            hint = f"did you mean '{close[0]}'?" if close else "one of " + ", ".join(SAME_FIELDS)
+            raise UsageError(
+                f"policy {where}: unknown field '{f}' in baseline.require_same ({hint})"
+            )
+
+
+SECTION = GateSection(
+    "baseline",
+    keys={
+        "min_effect": NUMBER,
+        # SAME / DIFFERENT / UNKNOWN (host/judge/verdict.py: VERDICT_DEFAULTS).
+        "alpha_different": NUMBER,
+        "alpha_same": NUMBER,
+        "session_shift": NUMBER,
+        "confidence": NUMBER,
+        "iterations": INTEGER,
+        "seed": INTEGER,
+        "max_throughput_drop": NUMBER,
+        "require_same": TEXT_LIST,
+    },
+    defaults=BASELINE_DEFAULTS,
+    validate=_settings_hold,
+)

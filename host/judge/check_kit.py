@@ -1,17 +1,24 @@
 """The check kit every family of gate checks builds on: :class:`Check` (one limit, its
 measured value and the message), how a limit or a flag becomes one, a limit that could not
 be judged, and a latency percentile judged on the upper end of its 95 % confidence interval.
-The families: ``checks.py`` (the report's own figures), ``scenario_checks.py``,
-``condition_checks.py``, ``pipeline_checks.py``, ``runtime_env_checks.py``, ``baseline.py``.
+The families: ``checks.py`` (the report's own figures), ``drift_checks.py``, ``accuracy.py``,
+``scenario_checks.py``, ``condition_checks.py``, ``pipeline_checks.py``,
+``runtime_env_checks.py``, ``repeat_checks.py``, ``baseline.py``.
+Each family declares its policy sections beside its checks (:class:`GateSection`: keys,
+checks, what they read, sample size); ``sections.py`` lists them in report order.
 Pure: figures in, checks out."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
-from typing import Any
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from edgequal.contract.preemption import decided_on_clean, decisive_samples_ns
+
+if TYPE_CHECKING:
+    from .policy import Policy
 
 PERCENTILE_KEYS = {
     "max_p50_ms": ("p50", 0.50, "p50_ms", "p50_ci_ms"),
@@ -45,6 +52,60 @@ class Check:
     def to_json(self) -> dict:
         """JSON-ready fields."""
         return asdict(self)
+
+
+# The kinds of a policy key's value (host/judge/policy.py checks each against its kind).
+NUMBER = "number"
+INTEGER = "integer"
+BOOL = "bool"
+TEXT = "text"
+TEXT_LIST = "list of strings"
+
+
+@dataclass(frozen=True)
+class NamedTables:
+    """``[SECTION.KEY.NAME]``: one table of limits per NAME (an output, an edge shape's
+    label), beside the section's own keys."""
+
+    key: str
+    """The section's key holding them (``outputs``)."""
+    attribute: str
+    """The :class:`~.policy.Policy` attribute that reads them (``drift_outputs``)."""
+    keys: dict[str, str]
+    """Each table's keys and their kinds."""
+    what: str
+    """What a NAME is, in the error when KEY is not a table (``outputs``)."""
+    placeholder: str
+    """How the list of valid keys spells a NAME (``NAME``, ``LABEL``)."""
+
+
+@dataclass(frozen=True)
+class GateSection:
+    """One policy section, declared once beside its checks; ``sections.py`` lists them in
+    the order a gate reports them, and the policy's keys, its JSON, the gate's evaluation
+    and the claims' sample sizes all read that list."""
+
+    name: str
+    """The TOML table (``[accuracy]``), the checks' ``section`` and the Policy attribute."""
+    keys: dict[str, str]
+    """Each key and its kind (:data:`NUMBER`, :data:`BOOL`...); any other key is refused."""
+    checks: Callable[[dict, Policy], list[Check]] | None = None
+    """Its checks on a verified report; None for a section the gate reads elsewhere
+    (``[baseline]``: against a baseline report) or that only configures (``[changes]``)."""
+    reads: str = "results"
+    """What ``checks`` takes: the predicate's ``results``, or the whole ``predicate``."""
+    sample_size: Callable[[dict, Check], int | None] | None = None
+    """How many measurements a check's figure rests on, from the report's results."""
+    needs_sustained: bool = False
+    """Its figures only a sustained phase measures: not checked when the plan lacks one,
+    and refused beside a ``requires_plan`` without one."""
+    named: NamedTables | None = None
+    """Its per-NAME tables, where it has them."""
+    defaults: dict[str, Any] = field(default_factory=dict)
+    """What the section holds when the policy leaves a key out (``[baseline]``)."""
+    validate: Callable[[str, dict], None] | None = None
+    """Rules across its values, beyond each key's kind: ``validate(where, table)`` raises
+    a one-line UsageError; ``table`` holds the defaults under what the policy wrote."""
 
 
 def fmt_value(value: Any, unit: str = "") -> str:

@@ -2,19 +2,33 @@
 per limit (the kit: ``check_kit.py``).
 
 Plan, status, findings, cold load, latency (percentiles judged on the upper end of their
-95 % confidence interval), sustained, drift and memory here; the service scenarios'
-and energy limits in ``scenario_checks.py``. Pure: a predicate and a policy in, checks out.
+95 % confidence interval), sustained and memory here, each section declared beside its
+checks (:class:`~.check_kit.GateSection`, listed in ``sections.py``); drift in
+``drift_checks.py``, the service scenarios' and energy limits in ``scenario_checks.py``.
+Pure: a predicate and a policy in, checks out.
 """
 
 from __future__ import annotations
 
-from edgequal.contract.plan import PRESETS, duration_text
-from edgequal.contract.preemption import decisive_entry
+import difflib
+import re
+from typing import TYPE_CHECKING
 
+from edgequal.contract.plan import PRESETS, duration_text
+from edgequal.contract.preemption import decisive_entry, decisive_summary
+from edgequal.contract.signing import STATUSES
+
+from ..errors import UsageError
 from .check_kit import (
+    BOOL,
+    INTEGER,
+    NUMBER,
     PERCENTILE_KEYS,
     RERUN_ADVICE,
+    TEXT,
+    TEXT_LIST,
     Check,
+    GateSection,
     blamed_on_interference,
     flag_check,
     fmt_value,
@@ -23,9 +37,14 @@ from .check_kit import (
     percentile_upper_ci,
     section_absent,
 )
-from .policy import DRIFT_METRICS, Policy
+
+if TYPE_CHECKING:
+    from .policy import Policy
 
 _MB = 1 << 20
+DEFAULT_ALLOWED_STATUSES = ("passed", "degraded")
+COLD_LOAD_STATISTICS = ("median", "max")
+_SHAPE = re.compile(r"\[(.*)\]$")
 
 
 # ---------------------------------------------------------------------------
@@ -361,155 +380,6 @@ def sustained_checks(results: dict, policy: Policy) -> list[Check]:
     return checks
 
 
-def _drift_metric(o: dict, metric: str) -> float | None:
-    value = o.get(metric)
-    if value is None and o.get("exact") and metric in ("snr_db", "psnr_db"):
-        return float("inf")  # bit-exact outputs: infinite signal-to-noise
-    return value
-
-
-def timed_outputs_checks(results: dict, policy: Policy) -> list[Check]:
-    """``[drift] timed_outputs_must_match`` (default true wherever the report checked outputs
-    during its timed phases): every checked call's outputs matched. None where unchecked."""
-    timed = results.get("timed_outputs") or {}
-    if not timed or not policy.drift.get("timed_outputs_must_match", True):
-        return []
-    from edgequal.contract.summary import timed_outputs_text
-
-    mismatches = sum(p["mismatches"] for p in timed.values())
-    checked = sum(p["checked"] for p in timed.values())
-    return [
-        Check(
-            "drift.timed_outputs_must_match",
-            "drift",
-            mismatches == 0,
-            "all matched",
-            f"{mismatches} of {checked} changed",
-            timed_outputs_text(timed),
-        )
-    ]
-
-
-def drift_checks(results: dict, policy: Policy) -> list[Check]:
-    limits = {k: v for k, v in policy.drift.items() if k != "timed_outputs_must_match"}
-    per_output = policy.drift_outputs
-    checks = timed_outputs_checks(results, policy)
-    if not limits and not per_output:
-        return checks
-    drift = results.get("drift")
-    if not drift:
-        return checks + [
-            not_measured(
-                "drift",
-                "drift",
-                "measured",
-                "drift: not measured (qualify with --golden to measure output drift)",
-            )
-        ]
-    outputs = drift.get("outputs") or {}
-    if limits.get("require_passed"):
-        failing = [f"{n}: {o.get('reason')}" for n, o in outputs.items() if not o.get("passed")]
-        msg = (
-            "every output within its tolerance"
-            if drift.get("passed")
-            else ("drift out of tolerance: " + ("; ".join(failing) or "decision flips"))
-        )
-        checks.append(
-            Check(
-                "drift.require_passed",
-                "drift",
-                bool(drift.get("passed")),
-                "passed",
-                fmt_value(bool(drift.get("passed"))),
-                msg,
-            )
-        )
-    for name in per_output:
-        if name not in outputs:
-            checks.append(
-                Check(
-                    f"drift.outputs.{name}",
-                    "drift",
-                    False,
-                    "present",
-                    "absent",
-                    f"drift: output {name} is not in the report (outputs: {', '.join(outputs)})",
-                )
-            )
-    for name, o in outputs.items():
-        own = per_output.get(name, {})
-        for key in DRIFT_METRICS:
-            if key in own:
-                limit, explicit = own[key], True
-            elif key in limits:
-                limit, explicit = limits[key], False
-            else:
-                continue
-            metric, direction = DRIFT_METRICS[key]
-            value = _drift_metric(o, metric)
-            if value is None and not explicit:
-                continue  # e.g. top-1 agreement of a scalar output: not applicable
-            unit = "dB" if metric.endswith("_db") else ""
-            checks.append(
-                limit_check(
-                    "drift",
-                    f"drift.{key}[{name}]",
-                    f"output {name}: {metric.replace('_', ' ')} (worst case)",
-                    value,
-                    limit,
-                    direction,
-                    unit,
-                )
-            )
-    decisions = drift.get("decisions")
-    decision_limits = [
-        k
-        for k in (
-            "max_flip_count",
-            "max_flip_rate",
-            "max_near_threshold_flips",
-            "max_near_threshold_flip_rate",
-        )
-        if k in limits
-    ]
-    if decision_limits and not decisions:
-        checks.append(
-            not_measured(
-                "drift",
-                "drift.decisions",
-                "a decision rule",
-                "decision flips: the golden set has no decision rule (golden make --decision)",
-            )
-        )
-    elif decision_limits:
-        flips = decisions.get("flips") or []
-        near = decisions.get("flips_near_threshold") or []
-        rule = decisions.get("rule")
-        spec = {
-            "max_flip_count": ("decision flips", decisions.get("flip_count"), flips),
-            "max_flip_rate": ("decision flip rate", decisions.get("flip_rate"), flips),
-            "max_near_threshold_flips": (
-                "flips among cases near the threshold",
-                decisions.get("flips_near_threshold_count"),
-                near,
-            ),
-            "max_near_threshold_flip_rate": (
-                "flip rate near the threshold",
-                decisions.get("near_threshold_flip_rate"),
-                near,
-            ),
-        }
-        for key in decision_limits:
-            what, value, cases = spec[key]
-            detail = f"rule {rule}" + (
-                f"; flipped: {', '.join(map(str, cases[:8]))}" if cases else ""
-            )
-            checks.append(
-                limit_check("drift", f"drift.{key}", what, value, limits[key], "max", detail=detail)
-            )
-    return checks
-
-
 def memory_checks(results: dict, policy: Policy) -> list[Check]:
     memory = results.get("memory") or {}
     checks = []
@@ -531,3 +401,107 @@ def memory_checks(results: dict, policy: Policy) -> list[Check]:
                 )
             )
     return checks
+
+
+# ---------------------------------------------------------------------------
+# The sections these checks judge (sections.py lists them in report order)
+
+
+def _allowed_statuses(where: str, table: dict) -> None:
+    for s in table["allowed"]:
+        if s not in STATUSES:
+            close = difflib.get_close_matches(s, STATUSES, 1, 0.5)
+            hint = f"did you mean '{close[0]}'?" if close else "one of " + ", ".join(STATUSES)
+            raise UsageError(f"policy {where}: unknown status '{s}' in status.allowed ({hint})")
+
+
+def _cold_load_statistic(where: str, table: dict) -> None:
+    if table.get("statistic", "median") not in COLD_LOAD_STATISTICS:
+        raise UsageError(
+            f"policy {where}: 'cold_load.statistic' must be median or max, "
+            f"got {table['statistic']!r}"
+        )
+
+
+def _latency_calls(results: dict, check: Check) -> int | None:
+    """The timed calls behind a latency check's shape (the clean ones where they decide)."""
+    shape = _SHAPE.search(check.name)
+    for entry in (results.get("latency") or {}).get("per_shape") or []:
+        if shape and entry.get("shape") == shape.group(1):
+            return decisive_summary(entry).get("count")
+    return None
+
+
+def _cold_load_processes(results: dict, check: Check) -> int | None:
+    runs = (results.get("cold_load") or {}).get("runs")
+    return len(runs) if runs else None
+
+
+def _scored_windows(results: dict, check: Check) -> int | None:
+    return (results.get("sustained") or {}).get("scored_windows")
+
+
+STATUS = GateSection(
+    "status",
+    keys={"allowed": TEXT_LIST},
+    checks=status_checks,
+    reads="predicate",
+    defaults={"allowed": list(DEFAULT_ALLOWED_STATUSES)},
+    validate=_allowed_statuses,
+)
+FINDINGS = GateSection(
+    "findings",
+    keys={"allowed_kinds": TEXT_LIST, "max_count": INTEGER},
+    checks=findings_checks,
+    reads="predicate",
+)
+COLD_LOAD = GateSection(
+    "cold_load",
+    keys={
+        "statistic": TEXT,
+        "max_import_ms": NUMBER,
+        "max_load_ms": NUMBER,
+        "max_first_inference_ms": NUMBER,
+        "max_total_ms": NUMBER,
+        "max_process_to_result_ms": NUMBER,
+    },
+    checks=cold_load_checks,
+    sample_size=_cold_load_processes,
+    validate=_cold_load_statistic,
+)
+LATENCY = GateSection(
+    "latency",
+    keys={
+        "max_p50_ms": NUMBER,
+        "max_p90_ms": NUMBER,
+        "max_p95_ms": NUMBER,
+        "max_p99_ms": NUMBER,
+        "max_p99_9_ms": NUMBER,
+        "max_cv": NUMBER,
+        "require_steady": BOOL,
+    },
+    checks=latency_checks,
+    sample_size=_latency_calls,
+)
+SUSTAINED = GateSection(
+    "sustained",
+    keys={
+        "required": BOOL,
+        "min_peak_per_s": NUMBER,
+        "min_sustained_per_s": NUMBER,
+        "min_stability": NUMBER,
+        "allow_throttling": BOOL,
+        "allow_under_voltage": BOOL,
+        "min_time_to_first_throttle_s": NUMBER,
+        "max_peak_temp_c": NUMBER,
+        "min_headroom_c": NUMBER,
+    },
+    checks=sustained_checks,
+    sample_size=_scored_windows,
+    needs_sustained=True,
+)
+MEMORY = GateSection(
+    "memory",
+    keys={"max_peak_rss_mb": NUMBER, "max_rss_added_by_load_mb": NUMBER},
+    checks=memory_checks,
+)

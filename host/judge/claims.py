@@ -1,14 +1,13 @@
 """What a gate decision claims, in the terms a release pipeline checks: each check as a claim: ``{metric, comparator, threshold, measured, sampleSize,
 passed}``, the threshold as the policy wrote it, the sample size the figure rests on
-(latency calls per shape, cold-load processes, golden cases, scored sustained windows),
-as in-toto's proposals for evaluation results ask.
+(latency calls per shape, cold-load processes, golden cases, scored sustained windows:
+each section's ``sample_size``, declared beside its checks), as in-toto's proposals for
+evaluation results ask.
 """
 
 from __future__ import annotations
 
 import re
-
-from edgequal.contract.preemption import decisive_summary
 
 from .check_kit import Check
 from .policy import Policy
@@ -31,27 +30,13 @@ def _threshold(policy_json: dict, check: Check):
     return node if isinstance(node, (int, float, str, bool, list)) else None
 
 
-def sample_size(predicate: dict, check: Check) -> int | None:
-    """How many measurements the checked figure rests on, where the report says."""
-    results = predicate.get("results") or {}
-    if check.section == "latency":
-        shape = _SHAPE.search(check.name)
-        for entry in (results.get("latency") or {}).get("per_shape") or []:
-            if shape and entry.get("shape") == shape.group(1):
-                return decisive_summary(entry).get("count")
+def sample_size(predicate: dict, check: Check, policy: Policy) -> int | None:
+    """How many measurements the checked figure rests on, where the report says (its
+    section's ``sample_size``)."""
+    section = policy.section(check.section)
+    if section is None or section.sample_size is None:
         return None
-    if check.section == "cold_load":
-        runs = (results.get("cold_load") or {}).get("runs")
-        return len(runs) if runs else None
-    if check.section == "drift":
-        cases = (results.get("drift") or {}).get("cases") or []
-        return len({row.get("case") for row in cases}) or None
-    if check.section == "accuracy":
-        labelled = (results.get("drift") or {}).get("labelled") or {}
-        return len(labelled.get("cases") or []) or None
-    if check.section == "sustained":
-        return (results.get("sustained") or {}).get("scored_windows")
-    return None
+    return section.sample_size(predicate.get("results") or {}, check)
 
 
 def check_name(check: Check) -> str:
@@ -75,7 +60,7 @@ def claims(predicate: dict, policy: Policy, checks: list[Check]) -> list[dict]:
                 "comparator": _COMPARATORS.get(check.limit[:1], "satisfies"),
                 "threshold": threshold if threshold is not None else check.limit,
                 "measured": check.measured,
-                "sampleSize": sample_size(predicate, check),
+                "sampleSize": sample_size(predicate, check, policy),
                 "passed": check.passed,
                 # False: a figure an inconclusive run did not measure (no verdict on it).
                 "judged": getattr(check, "judged", True),

@@ -10,8 +10,14 @@ lacks fails as not measured and says how to measure it.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .check_kit import (
+    BOOL,
+    NUMBER,
     Check,
+    GateSection,
+    NamedTables,
     fmt_value,
     limit_check,
     not_measured,
@@ -19,7 +25,18 @@ from .check_kit import (
     section_absent,
 )
 from .conditions import coload_labels, coload_shapes, edge_failure, edge_shapes, mb, shapes_text
-from .policy import EDGE_SHAPE_LIMITS, Policy
+
+if TYPE_CHECKING:
+    from .policy import Policy
+
+# Limits on each edge shape (results.edge_shapes[]), for every label or one
+# (edge_shapes.labels.LABEL, which overrides the section's value).
+EDGE_SHAPE_LIMITS: dict[str, str] = {
+    "max_p50_ms": NUMBER,
+    "max_p99_ms": NUMBER,
+    "max_peak_rss_mb": NUMBER,
+    "max_rss_added_by_inference_mb": NUMBER,
+}
 
 _PERCENTILE_LIMITS = ("max_p50_ms", "max_p99_ms")
 _RATIOS = {
@@ -223,3 +240,22 @@ def edge_shape_checks(results: dict, policy: Policy) -> list[Check]:
             if limit is not None:
                 checks.append(_edge_check(entry, key, limit))
     return checks
+
+
+COLOAD = GateSection(
+    "coload",
+    keys={
+        "required": BOOL,
+        "max_p50_ms": NUMBER,
+        "max_p99_ms": NUMBER,
+        "max_p50_ratio": NUMBER,
+        "max_p99_ratio": NUMBER,
+    },
+    checks=coload_checks,
+)
+EDGE_SHAPES = GateSection(
+    "edge_shapes",
+    keys={"require_all_ran": BOOL, **EDGE_SHAPE_LIMITS},
+    checks=edge_shape_checks,
+    named=NamedTables("labels", "edge_shape_labels", EDGE_SHAPE_LIMITS, "edge shapes", "LABEL"),
+)

@@ -29,34 +29,15 @@ from pathlib import Path
 
 from ..devices.trust import KnownDevices
 from ..errors import VerificationFailed
-from .accuracy import accuracy_checks
+from .baseline import SECTION as BASELINE
 from .baseline import baseline_checks
 from .check_kit import RERUN_ADVICE, RUN_MORE_ADVICE, Check, not_judged
-from .checks import (
-    cold_load_checks,
-    drift_checks,
-    findings_checks,
-    latency_checks,
-    memory_checks,
-    plan_checks,
-    status_checks,
-    sustained_checks,
-)
+from .checks import plan_checks
 from .claims import claims
-from .condition_checks import coload_checks, edge_shape_checks
-from .pipeline_checks import pipeline_checks
-from .policy import SUSTAINED_SECTIONS, Policy
+from .policy import Policy
 from .provenance_checks import commitment, commitment_checks, model_signature_checks
-from .repeat_checks import repeat_checks
 from .report_file import ReportFile, report_of
-from .runtime_env_checks import runtime_env_checks
-from .scenario_checks import (
-    batch_checks,
-    energy_checks,
-    operator_checks,
-    server_checks,
-    thread_checks,
-)
+from .sections import SECTIONS
 from .verdict import Spread
 
 
@@ -149,48 +130,30 @@ class GateResult:
         }
 
 
-# Each policy section (``policy.SCHEMA``) and its checks, in the order a gate reports them;
-# ``plan``, ``status`` and ``findings`` read the predicate, the others its results. A section
-# of ``policy.SUSTAINED_SECTIONS`` is not checked when the plan lacks the sustained phase.
-GATE_SECTIONS: tuple[tuple[str, Callable[[dict, Policy], list[Check]]], ...] = (
-    ("status", status_checks),
-    ("findings", findings_checks),
-    ("cold_load", cold_load_checks),
-    ("latency", latency_checks),
-    ("sustained", sustained_checks),
-    ("drift", drift_checks),
-    ("accuracy", accuracy_checks),
-    ("memory", memory_checks),
-    ("batch", batch_checks),
-    ("threads", thread_checks),
-    ("server", server_checks),
-    ("operators", operator_checks),
-    ("energy", energy_checks),
-    ("coload", coload_checks),
-    ("edge_shapes", edge_shape_checks),
-    ("pipeline", pipeline_checks),
-    ("runtime_envs", runtime_env_checks),
-    ("repeat", repeat_checks),
+# Each section that has checks, and its checks, in the order a gate reports them
+# (sections.py; each declared beside its checks). A section that needs the sustained phase
+# is not checked when the plan lacks it.
+GATE_SECTIONS: tuple[tuple[str, Callable[[dict, Policy], list[Check]]], ...] = tuple(
+    (s.name, s.checks) for s in SECTIONS if s.checks is not None
 )
-_READ_PREDICATE = ("status", "findings")
 
 
 def evaluate(predicate: dict, policy: Policy) -> list[Check]:
-    """Every check of ``policy`` on a verified predicate, in :data:`GATE_SECTIONS`' order.
+    """Every check of ``policy`` on a verified predicate, its sections in report order.
 
     When the report's plan lacks the sustained phase ``requires_plan`` needs, that is
-    one failed check, and the sustained and energy limits (which only that phase
-    measures) are not checked.
+    one failed check, and the limits only that phase measures (sustained, energy) are not
+    checked.
     """
     results = predicate.get("results") or {}
     checks = plan_checks(predicate, policy)
     short = any(not c.passed for c in checks)
     checks += commitment_checks(predicate, policy)
     checks += model_signature_checks(results, policy)
-    for section, section_checks in GATE_SECTIONS:
-        if short and section in SUSTAINED_SECTIONS:
+    for section in policy.sections:
+        if section.checks is None or (short and section.needs_sustained):
             continue
-        checks += section_checks(predicate if section in _READ_PREDICATE else results, policy)
+        checks += section.checks(predicate if section.reads == "predicate" else results, policy)
     return not_judged(predicate, checks)
 
 
@@ -282,7 +245,7 @@ def undecided_against_baseline(result: GateResult) -> Check | None:
     failure the agent blamed on interference (``retry``) is run again whole instead."""
     latency = [
         c for c in result.checks
-        if c.section == "baseline" and c.name.startswith("baseline.latency[")
+        if c.section == BASELINE.name and c.name.startswith(f"{BASELINE.name}.latency[")
     ]  # fmt: skip
     return next((c for c in latency if not c.judged), None) or next(
         (c for c in latency if not c.passed and not c.retry), None

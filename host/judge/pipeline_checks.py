@@ -9,8 +9,15 @@ A limit on a report without a pipeline fails as not measured, saying how to meas
 
 from __future__ import annotations
 
-from .check_kit import Check, limit_check, not_measured, percentile_upper_ci
-from .policy import PATH_PARTS, Policy
+from typing import TYPE_CHECKING
+
+from .check_kit import NUMBER, Check, GateSection, limit_check, not_measured, percentile_upper_ci
+
+if TYPE_CHECKING:
+    from .policy import Policy
+
+# The whole path's stages, then the path (results.pipeline): [pipeline] max_PART_p50_ms, ..._p99_ms.
+PATH_PARTS = ("decode", "preprocess", "inference", "decision", "end_to_end")
 
 PART_LABELS = {
     "decode": "decode",
@@ -100,9 +107,19 @@ def pipeline_checks(results: dict, policy: Policy) -> list[Check]:
     return checks
 
 
+SECTION = GateSection(
+    "pipeline",
+    keys={
+        **{f"max_{part}_{p}_ms": NUMBER for part in PATH_PARTS for p in ("p50", "p99")},
+        "max_preprocessing_abs": NUMBER,
+    },
+    checks=pipeline_checks,
+)
+
 __all__ = [
     "PART_LABELS",
     "PATH_PARTS",
+    "SECTION",
     "part_summary",
     "pipeline_checks",
     "worst_preprocessing_abs",

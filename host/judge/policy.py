@@ -1,8 +1,10 @@
 """Gate policies: a TOML file of limits on a report's figures, loaded and validated.
 
-Every key is checked against :data:`SCHEMA`; an unknown key is refused with its name
-and the closest valid one (a misspelt limit that were silently ignored would pass
-every report). A limit left out is not checked. See docs/gating.md for each key.
+Every key is checked against its section's declared keys (each section declared beside its
+checks, listed in report order by ``sections.py``; :data:`SCHEMA` derives from them); an
+unknown key is refused with its name and the closest valid one (a misspelt limit that were
+silently ignored would pass every report). A limit left out is not checked. See
+docs/gating.md for each key.
 
 ``requires_plan`` names the plan the policy's limits were written for (quick, standard
 or soak): the gate fails a report whose plan lacks that plan's sustained phase with one
@@ -11,6 +13,7 @@ check saying so, rather than with every limit that phase would have measured.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import hashlib
@@ -20,206 +23,65 @@ from pathlib import Path
 from typing import Any
 
 from edgequal.contract.plan import PRESETS
+from edgequal.contract.signing import STATUSES
 
 from ..errors import UsageError
 from ..toml_text import BadToml, parse_toml
+from .baseline import BASELINE_DEFAULTS, SAME_FIELDS
+from .check_kit import BOOL, INTEGER, NUMBER, TEXT, TEXT_LIST, GateSection
+from .checks import COLD_LOAD_STATISTICS, DEFAULT_ALLOWED_STATUSES
+from .condition_checks import EDGE_SHAPE_LIMITS
+from .drift_checks import DRIFT_METRICS
+from .pipeline_checks import PATH_PARTS
+from .sections import SECTIONS
 
-STATUSES = ("passed", "degraded", "failed", "inconclusive", "incomplete")
-NUMBER = "number"
-INTEGER = "integer"
-BOOL = "bool"
-TEXT = "text"
-TEXT_LIST = "list of strings"
+__all__ = [
+    "BASELINE_DEFAULTS",
+    "COLD_LOAD_STATISTICS",
+    "DEFAULT_ALLOWED_STATUSES",
+    "DRIFT_METRICS",
+    "EDGE_SHAPE_LIMITS",
+    "PATH_PARTS",
+    "SAME_FIELDS",
+    "SCHEMA",
+    "STATUSES",
+    "SUSTAINED_SECTIONS",
+    "Policy",
+    "load_policy",
+    "parse_policy",
+]
 
-# Per-output drift limits: policy key -> (metric in results.drift.outputs[NAME], direction).
-# The figures are the worst case over the golden set; "max" limits bound them from above.
-DRIFT_METRICS: dict[str, tuple[str, str]] = {
-    "max_abs": ("max_abs", "max"),
-    "max_mean_abs": ("mean_abs", "max"),
-    "max_rel": ("max_rel", "max"),
-    "min_cosine": ("cosine", "min"),
-    "min_snr_db": ("snr_db", "min"),
-    "min_psnr_db": ("psnr_db", "min"),
-    "min_within_fraction": ("within_fraction", "min"),
-    "min_top1_agreement": ("top1_agreement", "min"),
-    "min_topk_overlap": ("topk_overlap", "min"),
-    "max_nan_count": ("nan_count", "max"),
-    "max_inf_count": ("inf_count", "max"),
+# The top level's keys: the policy itself, not a section's limits.
+TOP_LEVEL: dict[str, str] = {
+    "name": TEXT,
+    "description": TEXT,
+    "requires_plan": TEXT,
+    "require_committed": BOOL,
+    "require_model_signature": BOOL,
 }
 
-# Limits on each edge shape (results.edge_shapes[]), for every label or one
-# (edge_shapes.labels.LABEL, which overrides the section's value).
-EDGE_SHAPE_LIMITS: dict[str, str] = {
-    "max_p50_ms": NUMBER,
-    "max_p99_ms": NUMBER,
-    "max_peak_rss_mb": NUMBER,
-    "max_rss_added_by_inference_mb": NUMBER,
-}
-
-# The whole path's stages, then the path (results.pipeline): [pipeline] max_PART_p50_ms, ..._p99_ms.
-PATH_PARTS = ("decode", "preprocess", "inference", "decision", "end_to_end")
-
-# Section -> key -> kind. "" is the top level; drift.outputs.NAME takes DRIFT_METRICS keys,
-# edge_shapes.labels.LABEL the EDGE_SHAPE_LIMITS keys.
-SCHEMA: dict[str, dict[str, str]] = {
-    "": {
-        "name": TEXT,
-        "description": TEXT,
-        "requires_plan": TEXT,
-        "require_committed": BOOL,
-        "require_model_signature": BOOL,
-    },
-    "status": {"allowed": TEXT_LIST},
-    "findings": {"allowed_kinds": TEXT_LIST, "max_count": INTEGER},
-    "cold_load": {
-        "statistic": TEXT,
-        "max_import_ms": NUMBER,
-        "max_load_ms": NUMBER,
-        "max_first_inference_ms": NUMBER,
-        "max_total_ms": NUMBER,
-        "max_process_to_result_ms": NUMBER,
-    },
-    "latency": {
-        "max_p50_ms": NUMBER,
-        "max_p90_ms": NUMBER,
-        "max_p95_ms": NUMBER,
-        "max_p99_ms": NUMBER,
-        "max_p99_9_ms": NUMBER,
-        "max_cv": NUMBER,
-        "require_steady": BOOL,
-    },
-    "sustained": {
-        "required": BOOL,
-        "min_peak_per_s": NUMBER,
-        "min_sustained_per_s": NUMBER,
-        "min_stability": NUMBER,
-        "allow_throttling": BOOL,
-        "allow_under_voltage": BOOL,
-        "min_time_to_first_throttle_s": NUMBER,
-        "max_peak_temp_c": NUMBER,
-        "min_headroom_c": NUMBER,
-    },
-    "drift": {
-        "require_passed": BOOL,
-        "timed_outputs_must_match": BOOL,
-        **{k: (INTEGER if k.endswith("_count") else NUMBER) for k in DRIFT_METRICS},
-        "max_flip_count": INTEGER,
-        "max_flip_rate": NUMBER,
-        "max_near_threshold_flips": INTEGER,
-        "max_near_threshold_flip_rate": NUMBER,
-    },
-    "memory": {"max_peak_rss_mb": NUMBER, "max_rss_added_by_load_mb": NUMBER},
-    # Accuracy on labelled golden sets (host/judge/accuracy.py): points and percent.
-    "accuracy": {"max_drop": NUMBER, "min_top1": NUMBER},
-    "batch": {"min_best_items_per_s": NUMBER, "min_best_items_per_s_per_core": NUMBER},
-    "threads": {"min_recommended_calls_per_s": NUMBER, "max_recommended_p50_ms": NUMBER},
-    "server": {
-        "min_rate_at_p99_per_s": NUMBER,
-        "max_p99_ms_at_target": NUMBER,
-        "require_held_at_target": BOOL,
-    },
-    "operators": {"allow_cpu_fallback": BOOL, "max_cpu_fallback_nodes": INTEGER},
-    "coload": {
-        "required": BOOL,
-        "max_p50_ms": NUMBER,
-        "max_p99_ms": NUMBER,
-        "max_p50_ratio": NUMBER,
-        "max_p99_ratio": NUMBER,
-    },
-    "runtime_envs": {
-        "required": TEXT_LIST,
-        "max_p50_ratio": NUMBER,
-        "max_p99_ratio": NUMBER,
-        "max_cold_load_ratio": NUMBER,
-        "max_flips_between": INTEGER,
-        "max_drift_abs_between": NUMBER,
-        "min_psnr_db_between": NUMBER,
-    },
-    "edge_shapes": {
-        "require_all_ran": BOOL,
-        **EDGE_SHAPE_LIMITS,
-    },
-    "energy": {
-        "require_rails": BOOL,
-        "max_mj_per_inference": NUMBER,
-        "max_mj_per_inference_above_idle": NUMBER,
-        "max_power_w": NUMBER,
-    },
-    "repeat": {
-        "min_runs": INTEGER,
-        "max_cv": NUMBER,
-    },
-    "pipeline": {
-        **{f"max_{part}_{p}_ms": NUMBER for part in PATH_PARTS for p in ("p50", "p99")},
-        "max_preprocessing_abs": NUMBER,
-    },
-    # Change points over the history (host/lab/changes.py: history changes, the fleet's
-    # JUnit): sensitivity over the lab's [changes]; keys as ChangeSettings.KEYS (p_value is
-    # refused where the settings are resolved: it is the lab's alone).
-    "changes": {
-        "p_value": NUMBER,
-        "fail_on_machine": BOOL,
-        "min_points": INTEGER,
-        "permutations": INTEGER,
-        "seed": INTEGER,
-        "min_effect": NUMBER,
-        **{
-            f"min_effect_{k}": NUMBER
-            for k in (
-                "latency",
-                "tail",
-                "throughput",
-                "stability",
-                "cold",
-                "drift",
-                "memory",
-                "energy",
-                "accuracy",
-            )
-        },  # fmt: skip
-    },
-    "baseline": {
-        "min_effect": NUMBER,
-        # SAME / DIFFERENT / UNKNOWN (host/judge/verdict.py: VERDICT_DEFAULTS).
-        "alpha_different": NUMBER,
-        "alpha_same": NUMBER,
-        "session_shift": NUMBER,
-        "confidence": NUMBER,
-        "iterations": INTEGER,
-        "seed": INTEGER,
-        "max_throughput_drop": NUMBER,
-        "require_same": TEXT_LIST,
-    },
-}
-
+# Section -> key -> kind, derived from the sections (sections.py); "" is the top level.
+SCHEMA: dict[str, dict[str, str]] = {"": TOP_LEVEL, **{s.name: s.keys for s in SECTIONS}}
 # Sections whose figures only a sustained phase measures.
-SUSTAINED_SECTIONS = ("sustained", "energy")
-# Sections limiting the service scenarios and energy (each its own Policy field).
-SCENARIO_SECTIONS = ("batch", "threads", "server", "operators", "energy")
-# Sections limiting the run under real conditions: declared co-load, edge shapes.
-CONDITION_SECTIONS = ("coload", "edge_shapes")
-BASELINE_DEFAULTS = {"min_effect": 0.03, "confidence": 0.95, "iterations": 1000, "seed": 0}
-DEFAULT_ALLOWED_STATUSES = ("passed", "degraded")
-COLD_LOAD_STATISTICS = ("median", "max")
-# Fingerprint fields a baseline may be required to share (require_same).
-SAME_FIELDS = (
-    "board_model",
-    "soc",
-    "architecture",
-    "cpu_count",
-    "kernel",
-    "os_release",
-    "runtime",
-    "runtime_version",
-    "threads",
-    "model",
-    "golden",
-)
+SUSTAINED_SECTIONS = tuple(s.name for s in SECTIONS if s.needs_sustained)
+
+
+def _limits_left_out(sections: tuple[GateSection, ...]) -> dict[str, dict]:
+    """What each section holds when the policy writes nothing in it: its defaults."""
+    out: dict[str, dict] = {}
+    for s in sections:
+        out[s.name] = copy.deepcopy(s.defaults)
+        if s.named:
+            out[f"{s.name}.{s.named.key}"] = {}
+    return out
 
 
 @dataclass(frozen=True)
 class Policy:
-    """A validated gate policy: limits per section; a limit left out is absent from its dict."""
+    """A validated gate policy: limits per section; a limit left out is absent from its dict.
+
+    A section's limits read as an attribute of its name (``policy.latency``), its per-NAME
+    tables as the attribute its declaration names (``policy.drift_outputs``)."""
 
     name: str
     source: str
@@ -229,32 +91,32 @@ class Policy:
     require_committed: bool = False
     # The model's signature verified on the device before it was loaded.
     require_model_signature: bool = False
-    allowed_statuses: tuple[str, ...] = DEFAULT_ALLOWED_STATUSES
-    findings: dict = field(default_factory=dict)
-    cold_load: dict = field(default_factory=dict)
-    latency: dict = field(default_factory=dict)
-    sustained: dict = field(default_factory=dict)
-    drift: dict = field(default_factory=dict)
-    drift_outputs: dict[str, dict] = field(default_factory=dict)
-    memory: dict = field(default_factory=dict)
-    accuracy: dict = field(default_factory=dict)
-    """``[accuracy]``: the paired top-1 drop (points) and top-1 (percent), on their intervals."""
-    baseline: dict = field(default_factory=lambda: dict(BASELINE_DEFAULTS))
-    batch: dict = field(default_factory=dict)
-    threads: dict = field(default_factory=dict)
-    server: dict = field(default_factory=dict)
-    operators: dict = field(default_factory=dict)
-    energy: dict = field(default_factory=dict)
-    coload: dict = field(default_factory=dict)
-    edge_shapes: dict = field(default_factory=dict)
-    edge_shape_labels: dict[str, dict] = field(default_factory=dict)
-    pipeline: dict = field(default_factory=dict)
-    runtime_envs: dict = field(default_factory=dict)
-    changes: dict = field(default_factory=dict)
-    """Change-point sensitivity (``[changes]``), applied by ``host/lab/changes.py``."""
-    repeat: dict = field(default_factory=dict)
+    limits: dict[str, dict] = field(default_factory=lambda: _limits_left_out(SECTIONS))
+    """Each section's limits by its name, each section's per-NAME tables by section and key
+    (``drift.outputs``)."""
+    sections: tuple[GateSection, ...] = field(default=SECTIONS, repr=False)
+    """The sections it was read against, in report order (sections.py)."""
     # The sha256 of the file's bytes as read (None for a policy given as data).
     file_sha256: str | None = None
+
+    def __getattr__(self, attribute: str) -> Any:
+        if attribute.startswith("_") or "sections" not in self.__dict__:
+            raise AttributeError(attribute)
+        for s in self.sections:
+            if attribute == s.name:
+                return self.limits.get(s.name, s.defaults)
+            if s.named and attribute == s.named.attribute:
+                return self.limits.get(f"{s.name}.{s.named.key}", {})
+        raise AttributeError(f"'Policy' object has no attribute '{attribute}'")
+
+    @property
+    def allowed_statuses(self) -> tuple[str, ...]:
+        """The statuses a report may end with (``[status] allowed``)."""
+        return tuple(self.status["allowed"])
+
+    def section(self, name: str) -> GateSection | None:
+        """The declaration of section ``name``; None for one it was not read against."""
+        return next((s for s in self.sections if s.name == name), None)
 
     @property
     def sha256(self) -> str:
@@ -275,39 +137,24 @@ class Policy:
             out["require_committed"] = True
         if self.require_model_signature:
             out["require_model_signature"] = True
-        out["status"] = {"allowed": list(self.allowed_statuses)}
-        for section in (
-            "findings",
-            "cold_load",
-            "latency",
-            "sustained",
-            "memory",
-            "accuracy",
-            "baseline",
-            *SCENARIO_SECTIONS,
-            "coload",
-            "pipeline",
-            "runtime_envs",
-            "repeat",
-            "changes",
-        ):
-            out[section] = dict(getattr(self, section))
-        out["edge_shapes"] = {
-            **self.edge_shapes,
-            "labels": {k: dict(v) for k, v in self.edge_shape_labels.items()},
-        }
-        out["drift"] = {
-            **self.drift,
-            "outputs": {k: dict(v) for k, v in self.drift_outputs.items()},
-        }
+        for s in self.sections:
+            out[s.name] = dict(self.limits.get(s.name, s.defaults))
+            if s.named:
+                tables = self.limits.get(f"{s.name}.{s.named.key}", {})
+                out[s.name][s.named.key] = {k: dict(v) for k, v in tables.items()}
         return out
 
 
-def _all_keys() -> list[str]:
-    keys = [f"{s}.{k}" if s else k for s, ks in SCHEMA.items() for k in ks]
-    keys += [s for s in SCHEMA if s]
-    keys += [f"drift.outputs.NAME.{k}" for k in DRIFT_METRICS]
-    keys += [f"edge_shapes.labels.LABEL.{k}" for k in EDGE_SHAPE_LIMITS]
+def _all_keys(sections: tuple[GateSection, ...]) -> list[str]:
+    keys = list(TOP_LEVEL)
+    keys += [f"{s.name}.{k}" for s in sections for k in s.keys]
+    keys += [s.name for s in sections]
+    keys += [
+        f"{s.name}.{s.named.key}.{s.named.placeholder}.{k}"
+        for s in sections
+        if s.named
+        for k in s.named.keys
+    ]
     return keys
 
 
@@ -369,7 +216,9 @@ def _check_value(where: str, dotted: str, kind: str, value: Any) -> Any:
     raise AssertionError(kind)
 
 
-def _section(where: str, name: str, table: Any, schema: dict[str, str]) -> dict:
+def _section(
+    where: str, name: str, table: Any, schema: dict[str, str], sections: tuple[GateSection, ...]
+) -> dict:
     if not isinstance(table, dict):
         raise UsageError(f"policy {where}: '{name}' must be a table ([{name}])")
     out = {}
@@ -379,90 +228,51 @@ def _section(where: str, name: str, table: Any, schema: dict[str, str]) -> dict:
         if dotted in RETIRED_KEYS:
             raise UsageError(f"policy {where}: '{dotted}' is retired: {RETIRED_KEYS[dotted]}")
         if key not in schema:
-            raise _unknown(where, dotted, valid + [k for k in _all_keys() if k not in valid])
+            others = [k for k in _all_keys(sections) if k not in valid]
+            raise _unknown(where, dotted, valid + others)
         out[key] = _check_value(where, dotted, schema[key], value)
     return out
 
 
-def parse_policy(data: dict, where: str = "<policy>") -> Policy:
-    """Validate a parsed TOML document and return the Policy."""
-    top_schema = SCHEMA[""]
-    sections: dict[str, dict] = {}
+def parse_policy(
+    data: dict, where: str = "<policy>", sections: tuple[GateSection, ...] = SECTIONS
+) -> Policy:
+    """Validate a parsed TOML document and return the Policy; ``sections``: the sections it
+    may hold (sections.py's, in report order)."""
+    by_name = {s.name: s for s in sections}
+    written: dict[str, dict] = {}
     top: dict[str, Any] = {}
     for key, value in data.items():
-        if key in SCHEMA and key:
-            if key == "drift" and isinstance(value, dict) and "outputs" in value:
+        section = by_name.get(key)
+        if section is not None:
+            named = section.named
+            if named and isinstance(value, dict) and named.key in value:
                 value = dict(value)
-                outputs = value.pop("outputs")
-                sections["drift.outputs"] = _drift_outputs(where, outputs)
-            if key == "edge_shapes" and isinstance(value, dict) and "labels" in value:
-                value = dict(value)
-                labels = value.pop("labels")
-                sections["edge_shapes.labels"] = _edge_shape_labels(where, labels)
-            sections[key] = _section(where, key, value, SCHEMA[key])
-        elif key in top_schema:
-            top[key] = _check_value(where, key, top_schema[key], value)
+                tables = value.pop(named.key)
+                written[f"{key}.{named.key}"] = _named_tables(where, section, tables, sections)
+            written[key] = _section(where, key, value, section.keys, sections)
+        elif key in TOP_LEVEL:
+            top[key] = _check_value(where, key, TOP_LEVEL[key], value)
         else:
-            raise _unknown(where, key, _all_keys())
-
-    allowed = sections.get("status", {}).get("allowed", list(DEFAULT_ALLOWED_STATUSES))
-    for s in allowed:
-        if s not in STATUSES:
-            close = difflib.get_close_matches(s, STATUSES, 1, 0.5)
-            hint = f"did you mean '{close[0]}'?" if close else "one of " + ", ".join(STATUSES)
-            raise UsageError(f"policy {where}: unknown status '{s}' in status.allowed ({hint})")
-    cold = sections.get("cold_load", {})
-    if cold.get("statistic", "median") not in COLD_LOAD_STATISTICS:
-        raise UsageError(
-            f"policy {where}: 'cold_load.statistic' must be median or max, got {cold['statistic']!r}"
-        )
-    baseline = {**BASELINE_DEFAULTS, **sections.get("baseline", {})}
-    if not 0.0 < baseline["confidence"] < 1.0:
-        raise UsageError(f"policy {where}: 'baseline.confidence' must be between 0 and 1")
-    if baseline["iterations"] < 1:
-        raise UsageError(f"policy {where}: 'baseline.iterations' must be at least 1")
-    # The three-way verdict's test levels (host/judge/verdict.py).
-    for key, ok, rule in (
-        ("min_effect", lambda v: v >= 0, "at least 0"),
-        ("alpha_different", lambda v: 0 < v < 1, "above 0 and below 1"),
-        ("alpha_same", lambda v: 0 < v < 0.5, "above 0 and below 0.5"),
-        ("session_shift", lambda v: v >= 0, "at least 0"),
-    ):
-        if key in baseline and not ok(baseline[key]):
-            raise UsageError(
-                f"policy {where}: 'baseline.{key}' must be {rule}, got {baseline[key]}"
-            )
-    for f in baseline.get("require_same", []):
-        if f not in SAME_FIELDS:
-            close = difflib.get_close_matches(f, SAME_FIELDS, 1, 0.5)
-            hint = f"did you mean '{close[0]}'?" if close else "one of " + ", ".join(SAME_FIELDS)
-            raise UsageError(
-                f"policy {where}: unknown field '{f}' in baseline.require_same ({hint})"
-            )
-    requires_plan = _required_plan(where, top.get("requires_plan"), sections)
+            raise _unknown(where, key, _all_keys(sections))
+    limits = _limits_left_out(sections)
+    for section in sections:
+        limits[section.name].update(written.get(section.name, {}))
+        if section.named:
+            tables = f"{section.name}.{section.named.key}"
+            limits[tables].update(written.get(tables, {}))
+    for section in sections:
+        if section.validate:
+            section.validate(where, limits[section.name])
     return Policy(
         name=top.get("name") or Path(where).stem,
         source=where,
         description=top.get("description", ""),
-        requires_plan=requires_plan,
+        requires_plan=_required_plan(where, top.get("requires_plan"), limits, sections),
         require_committed=bool(top.get("require_committed", False)),
         require_model_signature=bool(top.get("require_model_signature", False)),
-        allowed_statuses=tuple(allowed),
-        findings=sections.get("findings", {}),
-        cold_load=cold,
-        latency=sections.get("latency", {}),
-        sustained=sections.get("sustained", {}),
-        drift=sections.get("drift", {}),
-        drift_outputs=sections.get("drift.outputs", {}),
-        memory=sections.get("memory", {}),
-        accuracy=sections.get("accuracy", {}),
-        baseline=baseline,
-        **{name: sections.get(name, {}) for name in SCENARIO_SECTIONS + CONDITION_SECTIONS},
-        edge_shape_labels=sections.get("edge_shapes.labels", {}),
-        pipeline=sections.get("pipeline", {}),
-        runtime_envs=sections.get("runtime_envs", {}),
-        repeat=sections.get("repeat", {}),
-        changes=sections.get("changes", {}),
+        limits=limits,
+        sections=sections,
     )
 
 
@@ -472,7 +282,9 @@ def _checks_anything(table: dict) -> bool:
     return any(k not in switches for k in table) or any(table.get(k) for k in switches)
 
 
-def _required_plan(where: str, plan: str | None, sections: dict) -> str | None:
+def _required_plan(
+    where: str, plan: str | None, limits: dict, sections: tuple[GateSection, ...]
+) -> str | None:
     """``requires_plan``: a preset name, and one that runs the phases the policy limits."""
     if plan is None:
         return None
@@ -484,7 +296,9 @@ def _required_plan(where: str, plan: str | None, sections: dict) -> str | None:
             hint="plans are " + ", ".join(PRESETS),
         )
     if not PRESETS[plan]["sustain_s"]:
-        limited = [s for s in SUSTAINED_SECTIONS if _checks_anything(sections.get(s) or {})]
+        limited = [
+            s.name for s in sections if s.needs_sustained and _checks_anything(limits[s.name])
+        ]
         if limited:
             sustained = [p for p, table in PRESETS.items() if table["sustain_s"]]
             raise UsageError(
@@ -495,29 +309,24 @@ def _required_plan(where: str, plan: str | None, sections: dict) -> str | None:
     return plan
 
 
-def _named_tables(where: str, parent: str, tables: Any, schema: dict, what: str) -> dict:
-    """``[parent.NAME]`` tables (``drift.outputs``, ``edge_shapes.labels``), each checked
-    against ``schema``; ``what`` names the NAMEs in the error."""
+def _named_tables(
+    where: str, section: GateSection, tables: Any, sections: tuple[GateSection, ...]
+) -> dict:
+    """``[SECTION.KEY.NAME]`` tables (``drift.outputs``, ``edge_shapes.labels``), each
+    checked against the section's per-NAME keys."""
+    named = section.named
+    parent = f"{section.name}.{named.key}"
     if not isinstance(tables, dict):
-        raise UsageError(f"policy {where}: '{parent}' must be a table of {what}")
+        raise UsageError(f"policy {where}: '{parent}' must be a table of {named.what}")
     out = {}
     for name, table in tables.items():
-        section = f"{parent}.{name}"
+        dotted = f"{parent}.{name}"
         if not isinstance(table, dict):
             raise UsageError(
-                f"policy {where}: '{section}' must be a table of limits ([{parent}.{name}])"
+                f"policy {where}: '{dotted}' must be a table of limits ([{parent}.{name}])"
             )
-        out[name] = _section(where, section, table, schema)
+        out[name] = _section(where, dotted, table, named.keys, sections)
     return out
-
-
-def _drift_outputs(where: str, outputs: Any) -> dict[str, dict]:
-    schema = {k: SCHEMA["drift"][k] for k in DRIFT_METRICS}
-    return _named_tables(where, "drift.outputs", outputs, schema, "outputs")
-
-
-def _edge_shape_labels(where: str, labels: Any) -> dict[str, dict]:
-    return _named_tables(where, "edge_shapes.labels", labels, EDGE_SHAPE_LIMITS, "edge shapes")
 
 
 def load_policy(path: str | Path) -> Policy:

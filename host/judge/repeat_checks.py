@@ -8,10 +8,14 @@ A limit on a report without repeated runs fails as not measured, naming the flag
 
 from __future__ import annotations
 
-from .check_kit import limit_check, not_measured
-from .policy import Policy
+from typing import TYPE_CHECKING
 
-SECTION = "repeat"
+from .check_kit import INTEGER, NUMBER, GateSection, limit_check, not_measured
+
+if TYPE_CHECKING:
+    from .policy import Policy
+
+NAME = "repeat"
 _FIGURES = {"p50_ms": "p50", "p99_ms": "p99", "sustained_per_s": "sustained throughput"}
 
 
@@ -24,10 +28,10 @@ def repeat_checks(results: dict, policy: Policy) -> list:
     if not repeats or not repeats.get("runs"):
         return [
             not_measured(
-                SECTION,
-                f"{SECTION}.{key}",
+                NAME,
+                f"{NAME}.{key}",
                 str(value),
-                f"{SECTION}.{key}: not measured: the report holds one run (qualify with --repeat N)",
+                f"{NAME}.{key}: not measured: the report holds one run (qualify with --repeat N)",
             )
             for key, value in limits.items()
         ]
@@ -35,8 +39,8 @@ def repeat_checks(results: dict, policy: Policy) -> list:
     if "min_runs" in limits:
         checks.append(
             limit_check(
-                SECTION,
-                f"{SECTION}.min_runs",
+                NAME,
+                f"{NAME}.min_runs",
                 "repeated runs",
                 repeats["n"],
                 limits["min_runs"],
@@ -49,8 +53,8 @@ def repeat_checks(results: dict, policy: Policy) -> list:
             values = ", ".join(f"{r['figures'][key]:g}" for r in repeats["runs"])
             checks.append(
                 limit_check(
-                    SECTION,
-                    f"{SECTION}.max_cv[{key}]",
+                    NAME,
+                    f"{NAME}.max_cv[{key}]",
                     f"CV of {label} over {spread['n']} runs",
                     spread.get("cv"),
                     limits["max_cv"],
@@ -60,3 +64,10 @@ def repeat_checks(results: dict, policy: Policy) -> list:
                 )
             )
     return checks
+
+
+SECTION = GateSection(
+    NAME,
+    keys={"min_runs": INTEGER, "max_cv": NUMBER},
+    checks=repeat_checks,
+)

@@ -15,11 +15,15 @@ measured, naming the flag that measures it.
 
 from __future__ import annotations
 
-from .check_kit import Check, limit_check, not_measured
-from .policy import Policy
+from typing import TYPE_CHECKING
+
+from .check_kit import INTEGER, NUMBER, TEXT_LIST, Check, GateSection, limit_check, not_measured
 from .runtime_envs import env_rows, env_section, interference_text, ratio_text
 
-SECTION = "runtime_envs"
+if TYPE_CHECKING:
+    from .policy import Policy
+
+NAME = "runtime_envs"
 _LIMITS = {
     "max_p50_ratio": ("p50_ratio", "p50_ratio_ci", "p50 / baseline p50"),
     "max_p99_ratio": ("p99_ratio", "p99_ratio_ci", "p99 / baseline p99"),
@@ -51,10 +55,10 @@ def runtime_env_checks(results: dict, policy: Policy) -> list[Check]:
         how = _flag(required)
         return [
             not_measured(
-                SECTION,
-                f"{SECTION}.{key}",
+                NAME,
+                f"{NAME}.{key}",
                 str(value),
-                f"{SECTION}.{key}: not measured: the report has no runtime environments ({how})",
+                f"{NAME}.{key}: not measured: the report has no runtime environments ({how})",
             )
             for key, value in [*limits.items(), *([("required", required)] if required else [])]
         ]
@@ -70,9 +74,7 @@ def runtime_env_checks(results: dict, policy: Policy) -> list[Check]:
             if ok
             else f"{name}: {'not measured (' + _flag([name]) + ')' if row is None else row.get('reason') or row['status']}"
         )
-        checks.append(
-            Check(f"{SECTION}.required[{name}]", SECTION, ok, "measured", measured, message)
-        )
+        checks.append(Check(f"{NAME}.required[{name}]", NAME, ok, "measured", measured, message))
     baseline = next((r["name"] for r in rows if r["baseline"]), rows[0]["name"])
     for row in rows:
         if row["baseline"]:
@@ -84,8 +86,8 @@ def runtime_env_checks(results: dict, policy: Policy) -> list[Check]:
             if row["status"] != "ok":
                 checks.append(
                     not_measured(
-                        SECTION,
-                        f"{SECTION}.{key}[{name}]",
+                        NAME,
+                        f"{NAME}.{key}[{name}]",
                         f"≤ {limit:g}",
                         f"{label}: not measured: {row.get('reason') or row['status']}",
                     )
@@ -94,8 +96,8 @@ def runtime_env_checks(results: dict, policy: Policy) -> list[Check]:
             if key in _TIMED and not row.get("decisive", True):
                 checks.append(
                     not_measured(
-                        SECTION,
-                        f"{SECTION}.{key}[{name}]",
+                        NAME,
+                        f"{NAME}.{key}[{name}]",
                         f"≤ {limit:g}",
                         f"{label}: {interference_text(row)}",
                     )
@@ -104,7 +106,7 @@ def runtime_env_checks(results: dict, policy: Policy) -> list[Check]:
             if key == "min_psnr_db_between" and row["drift_between_max_abs"] == 0:
                 checks.append(
                     Check(
-                        f"{SECTION}.{key}[{name}]", SECTION, True, f"≥ {limit:g}", "identical",
+                        f"{NAME}.{key}[{name}]", NAME, True, f"≥ {limit:g}", "identical",
                         f"{label}: identical outputs",
                     )
                 )  # fmt: skip
@@ -123,8 +125,8 @@ def runtime_env_checks(results: dict, policy: Policy) -> list[Check]:
                 missing = "not measured: a golden set gives the outputs compared"
             checks.append(
                 limit_check(
-                    SECTION,
-                    f"{SECTION}.{key}[{name}]",
+                    NAME,
+                    f"{NAME}.{key}[{name}]",
                     label,
                     row[figure],
                     limit,
@@ -134,3 +136,18 @@ def runtime_env_checks(results: dict, policy: Policy) -> list[Check]:
                 )
             )
     return checks
+
+
+SECTION = GateSection(
+    NAME,
+    keys={
+        "required": TEXT_LIST,
+        "max_p50_ratio": NUMBER,
+        "max_p99_ratio": NUMBER,
+        "max_cold_load_ratio": NUMBER,
+        "max_flips_between": INTEGER,
+        "max_drift_abs_between": NUMBER,
+        "min_psnr_db_between": NUMBER,
+    },
+    checks=runtime_env_checks,
+)

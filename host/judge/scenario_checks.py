@@ -3,8 +3,23 @@ scenario, operators and energy per inference (docs/gating.md)."""
 
 from __future__ import annotations
 
-from .check_kit import Check, flag_check, fmt_value, limit_check, not_measured, section_absent
-from .policy import Policy
+from typing import TYPE_CHECKING
+
+from .check_kit import (
+    BOOL,
+    INTEGER,
+    NUMBER,
+    Check,
+    GateSection,
+    flag_check,
+    fmt_value,
+    limit_check,
+    not_measured,
+    section_absent,
+)
+
+if TYPE_CHECKING:
+    from .policy import Policy
 
 
 def _scenario_retry(entry: dict) -> bool:
@@ -244,3 +259,40 @@ def energy_checks(results: dict, policy: Policy) -> list[Check]:
                 )
             )
     return checks
+
+
+BATCH = GateSection(
+    "batch",
+    keys={"min_best_items_per_s": NUMBER, "min_best_items_per_s_per_core": NUMBER},
+    checks=batch_checks,
+)
+THREADS = GateSection(
+    "threads",
+    keys={"min_recommended_calls_per_s": NUMBER, "max_recommended_p50_ms": NUMBER},
+    checks=thread_checks,
+)
+SERVER = GateSection(
+    "server",
+    keys={
+        "min_rate_at_p99_per_s": NUMBER,
+        "max_p99_ms_at_target": NUMBER,
+        "require_held_at_target": BOOL,
+    },
+    checks=server_checks,
+)
+OPERATORS = GateSection(
+    "operators",
+    keys={"allow_cpu_fallback": BOOL, "max_cpu_fallback_nodes": INTEGER},
+    checks=operator_checks,
+)
+ENERGY = GateSection(
+    "energy",
+    keys={
+        "require_rails": BOOL,
+        "max_mj_per_inference": NUMBER,
+        "max_mj_per_inference_above_idle": NUMBER,
+        "max_power_w": NUMBER,
+    },
+    checks=energy_checks,
+    needs_sustained=True,
+)

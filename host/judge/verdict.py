@@ -75,7 +75,7 @@ APART_ASK = (
 """What decides two reports made apart when their own runs cannot (docs/gating.md)."""
 
 CONFIRM_ASK = (
-    "one slow session reads the same (docs/gating.md \"Confirming a regression\"); pairs "
+    'one slow session reads the same (docs/gating.md "Confirming a regression"); pairs '
     "run interleaved confirm it (fleet run --repeat-until-decided N, qualify --baseline "
     "REPORT --repeat-until-decided N)"
 )

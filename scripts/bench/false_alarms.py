@@ -369,9 +369,7 @@ def read_reports(folder: Path) -> tuple:
     predicates = {label: [p for _, _, p in v] for label, v in ordered.items()}
     aa = {int(k.removeprefix("aa-load")): v for k, v in ordered.items() if k.startswith("aa-load")}
     ab = {
-        k.removeprefix("ab-"): [p for p, *_ in v]
-        for k, v in ordered.items()
-        if k.startswith("ab-")
+        k.removeprefix("ab-"): [p for p, *_ in v] for k, v in ordered.items() if k.startswith("ab-")
     }
     n = min((len(v) for v in ab.values()), default=0)
     flags = {load: [f for _, f, _ in v] for load, v in sorted(aa.items())}

@@ -72,17 +72,17 @@ def test_heats_trips_throttles_cools_and_releases(tmp_path):
     flag = tmp_path / "rest"
     child = subprocess.Popen([sys.executable, "-c", CHILD, str(flag)])
     proc = psutil.Process(child.pid)
-    # 50 °C per CPU second against Newton cooling at 0.05/s: the trip (12 °C up) comes
+    # 50 °C per CPU second against Newton cooling at 0.1/s: the trip (12 °C up) comes
     # after about a quarter of a CPU second of the child's work however busy the machine
-    # is, as long as the child gets more than 1.2 % of a CPU (the level it tends to is
-    # 40 + 1000 × its share of a CPU).
+    # is, as long as the child gets more than 2.4 % of a CPU (the level it tends to is
+    # 40 + 500 × its share of a CPU).
     emu = emulator.DeviceEmulator(
         root,
         os.getpid(),
         ambient_c=40.0,
         trip_c=52.0,
         heat_c_per_cpu_s=50.0,
-        cool_rate=0.05,
+        cool_rate=0.1,
         throttle_duty=0.5,
         period_s=0.1,
     )
@@ -148,10 +148,10 @@ def test_heats_trips_throttles_cools_and_releases(tmp_path):
         flag.touch()
         time.sleep(0.3)
         peak_c, c2, ticks = emu.temp_c, _cpu_s(proc), len(emu.log)
-        time.sleep(3.0)
+        time.sleep(1.5)
         # The child is idle (its CPU time counts in 10 ms clock ticks).
         assert _cpu_s(proc) - c2 < 0.05
-        # From about 12 °C above ambient or more, 3 s at 0.05/s cool it by 1.6 °C or more,
+        # From about 12 °C above ambient or more, 1.5 s at 0.1/s cool it by 1.6 °C or more,
         # less what the CPU the emulator measured at rest heated it.
         rest_heat_c = 50.0 * sum(e["cpu_s"] for e in emu.log[ticks:])
         assert emu.temp_c < peak_c - 1.5 + rest_heat_c, (peak_c, rest_heat_c, emu.log[-3:])

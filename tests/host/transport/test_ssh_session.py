@@ -188,11 +188,12 @@ def test_watchdog_closes_a_hung_step_and_names_it(ssh):
 
 
 def test_watchdog_allows_slow_commands_that_keep_talking(ssh):
-    # A line every 0.8 s for 4.8 s under a 2.5 s idle limit: with three copies of the suite
-    # at once (load about 10) a 1 s limit saw one 0.4 s gap stretch past it.
+    # A line every 0.6 s for 3 s, longer than its 2.5 s idle limit: with three copies of the
+    # suite at once (load about 10) a 1 s limit saw one 0.4 s gap stretch past it, so each
+    # gap keeps four times its length in hand.
     result = ssh.run_remote(
-        "for i in 1 2 3 4 5 6; do echo $i; sleep 0.8; done", timeout_s=20, idle_timeout_s=2.5
+        "for i in 1 2 3 4 5; do echo $i; sleep 0.6; done", timeout_s=20, idle_timeout_s=2.5
     )
-    assert result.stdout.split() == ["1", "2", "3", "4", "5", "6"]
+    assert result.stdout.split() == ["1", "2", "3", "4", "5"]
     with pytest.raises(TransportError, match=r"sleep 8` on .* made no progress for 2.5 s"):
         ssh.run_remote("echo start; sleep 8", timeout_s=20, idle_timeout_s=2.5)

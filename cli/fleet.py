@@ -218,6 +218,7 @@ def cmd_fleet(args) -> int:
         command=tuple(getattr(args, "argv", ())) or None,
         baseline_dir=args.baseline,
         repeat_pairs=args.repeat_until_decided or 0,
+        html_pages=not args.no_pages,
     )
     return _run_fleet(lab, models, options, args, f"fleet {lab.name}")
 
@@ -488,6 +489,11 @@ def _add_fleet_run_parser(fsub) -> None:
     fr.add_argument("--out", type=Path, default=Path("fleet-out"), help="output directory")
     fr.add_argument(
         "--resume", action="store_true", help="keep runs whose report in --out verifies"
+    )
+    fr.add_argument(
+        "--no-pages",
+        action="store_true",
+        help="write no report page per run (pages/; the matrix page still lists every run)",
     )
     fr.add_argument("--gate", type=Path, metavar="POLICY", help="gate every report on POLICY")
     fr.add_argument(

@@ -190,7 +190,7 @@ class FleetRunner:
     def run(self) -> FleetResult:
         """Run every pending run; returns the result (also written to the output directory)."""
         self.result.started_unix = time.time()
-        for sub in ("reports", "pages"):
+        for sub in ("reports", "pages") if self.options.html_pages else ("reports",):
             (self.out / sub).mkdir(parents=True, exist_ok=True)
         if self.options.resume:
             self._resume()

@@ -13,18 +13,49 @@ from edgequal.cli.main import main as edgequal_main
 SHORT = ["--cold-runs", "1", "--warmup", "0.1s", "--latency", "0.2s", "--threads", "1"]
 
 
+@pytest.fixture(scope="module")
+def board(tmp_path_factory, local_agents):
+    """The module's host config and local-agent state: one agent serves it for the module
+    (``--device local`` finds it serving rather than starting one per command), and the
+    baseline's report is made once, signed by its key, for both tests."""
+    home = tmp_path_factory.mktemp("repeat-board")
+    agent = local_agents.serve(home / "local-agent")
+    yield home
+    agent.stop()
+
+
 @pytest.fixture
-def chains(tmp_path, test_helper):
-    """chain8 (the baseline's model, with its report) and chain16 (twice the layers)."""
+def on_board(board, monkeypatch):
+    """This test's ``--device local`` is the module's agent, pinned in the module's config."""
+    monkeypatch.setenv("EDGEQUAL_LOCAL_STATE", str(board / "local-agent"))
+    monkeypatch.setenv("EDGEQUAL_CONFIG_DIR", str(board / "config"))
+    return board
+
+
+@pytest.fixture(scope="module")
+def baseline(board, test_helper):
+    """chain8 (the baseline's model, with its report) and chain16 (twice the layers), made
+    once for the module; the tests only read them."""
     chain_model = test_helper("gate_reports").chain_model
-    base_dir, cand_dir = tmp_path / "approved", tmp_path / "candidate"
+    base_dir, cand_dir = board / "approved", board / "candidate"
     base_dir.mkdir()
     cand_dir.mkdir()
     base = chain_model(base_dir / "chain8.onnx", 8, rows=8)
     heavy = chain_model(cand_dir / "chain16.onnx", 16, rows=8)
     report = base_dir / "chain8.report.json"
-    assert edgequal_main(["qualify", str(base), "-o", str(report), "--json", *SHORT]) == 0
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("EDGEQUAL_LOCAL_STATE", str(board / "local-agent"))
+        mp.setenv("EDGEQUAL_CONFIG_DIR", str(board / "config"))
+        mp.setenv("XDG_STATE_HOME", str(board / "state"))
+        mp.delenv("EDGEQUAL_TOKEN", raising=False)
+        assert edgequal_main(["qualify", str(base), "-o", str(report), "--json", *SHORT]) == 0
     return base, heavy, report
+
+
+@pytest.fixture
+def chains(baseline, on_board):
+    """:func:`baseline`, for a test run on the module's board."""
+    return baseline
 
 
 @pytest.mark.slow
@@ -80,8 +111,7 @@ def test_the_same_model_is_never_different_and_a_missing_artifact_is_one_line(
     assert out["verdict"]["verdict"] in ("SAME", "UNKNOWN") and 2 <= out["pairs"] <= 3
     assert out["verdict"]["n_candidate"] == out["pairs"]
     assert code == (0 if out["verdict"]["verdict"] == "SAME" else 1)
-    # The baseline's model cannot be found by its digest: one line, exit 2.
-    base.unlink()
+    # The baseline's model, given with --baseline-model, is not there: one line, exit 2.
     code = edgequal_main(
         ["qualify", str(copy), "--baseline", str(report), "--repeat-until-decided", "3"]
         + ["--baseline-model", str(tmp_path / "nowhere.onnx"), *SHORT]

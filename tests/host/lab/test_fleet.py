@@ -588,7 +588,10 @@ def _chain_night(tmp_path, lab, model: Path, out: str, **options):
     models = tmp_path / f"models-{out}.toml"
     models.write_text(f'[models.chain]\npath = "{model}"\n')
     # At most 30 timed calls a run: the p-values of 30 against 30 values stay above 1e-17.
-    plan = {**SMALL_PLAN, "latency_max_runs": 30}
+    # Warm-up 0.05-0.2 s, not SMALL_PLAN's 0.2-0.5 s (up to 15 runs here): a MatMul chain
+    # is warm after its first calls, and the pairs' verdict compares runs warmed alike,
+    # interleaved.
+    plan = {**SMALL_PLAN, "latency_max_runs": 30, "warmup_min_s": 0.05, "warmup_max_s": 0.2}
     opts = FleetOptions(
         out_dir=tmp_path / out, plan_overrides=plan, retries=0, html_pages=False, **options
     )

@@ -171,7 +171,7 @@ def test_fleet_health_on_real_agents(tmp_path, local_agents, example_models, sho
         assert list(HealthState.load(state_file).unhealthy()) == ["dev-1"]
 
         # A fleet run skips it, and runs on dev-0.
-        run = ["fleet", "run", str(lab), "--models", str(models), "--no-record"]
+        run = ["fleet", "run", str(lab), "--models", str(models), "--no-record", "--no-pages"]
         run += ["--health-file", str(state_file), "--sustain", "0", "--retries", "0"]
         run += short_plan  # reports are needed, not the preset's 3 cold loads and 3 s of latency
         checked = len(agents[1].run_records())  # its health checks (and their retries)

@@ -146,9 +146,12 @@ def test_requalify_gates_each_approved_model_against_its_report(
             "latency_min_s": 0.5,
             "sustain_s": 0.0,
         }
-        first = FleetRunner(
-            lab, models, FleetOptions(out_dir=tmp_path / "first", plan_overrides=plan, retries=0)
-        ).run()
+        # No report pages (tests/host/lab/test_fleet.py checks those): the reports are what
+        # approve takes.
+        options = FleetOptions(
+            out_dir=tmp_path / "first", plan_overrides=plan, retries=0, html_pages=False
+        )
+        first = FleetRunner(lab, models, options).run()
         approved = tmp_path / "approved"
         for r in first.runs:
             model = next(m for m in models if m.name == r.model)

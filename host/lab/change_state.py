@@ -74,6 +74,12 @@ the nightly cost of a lab's 1,000 series is mostly the permutation tests that fi
 and a change is then reported up to ``stride - 1`` nights later, at the same night
 (BENCHMARKS.md "History at lab scale"). 1 searches every series every night."""
 
+NIGHTLY_CONFIDENCE = 0.99
+"""A change the nightly search calls must be beyond the minimum effect by its interval too
+(``change_points``' ``confidence``: the one-sided 99 % bound of its level ratio), not by its
+medians alone: searched night after night, a split of noise just past the minimum effect
+is found sooner or later in a lab's quiet series (BENCHMARKS.md "History at lab scale")."""
+
 NIGHTLY_STRICTER = 10
 """The nightly search's p-value is the lab's divided by this. Every night tests the last
 segment again: at the analysis' p-value (0.01) a year of nightly tests called a change in
@@ -203,6 +209,7 @@ class FigureState:
             min_points=settings.min_points,
             permutations=settings.permutations,
             seed=settings.seed,
+            confidence=NIGHTLY_CONFIDENCE,
         )
         return [
             {
@@ -232,6 +239,7 @@ class FigureState:
             min_points=settings.min_points,
             permutations=settings.permutations,
             seed=settings.seed,
+            confidence=NIGHTLY_CONFIDENCE,
         )
         found = [
             {

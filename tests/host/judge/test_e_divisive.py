@@ -14,6 +14,7 @@ from edgequal.host.judge.change_points import (
     change_points,
     e_divisive,
     q_hat,
+    surely_beyond,
 )
 
 
@@ -66,6 +67,46 @@ def test_e_divisive_locates_a_literal_step_and_its_permutation_p_value():
 def test_no_change_in_a_literal_flat_series():
     assert e_divisive([5.0] * 12) == []
     assert e_divisive([10, 11, 10, 12, 11, 10, 11, 12, 10, 11], p_value=0.05) == []
+
+
+def test_a_split_under_the_minimum_effect_is_not_tested_and_the_search_ends_there():
+    # A 3 % step (101 → 104), significant at p 0.01: tested without a minimum effect, not
+    # tested (no shuffles) under 5 %, kept under 2 %.
+    z = [100, 101, 100, 102, 101, 100, 101, 100, 102, 101]
+    z += [103, 104, 103, 105, 104, 103, 104, 103, 105, 104]
+    assert e_divisive(z, p_value=0.01) == [(10, 0.01)]
+    assert e_divisive(z, p_value=0.01, min_effect=0.05) == []
+    assert [s.index for s in change_points(z, min_effect=0.02)] == [10]
+    assert change_points(z, min_effect=0.05) == []
+
+
+def test_surely_beyond_by_the_pooled_t_interval_on_literal_logarithms():
+    # ln before = 0, .02, −.02; ln after = .10, .12, .08. Difference 0.10; pooled variance
+    # (0.0008 + 0.0008) / 4 = 0.0004, se = √(0.0004 / 3 + 0.0004 / 3) = 0.016330, df = 4,
+    # t(0.95, 4) = 2.131847: the bound 0.10 − 0.034813 = 0.065187, past ln 1.05 = 0.048790,
+    # short of ln 1.07 = 0.067659. Down: −0.065187 under ln 0.95 = −0.051293, not under
+    # ln 0.93 = −0.072571.
+    before, after = np.exp([0.0, 0.02, -0.02]), np.exp([0.10, 0.12, 0.08])
+    assert surely_beyond(before, after, 0.05, 0.95)
+    assert not surely_beyond(before, after, 0.07, 0.95)
+    assert surely_beyond(after, before, 0.05, 0.95)
+    assert not surely_beyond(after, before, 0.07, 0.95)
+    # A short side whose own spread is nil does not make the interval narrow: ln before =
+    # 0, ±.1, ±.05 (sum of squares 0.025), ln after = .13 three times. Pooled variance
+    # 0.025 / 6, se = √(0.025 / 6 · (1/5 + 1/3)) = 0.047140, t(0.95, 6) = 1.943180: bound
+    # 0.13 − 0.091603 = 0.038397, short of ln 1.05 (Welch's, 0.13 − 0.075373, would pass).
+    before, after = np.exp([0.0, 0.1, -0.1, 0.05, -0.05]), np.exp([0.13] * 3)
+    assert not surely_beyond(before, after, 0.05, 0.95)
+    assert surely_beyond(before, after, 0.03, 0.95)
+
+
+def test_with_confidence_a_change_whose_level_after_is_unsure_is_dropped():
+    # The bad week found as one split (seven points after it, three at ×3): its medians
+    # 10 → 11 pass 5 %, its interval (the week and the quiet nights after) does not.
+    week = [10, 11, 10, 11, 10, 30, 31, 30, 10, 11, 10, 11]
+    [split] = change_points(week, p_value=0.05, min_effect=0.05)
+    assert (split.index, split.median_before, split.median_after) == (5, 10.0, 11.0)
+    assert change_points(week, p_value=0.05, min_effect=0.05, confidence=0.95) == []
 
 
 def test_alpha_outside_0_2_is_a_usage_error():

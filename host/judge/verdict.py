@@ -20,7 +20,11 @@ scale, so the answer is a ratio and a spread is a CV.
   with 2–3 % spread inside each), so their spread says nothing of how far two sessions
   fall apart. Only the board's history, measured session to session, does: ``se² = 2σ_h²
   − σ_r²(2 − 1/na − 1/nb)`` (:func:`apart_se`); without history the verdict is UNKNOWN and
-  names the history or an interleaved re-run as what decides it.
+  names the history or an interleaved re-run as what decides it. A board's sessions are
+  not normal: one in 50 or so runs 40–80 % slower in every call with nothing else on it
+  moving, a tail its CV does not carry; so two reports made apart are DIFFERENT only beyond
+  the history's own tail too (``Spread.tail``: 99 % of its run pairs lie within it), and
+  UNKNOWN inside it, naming interleaved pairs as what confirms it.
 - **DIFFERENT**: the two-sided 99 % interval (``alpha_different`` 0.01) excludes a ratio
   of 1 *and* the ratio is beyond the minimum effect (≥ 1 + m or ≤ 1 / (1 + m)); with a
   spread from the repeats alone, also the runs' own split at the same level (an exact
@@ -93,14 +97,22 @@ class Spread:
     sd: float
     df: float | None
     source: str
+    tail: float | None = None
+    """From history: the 99th percentile of ``|log(x_i / x_j)|`` over its run pairs
+    (host/lab/noise.py ``pair_tail``). Two reports made apart are DIFFERENT only beyond it."""
 
     @classmethod
-    def from_cv(cls, cv: float, df: float | None, source: str = HISTORY) -> Spread:
+    def from_cv(
+        cls, cv: float, df: float | None, source: str = HISTORY, tail: float | None = None
+    ) -> Spread:
         """A spread from a CV (a noise score's): sd of the log figure = sqrt(log(1 + CV²))."""
         if not (cv >= 0 and math.isfinite(cv)):
             raise UsageError(f"a run-to-run spread must be a CV of at least 0, got {cv}")
         return cls(
-            math.sqrt(math.log1p(cv * cv)), None if df is None else max(float(df), 1.0), source
+            math.sqrt(math.log1p(cv * cv)),
+            None if df is None else max(float(df), 1.0),
+            source,
+            tail,
         )
 
     def to_json(self) -> dict:
@@ -383,6 +395,13 @@ def decide(
         split_at = split_p(la, lb)
         if split_at > s["alpha_different"]:
             verdict = UNKNOWN
+    tail = None if interleaved else prior.tail
+    if verdict == DIFFERENT and tail is not None and abs(d) <= tail:
+        why = (
+            f"×{ratio:.3f} is no further apart than two sessions of this board fall in its "
+            f"history (99 % of its runs' pairs within ×{math.exp(tail):.3f}); {CONFIRM_ASK}"
+        )
+        return out(UNKNOWN, why, *args)
     if verdict == DIFFERENT:
         way = "slower" if ratio > 1 else "faster"
         why = f"{way}: the {level} interval excludes 1 and ×{ratio:.3f} is beyond ±{m:.0%}{raised}"

@@ -54,12 +54,15 @@ def noise_for_report(
 
 def noise_spread(score: NoiseScore | None) -> Spread | None:
     """The run-to-run spread a verdict assumes from a noise score (source ``history``): its
-    CV, with the degrees of freedom of its runs less one per stretch; None without one."""
+    CV, with the degrees of freedom of its runs less one per stretch, and its runs'
+    session-to-session tail; None without one."""
     from ..judge.verdict import HISTORY, Spread
 
     if score is None:
         return None
-    return Spread.from_cv(score.cv, max(score.runs - score.segments, 1), HISTORY)
+    return Spread.from_cv(
+        score.cv, max(score.runs - score.segments, 1), HISTORY, tail=score.session_tail
+    )
 
 
 def history_spread(url: str, report, min_effect: float) -> tuple[NoiseScore | None, Spread | None]:

@@ -47,6 +47,9 @@ class NoiseScore:
     too_noisy: bool
     segments: int = 1
     """How many stretches between changes of the figure the runs came from."""
+    session_tail: float | None = None
+    """How far apart two of the series' runs fall, at most, but for 1 % of pairs: the 99th
+    percentile of ``|log(x_i / x_j)|`` within its stretches (:func:`pair_tail`)."""
 
     def message(self) -> str:
         """'pi5-c is too noisy for a 10 % limit: CV 6.1 %' (or fine for it)."""
@@ -77,6 +80,28 @@ def pooled_cv_with_interval(
     cvs = np.sqrt(np.sum(boot**2, axis=1) / dof)
     lo, hi = np.quantile(cvs, [0.025, 0.975])
     return cv, (float(lo), float(hi))
+
+
+TAIL_LEVEL = 0.99
+"""The share of the history's run pairs a session-to-session tail holds (the verdict's
+99 % level for DIFFERENT, host/judge/verdict.py)."""
+TAIL_RUNS = 300
+"""The newest runs a tail is read from (their pairs: 44,850)."""
+
+
+def pair_tail(segments, level: float = TAIL_LEVEL) -> float | None:
+    """The ``level`` quantile of ``|log(x_i / x_j)|`` over every pair of runs, each run taken
+    against its own stretch's median (a real change is not noise): how far two sessions of
+    the board fall apart, tails and all. A CV assumes a normal spread; a board's sessions
+    are not normal: one in 50 or so can be 40–80 % slower in every call with nothing else
+    on it moving (docs/gating.md "Confirming a regression"), a tail no CV carries. The
+    newest :data:`TAIL_RUNS` runs; None with fewer than two."""
+    logs = [np.log(np.asarray(x, dtype=np.float64)) for x in segments]
+    dev = np.concatenate([x - np.median(x) for x in logs if x.size])[-TAIL_RUNS:]
+    if dev.size < 2:
+        return None
+    i, j = np.triu_indices(dev.size, k=1)
+    return float(np.quantile(np.abs(dev[i] - dev[j]), level))
 
 
 def series_noise(series, changes, min_effect: float) -> NoiseScore | None:
@@ -116,4 +141,5 @@ def series_noise(series, changes, min_effect: float) -> NoiseScore | None:
         segments=len(segments),
         min_effect=min_effect,
         too_noisy=cv * SPREAD_FACTOR > min_effect,
+        session_tail=pair_tail(segments),
     )

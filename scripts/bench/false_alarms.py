@@ -220,11 +220,14 @@ def tally(found: list[str], bad: str) -> dict:
 
 
 def history_prior(p50s: list[float]):
-    """The spread a one-run comparison assumes: the history runs' CV (the noise score)."""
+    """The spread a comparison of two reports assumes: the history runs' CV (the noise
+    score) and their session-to-session tail (``noise.pair_tail``), as ``gate --history``."""
     from edgequal.host.judge.verdict import HISTORY, Spread
+    from edgequal.host.lab.noise import pair_tail
 
     v = np.asarray(p50s)
-    return Spread.from_cv(float(v.std(ddof=1) / v.mean()), len(v) - 1, HISTORY)
+    cv = float(v.std(ddof=1) / v.mean())
+    return Spread.from_cv(cv, len(v) - 1, HISTORY, tail=pair_tail([v]))
 
 
 def blocks(values: list[float], k: int) -> list[list[float]]:

@@ -156,6 +156,37 @@ def test_two_reports_made_apart_are_judged_by_the_history_s_session_spread():
     )
 
 
+def test_two_reports_made_apart_are_different_only_beyond_the_history_s_tail():
+    """A board's sessions are not normal: a CV of 6 % says two runs fall within 20 % of each
+    other 99 % of the time, but if one session in fifty is 60 % slower, pairs 60 % apart are
+    among the history's too. Two reports made apart are DIFFERENT only beyond that tail."""
+    from edgequal.host.lab.noise import pair_tail
+
+    rng = np.random.default_rng(3)
+    nights = np.exp(rng.normal(0, 0.05, 150))
+    nights[[20, 90, 140]] *= 1.6  # three slow sessions
+    tail = pair_tail([nights])
+    logs = np.log(nights)
+    pairs = np.abs(logs[:, None] - logs[None, :])[np.triu_indices(150, 1)]
+    assert tail == pytest.approx(np.quantile(pairs, 0.99))
+    assert np.log(1.3) < tail < np.log(1.7)  # the slow sessions' pairs set it
+    cv = float(np.std(nights, ddof=1) / np.mean(nights))
+    gauss = Spread.from_cv(cv, df=149)
+    prior = Spread.from_cv(cv, df=149, tail=tail)
+    # ×1.45: beyond the normal spread's interval, within the tail: not decided, and the
+    # pairs that decide it are named.
+    assert decide([1.0], [1.45], 0.03, prior=gauss).verdict == DIFFERENT
+    v = decide([1.0], [1.45], 0.03, prior=prior)
+    assert v.verdict == UNKNOWN and "--repeat-until-decided" in v.why
+    assert f"within ×{np.exp(tail):.3f}" in v.why
+    # Beyond the tail: DIFFERENT; interleaved runs are one session: the tail does not apply.
+    assert decide([1.0], [np.exp(tail) * 1.05], 0.03, prior=prior).verdict == DIFFERENT
+    runs = ([1.0, 1.01, 0.99, 1.0, 1.02], [1.45, 1.44, 1.46, 1.45, 1.47])
+    assert decide(*runs, 0.03, prior=prior, interleaved=True).verdict == DIFFERENT
+    # The tail is read within stretches: a real step between them is not noise.
+    assert pair_tail([nights[:75], nights[75:] * 2.0]) == pytest.approx(tail, rel=0.15)
+
+
 def test_the_board_noise_raises_the_minimum_effect_up_to_the_cap():
     assert decide([1.0], [1.0], 0.03, prior=Spread.from_cv(0.04, 30)).min_effect == (
         pytest.approx(0.04)

@@ -4,6 +4,8 @@ read with; and a tie in the change-point permutation test."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from edgequal.host.lab.change_causes import machine_evidence
@@ -137,6 +139,12 @@ def test_a_noise_score_is_the_spread_a_verdict_assumes_with_its_degrees_of_freed
     assert spread.source == HISTORY and spread.df == 22.0  # 24 runs less two stretches' means
     assert spread.sd == pytest.approx(np.sqrt(np.log1p(0.02**2)))
     assert noise_spread(None) is None
+    # The score's session tail goes with it: two reports ×1.15 apart are within a tail of
+    # ×1.2 (a board whose history holds slow sessions), so not DIFFERENT.
+    assert spread.tail is None
+    tailed = noise_spread(replace(score, session_tail=float(np.log(1.2))))
+    assert tailed.tail == pytest.approx(np.log(1.2))
+    assert decide([1.0], [1.15], 0.03, prior=tailed).verdict == "UNKNOWN"
     # One run a side: 15 % slower is beyond two runs of a 2 % board; 3 % is not.
     assert decide([1.0], [1.15], 0.03, prior=spread).verdict == DIFFERENT
     assert decide([1.0], [1.03], 0.03, prior=spread).verdict != DIFFERENT

@@ -39,6 +39,11 @@ def installed_modules() -> dict[str, Path]:
     return out
 
 
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(), str(path))
+
+
 def _type_only_lines(tree: ast.Module) -> set[int]:
     """The lines of ``if TYPE_CHECKING:`` blocks: imports there are read by type checkers only."""
     lines: set[int] = set()
@@ -53,7 +58,7 @@ def _imported(name: str, path: Path, known: dict[str, Path], type_only: bool = T
     """(line, module) for every edgequal module ``name`` imports, at any depth of its code;
     with ``type_only`` False, not those under ``if TYPE_CHECKING:``."""
     is_pkg = path.name == "__init__.py"
-    tree = ast.parse(path.read_text(), str(path))
+    tree = _tree(path)
     skipped = set() if type_only else _type_only_lines(tree)
     for node in ast.walk(tree):
         if getattr(node, "lineno", None) in skipped:

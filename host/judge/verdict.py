@@ -85,6 +85,12 @@ CONFIRM_ASK = (
 )
 """What a DIFFERENT between two reports made apart still needs before a lab acts on it."""
 
+APART_MORE = (
+    "more runs in these two sessions cannot shrink the history's session-to-session "
+    "spread; run both interleaved (qualify --baseline REPORT --repeat-until-decided N)"
+)
+"""Why more runs in two reports made apart would not decide them."""
+
 MIN_RUNS_FOR_SPREAD = 3
 """What an UNKNOWN with no known spread asks for: the fewest runs a side that give one."""
 
@@ -287,6 +293,17 @@ def _runs_needed(d, se_at, df_at, m_log, s, min_split: int = 0) -> int | None:
     return None
 
 
+def _within_tail(d: float, tail: float | None) -> str | None:
+    """Why a log ratio ``d`` between two reports made apart is not DIFFERENT, where it lies
+    within the history's own tail (:attr:`Spread.tail`); None beyond it, or with no tail."""
+    if tail is None or abs(d) > tail:
+        return None
+    return (
+        f"×{math.exp(d):.3f} is no further apart than two sessions of this board fall in its "
+        f"history (99 % of its runs' pairs within ×{math.exp(tail):.3f}); {CONFIRM_ASK}"
+    )
+
+
 def _apart_without_history(la, lb, sd, df, s, out) -> Verdict:
     """Two reports made apart, repeats in them and no history: their runs' spread is each
     session's own, so it says nothing of how far two sessions fall apart. DIFFERENT only
@@ -395,13 +412,8 @@ def decide(
         split_at = split_p(la, lb)
         if split_at > s["alpha_different"]:
             verdict = UNKNOWN
-    tail = None if interleaved else prior.tail
-    if verdict == DIFFERENT and tail is not None and abs(d) <= tail:
-        why = (
-            f"×{ratio:.3f} is no further apart than two sessions of this board fall in its "
-            f"history (99 % of its runs' pairs within ×{math.exp(tail):.3f}); {CONFIRM_ASK}"
-        )
-        return out(UNKNOWN, why, *args)
+    if verdict == DIFFERENT and not interleaved and _within_tail(d, prior.tail):
+        return out(UNKNOWN, _within_tail(d, prior.tail), *args)
     if verdict == DIFFERENT:
         way = "slower" if ratio > 1 else "faster"
         why = f"{way}: the {level} interval excludes 1 and ×{ratio:.3f} is beyond ±{m:.0%}{raised}"
@@ -412,11 +424,7 @@ def decide(
         why = f"the {_percent(1 - 2 * s['alpha_same'])} interval lies inside ±{m:.0%}{raised}"
         return out(SAME, why, *args)
     if not interleaved:
-        more = (
-            "more runs in these two sessions cannot shrink the history's session-to-session "
-            "spread; run both interleaved (qualify --baseline REPORT --repeat-until-decided N)"
-        )
-        return out(UNKNOWN, f"neither DIFFERENT nor inside ±{m:.0%}{raised}: {more}", *args)
+        return out(UNKNOWN, f"neither DIFFERENT nor inside ±{m:.0%}{raised}: {APART_MORE}", *args)
     df_extra = None if df is None else max(df - (a.size - 1) - (b.size - 1), 0.0)
     if source == REPEATS:
         df_extra = 0.0

@@ -29,6 +29,7 @@ the boards sharing them in ``host/lab/changes.py``, the culprit in ``host/lab/cu
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -325,11 +326,12 @@ def surely_beyond(before, after, min_effect: float, confidence: float) -> bool:
         return True
     from scipy.stats import t as student_t  # host-only; imported when asked for
 
+    from .verdict import pooled_spread
+
     la, lb = np.log(a), np.log(b)
-    df = a.size + b.size - 2
-    pooled = (((la - la.mean()) ** 2).sum() + ((lb - lb.mean()) ** 2).sum()) / df
+    sd, df, _ = pooled_spread(la, lb, None)  # the verdict's pooled spread of log figures
     d = float(lb.mean() - la.mean())
-    half = float(student_t.ppf(confidence, df)) * float(np.sqrt(pooled / a.size + pooled / b.size))
+    half = float(student_t.ppf(confidence, df)) * sd * math.sqrt(1 / a.size + 1 / b.size)
     if d - half >= np.log1p(min_effect):
         return True
     return min_effect < 1.0 and d + half <= np.log1p(-min_effect)

@@ -20,9 +20,10 @@ scale, so the answer is a ratio and a spread is a CV.
   with 2–3 % spread inside each), so their spread says nothing of how far two sessions
   fall apart. Only the board's history, measured session to session, does: ``se² = 2σ_h²
   − σ_r²(2 − 1/na − 1/nb)`` (:func:`apart_se`); without history the verdict is UNKNOWN and
-  names the history or an interleaved re-run as what decides it. A board's sessions are
-  not normal: one in 50 or so runs 40–80 % slower in every call with nothing else on it
-  moving, a tail its CV does not carry; so two reports made apart are DIFFERENT only beyond
+  names the history or an interleaved re-run as what decides it. A board's sessions need
+  not be normal (on the shared VM the benchmarks ran on, about one run in 50 to 150 was
+  30–80 % slower in every call with nothing the agent measures moving), a tail a CV does
+  not carry; so two reports made apart are DIFFERENT only beyond
   the history's own tail too (``Spread.tail``: 99 % of its run pairs lie within it), and
   UNKNOWN inside it, naming interleaved pairs as what confirms it.
 - **DIFFERENT**: the two-sided 99 % interval (``alpha_different`` 0.01) excludes a ratio
@@ -412,8 +413,9 @@ def decide(
         split_at = split_p(la, lb)
         if split_at > s["alpha_different"]:
             verdict = UNKNOWN
-    if verdict == DIFFERENT and not interleaved and _within_tail(d, prior.tail):
-        return out(UNKNOWN, _within_tail(d, prior.tail), *args)
+    inside_tail = None if interleaved or verdict != DIFFERENT else _within_tail(d, prior.tail)
+    if inside_tail:
+        return out(UNKNOWN, inside_tail, *args)
     if verdict == DIFFERENT:
         way = "slower" if ratio > 1 else "faster"
         why = f"{way}: the {level} interval excludes 1 and ×{ratio:.3f} is beyond ±{m:.0%}{raised}"

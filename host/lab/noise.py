@@ -93,8 +93,9 @@ def pair_tail(segments, level: float = TAIL_LEVEL) -> float | None:
     """The ``level`` quantile of ``|log(x_i / x_j)|`` over every pair of runs, each run taken
     against its own stretch's median (a real change is not noise): how far two sessions of
     the board fall apart, tails and all. A CV assumes a normal spread; a board's sessions
-    are not normal: one in 50 or so can be 40–80 % slower in every call with nothing else
-    on it moving (docs/gating.md "Confirming a regression"), a tail no CV carries. The
+    need not be normal (on the shared VM the benchmarks ran on, about one run in 50 to 150
+    was 30–80 % slower in every call: docs/gating.md "Confirming a regression"), a tail no
+    CV carries. The
     newest :data:`TAIL_RUNS` runs; None with fewer than two."""
     logs = [np.log(np.asarray(x, dtype=np.float64)) for x in segments]
     dev = np.concatenate([x - np.median(x) for x in logs if x.size])[-TAIL_RUNS:]

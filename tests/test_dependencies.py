@@ -54,12 +54,12 @@ def _type_only_lines(tree: ast.Module) -> set[int]:
     return lines
 
 
-def _imported(name: str, path: Path, known: dict[str, Path], type_only: bool = True):
+def _imported(name: str, path: Path, known: dict[str, Path], with_type_only: bool = True):
     """(line, module) for every edgequal module ``name`` imports, at any depth of its code;
-    with ``type_only`` False, not those under ``if TYPE_CHECKING:``."""
+    with ``with_type_only`` False, not those under ``if TYPE_CHECKING:``."""
     is_pkg = path.name == "__init__.py"
     tree = _tree(path)
-    skipped = set() if type_only else _type_only_lines(tree)
+    skipped = set() if with_type_only else _type_only_lines(tree)
     for node in ast.walk(tree):
         if getattr(node, "lineno", None) in skipped:
             continue

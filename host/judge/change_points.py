@@ -163,14 +163,14 @@ def best_split(z, min_points: int = DEFAULT_MIN_POINTS, alpha: float = DEFAULT_A
 
 def _best_over(x: np.ndarray, bounds: list[int], min_points: int, alpha: float, skip=()):
     """The best split over every segment between ``bounds`` but those in ``skip`` (as
-    (start, end)): (index, Q̂, start, end of Y), or None."""
+    (start, end)): (index, Q̂, its segment (start, end), the end of its Y), or None."""
     best = None
     for lo, hi in zip(bounds[:-1], bounds[1:]):
         if (lo, hi) in skip:
             continue
         found = best_split(x[lo:hi], min_points, alpha)
         if found is not None and (best is None or found[2] > best[1]):
-            best = (lo + found[0], found[2], lo, lo + found[1])
+            best = (lo + found[0], found[2], (lo, hi), lo + found[1])
     return best
 
 
@@ -231,11 +231,11 @@ def e_divisive(
         best = _best_over(x, bounds, min_points, alpha, small)
         if best is None or not best[1] > 0:
             break
-        index, observed, lo, kappa = best
+        index, observed, segment, kappa = best
         if min_effect is not None and not _moves(
-            _median(x[lo:index]), _median(x[index:kappa]), min_effect
+            _median(x[segment[0] : index]), _median(x[index:kappa]), min_effect
         ):
-            small.add((lo, bounds[bounds.index(lo) + 1]))
+            small.add(segment)
             continue
         p = _permutation_p(x, bounds, observed, min_points, alpha, p_value, permutations, rng)
         if p is None:

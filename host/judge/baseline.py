@@ -33,7 +33,7 @@ from .check_kit import (
 )
 from .regression import bootstrap_median_ratio
 from .report_file import ReportFile
-from .run_figures import RunFigures, run_figures
+from .run_figures import RunFigures, fastest_call_ms, run_figures
 from .verdict import Spread
 
 if TYPE_CHECKING:
@@ -209,6 +209,7 @@ def compare_latency(
         prior=prior,
         baseline_runs=base_runs.run_ids,
         candidate_runs=cand_runs.run_ids,
+        floors=(fastest_call_ms(base_entry), fastest_call_ms(cand_entry)),
     ).to_json()
     out = {"three_way": three, "min_effect": three["min_effect"]}
     if base_entry.get("samples_ns_b64") and cand_entry.get("samples_ns_b64"):

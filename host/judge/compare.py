@@ -25,7 +25,7 @@ from .conditions import edge_shapes, mb
 from .pipeline_checks import PART_LABELS, PATH_PARTS, part_summary, worst_preprocessing_abs
 from .policy import BASELINE_DEFAULTS
 from .report_file import ReportFile
-from .run_figures import RunFigures, run_figures
+from .run_figures import RunFigures, fastest_call_ms, run_figures
 from .runtime_envs import drift_between, env_entry, env_names, env_pair, env_shape
 from .verdict import Spread
 
@@ -507,6 +507,10 @@ def _add_verdicts(reports, rows, per_run, first_shape, settings, prior: Spread |
                 ra = run_figures(reports[0].predicate, figure, shape) or ra
                 rb = run_figures(reports[i].predicate, figure, shape) or rb
             own = prior if figure == "p50_ms" and shape == first_shape else None
+            floors = None
+            if figure == "p50_ms":
+                entries = (_per_shape(reports[0]).get(shape), _per_shape(reports[i]).get(shape))
+                floors = tuple(fastest_call_ms(e) for e in entries)
             v = decide(
                 ra.values,
                 rb.values,
@@ -515,6 +519,7 @@ def _add_verdicts(reports, rows, per_run, first_shape, settings, prior: Spread |
                 prior=own,
                 baseline_runs=ra.run_ids,
                 candidate_runs=rb.run_ids,
+                floors=floors,
             )
             row.verdicts[i] = v.to_json()
             if figure is not None and row.significance[i] is None:

@@ -81,6 +81,14 @@ def run_figures(predicate: dict, figure: str, shape: str | None = None) -> RunFi
     return _one(run_id, decisive_summary(shapes[0]).get(figure) if shapes else None)
 
 
+def fastest_call_ms(entry: dict | None) -> float | None:
+    """One input shape's fastest timed call (ms; the calls that decide, as its p50): where a
+    report is one run, what tells a slow session from a slower model (verdict.py
+    ``FLOOR_SHARE``)."""
+    value = decisive_summary(entry).get("min_ms") if entry else None
+    return float(value) if _number(value) and value > 0 else None
+
+
 def segment_figures(shape_entry: dict | None, run_id: str = "run") -> RunFigures:
     """The p50 (ms) of each timed segment of a runtime environment's shape (ABBA segments,
     agent/phases/runtime_envs.py): the units a side-by-side comparison weighs, each

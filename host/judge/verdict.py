@@ -25,7 +25,11 @@ scale, so the answer is a ratio and a spread is a CV.
   30–80 % slower in every call with nothing the agent measures moving), a tail a CV does
   not carry; so two reports made apart are DIFFERENT only beyond
   the history's own tail too (``Spread.tail``: 99 % of its run pairs lie within it), and
-  UNKNOWN inside it, naming interleaved pairs as what confirms it.
+  UNKNOWN inside it, naming interleaved pairs as what confirms it. One run against one
+  beyond the tail is still UNKNOWN where the slower run's fastest call kept pace (it moved
+  less than ``FLOOR_SHARE`` as far as the median, log scale): a slower model makes every
+  call slower, its fastest too, while a slow session (the cause of every such false alarm
+  measured) slows the bulk of the calls and leaves the fastest near the board's pace.
 - **DIFFERENT**: the two-sided 99 % interval (``alpha_different`` 0.01) excludes a ratio
   of 1 *and* the ratio is beyond the minimum effect (≥ 1 + m or ≤ 1 / (1 + m)); with a
   spread from the repeats alone, also the runs' own split at the same level (an exact
@@ -91,6 +95,14 @@ APART_MORE = (
     "spread; run both interleaved (qualify --baseline REPORT --repeat-until-decided N)"
 )
 """Why more runs in two reports made apart would not decide them."""
+
+FLOOR_SHARE = 1 / 3
+"""One run against one made apart: the least share of the median's move (log ratio) the
+fastest call must make for a DIFFERENT (:func:`_slow_session`). Measured on real runs
+(BENCHMARKS.md "The fastest call"): of the 12 A/A pairs beyond the tail in four runs, a
+slow session moved the fastest call −0.10 to 0.23 as far in 10; the other two, one run
+slow in every call, its fastest too (0.77), no rule on two runs tells from a change. A
+slower model's fastest call moved 0.55–0.83 as far."""
 
 MIN_RUNS_FOR_SPREAD = 3
 """What an UNKNOWN with no known spread asks for: the fewest runs a side that give one."""
@@ -305,6 +317,29 @@ def _within_tail(d: float, tail: float | None) -> str | None:
     )
 
 
+def _slow_session(d: float, floors: tuple[float, float] | None) -> str | None:
+    """Why a log ratio ``d`` between one run and one made apart is a slow session, not the
+    model: the runs' fastest calls (``floors``, ms) moved less than :data:`FLOOR_SHARE` as
+    far. None where they moved with it, or are not known."""
+    if floors is None or d == 0 or not all(f is not None and f > 0 for f in floors):
+        return None
+    f = math.log(floors[1] / floors[0])
+    if f / d >= FLOOR_SHARE:
+        return None
+    slow = "candidate" if d > 0 else "baseline"
+    return (
+        f"×{math.exp(d):.3f} at the median but ×{math.exp(f):.3f} at the fastest call: the "
+        f"{slow}'s session was slow while the board still ran the model at the other's pace "
+        f"(a slower model makes its fastest call slower too); {CONFIRM_ASK}"
+    )
+
+
+def _doubt(d: float, prior: Spread, one_a_side: bool, floors) -> str | None:
+    """Why a DIFFERENT between two reports made apart is not one: the ratio lies within the
+    history's tail, or (one run a side) the fastest calls say one session was slow."""
+    return _within_tail(d, prior.tail) or (_slow_session(d, floors) if one_a_side else None)
+
+
 def _apart_without_history(la, lb, sd, df, s, out) -> Verdict:
     """Two reports made apart, repeats in them and no history: their runs' spread is each
     session's own, so it says nothing of how far two sessions fall apart. DIFFERENT only
@@ -348,6 +383,7 @@ def decide(
     candidate_runs: Sequence[str] = (),
     split: bool = True,
     interleaved: bool = False,
+    floors: tuple[float | None, float | None] | None = None,
 ) -> Verdict:
     """The verdict on ``candidate`` against ``baseline``: one positive figure per run on
     each side; ``prior`` the board's run-to-run spread from history (module docstring).
@@ -356,7 +392,8 @@ def decide(
     ``interleaved``: the sides' runs alternated in one session (pairs, ABBA segments), so
     their spread is the spread of the difference. Two reports made apart are not: each is
     one session, and only the board's history says how far sessions fall apart
-    (:func:`apart_se`); without it the verdict is UNKNOWN and says what decides it."""
+    (:func:`apart_se`); without it the verdict is UNKNOWN and says what decides it.
+    ``floors``: each side's fastest call (ms), for one run a side (:func:`_slow_session`)."""
     s = {**VERDICT_DEFAULTS, **{k: v for k, v in (settings or {}).items() if k in VERDICT_DEFAULTS}}
     a = np.asarray(baseline, dtype=np.float64).ravel()
     b = np.asarray(candidate, dtype=np.float64).ravel()
@@ -413,9 +450,10 @@ def decide(
         split_at = split_p(la, lb)
         if split_at > s["alpha_different"]:
             verdict = UNKNOWN
-    inside_tail = None if interleaved or verdict != DIFFERENT else _within_tail(d, prior.tail)
-    if inside_tail:
-        return out(UNKNOWN, inside_tail, *args)
+    one_a_side = a.size == b.size == 1
+    doubt = None if interleaved or verdict != DIFFERENT else _doubt(d, prior, one_a_side, floors)
+    if doubt:
+        return out(UNKNOWN, doubt, *args)
     if verdict == DIFFERENT:
         way = "slower" if ratio > 1 else "faster"
         why = f"{way}: the {level} interval excludes 1 and ×{ratio:.3f} is beyond ±{m:.0%}{raised}"

@@ -195,17 +195,33 @@ def confirm(baseline: list[dict], candidate: list[dict], prior, pairs: int) -> s
     return result.verdict["verdict"]
 
 
-def verdicts(base_blocks, cand_blocks, prior, interleaved: bool) -> list[str]:
+def verdicts(base_blocks, cand_blocks, prior, interleaved: bool, floors=None) -> list[str]:
     """Each block against its partner: ``prior`` a Spread, or a function of the pair's
-    index giving one (the history held out of that pair), or None (no history)."""
+    index giving one (the history held out of that pair), or None (no history);
+    ``floors``: per run, its fastest call (one run a side: verdict.py ``FLOOR_SHARE``)."""
     from edgequal.host.judge.verdict import decide
 
     return [
         decide(
-            a, b, 0.03, prior=prior(i) if callable(prior) else prior, interleaved=interleaved
+            a,
+            b,
+            0.03,
+            prior=prior(i) if callable(prior) else prior,
+            interleaved=interleaved,
+            floors=(floors[i], floors[i + 1]) if floors else None,
         ).verdict
         for i, (a, b) in enumerate(zip(base_blocks, cand_blocks))
     ]
+
+
+def fastest_calls(predicates: list[dict] | None) -> list[float | None] | None:
+    """Each run's fastest call (ms) of its first input shape, in run order."""
+    from edgequal.host.judge.run_figures import fastest_call_ms
+
+    if not predicates:
+        return None
+    shapes = [((p.get("results") or {}).get("latency") or {}).get("per_shape") for p in predicates]
+    return [fastest_call_ms(s[0] if s else None) for s in shapes]
 
 
 def tally(found: list[str], bad: str) -> dict:
@@ -267,9 +283,13 @@ def aa_rates(
             "unexplained_different_ci95": wilson(alarms, len(found)),
         }
 
-    with_history = verdicts(bs[:-1], bs[1:], held_out, interleaved=False)
+    floors = fastest_calls(predicates) if k == 1 else None
+    with_history = verdicts(bs[:-1], bs[1:], held_out, interleaved=False, floors=floors)
     alone = verdicts(bs[:-1], bs[1:], None, interleaved=False)
     out = {**counted(with_history), "without_history": counted(alone)}
+    if floors:  # what the fastest calls took back (verdict.py FLOOR_SHARE)
+        tail_only = verdicts(bs[:-1], bs[1:], held_out, interleaved=False)
+        out["different_without_fastest_call_rule"] = tail_only.count("DIFFERENT")
     if predicates is not None:
         after = {"DIFFERENT": 0, "SAME": 0, "UNKNOWN": 0, "no pairs left": 0}
         for i, v in enumerate(with_history):
@@ -315,6 +335,8 @@ def analyse(
             },
         }
     if ab:
+        from edgequal.host.judge.verdict import decide
+
         a = ab["A"]
         quiet = history_prior(aa[0]) if len(aa.get(0, [])) >= 3 else None
         out["ab"] = {}
@@ -335,6 +357,21 @@ def analyse(
                     else None,
                 }
                 pa, pb = (predicates or {}).get("ab-A"), (predicates or {}).get(f"ab-{name}")
+                if k == 1 and pa and pb and quiet is not None:
+                    # The same rounds as two reports made apart, as compare and gate
+                    # --baseline judge two files: with the quiet history, by the fastest
+                    # calls as well, and by the tail alone.
+                    fa, fb = fastest_calls(pa), fastest_calls(pb)
+                    apart = [
+                        decide([x], [y], 0.03, prior=quiet, floors=(fa[j], fb[j])).verdict
+                        for j, (x, y) in enumerate(zip(a, b))
+                    ]
+                    tail_only = [decide([x], [y], 0.03, prior=quiet).verdict for x, y in zip(a, b)]
+                    per_k[str(k)]["apart"] = {
+                        "DIFFERENT": apart.count("DIFFERENT"),
+                        "DIFFERENT_without_fastest_call_rule": tail_only.count("DIFFERENT"),
+                        "SAME": apart.count("SAME"),
+                    }
                 if k == 1 and pa and pb:
                     # A DIFFERENT confirmed by the rounds after it, as pairs.
                     after = [

@@ -17,14 +17,19 @@ from edgequal.host.judge.report_file import ReportFile
 from edgequal.host.judge.verdict import Spread
 
 
-def _report(samples_ns: np.ndarray, name: str, runs: list[float] | None = None) -> ReportFile:
+def _report(
+    samples_ns: np.ndarray, name: str, runs: list[float] | None = None, fastest: bool = False
+) -> ReportFile:
     """A verified report file holding one latency shape with these raw samples (run 1), and
-    with ``runs``, the clean p50 (ms) of each of its ``--repeat`` runs."""
+    with ``runs``, the clean p50 (ms) of each of its ``--repeat`` runs; ``fastest``: with
+    the fastest call (``min_ms``) as the agent writes it."""
     entry = {
         "shape": "x=1x8",
         "samples_ns_b64": base64.b64encode(samples_ns.astype("<i8").tobytes()).decode(),
         "summary": {"p50_ms": float(np.median(samples_ns)) / 1e6, "count": samples_ns.size},
     }
+    if fastest:
+        entry["summary"]["min_ms"] = float(samples_ns.min()) / 1e6
     results = {"latency": {"per_shape": [entry]}}
     if runs:
         results["repeats"] = {
@@ -77,6 +82,27 @@ def test_one_run_a_side_is_not_judged_however_many_calls_it_holds(tmp_path):
     texts = [" ".join(el.get("message", "") for el in case) for case in cases]
     assert any("1 vs 1 runs, no known spread" in t for t in texts)
     assert any("1 vs 1 runs, spread 1.00% (history, df 20)" in t for t in texts)
+
+
+def test_one_run_against_one_whose_fastest_calls_kept_pace_is_a_slow_session():
+    """gate --baseline of two files, one run a side, with the board's history: a candidate
+    whose calls are 50 % slower while its fastest kept the baseline's pace is one slow
+    session (UNKNOWN: retried, pairs named), not a regression; one whose every call, the
+    fastest too, is 50 % slower is DIFFERENT and fails."""
+    board = Spread.from_cv(0.01, 20)
+    base = _report(_samples(500, 100_000, 1), "base", fastest=True)
+    session = _samples(500, 150_000, 2)
+    session[:5] = _samples(5, 100_000, 3)  # the board's pace, in a few calls
+    result = _gate(base, _report(session, "session", fastest=True), board)
+    three = result.baseline["latency"][0]["three_way"]
+    assert three["verdict"] == "UNKNOWN" and three["ratio"] == pytest.approx(1.5, rel=0.02)
+    assert "at the median but ×" in three["why"] and "at the fastest call" in three["why"]
+    (check,) = result.checks
+    assert not check.judged and check.retry and "--repeat-until-decided" in check.message
+    slower = _report(_samples(500, 150_000, 2), "slower", fastest=True)
+    known = _gate(base, slower, board)
+    three = known.baseline["latency"][0]["three_way"]
+    assert three["verdict"] == "DIFFERENT" and not known.passed
 
 
 def test_repeated_runs_decide_different_slower_fails_same_passes_faster_passes():

@@ -132,13 +132,16 @@ def _run_id(path) -> str:
     return load_report(path, known=KnownDevices(), require=True).predicate["run_id"]
 
 
-def _runs_report(name: str, p50s: list[float]):
-    """A verified report file whose latency shape ran ``len(p50s)`` times (``--repeat``)."""
+def _runs_report(name: str, p50s: list[float], fastest: float | None = None):
+    """A verified report file whose latency shape ran ``len(p50s)`` times (``--repeat``);
+    ``fastest``: run 1's fastest call (ms)."""
     from pathlib import Path
 
     from edgequal.host.judge.report_file import ReportFile
 
     entry = {"shape": "x=1x4", "summary": {"p50_ms": p50s[0], "count": 1000}}
+    if fastest is not None:
+        entry["summary"]["min_ms"] = fastest
     results = {"latency": {"per_shape": [entry]}}
     if len(p50s) > 1:
         runs = [{"run": i + 1, "figures": {"p50_ms": v}} for i, v in enumerate(p50s)]
@@ -166,6 +169,15 @@ def test_a_rerun_is_judged_by_every_run_and_the_history_spread():
     slow = judge_rerun(_runs_report("a", [1.0]), _runs_report("b", [1.2]), prior=prior)
     assert slow.details["latency p50 x=1x4"]["spread_source"] == "history"
     assert slow.different == ["latency p50 x=1x4"] and slow.exit_code == 1
+    # The same 20 %, but the rerun's fastest call kept the original's pace (×1.02): one slow
+    # session, not the model. Its fastest call 20 % slower too: DIFFERENT.
+    a, b = _runs_report("a", [1.0], fastest=0.9), _runs_report("b", [1.2], fastest=0.918)
+    session = judge_rerun(a, b, prior=prior)
+    v = session.details["latency p50 x=1x4"]
+    assert v["verdict"] == "UNKNOWN" and session.exit_code == 0
+    assert "×1.200 at the median but ×1.020 at the fastest call" in v["why"]
+    slower = judge_rerun(a, _runs_report("b", [1.2], fastest=1.08), prior=prior)
+    assert slower.different == ["latency p50 x=1x4"] and slower.exit_code == 1
 
 
 def test_the_exit_code_is_1_only_when_a_figure_is_different():

@@ -11,6 +11,7 @@ from edgequal.host.judge.verdict import (
     APART_ASK,
     BOTH,
     DIFFERENT,
+    FLOOR_SHARE,
     HISTORY,
     NOISE_EFFECT_CAP,
     NONE,
@@ -185,6 +186,41 @@ def test_two_reports_made_apart_are_different_only_beyond_the_history_s_tail():
     assert decide(*runs, 0.03, prior=prior, interleaved=True).verdict == DIFFERENT
     # The tail is read within stretches: a real step between them is not noise.
     assert pair_tail([nights[:75], nights[75:] * 2.0]) == pytest.approx(tail, rel=0.15)
+
+
+def test_one_run_against_one_is_a_slow_session_where_its_fastest_call_kept_pace():
+    """A slower model makes every call slower, its fastest too; a slow session slows the
+    bulk of the calls and leaves the fastest near the board's pace. One run against one
+    made apart, beyond the history's tail: DIFFERENT only where the fastest call moved at
+    least FLOOR_SHARE as far as the median (log scale)."""
+    prior = Spread.from_cv(0.05, df=149, tail=float(np.log(1.25)))
+    # The median ×1.8 (beyond the ×1.25 tail), the fastest call ×1.15: its log share is
+    # log 1.15 / log 1.8 = 0.24, a slow session.
+    v = decide([2.0], [3.6], 0.03, prior=prior, floors=(1.9, 1.9 * 1.15))
+    assert v.verdict == UNKNOWN
+    assert "×1.800 at the median but ×1.150 at the fastest call" in v.why
+    assert "the candidate's session was slow" in v.why and "--repeat-until-decided" in v.why
+    # The same with the baseline the slow one: the rule is the same both ways.
+    v = decide([3.6], [2.0], 0.03, prior=prior, floors=(1.9 * 1.15, 1.9))
+    assert v.verdict == UNKNOWN and "the baseline's session was slow" in v.why
+    # The fastest call moved with it (×1.25 of ×1.8: share 0.38 > 1/3): DIFFERENT.
+    assert np.log(1.25) / np.log(1.8) > FLOOR_SHARE
+    v = decide([2.0], [3.6], 0.03, prior=prior, floors=(1.9, 1.9 * 1.25))
+    assert v.verdict == DIFFERENT and v.ratio == pytest.approx(1.8)
+    # Just under the share: UNKNOWN; a fastest call that moved the other way: UNKNOWN.
+    under = 1.8 ** (FLOOR_SHARE * 0.99)
+    assert decide([2.0], [3.6], 0.03, prior=prior, floors=(1.9, 1.9 * under)).verdict == UNKNOWN
+    assert decide([2.0], [3.6], 0.03, prior=prior, floors=(1.9, 1.7)).verdict == UNKNOWN
+    # Not read where the fastest calls are not known, with repeats on a side (runs 2..N
+    # keep no fastest call) or for runs interleaved in one session.
+    assert decide([2.0], [3.6], 0.03, prior=prior).verdict == DIFFERENT
+    assert decide([2.0], [3.6], 0.03, prior=prior, floors=(1.9, None)).verdict == DIFFERENT
+    runs = ([2.0, 2.02, 1.98], [3.6, 3.62, 3.58])
+    assert decide(*runs, 0.03, prior=prior, floors=(1.9, 1.9)).verdict == DIFFERENT
+    assert (
+        decide([2.0], [3.6], 0.03, prior=prior, floors=(1.9, 1.9), interleaved=True).verdict
+        == DIFFERENT
+    )
 
 
 def test_the_board_noise_raises_the_minimum_effect_up_to_the_cap():

@@ -5,11 +5,12 @@ under each environment it compares."""
 from __future__ import annotations
 
 import statistics
+from dataclasses import replace
 
 from edgequal.contract.plan import Plan
 
 from ..worker.jobs import WorkerJob
-from ..worker.supervisor import run_job
+from ..worker.supervisor import Worker
 from .workers import EventSink, finding_from
 
 
@@ -39,23 +40,37 @@ def cold_load_once(
 ) -> dict | None:
     """One fresh worker timing import, load and first inference (None, with a finding, when
     it fails); ``env`` is a runtime environment (``runtimes/envs.py``) to run it in."""
-    ended = run_job(
-        WorkerJob.for_phase("cold_load", model, golden, plan, runtime).to_json(),
+    return _cold_run(model, golden, plan, runtime, cancel, findings, env, phase)[0]
+
+
+def _cold_run(model, golden, plan: Plan, runtime, cancel, findings, env=None, phase="cold_load",
+              keep: bool = False) -> tuple[dict | None, Worker | None]:  # fmt: skip
+    """:func:`cold_load_once`, and with ``keep`` the worker, kept after a good result for
+    the warm phase's job (``WorkerJob.keep``: the model stays loaded)."""
+    job = WorkerJob.for_phase("cold_load", model, golden, plan, runtime)
+    worker = Worker(
+        replace(job, keep=keep).to_json(),
         phase_timeout_s=plan.phase_timeout_s,
         memory_limit_mb=plan.memory_limit_mb,
         cancel=cancel,
         python=env.worker_python() if env is not None else None,
         env=env.worker_env() if env is not None else None,
     )
+    worker.start()
+    ended = worker.wait(stay=keep)
+    kept = worker if ended.returncode is None else None
+    r = ended.result if ended.ok else None
     if not ended.ok:
         findings.append(finding_from(ended, phase, runtime))
-        return None
-    r = ended.result
-    if r.get("input_contract"):
+    elif r.get("input_contract"):
         findings.extend(_input_contract_findings(r["input_contract"], runtime))
-        return None
-    r["process_to_result_ms"] = ended.wall_ms
-    return r
+        r = None
+    else:
+        r["process_to_result_ms"] = ended.result_ms  # kept or not, not its exit
+    if r is None and kept is not None:
+        kept.end()
+        kept = None
+    return r, kept
 
 
 COLD_LOAD_KEYS = ("import_ms", "load_ms", "first_inference_ms", "total_ms", "process_to_result_ms")
@@ -82,10 +97,13 @@ def summarize_cold_runs(runs: list[dict]) -> dict:
 
 
 def measure_cold_load(
-    model, golden, plan: Plan, runtime, emit: EventSink, cancel, findings
-) -> dict | None:
-    """N fresh worker processes, each timing import, load, first inference and the total."""
+    model, golden, plan: Plan, runtime, emit: EventSink, cancel, findings, keep_last=False
+) -> tuple[dict | None, Worker | None]:
+    """N fresh worker processes, each timing import, load, first inference and the total;
+    with ``keep_last``, the last one kept with its model loaded for the warm phase (one
+    process start less: a runtime's import is seconds on a small board), else None."""
     runs = []
+    kept = None
     total = plan.cold_runs
     for i in range(total):
         emit(
@@ -97,9 +115,10 @@ def measure_cold_load(
                 "message": f"cold start {i + 1}/{total}",
             }
         )
-        r = cold_load_once(model, golden, plan, runtime, cancel, findings)
+        keep = keep_last and i == total - 1
+        r, kept = _cold_run(model, golden, plan, runtime, cancel, findings, keep=keep)
         if r is None:
-            return None
+            return None, None
         runs.append(r)
     if golden is None and runs[0].get("nonfinite_outputs"):
         # Without a golden set nothing else compares the outputs: non-finite values on
@@ -116,4 +135,4 @@ def measure_cold_load(
                 "hint": "check the export and the input range; a golden set shows drift per case",
             }
         )
-    return summarize_cold_runs(runs)
+    return summarize_cold_runs(runs), kept

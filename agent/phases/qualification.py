@@ -122,8 +122,10 @@ def measure_warm(
     findings,
     coload=None,
     root: Path = Path("/"),
+    kept=None,
 ) -> dict | None:
-    """One worker: warm-up, latency per input shape, drift over the golden set, memory.
+    """One worker: warm-up, latency per input shape, drift over the golden set, memory;
+    ``kept``: the cold load's last worker, its model loaded (``measure_cold_load``).
 
     Each shape's latency loop gets the contention measured over the same span
     (``interference``) and a ``cause`` when it was unsteady or heavy-tailed. With a
@@ -164,6 +166,7 @@ def measure_warm(
         ended, samples, sampler = run_sampled(
             job,
             declared_pgids=run.pgids if run else (),
+            kept=kept,
             phase_timeout_s=timeout_s,
             memory_limit_mb=plan.memory_limit_mb,
             on_event=forward,
@@ -422,12 +425,15 @@ def run_measurement(
         fingerprint, idle_c, envs, edges, coload,
     )  # fmt: skip
     results, findings = run.results, run.findings
-    for name, step in run.planned():
-        if stops_later_phases(findings) or cancel.is_set():
-            break
-        emit({"type": "phase", "phase": name, "state": "started"})
-        step()
-        emit({"type": "phase", "phase": name, "state": "done"})
+    try:
+        for name, step in run.planned():
+            if stops_later_phases(findings) or cancel.is_set():
+                break
+            emit({"type": "phase", "phase": name, "state": "started"})
+            step()
+            emit({"type": "phase", "phase": name, "state": "done"})
+    finally:
+        run.release()
     if plan.repeat > 1 and not (stops_later_phases(findings) or cancel.is_set()):
         emit({"type": "phase", "phase": "repeat", "state": "started"})
         sustained = run.sustained if plan.sustain_s > 0 else None
@@ -519,6 +525,13 @@ class _Phases:
         self.envs: list = []
         self.edges: list = []
         self.coload = None
+        self.kept = None  # the cold load's last worker, for the latency phase
+
+    def release(self) -> None:
+        """End a kept worker no phase took (a finding that stops the run, a cancel)."""
+        if self.kept is not None:
+            self.kept.end()
+            self.kept = None
 
     def _args(self) -> tuple:
         return (self.model_path, self.golden_path, self.plan, self.runtime)
@@ -550,15 +563,22 @@ class _Phases:
         return phases
 
     def cold_load(self) -> None:
-        value = measure_cold_load(*self._args(), self.emit, self.cancel, self.findings)
+        value, self.kept = measure_cold_load(
+            *self._args(), self.emit, self.cancel, self.findings, keep_last=True
+        )
         if value is not None:
             self.results["cold_load"] = value
 
     def latency(self) -> None:
         results, coload = self.results, self.coload
-        value = measure_warm(
-            *self._args(), self.emit, self.cancel, self.findings, coload, self.root
-        )
+        kept, self.kept = self.kept, None
+        try:
+            value = measure_warm(
+                *self._args(), self.emit, self.cancel, self.findings, coload, self.root, kept
+            )
+        finally:
+            if kept is not None:  # ended by its job, or never given one (a co-load failed)
+                kept.end()
         if value is None:
             return
         if coload:

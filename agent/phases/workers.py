@@ -52,13 +52,22 @@ def _installed_version(runtime: str) -> str | None:
     return next((r.version for r in detect_runtimes() if r.name == runtime), None)
 
 
-def run_sampled(job: WorkerJob, on_worker_started=None, declared_pgids=(), **worker_args):
+def run_sampled(
+    job: WorkerJob, on_worker_started=None, declared_pgids=(), kept=None, **worker_args
+):
     """Run one worker job while sampling who else used the CPU; ``(ended, samples, sampler)``.
 
-    ``declared_pgids``: the declared co-load's process groups, counted apart from the others.
+    ``declared_pgids``: the declared co-load's process groups, counted apart from the others;
+    ``kept``: a worker kept after its cold load (``Worker.resume``) to run the job in.
     """
-    worker = Worker(job.to_json(), **worker_args)
-    worker.start()
+    worker = kept
+    if worker is None or not worker.resume(
+        job.to_json(), worker_args["phase_timeout_s"], worker_args.get("on_event")
+    ):
+        if worker is not None:
+            worker.end()
+        worker = Worker(job.to_json(), **worker_args)
+        worker.start()
     sampler = ContentionSampler(worker.pid, proc_root=proc_root(), declared_pgids=declared_pgids)
     sampler.start()
     if on_worker_started:

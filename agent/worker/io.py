@@ -118,22 +118,42 @@ def involuntary_switches() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_nivcsw
 
 
+_kept: list = []  # (what was loaded, runtime, rss before, rss after): keep_runtime()
+
+
+def _loaded_as(job: WorkerJob) -> tuple:
+    return (job.runtime, job.model, job.runtime_options())
+
+
+def keep_runtime(job: WorkerJob, rt, rss_before: int, rss_loaded: int) -> None:
+    """Keep a cold load's runtime for the next job of this process (``WorkerJob.keep``)."""
+    _kept[:] = [(_loaded_as(job), rt, rss_before, rss_loaded)]
+
+
 def load_runtime(job: WorkerJob):
-    """Import the job's runtime and load its model: ``(runtime, rss_before_load, rss_after_load)``."""
+    """Import the job's runtime and load its model: ``(runtime, rss_before_load, rss_after_load)``;
+    the runtime a cold load of the same model and options kept (:func:`keep_runtime`), with
+    its memory figures, where there is one."""
     from ..runtimes import runtime_class
 
-    cls = runtime_class(job.runtime)
-    cls.import_module()
-    rss_before = rss_bytes()
-    phase("load")
-    rt = cls(job.runtime_options())
-    rt.load(Path(job.model))
+    kept = _kept.pop() if _kept else None
+    if kept is not None and kept[0] == _loaded_as(job):
+        rt, rss_before, rss_loaded = kept[1:]
+    else:
+        del kept  # another model or options: its session goes before this one loads
+        cls = runtime_class(job.runtime)
+        cls.import_module()
+        rss_before = rss_bytes()
+        phase("load")
+        rt = cls(job.runtime_options())
+        rt.load(Path(job.model))
+        rss_loaded = rss_bytes()
     if job.output_fault:  # only when the agent was started with the fault injector on
         from ..runtimes.faults import OutputFault, with_fault
 
         root = Path(job.probe_root) if job.probe_root else None
         rt = with_fault(rt, OutputFault.parse(job.output_fault), root)
-    return rt, rss_before, rss_bytes()
+    return rt, rss_before, rss_loaded
 
 
 def timed_output_check(rt, call, golden, case):

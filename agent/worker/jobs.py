@@ -174,6 +174,9 @@ class WorkerJob:
     # $EDGEQUAL_OUTPUT_FAULT, and the probe root its temperature condition reads.
     output_fault: str | None = None
     probe_root: str | None = None
+    # cold_load: after its result the process stays for one more job (the warm phase), the
+    # loaded model kept for it: one process start less a qualification (worker/io.py).
+    keep: bool = False
 
     @classmethod
     def for_phase(
@@ -237,6 +240,7 @@ class WorkerJob:
             "coload_rounds": self.coload_rounds,
             "output_fault": self.output_fault,
             "probe_root": self.probe_root,
+            "keep": self.keep,
         }
         return out
 

@@ -28,6 +28,7 @@ from .io import (
     emit,
     first_feeds,
     involuntary_switches,
+    keep_runtime,
     load_runtime,
     open_event_stream,
     own_schedstat,
@@ -106,6 +107,8 @@ def run_cold_load(job: WorkerJob) -> dict:
     rt.load(model)
     t2 = time.perf_counter_ns()
     rss_loaded = rss_bytes()
+    if job.keep:
+        keep_runtime(job, rt, rss_before, rss_loaded)
     mismatches = _input_contract_mismatches(job, rt)
     if mismatches:  # checked before the golden inputs are fed: they may not even fit
         return {"input_contract": mismatches}
@@ -543,7 +546,17 @@ def main() -> int:
     if os.getppid() != parent:  # the agent died before the request took effect
         return 1
     open_event_stream()
-    job = WorkerJob.from_json(json.loads(sys.stdin.readline()))
+    line = sys.stdin.readline()
+    while line.strip():  # a job that keeps the process is followed by one more, or EOF
+        job = WorkerJob.from_json(json.loads(line))
+        if not run_one(job) or not job.keep:
+            break
+        line = sys.stdin.readline()
+    return 0
+
+
+def run_one(job: WorkerJob) -> bool:
+    """Run one job; emit its result (True) or a structured error (False)."""
     from edgequal.contract.errors import AgentError
 
     try:
@@ -560,7 +573,7 @@ def main() -> int:
                 },
             }
         )
-        return 0
+        return False
     except MemoryError:
         emit(
             {
@@ -568,6 +581,6 @@ def main() -> int:
                 "error": {"type": "MemoryError", "message": "out of memory (memory limit reached)"},
             }
         )
-        return 0
+        return False
     emit({"event": "result", "result": result})
-    return 0
+    return True

@@ -55,6 +55,7 @@ class WorkerOutcome:
     first_event_ms: float | None = None
     stderr_tail: list[str] = field(default_factory=list)
     pid: int | None = None
+    result_ms: float | None = None  # from the start (or resume) to the result event
 
     def describe(self) -> str:
         """One line: what failed, in which phase, and why."""
@@ -178,11 +179,34 @@ class Worker:
             except ProcessLookupError:
                 pass
 
-    def wait(self) -> WorkerOutcome:
-        """Follow events until the worker ends; returns the outcome, never raises for worker trouble."""
+    def resume(self, job: dict, phase_timeout_s: float, on_event=None) -> bool:
+        """Give a worker kept after its result (``WorkerJob.keep``, :meth:`wait`'s ``stay``)
+        its next job, under that job's phase timeout and event sink; :meth:`wait` follows
+        it. False when the worker is gone."""
+        self.job, self.phase_timeout_s = dict(job), phase_timeout_s
+        self.on_event = on_event or (lambda e: None)
+        self._t_start = time.perf_counter()
+        return self.send(self.job)
+
+    def end(self) -> None:
+        """End a kept worker that gets no next job: close its stdin, then its group."""
+        if self.proc is None:
+            return
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=5)
+        except (OSError, ValueError, subprocess.TimeoutExpired):
+            pass
+        self.kill()
+        self.proc.wait()
+
+    def wait(self, stay: bool = False) -> WorkerOutcome:
+        """Follow events until the worker ends; returns the outcome, never raises for worker
+        trouble. ``stay``: return at the job's result, the process kept for its next job
+        (:meth:`resume`; :meth:`end` when there is none)."""
         phase = "start"
         deadline = time.monotonic() + self.phase_timeout_s
-        result = error = None
+        result = error = result_ms = None
         first_event_ms = None
         cause = peak_mb = None
         while True:
@@ -209,10 +233,24 @@ class Worker:
                 deadline = time.monotonic() + self.phase_timeout_s
             elif kind == "result":
                 result = event["result"]
+                result_ms = (time.perf_counter() - self._t_start) * 1e3
                 # A peak between two polls (a call that allocated and freed within 0.1 s)
                 # is over the limit all the same: the worker's own high-water mark says so.
                 if cause is None and self._peak_over_limit(result):
                     cause, peak_mb = "memory", result["peak_rss_bytes"] / (1 << 20)
+                if stay and cause is None:
+                    self.on_event(event)
+                    return WorkerOutcome(
+                        ok=True,
+                        phase=None,
+                        returncode=None,
+                        wall_ms=result_ms,
+                        first_event_ms=first_event_ms,
+                        stderr_tail=list(self._stderr),
+                        pid=self.proc.pid,
+                        result=result,
+                        result_ms=result_ms,
+                    )
             elif kind == "error":
                 error = event["error"]
             self.on_event(event)
@@ -227,6 +265,7 @@ class Worker:
             first_event_ms=first_event_ms,
             stderr_tail=list(self._stderr),
             pid=self.proc.pid,
+            result_ms=result_ms,
         )
         if result is not None and cause is None:
             outcome.ok, outcome.result, outcome.phase = True, result, None

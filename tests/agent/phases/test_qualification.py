@@ -87,6 +87,55 @@ def test_every_example_model_qualifies_through_the_worker(
     for o in drift["outputs"].values():
         assert o["max_abs"] == 0.0 and o["nan_count"] == 0
     assert results["memory"]["peak_rss_bytes"] > results["memory"]["rss_added_by_load_bytes"] > 0
+    # The latency phase ran in the cold load's process, the model it loaded kept: its
+    # memory figures are that load's (a process of its own would measure its own load).
+    assert results["memory"]["rss_added_by_load_bytes"] == run["rss_added_by_load_bytes"]
+
+
+def _worker_processes() -> list:
+    """This process's worker children still alive."""
+    import psutil
+
+    found = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            worker = "edgequal.agent.worker" in " ".join(child.cmdline())
+            if worker and child.status() != psutil.STATUS_ZOMBIE:
+                found.append(child)
+        except psutil.NoSuchProcess:
+            pass
+    return found
+
+
+def test_the_last_cold_load_process_runs_the_warm_phase_and_none_is_left(
+    example_models, quick_plan
+):
+    """With three cold loads, the third process stays for the latency phase (one process
+    start less a run: seconds on a small board); the first two end at their result. A
+    run cancelled after its cold load ends the kept process too: none is left behind."""
+    plan = quick_plan(cold_runs=3)
+    out = run_measurement(example_models["micro"], None, plan)
+    runs = out["results"]["cold_load"]["runs"]
+    assert len(runs) == 3
+    memory = out["results"]["memory"]
+    assert memory["rss_added_by_load_bytes"] == runs[2]["rss_added_by_load_bytes"]
+    assert all(r["process_to_result_ms"] >= r["total_ms"] for r in runs)
+    assert _worker_processes() == []
+    cancel = threading.Event()
+
+    def cancel_after_cold_load(event: dict) -> None:
+        if event.get("phase") == "cold_load" and event.get("state") == "done":
+            cancel.set()
+
+    out = run_measurement(
+        example_models["micro"], None, plan, on_event=cancel_after_cold_load, cancel=cancel
+    )
+    assert out["status"] == "incomplete" and "latency" not in out["results"]
+    assert len(out["results"]["cold_load"]["runs"]) == 3
+    deadline = time.monotonic() + 10
+    while _worker_processes() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _worker_processes() == []
 
 
 def test_raw_samples_are_kept_and_match_the_summary(example_models, fast_plan):

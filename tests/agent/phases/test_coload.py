@@ -15,7 +15,7 @@ import pytest
 from edgequal.agent.measure.attribution import contention_between, interference_present
 from edgequal.agent.measure.coload import achieved, rounds_slower
 from edgequal.agent.phases.coload import ColoadRun, Load, read_commands, resolve
-from edgequal.agent.phases.qualification import latency_cause
+from edgequal.agent.phases.warm import latency_cause
 from edgequal.agent.probes.contention import ContentionSampler
 from edgequal.agent.service.store import ArtifactStore
 from edgequal.contract.errors import BadInput

@@ -238,35 +238,18 @@ class Worker:
                 # is over the limit all the same: the worker's own high-water mark says so.
                 if cause is None and self._peak_over_limit(result):
                     cause, peak_mb = "memory", result["peak_rss_bytes"] / (1 << 20)
-                if stay and cause is None:
+                if stay and cause is None:  # kept: no exit, the wall time to the result
                     self.on_event(event)
-                    return WorkerOutcome(
-                        ok=True,
-                        phase=None,
-                        returncode=None,
-                        wall_ms=result_ms,
-                        first_event_ms=first_event_ms,
-                        stderr_tail=list(self._stderr),
-                        pid=self.proc.pid,
-                        result=result,
-                        result_ms=result_ms,
-                    )
+                    outcome = self._outcome(True, None, None, result_ms, first_event_ms, result_ms)
+                    outcome.result = result
+                    return outcome
             elif kind == "error":
                 error = event["error"]
             self.on_event(event)
         returncode = self.proc.wait()
         self.kill()  # leftovers in the group (helpers a runtime spawned)
         wall_ms = (time.perf_counter() - self._t_start) * 1e3
-        outcome = WorkerOutcome(
-            ok=False,
-            phase=phase,
-            returncode=returncode,
-            wall_ms=wall_ms,
-            first_event_ms=first_event_ms,
-            stderr_tail=list(self._stderr),
-            pid=self.proc.pid,
-            result_ms=result_ms,
-        )
+        outcome = self._outcome(False, phase, returncode, wall_ms, first_event_ms, result_ms)
         if result is not None and cause is None:
             outcome.ok, outcome.result, outcome.phase = True, result, None
         elif error is not None and cause is None:
@@ -308,6 +291,19 @@ class Worker:
                 "message": f"worker exited with code {returncode}: {last}",
             }
         return outcome
+
+    def _outcome(self, ok, phase, returncode, wall_ms, first_event_ms, result_ms) -> WorkerOutcome:
+        """The outcome's fields every ending shares (the result is set where it is one)."""
+        return WorkerOutcome(
+            ok=ok,
+            phase=phase,
+            returncode=returncode,
+            wall_ms=wall_ms,
+            first_event_ms=first_event_ms,
+            stderr_tail=list(self._stderr),
+            pid=self.proc.pid,
+            result_ms=result_ms,
+        )
 
     def _peak_over_limit(self, result) -> bool:
         """Whether a result's ``peak_rss_bytes`` (the worker's VmHWM) passed the limit."""

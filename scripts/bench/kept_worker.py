@@ -40,17 +40,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from edgequal.agent.phases.cold_load import measure_cold_load
     from edgequal.agent.phases.warm import measure_warm
-    from edgequal.cli.demo import GOLDEN_CASES
+    from edgequal.cli.demo import prepare
     from edgequal.contract.plan import make_plan
     from edgequal.contract.runtimes import runtime_for
-    from edgequal.host.examples.catalog import EXAMPLES, build_example, example_inputs
-    from edgequal.host.golden import make_golden
 
     work = Path(tempfile.mkdtemp(prefix="edgequal-bench-"))
-    model = build_example("classifier", work / "models")
-    cases = {f"case{i:02d}": f for i, f in enumerate(example_inputs("classifier", GOLDEN_CASES))}
-    golden = work / "classifier.golden.npz"
-    make_golden(model, cases, golden, decision=EXAMPLES["classifier"].decision_rule)
+    model, golden = prepare(work)["classifier"]  # the demo's, as the demo builds them
     plan = make_plan("quick", latency_min_s=args.latency, sustain_s=0.0)
     runtime = runtime_for(model, plan.runtime, None)
     cancel = threading.Event()

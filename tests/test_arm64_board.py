@@ -14,6 +14,7 @@ item 1), the check reports that step as FAIL and this test fails with its summar
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -51,7 +52,11 @@ def test_install_and_qualify_on_emulated_arm64_board(tmp_path):
         pytest.skip("no emulated arm64 board can run here: " + out.strip().splitlines()[-1])
     summary = out[out.rfind("summary (board") :] if "summary (board" in out else out[-6000:]
     assert proc.returncode == 0, summary
-    assert "report names aarch64" in out
+    # Every signed report names the board's architecture; with an aarch64 /proc/cpuinfo
+    # both runtimes ran there (arm64_check.sh prints each report's claims on its line).
+    assert '"architecture": "aarch64"' in out
+    assert re.search(r'\[aarch64\] report tflite .*"runtime": "litert ', out), summary
+    assert re.search(r'\[aarch64\] report onnx .*"runtime": "onnxruntime ', out), summary
     # The int8 example flips the same cases on arm64 as on x86 (docs/demo.md).
     assert "int8 flips case01, case09, case17" in out
     assert "every step held" in out

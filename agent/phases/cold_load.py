@@ -43,8 +43,9 @@ def cold_load_once(
     return _cold_run(model, golden, plan, runtime, cancel, findings, env, phase)[0]
 
 
-def _cold_run(model, golden, plan: Plan, runtime, cancel, findings, env=None, phase="cold_load",
-              keep: bool = False) -> tuple[dict | None, Worker | None]:  # fmt: skip
+def _cold_run(
+    model, golden, plan: Plan, runtime, cancel, findings, env=None, phase="cold_load", keep=False
+) -> tuple[dict | None, Worker | None]:
     """:func:`cold_load_once`, and with ``keep`` the worker, kept after a good result for
     the warm phase's job (``WorkerJob.keep``: the model stays loaded)."""
     job = WorkerJob.for_phase("cold_load", model, golden, plan, runtime)
@@ -58,7 +59,7 @@ def _cold_run(model, golden, plan: Plan, runtime, cancel, findings, env=None, ph
     )
     worker.start()
     ended = worker.wait(stay=keep)
-    kept = worker if ended.returncode is None else None
+    kept = worker if ended.returncode is None else None  # alive: kept after its result
     r = ended.result if ended.ok else None
     if not ended.ok:
         findings.append(finding_from(ended, phase, runtime))

@@ -50,9 +50,7 @@ class WorkerOutcome:
     error: dict | None = None  # {"type", "message", "hint"?, "operator"?}
     phase: str | None = None  # the phase running when it ended
     cause: str | None = None  # "error" | "signal" | "timeout" | "memory" | "exit" | "cancelled"
-    returncode: int | None = None
-    wall_ms: float = 0.0
-    first_event_ms: float | None = None
+    returncode: int | None = None  # None: the process lives on (kept after its result)
     stderr_tail: list[str] = field(default_factory=list)
     pid: int | None = None
     result_ms: float | None = None  # from the start (or resume) to the result event
@@ -207,7 +205,6 @@ class Worker:
         phase = "start"
         deadline = time.monotonic() + self.phase_timeout_s
         result = error = result_ms = None
-        first_event_ms = None
         cause = peak_mb = None
         while True:
             if self.cancel.is_set() and cause is None:
@@ -225,8 +222,6 @@ class Worker:
                 continue
             if event is None:
                 break
-            if first_event_ms is None:
-                first_event_ms = (time.perf_counter() - self._t_start) * 1e3
             kind = event.get("event")
             if kind == "phase":
                 phase = event["phase"]
@@ -238,9 +233,9 @@ class Worker:
                 # is over the limit all the same: the worker's own high-water mark says so.
                 if cause is None and self._peak_over_limit(result):
                     cause, peak_mb = "memory", result["peak_rss_bytes"] / (1 << 20)
-                if stay and cause is None:  # kept: no exit, the wall time to the result
+                if stay and cause is None:  # kept: no exit
                     self.on_event(event)
-                    outcome = self._outcome(True, None, None, result_ms, first_event_ms, result_ms)
+                    outcome = self._outcome(True, None, None, result_ms)
                     outcome.result = result
                     return outcome
             elif kind == "error":
@@ -248,8 +243,7 @@ class Worker:
             self.on_event(event)
         returncode = self.proc.wait()
         self.kill()  # leftovers in the group (helpers a runtime spawned)
-        wall_ms = (time.perf_counter() - self._t_start) * 1e3
-        outcome = self._outcome(False, phase, returncode, wall_ms, first_event_ms, result_ms)
+        outcome = self._outcome(False, phase, returncode, result_ms)
         if result is not None and cause is None:
             outcome.ok, outcome.result, outcome.phase = True, result, None
         elif error is not None and cause is None:
@@ -292,14 +286,12 @@ class Worker:
             }
         return outcome
 
-    def _outcome(self, ok, phase, returncode, wall_ms, first_event_ms, result_ms) -> WorkerOutcome:
+    def _outcome(self, ok, phase, returncode, result_ms) -> WorkerOutcome:
         """The outcome's fields every ending shares (the result is set where it is one)."""
         return WorkerOutcome(
             ok=ok,
             phase=phase,
             returncode=returncode,
-            wall_ms=wall_ms,
-            first_event_ms=first_event_ms,
             stderr_tail=list(self._stderr),
             pid=self.proc.pid,
             result_ms=result_ms,

@@ -317,7 +317,7 @@ def _within_tail(d: float, tail: float | None) -> str | None:
     )
 
 
-def _slow_session(d: float, floors: tuple[float, float] | None) -> str | None:
+def _slow_session(d: float, floors: tuple[float | None, float | None] | None) -> str | None:
     """Why a log ratio ``d`` between one run and one made apart is a slow session, not the
     model: the runs' fastest calls (``floors``, ms) moved less than :data:`FLOOR_SHARE` as
     far. None where they moved with it, or are not known."""
@@ -328,15 +328,15 @@ def _slow_session(d: float, floors: tuple[float, float] | None) -> str | None:
         return None
     slow = "candidate" if d > 0 else "baseline"
     return (
-        f"×{math.exp(d):.3f} at the median but ×{math.exp(f):.3f} at the fastest call: the "
-        f"{slow}'s session was slow while the board still ran the model at the other's pace "
-        f"(a slower model makes its fastest call slower too); {CONFIRM_ASK}"
+        f"×{math.exp(d):.3f} at the median but ×{math.exp(f):.3f} at the fastest call: a "
+        f"slower model slows its fastest call too, so this reads as a slow session of the "
+        f"{slow}'s, not the model; {CONFIRM_ASK}"
     )
 
 
 def _doubt(d: float, prior: Spread, one_a_side: bool, floors) -> str | None:
     """Why a DIFFERENT between two reports made apart is not one: the ratio lies within the
-    history's tail, or (one run a side) the fastest calls say one session was slow."""
+    history's tail, or (one run a side) the fastest calls did not move with the median."""
     return _within_tail(d, prior.tail) or (_slow_session(d, floors) if one_a_side else None)
 
 

@@ -204,3 +204,19 @@ def start_agents(
                 proc.wait(timeout=10)
         raise
     return agents
+
+
+def worker_processes(parent) -> list:
+    """The live ``edgequal.agent.worker`` processes among ``parent``'s descendants (a
+    ``psutil.Process``: an agent, or the test process running phases itself)."""
+    import psutil
+
+    found = []
+    for child in parent.children(recursive=True):
+        try:
+            worker = "edgequal.agent.worker" in " ".join(child.cmdline())
+            if worker and child.status() != psutil.STATUS_ZOMBIE:
+                found.append(child)
+        except psutil.Error:  # ended meanwhile
+            pass
+    return found

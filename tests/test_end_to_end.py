@@ -125,7 +125,7 @@ def test_a_changed_byte_or_another_key_fails_verify(
 
 
 def test_worker_crash_is_a_signed_failed_report_and_the_agent_keeps_serving(
-    local_agent, example_models, tmp_path, quick_plan
+    local_agent, example_models, tmp_path, quick_plan, local_agents
 ):
     transport, known = local_agent
     agent = psutil.Process(transport._proc.pid)
@@ -139,11 +139,7 @@ def test_worker_crash_is_a_signed_failed_report_and_the_agent_keeps_serving(
         # handed over its result).
         if killed or (event.get("phase"), event.get("message")) != ("latency", "warmup"):
             return
-        workers = [
-            child
-            for child in agent.children(recursive=True)
-            if "edgequal.agent.worker" in " ".join(child.cmdline())
-        ]
+        workers = local_agents.worker_processes(agent)
         newest = max(workers, key=lambda child: child.create_time())
         newest.kill()
         killed.append(newest.pid)

@@ -7,6 +7,7 @@ import signal
 import threading
 import time
 
+import psutil
 import pytest
 from edgequal.agent.phases.qualification import run_measurement
 from edgequal.agent.worker.jobs import WorkerJob, latency_settings
@@ -92,23 +93,8 @@ def test_every_example_model_qualifies_through_the_worker(
     assert results["memory"]["rss_added_by_load_bytes"] == run["rss_added_by_load_bytes"]
 
 
-def _worker_processes() -> list:
-    """This process's worker children still alive."""
-    import psutil
-
-    found = []
-    for child in psutil.Process().children(recursive=True):
-        try:
-            worker = "edgequal.agent.worker" in " ".join(child.cmdline())
-            if worker and child.status() != psutil.STATUS_ZOMBIE:
-                found.append(child)
-        except psutil.NoSuchProcess:
-            pass
-    return found
-
-
 def test_the_last_cold_load_process_runs_the_warm_phase_and_none_is_left(
-    example_models, quick_plan
+    example_models, quick_plan, local_agents
 ):
     """With three cold loads, the third process stays for the latency phase (one process
     start less a run: seconds on a small board); the first two end at their result. A
@@ -120,7 +106,7 @@ def test_the_last_cold_load_process_runs_the_warm_phase_and_none_is_left(
     memory = out["results"]["memory"]
     assert memory["rss_added_by_load_bytes"] == runs[2]["rss_added_by_load_bytes"]
     assert all(r["process_to_result_ms"] >= r["total_ms"] for r in runs)
-    assert _worker_processes() == []
+    assert local_agents.worker_processes(psutil.Process()) == []
     cancel = threading.Event()
 
     def cancel_after_cold_load(event: dict) -> None:
@@ -133,9 +119,9 @@ def test_the_last_cold_load_process_runs_the_warm_phase_and_none_is_left(
     assert out["status"] == "incomplete" and "latency" not in out["results"]
     assert len(out["results"]["cold_load"]["runs"]) == 3
     deadline = time.monotonic() + 10
-    while _worker_processes() and time.monotonic() < deadline:
+    while local_agents.worker_processes(psutil.Process()) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert _worker_processes() == []
+    assert local_agents.worker_processes(psutil.Process()) == []
 
 
 def test_raw_samples_are_kept_and_match_the_summary(example_models, fast_plan):

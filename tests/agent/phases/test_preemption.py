@@ -5,7 +5,8 @@ tags its own calls the same way, and the as-measured tail is reported apart and 
 The test process, and so the agent code and the worker it starts, and the competitor are
 pinned to one CPU: the competitor takes about half of it, whatever else the machine runs.
 The bare loop runs before and after the qualification, under the same competitor, and
-the clean figures must fall inside what those two saw (within 25 % for p50, 50 % for p99).
+the clean figures must fall inside what those two saw (within 25 % for p50, 50 % for p99)
+in one of :data:`ATTEMPTS` tries, the machine's own speed moving between loops.
 """
 
 from __future__ import annotations
@@ -84,10 +85,19 @@ def one_cpu_with_a_competitor():
         competitor.wait(10)
 
 
-def test_clean_figures_agree_with_a_bare_loop_beside_a_pinned_competitor(
-    tmp_path, chain_model, one_cpu_with_a_competitor
-):
-    model = chain_model(tmp_path / "chain.onnx", 12)  # about 0.1-0.3 ms a call on one thread
+ATTEMPTS = 3
+"""Qualifications, each between two bare loops, of which one must agree with its loops.
+
+This shared VM's speed moves by up to ×1.6 over seconds, unseen from inside it (16
+successive half-second loops of one model, one CPU, nothing else pinned there: p50 0.083
+to 0.134 ms; steal 0.2 %). One qualification fell in such a slow spell between two fast
+loops in about one try in eight (4 of 29). An error in the clean figures themselves (a
+preempted call counted clean, the agent's own threads in the timed loop) shows in every
+attempt; a spell of the machine's does not come back three times in a row."""
+
+
+def _qualify_between_bare_loops(model) -> tuple[dict, dict, dict]:
+    """The latency entry of a quick qualification, and the bare loops before and after."""
     before = bare_loop(model, 2.0)
     plan = make_plan(
         "quick",
@@ -101,29 +111,52 @@ def test_clean_figures_agree_with_a_bare_loop_beside_a_pinned_competitor(
     )
     out = run_measurement(model, None, plan)
     after = bare_loop(model, 2.0)
-
-    entry = out["results"]["latency"]["per_shape"][0]
-    pre, clean, measured = entry["preemption"], entry["clean"], entry["summary"]
-    # The competitor preempted the worker: calls were excluded, the figures say why.
-    assert pre["excluded"] > 0 and pre["clean_enough"], pre
-    assert entry["decided_on"] == "clean" and entry["cause"] == "interference"
-    assert pre["evidence"]["runq_wait_share"] > 0.05, pre["evidence"]
     assert out["status"] in ("passed", "degraded"), out["reason"]
-    # The as-measured tail is reported apart, and the preemptions make it larger.
-    assert measured["p99_ms"] > clean["p99_ms"]
-    assert measured["count"] == pre["calls"] and clean["count"] == pre["calls"] - pre["excluded"]
-    # Clean p50 and p99 agree with the bare loop's clean figures (same tag rule). The
-    # competitor takes one CPU at most; where other processes took more than that (this
-    # machine shared with other jobs, which come and go between the three loops), calls
-    # that kept the CPU still share caches with whatever ran before them, and only the
-    # p50 is compared.
+    return out["results"]["latency"]["per_shape"][0], before, after
+
+
+def _disagreements(entry, before, after) -> list:
+    """Clean p50 and p99 against the bare loops' clean figures (same tag rule): what lies
+    outside what the two loops saw (within 25 % for p50, 50 % for p99). The competitor
+    takes one CPU at most; where other processes took more than that (this machine
+    shared with other jobs, which come and go between the three loops), calls that kept
+    the CPU still share caches with whatever ran before them, and only the p50 is
+    compared."""
+    pre, clean = entry["preemption"], entry["clean"]
     others = (pre["evidence"]["other_cpus"] or 0.0) > 1.2
     checks = (("p50_ms", 0.25),) if others else (("p50_ms", 0.25), ("p99_ms", 0.50))
+    missed = []
     for key, tolerance in checks:
         seen = [before["clean"][key], after["clean"][key]]
         low, high = min(seen) * (1 - tolerance), max(seen) * (1 + tolerance)
-        assert low <= clean[key] <= high, (key, clean[key], seen, pre["evidence"])
-    # And the bare loop saw the same kind of difference between its own two figures.
-    assert max(before["all"]["p99_ms"], after["all"]["p99_ms"]) > min(
-        before["clean"]["p99_ms"], after["clean"]["p99_ms"]
-    )
+        if not low <= clean[key] <= high:
+            missed.append((key, clean[key], seen, pre["evidence"]))
+    return missed
+
+
+def test_clean_figures_agree_with_a_bare_loop_beside_a_pinned_competitor(
+    tmp_path, chain_model, one_cpu_with_a_competitor
+):
+    model = chain_model(tmp_path / "chain.onnx", 12)  # about 0.1-0.3 ms a call on one thread
+    missed = []
+    for _ in range(ATTEMPTS):
+        entry, before, after = _qualify_between_bare_loops(model)
+        pre, clean, measured = entry["preemption"], entry["clean"], entry["summary"]
+        # Every attempt: the competitor preempted the worker, calls were excluded, and
+        # the figures say why.
+        assert pre["excluded"] > 0 and pre["clean_enough"], pre
+        assert entry["decided_on"] == "clean" and entry["cause"] == "interference"
+        assert pre["evidence"]["runq_wait_share"] > 0.05, pre["evidence"]
+        # The as-measured tail is reported apart, and the preemptions make it larger.
+        assert measured["p99_ms"] > clean["p99_ms"]
+        assert measured["count"] == pre["calls"]
+        assert clean["count"] == pre["calls"] - pre["excluded"]
+        # And the bare loop saw the same kind of difference between its own two figures.
+        assert max(before["all"]["p99_ms"], after["all"]["p99_ms"]) > min(
+            before["clean"]["p99_ms"], after["clean"]["p99_ms"]
+        )
+        attempt = _disagreements(entry, before, after)
+        if not attempt:
+            return
+        missed.append(attempt)
+    pytest.fail(f"the clean figures disagreed with the bare loops {ATTEMPTS} times: {missed}")

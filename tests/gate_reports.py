@@ -184,9 +184,10 @@ def _made(base: Path, example_models: dict[str, Path]) -> dict:
             # One thread: an intra-op thread pool spinning against other processes on a
             # shared machine makes the run-to-run spread several times larger.
             latency = dict(latency_min_runs=1000, latency_min_s=0.6, threads=1)
-            # Baseline and candidates interleaved: a change in machine load between them
-            # affects all three alike.
-            # Five runs each (qualify --repeat 5): what a run-level verdict weighs.
+            # The baseline's five runs, the heavier graph's five, then the baseline's model
+            # once more (qualify --repeat 5: what a run-level verdict weighs). Made one
+            # after the other, not interleaved: chain_heavy does four times chain_a's work,
+            # far beyond a change of the machine's speed between the blocks (up to ×1.6).
             chain_a = run("chain_a", models["chain"], None, **latency, repeat=REPEATS)
             chain_heavy = run("chain_heavy", models["chain_heavy"], None, **latency, repeat=REPEATS)
             chain_b = run("chain_b", models["chain"], None, **latency)

@@ -91,9 +91,10 @@ ATTEMPTS = 3
 This shared VM's speed moves by up to ×1.6 over seconds, unseen from inside it (16
 successive half-second loops of one model, one CPU, nothing else pinned there: p50 0.083
 to 0.134 ms; steal 0.2 %). One qualification fell in such a slow spell between two fast
-loops in about one try in eight (4 of 29). An error in the clean figures themselves (a
-preempted call counted clean, the agent's own threads in the timed loop) shows in every
-attempt; a spell of the machine's does not come back three times in a row."""
+loops in about one try in eight (4 of 29). Slow spells come in runs (up to five of those
+half-second loops in a row), and one attempt takes about 10 s, so three span half a
+minute. An error in the clean figures themselves (a preempted call counted clean, the
+agent's own threads in the timed loop) shows in every attempt."""
 
 
 def _qualify_between_bare_loops(model) -> tuple[dict, dict, dict]:

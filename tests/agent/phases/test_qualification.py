@@ -343,9 +343,10 @@ def test_hang_is_killed_at_the_phase_timeout(example_models):
         latency_min_s=60.0,
         latency_max_runs=1_000_000,
     )
-    # The timeout bounds every phase, the start's interpreter and runtime import too: 5 s
-    # leaves that phase a fifth of a CPU (three copies of the suite at once), and the
-    # 60 s loop ends at its timeout, long before its own end.
+    # The timeout bounds every phase, the start's interpreter and runtime import too
+    # (about 0.65 CPU-s): 5 s asks an eighth of a CPU of it (three copies of the suite at
+    # once leave a worker about a fifth), and the 60 s loop ends at its timeout, long
+    # before its own end.
     worker = Worker(job, phase_timeout_s=5.0)
     worker.start()
     t0 = time.monotonic()

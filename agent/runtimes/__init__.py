@@ -46,6 +46,24 @@ _KNOWN_RUNTIMES = tuple((k.name, k.modules, k.distributions, k.install) for k in
 IMPORT_PROBE_TIMEOUT_S = 60.0
 """How long a runtime's trial import in a child process may take (a cold SD card is slow)."""
 
+# numpy's OpenBLAS starts a thread per core when numpy is imported, and each spins for a
+# while before it sleeps (about 0.1 CPU-s a process on 2 cores, more on 4): in a worker
+# that is CPU taken from the runtime's import, load and first inference that the cold
+# load times. No child of the agent multiplies matrices with numpy (the runtime does the
+# model's work; drift's norms and dot products are one vector each), and one thread also
+# keeps their summation order the same on boards with different core counts.
+CHILD_BLAS_THREADS = {"OPENBLAS_NUM_THREADS": "1"}
+
+
+def child_env(env: dict | None = None) -> dict:
+    """The environment of a Python the agent starts to import or run a runtime (a worker, a
+    trial import): ``env`` (default: the agent's own) with numpy's BLAS held to one thread
+    (:data:`CHILD_BLAS_THREADS`), unless the operator set it there."""
+    out = dict(os.environ if env is None else env)
+    for name, value in CHILD_BLAS_THREADS.items():
+        out.setdefault(name, value)
+    return out
+
 
 def detect_runtimes(*, probe_import: bool = False) -> list[RuntimeStatus]:
     """Which inference runtimes are installed, with versions; never imports one in this process.
@@ -129,7 +147,7 @@ def child_import(
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
-            env=env,
+            env=child_env(env),
         )
     except OSError as e:
         return f"broken: {what} cannot start: {e.strerror or e}", ""
@@ -200,6 +218,7 @@ __all__ = [
     "ProbedRuntimes",
     "RuntimeStatus",
     "detect_runtimes",
+    "child_env",
     "child_import",
     "import_problem",
     "runtime_class",

@@ -21,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..runtimes import child_env
+
 STDERR_TAIL_LINES = 20
 
 DEFAULT_MEMORY_FRACTION = 0.5
@@ -112,7 +114,7 @@ class Worker:
             stderr=subprocess.PIPE,
             start_new_session=True,
             close_fds=True,
-            env=self.env,
+            env=child_env(self.env),
         )
         self._events: queue.Queue = queue.Queue()
         self._stderr: deque[str] = deque(maxlen=STDERR_TAIL_LINES)

@@ -367,3 +367,25 @@ def test_memory_limit_kills_the_worker(example_models):
     assert not outcome.ok
     assert outcome.cause == "memory"
     assert "30 MB memory limit" in outcome.error["message"]
+
+
+def test_a_worker_holds_numpys_blas_to_one_thread_unless_the_operator_set_it(
+    example_models, monkeypatch
+):
+    """Workers start with ``OPENBLAS_NUM_THREADS=1`` (``runtimes.child_env``): numpy's idle
+    BLAS threads would spin beside the runtime's import and load while the cold load is
+    timed. An operator's own setting is kept."""
+    job = _warm_job(example_models["micro"], latency_min_runs=100000, latency_min_s=30.0)
+    for agents, expected in ((None, "1"), ("3", "3")):
+        if agents is None:
+            monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+        else:
+            monkeypatch.setenv("OPENBLAS_NUM_THREADS", agents)
+        worker = Worker(job, phase_timeout_s=60)
+        worker.start()
+        try:
+            environ = psutil.Process(worker.pid).environ()
+        finally:
+            worker.cancel.set()
+            worker.wait()
+        assert environ["OPENBLAS_NUM_THREADS"] == expected

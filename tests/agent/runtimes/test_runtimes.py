@@ -145,3 +145,35 @@ def test_shape_fits_dynamic_dims():
     assert shape_fits(spec, (4, 3, 7))
     assert not shape_fits(spec, (4, 2, 7))
     assert not shape_fits(spec, (4, 3))
+
+
+# Each OpenBLAS library numpy loaded, with its thread count (threadpoolctl, which
+# scikit-learn brings to the tests).
+_BLAS_THREADS = (
+    "import json, numpy, threadpoolctl; print(json.dumps([i['num_threads'] for i in "
+    "threadpoolctl.threadpool_info() if i['internal_api'] == 'openblas']))"
+)
+
+
+def test_the_agents_child_pythons_run_numpys_blas_on_one_thread(monkeypatch):
+    """A trial import's child (as every worker, ``runtimes.child_env``) runs numpy's BLAS on
+    one thread, where numpy alone would start one per core; an operator's setting is kept."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from edgequal.agent.runtimes import child_import
+
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    problem, out = child_import((_BLAS_THREADS,), what="numpy")
+    assert problem == "" and json.loads(out) == [1]
+    bare = subprocess.run([sys.executable, "-c", _BLAS_THREADS], capture_output=True, check=True)
+    # numpy alone: a thread per core it may use (OpenBLAS counts the online CPUs or the
+    # affinity mask, up to its 64).
+    (threads,) = json.loads(bare.stdout)
+    assert threads in {min(os.cpu_count(), 64), min(len(os.sched_getaffinity(0)), 64)}
+    problem, out = child_import(
+        (_BLAS_THREADS,), what="numpy", env={**os.environ, "OPENBLAS_NUM_THREADS": "2"}
+    )
+    assert problem == "" and json.loads(out) == [2]

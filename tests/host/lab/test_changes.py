@@ -1,28 +1,28 @@
-"""Change points over a lab's history, from real nightly fleet runs of real local agents.
+"""Change points over a lab's history, from a recorded series of real nightly fleet runs.
 
-Once per module (the CPU cost is the runs): two agents on 127.0.0.1 (dev-0, dev-1), 20
-"nights", each a real fleet run with short plans recorded into an SQLite history.
+The series (tests/nightly_series.py, recorded in tests/fixtures/nightly): two real agents
+on 127.0.0.1 (dev-0, dev-1), 20 "nights", each a real fleet run with short plans.
 
 - ``vision``: a MatMul chain; from night 14 the lab's models file points at a copy that
-  does the same work four times (three more branches, scaled and sign-flipped, combined
-  back so the outputs are bit-identical and the golden set still holds): about 4× slower,
-  a new digest, the same series. Both boards run it, so the change appears on both.
+  does the same work four times (the same outputs): about 4× slower, a new digest, the
+  same series. Both boards run it, so the change appears on both.
 - ``steady``: the same base model, unchanged on dev-0 for all 20 nights: the noise-only
   series whose false-positive rate is measured.
 
-The same signed reports are then recorded into a real PostgreSQL server (slow marker,
-tests/postgres.py) and analysed there too.
+Once per module its signed reports are recorded, night by night, into a real SQLite
+history as the fleet run recorded them, with what fleet run adds to each night's JUnit and
+Prometheus file from the change on; the same reports go into a real PostgreSQL server
+(slow marker, tests/postgres.py) and are analysed there too. The assertions hold for any
+real recording: where a loaded machine could move a figure, they say how far.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import os
 import re
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -32,195 +32,20 @@ from edgequal.host.lab.noise import MIN_RUNS
 NIGHTS = 20
 CHANGE_NIGHT = 14
 
-# Short runs: one cold load, a short loop; an operator profile (for the per-operator diff)
-# only from PROFILED_FROM on: the diff takes the profiles either side of the change, and a
-# profile is one more worker process per cell (the module's cost is its processes).
-PROFILED_FROM = CHANGE_NIGHT - 4
-PLAN = {
-    "threads": 1,
-    "cold_runs": 1,
-    "latency_min_runs": 30,
-    "latency_min_s": 0.2,
-    "warmup_min_s": 0.05,
-    "warmup_max_s": 0.2,
-    "sustain_s": 0.0,
-    # The timed loop may run to 2 s (ten times its 0.2 s) where too few calls kept the CPU:
-    # beside two other copies of the suite (load 10-13 on 2 cores) the slower copy's calls,
-    # four times longer, were preempted so often that every night after the change was
-    # inconclusive at the default bound (0.6 s), a gap, and no change could be found. On a
-    # quiet machine the loop ends at its 0.2 s as before.
-    "latency_max_extension": 10.0,
-}
-
-
-def _chain_model(path: Path, slower: bool) -> None:
-    """[32, 384] × four 384×384 MatMuls (about 19 M multiply-adds: the compute, not the
-    call's fixed overhead, sets the p50); ``slower`` adds three more branches, their first
-    weights −w0, 2·w0 and −2·w0 (distinct, so no graph optimisation merges them with the
-    first), and returns ((c − d) − (a − b)) · 0.5 = (4a − 2a) · 0.5 = a exactly (each step
-    exact in float32): the same outputs, four times the work. Four, not two: on a shared
-    machine a neighbour's burst can make one night's unchanged model nearly twice as slow,
-    which a doubling could not be told from on the night before the change."""
-    from onnx import TensorProto, checker, helper, numpy_helper, save
-
-    rng = np.random.default_rng(34)
-    weights = [rng.normal(0, 0.05, (384, 384)).astype(np.float32) for _ in range(4)]
-    inits = [numpy_helper.from_array(w, f"w{i}") for i, w in enumerate(weights)]
-    nodes = []
-
-    def branch(name: str, first: str) -> str:
-        prev = "x"
-        for i in range(4):
-            nodes.append(
-                helper.make_node("MatMul", [prev, first if i == 0 else f"w{i}"], [f"{name}{i}"])
-            )
-            prev = f"{name}{i}"
-        return prev
-
-    a = branch("a", "w0")
-    if slower:
-        for name, scale in (("b", -1.0), ("c", 2.0), ("d", -2.0)):
-            inits.append(numpy_helper.from_array(weights[0] * np.float32(scale), f"w0{name}"))
-        b, c, d = branch("b", "w0b"), branch("c", "w0c"), branch("d", "w0d")
-        inits.append(numpy_helper.from_array(np.array(0.5, np.float32), "half"))
-        nodes.append(helper.make_node("Sub", [a, b], ["ab"]))  # 2a
-        nodes.append(helper.make_node("Sub", [c, d], ["cd"]))  # 4a
-        nodes.append(helper.make_node("Sub", ["cd", "ab"], ["e"]))  # 2a
-        nodes.append(helper.make_node("Mul", ["e", "half"], ["y"]))
-    else:
-        nodes.append(helper.make_node("Identity", [a], ["y"]))
-    graph = helper.make_graph(
-        nodes,
-        "chain",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [32, 384])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [32, 384])],
-        inits,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    checker.check_model(model)
-    save(model, str(path))
-
-
-def _write_models(path: Path, vision: tuple[Path, Path], steady: tuple[Path, Path]) -> None:
-    path.write_text(
-        f'[models.vision]\npath = "{vision[0]}"\ngolden = "{vision[1]}"\n\n'
-        f'[models.steady]\npath = "{steady[0]}"\ngolden = "{steady[1]}"\ntags = ["steady"]\n'
-    )
-
 
 @pytest.fixture(scope="module")
-def nightly(tmp_path_factory, local_agents):
-    """20 nights of real fleet runs recorded in SQLite: the database URL, the config dir
-    whose known_devices pins the agents, the lab file, and every report file."""
-    from edgequal.host.devices.resolve import trust_device
-    from edgequal.host.devices.trust import KnownDevices
-    from edgequal.host.golden import make_golden
-    from edgequal.host.lab.changes import ChangeSettings
-    from edgequal.host.lab.fleet import FleetOptions, FleetRunner, open_lab_device
-    from edgequal.host.lab.fleet_changes import report_fleet_changes
-    from edgequal.host.lab.history import History
-    from edgequal.host.lab.inventory import load_lab, load_models
-
+def nightly(tmp_path_factory, test_helper):
+    """The recorded nights replayed (tests/nightly_series.py ``replay``): the database URL,
+    the config dir whose known_devices pins the agents, the lab file, every report file,
+    and the changes each night's fleet run reported new."""
+    series = test_helper("nightly_series")
+    assert (series.NIGHTS, series.CHANGE_NIGHT) == (NIGHTS, CHANGE_NIGHT)
     base = tmp_path_factory.mktemp("nightly")
-    fast, slow = base / "chain.onnx", base / "chain-slow.onnx"
-    _chain_model(fast, slower=False)
-    _chain_model(slow, slower=True)
-    inputs = base / "inputs.npz"
-    np.savez(inputs, x=np.random.default_rng(7).normal(0, 1, (32, 384)).astype(np.float32))
-    # A golden set belongs to one model file: the slower copy brings its own (the same
-    # reference outputs, a new digest), as a lab's new export would.
-    golden, slow_golden = base / "golden.npz", base / "golden-slow.npz"
-    make_golden(fast, inputs, out=golden)
-    make_golden(slow, inputs, out=slow_golden)
-    url = f"sqlite:///{base / 'history.sqlite'}"
-    reports: list[tuple[Path, str, object]] = []
-    fleet_nights: dict[int, list[dict]] = {}
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("EDGEQUAL_CONFIG_DIR", str(base / "config"))
         mp.setenv("XDG_STATE_HOME", str(base / "state"))
         mp.delenv("EDGEQUAL_TOKEN", raising=False)
-        agents = local_agents.start_agents(base / "agents", ["dev-0", "dev-1"])
-        try:
-            known = KnownDevices()
-            for i, agent in enumerate(agents):
-                trust_device(known, f"dev-{i}", agent.address)
-            lab_path = base / "lab.toml"
-            lab_path.write_text(
-                '[lab]\nname = "nightly"\n\n'
-                f'[devices.dev-0]\naddress = "{agents[0].address}"\ntags = ["x86", "steady"]\n\n'
-                f'[devices.dev-1]\naddress = "{agents[1].address}"\ntags = ["x86"]\n'
-            )
-            lab = load_lab(lab_path)
-            history = History.open(url)
-
-            started: dict = {}
-
-            def cancel_some(lab, known, night, record, event):
-                """Cancel, as soon as it starts, the first attempt of steady on dev-0 on
-                night 5 (its retry is the cell's point) and both attempts of vision on
-                dev-1 on night 8 (the cell ends incomplete: a gap)."""
-                if event.get("type") != "run":
-                    return
-                cell = (night, record.model, record.device)
-                started[cell] = started.get(cell, 0) + 1
-                wanted = {(5, "steady", "dev-0", 1), (8, "vision", "dev-1", 1)}
-                wanted.add((8, "vision", "dev-1", 2))
-                if (*cell, started[cell]) not in wanted:
-                    return
-                device = next(d for d in lab.devices if d.name == record.device)
-                transport = open_lab_device(device, known=known)
-                try:
-                    transport.cancel(event["run_id"])
-                finally:
-                    transport.close()
-
-            def record(path, device, cell):
-                reports.append((Path(path), device, cell))
-                history.record_file(path, device, known=known, cell=cell)
-
-            for night in range(NIGHTS):
-                models_path = base / f"models-{night}.toml"
-                vision = (slow, slow_golden) if night >= CHANGE_NIGHT else (fast, golden)
-                _write_models(models_path, vision, (fast, golden))
-                options = FleetOptions(
-                    out_dir=base / f"night-{night:02d}",
-                    plan_overrides={**PLAN, "operator_profile": night >= PROFILED_FROM},
-                    retries=1,
-                    backoff_s=0.0,
-                    html_pages=False,
-                )
-                runner = FleetRunner(
-                    lab,
-                    load_models(models_path),
-                    options,
-                    known=known,
-                    record_report=record,
-                    on_event=functools.partial(cancel_some, lab, known, night),
-                )
-                runner.run()
-                if night >= CHANGE_NIGHT:
-                    # As fleet run does with a lab [changes] table: the changes new with
-                    # this night into its junit.xml and changes.prom.
-                    new = report_fleet_changes(
-                        history, lab, runner.cell_prefix, ChangeSettings(), options.out_dir,
-                        base / f"prom-{night:02d}",
-                    )  # fmt: skip
-                    fleet_nights[night] = [c.to_json() for c in new]
-            history.close()
-        finally:
-            for agent in agents:
-                agent.stop()
-    return {
-        "url": url,
-        "config": base / "config",
-        "lab": lab_path,
-        "models": models_path,
-        "reports": reports,
-        "base": base,
-        "new_changes": fleet_nights,
-        "fleet_runs": sorted({cell.cell.rsplit("/", 2)[0] for _, _, cell in reports}),
-    }
+        return series.replay(base)
 
 
 @pytest.fixture

@@ -388,6 +388,19 @@ def test_global_options_stand_before_or_after_the_subcommand(argv):
     assert build_parser().parse_args([a for a in argv if a != "--debug"]).debug is False
 
 
+def test_the_command_tree_is_built_once_and_parsing_leaves_it_as_it_was():
+    """``main`` parses every call against one parser (``cli/main.py`` ``_parser``): a flag
+    given in one call, repeatable or not, is absent from the next."""
+    from edgequal.cli.main import _parser
+
+    first = _parser().parse_args(["qualify", "m.onnx", "--shape", "x=1x3", "--shape", "y=2"])
+    assert first.shape == ["x=1x3", "y=2"]
+    again = _parser().parse_args(["qualify", "m.onnx", "--debug"])
+    assert _parser() is _parser()
+    assert again.shape == [] and again.debug is True and not hasattr(again, "argv")
+    assert _parser().parse_args(["qualify", "m.onnx"]).debug is False
+
+
 def test_qualify_help_explains_every_option_and_ends_with_examples():
     from edgequal.cli.parser import build_parser
 

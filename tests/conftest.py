@@ -29,6 +29,14 @@ TESTS_DIR = Path(__file__).resolve().parent
 if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None:
     sys.dont_write_bytecode = False
 
+# numpy's BLAS on one thread in every process of the suite (the agent already starts its
+# workers so, agent/runtimes child_env): numpy's OpenBLAS starts a thread per core at
+# import, and each spins about 0.1 CPU-s before it sleeps, in each of the hundreds of host
+# commands, agents and helper Pythons the tests start, beside xdist's one worker per core.
+# No test multiplies matrices big enough for a second thread to help. The tests of
+# child_env clear it to see the default.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 
 def load_test_helper(name: str):
     """Import ``tests/<name>.py`` under a private module name (tests/ is not a package)."""

@@ -22,7 +22,7 @@ pinned keys), and after each night from the change on, what ``fleet run`` does w
 
 Recorded, not run per session: the 60 qualifications cost about 65 CPU-s a run of the
 suite, and a live series on a shared machine is a different series every time (the tests
-below were written for any real recording; the load-dependent windows they allow say so).
+were written for any real recording; the load-dependent windows they allow say so).
 """
 
 from __future__ import annotations
@@ -143,6 +143,7 @@ def write_models(path: Path, models: dict, night: int) -> Path:
 
 
 def write_lab(path: Path, addresses: dict[str, str]) -> Path:
+    """The lab file: its two agents at ``addresses``, with their tags."""
     path.write_text(
         f'[lab]\nname = "{LAB_NAME}"\n'
         + "".join(

@@ -47,7 +47,7 @@ IMPORT_PROBE_TIMEOUT_S = 60.0
 """How long a runtime's trial import in a child process may take (a cold SD card is slow)."""
 
 # numpy's OpenBLAS starts a thread per core when numpy is imported, and each spins for a
-# while before it sleeps (about 0.1 CPU-s a process on 2 cores, more on 4): in a worker
+# while before it sleeps (about 0.1 CPU-s a process, measured on 2 cores): in a worker
 # that is CPU taken from the runtime's import, load and first inference that the cold
 # load times. No child of the agent multiplies matrices with numpy (the runtime does the
 # model's work; drift's norms and dot products are one vector each), and one thread also

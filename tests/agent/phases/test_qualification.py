@@ -376,11 +376,11 @@ def test_a_worker_holds_numpys_blas_to_one_thread_unless_the_operator_set_it(
     BLAS threads would spin beside the runtime's import and load while the cold load is
     timed. An operator's own setting is kept."""
     job = _warm_job(example_models["micro"], latency_min_runs=100000, latency_min_s=30.0)
-    for agents, expected in ((None, "1"), ("3", "3")):
-        if agents is None:
+    for operators, expected in ((None, "1"), ("3", "3")):
+        if operators is None:
             monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
         else:
-            monkeypatch.setenv("OPENBLAS_NUM_THREADS", agents)
+            monkeypatch.setenv("OPENBLAS_NUM_THREADS", operators)
         worker = Worker(job, phase_timeout_s=60)
         worker.start()
         try:

@@ -165,7 +165,9 @@ def test_the_agents_child_pythons_run_numpys_blas_on_one_thread(monkeypatch):
 
     from edgequal.agent.runtimes import child_import
 
-    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    # OpenBLAS also reads these where its own variable is unset.
+    for name in ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS"):
+        monkeypatch.delenv(name, raising=False)
     problem, out = child_import((_BLAS_THREADS,), what="numpy")
     assert problem == "" and json.loads(out) == [1]
     bare = subprocess.run([sys.executable, "-c", _BLAS_THREADS], capture_output=True, check=True)
